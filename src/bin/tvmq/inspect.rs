@@ -1,0 +1,110 @@
+//! `tvmq list` and `tvmq stat`.
+
+use std::path::Path;
+use tvm::Queue;
+use tvm::error::{Error, SHM_ERR_ACCES, TBL_NOT_FOUND};
+use tvm::queue_file::{FIELD_CHAR, FIELD_DOUB, FIELD_LONG, parse_file_name};
+
+/// Queue ids present in `dir`, sorted.
+fn ids(dir: &Path) -> Result<Vec<u32>, Error> {
+    let entries = std::fs::read_dir(dir).map_err(|e| {
+        let code = if e.kind() == std::io::ErrorKind::NotFound { TBL_NOT_FOUND } else { SHM_ERR_ACCES };
+        Error::new(code, format!("cannot read queue directory {}: {e}", dir.display()))
+    })?;
+    let mut ids: Vec<u32> =
+        entries.filter_map(|e| e.ok()).filter_map(|e| e.file_name().to_str().and_then(parse_file_name)).collect();
+    ids.sort_unstable();
+    Ok(ids)
+}
+
+pub fn list(dir: &Path) -> Result<(), Error> {
+    let ids = match ids(dir) {
+        Err(e) if e.code() == TBL_NOT_FOUND => Vec::new(),
+        other => other?,
+    };
+    println!("{:>10}  {:<16} {:>10} {:>12} {:>12}  FILE", "ID", "NAME", "RECORD", "CAPACITY", "DEPTH");
+    for id in ids {
+        match Queue::inspect(dir, id) {
+            Ok(q) => {
+                let i = q.info();
+                println!(
+                    "{id:>10}  {:<16} {:>10} {:>12} {:>12}  {}",
+                    i.name(),
+                    i.record_size,
+                    i.capacity,
+                    q.depth(),
+                    q.path().display()
+                );
+            }
+            Err(e) => println!("{id:>10}  (unreadable: {e})"),
+        }
+    }
+    Ok(())
+}
+
+fn kind(k: u32) -> &'static str {
+    match k {
+        FIELD_CHAR => "char",
+        FIELD_LONG => "long",
+        FIELD_DOUB => "double",
+        _ => "?",
+    }
+}
+
+fn time(ns: u64) -> String {
+    if ns == 0 {
+        return "never".into();
+    }
+    let secs = (ns / 1_000_000_000) as i64;
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    let t = secs as libc::time_t;
+    // SAFETY: gmtime_r with valid pointers.
+    unsafe { libc::gmtime_r(&t, &mut tm) };
+    format!(
+        "{:04}-{:02}-{:02} {:02}:{:02}:{:02} UTC",
+        tm.tm_year + 1900,
+        tm.tm_mon + 1,
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min,
+        tm.tm_sec
+    )
+}
+
+pub fn stat(dir: &Path, id: u32) -> Result<(), Error> {
+    let q = Queue::inspect(dir, id)?;
+    let i = q.info();
+    let s = q.stats();
+    println!("queue            {id}");
+    println!("name             {}", i.name());
+    println!("partition        {}", i.part());
+    println!("file             {}", q.path().display());
+    println!("layout version   {}", i.version);
+    println!("mode             {:04o}", i.mode);
+    println!("created          {}", time(i.created_ns));
+    println!("record size      {} bytes (slot {} bytes)", i.record_size, i.slot_stride);
+    println!("capacity         {} records", i.capacity);
+    println!("file size        {} bytes", i.file_size);
+    println!("unblock timeout  {} ms", i.unblock_timeout_ms);
+    println!("depth            {}", s.depth);
+    println!("pushed           {}", s.pushed);
+    println!("popped           {}", s.popped);
+    println!("waiters          {}", s.waiters);
+    println!("dropped          {}", if s.dropped { "yes" } else { "no" });
+    println!("recovered pushes {} (claims of dead producers skipped)", s.recovered_pushes);
+    println!("recovered pops   {} (records of dead consumers delivered again)", s.recovered_pops);
+    println!("robbed calls     {} (stalled calls whose slot was recovered)", s.robbed);
+    println!("reconciled       {} (sleepers of dead processes uncounted)", s.reconciled_waiters);
+    println!("last recovery    {}", time(s.last_recovery_ns));
+    let procs = q.processes();
+    println!("processes        {}", procs.len());
+    for (entry, pid, since, sleepers) in procs {
+        println!("  entry {entry:>4}  pid {pid:>8}  since {}  asleep {sleepers}", time(since));
+    }
+    let fields = i.fields();
+    println!("fields           {}", fields.len());
+    for f in fields {
+        println!("  {:<31} offset {:>6}  length {:>6}  {}", f.name, f.offset, f.len, kind(f.kind));
+    }
+    Ok(())
+}

@@ -1,0 +1,58 @@
+//! `tvmq`: create, drop, list and inspect tvmq queues.
+//!
+//! Queues live in `$TVMDBD` (default `/dev/shm/tvmq-<uid>`), like the library's.
+
+mod create;
+mod inspect;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use tvm::error::Error;
+
+#[derive(Parser)]
+#[command(name = "tvmq", version, about = "Administer tvmq shared-memory queues (the STVM queue API)")]
+#[command(after_help = "Queues live in $TVMDBD, or /dev/shm/tvmq-<uid> when it is unset; --dir overrides both.")]
+struct Cli {
+    /// Queue directory (default: $TVMDBD, else /dev/shm/tvmq-<uid>)
+    #[arg(long, global = true, value_name = "DIR")]
+    dir: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Create a queue holding exactly --rows records of up to --size bytes
+    Create(create::CreateArgs),
+    /// Remove a queue; processes blocked on it wake with SHM_ERR_EIDRM
+    Drop {
+        /// Queue id
+        id: u32,
+    },
+    /// List the queues: id, name, record size, capacity, depth, file
+    List,
+    /// Show a queue's header, counters, waiters, processes and fields
+    Stat {
+        /// Queue id
+        id: u32,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let dir = cli.dir.unwrap_or_else(tvm::queue_dir);
+    let result: Result<(), Error> = match cli.command {
+        Command::Create(args) => create::run(&dir, &args),
+        Command::Drop { id } => tvm::Queue::drop_queue(&dir, id).map(|()| println!("dropped queue {id}")),
+        Command::List => inspect::list(&dir),
+        Command::Stat { id } => inspect::stat(&dir, id),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tvmq: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,135 @@
+//! Error codes (the STVM numbers), their messages, and the [`Error`] value
+//! every fallible call of this crate returns. No I/O here.
+
+use std::borrow::Cow;
+use std::ffi::CStr;
+use std::fmt;
+
+pub use crate::codes::CODES;
+
+// `pub const NAME: u32 = code;` for every STVM code, and `C_MESSAGES`.
+include!(concat!(env!("OUT_DIR"), "/codes_gen.rs"));
+
+/// Message of codes outside the table (negative ones included).
+pub const UNKNOWN_MESSAGE: &CStr = c"unknown error code";
+
+/// An error: an STVM code and a message saying what went wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Error {
+    code: u32,
+    detail: Cow<'static, str>,
+}
+
+/// Result of this crate's calls.
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl Error {
+    /// An error with the code's standard message.
+    pub const fn code_only(code: u32) -> Error {
+        Error { code, detail: Cow::Borrowed("") }
+    }
+
+    /// An error with a specific detail (shown after the standard message).
+    pub fn new(code: u32, detail: impl Into<Cow<'static, str>>) -> Error {
+        Error { code, detail: detail.into() }
+    }
+
+    /// The STVM code (index into [`CODES`]).
+    pub fn code(&self) -> u32 {
+        self.code
+    }
+
+    /// The specific detail, empty when there is none.
+    pub fn detail(&self) -> &str {
+        &self.detail
+    }
+}
+
+impl From<u32> for Error {
+    fn from(code: u32) -> Error {
+        Error::code_only(code)
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = name(i64::from(self.code)).unwrap_or("UNKNOWN");
+        if self.detail.is_empty() {
+            write!(f, "{} ({name})", message(i64::from(self.code)))
+        } else {
+            write!(f, "{}: {} ({name})", message(i64::from(self.code)), self.detail)
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+fn entry(code: i64) -> Option<&'static (&'static str, &'static str)> {
+    usize::try_from(code).ok().and_then(|i| CODES.get(i))
+}
+
+/// The code's message; any other value gives a generic text.
+pub fn message(code: i64) -> &'static str {
+    entry(code).map_or("unknown error code", |e| e.1)
+}
+
+/// The code's macro name (`"TBL_NOT_FOUND"`), if it is one.
+pub fn name(code: i64) -> Option<&'static str> {
+    entry(code).map(|e| e.0)
+}
+
+/// NUL-terminated message for C; never fails.
+pub fn c_message(code: i64) -> &'static CStr {
+    usize::try_from(code).ok().and_then(|i| C_MESSAGES.get(i).copied()).unwrap_or(UNKNOWN_MESSAGE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_match_the_spec() {
+        assert_eq!(CODES.len(), 103);
+        assert_eq!(TVM_DONE_SUCC, 0);
+        assert_eq!(CONDIT_IS_NIL, 3);
+        assert_eq!(DATA_SPC_FULL, 4);
+        assert_eq!(SHM_ERR_EIDRM, 8);
+        assert_eq!(NO_DATA_FOUND, 24);
+        assert_eq!(TBL_NOT_FOUND, 44);
+        assert_eq!(SOCK_CONN_ERR, 50);
+        assert_eq!(RECD_TOO_LONG, 74);
+        assert_eq!(TBL_ARD_EXIST, 87);
+        assert_eq!(MQUE_WAIT_TMO, 97);
+        assert_eq!(MQUE_CRTE_BIG, 99);
+        assert_eq!(SERV_NOT_CONN, 101);
+        assert_eq!(PART_AR_EXIST, 102);
+    }
+
+    #[test]
+    fn names_and_messages_are_distinct_and_present() {
+        let mut names: Vec<_> = CODES.iter().map(|c| c.0).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), CODES.len());
+        for (i, (_, msg)) in CODES.iter().enumerate() {
+            assert!(!msg.is_empty());
+            assert_eq!(c_message(i as i64).to_str().unwrap(), *msg);
+        }
+    }
+
+    #[test]
+    fn out_of_range_codes_are_unknown() {
+        for code in [-1, -100, 103, 1_000_000, i64::MIN, i64::MAX] {
+            assert_eq!(message(code), "unknown error code");
+            assert_eq!(c_message(code), UNKNOWN_MESSAGE);
+            assert_eq!(name(code), None);
+        }
+    }
+
+    #[test]
+    fn display_names_the_code() {
+        let e = Error::new(TBL_NOT_FOUND, "queue 21 in /tmp");
+        assert_eq!(e.to_string(), "queue not found: queue 21 in /tmp (TBL_NOT_FOUND)");
+        assert_eq!(Error::code_only(DATA_SPC_FULL).to_string(), "queue is full: no space for insert data (DATA_SPC_FULL)");
+    }
+}

@@ -1,0 +1,370 @@
+//! The local (shared-memory) calls of the C API: create, drop, push, pop.
+
+use super::handle::{detach, state, with_queue};
+use super::{CallResult, Fail, QUE_NORMAL, QUE_NOWAIT, RC_SUCC, SATvm, TABLE, TCREATE, Uenum, call, call_no_handle};
+use crate::error::*;
+use crate::queue::{Queue, Wait};
+use crate::queue_file::{Field, Spec, check_field, queue_dir};
+use std::cell::RefCell;
+use std::ffi::{CStr, c_char, c_long, c_void};
+use std::time::{Duration, Instant};
+
+/// Text of an optional C string (NULL: empty).
+fn text(s: *const c_char) -> String {
+    if s.is_null() {
+        return String::new();
+    }
+    // SAFETY: a non-NULL name/part argument is a NUL-terminated C string.
+    unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned()
+}
+
+/// Creates queue t holding exactly `rows` records of at most `size` bytes,
+/// named `name` (may be NULL), with partition text `part` (may be NULL). The
+/// file is created atomically, mode 0600, in $TVMDBD (default
+/// /dev/shm/tvmq-<uid>).
+/// Errors: CONDIT_IS_NIL (rows or size 0), TBL_ARD_EXIST (queue exists),
+/// MQUE_CRTE_BIG (too big for memory or the index), SHM_ERR_ACCES.
+#[unsafe(no_mangle)]
+pub extern "C" fn lCircleQueue(
+    p: *mut SATvm,
+    t: TABLE,
+    rows: usize,
+    size: usize,
+    name: *mut c_char,
+    part: *mut c_char,
+) -> c_long {
+    call(p, |_| {
+        let mut spec = Spec::new(rows as u64, size as u64);
+        spec.name = text(name);
+        spec.part = text(part);
+        Queue::create(&queue_dir(), t, &spec)?;
+        Ok(0)
+    })
+}
+
+/// A record layout being described by a QUEUE/FIELD function.
+struct Definition {
+    table: TABLE,
+    declared: Option<(String, String, u64)>,
+    fields: Vec<Field>,
+}
+
+thread_local! {
+    static DEFINING: RefCell<Option<Definition>> = const { RefCell::new(None) };
+}
+
+/// Creates queue t with `rows` records whose layout is described by `def`
+/// (a function written with QUEUE, FIELD and FINISH). The record size is the
+/// struct's size; the fields are stored with the queue.
+/// Errors: CONDIT_IS_NIL (NULL def, rows 0), whatever QUEUE/FIELD reported
+/// (TABLE_NOT_DEF, FTYPE_NOT_DEF, FLD_DEF_SPILL), and those of lCircleQueue.
+#[unsafe(no_mangle)]
+pub extern "C" fn lTableQueue(p: *mut SATvm, t: TABLE, rows: usize, def: TCREATE) -> c_long {
+    call(p, |_| {
+        let def = def.ok_or_else(|| Error::new(CONDIT_IS_NIL, "no definition function"))?;
+        DEFINING.with(|d| *d.borrow_mut() = Some(Definition { table: t, declared: None, fields: Vec::new() }));
+        // SAFETY: `def` is a C function of type CREATE(TABLE), as TCREATE says.
+        let rc = unsafe { def(t) };
+        let Some(d) = DEFINING.with(|d| d.borrow_mut().take()) else {
+            return Err(Error::new(SVR_EXCEPTION, "definition state lost").into());
+        };
+        if rc != RC_SUCC {
+            let code = super::lGetTErrno();
+            let code = if code > 0 { code as u32 } else { TABLE_NOT_DEF };
+            return Err(Error::new(code, "the definition function failed").into());
+        }
+        let Some((name, part, size)) = d.declared else {
+            return Err(Error::new(TABLE_NOT_DEF, "the definition function has no QUEUE(...)").into());
+        };
+        let mut spec = Spec::new(rows as u64, size);
+        spec.name = name;
+        spec.part = part;
+        spec.fields = d.fields;
+        Queue::create(&queue_dir(), t, &spec)?;
+        Ok(0)
+    })
+}
+
+/// Used by the QUEUE macro: declares the record struct of the queue being
+/// created by lTableQueue. Not for direct use.
+#[unsafe(no_mangle)]
+pub extern "C" fn lTvmDefQueue(t: TABLE, part: *const c_char, type_name: *const c_char, size: usize) -> c_long {
+    call_no_handle(|| {
+        define(|d| {
+            if d.table != t {
+                return Err(Error::new(TABLE_NOT_DEF, format!("QUEUE({t}) inside the definition of queue {}", d.table)));
+            }
+            if size == 0 {
+                return Err(Error::new(CONDIT_IS_NIL, "record struct of size 0"));
+            }
+            d.declared = Some((text(type_name), text(part), size as u64));
+            Ok(())
+        })
+    })
+}
+
+/// Used by the FIELD macro: adds one field to the queue being created by
+/// lTableQueue. Not for direct use.
+#[unsafe(no_mangle)]
+pub extern "C" fn lTvmDefField(name: *const c_char, offset: usize, len: usize, kind: c_long) -> c_long {
+    call_no_handle(|| {
+        define(|d| {
+            let Some((_, _, size)) = &d.declared else {
+                return Err(Error::new(TABLE_NOT_DEF, "FIELD before QUEUE"));
+            };
+            let field = Field {
+                name: text(name),
+                offset: u32::try_from(offset).unwrap_or(u32::MAX),
+                len: u32::try_from(len).unwrap_or(u32::MAX),
+                kind: u32::try_from(kind).unwrap_or(0),
+            };
+            check_field(&field, *size)?;
+            if d.fields.len() >= crate::queue_file::MAX_FIELDS {
+                return Err(Error::new(FLD_DEF_SPILL, "too many fields"));
+            }
+            if d.fields.iter().any(|f| f.name == field.name) {
+                return Err(Error::new(FLD_DEF_SPILL, format!("field {:?} defined twice", field.name)));
+            }
+            d.fields.push(field);
+            Ok(())
+        })
+    })
+}
+
+fn define(f: impl FnOnce(&mut Definition) -> Result<()>) -> CallResult {
+    DEFINING.with(|d| match d.borrow_mut().as_mut() {
+        Some(d) => f(d).map(|()| 0).map_err(Fail::from),
+        None => Err(Error::new(TABLE_NOT_DEF, "QUEUE/FIELD used outside lTableQueue").into()),
+    })
+}
+
+/// Removes queue t. Processes blocked in lPop/lPopup on it wake up with
+/// SHM_ERR_EIDRM; later calls get TBL_NOT_FOUND.
+/// Errors: TBL_NOT_FOUND, SHM_ERR_ACCES (no write permission on the file).
+#[unsafe(no_mangle)]
+pub extern "C" fn lDropTable(p: *mut SATvm, t: TABLE) -> c_long {
+    call(p, |_| {
+        detach(t);
+        Queue::drop_queue(&queue_dir(), t)?;
+        Ok(0)
+    })
+}
+
+/// Runs `f` on queue `h.tblName`, attaching it on first use; a queue found
+/// dropped is re-resolved once (it may have been re-created).
+#[inline]
+fn on_queue<R>(h: &mut SATvm, f: impl FnOnce(&Queue) -> Result<R>) -> Result<R> {
+    let t = h.tblName;
+    let mut attached = false;
+    let r = with_queue(t, || attached = true, f);
+    if attached {
+        state(h).note_attached(t);
+    }
+    r
+}
+
+/// The bound record: `lSize` bytes at `pstVoid`.
+fn record<'a>(h: &SATvm) -> Result<&'a [u8]> {
+    if h.pstVoid.is_null() || h.lSize == 0 {
+        return Err(Error::new(CONDIT_IS_NIL, "no record bound (pstVoid NULL or lSize 0)"));
+    }
+    // SAFETY: the caller bound pstVoid to at least lSize readable bytes.
+    Ok(unsafe { std::slice::from_raw_parts(h.pstVoid.cast::<u8>(), h.lSize) })
+}
+
+/// Appends the p->lSize bytes at p->pstVoid to queue p->tblName, attaching it
+/// on first use. Never waits: lock-free, no system call unless a consumer
+/// sleeps. m_lEffect = 1 on success. Thread-safe (one handle per thread).
+/// Errors: CONDIT_IS_NIL (NULL handle/buffer, size 0), DATA_SPC_FULL (full),
+/// RECD_TOO_LONG (lSize above the queue's record size), TBL_NOT_FOUND.
+#[unsafe(no_mangle)]
+pub extern "C" fn lPush(p: *mut SATvm) -> c_long {
+    call(p, |h| {
+        let rec = record(h)?;
+        on_queue(h, |q| q.push(rec))?;
+        Ok(1)
+    })
+}
+
+fn wait_mode(wait: Uenum) -> Result<Wait> {
+    match wait {
+        QUE_NORMAL => Ok(Wait::Forever),
+        QUE_NOWAIT => Ok(Wait::NoWait),
+        other => Err(Error::new(NOT_SUPPT_OPT, format!("wait flag {other}: use QUE_NORMAL (0) or QUE_NOWAIT (1)"))),
+    }
+}
+
+/// Removes the oldest record of queue p->tblName into `out` (p->lSize bytes,
+/// at least the queue's record size; a shorter record is followed by zero
+/// bytes up to the record size). QUE_NOWAIT: NO_DATA_FOUND at once when
+/// empty. QUE_NORMAL: sleeps until a record arrives (no busy loop).
+/// m_lEffect = 1 on success.
+/// Errors: CONDIT_IS_NIL (NULL handle/out), RECD_TOO_LONG (lSize below the
+/// record size; nothing is taken), NO_DATA_FOUND, SHM_ERR_EIDRM (dropped
+/// while waiting), TBL_NOT_FOUND, NOT_SUPPT_OPT (other wait flag).
+#[unsafe(no_mangle)]
+pub extern "C" fn lPop(p: *mut SATvm, out: *mut c_void, wait: Uenum) -> c_long {
+    call(p, |h| {
+        if out.is_null() {
+            return Err(Error::new(CONDIT_IS_NIL, "NULL output buffer").into());
+        }
+        let wait = wait_mode(wait)?;
+        let len = h.lSize;
+        // SAFETY: the caller provides `out` with at least p->lSize writable bytes.
+        let buf = unsafe { std::slice::from_raw_parts_mut(out.cast::<u8>(), len) };
+        on_queue(h, |q| q.pop(buf, wait))?;
+        Ok(1)
+    })
+}
+
+/// A growing malloc'd array of records, handed to C (freed with free()).
+struct MallocArray {
+    ptr: *mut u8,
+    cap: usize,
+    len: usize,
+}
+
+impl MallocArray {
+    /// Makes room for one more record of `each` bytes.
+    fn reserve_one(&mut self, each: usize) -> Result<&mut [u8]> {
+        if self.len == self.cap {
+            let cap = (self.cap * 2).max(16);
+            let bytes = cap.checked_mul(each).ok_or_else(|| Error::new(MALLC_MEM_ERR, "array size overflows"))?;
+            // SAFETY: realloc of NULL or of our own malloc'd block.
+            let ptr = unsafe { libc::realloc(self.ptr.cast::<c_void>(), bytes) }.cast::<u8>();
+            if ptr.is_null() {
+                return Err(Error::new(MALLC_MEM_ERR, format!("cannot allocate {bytes} bytes")));
+            }
+            self.ptr = ptr;
+            self.cap = cap;
+        }
+        // SAFETY: len < cap, and the block holds cap * each bytes.
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.ptr.add(self.len * each), each) })
+    }
+
+    fn into_raw(self) -> *mut c_void {
+        let p = self.ptr.cast::<c_void>();
+        std::mem::forget(self);
+        p
+    }
+}
+
+impl Drop for MallocArray {
+    fn drop(&mut self) {
+        // SAFETY: NULL or our own malloc'd block.
+        unsafe { libc::free(self.ptr.cast::<c_void>()) };
+    }
+}
+
+/// Pops up to `expect` records of queue p->tblName into a new malloc'd
+/// array (`*out`, p->lSize bytes per record; free it with free() or TFree).
+/// secs > 0: waits up to secs seconds in total for `expect` records.
+/// secs == 0: takes what is there, without waiting.
+/// Returns RC_SUCC with `expect` records, or (secs == 0) with at least one.
+/// RC_FAIL with MQUE_WAIT_TMO: timed out with some (`*out_n` = m_lEffect =
+/// count, array valid). RC_FAIL with NO_DATA_FOUND: none (`*out` = NULL).
+/// Any other error after some records also returns them in `*out`.
+/// Errors also: CONDIT_IS_NIL (NULL pointers, expect 0, secs < 0),
+/// RECD_TOO_LONG (lSize below the record size), MALLC_MEM_ERR.
+#[unsafe(no_mangle)]
+pub extern "C" fn lPopup(
+    p: *mut SATvm,
+    expect: usize,
+    secs: libc::time_t,
+    out_n: *mut usize,
+    out: *mut *mut c_void,
+) -> c_long {
+    call(p, |h| {
+        if out_n.is_null() || out.is_null() {
+            return Err(Error::new(CONDIT_IS_NIL, "NULL out_n or out").into());
+        }
+        // SAFETY: both checked non-NULL; the caller provides them writable.
+        unsafe {
+            *out = std::ptr::null_mut();
+            *out_n = 0;
+        }
+        if expect == 0 || secs < 0 {
+            return Err(Error::new(CONDIT_IS_NIL, "expect must be >= 1 and secs >= 0").into());
+        }
+        let each = h.lSize;
+        if each == 0 {
+            return Err(Error::new(RECD_TOO_LONG, "lSize 0").into());
+        }
+        let deadline = Instant::now().checked_add(Duration::from_secs(secs as u64));
+        let wait = match (secs, deadline) {
+            (0, _) => Wait::NoWait,
+            (_, Some(t)) => Wait::Until(t),
+            (_, None) => Wait::Forever,
+        };
+        let mut array = MallocArray { ptr: std::ptr::null_mut(), cap: 0, len: 0 };
+        // Records already taken are never dropped: every stop is reported
+        // next to the array.
+        let stop = on_queue(h, |q| {
+            while array.len < expect {
+                let slot = match array.reserve_one(each) {
+                    Ok(slot) => slot,
+                    Err(e) => return Ok(Some(e)),
+                };
+                match q.pop(slot, wait) {
+                    Ok(_) => {
+                        slot[q.record_size()..].fill(0);
+                        array.len += 1;
+                    }
+                    Err(e) => return Ok(Some(e)),
+                }
+            }
+            Ok(None)
+        })?;
+        let n = array.len;
+        if n > 0 {
+            // SAFETY: checked non-NULL above.
+            unsafe {
+                *out_n = n;
+                *out = array.into_raw();
+            }
+        }
+        match stop {
+            None => Ok(n),
+            Some(e) if n > 0 && secs == 0 && e.code() == NO_DATA_FOUND => Ok(n),
+            Some(e) if n == 0 && e.code() == MQUE_WAIT_TMO => Err(Error::code_only(NO_DATA_FOUND).into()),
+            Some(e) => Err(Fail { error: e, effect: n }),
+        }
+    })
+}
+
+/// Pushes `*n` records laid out one after another (p->lSize bytes each) at
+/// `*records` into queue p->tblName. Sets `*n` and m_lEffect to how many went
+/// in; stops at the first failure, whose code is in m_lErrno (the records
+/// before it stay pushed).
+/// Errors: CONDIT_IS_NIL (NULL pointers, *n == 0, lSize 0), and those of lPush.
+#[unsafe(no_mangle)]
+pub extern "C" fn lPushs(p: *mut SATvm, n: *mut usize, records: *mut *mut c_void) -> c_long {
+    call(p, |h| {
+        // SAFETY: checked non-NULL before each dereference; the caller provides them.
+        let (count, base) = unsafe {
+            if n.is_null() || records.is_null() || (*records).is_null() {
+                return Err(Error::new(CONDIT_IS_NIL, "NULL count or records").into());
+            }
+            let count = *n;
+            *n = 0;
+            (count, *records)
+        };
+        let each = h.lSize;
+        if count == 0 || each == 0 {
+            return Err(Error::new(CONDIT_IS_NIL, "no records (count or lSize 0)").into());
+        }
+        let total = count.checked_mul(each).ok_or_else(|| Error::new(CONDIT_IS_NIL, "count x lSize overflows"))?;
+        // SAFETY: the caller provides `*n` records of lSize bytes at `*records`.
+        let bytes = unsafe { std::slice::from_raw_parts(base.cast::<u8>(), total) };
+        let (done, err) = on_queue(h, |q| Ok(q.push_many(bytes, each)))?;
+        // SAFETY: checked non-NULL above.
+        unsafe { *n = done };
+        match err {
+            None => Ok(done),
+            Some(error) => Err(Fail { error, effect: done }),
+        }
+    })
+}
+
+
+

@@ -1,0 +1,171 @@
+//! The C ABI of `tvm.h`: thin wrappers over [`crate::queue`].
+//!
+//! Every `extern "C"` function catches panics (none may unwind into C),
+//! treats NULL pointers as `CONDIT_IS_NIL`, and records its outcome both in
+//! the handle (`m_lErrno`, `m_lEffect`) and in the calling thread's last
+//! error (`lGetTErrno`, `lGetEffect`).
+#![allow(non_snake_case, non_camel_case_types, clippy::missing_safety_doc)]
+
+pub mod handle;
+pub mod local;
+
+use crate::error::{CONDIT_IS_NIL, Error, SVR_EXCEPTION};
+use std::cell::Cell;
+use std::ffi::{c_char, c_long, c_uint, c_ulonglong, c_void};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+/// Queue identifier (STVM programs use small numbers such as 21).
+pub type TABLE = c_uint;
+/// Unsigned enumeration value (error codes, wait flags).
+pub type Uenum = c_uint;
+/// Return type of a record-layout function passed to lTableQueue.
+pub type CREATE = c_long;
+/// A record-layout function: `CREATE f(TABLE t)`, written with QUEUE/FIELD/FINISH.
+pub type TCREATE = Option<unsafe extern "C" fn(TABLE) -> CREATE>;
+
+/// Success.
+pub const RC_SUCC: c_long = 0;
+/// Failure: see m_lErrno / lGetTErrno().
+pub const RC_FAIL: c_long = -1;
+/// STVM's "not found" return value (= NO_DATA_FOUND).
+pub const RC_NOTFOUND: c_long = 24;
+/// lPop/lTvmPop: block until a record arrives.
+pub const QUE_NORMAL: Uenum = 0;
+/// lPop/lTvmPop: return NO_DATA_FOUND at once when the queue is empty.
+pub const QUE_NOWAIT: Uenum = 1;
+/// FIELD kind: characters.
+pub const FIELD_CHAR: c_long = 1;
+/// FIELD kind: a long integer.
+pub const FIELD_LONG: c_long = 2;
+/// FIELD kind: a double.
+pub const FIELD_DOUB: c_long = 4;
+
+/// The handle every call takes. Programs and macros use the members up to
+/// pstVoid; the rest is private to the library.
+#[repr(C)]
+pub struct SATvm {
+    /// Size in bytes of the bound record (set by queueinit and friends).
+    pub lSize: usize,
+    /// Queue the calls of this handle work on.
+    pub tblName: TABLE,
+    /// Error code of the last failed call on this handle (0 after a success).
+    pub m_lErrno: Uenum,
+    /// Records affected by the last call on this handle.
+    pub m_lEffect: usize,
+    /// The bound record buffer (lPush reads lSize bytes from it).
+    pub pstVoid: *mut c_void,
+    /// Private: set by vHoldConnect, cleared by vHoldRelease.
+    pub m_bHold: bool,
+    /// Private: the library's state for this handle.
+    pub m_pPriv: *mut c_void,
+}
+
+thread_local! {
+    /// The calling thread's last error code and effect count.
+    static LAST: Cell<(c_long, usize)> = const { Cell::new((0, 0)) };
+}
+
+/// Why a call failed, and how many records it still affected.
+pub(crate) struct Fail {
+    pub error: Error,
+    pub effect: usize,
+}
+
+impl From<Error> for Fail {
+    fn from(error: Error) -> Fail {
+        Fail { error, effect: 0 }
+    }
+}
+
+impl From<u32> for Fail {
+    fn from(code: u32) -> Fail {
+        Fail { error: Error::code_only(code), effect: 0 }
+    }
+}
+
+pub(crate) type CallResult = Result<usize, Fail>;
+
+fn set_last(code: c_long, effect: usize) {
+    LAST.with(|l| l.set((code, effect)));
+}
+
+/// Runs `body` on the handle with panics caught, and records its outcome:
+/// RC_SUCC with `m_lEffect` = the returned count, or RC_FAIL with the code.
+#[inline]
+pub(crate) fn call(p: *mut SATvm, body: impl FnOnce(&mut SATvm) -> CallResult) -> c_long {
+    // SAFETY: a non-NULL handle comes from pGetSATvm/pCloneSATvm (or is a
+    // caller-owned SATvm), which C code passes to one thread at a time.
+    let Some(h) = (unsafe { p.as_mut() }) else {
+        set_last(CONDIT_IS_NIL as c_long, 0);
+        return RC_FAIL;
+    };
+    let outcome = catch_unwind(AssertUnwindSafe(|| body(&mut *h)))
+        .unwrap_or_else(|_| Err(Error::new(SVR_EXCEPTION, "internal panic (reported on stderr)").into()));
+    match outcome {
+        Ok(effect) => {
+            h.m_lErrno = 0;
+            h.m_lEffect = effect;
+            set_last(0, effect);
+            RC_SUCC
+        }
+        Err(f) => {
+            h.m_lErrno = f.error.code();
+            h.m_lEffect = f.effect;
+            set_last(c_long::from(f.error.code()), f.effect);
+            RC_FAIL
+        }
+    }
+}
+
+/// Like [`call`] for functions without a handle: records the thread's last error.
+pub(crate) fn call_no_handle(body: impl FnOnce() -> CallResult) -> c_long {
+    let outcome = catch_unwind(AssertUnwindSafe(body))
+        .unwrap_or_else(|_| Err(Error::new(SVR_EXCEPTION, "internal panic (reported on stderr)").into()));
+    match outcome {
+        Ok(effect) => {
+            set_last(0, effect);
+            RC_SUCC
+        }
+        Err(f) => {
+            set_last(c_long::from(f.error.code()), f.effect);
+            RC_FAIL
+        }
+    }
+}
+
+/// Runs a function without result, swallowing any panic (nothing to report to).
+pub(crate) fn quietly(body: impl FnOnce()) {
+    let _ = catch_unwind(AssertUnwindSafe(body));
+}
+
+/// Returns the message of an error code: a constant, NUL-terminated string
+/// that the caller must not modify or free. Any value (negative or unknown
+/// too) gives a message; never fails.
+#[unsafe(no_mangle)]
+pub extern "C" fn sGetTError(code: c_long) -> *mut c_char {
+    crate::error::c_message(i64::from(code)).as_ptr() as *mut c_char
+}
+
+/// Returns the calling thread's last error code (0 after a success).
+#[unsafe(no_mangle)]
+pub extern "C" fn lGetTErrno() -> c_long {
+    LAST.with(|l| l.get().0)
+}
+
+/// Sets the calling thread's last error code.
+#[unsafe(no_mangle)]
+pub extern "C" fn vSetTErrno(code: c_long) {
+    LAST.with(|l| l.set((code, l.get().1)));
+}
+
+/// Returns the number of records affected by the calling thread's last call.
+#[unsafe(no_mangle)]
+pub extern "C" fn lGetEffect() -> usize {
+    LAST.with(|l| l.get().1)
+}
+
+/// Returns the current time in milliseconds since the Unix epoch.
+#[unsafe(no_mangle)]
+pub extern "C" fn get_tick_time() -> c_ulonglong {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as c_ulonglong)
+}

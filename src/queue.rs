@@ -1,0 +1,402 @@
+//! The safe Rust API of a queue: create, open, push, pop (blocking or not),
+//! batches, drop. Built from the ring, the queue file, the process registry
+//! and futex waits; the C layer and the CLI use nothing else.
+//!
+//! # Blocking without lost wake-ups
+//! A consumer that finds the queue empty announces itself (`waiters += 1`),
+//! reads the futex word, checks the queue again, and sleeps only if the word
+//! is unchanged. A producer publishes its record (a SeqCst CAS), then reads
+//! `waiters` (SeqCst): if it is 0, no consumer can have missed the record, so
+//! the wake-up system call is skipped; otherwise it bumps the word and wakes.
+//! Sleeps are cut into slices of [`SLEEP_SLICE`] so that a producer killed
+//! between publishing and waking delays a sleeper, never strands it.
+
+use crate::error::*;
+use crate::queue_file::{self, Access, Control, Info, QueueFile, Spec};
+use crate::registry::{Liveness, Registry};
+use crate::ring::{Backoff, Holder, Ring, RingError, Stall, Verdict};
+use crate::wait;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Longest single futex sleep; a sleeper re-checks the queue at least this often.
+pub const SLEEP_SLICE: Duration = Duration::from_millis(200);
+
+/// How long a pop may wait for a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// Return `NO_DATA_FOUND` at once when the queue is empty.
+    NoWait,
+    /// Sleep until a record arrives (or the queue is dropped).
+    Forever,
+    /// Sleep until a record arrives or this instant passes (`MQUE_WAIT_TMO`).
+    Until(Instant),
+}
+
+/// An open queue. Share it between threads (`&Queue` or `Arc<Queue>`).
+pub struct Queue {
+    // Field order matters for drop: the ring and registry point into `file`.
+    ring: Ring<queue_file::MapStorage>,
+    registry: Registry,
+    /// This process's owner token (0 when the process table is full).
+    token: u32,
+    unblock_timeout: Duration,
+    /// When this process last reconciled waiter counts (ns since epoch).
+    last_reconcile_ns: AtomicU64,
+    /// False for a read-only [`Queue::inspect`] view: push and pop refuse.
+    writable: bool,
+    file: QueueFile,
+}
+
+/// Counters and gauges of a queue, for `tvmq stat`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stats {
+    pub pushed: u64,
+    pub popped: u64,
+    pub depth: u64,
+    pub waiters: u32,
+    pub dropped: bool,
+    pub recovered_pushes: u64,
+    pub recovered_pops: u64,
+    pub robbed: u64,
+    pub reconciled_waiters: u64,
+    pub last_recovery_ns: u64,
+}
+
+impl Queue {
+    /// Creates queue `id` in `dir` (see [`queue_file::create`]).
+    pub fn create(dir: &Path, id: u32, spec: &Spec) -> Result<()> {
+        queue_file::create(dir, id, spec)
+    }
+
+    /// Removes queue `id` from `dir` (see [`queue_file::drop_queue`]).
+    pub fn drop_queue(dir: &Path, id: u32) -> Result<()> {
+        queue_file::drop_queue(dir, id)
+    }
+
+    /// Opens queue `id` of `dir` for pushing and popping: validates the file,
+    /// maps it (populating its pages unless `TVMQ_POPULATE=0`), and registers
+    /// this process in its process table.
+    pub fn open(dir: &Path, id: u32) -> Result<Queue> {
+        let populate = std::env::var("TVMQ_POPULATE").map_or(true, |v| v != "0");
+        let file = QueueFile::open(dir, id, Access::ReadWrite { populate })?;
+        Self::from_file(file, true)
+    }
+
+    /// Opens queue `id` of `dir` read-only, for inspection: no registration;
+    /// push and pop fail.
+    pub fn inspect(dir: &Path, id: u32) -> Result<Queue> {
+        Self::from_file(QueueFile::open(dir, id, Access::ReadOnly)?, false)
+    }
+
+    fn from_file(file: QueueFile, register: bool) -> Result<Queue> {
+        let info = *file.info();
+        let ring = Ring::new(file.storage(), info.capacity, info.record_size as usize);
+        // SAFETY: the table lies in `file`'s mapping, which `Queue` drops after
+        // the registry (field order), and the fd is `file`'s.
+        let mut registry = unsafe { Registry::new(file.table(), queue_file::TABLE_OFFSET, std::os::fd::AsRawFd::as_raw_fd(file.file())) };
+        let token = if register { registry.register(&file.control().wake.0.waiters) } else { 0 };
+        let unblock_timeout = std::env::var("TVMQ_UNBLOCK_TIMEOUT_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map_or(Duration::from_millis(info.unblock_timeout_ms), Duration::from_millis);
+        Ok(Queue { ring, registry, token, unblock_timeout, last_reconcile_ns: AtomicU64::new(0), writable: register, file })
+    }
+
+    /// The validated header.
+    pub fn info(&self) -> &Info {
+        self.file.info()
+    }
+
+    /// Largest record, in bytes.
+    #[inline]
+    pub fn record_size(&self) -> usize {
+        self.ring.record_size()
+    }
+
+    /// Exact capacity, in records.
+    pub fn capacity(&self) -> u64 {
+        self.ring.capacity()
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        self.file.path()
+    }
+
+    /// This process's owner token in the queue (0: none).
+    pub fn token(&self) -> u32 {
+        self.token
+    }
+
+    /// How long a stalled slot of unknown holder is waited for.
+    pub fn unblock_timeout(&self) -> Duration {
+        self.unblock_timeout
+    }
+
+    #[inline]
+    fn control(&self) -> &Control {
+        self.file.control()
+    }
+
+    /// True once the queue has been dropped.
+    #[inline]
+    pub fn is_dropped(&self) -> bool {
+        self.control().state.0.dropped.load(Ordering::Acquire) != 0
+    }
+
+    /// Appends one record of 1..=record_size bytes. Never waits for space:
+    /// a full queue gives `DATA_SPC_FULL`.
+    #[inline]
+    pub fn push(&self, record: &[u8]) -> Result<()> {
+        self.check_push(record)?;
+        self.ring.push(record, self.token, &mut Patience::new(self)).map_err(|e| self.ring_error(e))?;
+        self.wake_one();
+        Ok(())
+    }
+
+    #[inline]
+    fn check_push(&self, record: &[u8]) -> Result<()> {
+        if record.is_empty() {
+            return Err(Error::new(CONDIT_IS_NIL, "record of 0 bytes"));
+        }
+        if record.len() > self.record_size() {
+            return Err(Error::new(
+                RECD_TOO_LONG,
+                format!("record of {} bytes, queue records hold at most {}", record.len(), self.record_size()),
+            ));
+        }
+        self.check_usable()
+    }
+
+    #[inline]
+    fn check_usable(&self) -> Result<()> {
+        if self.is_dropped() {
+            return Err(Error::code_only(SHM_ERR_EIDRM));
+        }
+        if !self.writable {
+            return Err(Error::new(SHM_ERR_ACCES, "queue opened read-only for inspection"));
+        }
+        Ok(())
+    }
+
+    /// Pushes `count` records of `each` bytes laid out one after another in
+    /// `records`. Returns how many went in; stops at the first failure, which
+    /// is returned alongside.
+    pub fn push_many(&self, records: &[u8], each: usize) -> (usize, Option<Error>) {
+        if each == 0 {
+            return (0, Some(Error::new(CONDIT_IS_NIL, "record size 0")));
+        }
+        let mut done = 0;
+        for record in records.chunks_exact(each) {
+            if let Err(e) = self.push(record) {
+                return (done, Some(e));
+            }
+            done += 1;
+        }
+        (done, None)
+    }
+
+    /// Removes the oldest record into `out`, which must hold at least
+    /// `record_size` bytes; bytes after the record, up to `record_size`, are
+    /// zeroed. Returns the record's length.
+    pub fn pop(&self, out: &mut [u8], wait: Wait) -> Result<usize> {
+        let size = self.record_size();
+        if out.len() < size {
+            return Err(Error::new(
+                RECD_TOO_LONG,
+                format!("buffer of {} bytes, queue records need {size}", out.len()),
+            ));
+        }
+        let out = &mut out[..size];
+        let mut spins = Backoff::new();
+        loop {
+            self.check_usable()?;
+            match self.ring.pop(out, self.token, &mut Patience::new(self)) {
+                Ok(n) => {
+                    out[n..].fill(0);
+                    return Ok(n);
+                }
+                Err(RingError::Empty) => {}
+                Err(e) => return Err(self.ring_error(e)),
+            }
+            let deadline = match wait {
+                Wait::NoWait => return Err(Error::code_only(NO_DATA_FOUND)),
+                Wait::Forever => None,
+                Wait::Until(t) => Some(t),
+            };
+            if deadline.is_some_and(|t| Instant::now() >= t) {
+                return Err(Error::code_only(MQUE_WAIT_TMO));
+            }
+            // A record is often only microseconds away: spin and yield a
+            // little before paying for a sleep and the producer's wake-up.
+            if !spins.is_completed() {
+                spins.snooze();
+                continue;
+            }
+            self.sleep(deadline);
+        }
+    }
+
+    /// Sleeps until a push may have happened, the deadline, or one slice.
+    fn sleep(&self, deadline: Option<Instant>) {
+        let wake = &self.control().wake.0;
+        self.registry.enter_wait(&wake.waiters);
+        let seen = wake.futex.load(Ordering::SeqCst);
+        // Re-check after announcing ourselves: a push that the check misses
+        // comes after our announcement, so it will see `waiters > 0`.
+        if self.ring.is_empty_seqcst() && !self.is_dropped() {
+            let slice = deadline.map_or(SLEEP_SLICE, |t| t.saturating_duration_since(Instant::now()).min(SLEEP_SLICE));
+            if !slice.is_zero() {
+                wait::wait(&wake.futex, seen, Some(slice));
+            }
+        }
+        self.registry.leave_wait(&wake.waiters);
+    }
+
+    /// Wakes one sleeper, if any announced itself. The load is SeqCst so that
+    /// it is ordered after the publishing CAS (see the module doc).
+    #[inline]
+    fn wake_one(&self) {
+        if self.control().wake.0.waiters.load(Ordering::SeqCst) != 0 {
+            self.wake_slow();
+        }
+    }
+
+    #[cold]
+    fn wake_slow(&self) {
+        let wake = &self.control().wake.0;
+        wake.futex.fetch_add(1, Ordering::SeqCst);
+        if wait::wake(&wake.futex, 1) == 0 {
+            // Nobody was asleep although `waiters > 0`: a sleeper may have
+            // been killed. Look for dead ones, at most every 100 ms.
+            let now = queue_file::now_ns();
+            let last = self.last_reconcile_ns.load(Ordering::Relaxed);
+            if now.saturating_sub(last) > 100_000_000
+                && self.last_reconcile_ns.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+            {
+                let n = self.registry.reconcile(&wake.waiters);
+                if n > 0 {
+                    self.control().stats.0.reconciled_waiters.fetch_add(u64::from(n), Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// Pops up to `max` records into `out` (each `each >= record_size` bytes,
+    /// appended), waiting as `wait` says for the first one and, with
+    /// `Wait::Until`, for the rest until the deadline. Returns how many were
+    /// taken and the error that stopped it early, if any (`NO_DATA_FOUND`
+    /// with `NoWait`, `MQUE_WAIT_TMO` at the deadline).
+    pub fn pop_many(&self, out: &mut Vec<u8>, each: usize, max: usize, wait: Wait) -> (usize, Option<Error>) {
+        let mut taken = 0;
+        while taken < max {
+            let at = out.len();
+            out.resize(at + each, 0);
+            match self.pop(&mut out[at..], wait) {
+                Ok(_) => taken += 1,
+                Err(e) => {
+                    out.truncate(at);
+                    return (taken, Some(e));
+                }
+            }
+        }
+        (taken, None)
+    }
+
+    /// Counters and gauges.
+    pub fn stats(&self) -> Stats {
+        let c = self.control();
+        let s = &c.stats.0;
+        Stats {
+            pushed: self.ring.pushed(),
+            popped: self.ring.popped(),
+            depth: self.ring.depth(),
+            waiters: c.wake.0.waiters.load(Ordering::Relaxed),
+            dropped: self.is_dropped(),
+            recovered_pushes: s.recovered_pushes.load(Ordering::Relaxed),
+            recovered_pops: s.recovered_pops.load(Ordering::Relaxed),
+            robbed: s.robbed.load(Ordering::Relaxed),
+            reconciled_waiters: s.reconciled_waiters.load(Ordering::Relaxed),
+            last_recovery_ns: s.last_recovery_ns.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Records currently queued.
+    pub fn depth(&self) -> u64 {
+        self.ring.depth()
+    }
+
+    /// Live processes registered in the queue: `(entry, pid, since_ns, sleepers)`.
+    pub fn processes(&self) -> Vec<(usize, u32, u64, u32)> {
+        self.registry.live()
+    }
+
+    fn ring_error(&self, e: RingError) -> Error {
+        match e {
+            RingError::Full => Error::code_only(DATA_SPC_FULL),
+            RingError::Empty => Error::code_only(NO_DATA_FOUND),
+            RingError::Robbed => {
+                self.control().stats.0.robbed.fetch_add(1, Ordering::Relaxed);
+                Error::code_only(MQUE_WAIT_ERR)
+            }
+            RingError::Corrupt => Error::new(SHM_ERR_INVAL, format!("{}: shared state is corrupted", self.path().display())),
+            RingError::Aborted(code) => Error::code_only(code),
+        }
+    }
+}
+
+/// The [`Stall`] policy of a queue: a slot held by a process proven dead is
+/// recovered at once; one whose holder cannot be identified is recovered
+/// after the unblock timeout; a live holder is never robbed.
+struct Patience<'a> {
+    queue: &'a Queue,
+    /// The stalled position and when we first saw it stalled.
+    stalled: Option<(u64, Instant)>,
+}
+
+impl<'a> Patience<'a> {
+    #[inline]
+    fn new(queue: &'a Queue) -> Self {
+        Patience { queue, stalled: None }
+    }
+}
+
+impl Stall for Patience<'_> {
+    fn decide(&mut self, pos: u64, _holder: Holder, owner: u32) -> Verdict {
+        if self.queue.is_dropped() {
+            return Verdict::Abort(SHM_ERR_EIDRM);
+        }
+        let now = Instant::now();
+        let since = match self.stalled {
+            Some((p, t)) if p == pos => t,
+            _ => {
+                self.stalled = Some((pos, now));
+                now
+            }
+        };
+        let waited = now - since;
+        match self.queue.registry.liveness(owner) {
+            Liveness::Dead => return Verdict::Recover,
+            Liveness::Unknown if waited >= self.queue.unblock_timeout => return Verdict::Recover,
+            _ => {}
+        }
+        // The holder is alive (or not yet identifiable): let it run.
+        if waited < Duration::from_millis(1) {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        Verdict::Wait
+    }
+
+    fn recovered(&mut self, holder: Holder) {
+        let s = &self.queue.control().stats.0;
+        match holder {
+            Holder::Producer => s.recovered_pushes.fetch_add(1, Ordering::Relaxed),
+            Holder::Consumer => s.recovered_pops.fetch_add(1, Ordering::Relaxed),
+        };
+        s.last_recovery_ns.store(queue_file::now_ns(), Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,887 @@
+//! The lock-free ring: a bounded multi-producer multi-consumer queue of
+//! variable-length records, laid over raw slots that may live in memory shared
+//! by several processes.
+//!
+//! It knows nothing of files, C or the network: the storage is behind the
+//! [`Storage`] trait and the question "is the process holding this slot
+//! dead?" is asked through the [`Stall`] trait.
+//!
+//! # Algorithm
+//! Vyukov's bounded MPMC queue, as in crossbeam's `ArrayQueue`, with three
+//! changes that make it safe when the participants are processes that can
+//! die at any instruction:
+//!
+//! * a position (`head`, `tail`) is `lap + index`, where `lap` is a multiple of
+//!   `one_lap` (the next power of two above the capacity): the capacity is
+//!   exact and any number, and moving on needs no division;
+//! * each slot's `seq` says which lap the slot belongs to and whether its record
+//!   is published: `lap` = free for that lap's producer, `lap | PUBLISHED` =
+//!   holds that lap's record. A zeroed slot is free for lap 0, so a fresh
+//!   file needs no initialisation pass;
+//! * publishing and releasing a slot are compare-and-swaps on `seq`, and each
+//!   holder writes its `owner` token into the slot while it holds it. A slot
+//!   whose holder died is recovered by a CAS from another participant
+//!   (see [`Stall`]); the dead holder, had it only been slow, finds its CAS
+//!   failing and reports [`RingError::Robbed`] instead of corrupting anything.
+//!
+//! Recovery transitions (all single CASes on `seq`):
+//! * a producer died after claiming position `p` (`seq == lap`, `tail > p`):
+//!   the consumer waiting at `p` marks it `lap | PUBLISHED | SKIP`, an empty
+//!   record that consumers step over;
+//! * a consumer died after claiming `p` but before releasing the slot: the
+//!   producer that reaches the slot one lap later claims its own position and
+//!   republishes the stranded record there (`seq: prev | PUBLISHED -> lap |
+//!   PUBLISHED`), so the record is delivered once more instead of lost. If
+//!   that producer dies between its two steps, the consumer waiting at the
+//!   position completes the republish.
+
+use crate::sync::{AtomicU32, AtomicU64, Ordering, fence, spin_hint, yield_now};
+
+/// `seq` bit: the slot holds a published record for its lap.
+pub const PUBLISHED: u64 = 1;
+/// `seq` bit: the published record is empty (its producer died); step over it.
+pub const SKIP: u64 = 1 << 63;
+/// Positions and laps live in the low 63 bits (bit 63 is [`SKIP`]); at a
+/// billion operations a second they wrap after centuries.
+pub const POS_MASK: u64 = !SKIP;
+
+/// Largest capacity: keeps `one_lap` well inside the 63-bit position space.
+pub const MAX_CAPACITY: u64 = 1 << 40;
+
+/// Pads and aligns a value to 128 bytes (two cache lines, which the adjacent
+/// line prefetcher pairs) so that producers and consumers do not share a line.
+#[repr(C, align(128))]
+#[derive(Default)]
+pub struct CachePadded<T>(pub T);
+
+/// The two positions. Invariant: `head <= tail <= head + capacity`, counted in
+/// records (positions are `lap + index` and compare through [`Ring::count`]).
+#[repr(C)]
+#[derive(Default)]
+pub struct Cursors {
+    /// Next position a producer will claim. Moves only by CAS, by the
+    /// producer that owns the position it moves past.
+    pub tail: CachePadded<AtomicU64>,
+    /// Next position a consumer will claim. Moves only by CAS, past a slot
+    /// whose record is published.
+    pub head: CachePadded<AtomicU64>,
+}
+
+/// The fixed 16-byte header of each slot; `record_size` data bytes follow.
+#[repr(C)]
+#[derive(Default)]
+pub struct SlotHeader {
+    /// `lap` (free for that lap's producer) or `lap | PUBLISHED` (holds that
+    /// lap's record), plus [`SKIP`] on an empty record. Only ever moves
+    /// forward, and only by CAS after the slot has been claimed.
+    pub seq: AtomicU64,
+    /// Token of the process that holds the slot between claim and
+    /// publish/release, 0 when nobody is known to hold it.
+    pub owner: AtomicU32,
+    /// Length of the published record, 1..=record_size. Written by the
+    /// producer before publishing; validated by the consumer before use.
+    pub len: AtomicU32,
+}
+
+/// Where the cursors and slots live.
+///
+/// # Safety
+/// `slot(i)` must be valid for every `i < capacity`, and `write`/`read` must
+/// stay inside slot `i`'s `record_size` data bytes. Nothing else is required:
+/// the ring never trusts values read from the storage without checking them.
+pub unsafe trait Storage {
+    fn cursors(&self) -> &Cursors;
+    fn slot(&self, index: usize) -> &SlotHeader;
+    /// Copies `src` to the start of slot `index`'s data.
+    ///
+    /// # Safety
+    /// The caller holds slot `index` (has claimed it and not yet published).
+    unsafe fn write(&self, index: usize, src: &[u8]);
+    /// Copies the start of slot `index`'s data into `dst`.
+    ///
+    /// # Safety
+    /// The caller holds slot `index` (has claimed it and not yet released).
+    unsafe fn read(&self, index: usize, dst: &mut [u8]);
+}
+
+/// Who holds a slot that is taking too long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Holder {
+    /// A producer claimed the position and has not published it.
+    Producer,
+    /// A consumer took the record and has not released the slot.
+    Consumer,
+}
+
+/// What to do about a slot held for too long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Keep waiting (the policy may have slept).
+    Wait,
+    /// The holder is dead (or unknown past the unblock timeout): recover.
+    Recover,
+    /// Give up with this error code (for example, the queue was dropped).
+    Abort(u32),
+}
+
+/// Policy for slots whose holder does not finish: decides between waiting
+/// and recovering, and is told about recoveries.
+pub trait Stall {
+    /// Called repeatedly, once spinning and yielding are exhausted, while the
+    /// slot at position `pos` stays held. `owner` is the slot's current owner
+    /// token (0: unknown).
+    fn decide(&mut self, pos: u64, holder: Holder, owner: u32) -> Verdict;
+    /// A slot held by `holder` was recovered by this call.
+    fn recovered(&mut self, _holder: Holder) {}
+}
+
+/// A [`Stall`] policy that never recovers: waits forever for every holder.
+pub struct NeverRecover;
+
+impl Stall for NeverRecover {
+    fn decide(&mut self, _: u64, _: Holder, _: u32) -> Verdict {
+        yield_now();
+        Verdict::Wait
+    }
+}
+
+/// Why a ring operation failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RingError {
+    /// Push: `capacity` records are queued.
+    Full,
+    /// Pop: no record is queued.
+    Empty,
+    /// This call stalled so long that its slot was recovered by another
+    /// participant: nothing was pushed (push) or taken (pop).
+    Robbed,
+    /// The shared state holds impossible values (a corrupted file).
+    Corrupt,
+    /// The [`Stall`] policy gave up with this code.
+    Aborted(u32),
+}
+
+/// Spin, then yield: bounded busy-waiting for the rare moments when one
+/// thread waits for another's in-flight step.
+pub(crate) struct Backoff {
+    step: u32,
+}
+
+#[cfg(not(loom))]
+const SPIN_LIMIT: u32 = 6;
+#[cfg(not(loom))]
+const YIELD_LIMIT: u32 = 10;
+#[cfg(loom)]
+const SPIN_LIMIT: u32 = 0;
+#[cfg(loom)]
+const YIELD_LIMIT: u32 = 1;
+
+impl Backoff {
+    pub(crate) fn new() -> Backoff {
+        Backoff { step: 0 }
+    }
+
+    /// After a lost CAS: a short exponential spin.
+    pub(crate) fn spin(&mut self) {
+        for _ in 0..1u32 << self.step.min(SPIN_LIMIT) {
+            spin_hint();
+        }
+        if self.step <= SPIN_LIMIT {
+            self.step += 1;
+        }
+    }
+
+    /// While waiting for another thread: spin, then yield the CPU.
+    pub(crate) fn snooze(&mut self) {
+        if self.step <= SPIN_LIMIT {
+            for _ in 0..1u32 << self.step {
+                spin_hint();
+            }
+        } else {
+            yield_now();
+        }
+        if self.step <= YIELD_LIMIT {
+            self.step += 1;
+        }
+    }
+
+    /// Spinning and yielding are exhausted: time to ask the [`Stall`] policy.
+    pub(crate) fn is_completed(&self) -> bool {
+        self.step > YIELD_LIMIT
+    }
+}
+
+/// How a slot's `seq` relates to the lap of the position being looked at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Belongs to this lap: free (`published == false`) or holding its record.
+    Current { published: bool },
+    /// Still belongs to the previous lap.
+    Previous { published: bool },
+    /// Already belongs to a later lap: the cursor we read is stale.
+    Ahead,
+    /// No legal `seq` looks like this: the shared memory is corrupted.
+    Invalid,
+}
+
+/// The ring over a [`Storage`].
+pub struct Ring<S> {
+    store: S,
+    /// Number of slots (exact capacity), `1..=MAX_CAPACITY`.
+    cap: u64,
+    /// Smallest power of two above `cap`; a position is `lap + index` with
+    /// `lap` a multiple of `one_lap` and `index < cap`.
+    one_lap: u64,
+    /// Largest record, in bytes (the data area of each slot).
+    record_size: usize,
+}
+
+/// What taking a claimed slot produced.
+enum Taken {
+    Record(usize),
+    Skipped,
+}
+
+impl<S: Storage> Ring<S> {
+    /// A ring of `capacity` slots of `record_size` bytes over `store`, whose
+    /// cursors and slot headers are either all zero (a new ring) or left by
+    /// an earlier ring of the same geometry.
+    ///
+    /// # Panics
+    /// If `capacity` is 0 or above [`MAX_CAPACITY`], or `record_size` is 0.
+    pub fn new(store: S, capacity: u64, record_size: usize) -> Ring<S> {
+        assert!((1..=MAX_CAPACITY).contains(&capacity), "capacity out of range");
+        assert!(record_size > 0, "record size is 0");
+        Ring { store, cap: capacity, one_lap: one_lap(capacity), record_size, }
+    }
+
+    /// Number of slots.
+    pub fn capacity(&self) -> u64 {
+        self.cap
+    }
+
+    /// Largest record.
+    pub fn record_size(&self) -> usize {
+        self.record_size
+    }
+
+    /// The storage.
+    pub fn storage(&self) -> &S {
+        &self.store
+    }
+
+    /// Appends `data` (1..=record_size bytes). `me` is this process's owner
+    /// token (0 if it has none).
+    pub fn push(&self, data: &[u8], me: u32, stall: &mut impl Stall) -> Result<(), RingError> {
+        debug_assert!(!data.is_empty() && data.len() <= self.record_size);
+        let cursors = self.store.cursors();
+        let mut backoff = Backoff::new();
+        let mut tail = cursors.tail.0.load(Ordering::Acquire);
+        loop {
+            let (lap, index) = self.split(tail)?;
+            let slot = self.store.slot(index);
+            let seq = slot.seq.load(Ordering::Acquire);
+            if seq == lap {
+                // Free for this lap: moving `tail` past it makes it ours.
+                let next = self.next(tail, lap, index);
+                match cursors.tail.0.compare_exchange_weak(tail, next, Ordering::SeqCst, Ordering::Acquire) {
+                    Ok(_) => return self.fill(slot, index, lap, data, me),
+                    Err(current) => {
+                        tail = current;
+                        backoff.spin();
+                        continue;
+                    }
+                }
+            }
+            match self.state(seq, lap) {
+                State::Previous { published } => {
+                    // The slot still holds the previous lap: either the queue
+                    // is full or that lap's consumer has not released it yet.
+                    fence(Ordering::SeqCst);
+                    let head = cursors.head.0.load(Ordering::Acquire);
+                    if self.add_lap(head) == tail {
+                        return Err(RingError::Full);
+                    }
+                    if published && backoff.is_completed() {
+                        // `head` moved past the previous record: a consumer took it.
+                        match stall.decide(tail, Holder::Consumer, slot.owner.load(Ordering::Acquire)) {
+                            Verdict::Wait => {}
+                            Verdict::Abort(code) => return Err(RingError::Aborted(code)),
+                            Verdict::Recover => {
+                                if let Some(done) = self.republish(tail, lap, index, seq, data, me, stall) {
+                                    return done;
+                                }
+                            }
+                        }
+                    }
+                    backoff.snooze();
+                }
+                State::Current { .. } | State::Ahead => {
+                    // Someone claimed this position after we read `tail`: the
+                    // claim moved `tail` before `seq`, so `tail` must have moved.
+                    let current = cursors.tail.0.load(Ordering::Acquire);
+                    if current == tail {
+                        return Err(RingError::Corrupt);
+                    }
+                    tail = current;
+                    continue;
+                }
+                State::Invalid => return Err(RingError::Corrupt),
+            }
+            tail = cursors.tail.0.load(Ordering::Acquire);
+        }
+    }
+
+    /// Writes our record into the slot we claimed at lap `lap` and publishes it.
+    fn fill(&self, slot: &SlotHeader, index: usize, lap: u64, data: &[u8], me: u32) -> Result<(), RingError> {
+        // Say who holds the slot, so that a waiter can tell whether we died.
+        slot.owner.store(me, Ordering::Relaxed);
+        // SAFETY: we claimed this slot (moved `tail` past it) and have not published it.
+        unsafe { self.store.write(index, data) };
+        slot.len.store(data.len() as u32, Ordering::Relaxed);
+        slot.owner.store(0, Ordering::Relaxed);
+        // Publish by CAS: it fails only if a waiter declared our claim dead
+        // and turned the slot into a skipped record. SeqCst orders it before
+        // the waiter-count load of a blocking wake-up (see `queue`).
+        match slot.seq.compare_exchange(lap, lap | PUBLISHED, Ordering::SeqCst, Ordering::Relaxed) {
+            Ok(_) => Ok(()),
+            Err(_) => Err(RingError::Robbed),
+        }
+    }
+
+    /// Recovery by a producer: the consumer that took the previous lap's record
+    /// (`seq`) died before releasing the slot. Claims position `tail` and
+    /// republishes that record there. Returns `Some` when this call is over.
+    #[allow(clippy::too_many_arguments)]
+    fn republish(
+        &self,
+        tail: u64,
+        lap: u64,
+        index: usize,
+        seq: u64,
+        data: &[u8],
+        me: u32,
+        stall: &mut impl Stall,
+    ) -> Option<Result<(), RingError>> {
+        let cursors = self.store.cursors();
+        let slot = self.store.slot(index);
+        let next = self.next(tail, lap, index);
+        // Claim the position first, so that no other producer can reach the slot.
+        if cursors.tail.0.compare_exchange(tail, next, Ordering::SeqCst, Ordering::Acquire).is_err() {
+            return None;
+        }
+        let republished = lap | PUBLISHED | (seq & SKIP);
+        match slot.seq.compare_exchange(seq, republished, Ordering::SeqCst, Ordering::Acquire) {
+            Ok(_) => {
+                stall.recovered(Holder::Consumer);
+                None // position used for the stranded record; ours goes later
+            }
+            // The "dead" consumer released it after all: the slot is ours.
+            Err(now) if now == lap => Some(self.fill(slot, index, lap, data, me)),
+            // The consumer waiting at this position republished it for us.
+            Err(_) => None,
+        }
+    }
+
+    /// Removes the oldest record into `out` (at least `record_size` bytes) and
+    /// returns its length. `me` is this process's owner token.
+    pub fn pop(&self, out: &mut [u8], me: u32, stall: &mut impl Stall) -> Result<usize, RingError> {
+        debug_assert!(out.len() >= self.record_size);
+        let cursors = self.store.cursors();
+        let mut backoff = Backoff::new();
+        let mut head = cursors.head.0.load(Ordering::Acquire);
+        loop {
+            let (lap, index) = self.split(head)?;
+            let slot = self.store.slot(index);
+            let seq = slot.seq.load(Ordering::Acquire);
+            if seq & POS_MASK == lap | PUBLISHED {
+                // Published for this lap: moving `head` past it makes it ours.
+                let next = self.next(head, lap, index);
+                match cursors.head.0.compare_exchange_weak(head, next, Ordering::SeqCst, Ordering::Acquire) {
+                    Ok(_) => match self.take(slot, index, lap, seq, out, me)? {
+                        Taken::Record(len) => return Ok(len),
+                        Taken::Skipped => {
+                            head = cursors.head.0.load(Ordering::Acquire);
+                            continue;
+                        }
+                    },
+                    Err(current) => {
+                        head = current;
+                        backoff.spin();
+                        continue;
+                    }
+                }
+            }
+            let holder = match self.state(seq, lap) {
+                // Free for this lap: a producer may be writing it.
+                State::Current { published: false } => Holder::Producer,
+                // Still the previous lap's record: its consumer has not released it.
+                State::Previous { published: true } => Holder::Consumer,
+                State::Current { published: true } | State::Ahead => {
+                    // Someone took this position after we read `head`.
+                    let current = cursors.head.0.load(Ordering::Acquire);
+                    if current == head {
+                        return Err(RingError::Corrupt);
+                    }
+                    head = current;
+                    continue;
+                }
+                State::Previous { published: false } | State::Invalid => return Err(RingError::Corrupt),
+            };
+            fence(Ordering::SeqCst);
+            let tail = cursors.tail.0.load(Ordering::Acquire);
+            if tail == head {
+                return Err(RingError::Empty);
+            }
+            // A producer claimed this position and has not published it.
+            if backoff.is_completed() {
+                match stall.decide(head, holder, slot.owner.load(Ordering::Acquire)) {
+                    Verdict::Wait => {}
+                    Verdict::Abort(code) => return Err(RingError::Aborted(code)),
+                    Verdict::Recover => {
+                        // Producer died mid-write: publish an empty record in
+                        // its place. Republish interrupted: finish it.
+                        let recovered = match holder {
+                            Holder::Producer => lap | PUBLISHED | SKIP,
+                            Holder::Consumer => lap | PUBLISHED | (seq & SKIP),
+                        };
+                        if slot.seq.compare_exchange(seq, recovered, Ordering::SeqCst, Ordering::Acquire).is_ok() {
+                            stall.recovered(holder);
+                        }
+                        continue;
+                    }
+                }
+            }
+            backoff.snooze();
+            head = cursors.head.0.load(Ordering::Acquire);
+        }
+    }
+
+    /// Reads the record of the slot we claimed (published at `seq`) and releases it.
+    fn take(
+        &self,
+        slot: &SlotHeader,
+        index: usize,
+        lap: u64,
+        seq: u64,
+        out: &mut [u8],
+        me: u32,
+    ) -> Result<Taken, RingError> {
+        let free = self.add_lap(lap);
+        if seq & SKIP != 0 {
+            // An abandoned push: nothing to deliver. Release it; failure means
+            // a recoverer republished it, which it may (it is still empty).
+            let _ = slot.seq.compare_exchange(seq, free, Ordering::SeqCst, Ordering::Relaxed);
+            return Ok(Taken::Skipped);
+        }
+        slot.owner.store(me, Ordering::Relaxed);
+        let len = slot.len.load(Ordering::Relaxed) as usize;
+        let valid = len != 0 && len <= self.record_size && len <= out.len();
+        if valid {
+            // SAFETY: we claimed this slot (moved `head` past it) and have not released it.
+            unsafe { self.store.read(index, &mut out[..len]) };
+        }
+        slot.owner.store(0, Ordering::Relaxed);
+        // Release by CAS: it fails only if a waiter declared us dead and
+        // republished the record for another consumer; then it is not ours.
+        match slot.seq.compare_exchange(seq, free, Ordering::SeqCst, Ordering::Relaxed) {
+            Ok(_) if valid => Ok(Taken::Record(len)),
+            Ok(_) => Err(RingError::Corrupt),
+            Err(_) => Err(RingError::Robbed),
+        }
+    }
+
+    /// True when no record is queued, read with the sequential consistency that
+    /// a sleeper needs after announcing itself (see `queue`).
+    pub fn is_empty_seqcst(&self) -> bool {
+        let cursors = self.store.cursors();
+        let head = cursors.head.0.load(Ordering::SeqCst);
+        cursors.tail.0.load(Ordering::SeqCst) == head
+    }
+
+    /// Records claimed by producers so far (pushes, including in-flight ones).
+    pub fn pushed(&self) -> u64 {
+        self.count(self.store.cursors().tail.0.load(Ordering::Acquire))
+    }
+
+    /// Records claimed by consumers so far.
+    pub fn popped(&self) -> u64 {
+        self.count(self.store.cursors().head.0.load(Ordering::Acquire))
+    }
+
+    /// Records in the queue (pushed - popped), clamped to `0..=capacity`.
+    pub fn depth(&self) -> u64 {
+        let popped = self.popped();
+        self.pushed().saturating_sub(popped).min(self.cap)
+    }
+
+    /// Number of positions before `pos`: `lap number * capacity + index`.
+    pub fn count(&self, pos: u64) -> u64 {
+        let pos = pos & POS_MASK;
+        let index = pos & (self.one_lap - 1);
+        (pos >> self.one_lap.trailing_zeros()).wrapping_mul(self.cap).wrapping_add(index)
+    }
+
+    /// Splits a position into its lap and slot index, refusing impossible ones.
+    #[inline]
+    fn split(&self, pos: u64) -> Result<(u64, usize), RingError> {
+        let index = pos & (self.one_lap - 1);
+        if index >= self.cap || pos & SKIP != 0 {
+            return Err(RingError::Corrupt);
+        }
+        Ok((pos & !(self.one_lap - 1), index as usize))
+    }
+
+    /// The position after `pos` (`lap + index`).
+    #[inline]
+    fn next(&self, pos: u64, lap: u64, index: usize) -> u64 {
+        if (index as u64) + 1 < self.cap { pos + 1 } else { self.add_lap(lap) }
+    }
+
+    /// `pos` one lap later, in the 63-bit position space.
+    #[inline]
+    fn add_lap(&self, pos: u64) -> u64 {
+        pos.wrapping_add(self.one_lap) & POS_MASK
+    }
+
+    /// Classifies a slot's `seq` against the lap of the position looked at.
+    fn state(&self, seq: u64, lap: u64) -> State {
+        let pos = seq & POS_MASK;
+        let published = pos & PUBLISHED != 0;
+        let seq_lap = pos & !PUBLISHED;
+        if seq_lap & (self.one_lap - 1) != 0 || (seq & SKIP != 0 && !published) {
+            return State::Invalid;
+        }
+        if seq_lap == lap {
+            State::Current { published }
+        } else if seq_lap == lap.wrapping_sub(self.one_lap) & POS_MASK {
+            State::Previous { published }
+        } else if seq_lap.wrapping_sub(lap) & POS_MASK < 1 << 62 {
+            State::Ahead
+        } else {
+            State::Invalid
+        }
+    }
+}
+
+/// The lap length for a capacity: the smallest power of two above it.
+pub fn one_lap(capacity: u64) -> u64 {
+    (capacity + 1).next_power_of_two()
+}
+
+/// A ring in this process's heap: for tests, model checking and benchmarks.
+pub struct HeapStorage {
+    cursors: Cursors,
+    slots: Box<[SlotHeader]>,
+    data: Box<[Cell]>,
+    record_size: usize,
+}
+
+#[cfg(not(loom))]
+struct Cell(std::cell::UnsafeCell<Box<[u8]>>);
+#[cfg(loom)]
+struct Cell(loom::cell::UnsafeCell<Box<[u8]>>);
+
+impl HeapStorage {
+    /// Zeroed cursors and slots for `capacity` records of `record_size` bytes.
+    pub fn new(capacity: usize, record_size: usize) -> HeapStorage {
+        HeapStorage {
+            cursors: Cursors::default(),
+            slots: (0..capacity).map(|_| SlotHeader::default()).collect(),
+            data: (0..capacity).map(|_| Cell(vec![0u8; record_size].into_boxed_slice().into())).collect(),
+            record_size,
+        }
+    }
+}
+
+// SAFETY: the slot data is only touched by the thread that holds the slot,
+// which the ring's protocol makes exclusive; everything else is atomic.
+unsafe impl Sync for HeapStorage {}
+// SAFETY: as above; nothing in it is tied to a thread.
+unsafe impl Send for HeapStorage {}
+
+// SAFETY: `slot` indexes a boxed slice (panics out of range, never reads
+// outside), and `write`/`read` copy at most `record_size` bytes of that slot.
+unsafe impl Storage for HeapStorage {
+    fn cursors(&self) -> &Cursors {
+        &self.cursors
+    }
+
+    fn slot(&self, index: usize) -> &SlotHeader {
+        &self.slots[index]
+    }
+
+    unsafe fn write(&self, index: usize, src: &[u8]) {
+        let n = src.len().min(self.record_size);
+        #[cfg(not(loom))]
+        // SAFETY: the caller holds the slot, so no other reference to its data exists.
+        unsafe {
+            (&mut (*self.data[index].0.get()))[..n].copy_from_slice(&src[..n])
+        };
+        #[cfg(loom)]
+        // SAFETY: as above; loom checks the claim.
+        self.data[index].0.with_mut(|d| unsafe { (&mut (*d))[..n].copy_from_slice(&src[..n]) });
+    }
+
+    unsafe fn read(&self, index: usize, dst: &mut [u8]) {
+        let n = dst.len().min(self.record_size);
+        #[cfg(not(loom))]
+        // SAFETY: the caller holds the slot, so nobody writes its data meanwhile.
+        unsafe {
+            dst[..n].copy_from_slice(&(&(*self.data[index].0.get()))[..n])
+        };
+        #[cfg(loom)]
+        // SAFETY: as above; loom checks the claim.
+        self.data[index].0.with(|d| unsafe { dst[..n].copy_from_slice(&(&(*d))[..n]) });
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+    use std::sync::Arc;
+
+    fn ring(cap: usize, size: usize) -> Ring<HeapStorage> {
+        Ring::new(HeapStorage::new(cap, size), cap as u64, size)
+    }
+
+    fn push(r: &Ring<HeapStorage>, v: &[u8]) -> Result<(), RingError> {
+        r.push(v, 1, &mut NeverRecover)
+    }
+
+    fn pop(r: &Ring<HeapStorage>) -> Result<Vec<u8>, RingError> {
+        let mut out = vec![0u8; r.record_size()];
+        let n = r.pop(&mut out, 1, &mut NeverRecover)?;
+        out.truncate(n);
+        Ok(out)
+    }
+
+    #[test]
+    fn capacity_is_exact_for_odd_sizes() {
+        for cap in [1usize, 2, 3, 5, 7, 100, 127, 128, 129, 1000, 4095] {
+            let r = ring(cap, 8);
+            for i in 0..cap {
+                push(&r, &(i as u64).to_le_bytes()).unwrap_or_else(|e| panic!("cap {cap}: push {i}: {e:?}"));
+            }
+            assert_eq!(push(&r, b"x"), Err(RingError::Full), "cap {cap}");
+            assert_eq!(r.depth(), cap as u64);
+            for i in 0..cap {
+                assert_eq!(pop(&r).unwrap(), (i as u64).to_le_bytes(), "cap {cap}");
+            }
+            assert_eq!(pop(&r), Err(RingError::Empty), "cap {cap}");
+            assert_eq!(r.depth(), 0);
+        }
+    }
+
+    #[test]
+    fn wraps_around_many_times_in_order() {
+        for cap in [1usize, 3, 10, 33] {
+            let r = ring(cap, 16);
+            let mut next_in = 0u64;
+            let mut next_out = 0u64;
+            // Irregular batches so that head and tail cross the lap boundary at
+            // every offset.
+            for round in 0..2000u64 {
+                let k = (round * 7 % (cap as u64 + 1)).max(1);
+                for _ in 0..k {
+                    match push(&r, &next_in.to_le_bytes()) {
+                        Ok(()) => next_in += 1,
+                        Err(RingError::Full) => break,
+                        Err(e) => panic!("{e:?}"),
+                    }
+                }
+                let k = (round * 5 % (cap as u64 + 1)).max(1);
+                for _ in 0..k {
+                    match pop(&r) {
+                        Ok(v) => {
+                            assert_eq!(v, next_out.to_le_bytes());
+                            next_out += 1;
+                        }
+                        Err(RingError::Empty) => break,
+                        Err(e) => panic!("{e:?}"),
+                    }
+                }
+                assert_eq!(r.depth(), next_in - next_out);
+            }
+            assert!(next_out > 10 * cap as u64, "cap {cap}: only {next_out} records went round");
+            assert_eq!(r.pushed(), next_in);
+            assert_eq!(r.popped(), next_out);
+        }
+    }
+
+    #[test]
+    fn lengths_are_kept() {
+        let r = ring(4, 300);
+        for len in [1usize, 2, 150, 299, 300] {
+            let rec: Vec<u8> = (0..len).map(|i| (i % 251) as u8 + 1).collect();
+            push(&r, &rec).unwrap();
+            assert_eq!(pop(&r).unwrap(), rec);
+        }
+    }
+
+    #[test]
+    fn empty_and_full_codes() {
+        let r = ring(2, 4);
+        assert_eq!(pop(&r), Err(RingError::Empty));
+        push(&r, b"a").unwrap();
+        push(&r, b"b").unwrap();
+        assert_eq!(push(&r, b"c"), Err(RingError::Full));
+        assert_eq!(pop(&r).unwrap(), b"a");
+        push(&r, b"c").unwrap();
+        assert_eq!(push(&r, b"d"), Err(RingError::Full));
+        assert_eq!(pop(&r).unwrap(), b"b");
+        assert_eq!(pop(&r).unwrap(), b"c");
+        assert_eq!(pop(&r), Err(RingError::Empty));
+    }
+
+    #[test]
+    fn count_matches_positions() {
+        let r = ring(5, 1);
+        for i in 0..23u64 {
+            assert_eq!(r.pushed(), i);
+            push(&r, b"x").unwrap();
+            pop(&r).unwrap();
+        }
+    }
+
+    #[test]
+    fn corrupted_cursor_or_seq_is_reported_not_followed() {
+        let r = ring(5, 8);
+        // An index beyond the capacity.
+        r.storage().cursors().tail.0.store(6, Ordering::Relaxed);
+        assert_eq!(push(&r, b"x"), Err(RingError::Corrupt));
+        r.storage().cursors().tail.0.store(0, Ordering::Relaxed);
+        // A seq that no lap can produce.
+        r.storage().slot(0).seq.store(3, Ordering::Relaxed);
+        assert_eq!(push(&r, b"x"), Err(RingError::Corrupt));
+        assert_eq!(pop(&r), Err(RingError::Corrupt));
+        // A published record with a length beyond the record size.
+        let r = ring(5, 8);
+        push(&r, b"abc").unwrap();
+        r.storage().slot(0).len.store(9, Ordering::Relaxed);
+        assert_eq!(pop(&r), Err(RingError::Corrupt));
+        // ...after which the queue goes on.
+        push(&r, b"def").unwrap();
+        assert_eq!(pop(&r).unwrap(), b"def");
+    }
+
+    /// A policy for tests: tokens in `dead` are dead, others alive.
+    struct Dead(Vec<u32>);
+    impl Stall for Dead {
+        fn decide(&mut self, _: u64, _: Holder, owner: u32) -> Verdict {
+            if self.0.contains(&owner) { Verdict::Recover } else { Verdict::Wait }
+        }
+    }
+
+    #[test]
+    fn abandoned_push_is_skipped() {
+        let r = ring(3, 8);
+        push(&r, b"one").unwrap();
+        // A producer (token 7) claims position 1 and dies before publishing.
+        let c = r.storage().cursors();
+        c.tail.0.store(2, Ordering::Relaxed);
+        r.storage().slot(1).owner.store(7, Ordering::Relaxed);
+        push(&r, b"three").unwrap();
+        let mut out = [0u8; 8];
+        let mut policy = Dead(vec![7]);
+        assert_eq!(r.pop(&mut out, 1, &mut policy), Ok(3));
+        assert_eq!(&out[..3], b"one");
+        assert_eq!(r.pop(&mut out, 1, &mut policy), Ok(5));
+        assert_eq!(&out[..5], b"three");
+        assert_eq!(r.pop(&mut out, 1, &mut policy), Err(RingError::Empty));
+        // The late producer's publish fails: it reports instead of corrupting.
+        assert_eq!(r.fill(r.storage().slot(1), 1, 0, b"late", 7), Err(RingError::Robbed));
+    }
+
+    #[test]
+    fn stranded_record_is_delivered_again() {
+        let r = ring(2, 8);
+        push(&r, b"a").unwrap();
+        push(&r, b"b").unwrap();
+        // A consumer (token 9) takes "a" (moves head) and dies before releasing.
+        r.storage().cursors().head.0.store(1, Ordering::Relaxed);
+        r.storage().slot(0).owner.store(9, Ordering::Relaxed);
+        let mut policy = Dead(vec![9]);
+        // The next push reaches slot 0, finds it stranded, republishes "a"
+        // there; the ring then holds "b" and "a", so its own record does not fit.
+        assert_eq!(r.push(b"c", 1, &mut policy), Err(RingError::Full));
+        let mut out = [0u8; 8];
+        let mut got = Vec::new();
+        while let Ok(n) = r.pop(&mut out, 1, &mut policy) {
+            got.push(out[..n].to_vec());
+        }
+        assert_eq!(got, [b"b".to_vec(), b"a".to_vec()]);
+        r.push(b"c", 1, &mut policy).unwrap();
+        assert_eq!(r.pop(&mut out, 1, &mut policy), Ok(1));
+        assert_eq!(out[0], b'c');
+        assert_eq!(r.pop(&mut out, 1, &mut policy), Err(RingError::Empty));
+    }
+
+    #[test]
+    fn threads_deliver_every_record_once_in_producer_order() {
+        const PRODUCERS: u64 = 3;
+        const CONSUMERS: usize = 3;
+        const PER: u64 = 100_000;
+        let r = Arc::new(ring(61, 16));
+        let mut handles = Vec::new();
+        for p in 0..PRODUCERS {
+            let r = r.clone();
+            handles.push(std::thread::spawn(move || {
+                for i in 0..PER {
+                    let mut rec = [0u8; 16];
+                    rec[..8].copy_from_slice(&p.to_le_bytes());
+                    rec[8..].copy_from_slice(&i.to_le_bytes());
+                    loop {
+                        match r.push(&rec, 1, &mut NeverRecover) {
+                            Ok(()) => break,
+                            Err(RingError::Full) => std::thread::yield_now(),
+                            Err(e) => panic!("{e:?}"),
+                        }
+                    }
+                }
+                Vec::new()
+            }));
+        }
+        let taken = Arc::new(AtomicU64::new(0));
+        for _ in 0..CONSUMERS {
+            let r = r.clone();
+            let taken = taken.clone();
+            handles.push(std::thread::spawn(move || {
+                let mut got = Vec::new();
+                let mut out = [0u8; 16];
+                while taken.load(Ordering::Relaxed) < PRODUCERS * PER {
+                    match r.pop(&mut out, 1, &mut NeverRecover) {
+                        Ok(n) => {
+                            assert_eq!(n, 16);
+                            taken.fetch_add(1, Ordering::Relaxed);
+                            got.push((u64::from_le_bytes(out[..8].try_into().unwrap()), u64::from_le_bytes(out[8..].try_into().unwrap())));
+                        }
+                        Err(RingError::Empty) => std::thread::yield_now(),
+                        Err(e) => panic!("{e:?}"),
+                    }
+                }
+                got
+            }));
+        }
+        let mut seen: HashMap<u64, Vec<u64>> = HashMap::new();
+        for h in handles {
+            let got = h.join().unwrap();
+            // Per consumer, each producer's records come in push order.
+            let mut last: HashMap<u64, u64> = HashMap::new();
+            for &(p, i) in &got {
+                if let Some(&prev) = last.get(&p) {
+                    assert!(i > prev, "producer {p}: {i} after {prev}");
+                }
+                last.insert(p, i);
+                seen.entry(p).or_default().push(i);
+            }
+        }
+        for p in 0..PRODUCERS {
+            let mut v = seen.remove(&p).unwrap();
+            v.sort_unstable();
+            assert_eq!(v.len() as u64, PER, "producer {p}");
+            assert!(v.iter().enumerate().all(|(k, &i)| k as u64 == i), "producer {p}: a record missing or duplicated");
+        }
+    }
+}
