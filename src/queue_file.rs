@@ -775,7 +775,7 @@ mod tests {
     #[test]
     fn info_has_no_padding() {
         // Sum of field sizes == struct size: every byte is covered by the checksum.
-        let fields = 8 + 4 + 4 + 11 * 8 + 4 * 4 + NAME_BYTES + PART_BYTES + MAX_FIELDS * size_of::<FieldDesc>() + 8;
+        let fields = 8 + 4 + 4 + 10 * 8 + 4 * 4 + NAME_BYTES + PART_BYTES + MAX_FIELDS * size_of::<FieldDesc>() + 8;
         assert_eq!(size_of::<Info>(), fields);
         assert_eq!(size_of::<FieldDesc>(), FIELD_NAME_BYTES + 16);
         assert_eq!(size_of::<SlotHeader>(), 16);

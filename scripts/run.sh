@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# `make run`: create queue 21 (ROWS records of 304 bytes), run the seed
+# programs push then pop at each thread count, print a table.
+# Uses $TVMDBD like the library (default /dev/shm/tvmq-<uid>).
+set -euo pipefail
+: "${TVMQ:?}" "${SEEDBIN:?}" "${ROWS:=4000000}" "${THREADS:=1 2 4 10}"
+
+"$TVMQ" drop 21 >/dev/null 2>&1 || true
+"$TVMQ" create 21 --rows "$ROWS" --size 304 --name QUEUE_USER_INFO
+trap '"$TVMQ" drop 21 >/dev/null 2>&1 || true' EXIT
+
+# cost_time:[N] -> N, failing loudly on anything else.
+cost() {
+    local out
+    if ! out=$("$@" 2>&1); then echo "error: $* failed: $out" >&2; return 1; fi
+    if grep -q "error" <<<"$out"; then echo "error: $*: $out" >&2; return 1; fi
+    sed -n 's/.*cost_time:\[\([0-9]*\)\].*/\1/p' <<<"$out"
+}
+
+rate() { # records ms -> records/s
+    awk -v n="$1" -v ms="$2" 'BEGIN { if (ms == 0) ms = 1; printf "%.2f M/s", n / ms / 1000 }'
+}
+
+printf '\n%-8s | %10s %12s | %10s %12s\n' threads "push ms" "push rate" "pop ms" "pop rate"
+printf -- '---------+-------------------------+-------------------------\n'
+for n in $THREADS; do
+    push=$(cost "$SEEDBIN/push_bench" "$n" "$ROWS")
+    depth=$("$TVMQ" stat 21 | awk '$1 == "depth" { print $2 }')
+    pop=$(cost "$SEEDBIN/pop_bench" "$n" "$ROWS")
+    left=$("$TVMQ" stat 21 | awk '$1 == "depth" { print $2 }')
+    # Each thread handles ROWS / n records (integer division, as the programs do).
+    total=$(( ROWS / n * n ))
+    if [ "$depth" != "$total" ] || [ "$left" != 0 ]; then
+        echo "error: $n threads: queue held $depth after push (expected $total) and $left after pop" >&2
+        exit 1
+    fi
+    printf '%-8s | %10s %12s | %10s %12s\n' "$n" "$push" "$(rate "$total" "$push")" "$pop" "$(rate "$total" "$pop")"
+done
+echo
+echo "Records of 304 bytes, $ROWS per run; STVM on this machine type: ~2,200 ms push, ~2,500 ms pop (1 thread)."
