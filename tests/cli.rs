@@ -1,0 +1,314 @@
+//! The `tvmq` command line: create, list, stat and drop print what they
+//! should, and every error is a non-zero exit with exactly one line on stderr.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU32, Ordering};
+use tvm::error::SHM_ERR_EIDRM;
+use tvm::queue_file::{file_size, queue_path};
+use tvm::{Field, Queue, Spec, Wait};
+
+/// A fresh directory under /dev/shm, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let p = PathBuf::from(format!(
+            "/dev/shm/tvmq-test-cli-{}-{tag}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = fs::remove_dir_all(&p);
+        fs::create_dir(&p).expect("create temp dir");
+        TempDir(p)
+    }
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+struct Run {
+    status: std::process::ExitStatus,
+    stdout: String,
+    stderr: String,
+}
+
+impl From<Output> for Run {
+    fn from(o: Output) -> Run {
+        Run {
+            status: o.status,
+            stdout: String::from_utf8(o.stdout).expect("stdout is UTF-8"),
+            stderr: String::from_utf8(o.stderr).expect("stderr is UTF-8"),
+        }
+    }
+}
+
+/// `tvmq --dir <dir> args...`, with TVMDBD pointing elsewhere (a directory
+/// that does not exist) so that only --dir can be used.
+fn tvmq(dir: &Path, args: &[&str]) -> Run {
+    Command::new(env!("CARGO_BIN_EXE_tvmq"))
+        .arg("--dir")
+        .arg(dir)
+        .args(args)
+        .env("TVMDBD", dir.join("not-this-one"))
+        .output()
+        .expect("run tvmq")
+        .into()
+}
+
+#[track_caller]
+fn ok(r: &Run) -> &str {
+    assert!(r.status.success(), "tvmq failed ({}): stdout:\n{}stderr:\n{}", r.status, r.stdout, r.stderr);
+    assert_eq!(r.stderr, "", "tvmq succeeded but wrote to stderr");
+    &r.stdout
+}
+
+/// A failed run: non-zero status, nothing on stdout, exactly one line on
+/// stderr, which contains every one of `words` (case-insensitive).
+#[track_caller]
+fn fails(r: &Run, words: &[&str]) {
+    assert!(!r.status.success(), "tvmq succeeded; stdout:\n{}", r.stdout);
+    assert!(r.status.code().is_some(), "tvmq died of a signal: {}", r.status);
+    assert_eq!(r.stdout, "", "tvmq failed but wrote to stdout");
+    assert!(
+        r.stderr.ends_with('\n') && r.stderr.lines().count() == 1 && !r.stderr.trim().is_empty(),
+        "stderr must be exactly one line, got {} lines:\n{}",
+        r.stderr.lines().count(),
+        r.stderr
+    );
+    let lower = r.stderr.to_lowercase();
+    for w in words {
+        assert!(lower.contains(&w.to_lowercase()), "stderr does not mention {w:?}: {}", r.stderr);
+    }
+}
+
+/// The value of a `stat` line `key   value`.
+#[track_caller]
+fn stat_value<'a>(stat: &'a str, key: &str) -> &'a str {
+    stat.lines()
+        .find_map(|l| l.strip_prefix(key).filter(|rest| rest.starts_with("  ") || rest.starts_with(' ')).map(str::trim))
+        .unwrap_or_else(|| panic!("no {key:?} line in stat output:\n{stat}"))
+}
+
+/// The rows of `list`, split on whitespace, header excluded (and checked).
+#[track_caller]
+fn list_rows(out: &str) -> Vec<Vec<String>> {
+    let mut lines = out.lines();
+    let header: Vec<&str> = lines.next().expect("list prints a header").split_whitespace().collect();
+    assert_eq!(header, ["ID", "NAME", "RECORD", "CAPACITY", "DEPTH", "FILE"], "list header");
+    lines.map(|l| l.split_whitespace().map(String::from).collect()).collect()
+}
+
+#[test]
+fn create_list_stat_drop() {
+    let tmp = TempDir::new("cycle");
+    let dir = tmp.path();
+    let path = queue_path(dir, 21);
+
+    let out = tvmq(dir, &["create", "21", "--rows", "100", "--size", "304", "--name", "orders"]);
+    let out = ok(&out);
+    assert_eq!(out.lines().count(), 1, "create prints one line: {out}");
+    assert!(out.starts_with("created queue 21 "), "{out}");
+    for part in ["100 rows x 304 bytes", "mode 0600", path.to_str().unwrap()] {
+        assert!(out.contains(part), "create output lacks {part:?}: {out}");
+    }
+    assert_eq!(fs::metadata(&path).unwrap().permissions().mode() & 0o7777, 0o600);
+
+    // A few pushes and pops through the library.
+    let q = Queue::open(dir, 21).unwrap();
+    for i in 0..5u8 {
+        q.push(&[i; 10]).unwrap();
+    }
+    let mut buf = [0u8; 304];
+    q.pop(&mut buf, Wait::NoWait).unwrap();
+    q.pop(&mut buf, Wait::NoWait).unwrap();
+
+    let list = tvmq(dir, &["list"]);
+    let rows = list_rows(ok(&list));
+    assert_eq!(rows, [["21", "orders", "304", "100", "3", path.to_str().unwrap()]], "list:\n{}", list.stdout);
+
+    let stat = tvmq(dir, &["stat", "21"]);
+    let stat = ok(&stat);
+    for (key, want) in [
+        ("queue", "21".to_string()),
+        ("name", "orders".into()),
+        ("file", path.display().to_string()),
+        ("layout version", "1".into()),
+        ("mode", "0600".into()),
+        ("record size", "304 bytes (slot 320 bytes)".into()),
+        ("capacity", "100 records".into()),
+        ("file size", format!("{} bytes", file_size(100, 304).unwrap())),
+        ("depth", "3".into()),
+        ("pushed", "5".into()),
+        ("popped", "2".into()),
+        ("waiters", "0".into()),
+        ("dropped", "no".into()),
+        ("processes", "1".into()),
+        ("fields", "0".into()),
+    ] {
+        assert_eq!(stat_value(stat, key), want, "stat {key}:\n{stat}");
+    }
+    assert!(stat_value(stat, "created").ends_with("UTC"), "{stat}");
+    // The process table lists this test process, which holds the queue open.
+    let me = format!("pid {:>8}", std::process::id());
+    assert!(stat.lines().any(|l| l.contains(&me)), "stat does not list this process ({me}):\n{stat}");
+
+    let dropped = tvmq(dir, &["drop", "21"]);
+    assert_eq!(ok(&dropped).trim_end(), "dropped queue 21");
+    assert!(!path.exists());
+    assert_eq!(q.push(b"late").unwrap_err().code(), SHM_ERR_EIDRM, "the open handle sees the drop");
+    assert!(list_rows(ok(&tvmq(dir, &["list"]))).is_empty());
+}
+
+#[test]
+fn create_with_mode_and_default_name() {
+    let tmp = TempDir::new("mode");
+    let dir = tmp.path();
+    let r = tvmq(dir, &["create", "22", "--rows", "3", "--size", "1", "--mode", "0660"]);
+    assert!(ok(&r).contains("mode 0660"), "{}", r.stdout);
+    assert_eq!(fs::metadata(queue_path(dir, 22)).unwrap().permissions().mode() & 0o7777, 0o660);
+    let stat = tvmq(dir, &["stat", "22"]);
+    assert_eq!(stat_value(ok(&stat), "mode"), "0660");
+    assert_eq!(stat_value(&stat.stdout, "name"), "22", "the default name is the id");
+    assert_eq!(stat_value(&stat.stdout, "capacity"), "3 records");
+    assert_eq!(stat_value(&stat.stdout, "record size"), "1 bytes (slot 24 bytes)");
+}
+
+#[test]
+fn list_shows_every_queue_sorted_and_stat_shows_fields() {
+    let tmp = TempDir::new("list");
+    let dir = tmp.path();
+    assert!(list_rows(ok(&tvmq(dir, &["list"]))).is_empty(), "empty directory");
+    let mut spec = Spec::new(50, 16);
+    spec.name = "users".into();
+    spec.fields = vec![
+        Field { name: "acct_id".into(), offset: 0, len: 8, kind: 2 },
+        Field { name: "user_no".into(), offset: 8, len: 8, kind: 1 },
+    ];
+    Queue::create(dir, 300, &spec).unwrap();
+    ok(&tvmq(dir, &["create", "7", "--rows", "10", "--size", "8", "--name", "seven"]));
+    ok(&tvmq(dir, &["create", "41", "--rows", "20", "--size", "9"]));
+    // Not queue files: ignored by list.
+    fs::write(dir.join("notes.txt"), "x").unwrap();
+    fs::write(dir.join(".queue-5.tmp.1.2"), "x").unwrap();
+    let list = tvmq(dir, &["list"]);
+    let rows = list_rows(ok(&list));
+    let ids: Vec<&str> = rows.iter().map(|r| r[0].as_str()).collect();
+    assert_eq!(ids, ["7", "41", "300"], "list:\n{}", list.stdout);
+    assert_eq!(rows[0][1..5], ["seven", "8", "10", "0"]);
+    assert_eq!(rows[1][1..5], ["41", "9", "20", "0"]);
+    assert_eq!(rows[2][1..5], ["users", "16", "50", "0"]);
+
+    let stat = tvmq(dir, &["stat", "300"]);
+    let stat = ok(&stat);
+    assert_eq!(stat_value(stat, "fields"), "2");
+    let field_lines: Vec<Vec<&str>> =
+        stat.lines().skip_while(|l| !l.starts_with("fields")).skip(1).map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(
+        field_lines,
+        [
+            vec!["acct_id", "offset", "0", "length", "8", "long"],
+            vec!["user_no", "offset", "8", "length", "8", "char"]
+        ],
+        "stat:\n{stat}"
+    );
+    assert_eq!(stat_value(stat, "processes"), "0", "nobody holds the queue open");
+}
+
+#[test]
+fn tvmdbd_is_the_default_directory_and_dir_overrides_it() {
+    let env_dir = TempDir::new("env");
+    let flag_dir = TempDir::new("flag");
+    let run = |args: &[&str]| -> Run {
+        Command::new(env!("CARGO_BIN_EXE_tvmq")).args(args).env("TVMDBD", env_dir.path()).output().unwrap().into()
+    };
+    ok(&run(&["create", "1", "--rows", "4", "--size", "8"]));
+    assert!(queue_path(env_dir.path(), 1).exists(), "create without --dir uses $TVMDBD");
+    let flag = flag_dir.path().to_str().unwrap();
+    ok(&run(&["--dir", flag, "create", "2", "--rows", "4", "--size", "8"]));
+    assert!(queue_path(flag_dir.path(), 2).exists() && !queue_path(env_dir.path(), 2).exists(), "--dir overrides $TVMDBD");
+    let ids: Vec<String> = list_rows(ok(&run(&["list"]))).into_iter().map(|r| r[0].clone()).collect();
+    assert_eq!(ids, ["1"]);
+    ok(&run(&["drop", "1"]));
+    ok(&run(&["--dir", flag, "drop", "2"]));
+    assert!(!queue_path(env_dir.path(), 1).exists() && !queue_path(flag_dir.path(), 2).exists());
+}
+
+#[test]
+fn missing_queue_is_one_line_error() {
+    let tmp = TempDir::new("missing");
+    let dir = tmp.path();
+    fails(&tvmq(dir, &["stat", "99"]), &["not found", "99"]);
+    fails(&tvmq(dir, &["drop", "99"]), &["not found", "99"]);
+    let nowhere = dir.join("no-such-dir");
+    fails(&tvmq(&nowhere, &["stat", "1"]), &["not found"]);
+}
+
+#[test]
+fn existing_queue_is_one_line_error() {
+    let tmp = TempDir::new("exists");
+    let dir = tmp.path();
+    ok(&tvmq(dir, &["create", "21", "--rows", "10", "--size", "8"]));
+    fails(&tvmq(dir, &["create", "21", "--rows", "10", "--size", "8"]), &["already exists", "21"]);
+    fails(&tvmq(dir, &["create", "21", "--rows", "99", "--size", "99"]), &["already exists"]);
+    let stat = tvmq(dir, &["stat", "21"]);
+    assert_eq!(stat_value(ok(&stat), "capacity"), "10 records", "the existing queue is untouched");
+}
+
+#[test]
+fn zero_rows_or_size_is_one_line_error() {
+    let tmp = TempDir::new("zero");
+    let dir = tmp.path();
+    fails(&tvmq(dir, &["create", "21", "--rows", "0", "--size", "8"]), &["rows"]);
+    fails(&tvmq(dir, &["create", "21", "--rows", "8", "--size", "0"]), &["size"]);
+    fails(&tvmq(dir, &["create", "21", "--rows", "18446744073709551615", "--size", "8"]), &["MQUE_CRTE_BIG"]);
+    assert_eq!(fs::read_dir(dir).unwrap().count(), 0, "a failed create left files");
+}
+
+#[test]
+fn bad_mode_is_one_line_error() {
+    let tmp = TempDir::new("badmode");
+    let dir = tmp.path();
+    for mode in ["0999", "rw-rw----", "01777", ""] {
+        let r = tvmq(dir, &["create", "21", "--rows", "10", "--size", "8", "--mode", mode]);
+        assert_eq!(fs::read_dir(dir).unwrap().count(), 0, "--mode {mode:?} created a file");
+        fails(&r, &["mode", mode]);
+    }
+}
+
+#[test]
+fn damaged_queue_file_is_one_line_error_for_stat_and_a_row_for_list() {
+    let tmp = TempDir::new("damaged");
+    let dir = tmp.path();
+    ok(&tvmq(dir, &["create", "5", "--rows", "10", "--size", "8"]));
+    ok(&tvmq(dir, &["create", "6", "--rows", "10", "--size", "8"]));
+    fs::OpenOptions::new().write(true).open(queue_path(dir, 5)).unwrap().set_len(100).unwrap();
+    fails(&tvmq(dir, &["stat", "5"]), &["SHM_ERR_INVAL"]);
+    let list = tvmq(dir, &["list"]);
+    let out = ok(&list);
+    let lines: Vec<&str> = out.lines().skip(1).collect();
+    assert_eq!(lines.len(), 2, "list:\n{out}");
+    assert!(lines[0].trim_start().starts_with("5 ") && lines[0].contains("unreadable"), "list:\n{out}");
+    assert!(lines[1].trim_start().starts_with("6 "), "list:\n{out}");
+    // A damaged queue can still be dropped.
+    assert_eq!(ok(&tvmq(dir, &["drop", "5"])).trim_end(), "dropped queue 5");
+}
+
+#[test]
+fn unparsable_numbers_are_one_line_error() {
+    let tmp = TempDir::new("badnum");
+    let dir = tmp.path();
+    fails(&tvmq(dir, &["create", "21", "--rows", "abc", "--size", "8"]), &["abc"]);
+    fails(&tvmq(dir, &["create", "21", "--rows", "10", "--size", "-1"]), &["-1"]);
+    fails(&tvmq(dir, &["stat", "x"]), &["x"]);
+    assert_eq!(fs::read_dir(dir).unwrap().count(), 0, "a failed create left files");
+}
