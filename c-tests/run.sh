@@ -1,0 +1,276 @@
+#!/usr/bin/env bash
+# c-tests/run.sh: the C test suite of tvmq (`make test-c`).
+#
+#   LIBDIR=<abs target/release> SEED=<dir of the seed .c files>
+#   SEEDBIN=<abs dir of the compiled push_bench/pop_bench> TVMQ=<abs tvmq>
+#   bash c-tests/run.sh
+#
+# 1. header: tvm.h / tmain.h compile cleanly as gnu17, c99 and C++17, with
+#    the seeds' own uint64/get_tick_time declarations, statically linked too;
+#    the seeds compile with -Wall -Werror.
+# 2. seeds: push_bench / pop_bench, unchanged, at 1 2 4 10 threads, then
+#    pushing and popping at the same time.
+# 3. api: every queue function and error code (test_api.c), threads and
+#    processes (test_mt.c), no futex wake when nobody sleeps (test_wake.c).
+#
+# Every test gets its own fresh $TVMDBD under /dev/shm, removed afterwards.
+# Prints one PASS/FAIL line per test and a summary; exits 1 on any failure.
+# Binaries go to target/c-tests/.
+
+set -u
+: "${LIBDIR:?set LIBDIR}" "${SEED:?set SEED}" "${SEEDBIN:?set SEEDBIN}" "${TVMQ:?set TVMQ}"
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+SRC=$ROOT/c-tests
+INC=$ROOT/include
+OUT=$ROOT/target/c-tests
+SEED=$(cd "$SEED" && pwd)
+export TVMQ
+LINK=(-L "$LIBDIR" -ltvm -lpthread "-Wl,-rpath,$LIBDIR")
+TIMEOUT=${CTEST_TIMEOUT:-60}   # seconds for any one program: a hang is a failure, not a stall
+
+mkdir -p "$OUT"
+LOGDIR=$(mktemp -d /tmp/tvmq-ctests-log.XXXXXX)
+PIDFILE=$LOGDIR/pids   # every program started, one pid a line (tests run in subshells)
+TMPDIRS=()
+
+# Kills what a failed or interrupted test may have left running (only the
+# programs started here, each the leader of its own process group: the group
+# takes their children too), removes every temp dir.
+cleanup() {
+    local pid
+    if [ -f "$PIDFILE" ]; then
+        while read -r pid; do
+            kill -KILL -- "-$pid" 2>/dev/null
+            kill -KILL "$pid" 2>/dev/null
+        done <"$PIDFILE"
+    fi
+    for d in "${TMPDIRS[@]}"; do rm -rf -- "$d"; done
+    rm -rf -- "$LOGDIR"
+}
+trap cleanup EXIT
+trap 'echo "interrupted" >&2; exit 130' INT TERM
+
+now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
+SUITE_START=$(now_ms)
+PASSED=0
+FAILED=0
+FAILED_NAMES=()
+
+# Runs a command under `timeout` in its own process group (timeout makes
+# itself the group leader), waits for it, then kills anything of that group
+# still alive (e.g. a forked child of a crashed test). Returns its status.
+run_bounded() {
+    local pid rc
+    timeout -k 5 "$TIMEOUT" "$@" &
+    pid=$!
+    echo "$pid" >>"$PIDFILE"
+    wait "$pid"
+    rc=$?
+    kill -KILL -- "-$pid" 2>/dev/null
+    return $rc
+}
+
+# run_test NAME FUNCTION [ARGS...]: runs FUNCTION (a shell function that
+# returns non-zero and/or prints why on failure) with TVMDBD set to a fresh
+# directory; prints the PASS/FAIL line and the log of a failure.
+run_test() {
+    local name=$1 fn=$2 dir log rc t0 t1
+    shift 2
+    log=$LOGDIR/$name.log
+    # A fresh queue directory for this test alone.
+    dir=$(mktemp -d /dev/shm/tvmq-ctest.XXXXXX) || { echo "FAIL  $name  (cannot create a temp dir)"; FAILED=$((FAILED + 1)); return; }
+    TMPDIRS+=("$dir")
+    t0=$(now_ms)
+    ( export TVMDBD=$dir; cd "$ROOT" && "$fn" "$@" ) >"$log" 2>&1
+    rc=$?
+    t1=$(now_ms)
+    rm -rf -- "$dir"
+    if [ $rc -eq 0 ]; then
+        printf 'PASS  %-50s %6d ms\n' "$name" $((t1 - t0))
+        PASSED=$((PASSED + 1))
+    else
+        printf 'FAIL  %-50s %6d ms\n' "$name" $((t1 - t0))
+        sed -e 's/^/      | /' "$log" | head -n 40
+        FAILED=$((FAILED + 1))
+        FAILED_NAMES+=("$name")
+    fi
+}
+
+fail() { echo "$*"; return 1; }
+
+# `tvmq stat` value of queue $1, line $2 ("depth", "pushed"...).
+stat_of() { "$TVMQ" stat "$1" | awk -v k="$2" '$1 == k { print $2; exit }'; }
+
+# ---------------------------------------------------------------------------
+# 1. Header
+# ---------------------------------------------------------------------------
+
+# compile_and_run OUTNAME COMPILER FLAGS... -- SOURCE: compiles SOURCE against
+# tvm.h and libtvm (any warning is an error: -Werror is in FLAGS, and any
+# output at all is reported), then runs it.
+compile_and_run() {
+    local out=$OUT/$1 cc=$2 src
+    shift 2
+    local flags=()
+    while [ "$1" != "--" ]; do flags+=("$1"); shift; done
+    src=$2
+    local msgs
+    msgs=$("$cc" "${flags[@]}" "$src" -I "$INC" "${LINK[@]}" -o "$out" 2>&1) || fail "compile failed: $cc ${flags[*]} $src"$'\n'"$msgs" || return 1
+    [ -z "$msgs" ] || fail "compiler output (warnings?): $msgs" || return 1
+    run_bounded "$out" || fail "$out exited with status $?"
+}
+
+t_header_gnu17()   { compile_and_run hdr_api_gnu17 gcc -std=gnu17 -Wall -Wextra -Werror -- c-tests/header/hdr_api.c; }
+# c99 needs no feature-test macro: tvm.h's types (pthread_t, time_t, size_t,
+# bool) are all available in strict C99 mode, so none is given.
+t_header_c99()     { compile_and_run hdr_api_c99 gcc -std=c99 -Wall -Werror -- c-tests/header/hdr_api.c; }
+t_header_cxx17()   { compile_and_run hdr_api_cxx17 g++ -std=c++17 -Wall -Werror -x c++ -- c-tests/header/hdr_api.c; }
+t_header_tmain()   {
+    compile_and_run hdr_tmain_gnu17 gcc -std=gnu17 -Wall -Wextra -Werror -- c-tests/header/hdr_tmain.c &&
+    compile_and_run hdr_tmain_c99 gcc -std=c99 -Wall -Werror -- c-tests/header/hdr_tmain.c
+}
+t_header_seed_style() {
+    compile_and_run hdr_seedstyle_gnu17 gcc -std=gnu17 -Wall -Wextra -Werror -- c-tests/header/hdr_seedstyle.c &&
+    compile_and_run hdr_seedstyle_c99 gcc -std=c99 -Wall -Wextra -Werror -- c-tests/header/hdr_seedstyle.c &&
+    compile_and_run hdr_seedstyle_cxx17 g++ -std=c++17 -Wall -Werror -x c++ -- c-tests/header/hdr_seedstyle.c
+}
+
+# The program links against libtvm.a alone (no libtvm.so at run time).
+t_static_link() {
+    local out=$OUT/hdr_api_static msgs
+    msgs=$(gcc -std=gnu17 -Wall -Werror c-tests/header/hdr_api.c -I "$INC" "$LIBDIR/libtvm.a" -lpthread -o "$out" 2>&1) ||
+        fail "static link failed: $msgs" || return 1
+    if ldd "$out" | grep -q libtvm; then fail "$out still needs libtvm.so"; return 1; fi
+    run_bounded "$out" || fail "$out exited with status $?"
+}
+
+# The seeds, unchanged, compile without a single warning; the committed
+# copies are byte-identical to the originals.
+t_seeds_compile() {
+    local s o msgs
+    for s in push_bench pop_bench; do
+        cmp "$SEED/$s.c" "$ROOT/c-tests/seed/$s.c" || fail "c-tests/seed/$s.c differs from $SEED/$s.c" || return 1
+        for o in -O0 -O2; do
+            msgs=$(gcc $o -Wall -Werror -c "$SEED/$s.c" -I "$INC" -o "$OUT/$s$o.o" 2>&1) ||
+                fail "gcc $o -Wall -Werror $s.c failed:"$'\n'"$msgs" || return 1
+            [ -z "$msgs" ] || fail "gcc $o -Wall $s.c printed: $msgs" || return 1
+        done
+        msgs=$(gcc -O2 -Wall -Werror "$SEED/$s.c" -I "$INC" "${LINK[@]}" -o "$OUT/$s" 2>&1) ||
+            fail "linking $s failed: $msgs" || return 1
+    done
+}
+
+# ---------------------------------------------------------------------------
+# 2. Seed programs (from $SEEDBIN, built by the Makefile)
+# ---------------------------------------------------------------------------
+SEED_ROWS=400000
+
+# run_seed PROGRAM THREADS ROWS TAG: runs a seed program; checks exit 0, an
+# empty stderr and a cost_time line on stdout.
+run_seed() {
+    local prog=$1 n=$2 rows=$3 tag=$4 rc
+    run_bounded "$SEEDBIN/$prog" "$n" "$rows" >"$LOGDIR/$tag.out" 2>"$LOGDIR/$tag.err"
+    rc=$?
+    [ $rc -eq 0 ] || fail "$prog $n $rows exited with status $rc; stderr: $(head -c 500 "$LOGDIR/$tag.err")" || return 1
+    [ ! -s "$LOGDIR/$tag.err" ] || fail "$prog $n $rows wrote to stderr: $(head -c 500 "$LOGDIR/$tag.err")" || return 1
+    grep -Eq '^cost_time:\[[0-9]+\]' "$LOGDIR/$tag.out" || fail "$prog $n $rows: no cost_time line: $(head -c 200 "$LOGDIR/$tag.out")"
+}
+
+# Push then pop with N threads: depth rows/N*N after the push, 0 after the pop.
+t_seed_push_then_pop() {
+    local n=$1 rows=$SEED_ROWS total d
+    total=$(( rows / n * n ))
+    "$TVMQ" create 21 --rows "$rows" --size 304 >/dev/null || fail "tvmq create failed" || return 1
+    run_seed push_bench "$n" "$rows" "push$n" || return 1
+    d=$(stat_of 21 depth)
+    [ "$d" = "$total" ] || fail "after push_bench $n $rows: depth $d, expected $total" || return 1
+    [ "$(stat_of 21 pushed)" = "$total" ] || fail "pushed counter $(stat_of 21 pushed), expected $total" || return 1
+    run_seed pop_bench "$n" "$rows" "pop$n" || return 1
+    d=$(stat_of 21 depth)
+    [ "$d" = 0 ] || fail "after pop_bench $n $rows: depth $d, expected 0" || return 1
+    [ "$(stat_of 21 popped)" = "$total" ] || fail "popped counter $(stat_of 21 popped), expected $total"
+}
+
+# Pushers and poppers at the same time, on a queue with room for everything
+# (far from full): SPEC is a list of "prog:threads:rows" run concurrently;
+# all exit 0 with no error output and the queue ends empty. Repeated
+# `rounds` times on the same queue.
+t_seed_concurrent() {
+    local rounds=$1 total=$2
+    shift 2
+    local r spec prog n rows pids i rc ok=0 d
+    "$TVMQ" create 21 --rows "$SEED_ROWS" --size 304 >/dev/null || fail "tvmq create failed" || return 1
+    for ((r = 1; r <= rounds; r++)); do
+        pids=()
+        i=0
+        for spec in "$@"; do
+            IFS=: read -r prog n rows <<<"$spec"
+            i=$((i + 1))
+            ( run_seed "$prog" "$n" "$rows" "conc$r.$i" ) &
+            pids+=($!)
+        done
+        for pid in "${pids[@]}"; do
+            wait "$pid" || ok=1
+        done
+        [ $ok -eq 0 ] || fail "round $r: a seed program failed" || return 1
+        d=$(stat_of 21 depth)
+        [ "$d" = 0 ] || fail "round $r: depth $d after all programs, expected 0" || return 1
+    done
+    [ "$(stat_of 21 pushed)" = $((total * rounds)) ] || fail "pushed $(stat_of 21 pushed), expected $((total * rounds))" || return 1
+    [ "$(stat_of 21 popped)" = $((total * rounds)) ] || fail "popped $(stat_of 21 popped), expected $((total * rounds))"
+}
+
+# ---------------------------------------------------------------------------
+# 3. API tests: each test of test_api / test_mt / test_wake is one PASS/FAIL line
+# ---------------------------------------------------------------------------
+
+build_prog() {
+    gcc -std=gnu17 -O1 -g -Wall -Wextra -Werror "$SRC/$1.c" -I "$INC" "${LINK[@]}" -o "$OUT/$1"
+}
+
+t_api() { run_bounded "$OUT/$1" "$2"; }
+
+# ---------------------------------------------------------------------------
+
+echo "== header"
+run_test header_gnu17_wall_wextra_werror t_header_gnu17
+run_test header_c99_wall_werror t_header_c99
+run_test header_cxx17_wall_werror t_header_cxx17
+run_test header_tmain t_header_tmain
+run_test header_seed_style_uint64_decl t_header_seed_style
+run_test header_static_link t_static_link
+run_test seeds_compile_wall_werror t_seeds_compile
+
+echo "== seed programs ($SEEDBIN)"
+for n in 1 2 4 10; do
+    run_test "seed_push_then_pop_${n}_threads" t_seed_push_then_pop "$n"
+done
+run_test seed_push_then_pop_3_threads_uneven t_seed_push_then_pop 3
+run_test seed_concurrent_1_push_1_pop t_seed_concurrent 3 200000 pop_bench:1:200000 push_bench:1:200000
+run_test seed_concurrent_2_push_2_pop t_seed_concurrent 5 400000 pop_bench:2:400000 push_bench:2:400000
+run_test seed_concurrent_2x2_processes t_seed_concurrent 3 200000 \
+    pop_bench:1:100000 push_bench:1:100000 pop_bench:1:100000 push_bench:1:100000
+
+for prog in test_api test_mt test_wake; do
+    echo "== $prog"
+    if ! build_prog "$prog" >"$LOGDIR/build-$prog.log" 2>&1; then
+        echo "FAIL  build_$prog"
+        sed -e 's/^/      | /' "$LOGDIR/build-$prog.log" | head -n 40
+        FAILED=$((FAILED + 1))
+        FAILED_NAMES+=("build_$prog")
+        continue
+    fi
+    for t in $("$OUT/$prog" --list); do
+        run_test "$prog.$t" t_api "$prog" "$t"
+    done
+done
+
+secs=$(( ($(now_ms) - SUITE_START) / 1000 ))
+echo
+echo "c-tests: $PASSED passed, $FAILED failed, $((PASSED + FAILED)) total in ${secs}s"
+if [ $FAILED -ne 0 ]; then
+    echo "failed: ${FAILED_NAMES[*]}"
+    exit 1
+fi
+exit 0
