@@ -12,7 +12,7 @@ CFLAGS  ?= -O2 -Wall
 ROWS    ?= 4000000
 THREADS ?= 1 2 4 10
 
-.PHONY: all build run test test-rust test-c seed clean
+.PHONY: all build run test test-rust test-c seed clean loom
 
 all: build
 
@@ -40,3 +40,7 @@ test-c: seed
 
 clean:
 	$(CARGO) clean
+
+# Model checking of the ring with loom (not in `make test`: minutes of CPU).
+loom:
+	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test --release --lib loom -- --test-threads=1

@@ -25,7 +25,7 @@ fn main() {
     }
     rust.push_str("/// NUL-terminated messages for `sGetTError`, indexed by code.\n");
     rust.push_str("pub static C_MESSAGES: [&std::ffi::CStr; ");
-    write!(rust, "{}] = [\n", CODES.len()).unwrap();
+    writeln!(rust, "{}] = [", CODES.len()).unwrap();
     for (_, message) in CODES {
         writeln!(rust, "    c{message:?},").unwrap();
     }

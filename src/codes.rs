@@ -103,7 +103,10 @@ pub const CODES: &[(&str, &str)] = &[
     ("GROUP_SET_ERR", "group setting error"),
     ("CMM_TABLE_MIS", "common table missing"),
     ("MQUE_WAIT_TMO", "timed out waiting for queue records"),
-    ("MQUE_WAIT_ERR", "the call stalled past the unblock timeout and its slot was recovered by another process; nothing was pushed or taken"),
+    (
+        "MQUE_WAIT_ERR",
+        "the call stalled past the unblock timeout and its slot was recovered by another process; nothing was pushed or taken",
+    ),
     ("MQUE_CRTE_BIG", "queue too big: rows x size exceeds memory or the index type"),
     ("NOT_SUPPT_OPT", "option not supported"),
     ("SERV_NOT_CONN", "handle is not connected to a server"),

@@ -130,6 +130,9 @@ mod tests {
     fn display_names_the_code() {
         let e = Error::new(TBL_NOT_FOUND, "queue 21 in /tmp");
         assert_eq!(e.to_string(), "queue not found: queue 21 in /tmp (TBL_NOT_FOUND)");
-        assert_eq!(Error::code_only(DATA_SPC_FULL).to_string(), "queue is full: no space for insert data (DATA_SPC_FULL)");
+        assert_eq!(
+            Error::code_only(DATA_SPC_FULL).to_string(),
+            "queue is full: no space for insert data (DATA_SPC_FULL)"
+        );
     }
 }

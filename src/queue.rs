@@ -52,7 +52,9 @@ pub struct Queue {
 /// Counters and gauges of a queue, for `tvmq stat`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Stats {
+    /// Records pushed (positions claimed by producers, less recoveries).
     pub pushed: u64,
+    /// Records popped (positions taken by consumers, less recoveries).
     pub popped: u64,
     pub depth: u64,
     pub waiters: u32,
@@ -95,13 +97,23 @@ impl Queue {
         let ring = Ring::new(file.storage(), info.capacity, info.record_size as usize);
         // SAFETY: the table lies in `file`'s mapping, which `Queue` drops after
         // the registry (field order), and the fd is `file`'s.
-        let mut registry = unsafe { Registry::new(file.table(), queue_file::TABLE_OFFSET, std::os::fd::AsRawFd::as_raw_fd(file.file())) };
+        let mut registry = unsafe {
+            Registry::new(file.table(), queue_file::TABLE_OFFSET, std::os::fd::AsRawFd::as_raw_fd(file.file()))
+        };
         let token = if register { registry.register(&file.control().wake.0.waiters) } else { 0 };
         let unblock_timeout = std::env::var("TVMQ_UNBLOCK_TIMEOUT_MS")
             .ok()
             .and_then(|v| v.parse().ok())
             .map_or(Duration::from_millis(info.unblock_timeout_ms), Duration::from_millis);
-        Ok(Queue { ring, registry, token, unblock_timeout, last_reconcile_ns: AtomicU64::new(0), writable: register, file })
+        Ok(Queue {
+            ring,
+            registry,
+            token,
+            unblock_timeout,
+            last_reconcile_ns: AtomicU64::new(0),
+            writable: register,
+            file,
+        })
     }
 
     /// The validated header.
@@ -204,10 +216,7 @@ impl Queue {
     pub fn pop(&self, out: &mut [u8], wait: Wait) -> Result<usize> {
         let size = self.record_size();
         if out.len() < size {
-            return Err(Error::new(
-                RECD_TOO_LONG,
-                format!("buffer of {} bytes, queue records need {size}", out.len()),
-            ));
+            return Err(Error::new(RECD_TOO_LONG, format!("buffer of {} bytes, queue records need {size}", out.len())));
         }
         let out = &mut out[..size];
         let mut spins = Backoff::new();
@@ -309,9 +318,12 @@ impl Queue {
     pub fn stats(&self) -> Stats {
         let c = self.control();
         let s = &c.stats.0;
+        // Positions used by recoveries (a republished record, an empty record
+        // in place of an abandoned push) are not records pushed or popped.
+        let recovered = s.recovered_pushes.load(Ordering::Relaxed) + s.recovered_pops.load(Ordering::Relaxed);
         Stats {
-            pushed: self.ring.pushed(),
-            popped: self.ring.popped(),
+            pushed: self.ring.pushed().saturating_sub(recovered),
+            popped: self.ring.popped().saturating_sub(recovered),
             depth: self.ring.depth(),
             waiters: c.wake.0.waiters.load(Ordering::Relaxed),
             dropped: self.is_dropped(),
@@ -341,7 +353,9 @@ impl Queue {
                 self.control().stats.0.robbed.fetch_add(1, Ordering::Relaxed);
                 Error::code_only(MQUE_WAIT_ERR)
             }
-            RingError::Corrupt => Error::new(SHM_ERR_INVAL, format!("{}: shared state is corrupted", self.path().display())),
+            RingError::Corrupt => {
+                Error::new(SHM_ERR_INVAL, format!("{}: shared state is corrupted", self.path().display()))
+            }
             RingError::Aborted(code) => Error::code_only(code),
         }
     }

@@ -296,7 +296,10 @@ pub fn create(dir: &Path, id: u32, spec: &Spec) -> Result<()> {
         .filter(|&s| s <= i64::MAX as u64)
         .ok_or_else(|| Error::new(MQUE_CRTE_BIG, "rows x record size overflows"))?;
     if spec.mode & !0o777 != 0 {
-        return Err(Error::new(CONDIT_IS_NIL, format!("mode {:o}: only permission bits (0..=0777) are allowed", spec.mode)));
+        return Err(Error::new(
+            CONDIT_IS_NIL,
+            format!("mode {:o}: only permission bits (0..=0777) are allowed", spec.mode),
+        ));
     }
     let info = build_info(id, spec, size)?;
 
@@ -355,7 +358,10 @@ fn fill_new_file(file: &File, tmp: &Path, info: &Info, mode: u32) -> Result<()> 
             file.set_len(info.file_size).map_err(|e| io_error(MQUE_CRTE_BIG, "cannot size", tmp, e))?
         }
         libc::ENOSPC | libc::EFBIG => {
-            return Err(Error::new(MQUE_CRTE_BIG, format!("no room for {} bytes in {}", info.file_size, tmp.display())));
+            return Err(Error::new(
+                MQUE_CRTE_BIG,
+                format!("no room for {} bytes in {}", info.file_size, tmp.display()),
+            ));
         }
         e => return Err(io_error(SHM_ERR_NOMEM, "cannot allocate", tmp, std::io::Error::from_raw_os_error(e))),
     }
@@ -461,7 +467,10 @@ pub fn check_field(f: &Field, record_size: u64) -> Result<()> {
     if f.len == 0 || u64::from(f.offset) + u64::from(f.len) > record_size {
         return Err(Error::new(
             FLD_DEF_SPILL,
-            format!("field {:?} (offset {}, length {}) lies outside a {record_size}-byte record", f.name, f.offset, f.len),
+            format!(
+                "field {:?} (offset {}, length {}) lies outside a {record_size}-byte record",
+                f.name, f.offset, f.len
+            ),
         ));
     }
     Ok(())
@@ -500,7 +509,12 @@ impl Info {
     pub fn fields(&self) -> Vec<Field> {
         self.fields[..(self.field_count as usize).min(MAX_FIELDS)]
             .iter()
-            .map(|f| Field { name: c_str(&f.name).unwrap_or("").to_string(), offset: f.offset, len: f.len, kind: f.kind })
+            .map(|f| Field {
+                name: c_str(&f.name).unwrap_or("").to_string(),
+                offset: f.offset,
+                len: f.len,
+                kind: f.kind,
+            })
             .collect()
     }
 
@@ -541,7 +555,10 @@ impl Info {
             return bad(format!("header says {} bytes, its geometry needs another size", self.file_size));
         }
         if self.file_size != file_len {
-            return bad(format!("file is {file_len} bytes, its header says {} (truncated or extended)", self.file_size));
+            return bad(format!(
+                "file is {file_len} bytes, its header says {} (truncated or extended)",
+                self.file_size
+            ));
         }
         if self.field_count as usize > MAX_FIELDS {
             return bad(format!("{} fields in header", self.field_count));
@@ -592,7 +609,8 @@ impl QueueFile {
         file.read_exact_at(&mut raw, 0).map_err(|e| io_error(SHM_ERR_INVAL, "cannot read", &path, e))?;
         // SAFETY: Info is plain data (integers and byte arrays): any bytes are a value.
         let info: Info = unsafe { std::ptr::read_unaligned(raw.as_ptr().cast()) };
-        info.validate(len, Some(id)).map_err(|e| Error::new(e.code(), format!("{}: {}", path.display(), e.detail())))?;
+        info.validate(len, Some(id))
+            .map_err(|e| Error::new(e.code(), format!("{}: {}", path.display(), e.detail())))?;
         let mut opts = MmapOptions::new();
         opts.len(len as usize);
         let map = match access {
@@ -656,7 +674,9 @@ fn open_checked(dir: &Path, path: &Path, write: bool) -> Result<File> {
     let c = cpath(path)?;
     let mode = if write { libc::O_RDWR } else { libc::O_RDONLY };
     // SAFETY: open with a valid C path; the fd is owned by the File below.
-    let fd = unsafe { libc::open(c.as_ptr(), mode | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY) };
+    let fd = unsafe {
+        libc::open(c.as_ptr(), mode | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY)
+    };
     if fd < 0 {
         let e = std::io::Error::last_os_error();
         return Err(match e.raw_os_error() {
@@ -753,18 +773,14 @@ unsafe impl Storage for MapStorage {
     unsafe fn write(&self, index: usize, src: &[u8]) {
         debug_assert!(index < self.capacity && src.len() <= self.record_size);
         // SAFETY: in bounds as in `slot`; src.len() <= record_size; the caller holds the slot.
-        unsafe {
-            std::ptr::copy_nonoverlapping(src.as_ptr(), self.slots.add(index * self.stride + 16), src.len())
-        };
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.slots.add(index * self.stride + 16), src.len()) };
     }
 
     #[inline]
     unsafe fn read(&self, index: usize, dst: &mut [u8]) {
         debug_assert!(index < self.capacity && dst.len() <= self.record_size);
         // SAFETY: in bounds as in `slot`; dst.len() <= record_size; the caller holds the slot.
-        unsafe {
-            std::ptr::copy_nonoverlapping(self.slots.add(index * self.stride + 16), dst.as_mut_ptr(), dst.len())
-        };
+        unsafe { std::ptr::copy_nonoverlapping(self.slots.add(index * self.stride + 16), dst.as_mut_ptr(), dst.len()) };
     }
 }
 

@@ -13,8 +13,11 @@
 //! that the sleepers of a killed process can be taken off the queue's waiter
 //! count ([`Registry::reconcile`]).
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+// Tokens leave bit 31 to the ring's role bit.
+const _: () = assert!((MAX_PROCS as u32) < 1 << 15);
 
 /// Entries in the table: at most this many processes hold a token at once;
 /// later ones still work, with token 0 (their stalls recover by timeout only).
@@ -137,7 +140,9 @@ impl Registry {
         match held(self.fd, self.lock_offset(index)) {
             None => Liveness::Unknown,
             Some(false) => Liveness::Dead,
-            Some(true) if self.entry(index).generation.load(Ordering::SeqCst) & 0xffff != token & 0xffff => Liveness::Dead,
+            Some(true) if self.entry(index).generation.load(Ordering::SeqCst) & 0xffff != token & 0xffff => {
+                Liveness::Dead
+            }
             Some(true) => Liveness::Alive,
         }
     }
@@ -182,12 +187,15 @@ impl Registry {
     /// Live entries: `(index, pid, since_ns, waiters)`; one `fcntl` each.
     pub fn live(&self) -> Vec<(usize, u32, u64, u32)> {
         (0..MAX_PROCS)
-            .filter(|&i| {
-                self.mine.is_some_and(|m| m.index == i) || held(self.fd, self.lock_offset(i)) == Some(true)
-            })
+            .filter(|&i| self.mine.is_some_and(|m| m.index == i) || held(self.fd, self.lock_offset(i)) == Some(true))
             .map(|i| {
                 let e = self.entry(i);
-                (i, e.pid.load(Ordering::Relaxed), e.since_ns.load(Ordering::Relaxed), e.waiters.load(Ordering::Relaxed))
+                (
+                    i,
+                    e.pid.load(Ordering::Relaxed),
+                    e.since_ns.load(Ordering::Relaxed),
+                    e.waiters.load(Ordering::Relaxed),
+                )
             })
             .collect()
     }

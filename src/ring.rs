@@ -45,6 +45,12 @@ pub const SKIP: u64 = 1 << 63;
 /// billion operations a second they wrap after centuries.
 pub const POS_MASK: u64 = !SKIP;
 
+/// `owner` bit: the token was written by a consumer (else by a producer).
+/// A waiter trusts only a token of the role it waits on: a slot changes
+/// hands without its token being cleared, so the other role's token may be
+/// the previous holder's.
+pub const CONSUMER_ROLE: u32 = 1 << 31;
+
 /// Largest capacity: keeps `one_lap` well inside the 63-bit position space.
 pub const MAX_CAPACITY: u64 = 1 << 40;
 
@@ -75,8 +81,9 @@ pub struct SlotHeader {
     /// lap's record), plus [`SKIP`] on an empty record. Only ever moves
     /// forward, and only by CAS after the slot has been claimed.
     pub seq: AtomicU64,
-    /// Token of the process that holds the slot between claim and
-    /// publish/release, 0 when nobody is known to hold it.
+    /// Token of the process that last took the slot (producer or consumer,
+    /// told apart by [`CONSUMER_ROLE`]), written right after its claim and
+    /// left in place after it publishes or releases; 0 after a recovery.
     pub owner: AtomicU32,
     /// Length of the published record, 1..=record_size. Written by the
     /// producer before publishing; validated by the consumer before use.
@@ -128,8 +135,8 @@ pub enum Verdict {
 /// and recovering, and is told about recoveries.
 pub trait Stall {
     /// Called repeatedly, once spinning and yielding are exhausted, while the
-    /// slot at position `pos` stays held. `owner` is the slot's current owner
-    /// token (0: unknown).
+    /// slot at position `pos` stays held. `owner` is the holder's token, role
+    /// bit removed (0: unknown).
     fn decide(&mut self, pos: u64, holder: Holder, owner: u32) -> Verdict;
     /// A slot held by `holder` was recovered by this call.
     fn recovered(&mut self, _holder: Holder) {}
@@ -236,10 +243,13 @@ pub struct Ring<S> {
     record_size: usize,
 }
 
-/// What taking a claimed slot produced.
-enum Taken {
-    Record(usize),
-    Skipped,
+/// A slot claimed by a producer (free for `lap`) or a consumer (published
+/// at `seq`), held until `fill` or `take` finishes with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Claim {
+    lap: u64,
+    index: usize,
+    seq: u64,
 }
 
 impl<S: Storage> Ring<S> {
@@ -252,7 +262,7 @@ impl<S: Storage> Ring<S> {
     pub fn new(store: S, capacity: u64, record_size: usize) -> Ring<S> {
         assert!((1..=MAX_CAPACITY).contains(&capacity), "capacity out of range");
         assert!(record_size > 0, "record size is 0");
-        Ring { store, cap: capacity, one_lap: one_lap(capacity), record_size, }
+        Ring { store, cap: capacity, one_lap: one_lap(capacity), record_size }
     }
 
     /// Number of slots.
@@ -272,8 +282,17 @@ impl<S: Storage> Ring<S> {
 
     /// Appends `data` (1..=record_size bytes). `me` is this process's owner
     /// token (0 if it has none).
+    #[inline]
     pub fn push(&self, data: &[u8], me: u32, stall: &mut impl Stall) -> Result<(), RingError> {
         debug_assert!(!data.is_empty() && data.len() <= self.record_size);
+        let claim = self.claim_push(stall)?;
+        self.fill(claim, data, me)
+    }
+
+    /// Claims the next position for a producer: returns a slot that is free
+    /// for its lap and that nobody else can reach until we publish it.
+    #[inline]
+    pub(crate) fn claim_push(&self, stall: &mut impl Stall) -> Result<Claim, RingError> {
         let cursors = self.store.cursors();
         let mut backoff = Backoff::new();
         let mut tail = cursors.tail.0.load(Ordering::Acquire);
@@ -285,7 +304,7 @@ impl<S: Storage> Ring<S> {
                 // Free for this lap: moving `tail` past it makes it ours.
                 let next = self.next(tail, lap, index);
                 match cursors.tail.0.compare_exchange_weak(tail, next, Ordering::SeqCst, Ordering::Acquire) {
-                    Ok(_) => return self.fill(slot, index, lap, data, me),
+                    Ok(_) => return Ok(Claim { lap, index, seq }),
                     Err(current) => {
                         tail = current;
                         backoff.spin();
@@ -304,12 +323,13 @@ impl<S: Storage> Ring<S> {
                     }
                     if published && backoff.is_completed() {
                         // `head` moved past the previous record: a consumer took it.
-                        match stall.decide(tail, Holder::Consumer, slot.owner.load(Ordering::Acquire)) {
+                        let owner = slot.owner.load(Ordering::Acquire);
+                        match stall.decide(tail, Holder::Consumer, holder_token(owner, Holder::Consumer)) {
                             Verdict::Wait => {}
                             Verdict::Abort(code) => return Err(RingError::Aborted(code)),
                             Verdict::Recover => {
-                                if let Some(done) = self.republish(tail, lap, index, seq, data, me, stall) {
-                                    return done;
+                                if let Some(claim) = self.republish(tail, lap, index, seq, owner, stall) {
+                                    return Ok(claim);
                                 }
                             }
                         }
@@ -332,26 +352,31 @@ impl<S: Storage> Ring<S> {
         }
     }
 
-    /// Writes our record into the slot we claimed at lap `lap` and publishes it.
-    fn fill(&self, slot: &SlotHeader, index: usize, lap: u64, data: &[u8], me: u32) -> Result<(), RingError> {
+    /// Writes our record into the slot we claimed and publishes it.
+    #[inline]
+    pub(crate) fn fill(&self, claim: Claim, data: &[u8], me: u32) -> Result<(), RingError> {
+        let slot = self.store.slot(claim.index);
         // Say who holds the slot, so that a waiter can tell whether we died.
         slot.owner.store(me, Ordering::Relaxed);
         // SAFETY: we claimed this slot (moved `tail` past it) and have not published it.
-        unsafe { self.store.write(index, data) };
+        unsafe { self.store.write(claim.index, data) };
         slot.len.store(data.len() as u32, Ordering::Relaxed);
-        slot.owner.store(0, Ordering::Relaxed);
         // Publish by CAS: it fails only if a waiter declared our claim dead
         // and turned the slot into a skipped record. SeqCst orders it before
         // the waiter-count load of a blocking wake-up (see `queue`).
-        match slot.seq.compare_exchange(lap, lap | PUBLISHED, Ordering::SeqCst, Ordering::Relaxed) {
+        match slot.seq.compare_exchange(claim.lap, claim.lap | PUBLISHED, Ordering::SeqCst, Ordering::Relaxed) {
             Ok(_) => Ok(()),
-            Err(_) => Err(RingError::Robbed),
+            Err(_) => {
+                forget_owner(slot, me);
+                Err(RingError::Robbed)
+            }
         }
     }
 
     /// Recovery by a producer: the consumer that took the previous lap's record
     /// (`seq`) died before releasing the slot. Claims position `tail` and
-    /// republishes that record there. Returns `Some` when this call is over.
+    /// republishes that record there. Returns a claim when the slot turned
+    /// out to be free for us after all.
     #[allow(clippy::too_many_arguments)]
     fn republish(
         &self,
@@ -359,10 +384,9 @@ impl<S: Storage> Ring<S> {
         lap: u64,
         index: usize,
         seq: u64,
-        data: &[u8],
-        me: u32,
+        dead: u32,
         stall: &mut impl Stall,
-    ) -> Option<Result<(), RingError>> {
+    ) -> Option<Claim> {
         let cursors = self.store.cursors();
         let slot = self.store.slot(index);
         let next = self.next(tail, lap, index);
@@ -370,6 +394,7 @@ impl<S: Storage> Ring<S> {
         if cursors.tail.0.compare_exchange(tail, next, Ordering::SeqCst, Ordering::Acquire).is_err() {
             return None;
         }
+        forget_owner(slot, dead);
         let republished = lap | PUBLISHED | (seq & SKIP);
         match slot.seq.compare_exchange(seq, republished, Ordering::SeqCst, Ordering::Acquire) {
             Ok(_) => {
@@ -377,7 +402,7 @@ impl<S: Storage> Ring<S> {
                 None // position used for the stranded record; ours goes later
             }
             // The "dead" consumer released it after all: the slot is ours.
-            Err(now) if now == lap => Some(self.fill(slot, index, lap, data, me)),
+            Err(now) if now == lap => Some(Claim { lap, index, seq: lap }),
             // The consumer waiting at this position republished it for us.
             Err(_) => None,
         }
@@ -385,8 +410,21 @@ impl<S: Storage> Ring<S> {
 
     /// Removes the oldest record into `out` (at least `record_size` bytes) and
     /// returns its length. `me` is this process's owner token.
+    #[inline]
     pub fn pop(&self, out: &mut [u8], me: u32, stall: &mut impl Stall) -> Result<usize, RingError> {
         debug_assert!(out.len() >= self.record_size);
+        loop {
+            let claim = self.claim_pop(stall)?;
+            if let Some(len) = self.take(claim, out, me)? {
+                return Ok(len);
+            }
+            // An empty record (abandoned push): go on to the next one.
+        }
+    }
+
+    /// Claims the oldest published record (possibly an empty one).
+    #[inline]
+    pub(crate) fn claim_pop(&self, stall: &mut impl Stall) -> Result<Claim, RingError> {
         let cursors = self.store.cursors();
         let mut backoff = Backoff::new();
         let mut head = cursors.head.0.load(Ordering::Acquire);
@@ -398,13 +436,7 @@ impl<S: Storage> Ring<S> {
                 // Published for this lap: moving `head` past it makes it ours.
                 let next = self.next(head, lap, index);
                 match cursors.head.0.compare_exchange_weak(head, next, Ordering::SeqCst, Ordering::Acquire) {
-                    Ok(_) => match self.take(slot, index, lap, seq, out, me)? {
-                        Taken::Record(len) => return Ok(len),
-                        Taken::Skipped => {
-                            head = cursors.head.0.load(Ordering::Acquire);
-                            continue;
-                        }
-                    },
+                    Ok(_) => return Ok(Claim { lap, index, seq }),
                     Err(current) => {
                         head = current;
                         backoff.spin();
@@ -435,10 +467,12 @@ impl<S: Storage> Ring<S> {
             }
             // A producer claimed this position and has not published it.
             if backoff.is_completed() {
-                match stall.decide(head, holder, slot.owner.load(Ordering::Acquire)) {
+                let owner = slot.owner.load(Ordering::Acquire);
+                match stall.decide(head, holder, holder_token(owner, holder)) {
                     Verdict::Wait => {}
                     Verdict::Abort(code) => return Err(RingError::Aborted(code)),
                     Verdict::Recover => {
+                        forget_owner(slot, owner);
                         // Producer died mid-write: publish an empty record in
                         // its place. Republish interrupted: finish it.
                         let recovered = match holder {
@@ -457,23 +491,20 @@ impl<S: Storage> Ring<S> {
         }
     }
 
-    /// Reads the record of the slot we claimed (published at `seq`) and releases it.
-    fn take(
-        &self,
-        slot: &SlotHeader,
-        index: usize,
-        lap: u64,
-        seq: u64,
-        out: &mut [u8],
-        me: u32,
-    ) -> Result<Taken, RingError> {
+    /// Reads the record of a slot we claimed and releases the slot. `None`:
+    /// the record was an empty one (an abandoned push).
+    #[inline]
+    pub(crate) fn take(&self, claim: Claim, out: &mut [u8], me: u32) -> Result<Option<usize>, RingError> {
+        let Claim { lap, index, seq } = claim;
+        let slot = self.store.slot(index);
         let free = self.add_lap(lap);
         if seq & SKIP != 0 {
-            // An abandoned push: nothing to deliver. Release it; failure means
-            // a recoverer republished it, which it may (it is still empty).
+            // Nothing to deliver. Release it; failure means a recoverer
+            // republished it, which it may (it is still empty).
             let _ = slot.seq.compare_exchange(seq, free, Ordering::SeqCst, Ordering::Relaxed);
-            return Ok(Taken::Skipped);
+            return Ok(None);
         }
+        let me = me | CONSUMER_ROLE;
         slot.owner.store(me, Ordering::Relaxed);
         let len = slot.len.load(Ordering::Relaxed) as usize;
         let valid = len != 0 && len <= self.record_size && len <= out.len();
@@ -481,13 +512,15 @@ impl<S: Storage> Ring<S> {
             // SAFETY: we claimed this slot (moved `head` past it) and have not released it.
             unsafe { self.store.read(index, &mut out[..len]) };
         }
-        slot.owner.store(0, Ordering::Relaxed);
         // Release by CAS: it fails only if a waiter declared us dead and
         // republished the record for another consumer; then it is not ours.
         match slot.seq.compare_exchange(seq, free, Ordering::SeqCst, Ordering::Relaxed) {
-            Ok(_) if valid => Ok(Taken::Record(len)),
+            Ok(_) if valid => Ok(Some(len)),
             Ok(_) => Err(RingError::Corrupt),
-            Err(_) => Err(RingError::Robbed),
+            Err(_) => {
+                forget_owner(slot, me);
+                Err(RingError::Robbed)
+            }
         }
     }
 
@@ -561,6 +594,24 @@ impl<S: Storage> Ring<S> {
         } else {
             State::Invalid
         }
+    }
+}
+
+/// The token (role bit removed) of the slot's holder, if `owner` was written
+/// by the role that holds it; else 0 (unknown): a token of the other role is
+/// the previous holder's, still there because the holder has not written its
+/// own yet.
+fn holder_token(owner: u32, holder: Holder) -> u32 {
+    let by_consumer = owner & CONSUMER_ROLE != 0;
+    if by_consumer == (holder == Holder::Consumer) { owner & !CONSUMER_ROLE } else { 0 }
+}
+
+/// Before a recovery hands the slot on, takes the dead holder's token off it
+/// (only if it is still there), so that the slot never changes hands with a
+/// stale token: the next holder's watchers would take it for dead.
+fn forget_owner(slot: &SlotHeader, dead: u32) {
+    if dead != 0 {
+        let _ = slot.owner.compare_exchange(dead, 0, Ordering::AcqRel, Ordering::Relaxed);
     }
 }
 
@@ -791,7 +842,7 @@ mod tests {
         assert_eq!(&out[..5], b"three");
         assert_eq!(r.pop(&mut out, 1, &mut policy), Err(RingError::Empty));
         // The late producer's publish fails: it reports instead of corrupting.
-        assert_eq!(r.fill(r.storage().slot(1), 1, 0, b"late", 7), Err(RingError::Robbed));
+        assert_eq!(r.fill(Claim { lap: 0, index: 1, seq: 0 }, b"late", 7), Err(RingError::Robbed));
     }
 
     #[test]
@@ -801,7 +852,7 @@ mod tests {
         push(&r, b"b").unwrap();
         // A consumer (token 9) takes "a" (moves head) and dies before releasing.
         r.storage().cursors().head.0.store(1, Ordering::Relaxed);
-        r.storage().slot(0).owner.store(9, Ordering::Relaxed);
+        r.storage().slot(0).owner.store(9 | CONSUMER_ROLE, Ordering::Relaxed);
         let mut policy = Dead(vec![9]);
         // The next push reaches slot 0, finds it stranded, republishes "a"
         // there; the ring then holds "b" and "a", so its own record does not fit.
@@ -855,7 +906,10 @@ mod tests {
                         Ok(n) => {
                             assert_eq!(n, 16);
                             taken.fetch_add(1, Ordering::Relaxed);
-                            got.push((u64::from_le_bytes(out[..8].try_into().unwrap()), u64::from_le_bytes(out[8..].try_into().unwrap())));
+                            got.push((
+                                u64::from_le_bytes(out[..8].try_into().unwrap()),
+                                u64::from_le_bytes(out[8..].try_into().unwrap()),
+                            ));
                         }
                         Err(RingError::Empty) => std::thread::yield_now(),
                         Err(e) => panic!("{e:?}"),
@@ -883,5 +937,310 @@ mod tests {
             assert_eq!(v.len() as u64, PER, "producer {p}");
             assert!(v.iter().enumerate().all(|(k, &i)| k as u64 == i), "producer {p}: a record missing or duplicated");
         }
+    }
+}
+
+/// Model checking with loom: `RUSTFLAGS="--cfg loom" cargo test --release --lib loom`
+/// (see `make loom`). Every interleaving of 2-3 threads, up to the
+/// preemption bound, is explored; a "dead" process is a thread that claims a
+/// slot, says who it is, and stops.
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use loom::sync::Arc;
+    use loom::sync::atomic::AtomicBool;
+    use loom::thread;
+
+    fn model(f: impl Fn() + Sync + Send + 'static) {
+        model_bounded(3, f);
+    }
+
+    /// Explores every interleaving with up to `preemptions` forced switches.
+    fn model_bounded(preemptions: usize, f: impl Fn() + Sync + Send + 'static) {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(preemptions);
+        b.max_branches = 100_000;
+        b.check(f);
+    }
+
+    fn ring(cap: usize) -> Arc<Ring<HeapStorage>> {
+        Arc::new(Ring::new(HeapStorage::new(cap, 1), cap as u64, 1))
+    }
+
+    /// Tokens in the list are dead; everyone else is alive and gets waited for.
+    struct Dead(&'static [u32]);
+    impl Stall for Dead {
+        fn decide(&mut self, _: u64, _: Holder, owner: u32) -> Verdict {
+            if self.0.contains(&owner) {
+                Verdict::Recover
+            } else {
+                thread::yield_now();
+                Verdict::Wait
+            }
+        }
+    }
+
+    fn push_retry(r: &Ring<HeapStorage>, v: u8, stall: &mut impl Stall) {
+        loop {
+            match r.push(&[v], 1, stall) {
+                Ok(()) => return,
+                Err(RingError::Full) => thread::yield_now(),
+                Err(e) => panic!("push {v}: {e:?}"),
+            }
+        }
+    }
+
+    fn try_pop(r: &Ring<HeapStorage>, stall: &mut impl Stall) -> Option<u8> {
+        let mut out = [0u8; 1];
+        match r.pop(&mut out, 1, stall) {
+            Ok(1) => Some(out[0]),
+            Err(RingError::Empty) => None,
+            other => panic!("pop: {other:?}"),
+        }
+    }
+
+    fn pop_n(r: &Ring<HeapStorage>, n: usize, stall: &mut impl Stall) -> Vec<u8> {
+        let mut got = Vec::new();
+        while got.len() < n {
+            match try_pop(r, stall) {
+                Some(v) => got.push(v),
+                None => thread::yield_now(),
+            }
+        }
+        got
+    }
+
+    #[test]
+    fn loom_two_producers_one_consumer_exactly_once_in_order() {
+        // Three threads and six operations: bound 2 keeps it to minutes.
+        model_bounded(2, || {
+            let r = ring(2);
+            let done = Arc::new(loom::sync::atomic::AtomicUsize::new(0));
+            let a = {
+                let (r, done) = (r.clone(), done.clone());
+                thread::spawn(move || {
+                    push_retry(&r, 1, &mut NeverRecover);
+                    push_retry(&r, 2, &mut NeverRecover);
+                    done.fetch_add(1, Ordering::SeqCst);
+                })
+            };
+            let b = {
+                let (r, done) = (r.clone(), done.clone());
+                thread::spawn(move || {
+                    push_retry(&r, 3, &mut NeverRecover);
+                    done.fetch_add(1, Ordering::SeqCst);
+                })
+            };
+            let mut got = Vec::new();
+            while got.len() < 3 {
+                match try_pop(&r, &mut NeverRecover) {
+                    Some(v) => got.push(v),
+                    None => {
+                        // Both producers finished and the ring still says empty
+                        // (checked after seeing them finish): a record is lost.
+                        if done.load(Ordering::SeqCst) == 2 {
+                            if let Some(v) = try_pop(&r, &mut NeverRecover) {
+                                got.push(v);
+                                continue;
+                            }
+                            let c = r.storage().cursors();
+                            panic!(
+                                "lost a record: got {got:?}, head {} tail {}, seqs {} {}",
+                                c.head.0.load(Ordering::SeqCst),
+                                c.tail.0.load(Ordering::SeqCst),
+                                r.storage().slot(0).seq.load(Ordering::SeqCst),
+                                r.storage().slot(1).seq.load(Ordering::SeqCst)
+                            );
+                        }
+                        thread::yield_now();
+                    }
+                }
+            }
+            a.join().unwrap();
+            b.join().unwrap();
+            let mut sorted = got.clone();
+            sorted.sort_unstable();
+            assert_eq!(sorted, [1, 2, 3]);
+            let pos = |v| got.iter().position(|&x| x == v).unwrap();
+            assert!(pos(1) < pos(2), "producer order broken: {got:?}");
+            assert_eq!(try_pop(&r, &mut NeverRecover), None);
+        });
+    }
+
+    #[test]
+    fn loom_wrap_around_keeps_fifo() {
+        model(|| {
+            let r = ring(1);
+            let p = {
+                let r = r.clone();
+                thread::spawn(move || {
+                    for v in 1..=3 {
+                        push_retry(&r, v, &mut NeverRecover);
+                    }
+                })
+            };
+            assert_eq!(pop_n(&r, 3, &mut NeverRecover), [1, 2, 3]);
+            p.join().unwrap();
+        });
+    }
+
+    #[test]
+    fn loom_capacity_is_exact_under_contention() {
+        model(|| {
+            let r = ring(1);
+            let other = {
+                let r = r.clone();
+                thread::spawn(move || r.push(&[1], 1, &mut NeverRecover))
+            };
+            let mine = r.push(&[2], 1, &mut NeverRecover);
+            let theirs = other.join().unwrap();
+            let outcomes = [mine, theirs];
+            assert_eq!(outcomes.iter().filter(|o| o.is_ok()).count(), 1, "{outcomes:?}");
+            assert!(outcomes.contains(&Err(RingError::Full)));
+        });
+    }
+
+    #[test]
+    fn loom_pop_racing_push_sees_record_or_empty_never_loses_it() {
+        model(|| {
+            let r = ring(2);
+            let p = {
+                let r = r.clone();
+                thread::spawn(move || r.push(&[7], 1, &mut NeverRecover).unwrap())
+            };
+            let first = try_pop(&r, &mut NeverRecover);
+            p.join().unwrap();
+            let rest = try_pop(&r, &mut NeverRecover);
+            assert_eq!((first.is_some() as u8) + (rest.is_some() as u8), 1, "{first:?} {rest:?}");
+            assert_eq!(first.or(rest), Some(7));
+        });
+    }
+
+    #[test]
+    fn loom_dead_producer_is_skipped() {
+        model(|| {
+            let r = ring(2);
+            let dead = {
+                let r = r.clone();
+                thread::spawn(move || {
+                    // Claims a position, says it is process 7, and dies.
+                    let c = r.claim_push(&mut NeverRecover).unwrap();
+                    r.storage().slot(c.index).owner.store(7, Ordering::Relaxed);
+                })
+            };
+            let live = {
+                let r = r.clone();
+                thread::spawn(move || r.push(&[5], 1, &mut NeverRecover).unwrap())
+            };
+            let mut stall = Dead(&[7]);
+            assert_eq!(pop_n(&r, 1, &mut stall), [5]);
+            dead.join().unwrap();
+            live.join().unwrap();
+            assert_eq!(try_pop(&r, &mut stall), None);
+            // The ring goes on: both slots are usable again.
+            r.push(&[6], 1, &mut stall).unwrap();
+            r.push(&[8], 1, &mut stall).unwrap();
+            assert_eq!(pop_n(&r, 2, &mut stall), [6, 8]);
+        });
+    }
+
+    #[test]
+    fn loom_slow_producer_is_either_delivered_or_told() {
+        model(|| {
+            let r = ring(2);
+            let done = Arc::new(AtomicBool::new(false));
+            let slow = {
+                let (r, done) = (r.clone(), done.clone());
+                thread::spawn(move || {
+                    let c = r.claim_push(&mut NeverRecover).unwrap();
+                    let result = r.fill(c, &[9], 7);
+                    done.store(true, Ordering::SeqCst);
+                    result
+                })
+            };
+            // Process 7 is wrongly believed dead (an unknown holder past the
+            // unblock timeout): the consumer may recover its slot.
+            let mut stall = Dead(&[7]);
+            let mut delivered = 0;
+            loop {
+                match try_pop(&r, &mut stall) {
+                    Some(9) => delivered += 1,
+                    Some(v) => panic!("unexpected {v}"),
+                    None if done.load(Ordering::SeqCst) => break,
+                    None => thread::yield_now(),
+                }
+            }
+            let result = slow.join().unwrap();
+            while let Some(v) = try_pop(&r, &mut stall) {
+                assert_eq!(v, 9);
+                delivered += 1;
+            }
+            match result {
+                Ok(()) => assert_eq!(delivered, 1),
+                Err(RingError::Robbed) => assert_eq!(delivered, 0),
+                Err(e) => panic!("{e:?}"),
+            }
+        });
+    }
+
+    #[test]
+    fn loom_dead_consumer_record_is_delivered_again() {
+        model(|| {
+            let r = ring(1);
+            r.push(&[1], 1, &mut NeverRecover).unwrap();
+            let dead = {
+                let r = r.clone();
+                thread::spawn(move || {
+                    // Takes the record, says it is process 8, and dies.
+                    let c = r.claim_pop(&mut NeverRecover).unwrap();
+                    r.storage().slot(c.index).owner.store(8 | CONSUMER_ROLE, Ordering::Relaxed);
+                })
+            };
+            dead.join().unwrap();
+            let producer = {
+                let r = r.clone();
+                thread::spawn(move || push_retry(&r, 2, &mut Dead(&[8])))
+            };
+            let got = pop_n(&r, 2, &mut Dead(&[8]));
+            producer.join().unwrap();
+            assert_eq!(got, [1, 2]);
+        });
+    }
+
+    #[test]
+    fn loom_slow_consumer_is_either_delivered_or_told() {
+        model(|| {
+            let r = ring(1);
+            r.push(&[1], 1, &mut NeverRecover).unwrap();
+            let slow = {
+                let r = r.clone();
+                thread::spawn(move || {
+                    let c = r.claim_pop(&mut NeverRecover).unwrap();
+                    let mut out = [0u8; 1];
+                    r.take(c, &mut out, 8).map(|n| n.map(|_| out[0]))
+                })
+            };
+            // Process 8 is wrongly believed dead: the producer may republish
+            // the record it holds.
+            let producer = {
+                let r = r.clone();
+                thread::spawn(move || push_retry(&r, 2, &mut Dead(&[8])))
+            };
+            let taken = slow.join().unwrap();
+            let mut got = Vec::new();
+            loop {
+                match try_pop(&r, &mut NeverRecover) {
+                    Some(v) => got.push(v),
+                    None if got.contains(&2) => break,
+                    None => thread::yield_now(),
+                }
+            }
+            producer.join().unwrap();
+            match taken {
+                Ok(Some(1)) => assert_eq!(got, [2]),
+                Err(RingError::Robbed) => assert_eq!(got, [1, 2]),
+                other => panic!("{other:?}"),
+            }
+        });
     }
 }

@@ -215,10 +215,7 @@ fn list_shows_every_queue_sorted_and_stat_shows_fields() {
         stat.lines().skip_while(|l| !l.starts_with("fields")).skip(1).map(|l| l.split_whitespace().collect()).collect();
     assert_eq!(
         field_lines,
-        [
-            vec!["acct_id", "offset", "0", "length", "8", "long"],
-            vec!["user_no", "offset", "8", "length", "8", "char"]
-        ],
+        [vec!["acct_id", "offset", "0", "length", "8", "long"], vec!["user_no", "offset", "8", "length", "8", "char"]],
         "stat:\n{stat}"
     );
     assert_eq!(stat_value(stat, "processes"), "0", "nobody holds the queue open");
@@ -235,7 +232,10 @@ fn tvmdbd_is_the_default_directory_and_dir_overrides_it() {
     assert!(queue_path(env_dir.path(), 1).exists(), "create without --dir uses $TVMDBD");
     let flag = flag_dir.path().to_str().unwrap();
     ok(&run(&["--dir", flag, "create", "2", "--rows", "4", "--size", "8"]));
-    assert!(queue_path(flag_dir.path(), 2).exists() && !queue_path(env_dir.path(), 2).exists(), "--dir overrides $TVMDBD");
+    assert!(
+        queue_path(flag_dir.path(), 2).exists() && !queue_path(env_dir.path(), 2).exists(),
+        "--dir overrides $TVMDBD"
+    );
     let ids: Vec<String> = list_rows(ok(&run(&["list"]))).into_iter().map(|r| r[0].clone()).collect();
     assert_eq!(ids, ["1"]);
     ok(&run(&["drop", "1"]));

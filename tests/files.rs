@@ -11,7 +11,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Barrier, mpsc};
 use std::time::{Duration, Instant};
 use tvm::error::*;
-use tvm::queue_file::{self, CONTROL_OFFSET, DATA_OFFSET, INFO_BYTES, Info, MAX_RECORD_SIZE, TABLE_OFFSET, checksum, queue_path};
+use tvm::queue_file::{
+    self, CONTROL_OFFSET, DATA_OFFSET, INFO_BYTES, Info, MAX_RECORD_SIZE, TABLE_OFFSET, checksum, queue_path,
+};
 use tvm::ring::MAX_CAPACITY;
 use tvm::{Field, Queue, Spec, Wait};
 
@@ -67,7 +69,8 @@ fn assert_refused(dir: &Path, id: u32, want: u32, what: &str) {
 }
 
 fn entries(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    let mut v: Vec<String> =
+        fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     v.sort();
     v
 }
@@ -178,7 +181,13 @@ fn every_header_byte_altered_is_refused() {
         }
         f.write_all_at(&b, off as u64).unwrap();
     }
-    assert!(wrong.is_empty(), "{} of {} header bytes not refused as expected:\n{}", wrong.len(), size_of::<Info>(), wrong[..wrong.len().min(20)].join("\n"));
+    assert!(
+        wrong.is_empty(),
+        "{} of {} header bytes not refused as expected:\n{}",
+        wrong.len(),
+        size_of::<Info>(),
+        wrong[..wrong.len().min(20)].join("\n")
+    );
     Queue::open(dir, 1).expect("restored header opens");
 }
 
@@ -227,34 +236,54 @@ fn resigned_headers_with_lying_geometry_are_refused() {
         ("capacity 0", Box::new(|i| i.capacity = 0), full),
         ("capacity above MAX_CAPACITY", Box::new(|i| i.capacity = MAX_CAPACITY + 1), full),
         ("capacity u64::MAX", Box::new(|i| i.capacity = u64::MAX), full),
-        ("capacity 2^40 x record 2^30 (size overflows)", Box::new(|i| {
-            i.capacity = MAX_CAPACITY;
-            i.record_size = MAX_RECORD_SIZE;
-            i.one_lap = tvm::ring::one_lap(MAX_CAPACITY);
-            i.slot_stride = queue_file::slot_stride(MAX_RECORD_SIZE);
-        }), full),
-        ("capacity + 1 with one_lap and file size to match, file not grown", Box::new(move |i| {
-            i.capacity = cap + 1;
-            i.file_size = g(cap + 1, rs).unwrap();
-        }), full),
-        ("capacity 20 with file size to match, one_lap stale", Box::new(move |i| {
-            i.capacity = 20;
-            i.file_size = g(20, rs).unwrap();
-        }), g(20, rs).unwrap()),
-        ("capacity 11, file size says 11 slots, file holds 10", Box::new(move |i| {
-            i.capacity = 11;
-            i.file_size = g(11, rs).unwrap();
-        }), full),
+        (
+            "capacity 2^40 x record 2^30 (size overflows)",
+            Box::new(|i| {
+                i.capacity = MAX_CAPACITY;
+                i.record_size = MAX_RECORD_SIZE;
+                i.one_lap = tvm::ring::one_lap(MAX_CAPACITY);
+                i.slot_stride = queue_file::slot_stride(MAX_RECORD_SIZE);
+            }),
+            full,
+        ),
+        (
+            "capacity + 1 with one_lap and file size to match, file not grown",
+            Box::new(move |i| {
+                i.capacity = cap + 1;
+                i.file_size = g(cap + 1, rs).unwrap();
+            }),
+            full,
+        ),
+        (
+            "capacity 20 with file size to match, one_lap stale",
+            Box::new(move |i| {
+                i.capacity = 20;
+                i.file_size = g(20, rs).unwrap();
+            }),
+            g(20, rs).unwrap(),
+        ),
+        (
+            "capacity 11, file size says 11 slots, file holds 10",
+            Box::new(move |i| {
+                i.capacity = 11;
+                i.file_size = g(11, rs).unwrap();
+            }),
+            full,
+        ),
         ("record size 0", Box::new(|i| i.record_size = 0), full),
         ("record size + 8 (stride stale)", Box::new(move |i| i.record_size = rs + 8), full),
         ("record size = stride (does not fit its slot)", Box::new(move |i| i.record_size = stride), full),
         ("record size above MAX_RECORD_SIZE", Box::new(|i| i.record_size = MAX_RECORD_SIZE + 1), full),
         ("record size u64::MAX", Box::new(|i| i.record_size = u64::MAX), full),
-        ("record size 200 with stride and file size to match, file not grown", Box::new(move |i| {
-            i.record_size = 200;
-            i.slot_stride = queue_file::slot_stride(200);
-            i.file_size = g(cap, 200).unwrap();
-        }), full),
+        (
+            "record size 200 with stride and file size to match, file not grown",
+            Box::new(move |i| {
+                i.record_size = 200;
+                i.slot_stride = queue_file::slot_stride(200);
+                i.file_size = g(cap, 200).unwrap();
+            }),
+            full,
+        ),
         ("file size + 1", Box::new(|i| i.file_size += 1), full),
         ("file size - 1", Box::new(|i| i.file_size -= 1), full),
         ("file size 0", Box::new(|i| i.file_size = 0), full),
@@ -270,10 +299,14 @@ fn resigned_headers_with_lying_geometry_are_refused() {
         ("stride 16 (no room for data)", Box::new(|i| i.slot_stride = 16), full),
         ("stride - 8", Box::new(move |i| i.slot_stride = stride - 8), full),
         ("stride + 8", Box::new(move |i| i.slot_stride = stride + 8), full),
-        ("stride - 8 with file size to match", Box::new(move |i| {
-            i.slot_stride = stride - 8;
-            i.file_size = DATA_OFFSET + cap * (stride - 8);
-        }), DATA_OFFSET + cap * (stride - 8)),
+        (
+            "stride - 8 with file size to match",
+            Box::new(move |i| {
+                i.slot_stride = stride - 8;
+                i.file_size = DATA_OFFSET + cap * (stride - 8);
+            }),
+            DATA_OFFSET + cap * (stride - 8),
+        ),
         ("stride u64::MAX", Box::new(|i| i.slot_stride = u64::MAX), full),
         ("info_bytes 0", Box::new(|i| i.info_bytes = 0), full),
         ("info_bytes 8192", Box::new(|i| i.info_bytes = 8192), full),
@@ -324,7 +357,13 @@ fn resigned_headers_with_lying_geometry_are_refused() {
             Ok(_) => wrong.push(format!("{what}: open succeeded")),
         }
     }
-    assert!(wrong.is_empty(), "{} of {} lying headers not refused as expected:\n{}", wrong.len(), cases.len() + 3, wrong.join("\n"));
+    assert!(
+        wrong.is_empty(),
+        "{} of {} lying headers not refused as expected:\n{}",
+        wrong.len(),
+        cases.len() + 3,
+        wrong.join("\n")
+    );
 }
 
 #[test]
@@ -376,7 +415,10 @@ fn directory_or_fifo_in_place_of_the_queue_file_is_refused_without_hanging() {
     let d = dir.clone();
     let dropped = within_10s("dropping a FIFO", move || Queue::drop_queue(&d, 2).map_err(|e| e.code()));
     assert_eq!(dropped, Err(SHM_ERR_INVAL), "drop of a FIFO");
-    assert!(std::os::unix::fs::FileTypeExt::is_fifo(&fs::symlink_metadata(&fifo).unwrap().file_type()), "the FIFO was removed");
+    assert!(
+        std::os::unix::fs::FileTypeExt::is_fifo(&fs::symlink_metadata(&fifo).unwrap().file_type()),
+        "the FIFO was removed"
+    );
 }
 
 #[test]
@@ -402,7 +444,11 @@ fn creating_an_existing_queue_fails_and_keeps_it() {
     q.push(b"kept").unwrap();
     assert_eq!(code(Queue::create(dir, 21, &Spec::new(5, 16))), TBL_ARD_EXIST);
     assert_eq!(code(Queue::create(dir, 21, &Spec::new(99, 99))), TBL_ARD_EXIST);
-    assert_eq!(before[..INFO_BYTES as usize], fs::read(queue_path(dir, 21)).unwrap()[..INFO_BYTES as usize], "header changed");
+    assert_eq!(
+        before[..INFO_BYTES as usize],
+        fs::read(queue_path(dir, 21)).unwrap()[..INFO_BYTES as usize],
+        "header changed"
+    );
     assert_eq!(q.depth(), 1);
     let mut out = [0u8; 16];
     assert_eq!(q.pop(&mut out, Wait::NoWait).unwrap(), 4);
@@ -423,9 +469,9 @@ fn zero_and_oversized_geometries_are_rejected_without_leaving_files() {
         (u64::MAX, u64::MAX),
         (MAX_CAPACITY + 1, 1),
         (1, MAX_RECORD_SIZE + 1),
-        (MAX_CAPACITY, MAX_RECORD_SIZE),         // rows x stride overflows u64
-        (1 << 33, 1 << 30),                      // fits u64, not i64 (file offsets)
-        (MAX_CAPACITY, 64),                      // 80 TiB: more than /dev/shm has
+        (MAX_CAPACITY, MAX_RECORD_SIZE), // rows x stride overflows u64
+        (1 << 33, 1 << 30),              // fits u64, not i64 (file offsets)
+        (MAX_CAPACITY, 64),              // 80 TiB: more than /dev/shm has
     ] {
         let r = Queue::create(dir, 1, &Spec::new(rows, size));
         assert_eq!(code(r), MQUE_CRTE_BIG, "rows {rows} size {size}");
@@ -506,7 +552,8 @@ fn requested_mode_is_kept_whatever_the_umask() {
     ] {
         let tmp = TempDir::new("umask");
         let mut cmd = Command::new(&exe);
-        cmd.args(["--exact", "child_create", "--nocapture", "--test-threads", "1"]).env("TVMQ_FILES_CHILD_DIR", tmp.path());
+        cmd.args(["--exact", "child_create", "--nocapture", "--test-threads", "1"])
+            .env("TVMQ_FILES_CHILD_DIR", tmp.path());
         if let Some(m) = mode {
             cmd.env("TVMQ_FILES_CHILD_MODE", format!("{m:o}"));
         }
@@ -518,7 +565,12 @@ fn requested_mode_is_kept_whatever_the_umask() {
             });
         }
         let out = cmd.output().unwrap();
-        assert!(out.status.success(), "child: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "child: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
         let got = fs::metadata(queue_path(tmp.path(), 1)).unwrap().permissions().mode() & 0o7777;
         assert_eq!(got, want, "umask {umask:03o}, Spec.mode {mode:?}: file mode {got:04o}");
         assert_eq!(Queue::inspect(tmp.path(), 1).unwrap().info().mode, want);
@@ -612,10 +664,15 @@ fn capacity_is_exact_for_odd_sizes() {
             // round starting at another place of the ring.
             for round in 0..3 {
                 for _ in 0..rows {
-                    q.push(&pattern(next_in, size)).unwrap_or_else(|e| panic!("rows {rows} size {size}: push {next_in}: {e}"));
+                    q.push(&pattern(next_in, size))
+                        .unwrap_or_else(|e| panic!("rows {rows} size {size}: push {next_in}: {e}"));
                     next_in += 1;
                 }
-                assert_eq!(code(q.push(&pattern(next_in, size))), DATA_SPC_FULL, "rows {rows} size {size} round {round}");
+                assert_eq!(
+                    code(q.push(&pattern(next_in, size))),
+                    DATA_SPC_FULL,
+                    "rows {rows} size {size} round {round}"
+                );
                 assert_eq!(code(other.push(b"z")), DATA_SPC_FULL, "rows {rows} size {size}: second handle");
                 assert_eq!(other.depth(), rows);
                 // One out, one in, full again.
@@ -691,10 +748,13 @@ fn pop_buffer_shorter_than_the_record_size_is_refused_and_takes_nothing() {
     let q = Queue::open(dir, 1).unwrap();
     // Even on an empty queue a short buffer is refused at once (no blocking).
     let mut short = [0u8; 99];
-    assert_eq!(within_10s("pop(Forever) with a short buffer", {
-        let dir = dir.to_path_buf();
-        move || Queue::open(&dir, 1).unwrap().pop(&mut [0u8; 99], Wait::Forever).map_err(|e| e.code())
-    }), Err(RECD_TOO_LONG));
+    assert_eq!(
+        within_10s("pop(Forever) with a short buffer", {
+            let dir = dir.to_path_buf();
+            move || Queue::open(&dir, 1).unwrap().pop(&mut [0u8; 99], Wait::Forever).map_err(|e| e.code())
+        }),
+        Err(RECD_TOO_LONG)
+    );
     q.push(b"short").unwrap();
     for wait in [Wait::NoWait, Wait::Forever, Wait::Until(Instant::now() + Duration::from_secs(5))] {
         assert_eq!(code(q.pop(&mut short, wait)), RECD_TOO_LONG, "{wait:?}");

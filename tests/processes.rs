@@ -242,14 +242,20 @@ fn produce(q: &Queue, cfg: &ChildCfg, p: u32) {
                         if first.is_empty() {
                             first = format!("{} at seq {s}: {e}", code_name(e.code()));
                         }
-                        assert!(e.code() == DATA_SPC_FULL || errors < 1000, "producer {p}: too many errors, first: {first}");
+                        assert!(
+                            e.code() == DATA_SPC_FULL || errors < 1000,
+                            "producer {p}: too many errors, first: {first}"
+                        );
                     }
                     retry_pause(&mut misses);
                 }
             }
         }
     }
-    write_atomic(&cfg.dir.join(format!("done-p{p}")), format!("full={full}\nerrors={errors}\nfirst={first}\n").as_bytes());
+    write_atomic(
+        &cfg.dir.join(format!("done-p{p}")),
+        format!("full={full}\nerrors={errors}\nfirst={first}\n").as_bytes(),
+    );
 }
 
 fn consume(q: &Queue, cfg: &ChildCfg, c: u32) {
@@ -268,19 +274,17 @@ fn consume(q: &Queue, cfg: &ChildCfg, c: u32) {
     let mut sentinels = 0u64;
     let mut misses = 0;
     let mut i = 0u64;
-    let mut take = |rec: &[u8], n: usize, sentinels: &mut u64| {
-        match verify(rec, n, cfg.nproducers, cfg.per) {
-            Ok((SENTINEL, _)) => *sentinels += 1,
-            Ok((p, s)) => {
-                records += 1;
-                got.extend_from_slice(&p.to_le_bytes());
-                got.extend_from_slice(&s.to_le_bytes());
-            }
-            Err(why) => {
-                bad += 1;
-                if first_bad.is_empty() {
-                    first_bad = why;
-                }
+    let mut take = |rec: &[u8], n: usize, sentinels: &mut u64| match verify(rec, n, cfg.nproducers, cfg.per) {
+        Ok((SENTINEL, _)) => *sentinels += 1,
+        Ok((p, s)) => {
+            records += 1;
+            got.extend_from_slice(&p.to_le_bytes());
+            got.extend_from_slice(&s.to_le_bytes());
+        }
+        Err(why) => {
+            bad += 1;
+            if first_bad.is_empty() {
+                first_bad = why;
             }
         }
     };
@@ -324,7 +328,9 @@ fn consume(q: &Queue, cfg: &ChildCfg, c: u32) {
                 take(&buf, n, &mut sentinels);
             }
             Ok(None) => misses = 0,
-            Err(e) if !cfg.strict && (e.code() == NO_DATA_FOUND || e.code() == MQUE_WAIT_TMO) => retry_pause(&mut misses),
+            Err(e) if !cfg.strict && (e.code() == NO_DATA_FOUND || e.code() == MQUE_WAIT_TMO) => {
+                retry_pause(&mut misses)
+            }
             Err(e) => {
                 assert!(e.code() != MQUE_WAIT_TMO, "consumer {c}: no record for 20 s after {records} records");
                 errors += 1;
@@ -500,7 +506,12 @@ fn run(sc: Scenario) {
         let m = parse_summary(&fs::read_to_string(dir.join(format!("done-p{p}"))).unwrap());
         full_total += num(&m, "full");
         if num(&m, "errors") != 0 {
-            problems.push(format!("producer {p}: {} errors ({} DATA_SPC_FULL), first: {}", num(&m, "errors"), num(&m, "full"), m["first"]));
+            problems.push(format!(
+                "producer {p}: {} errors ({} DATA_SPC_FULL), first: {}",
+                num(&m, "errors"),
+                num(&m, "full"),
+                m["first"]
+            ));
         }
     }
     // Consumers' reports.
@@ -557,7 +568,8 @@ fn run(sc: Scenario) {
         }
     }
     if order_violations + missing + duplicated > 0 {
-        problems.push(format!("{missing} missing, {duplicated} duplicated, {order_violations} out of order (of {total})"));
+        problems
+            .push(format!("{missing} missing, {duplicated} duplicated, {order_violations} out of order (of {total})"));
     }
     if sc.gate && full_total == 0 {
         problems.push("producers never saw DATA_SPC_FULL although the queue was full".into());
@@ -565,7 +577,10 @@ fn run(sc: Scenario) {
     let stats = q.stats();
     let pushed = total + consumers.len() as u64 + repushed;
     if stats.pushed != pushed || stats.popped != pushed || stats.depth != 0 {
-        problems.push(format!("stats: pushed {} popped {} depth {}, expected {pushed} {pushed} 0", stats.pushed, stats.popped, stats.depth));
+        problems.push(format!(
+            "stats: pushed {} popped {} depth {}, expected {pushed} {pushed} 0",
+            stats.pushed, stats.popped, stats.depth
+        ));
     }
     if stats.recovered_pushes + stats.recovered_pops + stats.robbed != 0 {
         problems.push(format!("recoveries without any crash: {stats:?}"));

@@ -179,7 +179,7 @@ pub extern "C" fn pCloneSATvm() -> *mut c_void {
 /// Frees a handle made by pCloneSATvm() (the queues stay attached to the
 /// process). NULL and the process-wide handle are ignored.
 #[unsafe(no_mangle)]
-pub extern "C" fn vCloneFree(p: *mut SATvm) {
+pub unsafe extern "C" fn vCloneFree(p: *mut SATvm) {
     if p.is_null() || p == GLOBAL.0.get() {
         return;
     }
@@ -197,25 +197,29 @@ pub extern "C" fn vCloneFree(p: *mut SATvm) {
 /// Keeps queues attached between calls. (tvmq always keeps them attached, so
 /// this only records the request; vHoldRelease ends it.)
 #[unsafe(no_mangle)]
-pub extern "C" fn vHoldConnect(p: *mut SATvm) {
-    call(p, |h| {
+pub unsafe extern "C" fn vHoldConnect(p: *mut SATvm) {
+    let body = |h: &mut SATvm| {
         h.m_bHold = true;
         Ok(0)
-    });
+    };
+    // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
+    unsafe { call(p, body) };
 }
 
 /// Detaches every queue this handle attached (explicitly or by first use).
 /// Other threads finish their calls on them; later calls re-attach.
 #[unsafe(no_mangle)]
-pub extern "C" fn vHoldRelease(p: *mut SATvm) {
-    call(p, |h| {
+pub unsafe extern "C" fn vHoldRelease(p: *mut SATvm) {
+    let body = |h: &mut SATvm| {
         h.m_bHold = false;
         let ids = std::mem::take(&mut *state(h).attached.lock());
         for t in ids {
             detach(t);
         }
         Ok(0)
-    });
+    };
+    // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
+    unsafe { call(p, body) };
 }
 
 fn attach(h: &mut SATvm, t: TABLE) -> CallResult {
@@ -231,21 +235,27 @@ fn attach(h: &mut SATvm, t: TABLE) -> CallResult {
 /// TBL_NOT_FOUND (no such queue), SHM_ERR_ACCES (permission, foreign owner,
 /// symbolic link), SHM_ERR_INVAL / VER_NOT_MATCH (not a valid queue file).
 #[unsafe(no_mangle)]
-pub extern "C" fn lAttchTable(p: *mut SATvm, t: TABLE) -> std::ffi::c_long {
-    call(p, |h| attach(h, t))
+pub unsafe extern "C" fn lAttchTable(p: *mut SATvm, t: TABLE) -> std::ffi::c_long {
+    let body = |h: &mut SATvm| attach(h, t);
+    // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
+    unsafe { call(p, body) }
 }
 
 /// Same as lAttchTable.
 #[unsafe(no_mangle)]
-pub extern "C" fn lInitSATvm(p: *mut SATvm, t: TABLE) -> std::ffi::c_long {
-    call(p, |h| attach(h, t))
+pub unsafe extern "C" fn lInitSATvm(p: *mut SATvm, t: TABLE) -> std::ffi::c_long {
+    let body = |h: &mut SATvm| attach(h, t);
+    // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
+    unsafe { call(p, body) }
 }
 
 /// Detaches queue t from the process (a no-op if it is not attached).
 #[unsafe(no_mangle)]
-pub extern "C" fn vTblDisconnect(p: *mut SATvm, t: TABLE) {
-    call(p, |_| {
+pub unsafe extern "C" fn vTblDisconnect(p: *mut SATvm, t: TABLE) {
+    let body = |_: &mut SATvm| {
         detach(t);
         Ok(0)
-    });
+    };
+    // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
+    unsafe { call(p, body) };
 }

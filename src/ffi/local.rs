@@ -25,7 +25,7 @@ fn text(s: *const c_char) -> String {
 /// Errors: CONDIT_IS_NIL (rows or size 0), TBL_ARD_EXIST (queue exists),
 /// MQUE_CRTE_BIG (too big for memory or the index), SHM_ERR_ACCES.
 #[unsafe(no_mangle)]
-pub extern "C" fn lCircleQueue(
+pub unsafe extern "C" fn lCircleQueue(
     p: *mut SATvm,
     t: TABLE,
     rows: usize,
@@ -33,13 +33,15 @@ pub extern "C" fn lCircleQueue(
     name: *mut c_char,
     part: *mut c_char,
 ) -> c_long {
-    call(p, |_| {
+    let body = |_: &mut SATvm| {
         let mut spec = Spec::new(rows as u64, size as u64);
         spec.name = text(name);
         spec.part = text(part);
         Queue::create(&queue_dir(), t, &spec)?;
         Ok(0)
-    })
+    };
+    // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
+    unsafe { call(p, body) }
 }
 
 /// A record layout being described by a QUEUE/FIELD function.
@@ -59,8 +61,8 @@ thread_local! {
 /// Errors: CONDIT_IS_NIL (NULL def, rows 0), whatever QUEUE/FIELD reported
 /// (TABLE_NOT_DEF, FTYPE_NOT_DEF, FLD_DEF_SPILL), and those of lCircleQueue.
 #[unsafe(no_mangle)]
-pub extern "C" fn lTableQueue(p: *mut SATvm, t: TABLE, rows: usize, def: TCREATE) -> c_long {
-    call(p, |_| {
+pub unsafe extern "C" fn lTableQueue(p: *mut SATvm, t: TABLE, rows: usize, def: TCREATE) -> c_long {
+    let body = |_: &mut SATvm| {
         let def = def.ok_or_else(|| Error::new(CONDIT_IS_NIL, "no definition function"))?;
         DEFINING.with(|d| *d.borrow_mut() = Some(Definition { table: t, declared: None, fields: Vec::new() }));
         // SAFETY: `def` is a C function of type CREATE(TABLE), as TCREATE says.
@@ -82,17 +84,22 @@ pub extern "C" fn lTableQueue(p: *mut SATvm, t: TABLE, rows: usize, def: TCREATE
         spec.fields = d.fields;
         Queue::create(&queue_dir(), t, &spec)?;
         Ok(0)
-    })
+    };
+    // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
+    unsafe { call(p, body) }
 }
 
 /// Used by the QUEUE macro: declares the record struct of the queue being
 /// created by lTableQueue. Not for direct use.
 #[unsafe(no_mangle)]
-pub extern "C" fn lTvmDefQueue(t: TABLE, part: *const c_char, type_name: *const c_char, size: usize) -> c_long {
+pub unsafe extern "C" fn lTvmDefQueue(t: TABLE, part: *const c_char, type_name: *const c_char, size: usize) -> c_long {
     call_no_handle(|| {
         define(|d| {
             if d.table != t {
-                return Err(Error::new(TABLE_NOT_DEF, format!("QUEUE({t}) inside the definition of queue {}", d.table)));
+                return Err(Error::new(
+                    TABLE_NOT_DEF,
+                    format!("QUEUE({t}) inside the definition of queue {}", d.table),
+                ));
             }
             if size == 0 {
                 return Err(Error::new(CONDIT_IS_NIL, "record struct of size 0"));
@@ -106,7 +113,7 @@ pub extern "C" fn lTvmDefQueue(t: TABLE, part: *const c_char, type_name: *const 
 /// Used by the FIELD macro: adds one field to the queue being created by
 /// lTableQueue. Not for direct use.
 #[unsafe(no_mangle)]
-pub extern "C" fn lTvmDefField(name: *const c_char, offset: usize, len: usize, kind: c_long) -> c_long {
+pub unsafe extern "C" fn lTvmDefField(name: *const c_char, offset: usize, len: usize, kind: c_long) -> c_long {
     call_no_handle(|| {
         define(|d| {
             let Some((_, _, size)) = &d.declared else {
@@ -142,12 +149,14 @@ fn define(f: impl FnOnce(&mut Definition) -> Result<()>) -> CallResult {
 /// SHM_ERR_EIDRM; later calls get TBL_NOT_FOUND.
 /// Errors: TBL_NOT_FOUND, SHM_ERR_ACCES (no write permission on the file).
 #[unsafe(no_mangle)]
-pub extern "C" fn lDropTable(p: *mut SATvm, t: TABLE) -> c_long {
-    call(p, |_| {
+pub unsafe extern "C" fn lDropTable(p: *mut SATvm, t: TABLE) -> c_long {
+    let body = |_: &mut SATvm| {
         detach(t);
         Queue::drop_queue(&queue_dir(), t)?;
         Ok(0)
-    })
+    };
+    // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
+    unsafe { call(p, body) }
 }
 
 /// Runs `f` on queue `h.tblName`, attaching it on first use; a queue found
@@ -178,12 +187,14 @@ fn record<'a>(h: &SATvm) -> Result<&'a [u8]> {
 /// Errors: CONDIT_IS_NIL (NULL handle/buffer, size 0), DATA_SPC_FULL (full),
 /// RECD_TOO_LONG (lSize above the queue's record size), TBL_NOT_FOUND.
 #[unsafe(no_mangle)]
-pub extern "C" fn lPush(p: *mut SATvm) -> c_long {
-    call(p, |h| {
+pub unsafe extern "C" fn lPush(p: *mut SATvm) -> c_long {
+    let body = |h: &mut SATvm| {
         let rec = record(h)?;
         on_queue(h, |q| q.push(rec))?;
         Ok(1)
-    })
+    };
+    // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
+    unsafe { call(p, body) }
 }
 
 fn wait_mode(wait: Uenum) -> Result<Wait> {
@@ -203,8 +214,8 @@ fn wait_mode(wait: Uenum) -> Result<Wait> {
 /// record size; nothing is taken), NO_DATA_FOUND, SHM_ERR_EIDRM (dropped
 /// while waiting), TBL_NOT_FOUND, NOT_SUPPT_OPT (other wait flag).
 #[unsafe(no_mangle)]
-pub extern "C" fn lPop(p: *mut SATvm, out: *mut c_void, wait: Uenum) -> c_long {
-    call(p, |h| {
+pub unsafe extern "C" fn lPop(p: *mut SATvm, out: *mut c_void, wait: Uenum) -> c_long {
+    let body = |h: &mut SATvm| {
         if out.is_null() {
             return Err(Error::new(CONDIT_IS_NIL, "NULL output buffer").into());
         }
@@ -214,7 +225,9 @@ pub extern "C" fn lPop(p: *mut SATvm, out: *mut c_void, wait: Uenum) -> c_long {
         let buf = unsafe { std::slice::from_raw_parts_mut(out.cast::<u8>(), len) };
         on_queue(h, |q| q.pop(buf, wait))?;
         Ok(1)
-    })
+    };
+    // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
+    unsafe { call(p, body) }
 }
 
 /// A growing malloc'd array of records, handed to C (freed with free()).
@@ -267,14 +280,14 @@ impl Drop for MallocArray {
 /// Errors also: CONDIT_IS_NIL (NULL pointers, expect 0, secs < 0),
 /// RECD_TOO_LONG (lSize below the record size), MALLC_MEM_ERR.
 #[unsafe(no_mangle)]
-pub extern "C" fn lPopup(
+pub unsafe extern "C" fn lPopup(
     p: *mut SATvm,
     expect: usize,
     secs: libc::time_t,
     out_n: *mut usize,
     out: *mut *mut c_void,
 ) -> c_long {
-    call(p, |h| {
+    let body = |h: &mut SATvm| {
         if out_n.is_null() || out.is_null() {
             return Err(Error::new(CONDIT_IS_NIL, "NULL out_n or out").into());
         }
@@ -329,7 +342,9 @@ pub extern "C" fn lPopup(
             Some(e) if n == 0 && e.code() == MQUE_WAIT_TMO => Err(Error::code_only(NO_DATA_FOUND).into()),
             Some(e) => Err(Fail { error: e, effect: n }),
         }
-    })
+    };
+    // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
+    unsafe { call(p, body) }
 }
 
 /// Pushes `*n` records laid out one after another (p->lSize bytes each) at
@@ -338,8 +353,8 @@ pub extern "C" fn lPopup(
 /// before it stay pushed).
 /// Errors: CONDIT_IS_NIL (NULL pointers, *n == 0, lSize 0), and those of lPush.
 #[unsafe(no_mangle)]
-pub extern "C" fn lPushs(p: *mut SATvm, n: *mut usize, records: *mut *mut c_void) -> c_long {
-    call(p, |h| {
+pub unsafe extern "C" fn lPushs(p: *mut SATvm, n: *mut usize, records: *mut *mut c_void) -> c_long {
+    let body = |h: &mut SATvm| {
         // SAFETY: checked non-NULL before each dereference; the caller provides them.
         let (count, base) = unsafe {
             if n.is_null() || records.is_null() || (*records).is_null() {
@@ -363,8 +378,7 @@ pub extern "C" fn lPushs(p: *mut SATvm, n: *mut usize, records: *mut *mut c_void
             None => Ok(done),
             Some(error) => Err(Fail { error, effect: done }),
         }
-    })
+    };
+    // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
+    unsafe { call(p, body) }
 }
-
-
-

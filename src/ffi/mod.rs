@@ -91,8 +91,11 @@ fn set_last(code: c_long, effect: usize) {
 
 /// Runs `body` on the handle with panics caught, and records its outcome:
 /// RC_SUCC with `m_lEffect` = the returned count, or RC_FAIL with the code.
+///
+/// # Safety
+/// `p` is NULL or points to a valid SATvm that no other thread uses meanwhile.
 #[inline]
-pub(crate) fn call(p: *mut SATvm, body: impl FnOnce(&mut SATvm) -> CallResult) -> c_long {
+pub(crate) unsafe fn call(p: *mut SATvm, body: impl FnOnce(&mut SATvm) -> CallResult) -> c_long {
     // SAFETY: a non-NULL handle comes from pGetSATvm/pCloneSATvm (or is a
     // caller-owned SATvm), which C code passes to one thread at a time.
     let Some(h) = (unsafe { p.as_mut() }) else {
@@ -143,7 +146,9 @@ pub(crate) fn quietly(body: impl FnOnce()) {
 /// too) gives a message; never fails.
 #[unsafe(no_mangle)]
 pub extern "C" fn sGetTError(code: c_long) -> *mut c_char {
-    crate::error::c_message(i64::from(code)).as_ptr() as *mut c_char
+    #[allow(clippy::useless_conversion)] // c_long is 32 bits on some targets
+    let code = i64::from(code);
+    crate::error::c_message(code).as_ptr() as *mut c_char
 }
 
 /// Returns the calling thread's last error code (0 after a success).

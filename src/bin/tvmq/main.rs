@@ -40,7 +40,18 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // --help and --version are not errors: print them as clap does.
+        Err(e) if !e.use_stderr() => e.exit(),
+        // A usage error: one line, like every other error (`tvmq --help` has the rest).
+        Err(e) => {
+            let text = e.to_string();
+            let line = text.lines().next().unwrap_or("invalid arguments").trim_start_matches("error: ");
+            eprintln!("tvmq: {line} (see tvmq --help)");
+            return ExitCode::from(2);
+        }
+    };
     let dir = cli.dir.unwrap_or_else(tvm::queue_dir);
     let result: Result<(), Error> = match cli.command {
         Command::Create(args) => create::run(&dir, &args),
