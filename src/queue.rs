@@ -82,8 +82,13 @@ impl Queue {
     /// this process in its process table.
     pub fn open(dir: &Path, id: u32) -> Result<Queue> {
         let populate = std::env::var("TVMQ_POPULATE").map_or(true, |v| v != "0");
-        let file = QueueFile::open(dir, id, Access::ReadWrite { populate })?;
-        Self::from_file(file, true)
+        Self::open_with(dir, id, populate)
+    }
+
+    /// [`open`](Self::open), saying whether to map every page now
+    /// (`populate`) or let the first touch of each page fault it in.
+    pub fn open_with(dir: &Path, id: u32, populate: bool) -> Result<Queue> {
+        Self::from_file(QueueFile::open(dir, id, Access::ReadWrite { populate })?, true)
     }
 
     /// Opens queue `id` of `dir` read-only, for inspection: no registration;
@@ -366,7 +371,7 @@ impl Queue {
 /// after the unblock timeout; a live holder is never robbed.
 struct Patience<'a> {
     queue: &'a Queue,
-    /// The stalled position and when we first saw it stalled.
+    /// What we wait for (a slot's seq) and since when.
     stalled: Option<(u64, Instant)>,
 }
 
@@ -378,15 +383,15 @@ impl<'a> Patience<'a> {
 }
 
 impl Stall for Patience<'_> {
-    fn decide(&mut self, pos: u64, _holder: Holder, owner: u32) -> Verdict {
+    fn decide(&mut self, stalled: u64, _holder: Holder, owner: u32) -> Verdict {
         if self.queue.is_dropped() {
             return Verdict::Abort(SHM_ERR_EIDRM);
         }
         let now = Instant::now();
         let since = match self.stalled {
-            Some((p, t)) if p == pos => t,
+            Some((s, t)) if s == stalled => t,
             _ => {
-                self.stalled = Some((pos, now));
+                self.stalled = Some((stalled, now));
                 now
             }
         };

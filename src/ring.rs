@@ -134,10 +134,11 @@ pub enum Verdict {
 /// Policy for slots whose holder does not finish: decides between waiting
 /// and recovering, and is told about recoveries.
 pub trait Stall {
-    /// Called repeatedly, once spinning and yielding are exhausted, while the
-    /// slot at position `pos` stays held. `owner` is the holder's token, role
-    /// bit removed (0: unknown).
-    fn decide(&mut self, pos: u64, holder: Holder, owner: u32) -> Verdict;
+    /// Called repeatedly, once spinning and yielding are exhausted, while a
+    /// slot stays held. `stalled` identifies what is waited for (the slot's
+    /// `seq`: a new value means progress), `owner` is the holder's token,
+    /// role bit removed (0: unknown).
+    fn decide(&mut self, stalled: u64, holder: Holder, owner: u32) -> Verdict;
     /// A slot held by `holder` was recovered by this call.
     fn recovered(&mut self, _holder: Holder) {}
 }
@@ -218,17 +219,42 @@ impl Backoff {
     }
 }
 
-/// How a slot's `seq` relates to the lap of the position being looked at.
+/// How a slot's `seq` relates to the lap of a position we hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
-    /// Belongs to this lap: free (`published == false`) or holding its record.
+    /// Belongs to our lap: free (`published == false`) or holding its record.
     Current { published: bool },
-    /// Still belongs to the previous lap.
-    Previous { published: bool },
-    /// Already belongs to a later lap: the cursor we read is stale.
+    /// Still at an earlier lap, `seq_lap`, whose producer has not published
+    /// (`published == false`) or whose consumer has not released the slot.
+    /// Positions are claimed before their slot is ready, so a slot can be
+    /// behind by a lap or more while its earlier holders finish: we wait our turn.
+    Behind { seq_lap: u64, published: bool },
+    /// Beyond our lap. A producer's position was used by a republished
+    /// record (consumed since); for a consumer this cannot happen.
     Ahead,
-    /// No legal `seq` looks like this: the shared memory is corrupted.
+    /// No legal value: the shared memory is corrupted.
     Invalid,
+}
+
+/// More laps behind than this cannot come from stalled participants (each
+/// lap behind needs one holding the slot): it is a corrupted `seq`.
+const MAX_LAPS_BEHIND: u64 = 1 << 20;
+
+/// Which side of a slot we hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Producer,
+    Consumer,
+}
+
+/// How waiting for our turn at a slot ended.
+enum Turn {
+    /// The slot is ours to use; its `seq` is this.
+    Ready(u64),
+    /// (Producer only.) A recovery republished a stranded record into our
+    /// position, or declared our claim abandoned: the position is used;
+    /// claim another.
+    Taken,
 }
 
 /// The ring over a [`Storage`].
@@ -241,6 +267,12 @@ pub struct Ring<S> {
     one_lap: u64,
     /// Largest record, in bytes (the data area of each slot).
     record_size: usize,
+    /// A recent value of `head`, private to this process: producers check
+    /// for room against it and read the shared (busy) `head` only when it
+    /// says the ring is full. `head` only grows, so the hint errs on "full".
+    head_hint: CachePadded<AtomicU64>,
+    /// The same for consumers: a recent `tail`, erring on "empty".
+    tail_hint: CachePadded<AtomicU64>,
 }
 
 /// A slot claimed by a producer (free for `lap`) or a consumer (published
@@ -262,7 +294,16 @@ impl<S: Storage> Ring<S> {
     pub fn new(store: S, capacity: u64, record_size: usize) -> Ring<S> {
         assert!((1..=MAX_CAPACITY).contains(&capacity), "capacity out of range");
         assert!(record_size > 0, "record size is 0");
-        Ring { store, cap: capacity, one_lap: one_lap(capacity), record_size }
+        let head = store.cursors().head.0.load(Ordering::Acquire);
+        let tail = store.cursors().tail.0.load(Ordering::Acquire);
+        Ring {
+            store,
+            cap: capacity,
+            one_lap: one_lap(capacity),
+            record_size,
+            head_hint: CachePadded(AtomicU64::new(head)),
+            tail_hint: CachePadded(AtomicU64::new(tail)),
+        }
     }
 
     /// Number of slots.
@@ -291,65 +332,53 @@ impl<S: Storage> Ring<S> {
 
     /// Claims the next position for a producer: returns a slot that is free
     /// for its lap and that nobody else can reach until we publish it.
+    ///
+    /// Unlike Vyukov's original, the position is claimed first and its slot
+    /// looked at afterwards: room is judged from the cursors, so a producer
+    /// never reads the slot of a position that another producer wins (that
+    /// read would make the winner's publishing CAS wait for the line).
     #[inline]
     pub(crate) fn claim_push(&self, stall: &mut impl Stall) -> Result<Claim, RingError> {
         let cursors = self.store.cursors();
         let mut backoff = Backoff::new();
-        let mut tail = cursors.tail.0.load(Ordering::Acquire);
-        loop {
-            let (lap, index) = self.split(tail)?;
-            let slot = self.store.slot(index);
-            let seq = slot.seq.load(Ordering::Acquire);
-            if seq == lap {
-                // Free for this lap: moving `tail` past it makes it ours.
+        'claim: loop {
+            let mut tail = cursors.tail.0.load(Ordering::Acquire);
+            let (lap, index) = loop {
+                let (lap, index) = self.split(tail)?;
+                if !self.has_room(tail) {
+                    return Err(RingError::Full);
+                }
+                // Moving `tail` past a position makes it ours.
                 let next = self.next(tail, lap, index);
                 match cursors.tail.0.compare_exchange_weak(tail, next, Ordering::SeqCst, Ordering::Acquire) {
-                    Ok(_) => return Ok(Claim { lap, index, seq }),
+                    Ok(_) => break (lap, index),
                     Err(current) => {
                         tail = current;
                         backoff.spin();
-                        continue;
                     }
                 }
+            };
+            // The position is ours; its slot is free for our lap once its
+            // earlier holders are done.
+            match self.await_turn(index, lap, Role::Producer, stall)? {
+                Turn::Ready(seq) => return Ok(Claim { lap, index, seq }),
+                Turn::Taken => continue 'claim,
             }
-            match self.state(seq, lap) {
-                State::Previous { published } => {
-                    // The slot still holds the previous lap: either the queue
-                    // is full or that lap's consumer has not released it yet.
-                    fence(Ordering::SeqCst);
-                    let head = cursors.head.0.load(Ordering::Acquire);
-                    if self.add_lap(head) == tail {
-                        return Err(RingError::Full);
-                    }
-                    if published && backoff.is_completed() {
-                        // `head` moved past the previous record: a consumer took it.
-                        let owner = slot.owner.load(Ordering::Acquire);
-                        match stall.decide(tail, Holder::Consumer, holder_token(owner, Holder::Consumer)) {
-                            Verdict::Wait => {}
-                            Verdict::Abort(code) => return Err(RingError::Aborted(code)),
-                            Verdict::Recover => {
-                                if let Some(claim) = self.republish(tail, lap, index, seq, owner, stall) {
-                                    return Ok(claim);
-                                }
-                            }
-                        }
-                    }
-                    backoff.snooze();
-                }
-                State::Current { .. } | State::Ahead => {
-                    // Someone claimed this position after we read `tail`: the
-                    // claim moved `tail` before `seq`, so `tail` must have moved.
-                    let current = cursors.tail.0.load(Ordering::Acquire);
-                    if current == tail {
-                        return Err(RingError::Corrupt);
-                    }
-                    tail = current;
-                    continue;
-                }
-                State::Invalid => return Err(RingError::Corrupt),
-            }
-            tail = cursors.tail.0.load(Ordering::Acquire);
         }
+    }
+
+    /// Is there room for a record at position `tail`? Judged from the head
+    /// hint, refreshed from the shared `head` only when it says "full".
+    #[inline]
+    fn has_room(&self, tail: u64) -> bool {
+        let used = |head: u64| self.count(tail).wrapping_sub(self.count(head));
+        if used(self.head_hint.0.load(Ordering::Relaxed)) < self.cap {
+            return true;
+        }
+        fence(Ordering::SeqCst);
+        let head = self.store.cursors().head.0.load(Ordering::Acquire);
+        self.head_hint.0.store(head, Ordering::Relaxed);
+        used(head) < self.cap
     }
 
     /// Writes our record into the slot we claimed and publishes it.
@@ -373,41 +402,6 @@ impl<S: Storage> Ring<S> {
         }
     }
 
-    /// Recovery by a producer: the consumer that took the previous lap's record
-    /// (`seq`) died before releasing the slot. Claims position `tail` and
-    /// republishes that record there. Returns a claim when the slot turned
-    /// out to be free for us after all.
-    #[allow(clippy::too_many_arguments)]
-    fn republish(
-        &self,
-        tail: u64,
-        lap: u64,
-        index: usize,
-        seq: u64,
-        dead: u32,
-        stall: &mut impl Stall,
-    ) -> Option<Claim> {
-        let cursors = self.store.cursors();
-        let slot = self.store.slot(index);
-        let next = self.next(tail, lap, index);
-        // Claim the position first, so that no other producer can reach the slot.
-        if cursors.tail.0.compare_exchange(tail, next, Ordering::SeqCst, Ordering::Acquire).is_err() {
-            return None;
-        }
-        forget_owner(slot, dead);
-        let republished = lap | PUBLISHED | (seq & SKIP);
-        match slot.seq.compare_exchange(seq, republished, Ordering::SeqCst, Ordering::Acquire) {
-            Ok(_) => {
-                stall.recovered(Holder::Consumer);
-                None // position used for the stranded record; ours goes later
-            }
-            // The "dead" consumer released it after all: the slot is ours.
-            Err(now) if now == lap => Some(Claim { lap, index, seq: lap }),
-            // The consumer waiting at this position republished it for us.
-            Err(_) => None,
-        }
-    }
-
     /// Removes the oldest record into `out` (at least `record_size` bytes) and
     /// returns its length. `me` is this process's owner token.
     #[inline]
@@ -422,63 +416,71 @@ impl<S: Storage> Ring<S> {
         }
     }
 
-    /// Claims the oldest published record (possibly an empty one).
+    /// Claims the oldest record (possibly an empty one), claiming its
+    /// position first and waiting for its producer afterwards, as
+    /// [`claim_push`](Self::claim_push) does.
     #[inline]
     pub(crate) fn claim_pop(&self, stall: &mut impl Stall) -> Result<Claim, RingError> {
         let cursors = self.store.cursors();
         let mut backoff = Backoff::new();
         let mut head = cursors.head.0.load(Ordering::Acquire);
-        loop {
+        let (lap, index) = loop {
             let (lap, index) = self.split(head)?;
-            let slot = self.store.slot(index);
-            let seq = slot.seq.load(Ordering::Acquire);
-            if seq & POS_MASK == lap | PUBLISHED {
-                // Published for this lap: moving `head` past it makes it ours.
-                let next = self.next(head, lap, index);
-                match cursors.head.0.compare_exchange_weak(head, next, Ordering::SeqCst, Ordering::Acquire) {
-                    Ok(_) => return Ok(Claim { lap, index, seq }),
-                    Err(current) => {
-                        head = current;
-                        backoff.spin();
-                        continue;
-                    }
-                }
-            }
-            let holder = match self.state(seq, lap) {
-                // Free for this lap: a producer may be writing it.
-                State::Current { published: false } => Holder::Producer,
-                // Still the previous lap's record: its consumer has not released it.
-                State::Previous { published: true } => Holder::Consumer,
-                State::Current { published: true } | State::Ahead => {
-                    // Someone took this position after we read `head`.
-                    let current = cursors.head.0.load(Ordering::Acquire);
-                    if current == head {
-                        return Err(RingError::Corrupt);
-                    }
-                    head = current;
-                    continue;
-                }
-                State::Previous { published: false } | State::Invalid => return Err(RingError::Corrupt),
-            };
-            fence(Ordering::SeqCst);
-            let tail = cursors.tail.0.load(Ordering::Acquire);
-            if tail == head {
+            if !self.has_record(head) {
                 return Err(RingError::Empty);
             }
-            // A producer claimed this position and has not published it.
-            if backoff.is_completed() {
+            // A producer has claimed this position: moving `head` past it makes it ours.
+            let next = self.next(head, lap, index);
+            match cursors.head.0.compare_exchange_weak(head, next, Ordering::SeqCst, Ordering::Acquire) {
+                Ok(_) => break (lap, index),
+                Err(current) => {
+                    head = current;
+                    backoff.spin();
+                }
+            }
+        };
+        // Wait for the producer of our position to publish.
+        match self.await_turn(index, lap, Role::Consumer, stall)? {
+            Turn::Ready(seq) => Ok(Claim { lap, index, seq }),
+            Turn::Taken => Err(RingError::Corrupt), // await_turn never says this to a consumer
+        }
+    }
+
+    /// Waits until slot `index` is ready for the holder of our position (lap
+    /// `lap`): free for a producer, published for a consumer. Whoever holds
+    /// the slot meanwhile (an earlier lap's producer or consumer, or our own
+    /// producer) and takes too long is judged by `stall`; if it is dead, the
+    /// slot is moved on by one CAS, acting on its current lap:
+    /// - a producer died before publishing lap X: X becomes an empty record
+    ///   (`X | PUBLISHED | SKIP`) that its consumer steps over;
+    /// - a consumer died before releasing lap X: X's record is published
+    ///   again as the next lap's (`X + one_lap | PUBLISHED`), so that it is
+    ///   delivered once more; that lap's producer, finding its position
+    ///   used, claims another.
+    fn await_turn(&self, index: usize, lap: u64, role: Role, stall: &mut impl Stall) -> Result<Turn, RingError> {
+        let slot = self.store.slot(index);
+        let mut wait = Backoff::new();
+        loop {
+            let seq = slot.seq.load(Ordering::Acquire);
+            let (holder, recovered) = match (self.state(seq, lap), role) {
+                (State::Current { published: false }, Role::Producer) => return Ok(Turn::Ready(seq)),
+                (State::Current { published: true }, Role::Consumer) => return Ok(Turn::Ready(seq)),
+                (State::Current { published: true } | State::Ahead, Role::Producer) => return Ok(Turn::Taken),
+                // Our producer is writing.
+                (State::Current { published: false }, Role::Consumer) => (Holder::Producer, lap | PUBLISHED | SKIP),
+                (State::Behind { seq_lap, published: false }, _) => (Holder::Producer, seq_lap | PUBLISHED | SKIP),
+                (State::Behind { seq_lap, published: true }, _) => {
+                    (Holder::Consumer, self.add_lap(seq_lap) | PUBLISHED | (seq & SKIP))
+                }
+                (State::Ahead | State::Invalid, _) => return Err(RingError::Corrupt),
+            };
+            if wait.is_completed() {
                 let owner = slot.owner.load(Ordering::Acquire);
-                match stall.decide(head, holder, holder_token(owner, holder)) {
+                match stall.decide(seq, holder, holder_token(owner, holder)) {
                     Verdict::Wait => {}
                     Verdict::Abort(code) => return Err(RingError::Aborted(code)),
                     Verdict::Recover => {
                         forget_owner(slot, owner);
-                        // Producer died mid-write: publish an empty record in
-                        // its place. Republish interrupted: finish it.
-                        let recovered = match holder {
-                            Holder::Producer => lap | PUBLISHED | SKIP,
-                            Holder::Consumer => lap | PUBLISHED | (seq & SKIP),
-                        };
                         if slot.seq.compare_exchange(seq, recovered, Ordering::SeqCst, Ordering::Acquire).is_ok() {
                             stall.recovered(holder);
                         }
@@ -486,9 +488,24 @@ impl<S: Storage> Ring<S> {
                     }
                 }
             }
-            backoff.snooze();
-            head = cursors.head.0.load(Ordering::Acquire);
+            wait.snooze();
         }
+    }
+
+    /// Has a producer claimed position `head`? Judged from the tail hint,
+    /// refreshed from the shared `tail` only when it says "empty".
+    #[inline]
+    fn has_record(&self, head: u64) -> bool {
+        let queued = |tail: u64| self.count(tail).wrapping_sub(self.count(head));
+        let q = queued(self.tail_hint.0.load(Ordering::Relaxed));
+        if q != 0 && q <= self.cap {
+            return true;
+        }
+        fence(Ordering::SeqCst);
+        let tail = self.store.cursors().tail.0.load(Ordering::Acquire);
+        self.tail_hint.0.store(tail, Ordering::Relaxed);
+        let q = queued(tail);
+        q != 0 && q <= self.cap
     }
 
     /// Reads the record of a slot we claimed and releases the slot. `None`:
@@ -577,7 +594,7 @@ impl<S: Storage> Ring<S> {
         pos.wrapping_add(self.one_lap) & POS_MASK
     }
 
-    /// Classifies a slot's `seq` against the lap of the position looked at.
+    /// Classifies a slot's `seq` against the lap of a position we hold.
     fn state(&self, seq: u64, lap: u64) -> State {
         let pos = seq & POS_MASK;
         let published = pos & PUBLISHED != 0;
@@ -586,14 +603,13 @@ impl<S: Storage> Ring<S> {
             return State::Invalid;
         }
         if seq_lap == lap {
-            State::Current { published }
-        } else if seq_lap == lap.wrapping_sub(self.one_lap) & POS_MASK {
-            State::Previous { published }
-        } else if seq_lap.wrapping_sub(lap) & POS_MASK < 1 << 62 {
-            State::Ahead
-        } else {
-            State::Invalid
+            return State::Current { published };
         }
+        if seq_lap.wrapping_sub(lap) & POS_MASK < 1 << 62 {
+            return State::Ahead;
+        }
+        let laps_behind = (lap.wrapping_sub(seq_lap) & POS_MASK) >> self.one_lap.trailing_zeros();
+        if laps_behind <= MAX_LAPS_BEHIND { State::Behind { seq_lap, published } } else { State::Invalid }
     }
 }
 

@@ -2,6 +2,7 @@
 //!
 //! Queues live in `$TVMDBD` (default `/dev/shm/tvmq-<uid>`), like the library's.
 
+mod bench;
 mod create;
 mod inspect;
 
@@ -37,6 +38,9 @@ enum Command {
         /// Queue id
         id: u32,
     },
+    /// Measure tvmq against crossbeam, the bare ring (and, given by `make
+    /// bench`, the seed programs, the C driver and Boost.Interprocess)
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -58,6 +62,7 @@ fn main() -> ExitCode {
         Command::Drop { id } => tvm::Queue::drop_queue(&dir, id).map(|()| println!("dropped queue {id}")),
         Command::List => inspect::list(&dir),
         Command::Stat { id } => inspect::stat(&dir, id),
+        Command::Bench(args) => bench::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

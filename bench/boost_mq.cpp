@@ -1,0 +1,402 @@
+// boost_mq.cpp: the benchmark driver of bench/tvmq_driver.c, for a
+// Boost.Interprocess message_queue, so that `tvmq bench` can compare the two.
+//
+//   boost_mq create --queue Q --capacity C --size S   (removes a stale one first)
+//   boost_mq remove --queue Q
+//   boost_mq run --queue Q --op OP --threads N [--pop-threads M]
+//                --records R --size S [--batch B]
+//
+// The queue is named "tvmq_bench_<Q>" (a file in /dev/shm) and holds up to C
+// messages of up to S bytes.
+//   OP  push     N threads each try_send R/N records (a full queue is an error)
+//       pop      N threads each receive R/N records (blocking)
+//       pushpop  N push threads (R/N each) and M pop threads (R/M each) at once
+// --batch is accepted for a command line common with tvmq_driver, and unused.
+//
+// Records are S bytes (S >= 8); when S >= 304 they start with the seed
+// benchmark's dbUser filled as push_bench.c fills it. The queue is opened
+// (open_only) before the clock starts and shared by the threads (message_queue
+// is thread-safe); the clock covers thread creation, the work and the joins.
+//
+// Success: "ok ms=<ms, 3 decimals> records=<pushed+popped>" on stdout for run,
+// nothing for create and remove. Failure: a message on stderr, exit 1. Bad
+// arguments: usage on stderr, exit 2.
+//
+// Build: g++ -O2 -std=c++17 -Wall -Werror -o boost_mq bench/boost_mq.cpp -lpthread -lrt
+
+#include <boost/interprocess/ipc/message_queue.hpp>
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <climits>
+#include <cstdarg>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <memory>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+namespace bip = boost::interprocess;
+
+namespace {
+
+constexpr int kMaxThreads = 64;
+
+// The record of the seed benchmarks (push_bench.c, pop_bench.c): 304 bytes.
+struct dbUser {
+    long acct_id;
+    char user_no[21];
+    char user_type[2];
+    char user_nm[81];
+    char user_addr[161];
+    char user_phone[31];
+};
+static_assert(sizeof(dbUser) == 304, "dbUser must be 304 bytes");
+// The sequence number is written as 8 bytes at offset 0: acct_id when S >= 304.
+static_assert(offsetof(dbUser, acct_id) == 0 && sizeof(long) == 8, "acct_id layout");
+
+enum class Op { push, pop, pushpop };
+
+// The command line.
+struct Config {
+    std::string cmd;
+    unsigned long queue = 0;
+    Op op = Op::push;
+    int threads = 0, pop_threads = 0;
+    unsigned long long records = 0, capacity = 0;
+    size_t size = 0;
+} cfg;
+
+// One thread's work: push or pop `count` records; `done` is how many it moved.
+struct Job {
+    bool pusher;
+    int index;                 // thread number, for messages
+    unsigned long long count;  // records to move
+    unsigned long long first;  // sequence number of its first pushed record
+    unsigned long long done = 0;
+};
+
+pthread_barrier_t start_line;  // every thread starts work together
+std::atomic<bool> stopping{false};  // set by the first failure: threads quit
+std::atomic<int> running{0};        // worker threads still working
+thread_local bool is_worker = false;
+
+std::string queue_name() { return "tvmq_bench_" + std::to_string(cfg.queue); }
+
+// Reports a failure and ends the process with status 1. The other threads are
+// told to stop and given up to a second to leave their loops, so that none is
+// killed holding the queue's process-shared mutex (a thread blocked in receive
+// waits on the condition with the mutex released, and is ended by _exit).
+[[noreturn]] void fail(const char *fmt, ...)
+{
+    va_list ap;
+    std::fputs("boost_mq: ", stderr);
+    va_start(ap, fmt);
+    std::vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    std::fputc('\n', stderr);
+
+    stopping = true;
+    if (is_worker)
+        running--;
+    for (int ms = 0; ms < 1000 && running > 0; ms++)
+        usleep(1000);
+    _exit(1);
+}
+
+// Describes a Boost exception: message, a hint for size errors, the codes.
+std::string describe(const bip::interprocess_exception &e)
+{
+    std::string text = e.what();
+    if (e.get_error_code() == bip::size_error)
+        text += " (the record size does not match the queue's message size)";
+    return text + " (boost error " + std::to_string(e.get_error_code()) + ", errno " +
+           std::to_string(e.get_native_error()) + ")";
+}
+
+// Reports the failed call `call` of thread j.
+[[noreturn]] void fail_call(const Job &j, const char *call, const bip::interprocess_exception &e)
+{
+    fail("thread %d: %s failed after %llu records: %s", j.index, call, j.done, describe(e).c_str());
+}
+
+double now_ms()
+{
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+// Fills one S-byte record: dbUser as push_bench.c fills it, else a pattern.
+void fill_record(char *rec)
+{
+    size_t from = 8;
+    std::memset(rec, 0, cfg.size);
+    if (cfg.size >= sizeof(dbUser)) {
+        dbUser *u = reinterpret_cast<dbUser *>(rec);
+        std::strcpy(u->user_no, "20180223");
+        std::strcpy(u->user_type, "1");
+        std::strcpy(u->user_nm, "Savens Liu");
+        std::strcpy(u->user_addr, "China");
+        std::strcpy(u->user_phone, "18672911111");
+        from = sizeof(dbUser);
+    }
+    for (size_t i = from; i < cfg.size; i++)
+        rec[i] = static_cast<char>('A' + i % 26);
+}
+
+// Stores the sequence number in the first 8 bytes (acct_id for dbUser).
+inline void set_seq(char *rec, unsigned long long seq)
+{
+    long v = static_cast<long>(seq);
+    std::memcpy(rec, &v, sizeof v);
+}
+
+bool keep_going(const Job &j)
+{
+    return j.done < j.count && !stopping.load(std::memory_order_relaxed);
+}
+
+void do_push(Job &j, bip::message_queue &mq, char *rec)
+{
+    fill_record(rec);
+    while (keep_going(j)) {
+        set_seq(rec, j.first + j.done);
+        bool sent;
+        try {
+            sent = mq.try_send(rec, cfg.size, 0);
+        } catch (const bip::interprocess_exception &e) {
+            fail_call(j, "try_send", e);
+        }
+        if (!sent)
+            fail("thread %d: try_send failed after %llu records: queue is full", j.index, j.done);
+        j.done++;
+    }
+}
+
+void do_pop(Job &j, bip::message_queue &mq, char *rec)
+{
+    while (keep_going(j)) {
+        bip::message_queue::size_type got = 0;
+        unsigned int priority;
+        try {
+            mq.receive(rec, cfg.size, got, priority);
+        } catch (const bip::interprocess_exception &e) {
+            fail_call(j, "receive", e);
+        }
+        if (got != cfg.size)
+            fail("thread %d: receive got a record of %zu bytes, expected %zu", j.index,
+                 (size_t)got, cfg.size);
+        j.done++;
+    }
+}
+
+void worker(Job &j, bip::message_queue &mq)
+{
+    is_worker = true;
+    try {
+        std::unique_ptr<char[]> rec(new char[cfg.size]);
+        pthread_barrier_wait(&start_line);
+        if (j.pusher)
+            do_push(j, mq, rec.get());
+        else
+            do_pop(j, mq, rec.get());
+    } catch (const std::exception &e) {  // calls on mq report their own errors
+        fail("thread %d: %s", j.index, e.what());
+    }
+    running--;
+}
+
+[[noreturn]] void usage(const char *msg)
+{
+    if (msg)
+        std::fprintf(stderr, "boost_mq: %s\n", msg);
+    std::fprintf(stderr,
+                 "usage: boost_mq create --queue Q --capacity C --size S\n"
+                 "       boost_mq remove --queue Q\n"
+                 "       boost_mq run --queue Q --op push|pop|pushpop --threads N\n"
+                 "                    [--pop-threads M] --records R --size S [--batch B]\n"
+                 "  queue name: tvmq_bench_<Q>; N, M: 1..%d (M defaults to N; pushpop only);\n"
+                 "  S >= 8 bytes; --batch is ignored\n",
+                 kMaxThreads);
+    std::exit(2);
+}
+
+// Parses a whole decimal number in [min, max], or exits with the usage.
+unsigned long long number(const char *opt, const char *s, unsigned long long min,
+                          unsigned long long max)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = std::strtoull(s, &end, 10);
+    if (*s < '0' || *s > '9' || *end != '\0' || errno != 0 || v < min || v > max) {
+        std::fprintf(stderr, "boost_mq: bad value for %s: '%s' (%llu..%llu)\n", opt, s, min, max);
+        usage(nullptr);
+    }
+    return v;
+}
+
+void parse_args(int argc, char *argv[])
+{
+    if (argc < 2)
+        usage("a command is required");
+    cfg.cmd = argv[1];
+    if (cfg.cmd != "create" && cfg.cmd != "remove" && cfg.cmd != "run")
+        usage("unknown command");
+
+    // Options each command takes, and which of them were given.
+    std::string allowed = cfg.cmd == "create" ? " --queue --capacity --size "
+                        : cfg.cmd == "remove" ? " --queue "
+                        : " --queue --op --threads --pop-threads --records --size --batch ";
+    std::string given = " ";
+    for (int i = 2; i < argc; i += 2) {
+        std::string opt = argv[i];
+        const char *val = argv[i + 1];
+        if (allowed.find(" " + opt + " ") == std::string::npos) {
+            std::fprintf(stderr, "boost_mq: unknown option '%s' for %s\n", opt.c_str(), cfg.cmd.c_str());
+            usage(nullptr);
+        }
+        if (!val)
+            usage("missing value after the last option");
+        given += opt + " ";
+        if (opt == "--queue")
+            cfg.queue = number(argv[i], val, 0, UINT32_MAX);
+        else if (opt == "--capacity")
+            cfg.capacity = number(argv[i], val, 1, 1ULL << 40);
+        else if (opt == "--size")
+            cfg.size = number(argv[i], val, 8, 1ULL << 30);
+        else if (opt == "--threads")
+            cfg.threads = (int)number(argv[i], val, 1, kMaxThreads);
+        else if (opt == "--pop-threads")
+            cfg.pop_threads = (int)number(argv[i], val, 1, kMaxThreads);
+        else if (opt == "--records")
+            cfg.records = number(argv[i], val, 0, LONG_MAX);
+        else if (opt == "--batch")
+            number(argv[i], val, 1, 1ULL << 20);
+        else if (!std::strcmp(val, "push"))  // --op
+            cfg.op = Op::push;
+        else if (!std::strcmp(val, "pop"))
+            cfg.op = Op::pop;
+        else if (!std::strcmp(val, "pushpop"))
+            cfg.op = Op::pushpop;
+        else
+            usage("unknown --op (boost_mq runs push, pop and pushpop)");
+    }
+
+    // Every allowed option but the optional ones is required.
+    for (const char *opt : {"--queue", "--capacity", "--size", "--op", "--threads", "--records"})
+        if (allowed.find(std::string(" ") + opt + " ") != std::string::npos &&
+            given.find(std::string(" ") + opt + " ") == std::string::npos) {
+            std::fprintf(stderr, "boost_mq: %s needs %s\n", cfg.cmd.c_str(), opt);
+            usage(nullptr);
+        }
+    if (cfg.pop_threads == 0)
+        cfg.pop_threads = cfg.threads;
+}
+
+// Creates the queue, then allocates all of its memory now, as tvmq does for a
+// queue file: otherwise the first run would pay for allocating and zeroing
+// every page (2.5 s for a 1.3 GB queue) and the next ones would not.
+// MADV_POPULATE_WRITE faults every page in, writable, without changing it.
+int create_queue()
+{
+    std::string name = queue_name();
+    bip::message_queue::remove(name.c_str());
+    try {
+        bip::message_queue mq(bip::create_only, name.c_str(), cfg.capacity, cfg.size);
+    } catch (const bip::interprocess_exception &e) {
+        fail("message_queue(create_only, %s) failed: %s", name.c_str(), describe(e).c_str());
+    }
+
+    int fd = shm_open(("/" + name).c_str(), O_RDWR, 0);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0)
+        fail("shm_open/fstat(/%s) failed: %s", name.c_str(), std::strerror(errno));
+    void *mem = mmap(nullptr, st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (mem == MAP_FAILED)
+        fail("mmap(/%s, %lld bytes) failed: %s", name.c_str(), (long long)st.st_size,
+             std::strerror(errno));
+    if (madvise(mem, st.st_size, MADV_POPULATE_WRITE) != 0 && errno != EINVAL)
+        fail("madvise(/%s, MADV_POPULATE_WRITE) failed: %s", name.c_str(), std::strerror(errno));
+    // EINVAL: a kernel before 5.14; the first run will pay for the pages.
+    munmap(mem, st.st_size);
+    close(fd);
+    return 0;
+}
+
+int remove_queue()
+{
+    bip::message_queue::remove(queue_name().c_str());  // false when absent: fine
+    return 0;
+}
+
+int run()
+{
+    // Push threads (or the only kind of thread), then pop threads for pushpop.
+    int n = cfg.threads, m = cfg.op == Op::pushpop ? cfg.pop_threads : 0;
+    std::vector<Job> jobs;
+    unsigned long long want_push = 0, want_pop = 0, pushed = 0, popped = 0;
+    for (int i = 0; i < n + m; i++) {
+        Job j;
+        j.index = i;
+        j.pusher = i < n && cfg.op != Op::pop;
+        j.count = cfg.records / (i < n ? n : m);
+        j.first = i < n ? j.count * i : 0;
+        (j.pusher ? want_push : want_pop) += j.count;
+        jobs.push_back(j);
+    }
+
+    // Open before the clock starts, as the seed benchmarks attach first.
+    std::unique_ptr<bip::message_queue> mq;
+    try {
+        mq.reset(new bip::message_queue(bip::open_only, queue_name().c_str()));
+    } catch (const bip::interprocess_exception &e) {
+        fail("message_queue(open_only, %s) failed: %s", queue_name().c_str(), describe(e).c_str());
+    }
+
+    pthread_barrier_init(&start_line, nullptr, jobs.size());
+    running = (int)jobs.size();
+    std::vector<std::thread> threads;
+    double t0 = now_ms();
+    try {
+        for (Job &j : jobs)
+            threads.emplace_back(worker, std::ref(j), std::ref(*mq));
+    } catch (const std::system_error &e) {
+        fail("std::thread: %s", e.what());
+    }
+    for (std::thread &t : threads)
+        t.join();
+    double t1 = now_ms();
+
+    for (const Job &j : jobs)
+        (j.pusher ? pushed : popped) += j.done;
+    if (pushed != want_push || popped != want_pop)
+        fail("pushed %llu of %llu, popped %llu of %llu records", pushed, want_push, popped, want_pop);
+
+    std::printf("ok ms=%.3f records=%llu\n", t1 - t0, pushed + popped);
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char *argv[])
+{
+    parse_args(argc, argv);
+    if (cfg.cmd == "create")
+        return create_queue();
+    if (cfg.cmd == "remove")
+        return remove_queue();
+    return run();
+}

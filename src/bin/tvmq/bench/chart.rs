@@ -1,0 +1,86 @@
+//! chart.png: records/s against threads for push and for pop: tvmq, Boost
+//! mq, crossbeam and STVM's figures.
+
+use super::Cell;
+use plotters::prelude::*;
+use std::path::Path;
+
+/// A line of the chart: its name, colour and points (threads, M records/s).
+type Line<'a> = (&'a str, RGBColor, Vec<(f64, f64)>);
+
+/// Fonts tried for the labels (plotters draws text with a TrueType font).
+const FONTS: &[&str] = &[
+    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/TTF/DejaVuSans.ttf",
+    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
+];
+
+fn load_font() -> Result<(), String> {
+    let path =
+        FONTS.iter().find(|p| Path::new(p).exists()).ok_or("no DejaVuSans.ttf found (install fonts-dejavu-core)")?;
+    let bytes = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?;
+    plotters::style::register_font("sans-serif", FontStyle::Normal, Box::leak(bytes.into_boxed_slice()))
+        .map_err(|_| format!("{path}: not a usable font"))
+}
+
+fn series(cells: &[Cell], test: &str, subject: &str) -> Vec<(f64, f64)> {
+    let mut v: Vec<(f64, f64)> = cells
+        .iter()
+        .filter(|c| c.section == "threads" && c.test == test && c.subject == subject && c.error.is_none())
+        .filter_map(|c| Some((c.param.parse::<f64>().ok()?, c.rates()?.0 / 1e6)))
+        .collect();
+    v.sort_by(|a, b| a.0.total_cmp(&b.0));
+    v
+}
+
+pub fn draw(cells: &[Cell], path: &Path, stvm: &[Vec<(f64, f64)>; 2]) -> Result<(), String> {
+    load_font()?;
+    let e = |e: &dyn std::fmt::Display| e.to_string();
+    let root = BitMapBackend::new(path, (1200, 520)).into_drawing_area();
+    root.fill(&WHITE).map_err(|x| e(&x))?;
+    let panels = root.split_evenly((1, 2));
+    let subjects: [(&str, RGBColor); 3] =
+        [("tvmq", RGBColor(200, 30, 30)), ("Boost mq", RGBColor(30, 90, 200)), ("crossbeam", RGBColor(30, 150, 60))];
+    for (i, (panel, test)) in panels.iter().zip(["push", "pop"]).enumerate() {
+        let mut all: Vec<Vec<(f64, f64)>> = subjects.iter().map(|(s, _)| series(cells, test, s)).collect();
+        let stvm_m: Vec<(f64, f64)> = stvm[i].iter().map(|&(x, r)| (x, r / 1e6)).collect();
+        all.push(stvm_m.clone());
+        let top = all.iter().flatten().map(|p| p.1).fold(1.0, f64::max) * 1.15;
+        let mut chart = ChartBuilder::on(panel)
+            .caption(format!("{test}, 304-byte records"), ("sans-serif", 22))
+            .margin(14)
+            .x_label_area_size(40)
+            .y_label_area_size(56)
+            .build_cartesian_2d(0.5f64..10.5f64, 0f64..top)
+            .map_err(|x| e(&x))?;
+        chart
+            .configure_mesh()
+            .x_desc("threads")
+            .y_desc("million records / s")
+            .x_labels(11)
+            .x_label_formatter(&|x| if [1.0, 2.0, 4.0, 10.0].contains(x) { format!("{x:.0}") } else { String::new() })
+            .draw()
+            .map_err(|x| e(&x))?;
+        let mut lines: Vec<Line> = subjects.iter().zip(all.iter()).map(|((s, c), v)| (*s, *c, v.clone())).collect();
+        lines.push(("STVM (seed README)", RGBColor(120, 120, 120), stvm_m));
+        for (name, color, points) in lines {
+            if points.is_empty() {
+                continue;
+            }
+            chart
+                .draw_series(LineSeries::new(points.clone(), color.stroke_width(3)))
+                .map_err(|x| e(&x))?
+                .label(name)
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(3)));
+            chart.draw_series(points.iter().map(|&p| Circle::new(p, 4, color.filled()))).map_err(|x| e(&x))?;
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::LowerRight)
+            .draw()
+            .map_err(|x| e(&x))?;
+    }
+    root.present().map_err(|x| e(&x))
+}

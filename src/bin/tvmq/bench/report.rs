@@ -1,0 +1,277 @@
+//! The benchmark's outputs: a table on the terminal (also saved as
+//! table.txt), results.csv, results.json and chart.png.
+
+use super::{BenchArgs, Cell};
+use std::fmt::Write as _;
+use tvm::error::{Error, SHM_ERR_ACCES};
+
+/// STVM's figures on this machine type (`../shared/seed/README.md`),
+/// milliseconds for 4,000,000 records of 304 bytes. STVM is not rebuilt here.
+const STVM_MS: &[(&str, &str, &str, f64)] = &[
+    ("threads", "push", "1", 2200.0),
+    ("threads", "push", "2", 2400.0),
+    ("threads", "push", "4", 2250.0),
+    ("threads", "push", "10", 2250.0),
+    ("threads", "pop", "1", 2500.0),
+    ("threads", "pop", "2", 2550.0),
+    ("threads", "pop", "4", 2300.0),
+    ("threads", "pop", "10", 2100.0),
+    // 8,000,000 operations (4 M pushed and popped) by one push and one pop process.
+    ("push+pop", "processes", "1+1", 2650.0),
+    ("push+pop", "processes", "2+1", 3240.0),
+];
+const STVM_RECORDS: f64 = 4_000_000.0;
+
+/// STVM's rate for a row, in records per second.
+fn stvm_rate(section: &str, test: &str, param: &str) -> Option<f64> {
+    let ops = if section == "push+pop" { 2.0 * STVM_RECORDS } else { STVM_RECORDS };
+    STVM_MS.iter().find(|r| r.0 == section && r.1 == test && r.2 == param).map(|r| ops / (r.3 / 1000.0))
+}
+
+const SECTIONS: &[(&str, &str)] = &[
+    ("setup", "Setup costs (milliseconds; not part of the seed programs' cost_time, except faults)"),
+    ("threads", "Seed programs, push then pop (records/s)"),
+    ("processes", "Processes instead of threads, started together, whole-process wall time (records/s)"),
+    ("push+pop", "Push and pop at the same time, pushers+poppers (operations/s)"),
+    ("record size", "Record size sweep, one thread (records/s and MB/s)"),
+    ("batch", "Batch calls, 64 records a call, one thread (records/s)"),
+];
+
+fn mega(rate: f64) -> String {
+    if rate >= 1e6 { format!("{:.2} M", rate / 1e6) } else { format!("{:.1} K", rate / 1e3) }
+}
+
+/// "12.30 M (11.9–12.8)" or the error.
+fn rate_text(c: &Cell) -> String {
+    match (c.rates(), &c.error) {
+        (_, Some(e)) => format!("error: {}", e.chars().take(40).collect::<String>()),
+        (Some((med, lo, hi)), None) => format!("{} ({:.1}–{:.1})", mega(med), lo / 1e6, hi / 1e6),
+        (None, None) => "-".into(),
+    }
+}
+
+fn ms_text(c: &Cell) -> String {
+    match (c.median_ms(), &c.error) {
+        (_, Some(e)) => format!("error: {e}"),
+        (Some(m), None) => {
+            let lo = c.ms.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = c.ms.iter().copied().fold(0.0, f64::max);
+            format!("{m:.0} ms ({lo:.0}–{hi:.0})")
+        }
+        (None, None) => "-".into(),
+    }
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| s.lines().next().and_then(|l| l.split_whitespace().nth(1)).and_then(|k| k.parse::<u64>().ok()))
+        .map_or("? GiB".into(), |kb| format!("{} GiB", kb / 1024 / 1024));
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    format!("{cpu}, {cores} cores, {mem} RAM, Linux {}", kernel.trim())
+}
+
+/// Rows of a section: `(test, param)` in first-seen order, and its subjects.
+fn pivot(cells: &[Cell], section: &str) -> (Vec<(String, String)>, Vec<&'static str>) {
+    let mut rows: Vec<(String, String)> = Vec::new();
+    let mut subjects: Vec<&'static str> = Vec::new();
+    for c in cells.iter().filter(|c| c.section == section) {
+        let row = (c.test.clone(), c.param.clone());
+        if !rows.contains(&row) {
+            rows.push(row);
+        }
+        if !subjects.contains(&c.subject) {
+            subjects.push(c.subject);
+        }
+    }
+    (rows, subjects)
+}
+
+fn find<'a>(cells: &'a [Cell], section: &str, test: &str, param: &str, subject: &str) -> Option<&'a Cell> {
+    cells.iter().find(|c| c.section == section && c.test == test && c.param == param && c.subject == subject)
+}
+
+fn ratio(a: Option<f64>, b: Option<f64>) -> String {
+    match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => format!("{:.2}x", a / b),
+        _ => "-".into(),
+    }
+}
+
+fn table(cells: &[Cell], args: &BenchArgs, seconds: f64) -> String {
+    let mut t = String::new();
+    let runs = cells.iter().map(|c| c.ms.len()).max().unwrap_or(0);
+    writeln!(t, "tvmq bench on {}", machine()).unwrap();
+    writeln!(
+        t,
+        "median of {runs} run(s) (min-max in M/s), {} records of 304 bytes unless told; {seconds:.0} s in all{}",
+        if args.smoke { args.records.min(20_000) } else { args.records },
+        if args.smoke { " (SMOKE RUN: small counts, figures not meaningful)" } else { "" }
+    )
+    .unwrap();
+    for &(section, title) in SECTIONS {
+        let (rows, subjects) = pivot(cells, section);
+        if rows.is_empty() {
+            continue;
+        }
+        writeln!(t, "\n{title}").unwrap();
+        let mut header = format!("{:<22}", "");
+        for s in &subjects {
+            write!(header, " | {s:<24}").unwrap();
+        }
+        let comparable = matches!(section, "threads" | "processes" | "push+pop");
+        if comparable {
+            write!(header, " | {:<24} | tvmq/crossbeam | tvmq/Boost | tvmq/bare | tvmq/STVM", "STVM (seed README)")
+                .unwrap();
+        }
+        writeln!(t, "{header}").unwrap();
+        for (test, param) in rows {
+            let mut line = format!("{:<22}", format!("{test} {param}"));
+            for s in &subjects {
+                let text = find(cells, section, &test, &param, s).map_or("-".into(), |c| match section {
+                    "setup" => ms_text(c),
+                    "record size" => match c.rates() {
+                        Some((med, _, _)) if c.error.is_none() => {
+                            format!("{} {:.0} MB/s", mega(med), med * c.record_bytes as f64 / 1e6)
+                        }
+                        _ => rate_text(c),
+                    },
+                    _ => rate_text(c),
+                });
+                write!(line, " | {text:<24}").unwrap();
+            }
+            if comparable {
+                let rate = |s| {
+                    find(cells, section, &test, &param, s)
+                        .and_then(|c| c.error.is_none().then(|| c.rates()).flatten())
+                        .map(|r| r.0)
+                };
+                let tvmq = rate("tvmq");
+                let stvm = stvm_rate(section, &test, &param);
+                let stvm_text = match (stvm, section, test.as_str(), param.as_str()) {
+                    (Some(r), ..) => mega(r),
+                    (None, "push+pop", "processes", "2+2") => "fails (no space)".into(),
+                    _ => "-".into(),
+                };
+                write!(
+                    line,
+                    " | {stvm_text:<24} | {:<14} | {:<10} | {:<9} | {}",
+                    ratio(tvmq, rate("crossbeam")),
+                    ratio(tvmq, rate("Boost mq")),
+                    ratio(tvmq, rate("bare ring")),
+                    ratio(tvmq, stvm)
+                )
+                .unwrap();
+            }
+            writeln!(t, "{line}").unwrap();
+        }
+    }
+    t
+}
+
+fn csv(cells: &[Cell]) -> String {
+    let mut s = String::from(
+        "section,test,param,subject,records,record_bytes,runs,median_ms,min_ms,max_ms,median_per_s,error\n",
+    );
+    for c in cells {
+        let (med, lo, hi) = (
+            c.median_ms().unwrap_or(f64::NAN),
+            c.ms.iter().copied().fold(f64::INFINITY, f64::min),
+            c.ms.iter().copied().fold(0.0, f64::max),
+        );
+        let rate = c.rates().map_or(String::new(), |r| format!("{:.0}", r.0));
+        writeln!(
+            s,
+            "{},{},{},{},{},{},{},{med:.3},{lo:.3},{hi:.3},{rate},{}",
+            c.section,
+            c.test,
+            c.param,
+            c.subject,
+            c.records,
+            c.record_bytes,
+            c.ms.len(),
+            c.error.as_deref().unwrap_or("").replace([',', '\n'], ";")
+        )
+        .unwrap();
+    }
+    s
+}
+
+fn json_str(s: &str) -> String {
+    let mut o = String::from("\"");
+    for ch in s.chars() {
+        match ch {
+            '"' => o.push_str("\\\""),
+            '\\' => o.push_str("\\\\"),
+            c if (c as u32) < 0x20 => write!(o, "\\u{:04x}", c as u32).unwrap(),
+            c => o.push(c),
+        }
+    }
+    o.push('"');
+    o
+}
+
+fn json(cells: &[Cell], args: &BenchArgs) -> String {
+    let mut s = format!(
+        "{{\n  \"machine\": {},\n  \"records\": {},\n  \"smoke\": {},\n  \"cells\": [\n",
+        json_str(&machine()),
+        args.records,
+        args.smoke
+    );
+    for (i, c) in cells.iter().enumerate() {
+        let ms: Vec<String> = c.ms.iter().map(|m| format!("{m:.3}")).collect();
+        write!(
+            s,
+            "    {{\"section\": {}, \"test\": {}, \"param\": {}, \"subject\": {}, \"records\": {}, \"record_bytes\": {}, \"ms\": [{}], \"median_per_s\": {}, \"error\": {}}}",
+            json_str(c.section),
+            json_str(&c.test),
+            json_str(&c.param),
+            json_str(c.subject),
+            c.records,
+            c.record_bytes,
+            ms.join(", "),
+            c.rates().map_or("null".into(), |r| format!("{:.0}", r.0)),
+            c.error.as_deref().map_or("null".into(), json_str)
+        )
+        .unwrap();
+        s.push_str(if i + 1 < cells.len() { ",\n" } else { "\n" });
+    }
+    s.push_str("  ]\n}\n");
+    s
+}
+
+pub fn write(cells: &[Cell], args: &BenchArgs, seconds: f64) -> Result<(), Error> {
+    let out = &args.out;
+    let io = |e: std::io::Error| Error::new(SHM_ERR_ACCES, format!("cannot write to {}: {e}", out.display()));
+    std::fs::create_dir_all(out).map_err(io)?;
+    let text = table(cells, args, seconds);
+    print!("{text}");
+    std::fs::write(out.join("table.txt"), &text).map_err(io)?;
+    std::fs::write(out.join("results.csv"), csv(cells)).map_err(io)?;
+    std::fs::write(out.join("results.json"), json(cells, args)).map_err(io)?;
+    match super::chart::draw(cells, &out.join("chart.png"), &stvm_series()) {
+        Ok(()) => println!("\nwrote {0}/table.txt, {0}/results.csv, {0}/results.json, {0}/chart.png", out.display()),
+        Err(e) => println!("\nwrote {0}/table.txt, {0}/results.csv, {0}/results.json; no chart: {e}", out.display()),
+    }
+    Ok(())
+}
+
+/// STVM's push and pop rates at 1, 2, 4, 10 threads, for the chart.
+fn stvm_series() -> [Vec<(f64, f64)>; 2] {
+    let series = |test| {
+        [1, 2, 4, 10]
+            .iter()
+            .filter_map(|&n| stvm_rate("threads", test, &n.to_string()).map(|r| (n as f64, r)))
+            .collect::<Vec<_>>()
+    };
+    [series("push"), series("pop")]
+}
