@@ -24,6 +24,7 @@
 //
 // Build: g++ -O2 -std=c++17 -Wall -Werror -o boost_mq bench/boost_mq.cpp -lpthread -lrt
 
+#include <boost/date_time/posix_time/posix_time_types.hpp>
 #include <boost/interprocess/ipc/message_queue.hpp>
 
 #include <fcntl.h>
@@ -35,6 +36,7 @@
 #include <atomic>
 #include <cerrno>
 #include <climits>
+#include <csignal>
 #include <cstdarg>
 #include <cstddef>
 #include <cstdint>
@@ -92,6 +94,10 @@ pthread_barrier_t start_line;  // every thread starts work together
 std::atomic<bool> stopping{false};  // set by the first failure: threads quit
 std::atomic<int> running{0};        // worker threads still working
 thread_local bool is_worker = false;
+
+// SIGINT and SIGTERM stop the threads (rather than kill them in a receive,
+// see do_pop); the run then fails with the counts it reached.
+extern "C" void on_signal(int) { stopping = true; }
 
 std::string queue_name() { return "tvmq_bench_" + std::to_string(cfg.queue); }
 
@@ -186,13 +192,25 @@ void do_push(Job &j, bip::message_queue &mq, char *rec)
     }
 }
 
+// Pops with a blocking receive that looks at `stopping` every 100 ms while
+// the queue is empty: try_receive (the same code as receive when there is a
+// record), then timed_receive. No thread may die waiting in receive: the
+// queue's process-shared condition variable would keep the dead waiter, and
+// the next send or receive on the queue, by any process, would hang.
 void do_pop(Job &j, bip::message_queue &mq, char *rec)
 {
+    namespace pt = boost::posix_time;
     while (keep_going(j)) {
         bip::message_queue::size_type got = 0;
         unsigned int priority;
         try {
-            mq.receive(rec, cfg.size, got, priority);
+            while (!mq.try_receive(rec, cfg.size, got, priority)) {
+                if (stopping)
+                    return;
+                pt::ptime deadline = pt::microsec_clock::universal_time() + pt::milliseconds(100);
+                if (mq.timed_receive(rec, cfg.size, got, priority, deadline))
+                    break;
+            }
         } catch (const bip::interprocess_exception &e) {
             fail_call(j, "receive", e);
         }
@@ -366,6 +384,8 @@ int run()
         fail("message_queue(open_only, %s) failed: %s", queue_name().c_str(), describe(e).c_str());
     }
 
+    std::signal(SIGINT, on_signal);
+    std::signal(SIGTERM, on_signal);
     pthread_barrier_init(&start_line, nullptr, jobs.size());
     running = (int)jobs.size();
     std::vector<std::thread> threads;

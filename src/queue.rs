@@ -20,6 +20,10 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+/// Where the spinning of a pop on an empty queue starts (8 pauses), before it
+/// yields and then sleeps.
+const EMPTY_POLL_FIRST_STEP: u32 = 3;
+
 /// Longest single futex sleep; a sleeper re-checks the queue at least this often.
 pub const SLEEP_SLICE: Duration = Duration::from_millis(200);
 
@@ -224,7 +228,9 @@ impl Queue {
             return Err(Error::new(RECD_TOO_LONG, format!("buffer of {} bytes, queue records need {size}", out.len())));
         }
         let out = &mut out[..size];
-        let mut spins = Backoff::new();
+        // Polling an empty queue reads `tail`, which producers are moving:
+        // start with pauses long enough not to slow them down.
+        let mut spins = Backoff::starting_at(EMPTY_POLL_FIRST_STEP);
         loop {
             self.check_usable()?;
             match self.ring.pop(out, self.token, &mut Patience::new(self)) {

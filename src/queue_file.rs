@@ -770,10 +770,13 @@ unsafe impl Storage for MapStorage {
     }
 
     #[inline]
-    unsafe fn write(&self, index: usize, src: &[u8]) {
-        debug_assert!(index < self.capacity && src.len() <= self.record_size);
-        // SAFETY: in bounds as in `slot`; src.len() <= record_size; the caller holds the slot.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.slots.add(index * self.stride + 16), src.len()) };
+    unsafe fn write(&self, index: usize, offset: usize, src: &[u8]) {
+        debug_assert!(index < self.capacity && offset + src.len() <= self.record_size);
+        // SAFETY: in bounds as in `slot`; offset + src.len() <= record_size
+        // (the caller's contract); the caller holds the slot.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), self.slots.add(index * self.stride + 16 + offset), src.len())
+        };
     }
 
     #[inline]

@@ -99,11 +99,12 @@ pub struct SlotHeader {
 pub unsafe trait Storage {
     fn cursors(&self) -> &Cursors;
     fn slot(&self, index: usize) -> &SlotHeader;
-    /// Copies `src` to the start of slot `index`'s data.
+    /// Copies `src` into slot `index`'s data, `offset` bytes from its start.
     ///
     /// # Safety
-    /// The caller holds slot `index` (has claimed it and not yet published).
-    unsafe fn write(&self, index: usize, src: &[u8]);
+    /// The caller holds slot `index` (has claimed it and not yet published),
+    /// and `offset + src.len() <= record_size`.
+    unsafe fn write(&self, index: usize, offset: usize, src: &[u8]);
     /// Copies the start of slot `index`'s data into `dst`.
     ///
     /// # Safety
@@ -169,6 +170,15 @@ pub enum RingError {
     Aborted(u32),
 }
 
+/// Record bytes that share a cache line with the slot header.
+const FIRST_LINE_DATA: usize = 64 - std::mem::size_of::<SlotHeader>();
+
+/// Where a consumer's wait for its claimed slot starts (32 pauses, about a
+/// microsecond): it usually arrives while its producer is still copying, and
+/// polling the slot at once would take the line away from that producer,
+/// whose publishing CAS must then win it back.
+const CONSUMER_FIRST_STEP: u32 = 5;
+
 /// Spin, then yield: bounded busy-waiting for the rare moments when one
 /// thread waits for another's in-flight step.
 pub(crate) struct Backoff {
@@ -187,6 +197,11 @@ const YIELD_LIMIT: u32 = 1;
 impl Backoff {
     pub(crate) fn new() -> Backoff {
         Backoff { step: 0 }
+    }
+
+    /// A backoff whose first waits are already `step` doublings long.
+    pub(crate) fn starting_at(step: u32) -> Backoff {
+        Backoff { step: step.min(SPIN_LIMIT) }
     }
 
     /// After a lost CAS: a short exponential spin.
@@ -387,8 +402,16 @@ impl<S: Storage> Ring<S> {
         let slot = self.store.slot(claim.index);
         // Say who holds the slot, so that a waiter can tell whether we died.
         slot.owner.store(me, Ordering::Relaxed);
-        // SAFETY: we claimed this slot (moved `tail` past it) and have not published it.
-        unsafe { self.store.write(claim.index, data) };
+        // The slot's first cache line holds `seq`, which a consumer waiting
+        // for this record polls: write the record's later lines first and
+        // that line last, so that it is taken back from the poller once.
+        let (head, rest) = data.split_at(data.len().min(FIRST_LINE_DATA));
+        // SAFETY: we claimed this slot (moved `tail` past it) and have not
+        // published it; head and rest lie within the record.
+        unsafe {
+            self.store.write(claim.index, head.len(), rest);
+            self.store.write(claim.index, 0, head);
+        }
         slot.len.store(data.len() as u32, Ordering::Relaxed);
         // Publish by CAS: it fails only if a waiter declared our claim dead
         // and turned the slot into a skipped record. SeqCst orders it before
@@ -459,7 +482,10 @@ impl<S: Storage> Ring<S> {
     ///   used, claims another.
     fn await_turn(&self, index: usize, lap: u64, role: Role, stall: &mut impl Stall) -> Result<Turn, RingError> {
         let slot = self.store.slot(index);
-        let mut wait = Backoff::new();
+        let mut wait = match role {
+            Role::Producer => Backoff::new(),
+            Role::Consumer => Backoff::starting_at(CONSUMER_FIRST_STEP),
+        };
         loop {
             let seq = slot.seq.load(Ordering::Acquire);
             let (holder, recovered) = match (self.state(seq, lap), role) {
@@ -678,16 +704,17 @@ unsafe impl Storage for HeapStorage {
         &self.slots[index]
     }
 
-    unsafe fn write(&self, index: usize, src: &[u8]) {
-        let n = src.len().min(self.record_size);
+    unsafe fn write(&self, index: usize, offset: usize, src: &[u8]) {
+        let range = offset..offset + src.len();
         #[cfg(not(loom))]
-        // SAFETY: the caller holds the slot, so no other reference to its data exists.
+        // SAFETY: the caller holds the slot, so no other reference to its data
+        // exists; slicing panics rather than going out of bounds.
         unsafe {
-            (&mut (*self.data[index].0.get()))[..n].copy_from_slice(&src[..n])
+            (&mut (*self.data[index].0.get()))[range].copy_from_slice(src)
         };
         #[cfg(loom)]
         // SAFETY: as above; loom checks the claim.
-        self.data[index].0.with_mut(|d| unsafe { (&mut (*d))[..n].copy_from_slice(&src[..n]) });
+        self.data[index].0.with_mut(|d| unsafe { (&mut (*d))[range].copy_from_slice(src) });
     }
 
     unsafe fn read(&self, index: usize, dst: &mut [u8]) {
