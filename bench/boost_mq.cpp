@@ -9,7 +9,7 @@
 // The queue is named "tvmq_bench_<Q>" (a file in /dev/shm) and holds up to C
 // messages of up to S bytes.
 //   OP  push     N threads each try_send R/N records (a full queue is an error)
-//       pop      N threads each receive R/N records (blocking)
+//       pop      N threads each receive R/N records (blocking; see do_pop)
 //       pushpop  N push threads (R/N each) and M pop threads (R/M each) at once
 // --batch is accepted for a command line common with tvmq_driver, and unused.
 //
@@ -102,9 +102,8 @@ extern "C" void on_signal(int) { stopping = true; }
 std::string queue_name() { return "tvmq_bench_" + std::to_string(cfg.queue); }
 
 // Reports a failure and ends the process with status 1. The other threads are
-// told to stop and given up to a second to leave their loops, so that none is
-// killed holding the queue's process-shared mutex (a thread blocked in receive
-// waits on the condition with the mutex released, and is ended by _exit).
+// told to stop and given up to a second to leave their loops (a waiting pop
+// looks every 100 ms), so that none is killed inside a call on the queue.
 [[noreturn]] void fail(const char *fmt, ...)
 {
     va_list ap;
@@ -403,7 +402,8 @@ int run()
     for (const Job &j : jobs)
         (j.pusher ? pushed : popped) += j.done;
     if (pushed != want_push || popped != want_pop)
-        fail("pushed %llu of %llu, popped %llu of %llu records", pushed, want_push, popped, want_pop);
+        fail("%spushed %llu of %llu, popped %llu of %llu records",
+             stopping ? "stopped by a signal: " : "", pushed, want_push, popped, want_pop);
 
     std::printf("ok ms=%.3f records=%llu\n", t1 - t0, pushed + popped);
     return 0;

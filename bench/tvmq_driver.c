@@ -78,7 +78,7 @@ static _Thread_local int is_worker;   /* set in worker threads */
  * thread is killed in the middle of a queue call (threads blocked in a pop
  * are waiting, not inside the ring, and are ended by _exit).
  */
-static void fail(const char *fmt, ...)
+_Noreturn static void fail(const char *fmt, ...)
 {
     va_list ap;
 
@@ -97,7 +97,7 @@ static void fail(const char *fmt, ...)
 }
 
 /* Reports the failed call `call` of thread j, with the handle's error code. */
-static void fail_call(const job_t *j, const char *call, const SATvm *h)
+_Noreturn static void fail_call(const job_t *j, const char *call, const SATvm *h)
 {
     fail("thread %d: %s failed after %llu records: error %u (%s)", j->index, call,
          j->done, h->m_lErrno, sGetTError(h->m_lErrno));
@@ -232,7 +232,7 @@ static void *worker(void *arg)
     return NULL;
 }
 
-static void usage(const char *msg)
+_Noreturn static void usage(const char *msg)
 {
     if (msg != NULL)
         fprintf(stderr, "tvmq_driver: %s\n", msg);
