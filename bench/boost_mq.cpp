@@ -15,8 +15,9 @@
 //
 // Records are S bytes (S >= 8); when S >= 304 they start with the seed
 // benchmark's dbUser filled as push_bench.c fills it. The queue is opened
-// (open_only) before the clock starts and shared by the threads (message_queue
-// is thread-safe); the clock covers thread creation, the work and the joins.
+// (open_only, then its pages mapped in, as lAttchTable does) before the clock
+// starts and shared by the threads (message_queue is thread-safe); the clock
+// covers thread creation, the work and the joins.
 //
 // Success: "ok ms=<ms, 3 decimals> records=<pushed+popped>" on stdout for run,
 // nothing for create and remove. Failure: a message on stderr, exit 1. Bad
@@ -353,6 +354,31 @@ int create_queue()
     return 0;
 }
 
+// Maps in every page of this process's mapping of the queue, as tvmq's
+// lAttchTable does for its queue, so that the timed work takes no page faults
+// on either side (a 1.3 GB queue: 20,000 faults, 50 ms of a 300 ms push).
+// message_queue does not expose its mapping: find it in /proc/self/maps.
+void populate_mapping()
+{
+    std::string path = "/dev/shm/" + queue_name();
+    FILE *maps = std::fopen("/proc/self/maps", "r");
+    char line[4096];
+    bool found = false;
+    while (maps && std::fgets(line, sizeof line, maps)) {
+        unsigned long lo, hi;
+        char file[4096] = "";
+        if (std::sscanf(line, "%lx-%lx %*s %*s %*s %*s %4095s", &lo, &hi, file) < 3 || path != file)
+            continue;
+        found = true;
+        if (madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE) != 0 && errno != EINVAL)
+            fail("madvise(%s, MADV_POPULATE_WRITE) failed: %s", path.c_str(), std::strerror(errno));
+    }
+    if (maps)
+        std::fclose(maps);
+    if (!found)
+        fail("cannot find the mapping of %s in /proc/self/maps", path.c_str());
+}
+
 int remove_queue()
 {
     bip::message_queue::remove(queue_name().c_str());  // false when absent: fine
@@ -382,6 +408,7 @@ int run()
     } catch (const bip::interprocess_exception &e) {
         fail("message_queue(open_only, %s) failed: %s", queue_name().c_str(), describe(e).c_str());
     }
+    populate_mapping();
 
     std::signal(SIGINT, on_signal);
     std::signal(SIGTERM, on_signal);
