@@ -365,7 +365,54 @@ fn fill_new_file(file: &File, tmp: &Path, info: &Info, mode: u32) -> Result<()> 
         }
         e => return Err(io_error(SHM_ERR_NOMEM, "cannot allocate", tmp, std::io::Error::from_raw_os_error(e))),
     }
+    if is_tmpfs(file) {
+        zero_fill(file, info.file_size).map_err(|e| io_error(MQUE_CRTE_BIG, "cannot fill", tmp, e))?;
+    }
     file.write_all_at(info_bytes(info), 0).map_err(|e| io_error(SHM_ERR_NOMEM, "cannot write header of", tmp, e))
+}
+
+/// Is the file on tmpfs (as /dev/shm is)?
+fn is_tmpfs(file: &File) -> bool {
+    // SAFETY: statfs is plain data; the call fills it.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: valid fd and out pointer.
+    unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) == 0 && st.f_type == libc::TMPFS_MAGIC }
+}
+
+/// Writes zeros over the whole file. On tmpfs, `fallocate` reserves pages but
+/// leaves them to be cleared by whoever touches them first: clearing them
+/// here, once, keeps that cost (about a second for 1.3 GB through page faults
+/// on this machine type) out of every attaching process's first pushes.
+fn zero_fill(file: &File, len: u64) -> std::io::Result<()> {
+    const CHUNK: usize = 1 << 20;
+    let zeros = vec![0u8; CHUNK];
+    let mut at = 0;
+    while at < len {
+        let n = CHUNK.min((len - at) as usize);
+        file.write_all_at(&zeros[..n], at)?;
+        at += n as u64;
+    }
+    Ok(())
+}
+
+/// Maps every page of a new mapping into this process now, so that pushes
+/// and pops do not page-fault. On tmpfs a read-populate maps the pages
+/// writable (and costs half of a write-populate); elsewhere pages must be
+/// write-populated to be writable without faults. Kernels without
+/// MADV_POPULATE_* (before 5.14) get one read per page, which the kernel's
+/// fault-around turns into one fault per 16 pages.
+fn populate(ptr: *mut u8, len: usize, tmpfs: bool) {
+    const MADV_POPULATE_READ: libc::c_int = 22;
+    const MADV_POPULATE_WRITE: libc::c_int = 23;
+    let advice = if tmpfs { MADV_POPULATE_READ } else { MADV_POPULATE_WRITE };
+    // SAFETY: ptr..ptr+len is a live mapping of ours; populating only faults pages in.
+    if unsafe { libc::madvise(ptr.cast(), len, advice) } == 0 {
+        return;
+    }
+    for off in (0..len).step_by(4096) {
+        // SAFETY: off < len, inside the mapping; a volatile read has no effect but the fault.
+        unsafe { std::ptr::read_volatile(ptr.add(off)) };
+    }
 }
 
 /// Moves the finished temporary file to its name, failing if the name exists.
@@ -614,15 +661,13 @@ impl QueueFile {
         let mut opts = MmapOptions::new();
         opts.len(len as usize);
         let map = match access {
-            Access::ReadWrite { populate } => {
-                if populate {
-                    opts.populate();
-                }
-                opts.map_raw(&file)
-            }
+            Access::ReadWrite { .. } => opts.map_raw(&file),
             Access::ReadOnly => opts.map_raw_read_only(&file),
         }
         .map_err(|e| io_error(SHM_ERR_NOMEM, "cannot map", &path, e))?;
+        if access == (Access::ReadWrite { populate: true }) {
+            populate(map.as_mut_ptr(), map.len(), is_tmpfs(&file));
+        }
         Ok(QueueFile { map, file, info, path })
     }
 
