@@ -109,7 +109,10 @@ impl Queue {
         let mut registry = unsafe {
             Registry::new(file.table(), queue_file::TABLE_OFFSET, std::os::fd::AsRawFd::as_raw_fd(file.file()))
         };
-        let token = if register { registry.register(&file.control().wake.0.waiters) } else { 0 };
+        let (token, reconciled) = if register { registry.register(&file.control().wake.0.waiters) } else { (0, 0) };
+        if reconciled > 0 {
+            file.control().stats.0.reconciled_waiters.fetch_add(u64::from(reconciled), Ordering::Relaxed);
+        }
         let unblock_timeout = std::env::var("TVMQ_UNBLOCK_TIMEOUT_MS")
             .ok()
             .and_then(|v| v.parse().ok())
@@ -202,21 +205,22 @@ impl Queue {
         Ok(())
     }
 
-    /// Pushes `count` records of `each` bytes laid out one after another in
-    /// `records`. Returns how many went in; stops at the first failure, which
-    /// is returned alongside.
+    /// Pushes the records laid out one after another in `records`, `each`
+    /// bytes apiece, claiming their positions together (one CAS for as many
+    /// as there is room for). Returns how many went in; stops at the first
+    /// failure (`DATA_SPC_FULL` when the queue fills up), returned alongside.
     pub fn push_many(&self, records: &[u8], each: usize) -> (usize, Option<Error>) {
-        if each == 0 {
-            return (0, Some(Error::new(CONDIT_IS_NIL, "record size 0")));
+        if each == 0 || records.len() < each {
+            return (0, Some(Error::new(CONDIT_IS_NIL, "no records (size 0 or empty buffer)")));
         }
-        let mut done = 0;
-        for record in records.chunks_exact(each) {
-            if let Err(e) = self.push(record) {
-                return (done, Some(e));
-            }
-            done += 1;
+        if let Err(e) = self.check_push(&records[..each]) {
+            return (0, Some(e));
         }
-        (done, None)
+        let (done, err) = self.ring.push_batch(records, each, self.token, &mut Patience::new(self));
+        if done > 0 {
+            self.wake(done as u32);
+        }
+        (done, err.map(|e| self.ring_error(e)))
     }
 
     /// Removes the oldest record into `out`, which must hold at least
@@ -276,19 +280,25 @@ impl Queue {
     }
 
     /// Wakes one sleeper, if any announced itself. The load is SeqCst so that
-    /// it is ordered after the publishing CAS (see the module doc).
+    /// it is ordered after the claiming CAS (see the module doc).
     #[inline]
     fn wake_one(&self) {
+        self.wake(1)
+    }
+
+    /// Wakes up to `n` sleepers, if any announced themselves.
+    #[inline]
+    fn wake(&self, n: u32) {
         if self.control().wake.0.waiters.load(Ordering::SeqCst) != 0 {
-            self.wake_slow();
+            self.wake_slow(n);
         }
     }
 
     #[cold]
-    fn wake_slow(&self) {
+    fn wake_slow(&self, n: u32) {
         let wake = &self.control().wake.0;
         wake.futex.fetch_add(1, Ordering::SeqCst);
-        if wait::wake(&wake.futex, 1) == 0 {
+        if wait::wake(&wake.futex, n) == 0 {
             // Nobody was asleep although `waiters > 0`: a sleeper may have
             // been killed. Look for dead ones, at most every 100 ms.
             let now = queue_file::now_ns();
@@ -296,33 +306,78 @@ impl Queue {
             if now.saturating_sub(last) > 100_000_000
                 && self.last_reconcile_ns.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
             {
-                let n = self.registry.reconcile(&wake.waiters);
-                if n > 0 {
-                    self.control().stats.0.reconciled_waiters.fetch_add(u64::from(n), Ordering::Relaxed);
-                }
+                self.count_reconciled(self.registry.reconcile(&wake.waiters));
             }
         }
     }
 
-    /// Pops up to `max` records into `out` (each `each >= record_size` bytes,
-    /// appended), waiting as `wait` says for the first one and, with
-    /// `Wait::Until`, for the rest until the deadline. Returns how many were
-    /// taken and the error that stopped it early, if any (`NO_DATA_FOUND`
-    /// with `NoWait`, `MQUE_WAIT_TMO` at the deadline).
-    pub fn pop_many(&self, out: &mut Vec<u8>, each: usize, max: usize, wait: Wait) -> (usize, Option<Error>) {
+    fn count_reconciled(&self, n: u32) {
+        if n > 0 {
+            self.control().stats.0.reconciled_waiters.fetch_add(u64::from(n), Ordering::Relaxed);
+        }
+    }
+
+    /// Pops up to `lens.len()` records into `out`: record `i` at
+    /// `out[i * each..]` (`each >= record_size`; the bytes after it up to
+    /// `each` are zeroed), its length in `lens[i]`. What is queued is taken
+    /// with one claim; with `Wait::Forever` or `Wait::Until` it then waits for
+    /// each further record as [`pop`](Self::pop) does. Returns how many were
+    /// taken and the error that stopped it early (`NO_DATA_FOUND` with
+    /// `NoWait`, `MQUE_WAIT_TMO` at the deadline).
+    pub fn pop_into(&self, out: &mut [u8], each: usize, lens: &mut [usize], wait: Wait) -> (usize, Option<Error>) {
+        if each < self.record_size() {
+            let msg = format!("slots of {each} bytes, queue records need {}", self.record_size());
+            return (0, Some(Error::new(RECD_TOO_LONG, msg)));
+        }
+        let max = lens.len().min(out.len() / each);
         let mut taken = 0;
         while taken < max {
-            let at = out.len();
-            out.resize(at + each, 0);
-            match self.pop(&mut out[at..], wait) {
-                Ok(_) => taken += 1,
-                Err(e) => {
-                    out.truncate(at);
-                    return (taken, Some(e));
+            if let Err(e) = self.check_usable() {
+                return (taken, Some(e));
+            }
+            let (n, err) = self.ring.pop_batch(
+                &mut out[taken * each..max * each],
+                each,
+                &mut lens[taken..max],
+                self.token,
+                &mut Patience::new(self),
+            );
+            for i in taken..taken + n {
+                out[i * each + lens[i]..(i + 1) * each].fill(0);
+            }
+            taken += n;
+            match err {
+                None => {}
+                Some(RingError::Empty) if wait == Wait::NoWait => {
+                    return (taken, Some(Error::code_only(NO_DATA_FOUND)));
                 }
+                Some(RingError::Empty) => {
+                    // Wait for the next record, then take the rest together again.
+                    let slot = &mut out[taken * each..(taken + 1) * each];
+                    match self.pop(slot, wait) {
+                        Ok(len) => {
+                            slot[len..].fill(0);
+                            lens[taken] = len;
+                            taken += 1;
+                        }
+                        Err(e) => return (taken, Some(e)),
+                    }
+                }
+                Some(e) => return (taken, Some(self.ring_error(e))),
             }
         }
         (taken, None)
+    }
+
+    /// [`pop_into`](Self::pop_into) appending to a vector, `each` bytes per
+    /// record, at most `max` records.
+    pub fn pop_many(&self, out: &mut Vec<u8>, each: usize, max: usize, wait: Wait) -> (usize, Option<Error>) {
+        let at = out.len();
+        out.resize(at + max * each, 0);
+        let mut lens = vec![0usize; max];
+        let (taken, err) = self.pop_into(&mut out[at..], each, &mut lens, wait);
+        out.truncate(at + taken * each);
+        (taken, err)
     }
 
     /// Counters and gauges.

@@ -97,10 +97,12 @@ impl Registry {
     }
 
     /// Takes a free entry (needs the file open for writing). Returns the
-    /// token, 0 when every entry is held by a live process.
-    pub fn register(&mut self, global_waiters: &AtomicU32) -> u32 {
+    /// token (0 when every entry is held by a live process) and how many
+    /// sleepers of the entry's dead previous holder were taken off the
+    /// waiter count.
+    pub fn register(&mut self, global_waiters: &AtomicU32) -> (u32, u32) {
         if let Some(m) = self.mine {
-            return m.token;
+            return (m.token, 0);
         }
         for index in 0..MAX_PROCS {
             if !lock(self.fd, self.lock_offset(index)) {
@@ -108,16 +110,16 @@ impl Registry {
             }
             // The lock was free: whoever held this entry before is gone.
             let entry = self.entry(index);
-            take_waiters(entry, global_waiters);
+            let reconciled = take_waiters(entry, global_waiters);
             let generation = entry.generation.fetch_add(1, Ordering::SeqCst).wrapping_add(1);
             let pid = std::process::id();
             entry.pid.store(pid, Ordering::Relaxed);
             entry.since_ns.store(crate::queue_file::now_ns(), Ordering::Relaxed);
             let token = ((index as u32 + 1) << 16) | (generation & 0xffff);
             self.mine = Some(Mine { index, token, pid });
-            return token;
+            return (token, reconciled);
         }
-        0
+        (0, 0)
     }
 
     /// This process's token (0 if not registered).

@@ -567,6 +567,235 @@ impl<S: Storage> Ring<S> {
         }
     }
 
+    /// Appends the records of `records` (each `each` bytes, 1..=record_size)
+    /// in order, claiming up to all of their positions with one CAS of
+    /// `tail` (the room permitting). Returns how many went in, and the error
+    /// that stopped it early (`Full` when the ring filled up).
+    pub fn push_batch(
+        &self,
+        records: &[u8],
+        each: usize,
+        me: u32,
+        stall: &mut impl Stall,
+    ) -> (usize, Option<RingError>) {
+        debug_assert!(each > 0 && each <= self.record_size);
+        let mut pending = records.chunks_exact(each);
+        let mut done = 0;
+        while pending.len() > 0 {
+            let (first, claimed) = match self.claim_push_range(pending.len() as u64) {
+                Ok(range) => range,
+                Err(e) => return (done, Some(e)),
+            };
+            // Tell waiters who holds the claimed slots that are already free,
+            // so that a crash in the middle of the batch is proven, not timed out.
+            let mut pos = first;
+            for _ in 0..claimed {
+                let Ok((lap, index)) = self.split(pos) else { break };
+                let slot = self.store.slot(index);
+                if slot.seq.load(Ordering::Acquire) == lap {
+                    slot.owner.store(me, Ordering::Relaxed);
+                }
+                pos = self.next(pos, lap, index);
+            }
+            let mut pos = first;
+            for n in 0..claimed {
+                let step = self.split(pos).and_then(|(lap, index)| {
+                    pos = self.next(pos, lap, index);
+                    match self.await_turn(index, lap, Role::Producer, stall)? {
+                        // A recovery used this position: the record goes to the next one.
+                        Turn::Taken => Ok(false),
+                        Turn::Ready(seq) => {
+                            let record = pending.next().unwrap_or(&[]);
+                            if record.is_empty() {
+                                // More positions than records left (some were
+                                // taken): publish this one empty.
+                                self.abandon(Claim { lap, index, seq });
+                                return Ok(false);
+                            }
+                            self.fill(Claim { lap, index, seq }, record, me).map(|()| true)
+                        }
+                    }
+                });
+                match step {
+                    Ok(true) => done += 1,
+                    Ok(false) => {}
+                    Err(e) => {
+                        // Nobody may wait for positions we will not fill.
+                        self.abandon_range(pos, claimed - n - 1, stall);
+                        return (done, Some(e));
+                    }
+                }
+            }
+        }
+        (done, None)
+    }
+
+    /// Claims up to `want` consecutive positions for a producer with one CAS.
+    /// Returns the first position and how many were claimed (at least 1).
+    fn claim_push_range(&self, want: u64) -> Result<(u64, u64), RingError> {
+        let cursors = self.store.cursors();
+        let mut backoff = Backoff::new();
+        let mut tail = cursors.tail.0.load(Ordering::Acquire);
+        loop {
+            self.split(tail)?;
+            let room = self.room(tail);
+            if room == 0 {
+                return Err(RingError::Full);
+            }
+            let k = want.min(room);
+            match cursors.tail.0.compare_exchange_weak(tail, self.advance(tail, k), Ordering::SeqCst, Ordering::Acquire)
+            {
+                Ok(_) => return Ok((tail, k)),
+                Err(current) => {
+                    tail = current;
+                    backoff.spin();
+                }
+            }
+        }
+    }
+
+    /// Free positions at `tail` (from the head hint, refreshed when it says none).
+    fn room(&self, tail: u64) -> u64 {
+        let free = |head: u64| self.cap.saturating_sub(self.count(tail).wrapping_sub(self.count(head)));
+        let hinted = free(self.head_hint.0.load(Ordering::Relaxed));
+        if hinted > 0 {
+            return hinted;
+        }
+        fence(Ordering::SeqCst);
+        let head = self.store.cursors().head.0.load(Ordering::Acquire);
+        self.head_hint.0.store(head, Ordering::Relaxed);
+        free(head)
+    }
+
+    /// Publishes a claimed, free slot as an empty record (consumers step over it).
+    fn abandon(&self, claim: Claim) {
+        let slot = self.store.slot(claim.index);
+        let _ = slot.seq.compare_exchange(claim.lap, claim.lap | PUBLISHED | SKIP, Ordering::SeqCst, Ordering::Relaxed);
+    }
+
+    /// Abandons `n` claimed positions from `pos` on, waiting for each slot's turn.
+    fn abandon_range(&self, mut pos: u64, n: u64, stall: &mut impl Stall) {
+        for _ in 0..n {
+            let Ok((lap, index)) = self.split(pos) else { return };
+            pos = self.next(pos, lap, index);
+            if let Ok(Turn::Ready(seq)) = self.await_turn(index, lap, Role::Producer, stall) {
+                self.abandon(Claim { lap, index, seq });
+            }
+        }
+    }
+
+    /// Pops up to `max` records into `out` (`max * each` bytes, `each >=
+    /// record_size`), claiming their positions with one CAS of `head`;
+    /// record `i` goes to `out[i * each..]` and its length to `lens[i]`.
+    /// Returns how many were taken, and the error that stopped it early
+    /// (`Empty` when there were fewer).
+    pub fn pop_batch(
+        &self,
+        out: &mut [u8],
+        each: usize,
+        lens: &mut [usize],
+        me: u32,
+        stall: &mut impl Stall,
+    ) -> (usize, Option<RingError>) {
+        debug_assert!(each >= self.record_size && out.len() >= lens.len() * each);
+        let max = lens.len();
+        let mut taken = 0;
+        while taken < max {
+            let (first, claimed) = match self.claim_pop_range((max - taken) as u64) {
+                Ok(range) => range,
+                Err(e) => return (taken, Some(e)),
+            };
+            let mut pos = first;
+            for n in 0..claimed {
+                let step = self.split(pos).and_then(|(lap, index)| {
+                    pos = self.next(pos, lap, index);
+                    match self.await_turn(index, lap, Role::Consumer, stall)? {
+                        Turn::Ready(seq) => {
+                            let dst = &mut out[taken * each..(taken + 1) * each];
+                            self.take(Claim { lap, index, seq }, dst, me)
+                        }
+                        Turn::Taken => Err(RingError::Corrupt),
+                    }
+                });
+                match step {
+                    Ok(Some(len)) => {
+                        lens[taken] = len;
+                        taken += 1;
+                    }
+                    Ok(None) => {} // an empty record
+                    Err(e) => {
+                        // Positions we claimed but will not take must still be
+                        // taken (released), or their records would be stuck.
+                        self.release_range(pos, claimed - n - 1, stall);
+                        return (taken, Some(e));
+                    }
+                }
+            }
+        }
+        (taken, None)
+    }
+
+    /// Claims up to `want` consecutive positions for a consumer with one CAS.
+    fn claim_pop_range(&self, want: u64) -> Result<(u64, u64), RingError> {
+        let cursors = self.store.cursors();
+        let mut backoff = Backoff::new();
+        let mut head = cursors.head.0.load(Ordering::Acquire);
+        loop {
+            self.split(head)?;
+            let queued = self.queued(head);
+            if queued == 0 {
+                return Err(RingError::Empty);
+            }
+            let k = want.min(queued);
+            match cursors.head.0.compare_exchange_weak(head, self.advance(head, k), Ordering::SeqCst, Ordering::Acquire)
+            {
+                Ok(_) => return Ok((head, k)),
+                Err(current) => {
+                    head = current;
+                    backoff.spin();
+                }
+            }
+        }
+    }
+
+    /// Positions claimed by producers beyond `head` (from the tail hint,
+    /// refreshed when it says none).
+    fn queued(&self, head: u64) -> u64 {
+        let queued = |tail: u64| {
+            let q = self.count(tail).wrapping_sub(self.count(head));
+            if q <= self.cap { q } else { 0 }
+        };
+        let hinted = queued(self.tail_hint.0.load(Ordering::Relaxed));
+        if hinted > 0 {
+            return hinted;
+        }
+        fence(Ordering::SeqCst);
+        let tail = self.store.cursors().tail.0.load(Ordering::Acquire);
+        self.tail_hint.0.store(tail, Ordering::Relaxed);
+        queued(tail)
+    }
+
+    /// Releases `n` claimed positions from `pos` on without delivering their
+    /// records: their slots are published again as the next lap's (so that
+    /// another consumer gets them).
+    fn release_range(&self, mut pos: u64, n: u64, stall: &mut impl Stall) {
+        for _ in 0..n {
+            let Ok((lap, index)) = self.split(pos) else { return };
+            pos = self.next(pos, lap, index);
+            if let Ok(Turn::Ready(seq)) = self.await_turn(index, lap, Role::Consumer, stall) {
+                let slot = self.store.slot(index);
+                let again = self.add_lap(lap) | PUBLISHED | (seq & SKIP);
+                let _ = slot.seq.compare_exchange(seq, again, Ordering::SeqCst, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// The position `k` positions after `pos`.
+    fn advance(&self, pos: u64, k: u64) -> u64 {
+        let count = self.count(pos) + k;
+        (((count / self.cap) << self.one_lap.trailing_zeros()) | (count % self.cap)) & POS_MASK
+    }
+
     /// True when no record is queued, read with the sequential consistency that
     /// a sleeper needs after announcing itself (see `queue`).
     pub fn is_empty_seqcst(&self) -> bool {
@@ -912,6 +1141,113 @@ mod tests {
         assert_eq!(r.pop(&mut out, 1, &mut policy), Err(RingError::Empty));
     }
 
+    fn batch(first: u64, n: u64) -> Vec<u8> {
+        (first..first + n).flat_map(|v| v.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn batches_respect_room_and_emptiness() {
+        let r = ring(5, 8);
+        assert_eq!(r.push_batch(&batch(0, 3), 8, 1, &mut NeverRecover), (3, None));
+        // Room for 2 more: the batch of 4 stops there, in order.
+        assert_eq!(r.push_batch(&batch(3, 4), 8, 1, &mut NeverRecover), (2, Some(RingError::Full)));
+        assert_eq!(r.push_batch(&batch(9, 1), 8, 1, &mut NeverRecover), (0, Some(RingError::Full)));
+        let mut out = vec![0u8; 8 * 7];
+        let mut lens = [0usize; 7];
+        assert_eq!(r.pop_batch(&mut out, 8, &mut lens, 1, &mut NeverRecover), (5, Some(RingError::Empty)));
+        assert_eq!(out[..40], batch(0, 5)[..]);
+        assert_eq!(lens[..5], [8; 5]);
+        assert_eq!(r.pop_batch(&mut out, 8, &mut lens, 1, &mut NeverRecover), (0, Some(RingError::Empty)));
+    }
+
+    #[test]
+    fn batches_wrap_around_in_order() {
+        for (cap, push, pop) in [(1usize, 1u64, 1usize), (3, 2, 5), (7, 5, 3), (64, 64, 63), (10, 7, 7)] {
+            let r = ring(cap, 8);
+            let (mut next_in, mut next_out) = (0u64, 0u64);
+            let mut out = vec![0u8; 8 * pop];
+            let mut lens = vec![0usize; pop];
+            for _ in 0..500 {
+                let (n, _) = r.push_batch(&batch(next_in, push), 8, 1, &mut NeverRecover);
+                next_in += n as u64;
+                let (n, _) = r.pop_batch(&mut out, 8, &mut lens, 1, &mut NeverRecover);
+                for i in 0..n {
+                    assert_eq!(out[i * 8..(i + 1) * 8], next_out.to_le_bytes(), "cap {cap}");
+                    next_out += 1;
+                }
+            }
+            assert!(next_out > 100, "cap {cap}: only {next_out} records");
+            assert_eq!(r.depth(), next_in - next_out);
+        }
+    }
+
+    #[test]
+    fn batch_threads_deliver_every_record_once_in_producer_order() {
+        const PER: u64 = 50_000;
+        let r = Arc::new(ring(37, 16));
+        let producers: Vec<_> = (0..2u64)
+            .map(|p| {
+                let r = r.clone();
+                std::thread::spawn(move || {
+                    let mut i = 0;
+                    while i < PER {
+                        let k = (i % 13 + 1).min(PER - i);
+                        let recs: Vec<u8> =
+                            (i..i + k).flat_map(|v| [p.to_le_bytes(), v.to_le_bytes()].concat()).collect();
+                        let (n, err) = r.push_batch(&recs, 16, 1, &mut NeverRecover);
+                        assert!(matches!(err, None | Some(RingError::Full)), "{err:?}");
+                        i += n as u64;
+                        if n == 0 {
+                            std::thread::yield_now();
+                        }
+                    }
+                })
+            })
+            .collect();
+        let taken = Arc::new(AtomicU64::new(0));
+        let consumers: Vec<_> = (0..2)
+            .map(|_| {
+                let (r, taken) = (r.clone(), taken.clone());
+                std::thread::spawn(move || {
+                    let mut got = Vec::new();
+                    let mut out = vec![0u8; 16 * 9];
+                    let mut lens = [0usize; 9];
+                    while taken.load(Ordering::Relaxed) < 2 * PER {
+                        let (n, err) = r.pop_batch(&mut out, 16, &mut lens, 1, &mut NeverRecover);
+                        assert!(matches!(err, None | Some(RingError::Empty)), "{err:?}");
+                        taken.fetch_add(n as u64, Ordering::Relaxed);
+                        for rec in out[..n * 16].chunks(16) {
+                            got.push((
+                                u64::from_le_bytes(rec[..8].try_into().unwrap()),
+                                u64::from_le_bytes(rec[8..].try_into().unwrap()),
+                            ));
+                        }
+                        if n == 0 {
+                            std::thread::yield_now();
+                        }
+                    }
+                    got
+                })
+            })
+            .collect();
+        producers.into_iter().for_each(|t| t.join().unwrap());
+        let mut seen: HashMap<u64, Vec<u64>> = HashMap::new();
+        for c in consumers {
+            let got = c.join().unwrap();
+            let mut last: HashMap<u64, u64> = HashMap::new();
+            for (p, i) in got {
+                assert!(last.get(&p).is_none_or(|&prev| i > prev), "producer {p}: order");
+                last.insert(p, i);
+                seen.entry(p).or_default().push(i);
+            }
+        }
+        for p in 0..2 {
+            let mut v = seen.remove(&p).unwrap();
+            v.sort_unstable();
+            assert!(v.iter().copied().eq(0..PER), "producer {p}: a record missing or duplicated");
+        }
+    }
+
     #[test]
     fn threads_deliver_every_record_once_in_producer_order() {
         const PRODUCERS: u64 = 3;
@@ -1092,6 +1428,40 @@ mod loom_tests {
             got.sort_unstable();
             assert_eq!(got, [1, 2], "each record exactly once");
             assert_eq!(try_pop(&r, &mut NeverRecover), None);
+        });
+    }
+
+    #[test]
+    fn loom_batches_race_exactly_once_in_order() {
+        model(|| {
+            let r = ring(2);
+            let p = {
+                let r = r.clone();
+                thread::spawn(move || {
+                    let mut sent = 0u8;
+                    while sent < 3 {
+                        let recs: Vec<u8> = (sent + 1..=3).collect();
+                        let (n, err) = r.push_batch(&recs, 1, 1, &mut NeverRecover);
+                        assert!(matches!(err, None | Some(RingError::Full)), "{err:?}");
+                        sent += n as u8;
+                        if n == 0 {
+                            thread::yield_now();
+                        }
+                    }
+                })
+            };
+            let mut got = Vec::new();
+            let (mut out, mut lens) = ([0u8; 2], [0usize; 2]);
+            while got.len() < 3 {
+                let (n, err) = r.pop_batch(&mut out, 1, &mut lens, 1, &mut NeverRecover);
+                assert!(matches!(err, None | Some(RingError::Empty)), "{err:?}");
+                got.extend_from_slice(&out[..n]);
+                if n == 0 {
+                    thread::yield_now();
+                }
+            }
+            p.join().unwrap();
+            assert_eq!(got, [1, 2, 3]);
         });
     }
 

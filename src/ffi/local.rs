@@ -233,15 +233,18 @@ pub unsafe extern "C" fn lPop(p: *mut SATvm, out: *mut c_void, wait: Uenum) -> c
 /// A growing malloc'd array of records, handed to C (freed with free()).
 struct MallocArray {
     ptr: *mut u8,
+    /// Records the block has room for.
     cap: usize,
+    /// Records in it.
     len: usize,
 }
 
 impl MallocArray {
-    /// Makes room for one more record of `each` bytes.
-    fn reserve_one(&mut self, each: usize) -> Result<&mut [u8]> {
-        if self.len == self.cap {
-            let cap = (self.cap * 2).max(16);
+    /// Makes room for `more` records of `each` bytes after the current ones
+    /// and returns that room.
+    fn reserve(&mut self, more: usize, each: usize) -> Result<&mut [u8]> {
+        if self.len + more > self.cap {
+            let cap = (self.cap * 2).max(self.len + more).max(16);
             let bytes = cap.checked_mul(each).ok_or_else(|| Error::new(MALLC_MEM_ERR, "array size overflows"))?;
             // SAFETY: realloc of NULL or of our own malloc'd block.
             let ptr = unsafe { libc::realloc(self.ptr.cast::<c_void>(), bytes) }.cast::<u8>();
@@ -251,8 +254,8 @@ impl MallocArray {
             self.ptr = ptr;
             self.cap = cap;
         }
-        // SAFETY: len < cap, and the block holds cap * each bytes.
-        Ok(unsafe { std::slice::from_raw_parts_mut(self.ptr.add(self.len * each), each) })
+        // SAFETY: len + more <= cap, and the block holds cap * each bytes.
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.ptr.add(self.len * each), more * each) })
     }
 
     fn into_raw(self) -> *mut c_void {
@@ -311,19 +314,19 @@ pub unsafe extern "C" fn lPopup(
         };
         let mut array = MallocArray { ptr: std::ptr::null_mut(), cap: 0, len: 0 };
         // Records already taken are never dropped: every stop is reported
-        // next to the array.
+        // next to the array. They come in batches of up to 64 (one claim each).
         let stop = on_queue(h, |q| {
+            let mut lens = [0usize; 64];
             while array.len < expect {
-                let slot = match array.reserve_one(each) {
-                    Ok(slot) => slot,
+                let chunk = (expect - array.len).min(lens.len());
+                let room = match array.reserve(chunk, each) {
+                    Ok(room) => room,
                     Err(e) => return Ok(Some(e)),
                 };
-                match q.pop(slot, wait) {
-                    Ok(_) => {
-                        slot[q.record_size()..].fill(0);
-                        array.len += 1;
-                    }
-                    Err(e) => return Ok(Some(e)),
+                let (n, err) = q.pop_into(room, each, &mut lens[..chunk], wait);
+                array.len += n;
+                if err.is_some() {
+                    return Ok(err);
                 }
             }
             Ok(None)

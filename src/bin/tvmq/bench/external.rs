@@ -245,6 +245,12 @@ pub fn driver_batches(ctx: &mut Ctx, driver: &Path) {
     let _ = tvm::Queue::drop_queue(&ctx.dir, 23);
 }
 
+/// A Boost queue number unique to this run (Boost queues live in /dev/shm,
+/// outside TVMDBD: two bench runs at once must not share one).
+fn boost_queue(k: u32) -> u32 {
+    std::process::id().wrapping_mul(4).wrapping_add(k)
+}
+
 /// Runs the Boost driver's `create`, then `f`, then `remove`.
 fn with_boost_queue(driver: &Path, queue: u32, capacity: u64, f: impl FnOnce()) {
     let create =
@@ -258,10 +264,11 @@ fn with_boost_queue(driver: &Path, queue: u32, capacity: u64, f: impl FnOnce()) 
 
 pub fn boost_threads(ctx: &mut Ctx, driver: &Path, threads: &[usize]) {
     let records = even(ctx.records());
-    with_boost_queue(driver, 1, records, || {
+    let q = boost_queue(1);
+    with_boost_queue(driver, q, records, || {
         for &n in threads {
-            let push = driver_args(1, "push", n, 0, records, SEED_SIZE, 0);
-            let pop = driver_args(1, "pop", n, 0, records, SEED_SIZE, 0);
+            let push = driver_args(q, "push", n, 0, records, SEED_SIZE, 0);
+            let pop = driver_args(q, "pop", n, 0, records, SEED_SIZE, 0);
             ctx.measure_group(
                 "threads",
                 &[("push", "Boost mq"), ("pop", "Boost mq")],
@@ -276,10 +283,11 @@ pub fn boost_threads(ctx: &mut Ctx, driver: &Path, threads: &[usize]) {
 
 pub fn boost_processes(ctx: &mut Ctx, driver: &Path, procs: &[usize]) {
     let records = even(ctx.records());
-    with_boost_queue(driver, 2, records, || {
+    let q = boost_queue(2);
+    with_boost_queue(driver, q, records, || {
         for &n in procs {
             let share = records / n as u64;
-            let one = |op| (driver, driver_args(2, op, 1, 0, share, SEED_SIZE, 0));
+            let one = |op| (driver, driver_args(q, op, 1, 0, share, SEED_SIZE, 0));
             let pushes: Vec<_> = (0..n).map(|_| one("push")).collect();
             let pops: Vec<_> = (0..n).map(|_| one("pop")).collect();
             ctx.measure_group(
@@ -296,12 +304,13 @@ pub fn boost_processes(ctx: &mut Ctx, driver: &Path, procs: &[usize]) {
 
 pub fn boost_pushpop(ctx: &mut Ctx, driver: &Path, mixes: &[(usize, usize)]) {
     let records = even(ctx.records());
-    with_boost_queue(driver, 3, records, || {
+    let q = boost_queue(3);
+    with_boost_queue(driver, q, records, || {
         for &(p, c) in mixes {
-            let threads = driver_args(3, "pushpop", p, c, records, SEED_SIZE, 0);
+            let threads = driver_args(q, "pushpop", p, c, records, SEED_SIZE, 0);
             let mut procs: Vec<_> =
-                (0..p).map(|_| (driver, driver_args(3, "push", 1, 0, records / p as u64, SEED_SIZE, 0))).collect();
-            procs.extend((0..c).map(|_| (driver, driver_args(3, "pop", 1, 0, records / c as u64, SEED_SIZE, 0))));
+                (0..p).map(|_| (driver, driver_args(q, "push", 1, 0, records / p as u64, SEED_SIZE, 0))).collect();
+            procs.extend((0..c).map(|_| (driver, driver_args(q, "pop", 1, 0, records / c as u64, SEED_SIZE, 0))));
             ctx.measure_group(
                 "push+pop",
                 &[("threads", "Boost mq"), ("processes", "Boost mq")],
