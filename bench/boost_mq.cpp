@@ -83,7 +83,9 @@ struct Config {
 } cfg;
 
 // One thread's work: push or pop `count` records; `done` is how many it moved.
-struct Job {
+// Each on its own 128 bytes: `done` moves on every record, and threads that
+// shared a cache line would slow each other down (false sharing).
+struct alignas(128) Job {
     bool pusher;
     int index;                 // thread number, for messages
     unsigned long long count;  // records to move

@@ -3,11 +3,14 @@
 //! and futex waits; the C layer and the CLI use nothing else.
 //!
 //! # Blocking without lost wake-ups
-//! A consumer that finds the queue empty announces itself (`waiters += 1`),
-//! reads the futex word, checks the queue again, and sleeps only if the word
-//! is unchanged. A producer publishes its record (a SeqCst CAS), then reads
-//! `waiters` (SeqCst): if it is 0, no consumer can have missed the record, so
-//! the wake-up system call is skipped; otherwise it bumps the word and wakes.
+//! A consumer that finds the queue empty announces itself (`waiters += 1`,
+//! SeqCst), reads the futex word, checks again that no producer has claimed
+//! a position (`tail == head`, SeqCst loads), and sleeps only if the word is
+//! unchanged. A producer claims its position (a SeqCst CAS of `tail`),
+//! publishes, then reads `waiters` (SeqCst): if it is 0, the consumer's
+//! re-check must have seen the claim (and waits for the record instead of
+//! sleeping), so the wake-up system call is skipped; otherwise it bumps the
+//! word and wakes.
 //! Sleeps are cut into slices of [`SLEEP_SLICE`] so that a producer killed
 //! between publishing and waking delays a sleeper, never strands it.
 
@@ -279,8 +282,8 @@ impl Queue {
         self.registry.leave_wait(&wake.waiters);
     }
 
-    /// Wakes one sleeper, if any announced itself. The load is SeqCst so that
-    /// it is ordered after the claiming CAS (see the module doc).
+    /// Wakes one sleeper, if any announced itself (see the module doc for
+    /// why a SeqCst load after the claim suffices).
     #[inline]
     fn wake_one(&self) {
         self.wake(1)
@@ -289,6 +292,7 @@ impl Queue {
     /// Wakes up to `n` sleepers, if any announced themselves.
     #[inline]
     fn wake(&self, n: u32) {
+        // SeqCst: ordered after our claiming CAS of `tail` (module doc).
         if self.control().wake.0.waiters.load(Ordering::SeqCst) != 0 {
             self.wake_slow(n);
         }

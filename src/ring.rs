@@ -7,9 +7,10 @@
 //! dead?" is asked through the [`Stall`] trait.
 //!
 //! # Algorithm
-//! Vyukov's bounded MPMC queue, as in crossbeam's `ArrayQueue`, with three
-//! changes that make it safe when the participants are processes that can
-//! die at any instruction:
+//! A bounded MPMC ring in the family of Vyukov's queue (crossbeam's
+//! `ArrayQueue`): a sequence word per slot, head and tail moved by CAS. It
+//! differs where processes that die at any instruction, and contention
+//! between them, demand it:
 //!
 //! * a position (`head`, `tail`) is `lap + index`, where `lap` is a multiple of
 //!   `one_lap` (the next power of two above the capacity): the capacity is
@@ -18,22 +19,32 @@
 //!   is published: `lap` = free for that lap's producer, `lap | PUBLISHED` =
 //!   holds that lap's record. A zeroed slot is free for lap 0, so a fresh
 //!   file needs no initialisation pass;
+//! * a position is claimed first (CAS on `tail` or `head`, judged against a
+//!   process-local hint of the other cursor) and its slot looked at only by
+//!   its holder, who then waits for its lap's turn: a producer until the
+//!   previous lap's record is released, a consumer until its record is
+//!   published. Nobody reads a slot it will not use, so a publishing CAS
+//!   never waits for a line that a losing competitor pulled away. A slot may
+//!   therefore lag its claimed positions by a lap or more while earlier
+//!   holders finish;
 //! * publishing and releasing a slot are compare-and-swaps on `seq`, and each
-//!   holder writes its `owner` token into the slot while it holds it. A slot
-//!   whose holder died is recovered by a CAS from another participant
-//!   (see [`Stall`]); the dead holder, had it only been slow, finds its CAS
-//!   failing and reports [`RingError::Robbed`] instead of corrupting anything.
+//!   holder writes its `owner` token (with a producer/consumer bit) into the
+//!   slot after claiming it. A slot whose holder died is moved on by a CAS
+//!   from a waiter (see [`Stall`]); the holder, had it only been slow, finds
+//!   its CAS failing and reports [`RingError::Robbed`] instead of corrupting
+//!   anything.
 //!
-//! Recovery transitions (all single CASes on `seq`):
-//! * a producer died after claiming position `p` (`seq == lap`, `tail > p`):
-//!   the consumer waiting at `p` marks it `lap | PUBLISHED | SKIP`, an empty
-//!   record that consumers step over;
-//! * a consumer died after claiming `p` but before releasing the slot: the
-//!   producer that reaches the slot one lap later claims its own position and
-//!   republishes the stranded record there (`seq: prev | PUBLISHED -> lap |
-//!   PUBLISHED`), so the record is delivered once more instead of lost. If
-//!   that producer dies between its two steps, the consumer waiting at the
-//!   position completes the republish.
+//! Recovery transitions, on the slot's current lap `X` (single CASes on `seq`):
+//! * the producer of `X` died before publishing (`seq == X`): `X | PUBLISHED
+//!   | SKIP`, an empty record that its consumer steps over;
+//! * the consumer of `X` died before releasing (`seq == X | PUBLISHED`):
+//!   `X + one_lap | PUBLISHED`, the record published again as the next lap's,
+//!   so that it is delivered once more instead of lost (later, and after
+//!   records pushed meanwhile); that lap's producer, finding its position
+//!   used, claims another.
+//!
+//! Batches ([`Ring::push_batch`], [`Ring::pop_batch`]) claim several
+//! positions with one CAS and then handle each slot as above.
 
 use crate::sync::{AtomicU32, AtomicU64, Ordering, fence, spin_hint, yield_now};
 

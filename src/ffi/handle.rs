@@ -153,6 +153,12 @@ pub extern "C" fn pGetSATvm() -> *mut c_void {
     GLOBAL.0.get().cast::<c_void>()
 }
 
+/// A cloned handle on cache lines of its own: every call writes its handle's
+/// m_lErrno and m_lEffect, and handles that shared a line (as consecutive
+/// small allocations do) would slow their threads down (false sharing).
+#[repr(C, align(128))]
+struct OwnLines(SATvm);
+
 /// Returns a new handle for one thread, with the public members of the
 /// process-wide handle; attached queues stay usable (attachments are
 /// process-wide). Free it with vCloneFree(). NULL only if memory is exhausted.
@@ -162,7 +168,7 @@ pub extern "C" fn pCloneSATvm() -> *mut c_void {
     std::panic::catch_unwind(|| {
         // SAFETY: reads the public members of the static handle.
         let g = unsafe { &*global };
-        Box::into_raw(Box::new(SATvm {
+        Box::into_raw(Box::new(OwnLines(SATvm {
             lSize: g.lSize,
             tblName: g.tblName,
             m_lErrno: 0,
@@ -170,7 +176,7 @@ pub extern "C" fn pCloneSATvm() -> *mut c_void {
             pstVoid: g.pstVoid,
             m_bHold: g.m_bHold,
             m_pPriv: std::ptr::null_mut(),
-        }))
+        })))
         .cast::<c_void>()
     })
     .unwrap_or(std::ptr::null_mut())
@@ -185,11 +191,12 @@ pub unsafe extern "C" fn vCloneFree(p: *mut SATvm) {
     }
     quietly(|| {
         // SAFETY: a non-global handle passed here was made by pCloneSATvm as
-        // a Box<SATvm>; its m_pPriv is NULL or a Box<HandleState>.
-        let h = unsafe { Box::from_raw(p) };
-        if !h.m_pPriv.is_null() {
+        // a Box<OwnLines> (the SATvm at offset 0); its m_pPriv is NULL or a
+        // Box<HandleState>.
+        let h = unsafe { Box::from_raw(p.cast::<OwnLines>()) };
+        if !h.0.m_pPriv.is_null() {
             // SAFETY: see above.
-            drop(unsafe { Box::from_raw(h.m_pPriv.cast::<HandleState>()) });
+            drop(unsafe { Box::from_raw(h.0.m_pPriv.cast::<HandleState>()) });
         }
     });
 }
