@@ -56,6 +56,19 @@ pub struct Queue {
     file: QueueFile,
 }
 
+/// What a [`Queue::repair`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Repair {
+    /// Unpublished claims of dead producers turned into skipped records.
+    pub recovered_pushes: u64,
+    /// Records held by dead consumers published again.
+    pub recovered_pops: u64,
+    /// Sleepers of dead processes taken off the waiter count.
+    pub reconciled_waiters: u32,
+    /// No other process was attached (holders of unknown identity were recovered too).
+    pub alone: bool,
+}
+
 /// Counters and gauges of a queue, for `tvmq stat`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Stats {
@@ -116,11 +129,12 @@ impl Queue {
         if reconciled > 0 {
             file.control().stats.0.reconciled_waiters.fetch_add(u64::from(reconciled), Ordering::Relaxed);
         }
+        let deaths = if register { registry.unclean_deaths() } else { Vec::new() };
         let unblock_timeout = std::env::var("TVMQ_UNBLOCK_TIMEOUT_MS")
             .ok()
             .and_then(|v| v.parse().ok())
             .map_or(Duration::from_millis(info.unblock_timeout_ms), Duration::from_millis);
-        Ok(Queue {
+        let queue = Queue {
             ring,
             registry,
             token,
@@ -128,7 +142,45 @@ impl Queue {
             last_reconcile_ns: AtomicU64::new(0),
             writable: register,
             file,
-        })
+        };
+        if !deaths.is_empty() {
+            // A process died attached: what it held and nobody waits on is
+            // recovered now rather than left for a later lap.
+            queue.repair();
+            queue.registry.forget(&deaths);
+        }
+        Ok(queue)
+    }
+
+    /// Recovers what dead processes left that nobody waits on: their
+    /// sleepers in the waiter count, the records they had taken but not
+    /// released (delivered again), their unpublished claims (skipped). A
+    /// holder is robbed only when proven dead, or when its owner is unknown
+    /// and no other process is attached. Done at attach when a process died
+    /// attached, and by `tvmq repair`. Safe while others work.
+    pub fn repair(&self) -> Repair {
+        let wake = &self.control().wake.0;
+        let mut reconciled = self.registry.reconcile(&wake.waiters);
+        let alone = self.registry.others_alive() == 0;
+        if alone {
+            // Only this process is attached, and it is not asleep here: any
+            // remaining count was left by a kill between two steps.
+            reconciled += wake.waiters.swap(0, Ordering::SeqCst);
+        }
+        self.count_reconciled(reconciled);
+        let dead = |_, token| match self.registry.liveness(token) {
+            Liveness::Dead => true,
+            Liveness::Unknown => alone,
+            Liveness::Alive => false,
+        };
+        let (pushes, pops) = self.ring.repair(dead, alone);
+        let s = &self.control().stats.0;
+        s.recovered_pushes.fetch_add(pushes, Ordering::Relaxed);
+        s.recovered_pops.fetch_add(pops, Ordering::Relaxed);
+        if pushes + pops > 0 {
+            s.last_recovery_ns.store(queue_file::now_ns(), Ordering::Relaxed);
+        }
+        Repair { recovered_pushes: pushes, recovered_pops: pops, reconciled_waiters: reconciled, alone }
     }
 
     /// The validated header.

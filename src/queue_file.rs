@@ -782,6 +782,29 @@ pub fn drop_queue(dir: &Path, id: u32) -> Result<()> {
     })
 }
 
+/// Removes temporary files that a creation of queue `id` left behind when
+/// its process died (`.queue-<id>.tmp.<pid>.<n>` with `<pid>` gone). Returns
+/// how many were removed.
+pub fn remove_stale_temporaries(dir: &Path, id: u32) -> usize {
+    let prefix = format!(".queue-{id}.tmp.");
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    let mut removed = 0;
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix(&prefix)).and_then(|r| r.split('.').next()) else {
+            continue;
+        };
+        let Ok(pid) = pid.parse::<i32>() else { continue };
+        // SAFETY: kill with signal 0 only checks for the process.
+        let gone =
+            unsafe { libc::kill(pid, 0) } != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if gone && std::fs::remove_file(e.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
 /// Slots in a mapped queue file.
 pub struct MapStorage {
     slots: *mut u8,

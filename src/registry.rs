@@ -186,6 +186,32 @@ impl Registry {
         removed
     }
 
+    /// Processes that died without detaching (their entry still names a pid
+    /// but nobody holds its lock): `(index, pid)`. One `fcntl` per named entry.
+    pub fn unclean_deaths(&self) -> Vec<(usize, u32)> {
+        (0..MAX_PROCS)
+            .filter(|&i| self.mine.is_none_or(|m| m.index != i))
+            .filter_map(|i| {
+                let pid = self.entry(i).pid.load(Ordering::Relaxed);
+                (pid != 0 && held(self.fd, self.lock_offset(i)) == Some(false)).then_some((i, pid))
+            })
+            .collect()
+    }
+
+    /// Marks dead entries as dealt with (after a repair), if still unheld.
+    pub fn forget(&self, deaths: &[(usize, u32)]) {
+        for &(index, pid) in deaths {
+            let _ = self.entry(index).pid.compare_exchange(pid, 0, Ordering::SeqCst, Ordering::Relaxed);
+        }
+    }
+
+    /// Live processes other than this one.
+    pub fn others_alive(&self) -> usize {
+        (0..MAX_PROCS)
+            .filter(|&i| self.mine.is_none_or(|m| m.index != i) && held(self.fd, self.lock_offset(i)) == Some(true))
+            .count()
+    }
+
     /// Live entries: `(index, pid, since_ns, waiters)`; one `fcntl` each.
     pub fn live(&self) -> Vec<(usize, u32, u64, u32)> {
         (0..MAX_PROCS)

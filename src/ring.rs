@@ -807,6 +807,91 @@ impl<S: Storage> Ring<S> {
         (((count / self.cap) << self.one_lap.trailing_zeros()) | (count % self.cap)) & POS_MASK
     }
 
+    /// Recovers the slots whose holders are gone although nobody waits on
+    /// them (a record taken by a consumer that died, when producers have not
+    /// come round to its slot; a claim of a producer that died, before any
+    /// consumer reached it). `dead(holder, token)` says whether a holder may
+    /// be robbed (`token` 0: unknown). Uses the same CAS transitions as a
+    /// waiter, so it is safe while others work. Returns the slots recovered
+    /// from producers and from consumers.
+    ///
+    /// A record published again goes to its slot's next lap, which may lie
+    /// beyond `tail`: consumers reach it once producers have claimed up to
+    /// it. With `exclusive` (no other process attached), `tail` is moved past
+    /// such records at once, the free slots on the way becoming empty
+    /// records, so that everything recovered can be popped now.
+    pub fn repair(&self, mut dead: impl FnMut(Holder, u32) -> bool, exclusive: bool) -> (u64, u64) {
+        let cursors = self.store.cursors();
+        let (mut producers, mut consumers) = (0, 0);
+        let mut furthest: Option<u64> = None;
+        for index in 0..self.cap as usize {
+            let slot = self.store.slot(index);
+            let seq = slot.seq.load(Ordering::Acquire);
+            let pos = seq & POS_MASK;
+            let (lap, published) = (pos & !PUBLISHED, pos & PUBLISHED != 0);
+            if lap & (self.one_lap - 1) != 0 || (seq & SKIP != 0 && !published) {
+                continue; // not a legal value: leave it to the callers, who report it
+            }
+            // The slot's current position, and whether a holder has claimed it.
+            let at = self.count(lap + index as u64);
+            let (holder, recovered) = if published {
+                if at >= self.count(cursors.head.0.load(Ordering::Acquire)) {
+                    continue; // a queued record, not taken yet
+                }
+                (Holder::Consumer, self.add_lap(lap) | PUBLISHED | (seq & SKIP))
+            } else {
+                if at >= self.count(cursors.tail.0.load(Ordering::Acquire)) {
+                    continue; // free, not claimed yet
+                }
+                (Holder::Producer, lap | PUBLISHED | SKIP)
+            };
+            let owner = slot.owner.load(Ordering::Acquire);
+            if !dead(holder, holder_token(owner, holder)) {
+                continue;
+            }
+            forget_owner(slot, owner);
+            if slot.seq.compare_exchange(seq, recovered, Ordering::SeqCst, Ordering::Relaxed).is_ok() {
+                match holder {
+                    Holder::Producer => producers += 1,
+                    Holder::Consumer => {
+                        consumers += 1;
+                        let at = self.count(self.add_lap(lap) + index as u64);
+                        furthest = furthest.max(Some(at));
+                    }
+                }
+            }
+        }
+        if let (true, Some(furthest)) = (exclusive, furthest) {
+            self.claim_through(furthest);
+        }
+        (producers, consumers)
+    }
+
+    /// (Alone only.) Moves `tail` past position count `last`: a position whose
+    /// slot already holds its lap's record (published again) is just passed;
+    /// a free one becomes an empty record. Stops at anything else.
+    fn claim_through(&self, last: u64) {
+        let tail = &self.store.cursors().tail.0;
+        loop {
+            let t = tail.load(Ordering::Acquire);
+            let Ok((lap, index)) = self.split(t) else { return };
+            if self.count(t) > last || self.room(t) == 0 {
+                return;
+            }
+            let slot = self.store.slot(index);
+            let seq = slot.seq.load(Ordering::Acquire);
+            let passable = seq & POS_MASK == lap | PUBLISHED || seq == lap;
+            if !passable
+                || tail.compare_exchange(t, self.next(t, lap, index), Ordering::SeqCst, Ordering::Acquire).is_err()
+            {
+                return;
+            }
+            if seq == lap {
+                self.abandon(Claim { lap, index, seq });
+            }
+        }
+    }
+
     /// True when no record is queued, read with the sequential consistency that
     /// a sleeper needs after announcing itself (see `queue`).
     pub fn is_empty_seqcst(&self) -> bool {
@@ -1150,6 +1235,58 @@ mod tests {
         assert_eq!(r.pop(&mut out, 1, &mut policy), Ok(1));
         assert_eq!(out[0], b'c');
         assert_eq!(r.pop(&mut out, 1, &mut policy), Err(RingError::Empty));
+    }
+
+    #[test]
+    fn repair_recovers_what_nobody_waits_on() {
+        let r = ring(4, 8);
+        push(&r, b"a").unwrap();
+        push(&r, b"b").unwrap();
+        // A consumer (token 9) takes "a" and dies holding it.
+        let c = r.claim_pop(&mut NeverRecover).unwrap();
+        r.storage().slot(c.index).owner.store(9 | CONSUMER_ROLE, Ordering::Relaxed);
+        // A producer (token 7) claims a position and dies before writing.
+        let p = r.claim_push(&mut NeverRecover).unwrap();
+        r.storage().slot(p.index).owner.store(7, Ordering::Relaxed);
+        // A live producer (token 5) is in the middle of a push.
+        let live = r.claim_push(&mut NeverRecover).unwrap();
+        r.storage().slot(live.index).owner.store(5, Ordering::Relaxed);
+        assert_eq!(r.repair(|_, token| token == 9 || token == 7, false), (1, 1));
+        // Nothing more to do, and the live holder is untouched.
+        assert_eq!(r.repair(|_, token| token == 9 || token == 7, false), (0, 0));
+        r.fill(live, b"c", 5).unwrap();
+        let mut got = Vec::new();
+        while let Ok(v) = pop(&r) {
+            got.push(v);
+        }
+        // "b", then the dead producer's skipped claim, "c"; "a" is published
+        // again one lap later, beyond the tail: the next push passes it.
+        assert_eq!(got, [b"b".to_vec(), b"c".to_vec()]);
+        push(&r, b"d").unwrap();
+        assert_eq!(pop(&r).unwrap(), b"a");
+        assert_eq!(pop(&r).unwrap(), b"d");
+    }
+
+    #[test]
+    fn exclusive_repair_makes_stranded_records_poppable_at_once() {
+        let r = ring(4, 8);
+        for v in [b"a", b"b", b"c"] {
+            push(&r, v).unwrap();
+        }
+        // Two consumers take "a" and "b" and die holding them.
+        for token in [9, 10] {
+            let c = r.claim_pop(&mut NeverRecover).unwrap();
+            r.storage().slot(c.index).owner.store(token | CONSUMER_ROLE, Ordering::Relaxed);
+        }
+        assert_eq!(r.repair(|_, _| true, true), (0, 2));
+        let mut got = Vec::new();
+        while let Ok(v) = pop(&r) {
+            got.push(v);
+        }
+        assert_eq!(got, [b"c".to_vec(), b"a".to_vec(), b"b".to_vec()]);
+        // The ring goes on normally.
+        push(&r, b"d").unwrap();
+        assert_eq!(pop(&r).unwrap(), b"d");
     }
 
     fn batch(first: u64, n: u64) -> Vec<u8> {

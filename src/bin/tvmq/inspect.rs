@@ -108,3 +108,23 @@ pub fn stat(dir: &Path, id: u32) -> Result<(), Error> {
     }
     Ok(())
 }
+
+pub fn repair(dir: &Path, id: u32) -> Result<(), Error> {
+    // Opening registers this process; that alone repairs after a death.
+    let q = Queue::open_with(dir, id, false)?;
+    let r = q.repair();
+    let removed = tvm::queue_file::remove_stale_temporaries(dir, id);
+    println!(
+        "queue {id}: {} record(s) of dead consumers published again, {} claim(s) of dead producers skipped, \
+         {} sleeper(s) of dead processes uncounted, {removed} stale temporary file(s) removed{}",
+        r.recovered_pops,
+        r.recovered_pushes,
+        r.reconciled_waiters,
+        if r.alone {
+            ""
+        } else {
+            "; other processes are attached: holders that could not be identified were left to the unblock timeout"
+        }
+    );
+    Ok(())
+}

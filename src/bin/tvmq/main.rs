@@ -38,6 +38,12 @@ enum Command {
         /// Queue id
         id: u32,
     },
+    /// Recover what killed processes left in a queue: records they had taken
+    /// (delivered again), pushes they had begun (skipped), their sleepers
+    Repair {
+        /// Queue id
+        id: u32,
+    },
     /// Measure tvmq against crossbeam, the bare ring (and, given by `make
     /// bench`, the seed programs, the C driver and Boost.Interprocess)
     Bench(bench::BenchArgs),
@@ -63,6 +69,7 @@ fn main() -> ExitCode {
         Command::List => inspect::list(&dir),
         Command::Stat { id } => inspect::stat(&dir, id),
         Command::Bench(args) => bench::run(&args),
+        Command::Repair { id } => inspect::repair(&dir, id),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
