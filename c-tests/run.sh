@@ -14,6 +14,8 @@
 #    processes (test_mt.c), no futex wake when nobody sleeps (test_wake.c),
 #    NULL and garbage arguments to every function and queue files corrupted
 #    while attached (test_hostile.c).
+# 4. security: file permissions with a second user (security.sh; needs
+#    root, else one SKIP line, counted in the summary).
 #
 # Every test gets its own fresh $TVMDBD under /dev/shm, removed afterwards.
 # Prints one PASS/FAIL line per test and a summary; exits 1 on any failure.
@@ -57,6 +59,7 @@ now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 SUITE_START=$(now_ms)
 PASSED=0
 FAILED=0
+SKIPPED=0
 FAILED_NAMES=()
 
 # Runs a command under `timeout` in its own process group (timeout makes
@@ -268,9 +271,30 @@ for prog in test_api test_mt test_wake test_hostile; do
     done
 done
 
+# security.sh prints run.sh's PASS/FAIL lines itself (or one SKIP line when
+# not root): they are shown and counted here. It switches users and may wait
+# for another run's lock, so it gets a longer bound than one program.
+echo "== security"
+TIMEOUT=300 run_bounded env LIBDIR="$LIBDIR" TVMQ="$TVMQ" bash "$SRC/security.sh" >"$LOGDIR/security.out" 2>&1
+rc=$?
+sec_failed=0
+while IFS= read -r line; do
+    echo "$line"
+    case $line in
+        "PASS  "*) PASSED=$((PASSED + 1)) ;;
+        "FAIL  "*) FAILED=$((FAILED + 1)); sec_failed=1; read -r _ name _ <<<"$line"; FAILED_NAMES+=("$name") ;;
+        "SKIP "*) SKIPPED=$((SKIPPED + 1)) ;;
+    esac
+done <"$LOGDIR/security.out"
+if [ $rc -ne 0 ] && [ $sec_failed -eq 0 ]; then
+    echo "FAIL  security  (security.sh exited with status $rc)"
+    FAILED=$((FAILED + 1))
+    FAILED_NAMES+=(security)
+fi
+
 secs=$(( ($(now_ms) - SUITE_START) / 1000 ))
 echo
-echo "c-tests: $PASSED passed, $FAILED failed, $((PASSED + FAILED)) total in ${secs}s"
+echo "c-tests: $PASSED passed, $FAILED failed, $SKIPPED skipped, $((PASSED + FAILED + SKIPPED)) total in ${secs}s"
 if [ $FAILED -ne 0 ]; then
     echo "failed: ${FAILED_NAMES[*]}"
     exit 1
