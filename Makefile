@@ -74,6 +74,10 @@ bench: seed bench-drivers
 bench-smoke: seed bench-drivers
 	$(TVMQ) bench --smoke --seed-bin $(SEEDBIN) --c-driver $(BENCHBIN)/tvmq_driver --boost-driver $(BENCHBIN)/boost_mq --out target/bench-smoke >/dev/null
 
+# The long soak (10 minutes); `make test` runs the 30-second one.
+soak:
+	TVMQ_SOAK_SECONDS=600 $(CARGO) test --release --test soak -- --nocapture
+
 # Model checking of the ring with loom (seconds; not in `make test` because it rebuilds everything under --cfg loom).
 loom:
 	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test --release --lib loom -- --test-threads=1
