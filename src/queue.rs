@@ -16,10 +16,12 @@
 
 use crate::error::*;
 use crate::queue_file::{self, Access, Control, Info, QueueFile, Spec};
-use crate::registry::{Liveness, Registry};
-use crate::ring::{Backoff, Holder, Ring, RingError, Stall, Verdict};
+use crate::registry::{IntentSlots, Liveness, Registry};
+use crate::ring::{Announce, Backoff, Holder, IDLE, Ring, RingError, Stall, Verdict, intent_word};
 use crate::wait;
+use std::cell::RefCell;
 use std::path::Path;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -46,14 +48,24 @@ pub struct Queue {
     // Field order matters for drop: the ring and registry point into `file`.
     ring: Ring<queue_file::MapStorage>,
     registry: Registry,
-    /// This process's owner token (0 when the process table is full).
-    token: u32,
+    /// This process's intent words, handed out to its threads (see `Intent`).
+    slots: Arc<IntentSlots>,
+    /// Registered in the process table (false: the table was full, or inspect-only).
+    registered: bool,
     unblock_timeout: Duration,
     /// When this process last reconciled waiter counts (ns since epoch).
     last_reconcile_ns: AtomicU64,
     /// False for a read-only [`Queue::inspect`] view: push and pop refuse.
     writable: bool,
     file: QueueFile,
+}
+
+impl Drop for Queue {
+    fn drop(&mut self) {
+        if self.writable && !self.registered {
+            self.control().state.0.unregistered.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
 }
 
 /// What a [`Queue::repair`] did.
@@ -125,7 +137,12 @@ impl Queue {
         let mut registry = unsafe {
             Registry::new(file.table(), queue_file::TABLE_OFFSET, std::os::fd::AsRawFd::as_raw_fd(file.file()))
         };
-        let (token, reconciled) = if register { registry.register(&file.control().wake.0.waiters) } else { (0, 0) };
+        let (registered, reconciled) =
+            if register { registry.register(&file.control().wake.0.waiters) } else { (false, 0) };
+        if register && !registered {
+            // Attached without an entry: nobody can prove a stall of ours dead.
+            file.control().state.0.unregistered.fetch_add(1, Ordering::SeqCst);
+        }
         if reconciled > 0 {
             file.control().stats.0.reconciled_waiters.fetch_add(u64::from(reconciled), Ordering::Relaxed);
         }
@@ -137,7 +154,8 @@ impl Queue {
         let queue = Queue {
             ring,
             registry,
-            token,
+            slots: Arc::new(IntentSlots::default()),
+            registered,
             unblock_timeout,
             last_reconcile_ns: AtomicU64::new(0),
             writable: register,
@@ -166,9 +184,13 @@ impl Queue {
             // Only this process is attached, and it is not asleep here: any
             // remaining count was left by a kill between two steps.
             reconciled += wake.waiters.swap(0, Ordering::SeqCst);
+            // Likewise processes counted as attached without an entry.
+            let own = u32::from(self.writable && !self.registered);
+            self.control().state.0.unregistered.store(own, Ordering::SeqCst);
         }
         self.count_reconciled(reconciled);
-        let dead = |_, token| match self.registry.liveness(token) {
+        let unregistered = self.unregistered();
+        let dead = |holder, at| match self.registry.holder(holder, at, unregistered) {
             Liveness::Dead => true,
             Liveness::Unknown => alone,
             Liveness::Alive => false,
@@ -204,9 +226,33 @@ impl Queue {
         self.file.path()
     }
 
-    /// This process's owner token in the queue (0: none).
-    pub fn token(&self) -> u32 {
-        self.token
+    /// Processes attached without an entry in the process table.
+    fn unregistered(&self) -> bool {
+        self.control().state.0.unregistered.load(Ordering::Acquire) != 0
+    }
+
+    /// This thread's intent word (see [`Intent`]), given out on first use.
+    #[inline]
+    fn intent(&self) -> Intent<'_> {
+        if !self.registered {
+            return Intent(None);
+        }
+        let slot = THREAD_INTENTS.with(|mine| {
+            let mut mine = mine.try_borrow_mut().ok()?;
+            if let Some(t) = mine.iter().find(|t| Arc::ptr_eq(&t.slots, &self.slots)) {
+                return t.slot;
+            }
+            // First use by this thread: forget the words of queues since
+            // dropped, then take one (or note that we announce nothing).
+            mine.retain(|t| Arc::strong_count(&t.slots) > 1);
+            let slot = self.slots.acquire();
+            if slot.is_none() {
+                self.registry.add_anonymous();
+            }
+            mine.push(ThreadIntent { slots: self.slots.clone(), slot });
+            slot
+        });
+        Intent(slot.and_then(|i| self.registry.intent_word(i)))
     }
 
     /// How long a stalled slot of unknown holder is waited for.
@@ -230,7 +276,7 @@ impl Queue {
     #[inline]
     pub fn push(&self, record: &[u8]) -> Result<()> {
         self.check_push(record)?;
-        self.ring.push(record, self.token, &mut Patience::new(self)).map_err(|e| self.ring_error(e))?;
+        self.ring.push(record, &self.intent(), &mut Patience::new(self)).map_err(|e| self.ring_error(e))?;
         self.wake_one();
         Ok(())
     }
@@ -271,7 +317,7 @@ impl Queue {
         if let Err(e) = self.check_push(&records[..each]) {
             return (0, Some(e));
         }
-        let (done, err) = self.ring.push_batch(records, each, self.token, &mut Patience::new(self));
+        let (done, err) = self.ring.push_batch(records, each, &self.intent(), &mut Patience::new(self));
         if done > 0 {
             self.wake(done as u32);
         }
@@ -292,7 +338,7 @@ impl Queue {
         let mut spins = Backoff::starting_at(EMPTY_POLL_FIRST_STEP);
         loop {
             self.check_usable()?;
-            match self.ring.pop(out, self.token, &mut Patience::new(self)) {
+            match self.ring.pop(out, &self.intent(), &mut Patience::new(self)) {
                 Ok(n) => {
                     out[n..].fill(0);
                     return Ok(n);
@@ -395,7 +441,7 @@ impl Queue {
                 &mut out[taken * each..max * each],
                 each,
                 &mut lens[taken..max],
-                self.token,
+                &self.intent(),
                 &mut Patience::new(self),
             );
             for i in taken..taken + n {
@@ -483,9 +529,51 @@ impl Queue {
     }
 }
 
-/// The [`Stall`] policy of a queue: a slot held by a process proven dead is
-/// recovered at once; one whose holder cannot be identified is recovered
-/// after the unblock timeout; a live holder is never robbed.
+/// A thread's intent word in its process's entry, where the ring announces
+/// the positions it claims (see [`crate::ring::Announce`]). `None`: the
+/// thread announces nothing (no entry, or more threads than words).
+struct Intent<'a>(Option<&'a AtomicU64>);
+
+impl Announce for Intent<'_> {
+    #[inline]
+    fn claiming(&self, role: Holder, first: u64) {
+        if let Some(word) = self.0 {
+            // Release: visible to whoever sees the claim that follows.
+            word.store(intent_word(role, first), Ordering::Release);
+        }
+    }
+
+    #[inline]
+    fn idle(&self) {
+        if let Some(word) = self.0 {
+            word.store(IDLE, Ordering::Release);
+        }
+    }
+}
+
+/// Which intent word this thread holds in a queue (by its process-local
+/// slot allocator); given back when the thread ends.
+struct ThreadIntent {
+    slots: Arc<IntentSlots>,
+    slot: Option<usize>,
+}
+
+impl Drop for ThreadIntent {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot {
+            self.slots.release(slot);
+        }
+    }
+}
+
+thread_local! {
+    static THREAD_INTENTS: RefCell<Vec<ThreadIntent>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The [`Stall`] policy of a queue: a position whose holder is proven dead
+/// (no live process announces it) is recovered at once; one whose holder
+/// cannot be told is recovered after the unblock timeout; a live holder is
+/// never robbed.
 struct Patience<'a> {
     queue: &'a Queue,
     /// What we wait for (a slot's seq) and since when.
@@ -500,7 +588,7 @@ impl<'a> Patience<'a> {
 }
 
 impl Stall for Patience<'_> {
-    fn decide(&mut self, stalled: u64, _holder: Holder, owner: u32) -> Verdict {
+    fn decide(&mut self, stalled: u64, holder: Holder, at: u64) -> Verdict {
         if self.queue.is_dropped() {
             return Verdict::Abort(SHM_ERR_EIDRM);
         }
@@ -513,12 +601,12 @@ impl Stall for Patience<'_> {
             }
         };
         let waited = now - since;
-        match self.queue.registry.liveness(owner) {
+        match self.queue.registry.holder(holder, at, self.queue.unregistered()) {
             Liveness::Dead => return Verdict::Recover,
             Liveness::Unknown if waited >= self.queue.unblock_timeout => return Verdict::Recover,
             _ => {}
         }
-        // The holder is alive (or not yet identifiable): let it run.
+        // The holder is alive (or cannot be told): let it run.
         if waited < Duration::from_millis(1) {
             std::thread::yield_now();
         } else {

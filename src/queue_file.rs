@@ -129,6 +129,9 @@ pub struct WakeWords {
 pub struct StateWords {
     /// Non-zero once the queue has been dropped.
     pub dropped: AtomicU32,
+    /// Processes attached without an entry in the process table (it was
+    /// full): while non-zero, no stalled holder can be proven dead.
+    pub unregistered: AtomicU32,
 }
 
 /// Counters of rare events (not touched by normal pushes and pops).
@@ -266,6 +269,11 @@ pub fn check_dir(dir: &Path, create: bool) -> Result<u32> {
         }
         Err(e) => return Err(io_error(SHM_ERR_ACCES, "cannot read queue directory", dir, e)),
     };
+    if meta.file_type().is_symlink() {
+        // Only the default directory is looked at without following links:
+        // someone else could have planted the link in /dev/shm.
+        return Err(Error::new(SHM_ERR_ACCES, format!("{} is a symbolic link: refused", dir.display())));
+    }
     if !meta.is_dir() {
         return Err(Error::new(SHM_ERR_INVAL, format!("{} is not a directory", dir.display())));
     }

@@ -1,29 +1,35 @@
 //! The process table of a queue file: which processes are attached, and the
-//! proof that the holder of a stuck slot is dead.
+//! proof that the holder of a stuck position is dead.
 //!
 //! Each attaching process takes an entry of the table by locking one byte of
 //! the queue file (an open-file-description lock, `F_OFD_SETLK`). The kernel
 //! drops that lock when the process dies, however it dies, so "the byte is
-//! not locked" is positive proof that the entry's last holder is gone. The
-//! entry's generation, bumped by every new holder, tells an old token from the
-//! current holder's. A token is `(entry + 1) << 16 | generation & 0xffff`; it is
-//! what a process writes into a slot's `owner` while it holds the slot.
+//! not locked" is positive proof that the entry's last holder is gone.
+//!
+//! Each thread of the process that uses the queue gets one of the entry's
+//! intent words, where the ring announces the position it is about to claim
+//! before claiming it, and idles the word when done (see
+//! [`crate::ring::Announce`]). The holder of a stuck position is therefore
+//! alive exactly when a live entry announces that position: if none does, it
+//! is proven dead. Threads beyond [`INTENTS`] per process, and processes
+//! beyond [`MAX_PROCS`], cannot announce; their claims make the answer
+//! "unknown", which the queue settles with its unblock timeout.
 //!
 //! The entry also counts the process's threads asleep in a blocking pop, so
 //! that the sleepers of a killed process can be taken off the queue's waiter
 //! count ([`Registry::reconcile`]).
 
+use crate::ring::{Holder, IDLE, covers};
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-// Tokens leave bit 31 to the ring's role bit.
-const _: () = assert!((MAX_PROCS as u32) < 1 << 15);
+/// Entries in the table: at most this many processes announce at once.
+pub const MAX_PROCS: usize = 256;
 
-/// Entries in the table: at most this many processes hold a token at once;
-/// later ones still work, with token 0 (their stalls recover by timeout only).
-pub const MAX_PROCS: usize = 1024;
+/// Intent words per entry: threads of one process that can announce.
+pub const INTENTS: usize = 64;
 
-/// One process's entry (32 bytes, in the queue file).
+/// One process's entry (576 bytes, in the queue file).
 #[repr(C)]
 pub struct ProcEntry {
     /// Pid of the holder, for display (0: never held or left cleanly).
@@ -33,24 +39,61 @@ pub struct ProcEntry {
     pub generation: AtomicU32,
     /// The holder's threads currently counted in the queue's waiter count.
     pub waiters: AtomicU32,
-    _reserved: u32,
+    /// The holder's threads that use the queue without an intent word (more
+    /// than [`INTENTS`]): while non-zero, this process may hold any position.
+    pub anonymous: AtomicU32,
     /// When the holder registered, nanoseconds since the Unix epoch.
     pub since_ns: AtomicU64,
-    _reserved2: u64,
+    _reserved: [u64; 5],
+    /// One word per announcing thread: an intent word (see
+    /// [`crate::ring::intent_word`]), [`IDLE`] when it announces nothing.
+    pub intents: [AtomicU64; INTENTS],
 }
+
+const _: () = assert!(std::mem::size_of::<ProcEntry>() == 576);
 
 /// Size of the table in the file.
 pub const TABLE_BYTES: usize = MAX_PROCS * std::mem::size_of::<ProcEntry>();
 
-/// Is a token's process alive?
+/// Is the holder of a position alive?
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Liveness {
-    /// Proven dead: its lock is gone, or its entry has a new holder.
+    /// Proven dead: no live process announces the position.
     Dead,
-    /// Its lock is held under the token's generation.
+    /// A live process announces it.
     Alive,
-    /// No token (0), a malformed one, or the check failed.
+    /// Cannot be told: a live process has threads that cannot announce, or a
+    /// process is attached without an entry, or a lock check failed.
     Unknown,
+}
+
+/// This process's intent words of one entry, handed out to its threads.
+#[derive(Default)]
+pub struct IntentSlots {
+    /// Bit i set: intent word i belongs to a thread.
+    used: AtomicU64,
+}
+
+impl IntentSlots {
+    /// A free word's index, if any.
+    pub fn acquire(&self) -> Option<usize> {
+        let mut used = self.used.load(Ordering::Relaxed);
+        loop {
+            let free = (!used).trailing_zeros() as usize;
+            if free >= INTENTS {
+                return None;
+            }
+            match self.used.compare_exchange_weak(used, used | 1 << free, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => return Some(free),
+                Err(now) => used = now,
+            }
+        }
+    }
+
+    /// Gives word `index` back (its thread is gone).
+    pub fn release(&self, index: usize) {
+        self.used.fetch_and(!(1 << index), Ordering::AcqRel);
+    }
 }
 
 /// This process's view of a queue file's process table.
@@ -65,7 +108,6 @@ pub struct Registry {
 #[derive(Clone, Copy)]
 struct Mine {
     index: usize,
-    token: u32,
     pid: u32,
 }
 
@@ -96,57 +138,77 @@ impl Registry {
         (self.table_offset + (index * std::mem::size_of::<ProcEntry>()) as u64) as i64
     }
 
-    /// Takes a free entry (needs the file open for writing). Returns the
-    /// token (0 when every entry is held by a live process) and how many
-    /// sleepers of the entry's dead previous holder were taken off the
+    /// Takes a free entry (needs the file open for writing). Returns whether
+    /// it got one (false when every entry is held by a live process) and how
+    /// many sleepers of the entry's dead previous holder were taken off the
     /// waiter count.
-    pub fn register(&mut self, global_waiters: &AtomicU32) -> (u32, u32) {
-        if let Some(m) = self.mine {
-            return (m.token, 0);
+    pub fn register(&mut self, global_waiters: &AtomicU32) -> (bool, u32) {
+        if self.mine.is_some() {
+            return (true, 0);
         }
         for index in 0..MAX_PROCS {
             if !lock(self.fd, self.lock_offset(index)) {
                 continue;
             }
-            // The lock was free: whoever held this entry before is gone.
+            // The lock was free: whoever held this entry before is gone, and
+            // so are its announcements.
             let entry = self.entry(index);
             let reconciled = take_waiters(entry, global_waiters);
-            let generation = entry.generation.fetch_add(1, Ordering::SeqCst).wrapping_add(1);
+            entry.generation.fetch_add(1, Ordering::SeqCst);
+            entry.intents.iter().for_each(|w| w.store(IDLE, Ordering::SeqCst));
+            entry.anonymous.store(0, Ordering::SeqCst);
             let pid = std::process::id();
-            entry.pid.store(pid, Ordering::Relaxed);
+            entry.pid.store(pid, Ordering::SeqCst);
             entry.since_ns.store(crate::queue_file::now_ns(), Ordering::Relaxed);
-            let token = ((index as u32 + 1) << 16) | (generation & 0xffff);
-            self.mine = Some(Mine { index, token, pid });
-            return (token, reconciled);
+            self.mine = Some(Mine { index, pid });
+            return (true, reconciled);
         }
-        (0, 0)
+        (false, 0)
     }
 
-    /// This process's token (0 if not registered).
-    pub fn token(&self) -> u32 {
-        self.mine.map_or(0, |m| m.token)
+    /// Intent word `slot` of this process's entry (None if not registered).
+    #[inline]
+    pub fn intent_word(&self, slot: usize) -> Option<&AtomicU64> {
+        self.mine.map(|m| &self.entry(m.index).intents[slot % INTENTS])
     }
 
-    /// Is the process behind `token` alive? One `fcntl` call at most.
-    pub fn liveness(&self, token: u32) -> Liveness {
-        let index = (token >> 16) as usize;
-        if index == 0 || index > MAX_PROCS {
-            return Liveness::Unknown;
-        }
-        let index = index - 1;
+    /// Notes that a thread of this process uses the queue without an intent
+    /// word: from now on, stalls on positions nobody announces are "unknown".
+    pub fn add_anonymous(&self) {
         if let Some(m) = self.mine {
-            if m.token == token {
+            self.entry(m.index).anonymous.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Is the `role` holder of position number `at` alive? One `fcntl` per
+    /// registered entry. `unregistered`: processes are attached without an
+    /// entry (they cannot announce).
+    pub fn holder(&self, role: Holder, at: u64, unregistered: bool) -> Liveness {
+        let mut unknown = unregistered;
+        for index in 0..MAX_PROCS {
+            let entry = self.entry(index);
+            let mine = self.mine.is_some_and(|m| m.index == index);
+            if !mine {
+                if entry.pid.load(Ordering::Acquire) == 0 {
+                    continue; // never held, or left cleanly (a new holder announces nothing yet)
+                }
+                match held(self.fd, self.lock_offset(index)) {
+                    Some(true) => {}
+                    Some(false) => continue, // dead: its announcements do not count
+                    None => {
+                        unknown = true;
+                        continue;
+                    }
+                }
+            }
+            if entry.intents.iter().any(|w| covers(w.load(Ordering::Acquire), role, at)) {
                 return Liveness::Alive;
             }
-        }
-        match held(self.fd, self.lock_offset(index)) {
-            None => Liveness::Unknown,
-            Some(false) => Liveness::Dead,
-            Some(true) if self.entry(index).generation.load(Ordering::SeqCst) & 0xffff != token & 0xffff => {
-                Liveness::Dead
+            if entry.anonymous.load(Ordering::Acquire) > 0 {
+                unknown = true;
             }
-            Some(true) => Liveness::Alive,
         }
+        if unknown { Liveness::Unknown } else { Liveness::Dead }
     }
 
     /// Counts one of our threads into the waiter count before it sleeps. The

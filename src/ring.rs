@@ -27,12 +27,13 @@
 //!   never waits for a line that a losing competitor pulled away. A slot may
 //!   therefore lag its claimed positions by a lap or more while earlier
 //!   holders finish;
-//! * publishing and releasing a slot are compare-and-swaps on `seq`, and each
-//!   holder writes its `owner` token (with a producer/consumer bit) into the
-//!   slot after claiming it. A slot whose holder died is moved on by a CAS
-//!   from a waiter (see [`Stall`]); the holder, had it only been slow, finds
-//!   its CAS failing and reports [`RingError::Robbed`] instead of corrupting
-//!   anything.
+//! * before claiming positions, a participant announces them in a word of
+//!   its own (see [`Announce`]), so that the holder of any position can be
+//!   proven dead (no live participant announces it). Publishing and
+//!   releasing a slot are compare-and-swaps on `seq`: a slot whose holder
+//!   died is moved on by a CAS from a waiter (see [`Stall`]); the holder, had
+//!   it only been slow, finds its CAS failing and reports
+//!   [`RingError::Robbed`] instead of corrupting anything.
 //!
 //! Recovery transitions, on the slot's current lap `X` (single CASes on `seq`):
 //! * the producer of `X` died before publishing (`seq == X`): `X | PUBLISHED
@@ -56,11 +57,9 @@ pub const SKIP: u64 = 1 << 63;
 /// billion operations a second they wrap after centuries.
 pub const POS_MASK: u64 = !SKIP;
 
-/// `owner` bit: the token was written by a consumer (else by a producer).
-/// A waiter trusts only a token of the role it waits on: a slot changes
-/// hands without its token being cleared, so the other role's token may be
-/// the previous holder's.
-pub const CONSUMER_ROLE: u32 = 1 << 31;
+/// Most positions one CAS claims (batches claim in chunks of this). An
+/// announcement covers this many positions from its first.
+pub const MAX_CLAIM: u64 = 64;
 
 /// Largest capacity: keeps `one_lap` well inside the 63-bit position space.
 pub const MAX_CAPACITY: u64 = 1 << 40;
@@ -92,10 +91,8 @@ pub struct SlotHeader {
     /// lap's record), plus [`SKIP`] on an empty record. Only ever moves
     /// forward, and only by CAS after the slot has been claimed.
     pub seq: AtomicU64,
-    /// Token of the process that last took the slot (producer or consumer,
-    /// told apart by [`CONSUMER_ROLE`]), written right after its claim and
-    /// left in place after it publishes or releases; 0 after a recovery.
-    pub owner: AtomicU32,
+    /// Zero; reserved.
+    pub reserved: u32,
     /// Length of the published record, 1..=record_size. Written by the
     /// producer before publishing; validated by the consumer before use.
     pub len: AtomicU32,
@@ -148,18 +145,63 @@ pub enum Verdict {
 pub trait Stall {
     /// Called repeatedly, once spinning and yielding are exhausted, while a
     /// slot stays held. `stalled` identifies what is waited for (the slot's
-    /// `seq`: a new value means progress), `owner` is the holder's token,
-    /// role bit removed (0: unknown).
-    fn decide(&mut self, stalled: u64, holder: Holder, owner: u32) -> Verdict;
+    /// `seq`: a new value means progress); `at` is the number (a count, see
+    /// [`Ring::count`]) of the position whose `holder` has not finished.
+    fn decide(&mut self, stalled: u64, holder: Holder, at: u64) -> Verdict;
     /// A slot held by `holder` was recovered by this call.
     fn recovered(&mut self, _holder: Holder) {}
+}
+
+/// Where a participant announces, before claiming positions, which ones it
+/// is claiming, and later that it is done. The holder of a stalled position
+/// is the participant whose announcement covers it: a [`Stall`] policy
+/// proves the holder dead when no live participant's announcement covers
+/// the position. Announcing before the claiming CAS leaves no instant at
+/// which a participant holds a position it has not announced.
+pub trait Announce {
+    /// About to claim, as `role`, up to [`MAX_CLAIM`] positions from the one
+    /// numbered `first` (a count, see [`Ring::count`]).
+    fn claiming(&self, role: Holder, first: u64);
+    /// Holds and claims nothing any more.
+    fn idle(&self);
+}
+
+/// An intent word (where an [`Announce`] keeps its announcement) that
+/// announces nothing.
+pub const IDLE: u64 = u64::MAX;
+/// Intent word bit: the claim is a consumer's (else a producer's).
+const CONSUMER_CLAIM: u64 = 1 << 63;
+
+/// The intent word announcing a claim, as `role`, from position number `first`.
+#[inline]
+pub fn intent_word(role: Holder, first: u64) -> u64 {
+    (first & !CONSUMER_CLAIM) | if role == Holder::Consumer { CONSUMER_CLAIM } else { 0 }
+}
+
+/// Does intent word `word` cover position number `at` held as `role`? A
+/// claim covers up to [`MAX_CLAIM`] positions from its first.
+#[inline]
+pub fn covers(word: u64, role: Holder, at: u64) -> bool {
+    let first = word & !CONSUMER_CLAIM;
+    word != IDLE && (word & CONSUMER_CLAIM != 0) == (role == Holder::Consumer) && first <= at && at - first < MAX_CLAIM
+}
+
+/// Announces nothing: for participants whose stalls need no proof (tests,
+/// benchmarks, a single process).
+pub struct Silent;
+
+impl Announce for Silent {
+    #[inline]
+    fn claiming(&self, _: Holder, _: u64) {}
+    #[inline]
+    fn idle(&self) {}
 }
 
 /// A [`Stall`] policy that never recovers: waits forever for every holder.
 pub struct NeverRecover;
 
 impl Stall for NeverRecover {
-    fn decide(&mut self, _: u64, _: Holder, _: u32) -> Verdict {
+    fn decide(&mut self, _: u64, _: Holder, _: u64) -> Verdict {
         yield_now();
         Verdict::Wait
     }
@@ -347,13 +389,13 @@ impl<S: Storage> Ring<S> {
         &self.store
     }
 
-    /// Appends `data` (1..=record_size bytes). `me` is this process's owner
-    /// token (0 if it has none).
+    /// Appends `data` (1..=record_size bytes), announcing through `ann`.
     #[inline]
-    pub fn push(&self, data: &[u8], me: u32, stall: &mut impl Stall) -> Result<(), RingError> {
+    pub fn push(&self, data: &[u8], ann: &impl Announce, stall: &mut impl Stall) -> Result<(), RingError> {
         debug_assert!(!data.is_empty() && data.len() <= self.record_size);
-        let claim = self.claim_push(stall)?;
-        self.fill(claim, data, me)
+        let result = self.claim_push(ann, stall).and_then(|claim| self.fill(claim, data));
+        ann.idle();
+        result
     }
 
     /// Claims the next position for a producer: returns a slot that is free
@@ -364,7 +406,7 @@ impl<S: Storage> Ring<S> {
     /// never reads the slot of a position that another producer wins (that
     /// read would make the winner's publishing CAS wait for the line).
     #[inline]
-    pub(crate) fn claim_push(&self, stall: &mut impl Stall) -> Result<Claim, RingError> {
+    pub(crate) fn claim_push(&self, ann: &impl Announce, stall: &mut impl Stall) -> Result<Claim, RingError> {
         let cursors = self.store.cursors();
         let mut backoff = Backoff::new();
         'claim: loop {
@@ -374,6 +416,8 @@ impl<S: Storage> Ring<S> {
                 if !self.has_room(tail) {
                     return Err(RingError::Full);
                 }
+                // Announce the position before taking it (see `Announce`).
+                ann.claiming(Holder::Producer, self.count(tail));
                 // Moving `tail` past a position makes it ours.
                 let next = self.next(tail, lap, index);
                 match cursors.tail.0.compare_exchange_weak(tail, next, Ordering::SeqCst, Ordering::Acquire) {
@@ -409,10 +453,8 @@ impl<S: Storage> Ring<S> {
 
     /// Writes our record into the slot we claimed and publishes it.
     #[inline]
-    pub(crate) fn fill(&self, claim: Claim, data: &[u8], me: u32) -> Result<(), RingError> {
+    pub(crate) fn fill(&self, claim: Claim, data: &[u8]) -> Result<(), RingError> {
         let slot = self.store.slot(claim.index);
-        // Say who holds the slot, so that a waiter can tell whether we died.
-        slot.owner.store(me, Ordering::Relaxed);
         // The slot's first cache line holds `seq`, which a consumer waiting
         // for this record polls: write the record's later lines first and
         // that line last, so that it is taken back from the poller once.
@@ -429,32 +471,32 @@ impl<S: Storage> Ring<S> {
         // the waiter-count load of a blocking wake-up (see `queue`).
         match slot.seq.compare_exchange(claim.lap, claim.lap | PUBLISHED, Ordering::SeqCst, Ordering::Relaxed) {
             Ok(_) => Ok(()),
-            Err(_) => {
-                forget_owner(slot, me);
-                Err(RingError::Robbed)
-            }
+            Err(_) => Err(RingError::Robbed),
         }
     }
 
     /// Removes the oldest record into `out` (at least `record_size` bytes) and
-    /// returns its length. `me` is this process's owner token.
+    /// returns its length, announcing through `ann`.
     #[inline]
-    pub fn pop(&self, out: &mut [u8], me: u32, stall: &mut impl Stall) -> Result<usize, RingError> {
+    pub fn pop(&self, out: &mut [u8], ann: &impl Announce, stall: &mut impl Stall) -> Result<usize, RingError> {
         debug_assert!(out.len() >= self.record_size);
-        loop {
-            let claim = self.claim_pop(stall)?;
-            if let Some(len) = self.take(claim, out, me)? {
-                return Ok(len);
+        let result = loop {
+            match self.claim_pop(ann, stall).and_then(|claim| self.take(claim, out)) {
+                Ok(Some(len)) => break Ok(len),
+                // An empty record (an abandoned push): go on to the next one.
+                Ok(None) => {}
+                Err(e) => break Err(e),
             }
-            // An empty record (abandoned push): go on to the next one.
-        }
+        };
+        ann.idle();
+        result
     }
 
     /// Claims the oldest record (possibly an empty one), claiming its
     /// position first and waiting for its producer afterwards, as
     /// [`claim_push`](Self::claim_push) does.
     #[inline]
-    pub(crate) fn claim_pop(&self, stall: &mut impl Stall) -> Result<Claim, RingError> {
+    pub(crate) fn claim_pop(&self, ann: &impl Announce, stall: &mut impl Stall) -> Result<Claim, RingError> {
         let cursors = self.store.cursors();
         let mut backoff = Backoff::new();
         let mut head = cursors.head.0.load(Ordering::Acquire);
@@ -463,6 +505,7 @@ impl<S: Storage> Ring<S> {
             if !self.has_record(head) {
                 return Err(RingError::Empty);
             }
+            ann.claiming(Holder::Consumer, self.count(head));
             // A producer has claimed this position: moving `head` past it makes it ours.
             let next = self.next(head, lap, index);
             match cursors.head.0.compare_exchange_weak(head, next, Ordering::SeqCst, Ordering::Acquire) {
@@ -499,25 +542,27 @@ impl<S: Storage> Ring<S> {
         };
         loop {
             let seq = slot.seq.load(Ordering::Acquire);
-            let (holder, recovered) = match (self.state(seq, lap), role) {
+            let (holder, holder_lap, recovered) = match (self.state(seq, lap), role) {
                 (State::Current { published: false }, Role::Producer) => return Ok(Turn::Ready(seq)),
                 (State::Current { published: true }, Role::Consumer) => return Ok(Turn::Ready(seq)),
                 (State::Current { published: true } | State::Ahead, Role::Producer) => return Ok(Turn::Taken),
                 // Our producer is writing.
-                (State::Current { published: false }, Role::Consumer) => (Holder::Producer, lap | PUBLISHED | SKIP),
-                (State::Behind { seq_lap, published: false }, _) => (Holder::Producer, seq_lap | PUBLISHED | SKIP),
+                (State::Current { published: false }, Role::Consumer) => {
+                    (Holder::Producer, lap, lap | PUBLISHED | SKIP)
+                }
+                (State::Behind { seq_lap, published: false }, _) => {
+                    (Holder::Producer, seq_lap, seq_lap | PUBLISHED | SKIP)
+                }
                 (State::Behind { seq_lap, published: true }, _) => {
-                    (Holder::Consumer, self.add_lap(seq_lap) | PUBLISHED | (seq & SKIP))
+                    (Holder::Consumer, seq_lap, self.add_lap(seq_lap) | PUBLISHED | (seq & SKIP))
                 }
                 (State::Ahead | State::Invalid, _) => return Err(RingError::Corrupt),
             };
             if wait.is_completed() {
-                let owner = slot.owner.load(Ordering::Acquire);
-                match stall.decide(seq, holder, holder_token(owner, holder)) {
+                match stall.decide(seq, holder, self.count(holder_lap + index as u64)) {
                     Verdict::Wait => {}
                     Verdict::Abort(code) => return Err(RingError::Aborted(code)),
                     Verdict::Recover => {
-                        forget_owner(slot, owner);
                         if slot.seq.compare_exchange(seq, recovered, Ordering::SeqCst, Ordering::Acquire).is_ok() {
                             stall.recovered(holder);
                         }
@@ -548,7 +593,7 @@ impl<S: Storage> Ring<S> {
     /// Reads the record of a slot we claimed and releases the slot. `None`:
     /// the record was an empty one (an abandoned push).
     #[inline]
-    pub(crate) fn take(&self, claim: Claim, out: &mut [u8], me: u32) -> Result<Option<usize>, RingError> {
+    pub(crate) fn take(&self, claim: Claim, out: &mut [u8]) -> Result<Option<usize>, RingError> {
         let Claim { lap, index, seq } = claim;
         let slot = self.store.slot(index);
         let free = self.add_lap(lap);
@@ -558,8 +603,6 @@ impl<S: Storage> Ring<S> {
             let _ = slot.seq.compare_exchange(seq, free, Ordering::SeqCst, Ordering::Relaxed);
             return Ok(None);
         }
-        let me = me | CONSUMER_ROLE;
-        slot.owner.store(me, Ordering::Relaxed);
         let len = slot.len.load(Ordering::Relaxed) as usize;
         let valid = len != 0 && len <= self.record_size && len <= out.len();
         if valid {
@@ -571,43 +614,33 @@ impl<S: Storage> Ring<S> {
         match slot.seq.compare_exchange(seq, free, Ordering::SeqCst, Ordering::Relaxed) {
             Ok(_) if valid => Ok(Some(len)),
             Ok(_) => Err(RingError::Corrupt),
-            Err(_) => {
-                forget_owner(slot, me);
-                Err(RingError::Robbed)
-            }
+            Err(_) => Err(RingError::Robbed),
         }
     }
 
     /// Appends the records of `records` (each `each` bytes, 1..=record_size)
-    /// in order, claiming up to all of their positions with one CAS of
-    /// `tail` (the room permitting). Returns how many went in, and the error
-    /// that stopped it early (`Full` when the ring filled up).
+    /// in order, claiming their positions [`MAX_CLAIM`] at a time with one
+    /// CAS of `tail` (as far as there is room). Returns how many went in, and
+    /// the error that stopped it early (`Full` when the ring filled up).
     pub fn push_batch(
         &self,
         records: &[u8],
         each: usize,
-        me: u32,
+        ann: &impl Announce,
         stall: &mut impl Stall,
     ) -> (usize, Option<RingError>) {
         debug_assert!(each > 0 && each <= self.record_size);
         let mut pending = records.chunks_exact(each);
         let mut done = 0;
-        while pending.len() > 0 {
-            let (first, claimed) = match self.claim_push_range(pending.len() as u64) {
+        let mut stop = None;
+        'batches: while pending.len() > 0 {
+            let (first, claimed) = match self.claim_push_range((pending.len() as u64).min(MAX_CLAIM), ann) {
                 Ok(range) => range,
-                Err(e) => return (done, Some(e)),
-            };
-            // Tell waiters who holds the claimed slots that are already free,
-            // so that a crash in the middle of the batch is proven, not timed out.
-            let mut pos = first;
-            for _ in 0..claimed {
-                let Ok((lap, index)) = self.split(pos) else { break };
-                let slot = self.store.slot(index);
-                if slot.seq.load(Ordering::Acquire) == lap {
-                    slot.owner.store(me, Ordering::Relaxed);
+                Err(e) => {
+                    stop = Some(e);
+                    break;
                 }
-                pos = self.next(pos, lap, index);
-            }
+            };
             let mut pos = first;
             for n in 0..claimed {
                 let step = self.split(pos).and_then(|(lap, index)| {
@@ -615,16 +648,15 @@ impl<S: Storage> Ring<S> {
                     match self.await_turn(index, lap, Role::Producer, stall)? {
                         // A recovery used this position: the record goes to the next one.
                         Turn::Taken => Ok(false),
-                        Turn::Ready(seq) => {
-                            let record = pending.next().unwrap_or(&[]);
-                            if record.is_empty() {
+                        Turn::Ready(seq) => match pending.next() {
+                            Some(record) => self.fill(Claim { lap, index, seq }, record).map(|()| true),
+                            None => {
                                 // More positions than records left (some were
                                 // taken): publish this one empty.
                                 self.abandon(Claim { lap, index, seq });
-                                return Ok(false);
+                                Ok(false)
                             }
-                            self.fill(Claim { lap, index, seq }, record, me).map(|()| true)
-                        }
+                        },
                     }
                 });
                 match step {
@@ -633,17 +665,19 @@ impl<S: Storage> Ring<S> {
                     Err(e) => {
                         // Nobody may wait for positions we will not fill.
                         self.abandon_range(pos, claimed - n - 1, stall);
-                        return (done, Some(e));
+                        stop = Some(e);
+                        break 'batches;
                     }
                 }
             }
         }
-        (done, None)
+        ann.idle();
+        (done, stop)
     }
 
-    /// Claims up to `want` consecutive positions for a producer with one CAS.
-    /// Returns the first position and how many were claimed (at least 1).
-    fn claim_push_range(&self, want: u64) -> Result<(u64, u64), RingError> {
+    /// Claims up to `want` (at most [`MAX_CLAIM`]) consecutive positions for
+    /// a producer with one CAS. Returns the first and how many (at least 1).
+    fn claim_push_range(&self, want: u64, ann: &impl Announce) -> Result<(u64, u64), RingError> {
         let cursors = self.store.cursors();
         let mut backoff = Backoff::new();
         let mut tail = cursors.tail.0.load(Ordering::Acquire);
@@ -653,7 +687,8 @@ impl<S: Storage> Ring<S> {
             if room == 0 {
                 return Err(RingError::Full);
             }
-            let k = want.min(room);
+            let k = want.min(room).min(MAX_CLAIM);
+            ann.claiming(Holder::Producer, self.count(tail));
             match cursors.tail.0.compare_exchange_weak(tail, self.advance(tail, k), Ordering::SeqCst, Ordering::Acquire)
             {
                 Ok(_) => return Ok((tail, k)),
@@ -695,26 +730,30 @@ impl<S: Storage> Ring<S> {
         }
     }
 
-    /// Pops up to `max` records into `out` (`max * each` bytes, `each >=
-    /// record_size`), claiming their positions with one CAS of `head`;
-    /// record `i` goes to `out[i * each..]` and its length to `lens[i]`.
-    /// Returns how many were taken, and the error that stopped it early
-    /// (`Empty` when there were fewer).
+    /// Pops up to `lens.len()` records into `out` (`each >= record_size` bytes
+    /// per record), claiming their positions [`MAX_CLAIM`] at a time with
+    /// one CAS of `head`; record `i` goes to `out[i * each..]` and its length
+    /// to `lens[i]`. Returns how many were taken, and the error that stopped
+    /// it early (`Empty` when there were fewer).
     pub fn pop_batch(
         &self,
         out: &mut [u8],
         each: usize,
         lens: &mut [usize],
-        me: u32,
+        ann: &impl Announce,
         stall: &mut impl Stall,
     ) -> (usize, Option<RingError>) {
         debug_assert!(each >= self.record_size && out.len() >= lens.len() * each);
         let max = lens.len();
         let mut taken = 0;
-        while taken < max {
-            let (first, claimed) = match self.claim_pop_range((max - taken) as u64) {
+        let mut stop = None;
+        'batches: while taken < max {
+            let (first, claimed) = match self.claim_pop_range(((max - taken) as u64).min(MAX_CLAIM), ann) {
                 Ok(range) => range,
-                Err(e) => return (taken, Some(e)),
+                Err(e) => {
+                    stop = Some(e);
+                    break;
+                }
             };
             let mut pos = first;
             for n in 0..claimed {
@@ -723,7 +762,7 @@ impl<S: Storage> Ring<S> {
                     match self.await_turn(index, lap, Role::Consumer, stall)? {
                         Turn::Ready(seq) => {
                             let dst = &mut out[taken * each..(taken + 1) * each];
-                            self.take(Claim { lap, index, seq }, dst, me)
+                            self.take(Claim { lap, index, seq }, dst)
                         }
                         Turn::Taken => Err(RingError::Corrupt),
                     }
@@ -736,18 +775,21 @@ impl<S: Storage> Ring<S> {
                     Ok(None) => {} // an empty record
                     Err(e) => {
                         // Positions we claimed but will not take must still be
-                        // taken (released), or their records would be stuck.
+                        // released, or their records would be stuck.
                         self.release_range(pos, claimed - n - 1, stall);
-                        return (taken, Some(e));
+                        stop = Some(e);
+                        break 'batches;
                     }
                 }
             }
         }
-        (taken, None)
+        ann.idle();
+        (taken, stop)
     }
 
-    /// Claims up to `want` consecutive positions for a consumer with one CAS.
-    fn claim_pop_range(&self, want: u64) -> Result<(u64, u64), RingError> {
+    /// Claims up to `want` (at most [`MAX_CLAIM`]) consecutive positions for
+    /// a consumer with one CAS.
+    fn claim_pop_range(&self, want: u64, ann: &impl Announce) -> Result<(u64, u64), RingError> {
         let cursors = self.store.cursors();
         let mut backoff = Backoff::new();
         let mut head = cursors.head.0.load(Ordering::Acquire);
@@ -757,7 +799,8 @@ impl<S: Storage> Ring<S> {
             if queued == 0 {
                 return Err(RingError::Empty);
             }
-            let k = want.min(queued);
+            let k = want.min(queued).min(MAX_CLAIM);
+            ann.claiming(Holder::Consumer, self.count(head));
             match cursors.head.0.compare_exchange_weak(head, self.advance(head, k), Ordering::SeqCst, Ordering::Acquire)
             {
                 Ok(_) => return Ok((head, k)),
@@ -810,8 +853,8 @@ impl<S: Storage> Ring<S> {
     /// Recovers the slots whose holders are gone although nobody waits on
     /// them (a record taken by a consumer that died, when producers have not
     /// come round to its slot; a claim of a producer that died, before any
-    /// consumer reached it). `dead(holder, token)` says whether a holder may
-    /// be robbed (`token` 0: unknown). Uses the same CAS transitions as a
+    /// consumer reached it). `dead(holder, at)` says whether the holder of
+    /// position number `at` may be robbed. Uses the same CAS transitions as a
     /// waiter, so it is safe while others work. Returns the slots recovered
     /// from producers and from consumers.
     ///
@@ -820,7 +863,7 @@ impl<S: Storage> Ring<S> {
     /// it. With `exclusive` (no other process attached), `tail` is moved past
     /// such records at once, the free slots on the way becoming empty
     /// records, so that everything recovered can be popped now.
-    pub fn repair(&self, mut dead: impl FnMut(Holder, u32) -> bool, exclusive: bool) -> (u64, u64) {
+    pub fn repair(&self, mut dead: impl FnMut(Holder, u64) -> bool, exclusive: bool) -> (u64, u64) {
         let cursors = self.store.cursors();
         let (mut producers, mut consumers) = (0, 0);
         let mut furthest: Option<u64> = None;
@@ -845,18 +888,15 @@ impl<S: Storage> Ring<S> {
                 }
                 (Holder::Producer, lap | PUBLISHED | SKIP)
             };
-            let owner = slot.owner.load(Ordering::Acquire);
-            if !dead(holder, holder_token(owner, holder)) {
+            if !dead(holder, at) {
                 continue;
             }
-            forget_owner(slot, owner);
             if slot.seq.compare_exchange(seq, recovered, Ordering::SeqCst, Ordering::Relaxed).is_ok() {
                 match holder {
                     Holder::Producer => producers += 1,
                     Holder::Consumer => {
                         consumers += 1;
-                        let at = self.count(self.add_lap(lap) + index as u64);
-                        furthest = furthest.max(Some(at));
+                        furthest = furthest.max(Some(self.count(self.add_lap(lap) + index as u64)));
                     }
                 }
             }
@@ -964,24 +1004,6 @@ impl<S: Storage> Ring<S> {
     }
 }
 
-/// The token (role bit removed) of the slot's holder, if `owner` was written
-/// by the role that holds it; else 0 (unknown): a token of the other role is
-/// the previous holder's, still there because the holder has not written its
-/// own yet.
-fn holder_token(owner: u32, holder: Holder) -> u32 {
-    let by_consumer = owner & CONSUMER_ROLE != 0;
-    if by_consumer == (holder == Holder::Consumer) { owner & !CONSUMER_ROLE } else { 0 }
-}
-
-/// Before a recovery hands the slot on, takes the dead holder's token off it
-/// (only if it is still there), so that the slot never changes hands with a
-/// stale token: the next holder's watchers would take it for dead.
-fn forget_owner(slot: &SlotHeader, dead: u32) {
-    if dead != 0 {
-        let _ = slot.owner.compare_exchange(dead, 0, Ordering::AcqRel, Ordering::Relaxed);
-    }
-}
-
 /// The lap length for a capacity: the smallest power of two above it.
 pub fn one_lap(capacity: u64) -> u64 {
     (capacity + 1).next_power_of_two()
@@ -1066,12 +1088,12 @@ mod tests {
     }
 
     fn push(r: &Ring<HeapStorage>, v: &[u8]) -> Result<(), RingError> {
-        r.push(v, 1, &mut NeverRecover)
+        r.push(v, &Silent, &mut NeverRecover)
     }
 
     fn pop(r: &Ring<HeapStorage>) -> Result<Vec<u8>, RingError> {
         let mut out = vec![0u8; r.record_size()];
-        let n = r.pop(&mut out, 1, &mut NeverRecover)?;
+        let n = r.pop(&mut out, &Silent, &mut NeverRecover)?;
         out.truncate(n);
         Ok(out)
     }
@@ -1185,11 +1207,12 @@ mod tests {
         assert_eq!(pop(&r).unwrap(), b"def");
     }
 
-    /// A policy for tests: tokens in `dead` are dead, others alive.
-    struct Dead(Vec<u32>);
+    /// A policy for tests: the holders of the positions numbered in `dead`
+    /// are dead, others alive.
+    struct Dead(Vec<u64>);
     impl Stall for Dead {
-        fn decide(&mut self, _: u64, _: Holder, owner: u32) -> Verdict {
-            if self.0.contains(&owner) { Verdict::Recover } else { Verdict::Wait }
+        fn decide(&mut self, _: u64, _: Holder, at: u64) -> Verdict {
+            if self.0.contains(&at) { Verdict::Recover } else { Verdict::Wait }
         }
     }
 
@@ -1197,20 +1220,19 @@ mod tests {
     fn abandoned_push_is_skipped() {
         let r = ring(3, 8);
         push(&r, b"one").unwrap();
-        // A producer (token 7) claims position 1 and dies before publishing.
+        // A producer claims position 1 and dies before publishing.
         let c = r.storage().cursors();
         c.tail.0.store(2, Ordering::Relaxed);
-        r.storage().slot(1).owner.store(7, Ordering::Relaxed);
         push(&r, b"three").unwrap();
         let mut out = [0u8; 8];
-        let mut policy = Dead(vec![7]);
-        assert_eq!(r.pop(&mut out, 1, &mut policy), Ok(3));
+        let mut policy = Dead(vec![1]);
+        assert_eq!(r.pop(&mut out, &Silent, &mut policy), Ok(3));
         assert_eq!(&out[..3], b"one");
-        assert_eq!(r.pop(&mut out, 1, &mut policy), Ok(5));
+        assert_eq!(r.pop(&mut out, &Silent, &mut policy), Ok(5));
         assert_eq!(&out[..5], b"three");
-        assert_eq!(r.pop(&mut out, 1, &mut policy), Err(RingError::Empty));
+        assert_eq!(r.pop(&mut out, &Silent, &mut policy), Err(RingError::Empty));
         // The late producer's publish fails: it reports instead of corrupting.
-        assert_eq!(r.fill(Claim { lap: 0, index: 1, seq: 0 }, b"late", 7), Err(RingError::Robbed));
+        assert_eq!(r.fill(Claim { lap: 0, index: 1, seq: 0 }, b"late"), Err(RingError::Robbed));
     }
 
     #[test]
@@ -1218,23 +1240,22 @@ mod tests {
         let r = ring(2, 8);
         push(&r, b"a").unwrap();
         push(&r, b"b").unwrap();
-        // A consumer (token 9) takes "a" (moves head) and dies before releasing.
+        // A consumer takes "a" (position 0: moves head) and dies before releasing.
         r.storage().cursors().head.0.store(1, Ordering::Relaxed);
-        r.storage().slot(0).owner.store(9 | CONSUMER_ROLE, Ordering::Relaxed);
-        let mut policy = Dead(vec![9]);
+        let mut policy = Dead(vec![0]);
         // The next push reaches slot 0, finds it stranded, republishes "a"
         // there; the ring then holds "b" and "a", so its own record does not fit.
-        assert_eq!(r.push(b"c", 1, &mut policy), Err(RingError::Full));
+        assert_eq!(r.push(b"c", &Silent, &mut policy), Err(RingError::Full));
         let mut out = [0u8; 8];
         let mut got = Vec::new();
-        while let Ok(n) = r.pop(&mut out, 1, &mut policy) {
+        while let Ok(n) = r.pop(&mut out, &Silent, &mut policy) {
             got.push(out[..n].to_vec());
         }
         assert_eq!(got, [b"b".to_vec(), b"a".to_vec()]);
-        r.push(b"c", 1, &mut policy).unwrap();
-        assert_eq!(r.pop(&mut out, 1, &mut policy), Ok(1));
+        r.push(b"c", &Silent, &mut policy).unwrap();
+        assert_eq!(r.pop(&mut out, &Silent, &mut policy), Ok(1));
         assert_eq!(out[0], b'c');
-        assert_eq!(r.pop(&mut out, 1, &mut policy), Err(RingError::Empty));
+        assert_eq!(r.pop(&mut out, &Silent, &mut policy), Err(RingError::Empty));
     }
 
     #[test]
@@ -1242,19 +1263,17 @@ mod tests {
         let r = ring(4, 8);
         push(&r, b"a").unwrap();
         push(&r, b"b").unwrap();
-        // A consumer (token 9) takes "a" and dies holding it.
-        let c = r.claim_pop(&mut NeverRecover).unwrap();
-        r.storage().slot(c.index).owner.store(9 | CONSUMER_ROLE, Ordering::Relaxed);
-        // A producer (token 7) claims a position and dies before writing.
-        let p = r.claim_push(&mut NeverRecover).unwrap();
-        r.storage().slot(p.index).owner.store(7, Ordering::Relaxed);
-        // A live producer (token 5) is in the middle of a push.
-        let live = r.claim_push(&mut NeverRecover).unwrap();
-        r.storage().slot(live.index).owner.store(5, Ordering::Relaxed);
-        assert_eq!(r.repair(|_, token| token == 9 || token == 7, false), (1, 1));
+        // A consumer takes "a" (position 0) and dies holding it.
+        r.claim_pop(&Silent, &mut NeverRecover).unwrap();
+        // A producer claims position 2 and dies before writing.
+        r.claim_push(&Silent, &mut NeverRecover).unwrap();
+        // A live producer is in the middle of a push at position 3.
+        let live = r.claim_push(&Silent, &mut NeverRecover).unwrap();
+        let dead = |_, at: u64| at == 0 || at == 2;
+        assert_eq!(r.repair(dead, false), (1, 1));
         // Nothing more to do, and the live holder is untouched.
-        assert_eq!(r.repair(|_, token| token == 9 || token == 7, false), (0, 0));
-        r.fill(live, b"c", 5).unwrap();
+        assert_eq!(r.repair(dead, false), (0, 0));
+        r.fill(live, b"c").unwrap();
         let mut got = Vec::new();
         while let Ok(v) = pop(&r) {
             got.push(v);
@@ -1274,9 +1293,8 @@ mod tests {
             push(&r, v).unwrap();
         }
         // Two consumers take "a" and "b" and die holding them.
-        for token in [9, 10] {
-            let c = r.claim_pop(&mut NeverRecover).unwrap();
-            r.storage().slot(c.index).owner.store(token | CONSUMER_ROLE, Ordering::Relaxed);
+        for _ in 0..2 {
+            r.claim_pop(&Silent, &mut NeverRecover).unwrap();
         }
         assert_eq!(r.repair(|_, _| true, true), (0, 2));
         let mut got = Vec::new();
@@ -1296,16 +1314,16 @@ mod tests {
     #[test]
     fn batches_respect_room_and_emptiness() {
         let r = ring(5, 8);
-        assert_eq!(r.push_batch(&batch(0, 3), 8, 1, &mut NeverRecover), (3, None));
+        assert_eq!(r.push_batch(&batch(0, 3), 8, &Silent, &mut NeverRecover), (3, None));
         // Room for 2 more: the batch of 4 stops there, in order.
-        assert_eq!(r.push_batch(&batch(3, 4), 8, 1, &mut NeverRecover), (2, Some(RingError::Full)));
-        assert_eq!(r.push_batch(&batch(9, 1), 8, 1, &mut NeverRecover), (0, Some(RingError::Full)));
+        assert_eq!(r.push_batch(&batch(3, 4), 8, &Silent, &mut NeverRecover), (2, Some(RingError::Full)));
+        assert_eq!(r.push_batch(&batch(9, 1), 8, &Silent, &mut NeverRecover), (0, Some(RingError::Full)));
         let mut out = vec![0u8; 8 * 7];
         let mut lens = [0usize; 7];
-        assert_eq!(r.pop_batch(&mut out, 8, &mut lens, 1, &mut NeverRecover), (5, Some(RingError::Empty)));
+        assert_eq!(r.pop_batch(&mut out, 8, &mut lens, &Silent, &mut NeverRecover), (5, Some(RingError::Empty)));
         assert_eq!(out[..40], batch(0, 5)[..]);
         assert_eq!(lens[..5], [8; 5]);
-        assert_eq!(r.pop_batch(&mut out, 8, &mut lens, 1, &mut NeverRecover), (0, Some(RingError::Empty)));
+        assert_eq!(r.pop_batch(&mut out, 8, &mut lens, &Silent, &mut NeverRecover), (0, Some(RingError::Empty)));
     }
 
     #[test]
@@ -1316,9 +1334,9 @@ mod tests {
             let mut out = vec![0u8; 8 * pop];
             let mut lens = vec![0usize; pop];
             for _ in 0..500 {
-                let (n, _) = r.push_batch(&batch(next_in, push), 8, 1, &mut NeverRecover);
+                let (n, _) = r.push_batch(&batch(next_in, push), 8, &Silent, &mut NeverRecover);
                 next_in += n as u64;
-                let (n, _) = r.pop_batch(&mut out, 8, &mut lens, 1, &mut NeverRecover);
+                let (n, _) = r.pop_batch(&mut out, 8, &mut lens, &Silent, &mut NeverRecover);
                 for i in 0..n {
                     assert_eq!(out[i * 8..(i + 1) * 8], next_out.to_le_bytes(), "cap {cap}");
                     next_out += 1;
@@ -1342,7 +1360,7 @@ mod tests {
                         let k = (i % 13 + 1).min(PER - i);
                         let recs: Vec<u8> =
                             (i..i + k).flat_map(|v| [p.to_le_bytes(), v.to_le_bytes()].concat()).collect();
-                        let (n, err) = r.push_batch(&recs, 16, 1, &mut NeverRecover);
+                        let (n, err) = r.push_batch(&recs, 16, &Silent, &mut NeverRecover);
                         assert!(matches!(err, None | Some(RingError::Full)), "{err:?}");
                         i += n as u64;
                         if n == 0 {
@@ -1361,7 +1379,7 @@ mod tests {
                     let mut out = vec![0u8; 16 * 9];
                     let mut lens = [0usize; 9];
                     while taken.load(Ordering::Relaxed) < 2 * PER {
-                        let (n, err) = r.pop_batch(&mut out, 16, &mut lens, 1, &mut NeverRecover);
+                        let (n, err) = r.pop_batch(&mut out, 16, &mut lens, &Silent, &mut NeverRecover);
                         assert!(matches!(err, None | Some(RingError::Empty)), "{err:?}");
                         taken.fetch_add(n as u64, Ordering::Relaxed);
                         for rec in out[..n * 16].chunks(16) {
@@ -1411,7 +1429,7 @@ mod tests {
                     rec[..8].copy_from_slice(&p.to_le_bytes());
                     rec[8..].copy_from_slice(&i.to_le_bytes());
                     loop {
-                        match r.push(&rec, 1, &mut NeverRecover) {
+                        match r.push(&rec, &Silent, &mut NeverRecover) {
                             Ok(()) => break,
                             Err(RingError::Full) => std::thread::yield_now(),
                             Err(e) => panic!("{e:?}"),
@@ -1429,7 +1447,7 @@ mod tests {
                 let mut got = Vec::new();
                 let mut out = [0u8; 16];
                 while taken.load(Ordering::Relaxed) < PRODUCERS * PER {
-                    match r.pop(&mut out, 1, &mut NeverRecover) {
+                    match r.pop(&mut out, &Silent, &mut NeverRecover) {
                         Ok(n) => {
                             assert_eq!(n, 16);
                             taken.fetch_add(1, Ordering::Relaxed);
@@ -1494,22 +1512,41 @@ mod loom_tests {
         Arc::new(Ring::new(HeapStorage::new(cap, 1), cap as u64, 1))
     }
 
-    /// Tokens in the list are dead; everyone else is alive and gets waited for.
-    struct Dead(&'static [u32]);
-    impl Stall for Dead {
-        fn decide(&mut self, _: u64, _: Holder, owner: u32) -> Verdict {
-            if self.0.contains(&owner) {
-                Verdict::Recover
-            } else {
+    /// An announcement kept where tests can see it.
+    #[derive(Default)]
+    struct Recorder(loom::sync::atomic::AtomicU64);
+    impl Announce for Recorder {
+        fn claiming(&self, role: Holder, first: u64) {
+            self.0.store(intent_word(role, first), Ordering::SeqCst);
+        }
+        fn idle(&self) {
+            self.0.store(IDLE, Ordering::SeqCst);
+        }
+    }
+
+    /// The queue's rule with these recorders as the live participants: a
+    /// holder announced by one of them is alive and waited for; any other is
+    /// dead (a test leaves out the recorders of threads that "die", or that
+    /// are wrongly believed dead).
+    struct Alive(Vec<Arc<Recorder>>);
+    impl Stall for Alive {
+        fn decide(&mut self, _: u64, holder: Holder, at: u64) -> Verdict {
+            if self.0.iter().any(|r| covers(r.0.load(Ordering::SeqCst), holder, at)) {
                 thread::yield_now();
                 Verdict::Wait
+            } else {
+                Verdict::Recover
             }
         }
     }
 
-    fn push_retry(r: &Ring<HeapStorage>, v: u8, stall: &mut impl Stall) {
+    fn recorder() -> Arc<Recorder> {
+        Arc::new(Recorder::default())
+    }
+
+    fn push_retry(r: &Ring<HeapStorage>, v: u8, ann: &impl Announce, stall: &mut impl Stall) {
         loop {
-            match r.push(&[v], 1, stall) {
+            match r.push(&[v], ann, stall) {
                 Ok(()) => return,
                 Err(RingError::Full) => thread::yield_now(),
                 Err(e) => panic!("push {v}: {e:?}"),
@@ -1517,19 +1554,19 @@ mod loom_tests {
         }
     }
 
-    fn try_pop(r: &Ring<HeapStorage>, stall: &mut impl Stall) -> Option<u8> {
+    fn try_pop(r: &Ring<HeapStorage>, ann: &impl Announce, stall: &mut impl Stall) -> Option<u8> {
         let mut out = [0u8; 1];
-        match r.pop(&mut out, 1, stall) {
+        match r.pop(&mut out, ann, stall) {
             Ok(1) => Some(out[0]),
             Err(RingError::Empty) => None,
             other => panic!("pop: {other:?}"),
         }
     }
 
-    fn pop_n(r: &Ring<HeapStorage>, n: usize, stall: &mut impl Stall) -> Vec<u8> {
+    fn pop_n(r: &Ring<HeapStorage>, n: usize, ann: &impl Announce, stall: &mut impl Stall) -> Vec<u8> {
         let mut got = Vec::new();
         while got.len() < n {
-            match try_pop(r, stall) {
+            match try_pop(r, ann, stall) {
                 Some(v) => got.push(v),
                 None => thread::yield_now(),
             }
@@ -1544,19 +1581,19 @@ mod loom_tests {
             let a = {
                 let r = r.clone();
                 thread::spawn(move || {
-                    r.push(&[1], 1, &mut NeverRecover).unwrap();
-                    r.push(&[2], 1, &mut NeverRecover).unwrap();
+                    r.push(&[1], &Silent, &mut NeverRecover).unwrap();
+                    r.push(&[2], &Silent, &mut NeverRecover).unwrap();
                 })
             };
-            r.push(&[3], 1, &mut NeverRecover).unwrap();
+            r.push(&[3], &Silent, &mut NeverRecover).unwrap();
             a.join().unwrap();
-            let got = pop_n(&r, 3, &mut NeverRecover);
+            let got = pop_n(&r, 3, &Silent, &mut NeverRecover);
             let mut sorted = got.clone();
             sorted.sort_unstable();
             assert_eq!(sorted, [1, 2, 3]);
             let pos = |v| got.iter().position(|&x| x == v).unwrap();
             assert!(pos(1) < pos(2), "producer order broken: {got:?}");
-            assert_eq!(try_pop(&r, &mut NeverRecover), None);
+            assert_eq!(try_pop(&r, &Silent, &mut NeverRecover), None);
         });
     }
 
@@ -1564,18 +1601,18 @@ mod loom_tests {
     fn loom_two_consumers_take_each_record_once() {
         model(|| {
             let r = ring(2);
-            r.push(&[1], 1, &mut NeverRecover).unwrap();
-            r.push(&[2], 1, &mut NeverRecover).unwrap();
+            r.push(&[1], &Silent, &mut NeverRecover).unwrap();
+            r.push(&[2], &Silent, &mut NeverRecover).unwrap();
             let other = {
                 let r = r.clone();
-                thread::spawn(move || try_pop(&r, &mut NeverRecover))
+                thread::spawn(move || try_pop(&r, &Silent, &mut NeverRecover))
             };
-            let mine = try_pop(&r, &mut NeverRecover);
+            let mine = try_pop(&r, &Silent, &mut NeverRecover);
             let theirs = other.join().unwrap();
             let mut got: Vec<u8> = [mine, theirs].into_iter().flatten().collect();
             got.sort_unstable();
             assert_eq!(got, [1, 2], "each record exactly once");
-            assert_eq!(try_pop(&r, &mut NeverRecover), None);
+            assert_eq!(try_pop(&r, &Silent, &mut NeverRecover), None);
         });
     }
 
@@ -1589,7 +1626,7 @@ mod loom_tests {
                     let mut sent = 0u8;
                     while sent < 3 {
                         let recs: Vec<u8> = (sent + 1..=3).collect();
-                        let (n, err) = r.push_batch(&recs, 1, 1, &mut NeverRecover);
+                        let (n, err) = r.push_batch(&recs, 1, &Silent, &mut NeverRecover);
                         assert!(matches!(err, None | Some(RingError::Full)), "{err:?}");
                         sent += n as u8;
                         if n == 0 {
@@ -1601,7 +1638,7 @@ mod loom_tests {
             let mut got = Vec::new();
             let (mut out, mut lens) = ([0u8; 2], [0usize; 2]);
             while got.len() < 3 {
-                let (n, err) = r.pop_batch(&mut out, 1, &mut lens, 1, &mut NeverRecover);
+                let (n, err) = r.pop_batch(&mut out, 1, &mut lens, &Silent, &mut NeverRecover);
                 assert!(matches!(err, None | Some(RingError::Empty)), "{err:?}");
                 got.extend_from_slice(&out[..n]);
                 if n == 0 {
@@ -1621,11 +1658,11 @@ mod loom_tests {
                 let r = r.clone();
                 thread::spawn(move || {
                     for v in 1..=3 {
-                        push_retry(&r, v, &mut NeverRecover);
+                        push_retry(&r, v, &Silent, &mut NeverRecover);
                     }
                 })
             };
-            assert_eq!(pop_n(&r, 3, &mut NeverRecover), [1, 2, 3]);
+            assert_eq!(pop_n(&r, 3, &Silent, &mut NeverRecover), [1, 2, 3]);
             p.join().unwrap();
         });
     }
@@ -1636,9 +1673,9 @@ mod loom_tests {
             let r = ring(1);
             let other = {
                 let r = r.clone();
-                thread::spawn(move || r.push(&[1], 1, &mut NeverRecover))
+                thread::spawn(move || r.push(&[1], &Silent, &mut NeverRecover))
             };
-            let mine = r.push(&[2], 1, &mut NeverRecover);
+            let mine = r.push(&[2], &Silent, &mut NeverRecover);
             let theirs = other.join().unwrap();
             let outcomes = [mine, theirs];
             assert_eq!(outcomes.iter().filter(|o| o.is_ok()).count(), 1, "{outcomes:?}");
@@ -1652,11 +1689,11 @@ mod loom_tests {
             let r = ring(2);
             let p = {
                 let r = r.clone();
-                thread::spawn(move || r.push(&[7], 1, &mut NeverRecover).unwrap())
+                thread::spawn(move || r.push(&[7], &Silent, &mut NeverRecover).unwrap())
             };
-            let first = try_pop(&r, &mut NeverRecover);
+            let first = try_pop(&r, &Silent, &mut NeverRecover);
             p.join().unwrap();
-            let rest = try_pop(&r, &mut NeverRecover);
+            let rest = try_pop(&r, &Silent, &mut NeverRecover);
             assert_eq!((first.is_some() as u8) + (rest.is_some() as u8), 1, "{first:?} {rest:?}");
             assert_eq!(first.or(rest), Some(7));
         });
@@ -1668,25 +1705,25 @@ mod loom_tests {
             let r = ring(2);
             let dead = {
                 let r = r.clone();
+                // Claims a position (announcing it) and dies.
                 thread::spawn(move || {
-                    // Claims a position, says it is process 7, and dies.
-                    let c = r.claim_push(&mut NeverRecover).unwrap();
-                    r.storage().slot(c.index).owner.store(7, Ordering::Relaxed);
+                    let _ = r.claim_push(&*recorder(), &mut NeverRecover).unwrap();
                 })
             };
+            let (live_ann, main_ann) = (recorder(), recorder());
             let live = {
-                let r = r.clone();
-                thread::spawn(move || r.push(&[5], 1, &mut NeverRecover).unwrap())
+                let (r, ann) = (r.clone(), live_ann.clone());
+                thread::spawn(move || r.push(&[5], &*ann, &mut NeverRecover).unwrap())
             };
-            let mut stall = Dead(&[7]);
-            assert_eq!(pop_n(&r, 1, &mut stall), [5]);
+            let mut stall = Alive(vec![live_ann]);
+            assert_eq!(pop_n(&r, 1, &*main_ann, &mut stall), [5]);
             dead.join().unwrap();
             live.join().unwrap();
-            assert_eq!(try_pop(&r, &mut stall), None);
+            assert_eq!(try_pop(&r, &*main_ann, &mut stall), None);
             // The ring goes on: both slots are usable again.
-            r.push(&[6], 1, &mut stall).unwrap();
-            r.push(&[8], 1, &mut stall).unwrap();
-            assert_eq!(pop_n(&r, 2, &mut stall), [6, 8]);
+            r.push(&[6], &*main_ann, &mut stall).unwrap();
+            r.push(&[8], &*main_ann, &mut stall).unwrap();
+            assert_eq!(pop_n(&r, 2, &*main_ann, &mut stall), [6, 8]);
         });
     }
 
@@ -1698,18 +1735,17 @@ mod loom_tests {
             let slow = {
                 let (r, done) = (r.clone(), done.clone());
                 thread::spawn(move || {
-                    let c = r.claim_push(&mut NeverRecover).unwrap();
-                    let result = r.fill(c, &[9], 7);
+                    let result = r.push(&[9], &*recorder(), &mut NeverRecover);
                     done.store(true, Ordering::SeqCst);
                     result
                 })
             };
-            // Process 7 is wrongly believed dead (an unknown holder past the
-            // unblock timeout): the consumer may recover its slot.
-            let mut stall = Dead(&[7]);
+            // The producer is wrongly believed dead (an unknown holder past
+            // the unblock timeout): the consumer may recover its slot.
+            let mut stall = Alive(vec![]);
             let mut delivered = 0;
             loop {
-                match try_pop(&r, &mut stall) {
+                match try_pop(&r, &Silent, &mut stall) {
                     Some(9) => delivered += 1,
                     Some(v) => panic!("unexpected {v}"),
                     None if done.load(Ordering::SeqCst) => break,
@@ -1717,7 +1753,7 @@ mod loom_tests {
                 }
             }
             let result = slow.join().unwrap();
-            while let Some(v) = try_pop(&r, &mut stall) {
+            while let Some(v) = try_pop(&r, &Silent, &mut stall) {
                 assert_eq!(v, 9);
                 delivered += 1;
             }
@@ -1733,21 +1769,21 @@ mod loom_tests {
     fn loom_dead_consumer_record_is_delivered_again() {
         model(|| {
             let r = ring(1);
-            r.push(&[1], 1, &mut NeverRecover).unwrap();
+            r.push(&[1], &Silent, &mut NeverRecover).unwrap();
             let dead = {
                 let r = r.clone();
+                // Takes the record (announcing it) and dies.
                 thread::spawn(move || {
-                    // Takes the record, says it is process 8, and dies.
-                    let c = r.claim_pop(&mut NeverRecover).unwrap();
-                    r.storage().slot(c.index).owner.store(8 | CONSUMER_ROLE, Ordering::Relaxed);
+                    let _ = r.claim_pop(&*recorder(), &mut NeverRecover).unwrap();
                 })
             };
             dead.join().unwrap();
+            let (producer_ann, main_ann) = (recorder(), recorder());
             let producer = {
-                let r = r.clone();
-                thread::spawn(move || push_retry(&r, 2, &mut Dead(&[8])))
+                let (r, ann, other) = (r.clone(), producer_ann.clone(), main_ann.clone());
+                thread::spawn(move || push_retry(&r, 2, &*ann, &mut Alive(vec![other])))
             };
-            let got = pop_n(&r, 2, &mut Dead(&[8]));
+            let got = pop_n(&r, 2, &*main_ann, &mut Alive(vec![producer_ann]));
             producer.join().unwrap();
             assert_eq!(got, [1, 2]);
         });
@@ -1757,25 +1793,26 @@ mod loom_tests {
     fn loom_slow_consumer_is_either_delivered_or_told() {
         model(|| {
             let r = ring(1);
-            r.push(&[1], 1, &mut NeverRecover).unwrap();
+            r.push(&[1], &Silent, &mut NeverRecover).unwrap();
             let slow = {
                 let r = r.clone();
                 thread::spawn(move || {
-                    let c = r.claim_pop(&mut NeverRecover).unwrap();
+                    let c = r.claim_pop(&*recorder(), &mut NeverRecover).unwrap();
                     let mut out = [0u8; 1];
-                    r.take(c, &mut out, 8).map(|n| n.map(|_| out[0]))
+                    r.take(c, &mut out).map(|n| n.map(|_| out[0]))
                 })
             };
-            // Process 8 is wrongly believed dead: the producer may republish
-            // the record it holds.
+            // The consumer is wrongly believed dead: the producer may
+            // republish the record it holds.
+            let main_ann = recorder();
             let producer = {
-                let r = r.clone();
-                thread::spawn(move || push_retry(&r, 2, &mut Dead(&[8])))
+                let (r, other) = (r.clone(), main_ann.clone());
+                thread::spawn(move || push_retry(&r, 2, &Silent, &mut Alive(vec![other])))
             };
             let taken = slow.join().unwrap();
             let mut got = Vec::new();
             loop {
-                match try_pop(&r, &mut NeverRecover) {
+                match try_pop(&r, &*main_ann, &mut NeverRecover) {
                     Some(v) => got.push(v),
                     None if got.contains(&2) => break,
                     None => thread::yield_now(),
