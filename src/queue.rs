@@ -180,9 +180,11 @@ impl Queue {
         let wake = &self.control().wake.0;
         let mut reconciled = self.registry.reconcile(&wake.waiters);
         let alone = self.registry.others_alive() == 0;
-        if alone {
-            // Only this process is attached, and it is not asleep here: any
-            // remaining count was left by a kill between two steps.
+        if alone && self.registry.own_waiters() == 0 {
+            // Nobody else is attached and none of our threads sleeps: any
+            // remaining count was left by a kill between the two steps of
+            // announcing a sleep. (A thread of ours entering its sleep right
+            // now may lose its wake-up; it re-checks after one sleep slice.)
             reconciled += wake.waiters.swap(0, Ordering::SeqCst);
             // Likewise processes counted as attached without an entry.
             let own = u32::from(self.writable && !self.registered);

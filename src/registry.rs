@@ -221,12 +221,18 @@ impl Registry {
         }
     }
 
-    /// Undoes [`enter_wait`](Self::enter_wait), in the opposite order.
+    /// Undoes [`enter_wait`](Self::enter_wait), in the opposite order. The
+    /// global count never goes below zero (a repair may have reset it).
     pub fn leave_wait(&self, global_waiters: &AtomicU32) {
         if let Some(m) = self.mine {
             self.entry(m.index).waiters.fetch_sub(1, Ordering::SeqCst);
         }
-        global_waiters.fetch_sub(1, Ordering::SeqCst);
+        let _ = global_waiters.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |g| Some(g.saturating_sub(1)));
+    }
+
+    /// This process's threads counted as asleep.
+    pub fn own_waiters(&self) -> u32 {
+        self.mine.map_or(0, |m| self.entry(m.index).waiters.load(Ordering::SeqCst))
     }
 
     /// Takes the sleepers of dead processes off the waiter count. Returns how
