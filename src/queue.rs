@@ -19,7 +19,7 @@ use crate::queue_file::{self, Access, Control, Info, QueueFile, Spec};
 use crate::registry::{IntentSlots, Liveness, Registry};
 use crate::ring::{Announce, Backoff, Holder, IDLE, Ring, RingError, Stall, Verdict, intent_word};
 use crate::wait;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -239,22 +239,12 @@ impl Queue {
         if !self.registered {
             return Intent(None);
         }
-        let slot = THREAD_INTENTS.with(|mine| {
-            let mut mine = mine.try_borrow_mut().ok()?;
-            if let Some(t) = mine.iter().find(|t| Arc::ptr_eq(&t.slots, &self.slots)) {
-                return t.slot;
-            }
-            // First use by this thread: forget the words of queues since
-            // dropped, then take one (or note that we announce nothing).
-            mine.retain(|t| Arc::strong_count(&t.slots) > 1);
-            let slot = self.slots.acquire();
-            if slot.is_none() {
-                self.registry.add_anonymous();
-            }
-            mine.push(ThreadIntent { slots: self.slots.clone(), slot });
-            slot
+        let key = Arc::as_ptr(&self.slots);
+        let slot = THREAD_INTENTS.with(|t| {
+            let (last, slot) = t.last.get();
+            if last == key { slot } else { t.find_or_take(self) }
         });
-        Intent(slot.and_then(|i| self.registry.intent_word(i)))
+        Intent(if slot == NO_WORD { None } else { self.registry.intent_word(slot) })
     }
 
     /// How long a stalled slot of unknown holder is waited for.
@@ -557,19 +547,56 @@ impl Announce for Intent<'_> {
 /// slot allocator); given back when the thread ends.
 struct ThreadIntent {
     slots: Arc<IntentSlots>,
-    slot: Option<usize>,
+    slot: usize,
 }
 
 impl Drop for ThreadIntent {
     fn drop(&mut self) {
-        if let Some(slot) = self.slot {
-            self.slots.release(slot);
+        if self.slot != NO_WORD {
+            self.slots.release(self.slot);
         }
     }
 }
 
+/// A thread that uses the queue without an intent word (more than
+/// `registry::INTENTS` threads of this process use it).
+const NO_WORD: usize = usize::MAX;
+
+/// This thread's intent words, in every queue it used.
+struct ThreadIntents {
+    /// The queue used last (its allocator's address) and this thread's word
+    /// there: the common case costs a comparison. It always names a queue
+    /// that `all` keeps alive, so its address cannot be reused meanwhile.
+    last: Cell<(*const IntentSlots, usize)>,
+    all: RefCell<Vec<ThreadIntent>>,
+}
+
+impl ThreadIntents {
+    #[cold]
+    fn find_or_take(&self, q: &Queue) -> usize {
+        let Ok(mut all) = self.all.try_borrow_mut() else { return NO_WORD };
+        let slot = match all.iter().find(|t| Arc::ptr_eq(&t.slots, &q.slots)) {
+            Some(t) => t.slot,
+            None => {
+                // First use by this thread: forget the words of queues since
+                // dropped, then take one (or note that we announce nothing).
+                all.retain(|t| Arc::strong_count(&t.slots) > 1);
+                let slot = q.slots.acquire().unwrap_or(NO_WORD);
+                if slot == NO_WORD {
+                    q.registry.add_anonymous();
+                }
+                all.push(ThreadIntent { slots: q.slots.clone(), slot });
+                slot
+            }
+        };
+        self.last.set((Arc::as_ptr(&q.slots), slot));
+        slot
+    }
+}
+
 thread_local! {
-    static THREAD_INTENTS: RefCell<Vec<ThreadIntent>> = const { RefCell::new(Vec::new()) };
+    static THREAD_INTENTS: ThreadIntents =
+        const { ThreadIntents { last: Cell::new((std::ptr::null(), NO_WORD)), all: RefCell::new(Vec::new()) } };
 }
 
 /// The [`Stall`] policy of a queue: a position whose holder is proven dead

@@ -27,9 +27,15 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 pub const MAX_PROCS: usize = 256;
 
 /// Intent words per entry: threads of one process that can announce.
-pub const INTENTS: usize = 64;
+pub const INTENTS: usize = 32;
 
-/// One process's entry (576 bytes, in the queue file).
+/// One intent word on cache lines of its own: its thread writes it on every
+/// push and pop, and words sharing a line would make threads of one process
+/// slow each other down (false sharing).
+#[repr(C, align(128))]
+pub struct IntentWord(pub AtomicU64);
+
+/// One process's entry (4224 bytes, in the queue file).
 #[repr(C)]
 pub struct ProcEntry {
     /// Pid of the holder, for display (0: never held or left cleanly).
@@ -44,13 +50,13 @@ pub struct ProcEntry {
     pub anonymous: AtomicU32,
     /// When the holder registered, nanoseconds since the Unix epoch.
     pub since_ns: AtomicU64,
-    _reserved: [u64; 5],
+    _reserved: [u64; 13],
     /// One word per announcing thread: an intent word (see
     /// [`crate::ring::intent_word`]), [`IDLE`] when it announces nothing.
-    pub intents: [AtomicU64; INTENTS],
+    pub intents: [IntentWord; INTENTS],
 }
 
-const _: () = assert!(std::mem::size_of::<ProcEntry>() == 576);
+const _: () = assert!(std::mem::size_of::<ProcEntry>() == 128 + INTENTS * 128);
 
 /// Size of the table in the file.
 pub const TABLE_BYTES: usize = MAX_PROCS * std::mem::size_of::<ProcEntry>();
@@ -155,7 +161,7 @@ impl Registry {
             let entry = self.entry(index);
             let reconciled = take_waiters(entry, global_waiters);
             entry.generation.fetch_add(1, Ordering::SeqCst);
-            entry.intents.iter().for_each(|w| w.store(IDLE, Ordering::SeqCst));
+            entry.intents.iter().for_each(|w| w.0.store(IDLE, Ordering::SeqCst));
             entry.anonymous.store(0, Ordering::SeqCst);
             let pid = std::process::id();
             entry.pid.store(pid, Ordering::SeqCst);
@@ -169,7 +175,7 @@ impl Registry {
     /// Intent word `slot` of this process's entry (None if not registered).
     #[inline]
     pub fn intent_word(&self, slot: usize) -> Option<&AtomicU64> {
-        self.mine.map(|m| &self.entry(m.index).intents[slot % INTENTS])
+        self.mine.map(|m| &self.entry(m.index).intents[slot % INTENTS].0)
     }
 
     /// Notes that a thread of this process uses the queue without an intent
@@ -201,7 +207,7 @@ impl Registry {
                     }
                 }
             }
-            if entry.intents.iter().any(|w| covers(w.load(Ordering::Acquire), role, at)) {
+            if entry.intents.iter().any(|w| covers(w.0.load(Ordering::Acquire), role, at)) {
                 return Liveness::Alive;
             }
             if entry.anonymous.load(Ordering::Acquire) > 0 {
