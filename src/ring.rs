@@ -308,13 +308,6 @@ enum State {
 /// lap behind needs one holding the slot): it is a corrupted `seq`.
 const MAX_LAPS_BEHIND: u64 = 1 << 20;
 
-/// Which side of a slot we hold.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Role {
-    Producer,
-    Consumer,
-}
-
 /// How waiting for our turn at a slot ended.
 enum Turn {
     /// The slot is ours to use; its `seq` is this.
@@ -400,55 +393,103 @@ impl<S: Storage> Ring<S> {
 
     /// Claims the next position for a producer: returns a slot that is free
     /// for its lap and that nobody else can reach until we publish it.
-    ///
-    /// Unlike Vyukov's original, the position is claimed first and its slot
-    /// looked at afterwards: room is judged from the cursors, so a producer
-    /// never reads the slot of a position that another producer wins (that
-    /// read would make the winner's publishing CAS wait for the line).
     #[inline]
     pub(crate) fn claim_push(&self, ann: &impl Announce, stall: &mut impl Stall) -> Result<Claim, RingError> {
-        let cursors = self.store.cursors();
-        let mut backoff = Backoff::new();
-        'claim: loop {
-            let mut tail = cursors.tail.0.load(Ordering::Acquire);
-            let (lap, index) = loop {
-                let (lap, index) = self.split(tail)?;
-                if !self.has_room(tail) {
-                    return Err(RingError::Full);
-                }
-                // Announce the position before taking it (see `Announce`).
-                ann.claiming(Holder::Producer, self.count(tail));
-                // Moving `tail` past a position makes it ours.
-                let next = self.next(tail, lap, index);
-                match cursors.tail.0.compare_exchange_weak(tail, next, Ordering::SeqCst, Ordering::Acquire) {
-                    Ok(_) => break (lap, index),
-                    Err(current) => {
-                        tail = current;
-                        backoff.spin();
-                    }
-                }
-            };
+        loop {
+            let (pos, _) = self.claim_range(Holder::Producer, 1, ann)?;
+            let (lap, index) = self.split(pos)?;
             // The position is ours; its slot is free for our lap once its
             // earlier holders are done.
-            match self.await_turn(index, lap, Role::Producer, stall)? {
+            match self.await_turn(index, lap, Holder::Producer, stall)? {
                 Turn::Ready(seq) => return Ok(Claim { lap, index, seq }),
-                Turn::Taken => continue 'claim,
+                Turn::Taken => {} // a recovery used the position: claim another
             }
         }
     }
 
-    /// Is there room for a record at position `tail`? Judged from the head
-    /// hint, refreshed from the shared `head` only when it says "full".
+    /// Claims up to `want` (at most [`MAX_CLAIM`]) consecutive positions with
+    /// one CAS of `role`'s cursor (`tail` for a producer, `head` for a
+    /// consumer), as far as there are free positions (producer) or positions
+    /// producers have claimed (consumer), announcing them first. Returns the
+    /// first and how many (at least 1).
+    ///
+    /// Unlike Vyukov's original, positions are claimed first and their slots
+    /// looked at afterwards (`await_turn`): what is available is judged from
+    /// the cursors, so a participant never reads the slot of a position that
+    /// a competitor wins (that read would make the winner's publishing CAS
+    /// wait for the line).
     #[inline]
-    fn has_room(&self, tail: u64) -> bool {
-        let used = |head: u64| self.count(tail).wrapping_sub(self.count(head));
-        if used(self.head_hint.0.load(Ordering::Relaxed)) < self.cap {
-            return true;
+    fn claim_range(&self, role: Holder, want: u64, ann: &impl Announce) -> Result<(u64, u64), RingError> {
+        let cursors = self.store.cursors();
+        let cursor = match role {
+            Holder::Producer => &cursors.tail.0,
+            Holder::Consumer => &cursors.head.0,
+        };
+        let mut backoff = Backoff::new();
+        let mut pos = cursor.load(Ordering::Acquire);
+        loop {
+            let (lap, index) = self.split(pos)?;
+            let available = match self.available(role, pos) {
+                Some(n) => n,
+                None => {
+                    // Our snapshot of the cursor is stale: it must have moved.
+                    let current = cursor.load(Ordering::Acquire);
+                    if current == pos {
+                        return Err(RingError::Corrupt);
+                    }
+                    pos = current;
+                    continue;
+                }
+            };
+            if available == 0 {
+                return Err(match role {
+                    Holder::Producer => RingError::Full,
+                    Holder::Consumer => RingError::Empty,
+                });
+            }
+            let k = want.min(available).min(MAX_CLAIM);
+            // Announce the positions before taking them (see `Announce`).
+            ann.claiming(role, self.count(pos));
+            let after = if k == 1 { self.next(pos, lap, index) } else { self.advance(pos, k) };
+            match cursor.compare_exchange_weak(pos, after, Ordering::SeqCst, Ordering::Acquire) {
+                Ok(_) => return Ok((pos, k)),
+                Err(current) => {
+                    pos = current;
+                    backoff.spin();
+                }
+            }
+        }
+    }
+
+    /// How many positions from `pos` (a snapshot of `role`'s cursor) a claim
+    /// may take: free ones for a producer, ones producers have claimed for a
+    /// consumer. Judged from this process's hint of the other cursor, read
+    /// from the shared one only when the hint says none (the hint lags, so
+    /// it errs on "none"). `None`: the snapshot `pos` is stale.
+    #[inline]
+    fn available(&self, role: Holder, pos: u64) -> Option<u64> {
+        let cursors = self.store.cursors();
+        let (hint, other) = match role {
+            Holder::Producer => (&self.head_hint.0, &cursors.head.0),
+            Holder::Consumer => (&self.tail_hint.0, &cursors.tail.0),
+        };
+        // Records between head and tail: 0..=capacity for a true pair.
+        let queued = |head: u64, tail: u64| self.count(tail).wrapping_sub(self.count(head));
+        let within = |n: u64| (n <= self.cap).then_some(n);
+        let hinted = match role {
+            Holder::Producer => within(queued(hint.load(Ordering::Relaxed), pos)).map(|used| self.cap - used),
+            Holder::Consumer => within(queued(pos, hint.load(Ordering::Relaxed))),
+        };
+        if let Some(n @ 1..) = hinted {
+            return Some(n);
         }
         fence(Ordering::SeqCst);
-        let head = self.store.cursors().head.0.load(Ordering::Acquire);
-        self.head_hint.0.store(head, Ordering::Relaxed);
-        used(head) < self.cap
+        let fresh = other.load(Ordering::Acquire);
+        hint.store(fresh, Ordering::Relaxed);
+        match role {
+            Holder::Producer => within(queued(fresh, pos)).map(|used| self.cap - used),
+            Holder::Consumer => within(queued(pos, fresh)),
+        }
     }
 
     /// Writes our record into the slot we claimed and publishes it.
@@ -493,31 +534,12 @@ impl<S: Storage> Ring<S> {
     }
 
     /// Claims the oldest record (possibly an empty one), claiming its
-    /// position first and waiting for its producer afterwards, as
-    /// [`claim_push`](Self::claim_push) does.
+    /// position first and waiting for its producer afterwards.
     #[inline]
     pub(crate) fn claim_pop(&self, ann: &impl Announce, stall: &mut impl Stall) -> Result<Claim, RingError> {
-        let cursors = self.store.cursors();
-        let mut backoff = Backoff::new();
-        let mut head = cursors.head.0.load(Ordering::Acquire);
-        let (lap, index) = loop {
-            let (lap, index) = self.split(head)?;
-            if !self.has_record(head) {
-                return Err(RingError::Empty);
-            }
-            ann.claiming(Holder::Consumer, self.count(head));
-            // A producer has claimed this position: moving `head` past it makes it ours.
-            let next = self.next(head, lap, index);
-            match cursors.head.0.compare_exchange_weak(head, next, Ordering::SeqCst, Ordering::Acquire) {
-                Ok(_) => break (lap, index),
-                Err(current) => {
-                    head = current;
-                    backoff.spin();
-                }
-            }
-        };
-        // Wait for the producer of our position to publish.
-        match self.await_turn(index, lap, Role::Consumer, stall)? {
+        let (pos, _) = self.claim_range(Holder::Consumer, 1, ann)?;
+        let (lap, index) = self.split(pos)?;
+        match self.await_turn(index, lap, Holder::Consumer, stall)? {
             Turn::Ready(seq) => Ok(Claim { lap, index, seq }),
             Turn::Taken => Err(RingError::Corrupt), // await_turn never says this to a consumer
         }
@@ -534,20 +556,20 @@ impl<S: Storage> Ring<S> {
     ///   again as the next lap's (`X + one_lap | PUBLISHED`), so that it is
     ///   delivered once more; that lap's producer, finding its position
     ///   used, claims another.
-    fn await_turn(&self, index: usize, lap: u64, role: Role, stall: &mut impl Stall) -> Result<Turn, RingError> {
+    fn await_turn(&self, index: usize, lap: u64, role: Holder, stall: &mut impl Stall) -> Result<Turn, RingError> {
         let slot = self.store.slot(index);
         let mut wait = match role {
-            Role::Producer => Backoff::new(),
-            Role::Consumer => Backoff::starting_at(CONSUMER_FIRST_STEP),
+            Holder::Producer => Backoff::new(),
+            Holder::Consumer => Backoff::starting_at(CONSUMER_FIRST_STEP),
         };
         loop {
             let seq = slot.seq.load(Ordering::Acquire);
             let (holder, holder_lap, recovered) = match (self.state(seq, lap), role) {
-                (State::Current { published: false }, Role::Producer) => return Ok(Turn::Ready(seq)),
-                (State::Current { published: true }, Role::Consumer) => return Ok(Turn::Ready(seq)),
-                (State::Current { published: true } | State::Ahead, Role::Producer) => return Ok(Turn::Taken),
+                (State::Current { published: false }, Holder::Producer) => return Ok(Turn::Ready(seq)),
+                (State::Current { published: true }, Holder::Consumer) => return Ok(Turn::Ready(seq)),
+                (State::Current { published: true } | State::Ahead, Holder::Producer) => return Ok(Turn::Taken),
                 // Our producer is writing.
-                (State::Current { published: false }, Role::Consumer) => {
+                (State::Current { published: false }, Holder::Consumer) => {
                     (Holder::Producer, lap, lap | PUBLISHED | SKIP)
                 }
                 (State::Behind { seq_lap, published: false }, _) => {
@@ -572,22 +594,6 @@ impl<S: Storage> Ring<S> {
             }
             wait.snooze();
         }
-    }
-
-    /// Has a producer claimed position `head`? Judged from the tail hint,
-    /// refreshed from the shared `tail` only when it says "empty".
-    #[inline]
-    fn has_record(&self, head: u64) -> bool {
-        let queued = |tail: u64| self.count(tail).wrapping_sub(self.count(head));
-        let q = queued(self.tail_hint.0.load(Ordering::Relaxed));
-        if q != 0 && q <= self.cap {
-            return true;
-        }
-        fence(Ordering::SeqCst);
-        let tail = self.store.cursors().tail.0.load(Ordering::Acquire);
-        self.tail_hint.0.store(tail, Ordering::Relaxed);
-        let q = queued(tail);
-        q != 0 && q <= self.cap
     }
 
     /// Reads the record of a slot we claimed and releases the slot. `None`:
@@ -634,7 +640,7 @@ impl<S: Storage> Ring<S> {
         let mut done = 0;
         let mut stop = None;
         'batches: while pending.len() > 0 {
-            let (first, claimed) = match self.claim_push_range((pending.len() as u64).min(MAX_CLAIM), ann) {
+            let (first, claimed) = match self.claim_range(Holder::Producer, pending.len() as u64, ann) {
                 Ok(range) => range,
                 Err(e) => {
                     stop = Some(e);
@@ -645,7 +651,7 @@ impl<S: Storage> Ring<S> {
             for n in 0..claimed {
                 let step = self.split(pos).and_then(|(lap, index)| {
                     pos = self.next(pos, lap, index);
-                    match self.await_turn(index, lap, Role::Producer, stall)? {
+                    match self.await_turn(index, lap, Holder::Producer, stall)? {
                         // A recovery used this position: the record goes to the next one.
                         Turn::Taken => Ok(false),
                         Turn::Ready(seq) => match pending.next() {
@@ -664,7 +670,7 @@ impl<S: Storage> Ring<S> {
                     Ok(false) => {}
                     Err(e) => {
                         // Nobody may wait for positions we will not fill.
-                        self.abandon_range(pos, claimed - n - 1, stall);
+                        self.settle_range(Holder::Producer, pos, claimed - n - 1, stall);
                         stop = Some(e);
                         break 'batches;
                     }
@@ -675,57 +681,26 @@ impl<S: Storage> Ring<S> {
         (done, stop)
     }
 
-    /// Claims up to `want` (at most [`MAX_CLAIM`]) consecutive positions for
-    /// a producer with one CAS. Returns the first and how many (at least 1).
-    fn claim_push_range(&self, want: u64, ann: &impl Announce) -> Result<(u64, u64), RingError> {
-        let cursors = self.store.cursors();
-        let mut backoff = Backoff::new();
-        let mut tail = cursors.tail.0.load(Ordering::Acquire);
-        loop {
-            self.split(tail)?;
-            let room = self.room(tail);
-            if room == 0 {
-                return Err(RingError::Full);
-            }
-            let k = want.min(room).min(MAX_CLAIM);
-            ann.claiming(Holder::Producer, self.count(tail));
-            match cursors.tail.0.compare_exchange_weak(tail, self.advance(tail, k), Ordering::SeqCst, Ordering::Acquire)
-            {
-                Ok(_) => return Ok((tail, k)),
-                Err(current) => {
-                    tail = current;
-                    backoff.spin();
-                }
-            }
-        }
-    }
-
-    /// Free positions at `tail` (from the head hint, refreshed when it says none).
-    fn room(&self, tail: u64) -> u64 {
-        let free = |head: u64| self.cap.saturating_sub(self.count(tail).wrapping_sub(self.count(head)));
-        let hinted = free(self.head_hint.0.load(Ordering::Relaxed));
-        if hinted > 0 {
-            return hinted;
-        }
-        fence(Ordering::SeqCst);
-        let head = self.store.cursors().head.0.load(Ordering::Acquire);
-        self.head_hint.0.store(head, Ordering::Relaxed);
-        free(head)
-    }
-
     /// Publishes a claimed, free slot as an empty record (consumers step over it).
     fn abandon(&self, claim: Claim) {
         let slot = self.store.slot(claim.index);
         let _ = slot.seq.compare_exchange(claim.lap, claim.lap | PUBLISHED | SKIP, Ordering::SeqCst, Ordering::Relaxed);
     }
 
-    /// Abandons `n` claimed positions from `pos` on, waiting for each slot's turn.
-    fn abandon_range(&self, mut pos: u64, n: u64, stall: &mut impl Stall) {
+    /// Gives up `n` claimed positions from `pos` on (after an error in a
+    /// batch), so that nobody waits for them: a producer publishes each
+    /// empty, a consumer publishes each record again one lap later (for
+    /// another consumer), each slot in its turn.
+    fn settle_range(&self, role: Holder, mut pos: u64, n: u64, stall: &mut impl Stall) {
         for _ in 0..n {
             let Ok((lap, index)) = self.split(pos) else { return };
             pos = self.next(pos, lap, index);
-            if let Ok(Turn::Ready(seq)) = self.await_turn(index, lap, Role::Producer, stall) {
-                self.abandon(Claim { lap, index, seq });
+            if let Ok(Turn::Ready(seq)) = self.await_turn(index, lap, role, stall) {
+                let settled = match role {
+                    Holder::Producer => lap | PUBLISHED | SKIP,
+                    Holder::Consumer => self.add_lap(lap) | PUBLISHED | (seq & SKIP),
+                };
+                let _ = self.store.slot(index).seq.compare_exchange(seq, settled, Ordering::SeqCst, Ordering::Relaxed);
             }
         }
     }
@@ -748,7 +723,7 @@ impl<S: Storage> Ring<S> {
         let mut taken = 0;
         let mut stop = None;
         'batches: while taken < max {
-            let (first, claimed) = match self.claim_pop_range(((max - taken) as u64).min(MAX_CLAIM), ann) {
+            let (first, claimed) = match self.claim_range(Holder::Consumer, (max - taken) as u64, ann) {
                 Ok(range) => range,
                 Err(e) => {
                     stop = Some(e);
@@ -759,7 +734,7 @@ impl<S: Storage> Ring<S> {
             for n in 0..claimed {
                 let step = self.split(pos).and_then(|(lap, index)| {
                     pos = self.next(pos, lap, index);
-                    match self.await_turn(index, lap, Role::Consumer, stall)? {
+                    match self.await_turn(index, lap, Holder::Consumer, stall)? {
                         Turn::Ready(seq) => {
                             let dst = &mut out[taken * each..(taken + 1) * each];
                             self.take(Claim { lap, index, seq }, dst)
@@ -776,7 +751,7 @@ impl<S: Storage> Ring<S> {
                     Err(e) => {
                         // Positions we claimed but will not take must still be
                         // released, or their records would be stuck.
-                        self.release_range(pos, claimed - n - 1, stall);
+                        self.settle_range(Holder::Consumer, pos, claimed - n - 1, stall);
                         stop = Some(e);
                         break 'batches;
                     }
@@ -785,63 +760,6 @@ impl<S: Storage> Ring<S> {
         }
         ann.idle();
         (taken, stop)
-    }
-
-    /// Claims up to `want` (at most [`MAX_CLAIM`]) consecutive positions for
-    /// a consumer with one CAS.
-    fn claim_pop_range(&self, want: u64, ann: &impl Announce) -> Result<(u64, u64), RingError> {
-        let cursors = self.store.cursors();
-        let mut backoff = Backoff::new();
-        let mut head = cursors.head.0.load(Ordering::Acquire);
-        loop {
-            self.split(head)?;
-            let queued = self.queued(head);
-            if queued == 0 {
-                return Err(RingError::Empty);
-            }
-            let k = want.min(queued).min(MAX_CLAIM);
-            ann.claiming(Holder::Consumer, self.count(head));
-            match cursors.head.0.compare_exchange_weak(head, self.advance(head, k), Ordering::SeqCst, Ordering::Acquire)
-            {
-                Ok(_) => return Ok((head, k)),
-                Err(current) => {
-                    head = current;
-                    backoff.spin();
-                }
-            }
-        }
-    }
-
-    /// Positions claimed by producers beyond `head` (from the tail hint,
-    /// refreshed when it says none).
-    fn queued(&self, head: u64) -> u64 {
-        let queued = |tail: u64| {
-            let q = self.count(tail).wrapping_sub(self.count(head));
-            if q <= self.cap { q } else { 0 }
-        };
-        let hinted = queued(self.tail_hint.0.load(Ordering::Relaxed));
-        if hinted > 0 {
-            return hinted;
-        }
-        fence(Ordering::SeqCst);
-        let tail = self.store.cursors().tail.0.load(Ordering::Acquire);
-        self.tail_hint.0.store(tail, Ordering::Relaxed);
-        queued(tail)
-    }
-
-    /// Releases `n` claimed positions from `pos` on without delivering their
-    /// records: their slots are published again as the next lap's (so that
-    /// another consumer gets them).
-    fn release_range(&self, mut pos: u64, n: u64, stall: &mut impl Stall) {
-        for _ in 0..n {
-            let Ok((lap, index)) = self.split(pos) else { return };
-            pos = self.next(pos, lap, index);
-            if let Ok(Turn::Ready(seq)) = self.await_turn(index, lap, Role::Consumer, stall) {
-                let slot = self.store.slot(index);
-                let again = self.add_lap(lap) | PUBLISHED | (seq & SKIP);
-                let _ = slot.seq.compare_exchange(seq, again, Ordering::SeqCst, Ordering::Relaxed);
-            }
-        }
     }
 
     /// The position `k` positions after `pos`.
@@ -915,7 +833,7 @@ impl<S: Storage> Ring<S> {
         loop {
             let t = tail.load(Ordering::Acquire);
             let Ok((lap, index)) = self.split(t) else { return };
-            if self.count(t) > last || self.room(t) == 0 {
+            if self.count(t) > last || !matches!(self.available(Holder::Producer, t), Some(1..)) {
                 return;
             }
             let slot = self.store.slot(index);
