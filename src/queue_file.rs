@@ -839,6 +839,27 @@ unsafe impl Storage for MapStorage {
     }
 
     #[inline]
+    fn prefetch(&self, index: usize) {
+        if index >= self.capacity {
+            return;
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            let start = self.slots.wrapping_add(index * self.stride);
+            let mut line = 0;
+            while line < self.stride.min(16 + self.record_size) {
+                // SAFETY: a prefetch never faults; the address lies in slot `index`.
+                unsafe {
+                    std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_ET0 }>(
+                        start.wrapping_add(line).cast(),
+                    )
+                };
+                line += 64;
+            }
+        }
+    }
+
+    #[inline]
     fn slot(&self, index: usize) -> &SlotHeader {
         debug_assert!(index < self.capacity);
         // SAFETY: index < capacity (the ring checks it), so the header lies in the mapping; stride is a multiple of 8.
