@@ -1,40 +1,15 @@
 //! The `tvmq` command line: create, list, stat and drop print what they
 //! should, and every error is a non-zero exit with exactly one line on stderr.
 
+mod common;
+use common::TempDir;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
-use std::sync::atomic::{AtomicU32, Ordering};
 use tvm::error::SHM_ERR_EIDRM;
 use tvm::queue_file::{file_size, queue_path};
 use tvm::{Field, Queue, Spec, Wait};
-
-/// A fresh directory under /dev/shm, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let p = PathBuf::from(format!(
-            "/dev/shm/tvmq-test-cli-{}-{tag}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = fs::remove_dir_all(&p);
-        fs::create_dir(&p).expect("create temp dir");
-        TempDir(p)
-    }
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
 
 struct Run {
     status: std::process::ExitStatus,
@@ -110,7 +85,7 @@ fn list_rows(out: &str) -> Vec<Vec<String>> {
 
 #[test]
 fn create_list_stat_drop() {
-    let tmp = TempDir::new("cycle");
+    let tmp = TempDir::new("cli", "cycle");
     let dir = tmp.path();
     let path = queue_path(dir, 21);
 
@@ -171,7 +146,7 @@ fn create_list_stat_drop() {
 
 #[test]
 fn create_with_mode_and_default_name() {
-    let tmp = TempDir::new("mode");
+    let tmp = TempDir::new("cli", "mode");
     let dir = tmp.path();
     let r = tvmq(dir, &["create", "22", "--rows", "3", "--size", "1", "--mode", "0660"]);
     assert!(ok(&r).contains("mode 0660"), "{}", r.stdout);
@@ -185,7 +160,7 @@ fn create_with_mode_and_default_name() {
 
 #[test]
 fn list_shows_every_queue_sorted_and_stat_shows_fields() {
-    let tmp = TempDir::new("list");
+    let tmp = TempDir::new("cli", "list");
     let dir = tmp.path();
     assert!(list_rows(ok(&tvmq(dir, &["list"]))).is_empty(), "empty directory");
     let mut spec = Spec::new(50, 16);
@@ -223,8 +198,8 @@ fn list_shows_every_queue_sorted_and_stat_shows_fields() {
 
 #[test]
 fn tvmdbd_is_the_default_directory_and_dir_overrides_it() {
-    let env_dir = TempDir::new("env");
-    let flag_dir = TempDir::new("flag");
+    let env_dir = TempDir::new("cli", "env");
+    let flag_dir = TempDir::new("cli", "flag");
     let run = |args: &[&str]| -> Run {
         Command::new(env!("CARGO_BIN_EXE_tvmq")).args(args).env("TVMDBD", env_dir.path()).output().unwrap().into()
     };
@@ -245,7 +220,7 @@ fn tvmdbd_is_the_default_directory_and_dir_overrides_it() {
 
 #[test]
 fn missing_queue_is_one_line_error() {
-    let tmp = TempDir::new("missing");
+    let tmp = TempDir::new("cli", "missing");
     let dir = tmp.path();
     fails(&tvmq(dir, &["stat", "99"]), &["not found", "99"]);
     fails(&tvmq(dir, &["drop", "99"]), &["not found", "99"]);
@@ -255,7 +230,7 @@ fn missing_queue_is_one_line_error() {
 
 #[test]
 fn existing_queue_is_one_line_error() {
-    let tmp = TempDir::new("exists");
+    let tmp = TempDir::new("cli", "exists");
     let dir = tmp.path();
     ok(&tvmq(dir, &["create", "21", "--rows", "10", "--size", "8"]));
     fails(&tvmq(dir, &["create", "21", "--rows", "10", "--size", "8"]), &["already exists", "21"]);
@@ -266,7 +241,7 @@ fn existing_queue_is_one_line_error() {
 
 #[test]
 fn zero_rows_or_size_is_one_line_error() {
-    let tmp = TempDir::new("zero");
+    let tmp = TempDir::new("cli", "zero");
     let dir = tmp.path();
     fails(&tvmq(dir, &["create", "21", "--rows", "0", "--size", "8"]), &["rows"]);
     fails(&tvmq(dir, &["create", "21", "--rows", "8", "--size", "0"]), &["size"]);
@@ -276,7 +251,7 @@ fn zero_rows_or_size_is_one_line_error() {
 
 #[test]
 fn bad_mode_is_one_line_error() {
-    let tmp = TempDir::new("badmode");
+    let tmp = TempDir::new("cli", "badmode");
     let dir = tmp.path();
     for mode in ["0999", "rw-rw----", "01777", ""] {
         let r = tvmq(dir, &["create", "21", "--rows", "10", "--size", "8", "--mode", mode]);
@@ -287,7 +262,7 @@ fn bad_mode_is_one_line_error() {
 
 #[test]
 fn damaged_queue_file_is_one_line_error_for_stat_and_a_row_for_list() {
-    let tmp = TempDir::new("damaged");
+    let tmp = TempDir::new("cli", "damaged");
     let dir = tmp.path();
     ok(&tvmq(dir, &["create", "5", "--rows", "10", "--size", "8"]));
     ok(&tvmq(dir, &["create", "6", "--rows", "10", "--size", "8"]));
@@ -305,7 +280,7 @@ fn damaged_queue_file_is_one_line_error_for_stat_and_a_row_for_list() {
 
 #[test]
 fn unparsable_numbers_are_one_line_error() {
-    let tmp = TempDir::new("badnum");
+    let tmp = TempDir::new("cli", "badnum");
     let dir = tmp.path();
     fails(&tvmq(dir, &["create", "21", "--rows", "abc", "--size", "8"]), &["abc"]);
     fails(&tvmq(dir, &["create", "21", "--rows", "10", "--size", "-1"]), &["-1"]);

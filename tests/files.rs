@@ -2,12 +2,13 @@
 //! a panic, crash or hang), creation is atomic and exclusive, modes, drop, and
 //! the record-size rules of the file-backed queue.
 
+mod common;
+use common::TempDir;
 use std::fs;
 use std::mem::{offset_of, size_of};
 use std::os::unix::fs::{FileExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Barrier, mpsc};
 use std::time::{Duration, Instant};
 use tvm::error::*;
@@ -18,32 +19,6 @@ use tvm::ring::MAX_CAPACITY;
 use tvm::{Field, Queue, Spec, Wait};
 
 // ---------------------------------------------------------------- helpers
-
-/// A fresh directory under /dev/shm, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let p = PathBuf::from(format!(
-            "/dev/shm/tvmq-test-files-{}-{tag}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = fs::remove_dir_all(&p);
-        fs::create_dir(&p).expect("create temp dir");
-        TempDir(p)
-    }
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
 
 /// The error code of a result that must be an error.
 fn code<T>(r: tvm::error::Result<T>) -> u32 {
@@ -105,7 +80,7 @@ fn within_10s<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'sta
 
 #[test]
 fn truncated_or_extended_files_are_refused() {
-    let tmp = TempDir::new("trunc");
+    let tmp = TempDir::new("files", "trunc");
     let dir = tmp.path();
     Queue::create(dir, 1, &Spec::new(10, 100)).unwrap();
     let path = queue_path(dir, 1);
@@ -157,7 +132,7 @@ fn truncated_or_extended_files_are_refused() {
 
 #[test]
 fn every_header_byte_altered_is_refused() {
-    let tmp = TempDir::new("flip");
+    let tmp = TempDir::new("files", "flip");
     let dir = tmp.path();
     let mut spec = Spec::new(7, 33);
     spec.name = "flip".into();
@@ -193,7 +168,7 @@ fn every_header_byte_altered_is_refused() {
 
 #[test]
 fn resigned_headers_with_lying_geometry_are_refused() {
-    let tmp = TempDir::new("resign");
+    let tmp = TempDir::new("files", "resign");
     let dir = tmp.path();
     let mut spec = Spec::new(10, 100);
     spec.name = "geo".into();
@@ -368,7 +343,7 @@ fn resigned_headers_with_lying_geometry_are_refused() {
 
 #[test]
 fn symbolic_links_are_refused_and_never_followed() {
-    let tmp = TempDir::new("symlink");
+    let tmp = TempDir::new("files", "symlink");
     let dir = tmp.path();
     Queue::create(dir, 1, &Spec::new(4, 8)).unwrap();
     let path = queue_path(dir, 1);
@@ -380,7 +355,7 @@ fn symbolic_links_are_refused_and_never_followed() {
     assert!(fs::symlink_metadata(&path).unwrap().file_type().is_symlink() && real.exists(), "drop removed something");
 
     // An absolute link, to a file outside the directory.
-    let outside = TempDir::new("symlink-target");
+    let outside = TempDir::new("files", "symlink-target");
     Queue::create(outside.path(), 2, &Spec::new(4, 8)).unwrap();
     std::os::unix::fs::symlink(queue_path(outside.path(), 2), queue_path(dir, 2)).unwrap();
     assert_refused(dir, 2, SHM_ERR_ACCES, "absolute symbolic link to another directory's queue");
@@ -395,7 +370,7 @@ fn symbolic_links_are_refused_and_never_followed() {
 
 #[test]
 fn directory_or_fifo_in_place_of_the_queue_file_is_refused_without_hanging() {
-    let tmp = TempDir::new("fifo");
+    let tmp = TempDir::new("files", "fifo");
     let dir = tmp.path().to_path_buf();
     fs::create_dir(queue_path(&dir, 1)).unwrap();
     assert_refused(&dir, 1, SHM_ERR_INVAL, "directory in place of the queue file");
@@ -423,7 +398,7 @@ fn directory_or_fifo_in_place_of_the_queue_file_is_refused_without_hanging() {
 
 #[test]
 fn missing_queues_and_directories_are_not_found() {
-    let tmp = TempDir::new("missing");
+    let tmp = TempDir::new("files", "missing");
     let dir = tmp.path();
     assert_refused(dir, 99, TBL_NOT_FOUND, "missing queue");
     assert_eq!(code(Queue::drop_queue(dir, 99)), TBL_NOT_FOUND);
@@ -436,7 +411,7 @@ fn missing_queues_and_directories_are_not_found() {
 
 #[test]
 fn creating_an_existing_queue_fails_and_keeps_it() {
-    let tmp = TempDir::new("exists");
+    let tmp = TempDir::new("files", "exists");
     let dir = tmp.path();
     Queue::create(dir, 21, &Spec::new(5, 16)).unwrap();
     let before = fs::read(queue_path(dir, 21)).unwrap();
@@ -458,7 +433,7 @@ fn creating_an_existing_queue_fails_and_keeps_it() {
 
 #[test]
 fn zero_and_oversized_geometries_are_rejected_without_leaving_files() {
-    let tmp = TempDir::new("geometry");
+    let tmp = TempDir::new("files", "geometry");
     let dir = tmp.path();
     for (rows, size) in [(0, 8), (8, 0), (0, 0)] {
         assert_eq!(code(Queue::create(dir, 1, &Spec::new(rows, size))), CONDIT_IS_NIL, "rows {rows} size {size}");
@@ -482,7 +457,7 @@ fn zero_and_oversized_geometries_are_rejected_without_leaving_files() {
 
 #[test]
 fn eight_threads_creating_the_same_queue_exactly_one_wins() {
-    let tmp = TempDir::new("race");
+    let tmp = TempDir::new("files", "race");
     let dir = Arc::new(tmp.path().to_path_buf());
     const THREADS: usize = 8;
     const ROUNDS: u32 = 25;
@@ -519,7 +494,7 @@ fn eight_threads_creating_the_same_queue_exactly_one_wins() {
 
 #[test]
 fn default_mode_is_0600() {
-    let tmp = TempDir::new("mode");
+    let tmp = TempDir::new("files", "mode");
     let dir = tmp.path();
     Queue::create(dir, 1, &Spec::new(4, 8)).unwrap();
     let meta = fs::metadata(queue_path(dir, 1)).unwrap();
@@ -550,7 +525,7 @@ fn requested_mode_is_kept_whatever_the_umask() {
         (0o000, Some(0o640), 0o640),
         (0o777, None, 0o600),
     ] {
-        let tmp = TempDir::new("umask");
+        let tmp = TempDir::new("files", "umask");
         let mut cmd = Command::new(&exe);
         cmd.args(["--exact", "child_create", "--nocapture", "--test-threads", "1"])
             .env("TVMQ_FILES_CHILD_DIR", tmp.path());
@@ -581,7 +556,7 @@ fn requested_mode_is_kept_whatever_the_umask() {
 
 #[test]
 fn drop_wakes_blocked_pops_with_eidrm_and_later_opens_find_nothing() {
-    let tmp = TempDir::new("drop");
+    let tmp = TempDir::new("files", "drop");
     let dir = tmp.path().to_path_buf();
     Queue::create(&dir, 7, &Spec::new(16, 32)).unwrap();
     let q = Arc::new(Queue::open(&dir, 7).unwrap());
@@ -647,7 +622,7 @@ fn pattern(i: u64, size: usize) -> Vec<u8> {
 
 #[test]
 fn capacity_is_exact_for_odd_sizes() {
-    let tmp = TempDir::new("capacity");
+    let tmp = TempDir::new("files", "capacity");
     let dir = tmp.path();
     let mut id = 0;
     for rows in [1u64, 2, 3, 5, 7, 15, 16, 17, 31, 33, 100, 1000] {
@@ -704,7 +679,7 @@ fn capacity_is_exact_for_odd_sizes() {
 
 #[test]
 fn short_records_come_out_with_their_length_and_a_zeroed_tail() {
-    let tmp = TempDir::new("short");
+    let tmp = TempDir::new("files", "short");
     let dir = tmp.path();
     let size = 100;
     Queue::create(dir, 1, &Spec::new(size as u64 + 5, size as u64)).unwrap();
@@ -742,7 +717,7 @@ fn short_records_come_out_with_their_length_and_a_zeroed_tail() {
 
 #[test]
 fn pop_buffer_shorter_than_the_record_size_is_refused_and_takes_nothing() {
-    let tmp = TempDir::new("shortbuf");
+    let tmp = TempDir::new("files", "shortbuf");
     let dir = tmp.path();
     Queue::create(dir, 1, &Spec::new(4, 100)).unwrap();
     let q = Queue::open(dir, 1).unwrap();
@@ -775,7 +750,7 @@ fn pop_buffer_shorter_than_the_record_size_is_refused_and_takes_nothing() {
 
 #[test]
 fn inspection_handles_cannot_push_or_pop() {
-    let tmp = TempDir::new("inspect");
+    let tmp = TempDir::new("files", "inspect");
     let dir = tmp.path();
     Queue::create(dir, 1, &Spec::new(4, 8)).unwrap();
     Queue::open(dir, 1).unwrap().push(b"a").unwrap();
@@ -817,7 +792,7 @@ fn corrupted_cursors_and_slots_are_reported_not_followed() {
     ];
     let mut wrong = Vec::new();
     for (n, (what, pushed, writes, call)) in cases.into_iter().enumerate() {
-        let tmp = TempDir::new("corrupt");
+        let tmp = TempDir::new("files", "corrupt");
         let dir = tmp.path().to_path_buf();
         let mut spec = Spec::new(cap, size as u64);
         spec.unblock_timeout_ms = 100;

@@ -18,11 +18,12 @@
 //! The parent then checks: every record exactly once, none torn, each
 //! producer's records in order as seen by each consumer, and the counters.
 
+mod common;
+use common::{TempDir, splitmix64};
 use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 use tvm::error::{DATA_SPC_FULL, MQUE_WAIT_TMO, NO_DATA_FOUND, name};
 use tvm::{Queue, Spec, Wait};
@@ -36,39 +37,6 @@ const SENTINEL: u32 = u32::MAX;
 const SCENARIO_DEADLINE: Duration = Duration::from_secs(100);
 
 // ---------------------------------------------------------------- helpers
-
-/// A fresh directory under /dev/shm, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let p = PathBuf::from(format!(
-            "/dev/shm/tvmq-test-processes-{}-{tag}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = fs::remove_dir_all(&p);
-        fs::create_dir(&p).expect("create temp dir");
-        TempDir(p)
-    }
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
-
-fn splitmix64(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
 
 fn mix(p: u32, s: u64) -> u64 {
     splitmix64((u64::from(p) << 40) ^ s ^ 0x5bd1_e995)
@@ -442,7 +410,7 @@ fn wait_for(what: &str, kids: &mut Kids, deadline: Instant, mut cond: impl FnMut
 }
 
 fn run(sc: Scenario) {
-    let tmp = TempDir::new(sc.tag);
+    let tmp = TempDir::new("processes", sc.tag);
     let dir = tmp.path();
     Queue::create(dir, QID, &Spec::new(sc.capacity, sc.record_size)).expect("create queue");
     let producers: Vec<u32> = sc.children.iter().flat_map(|c| c.0.clone()).collect();

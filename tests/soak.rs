@@ -52,6 +52,8 @@
 //! queue B, which every B worker maps and unmaps again at each drop).
 
 use memmap2::{MmapOptions, MmapRaw};
+mod common;
+use common::{TempDir, splitmix64};
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::panic::AssertUnwindSafe;
@@ -94,31 +96,6 @@ const ENV_PRODUCERS: &str = "TVMQ_SOAK_PRODUCERS";
 const ENV_SEED: &str = "TVMQ_SOAK_SEED";
 
 // ---------------------------------------------------------------- helpers
-
-/// A fresh directory under /dev/shm, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> TempDir {
-        let p = PathBuf::from(format!("/dev/shm/tvmq-test-soak-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&p);
-        fs::create_dir(&p).expect("create temp dir");
-        TempDir(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
-
-fn splitmix64(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
 
 struct Rng(u64);
 
@@ -1151,8 +1128,8 @@ fn soak() {
     assert!(secs > 0.0, "TVMQ_SOAK_SECONDS must be positive");
     let run_for = Duration::from_secs_f64(secs);
     let seed = tvm::queue_file::now_ns();
-    let tmp = TempDir::new();
-    let dir = tmp.0.clone();
+    let tmp = TempDir::new("soak", "run");
+    let dir = tmp.path().to_path_buf();
 
     Queue::create(&dir, QA, &Spec::new(A_ROWS, A_SIZE)).expect("create queue A");
     Queue::create(&dir, QB, &b_spec(&mut Rng::new(seed))).expect("create queue B");
