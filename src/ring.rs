@@ -653,43 +653,24 @@ impl<S: Storage> Ring<S> {
         let mut pending = records.chunks_exact(each);
         let mut done = 0;
         let mut stop = None;
-        'batches: while pending.len() > 0 {
-            let (first, claimed) = match self.claim_range(Holder::Producer, pending.len() as u64, ann) {
-                Ok(range) => range,
-                Err(e) => {
-                    stop = Some(e);
-                    break;
-                }
-            };
-            let mut pos = first;
-            for n in 0..claimed {
-                let step = self.split(pos).and_then(|(lap, index)| {
-                    pos = self.next(pos, lap, index);
-                    self.prefetch_at(index, PREFETCH_AHEAD_BATCH);
-                    match self.await_turn(index, lap, Holder::Producer, stall)? {
-                        // A recovery used this position: the record goes to the next one.
-                        Turn::Taken => Ok(false),
-                        Turn::Ready(seq) => match pending.next() {
-                            Some(record) => self.fill(Claim { lap, index, seq }, record).map(|()| true),
-                            None => {
-                                // More positions than records left (some were
-                                // taken): publish this one empty.
-                                self.abandon(Claim { lap, index, seq });
-                                Ok(false)
-                            }
-                        },
+        while pending.len() > 0 {
+            let want = pending.len() as u64;
+            let step = self.each_claimed(Holder::Producer, want, ann, stall, |lap, index, turn| match turn {
+                // A recovery used this position: the record goes to the next one.
+                Turn::Taken => Ok(()),
+                Turn::Ready(seq) => match pending.next() {
+                    Some(record) => self.fill(Claim { lap, index, seq }, record).map(|()| done += 1),
+                    // More positions than records left (some were taken):
+                    // publish this one empty.
+                    None => {
+                        self.abandon(Claim { lap, index, seq });
+                        Ok(())
                     }
-                });
-                match step {
-                    Ok(true) => done += 1,
-                    Ok(false) => {}
-                    Err(e) => {
-                        // Nobody may wait for positions we will not fill.
-                        self.settle_range(Holder::Producer, pos, claimed - n - 1, stall);
-                        stop = Some(e);
-                        break 'batches;
-                    }
-                }
+                },
+            });
+            if let Err(e) = step {
+                stop = Some(e);
+                break;
             }
         }
         ann.idle();
@@ -700,6 +681,37 @@ impl<S: Storage> Ring<S> {
     fn abandon(&self, claim: Claim) {
         let slot = self.store.slot(claim.index);
         let _ = slot.seq.compare_exchange(claim.lap, claim.lap | PUBLISHED | SKIP, Ordering::SeqCst, Ordering::Relaxed);
+    }
+
+    /// Claims up to `want` consecutive positions for `role` with one CAS
+    /// (see [`claim_range`](Self::claim_range)) and hands each, once its
+    /// slot's turn has come, to `visit` in order. When `visit` or a wait
+    /// fails, the positions after it are settled (so that nobody waits for
+    /// them) and the error is returned; a position yields at most one record,
+    /// so `visit` runs at most `want` times.
+    fn each_claimed(
+        &self,
+        role: Holder,
+        want: u64,
+        ann: &impl Announce,
+        stall: &mut impl Stall,
+        mut visit: impl FnMut(u64, usize, Turn) -> Result<(), RingError>,
+    ) -> Result<(), RingError> {
+        let (first, claimed) = self.claim_range(role, want, ann)?;
+        let mut pos = first;
+        for n in 0..claimed {
+            let step = self.split(pos).and_then(|(lap, index)| {
+                pos = self.next(pos, lap, index);
+                self.prefetch_at(index, PREFETCH_AHEAD_BATCH);
+                let turn = self.await_turn(index, lap, role, stall)?;
+                visit(lap, index, turn)
+            });
+            if let Err(e) = step {
+                self.settle_range(role, pos, claimed - n - 1, stall);
+                return Err(e);
+            }
+        }
+        Ok(())
     }
 
     /// Gives up `n` claimed positions from `pos` on (after an error in a
@@ -737,41 +749,23 @@ impl<S: Storage> Ring<S> {
         let max = lens.len();
         let mut taken = 0;
         let mut stop = None;
-        'batches: while taken < max {
-            let (first, claimed) = match self.claim_range(Holder::Consumer, (max - taken) as u64, ann) {
-                Ok(range) => range,
-                Err(e) => {
-                    stop = Some(e);
-                    break;
-                }
-            };
-            let mut pos = first;
-            for n in 0..claimed {
-                let step = self.split(pos).and_then(|(lap, index)| {
-                    pos = self.next(pos, lap, index);
-                    self.prefetch_at(index, PREFETCH_AHEAD_BATCH);
-                    match self.await_turn(index, lap, Holder::Consumer, stall)? {
-                        Turn::Ready(seq) => {
-                            let dst = &mut out[taken * each..(taken + 1) * each];
-                            self.take(Claim { lap, index, seq }, dst)
-                        }
-                        Turn::Taken => Err(RingError::Corrupt),
-                    }
-                });
-                match step {
-                    Ok(Some(len)) => {
+        while taken < max {
+            let want = (max - taken) as u64;
+            let step = self.each_claimed(Holder::Consumer, want, ann, stall, |lap, index, turn| match turn {
+                Turn::Ready(seq) => {
+                    let dst = &mut out[taken * each..(taken + 1) * each];
+                    // `None`: an empty record, nothing to deliver.
+                    if let Some(len) = self.take(Claim { lap, index, seq }, dst)? {
                         lens[taken] = len;
                         taken += 1;
                     }
-                    Ok(None) => {} // an empty record
-                    Err(e) => {
-                        // Positions we claimed but will not take must still be
-                        // released, or their records would be stuck.
-                        self.settle_range(Holder::Consumer, pos, claimed - n - 1, stall);
-                        stop = Some(e);
-                        break 'batches;
-                    }
+                    Ok(())
                 }
+                Turn::Taken => Err(RingError::Corrupt), // await_turn never says this to a consumer
+            });
+            if let Err(e) = step {
+                stop = Some(e);
+                break;
             }
         }
         ann.idle();
