@@ -287,3 +287,19 @@ fn unparsable_numbers_are_one_line_error() {
     fails(&tvmq(dir, &["stat", "x"]), &["x"]);
     assert_eq!(fs::read_dir(dir).unwrap().count(), 0, "a failed create left files");
 }
+
+#[test]
+fn bench_runs_only_the_parts_asked_for() {
+    let tmp = TempDir::new("cli", "bench-only");
+    let out = tmp.path().join("out");
+    let out_arg = out.to_str().expect("utf-8 temp path");
+    let run = tvmq(tmp.path(), &["bench", "--only", "batches", "--records", "2000", "--runs", "1", "--out", out_arg]);
+    assert!(run.status.success(), "bench failed: {}", run.stderr);
+    let csv = fs::read_to_string(out.join("results.csv")).expect("results.csv");
+    let sections: Vec<&str> = csv.lines().skip(1).map(|l| l.split(',').next().unwrap_or("")).collect();
+    // lPush, lPop, lPushs, lPopup: each measured, nothing else.
+    assert_eq!(sections.len(), 4, "results.csv:\n{csv}");
+    assert!(sections.iter().all(|s| *s == "batch"), "results.csv:\n{csv}");
+    assert!(csv.lines().skip(1).all(|l| l.ends_with(',')), "a cell failed:\n{csv}");
+    fails(&tvmq(tmp.path(), &["bench", "--only", "nothing"]), &["nothing"]);
+}

@@ -11,7 +11,7 @@ mod external;
 mod inproc;
 mod report;
 
-use clap::Args;
+use clap::{Args, ValueEnum};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 use tvm::error::{Error, SHM_ERR_ACCES};
@@ -39,6 +39,33 @@ pub struct BenchArgs {
     /// A quick run of every cell with small counts (keeps `make bench` from rotting)
     #[arg(long)]
     smoke: bool,
+    /// Run only these parts of the matrix (repeat or separate with commas; default: all)
+    #[arg(long, value_enum, value_delimiter = ',')]
+    only: Vec<Part>,
+}
+
+/// The parts of the matrix, in the order they run.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    /// Time to create and attach a queue, and first-touch faults
+    Setup,
+    /// Push then pop at 1, 2, 4, 10 threads (with every peer)
+    Threads,
+    /// 2, 4, 5 processes
+    Processes,
+    /// Push and pop at once: 1+1, 2+1, 2+2
+    Pushpop,
+    /// Record sizes from 20 B to 20 KB
+    Sizes,
+    /// lPushs / lPopup, 64 a call
+    Batches,
+}
+
+impl BenchArgs {
+    /// Is `part` to be run?
+    fn wants(&self, part: Part) -> bool {
+        self.only.is_empty() || self.only.contains(&part)
+    }
 }
 
 /// One measured cell: a subject doing a test with a parameter, several runs.
@@ -176,56 +203,82 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
 }
 
 fn run_matrix(ctx: &mut Ctx) -> Result<(), Error> {
-    inproc::setup_costs(ctx);
-    let threads = [1usize, 2, 4, 10];
+    let want = |part| ctx.args.wants(part);
+    let (setup, by_threads, by_procs, pushpop, sizes_part, batches) = (
+        want(Part::Setup),
+        want(Part::Threads),
+        want(Part::Processes),
+        want(Part::Pushpop),
+        want(Part::Sizes),
+        want(Part::Batches),
+    );
     let seed = ctx.args.seed_bin.clone();
     let c_driver = ctx.args.c_driver.clone();
     let boost = ctx.args.boost_driver.clone();
 
+    if setup {
+        inproc::setup_costs(ctx);
+    }
+
     // 1. The seed programs (or tvmq's C ABI from Rust), push then pop, at 1, 2, 4, 10 threads.
-    match &seed {
-        Some(bin) => external::seed_threads(ctx, bin, &threads),
-        None => inproc::tvmq_threads(ctx, &threads),
+    let threads = [1usize, 2, 4, 10];
+    if by_threads {
+        match &seed {
+            Some(bin) => external::seed_threads(ctx, bin, &threads),
+            None => inproc::tvmq_threads(ctx, &threads),
+        }
+        if let Some(b) = &boost {
+            external::boost_threads(ctx, b, &threads);
+        }
+        inproc::crossbeam_threads(ctx, &threads);
+        inproc::bare_ring(ctx);
     }
-    if let Some(b) = &boost {
-        external::boost_threads(ctx, b, &threads);
-    }
-    inproc::crossbeam_threads(ctx, &threads);
-    inproc::bare_ring(ctx);
 
     // 2. Processes instead of threads.
     let procs = [2usize, 4, 5];
-    if let Some(bin) = &seed {
-        external::seed_processes(ctx, bin, &procs);
-    }
-    if let Some(b) = &boost {
-        external::boost_processes(ctx, b, &procs);
+    if by_procs {
+        if let Some(bin) = &seed {
+            external::seed_processes(ctx, bin, &procs);
+        }
+        if let Some(b) = &boost {
+            external::boost_processes(ctx, b, &procs);
+        }
     }
 
     // 3. Push and pop at the same time.
     let mixes = [(1usize, 1usize), (2, 1), (2, 2)];
-    match &c_driver {
-        Some(d) => external::driver_pushpop(ctx, d, &mixes),
-        None => inproc::tvmq_pushpop(ctx, &mixes),
+    if pushpop {
+        match &c_driver {
+            Some(d) => external::driver_pushpop(ctx, d, &mixes),
+            None => inproc::tvmq_pushpop(ctx, &mixes),
+        }
+        if let Some(bin) = &seed {
+            external::seed_pushpop_processes(ctx, bin, &mixes);
+        }
+        if let Some(b) = &boost {
+            external::boost_pushpop(ctx, b, &mixes);
+        }
+        inproc::crossbeam_pushpop(ctx, &mixes);
     }
-    if let Some(bin) = &seed {
-        external::seed_pushpop_processes(ctx, bin, &mixes);
-    }
-    if let Some(b) = &boost {
-        external::boost_pushpop(ctx, b, &mixes);
-    }
-    inproc::crossbeam_pushpop(ctx, &mixes);
 
     // 4. Record sizes, 5. batches.
     let sizes = [20u64, 100, 512, 1024, 2048, 5120, 10240, 20480];
     match &c_driver {
         Some(d) => {
-            external::driver_sizes(ctx, d, &sizes);
-            external::driver_batches(ctx, d);
+            if sizes_part {
+                external::driver_sizes(ctx, d, &sizes);
+            }
+            if batches {
+                external::driver_batches(ctx, d);
+            }
         }
         None => {
-            inproc::tvmq_sizes(ctx, &sizes);
-            inproc::tvmq_batches(ctx);
+            if sizes_part {
+                inproc::tvmq_sizes(ctx, &sizes);
+            }
+            if batches {
+                inproc::tvmq_batches(ctx);
+            }
         }
     }
     Ok(())
