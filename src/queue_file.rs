@@ -850,7 +850,7 @@ unsafe impl Storage for MapStorage {
             while line < self.stride.min(16 + self.record_size) {
                 // SAFETY: a prefetch never faults; the address lies in slot `index`.
                 unsafe {
-                    std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_ET0 }>(
+                    std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
                         start.wrapping_add(line).cast(),
                     )
                 };

@@ -61,7 +61,7 @@ pub const POS_MASK: u64 = !SKIP;
 /// announcement covers this many positions from its first.
 pub const MAX_CLAIM: u64 = 64;
 
-/// How many slots ahead of its claim a thread prefetches for writing, so
+/// How many slots ahead of its claim a thread prefetches into its cache, so
 /// that the cache misses of its next call overlap this one (a fresh slot's
 /// lines come from memory: without it, single-record pushes ran about 20 %
 /// slower here). A prefetch never changes what anyone reads.
