@@ -203,31 +203,21 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
 }
 
 fn run_matrix(ctx: &mut Ctx) -> Result<(), Error> {
-    let want = |part| ctx.args.wants(part);
-    let (setup, by_threads, by_procs, pushpop, sizes_part, batches) = (
-        want(Part::Setup),
-        want(Part::Threads),
-        want(Part::Processes),
-        want(Part::Pushpop),
-        want(Part::Sizes),
-        want(Part::Batches),
-    );
-    let seed = ctx.args.seed_bin.clone();
-    let c_driver = ctx.args.c_driver.clone();
-    let boost = ctx.args.boost_driver.clone();
+    let args = ctx.args.clone();
+    let (seed, c_driver, boost) = (&args.seed_bin, &args.c_driver, &args.boost_driver);
 
-    if setup {
+    if args.wants(Part::Setup) {
         inproc::setup_costs(ctx);
     }
 
     // 1. The seed programs (or tvmq's C ABI from Rust), push then pop, at 1, 2, 4, 10 threads.
     let threads = [1usize, 2, 4, 10];
-    if by_threads {
-        match &seed {
+    if args.wants(Part::Threads) {
+        match seed {
             Some(bin) => external::seed_threads(ctx, bin, &threads),
             None => inproc::tvmq_threads(ctx, &threads),
         }
-        if let Some(b) = &boost {
+        if let Some(b) = boost {
             external::boost_threads(ctx, b, &threads);
         }
         inproc::crossbeam_threads(ctx, &threads);
@@ -236,26 +226,26 @@ fn run_matrix(ctx: &mut Ctx) -> Result<(), Error> {
 
     // 2. Processes instead of threads.
     let procs = [2usize, 4, 5];
-    if by_procs {
-        if let Some(bin) = &seed {
+    if args.wants(Part::Processes) {
+        if let Some(bin) = seed {
             external::seed_processes(ctx, bin, &procs);
         }
-        if let Some(b) = &boost {
+        if let Some(b) = boost {
             external::boost_processes(ctx, b, &procs);
         }
     }
 
     // 3. Push and pop at the same time.
     let mixes = [(1usize, 1usize), (2, 1), (2, 2)];
-    if pushpop {
-        match &c_driver {
+    if args.wants(Part::Pushpop) {
+        match c_driver {
             Some(d) => external::driver_pushpop(ctx, d, &mixes),
             None => inproc::tvmq_pushpop(ctx, &mixes),
         }
-        if let Some(bin) = &seed {
+        if let Some(bin) = seed {
             external::seed_pushpop_processes(ctx, bin, &mixes);
         }
-        if let Some(b) = &boost {
+        if let Some(b) = boost {
             external::boost_pushpop(ctx, b, &mixes);
         }
         inproc::crossbeam_pushpop(ctx, &mixes);
@@ -263,20 +253,20 @@ fn run_matrix(ctx: &mut Ctx) -> Result<(), Error> {
 
     // 4. Record sizes, 5. batches.
     let sizes = [20u64, 100, 512, 1024, 2048, 5120, 10240, 20480];
-    match &c_driver {
+    match c_driver {
         Some(d) => {
-            if sizes_part {
+            if args.wants(Part::Sizes) {
                 external::driver_sizes(ctx, d, &sizes);
             }
-            if batches {
+            if args.wants(Part::Batches) {
                 external::driver_batches(ctx, d);
             }
         }
         None => {
-            if sizes_part {
+            if args.wants(Part::Sizes) {
                 inproc::tvmq_sizes(ctx, &sizes);
             }
-            if batches {
+            if args.wants(Part::Batches) {
                 inproc::tvmq_batches(ctx);
             }
         }
