@@ -337,4 +337,39 @@ TEST_HELPER int test_main(int argc, char **argv, const test_case *tests, size_t 
     }
 #define T(fn) { #fn, fn }
 
+/* The record most tests use: 64 bytes, a number and some text. */
+typedef struct {
+    long n;
+    char text[56];
+} rec64;
+
+/* Binds r to handle p for queue t (queueinit zeroes r) and sets r.n. */
+TEST_HELPER void bind_rec(SATvm *p, rec64 *r, TABLE t, long n)
+{
+    queueinit(p, *r, t);
+    r->n = n;
+    snprintf(r->text, sizeof(r->text), "record %ld", n);
+}
+
+/* Pushes record number n into queue t through handle p; 1 if it went in. */
+TEST_HELPER int push_n(SATvm *p, TABLE t, long n)
+{
+    rec64 r;
+    bind_rec(p, &r, t, n);
+    return CHECK_SUCC(lPush(p), p);
+}
+
+/* Pops one record of queue t (QUE_NOWAIT) and checks it is number n. */
+TEST_HELPER void expect_pop_n(SATvm *p, TABLE t, long n, const char *file, int line)
+{
+    rec64 out;
+    memset(&out, 0xee, sizeof(out));
+    queuevoid(p, out, sizeof(out), t);
+    long rc = lPop(p, &out, QUE_NOWAIT);
+    if (rc != RC_SUCC || out.n != n)
+        fail_at(file, line, "pop of queue %u: rc %ld (%s), record %ld, want record %ld", t, rc,
+                code_name(p->m_lErrno), rc == RC_SUCC ? out.n : -1L, n);
+}
+#define EXPECT_POP(p, t, n) expect_pop_n((p), (t), (n), __FILE__, __LINE__)
+
 #endif /* TVMQ_TEST_CHECK_H */

@@ -16,11 +16,6 @@
  */
 #include "check.h"
 
-typedef struct {
-    long n;
-    char text[56];
-} rec64;
-
 int main(int argc, char **argv)
 {
     SATvm *p = (SATvm *)pGetSATvm();

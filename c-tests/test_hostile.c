@@ -26,12 +26,6 @@
 
 #include <fcntl.h>
 
-/* The record of these tests: 64 bytes. */
-typedef struct {
-    long n;
-    char text[56];
-} rec64;
-
 /* Allowed failure codes given as a list: "rc is RC_FAIL with one of these". */
 #define CODES(...) ((const long[]){ __VA_ARGS__, -999 })
 
@@ -55,33 +49,6 @@ static int check_fail_in_(long rc, SATvm *h, const long *codes, const char *what
             what, rc, h->m_lErrno, code_name(h->m_lErrno), terr, code_name(terr));
     return 0;
 }
-
-/* Binds r to handle p for queue t and sets r.n. */
-static void bind_rec(SATvm *p, rec64 *r, TABLE t, long n)
-{
-    queueinit(p, *r, t);
-    r->n = n;
-    snprintf(r->text, sizeof(r->text), "record %ld", n);
-}
-
-static int push_n(SATvm *p, TABLE t, long n)
-{
-    rec64 r;
-    bind_rec(p, &r, t, n);
-    return CHECK_SUCC(lPush(p), p);
-}
-
-static void expect_pop_n(SATvm *p, TABLE t, long n, const char *file, int line)
-{
-    rec64 out;
-    memset(&out, 0xee, sizeof(out));
-    queuevoid(p, out, sizeof(out), t);
-    long rc = lPop(p, &out, QUE_NOWAIT);
-    if (rc != RC_SUCC || out.n != n)
-        fail_at(file, line, "pop of queue %u: rc %ld (%s), record %ld, want record %ld", t, rc,
-                code_name(p->m_lErrno), rc == RC_SUCC ? out.n : -1L, n);
-}
-#define EXPECT_POP(p, t, n) expect_pop_n((p), (t), (n), __FILE__, __LINE__)
 
 /* The path of queue t's file ($TVMDBD/queue-<t>.tvmq, README). */
 static void queue_path(TABLE t, char *path, size_t len)
