@@ -690,6 +690,32 @@ fn run_worker(ctx: &Ctx, w: Worker) {
     write_atomic(&report_path(&ctx.dir, w.id), rep.text(w).as_bytes());
 }
 
+/// The start of every worker turn: reports progress every 64 turns, pauses
+/// now and then, and (re)opens queue B when the worker uses it and has no
+/// handle. False: the turn went to opening B; start the next one.
+fn begin_turn(
+    ctx: &Ctx,
+    w: Worker,
+    rep: &mut Report,
+    rng: &mut Rng,
+    turns: &mut u64,
+    handle: &mut Option<Queue>,
+    on_b: bool,
+) -> bool {
+    *turns += 1;
+    if *turns % 64 == 0 {
+        rep.publish(&ctx.shared, w.id);
+    }
+    if rng.one_in(1024) {
+        pause(Duration::from_micros(rng.below(3000)));
+    }
+    if on_b && handle.is_none() {
+        open_b(ctx, handle, rep, rng);
+        return false;
+    }
+    true
+}
+
 /// Opens queue B into `handle`; a missing B (between a drop and its
 /// re-creation) is expected.
 fn open_b(ctx: &Ctx, handle: &mut Option<Queue>, rep: &mut Report, rng: &mut Rng) {
@@ -720,15 +746,7 @@ fn produce(ctx: &Ctx, w: Worker, rep: &mut Report, on_b: bool) {
     let (mut seq, mut misses, mut turns) = (0u64, 0u32, 0u64);
     let mut buf = Vec::new();
     while sh.running() {
-        turns += 1;
-        if turns % 64 == 0 {
-            rep.publish(sh, w.id);
-        }
-        if rng.one_in(1024) {
-            pause(Duration::from_micros(rng.below(3000)));
-        }
-        if on_b && handle.is_none() {
-            open_b(ctx, &mut handle, rep, &mut rng);
+        if !begin_turn(ctx, w, rep, &mut rng, &mut turns, &mut handle, on_b) {
             continue;
         }
         let q = if on_b { handle.as_ref().unwrap() } else { &ctx.a };
@@ -878,15 +896,7 @@ fn consume(ctx: &Ctx, w: Worker, rep: &mut Report, on_b: bool) {
         if if on_b { !sh.running() } else { rep.sentinels > 0 } {
             break;
         }
-        turns += 1;
-        if turns % 64 == 0 {
-            rep.publish(sh, w.id);
-        }
-        if rng.one_in(1024) {
-            pause(Duration::from_micros(rng.below(3000)));
-        }
-        if on_b && handle.is_none() {
-            open_b(ctx, &mut handle, rep, &mut rng);
+        if !begin_turn(ctx, w, rep, &mut rng, &mut turns, &mut handle, on_b) {
             continue;
         }
         let q = if on_b { handle.as_ref().unwrap() } else { &ctx.a };
