@@ -1514,16 +1514,23 @@ static void control_case(long k)
     corrupt_finish(t);
 }
 
+/* Runs case(0..=last) each in its own child (in_child), labelled "<what> k",
+ * then checks that this process still pushes and pops normally. */
+static void run_cases(void (*one_case)(long), long last, const char *what)
+{
+    char label[64];
+    for (long k = 0; k <= last; k++) {
+        snprintf(label, sizeof(label), "%s %ld", what, k);
+        in_child(one_case, k, WATCHDOG_S, label);
+    }
+    final_round_trip();
+}
+
 /* The control block of an attached queue overwritten with random and
  * extreme values: errors or successes, never a crash or a hang. */
 static void corrupt_control(void)
 {
-    char label[64];
-    for (long k = 0; k <= 11; k++) {
-        snprintf(label, sizeof(label), "control case %ld", k);
-        in_child(control_case, k, WATCHDOG_S, label);
-    }
-    final_round_trip();
+    run_cases(control_case, 11, "control case");
 }
 
 /* ---- slot headers ---- */
@@ -1597,12 +1604,7 @@ static void slot_case(long k)
  * never a crash or a hang. */
 static void corrupt_slots(void)
 {
-    char label[64];
-    for (long k = 0; k <= 7; k++) {
-        snprintf(label, sizeof(label), "slot case %ld", k);
-        in_child(slot_case, k, WATCHDOG_S, label);
-    }
-    final_round_trip();
+    run_cases(slot_case, 7, "slot case");
 }
 
 /* The published record this process pushed, its seq's PUBLISHED bit
