@@ -25,6 +25,8 @@
 //
 // Build: g++ -O2 -std=c++17 -Wall -Werror -o boost_mq bench/boost_mq.cpp -lpthread -lrt
 
+#include "seed_record.h"
+
 #include <boost/date_time/posix_time/posix_time_types.hpp>
 #include <boost/interprocess/ipc/message_queue.hpp>
 
@@ -56,19 +58,6 @@ namespace bip = boost::interprocess;
 namespace {
 
 constexpr int kMaxThreads = 64;
-
-// The record of the seed benchmarks (push_bench.c, pop_bench.c): 304 bytes.
-struct dbUser {
-    long acct_id;
-    char user_no[21];
-    char user_type[2];
-    char user_nm[81];
-    char user_addr[161];
-    char user_phone[31];
-};
-static_assert(sizeof(dbUser) == 304, "dbUser must be 304 bytes");
-// The sequence number is written as 8 bytes at offset 0: acct_id when S >= 304.
-static_assert(offsetof(dbUser, acct_id) == 0 && sizeof(long) == 8, "acct_id layout");
 
 enum class Op { push, pop, pushpop };
 
@@ -147,31 +136,6 @@ double now_ms()
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-// Fills one S-byte record: dbUser as push_bench.c fills it, else a pattern.
-void fill_record(char *rec)
-{
-    size_t from = 8;
-    std::memset(rec, 0, cfg.size);
-    if (cfg.size >= sizeof(dbUser)) {
-        dbUser *u = reinterpret_cast<dbUser *>(rec);
-        std::strcpy(u->user_no, "20180223");
-        std::strcpy(u->user_type, "1");
-        std::strcpy(u->user_nm, "Savens Liu");
-        std::strcpy(u->user_addr, "China");
-        std::strcpy(u->user_phone, "18672911111");
-        from = sizeof(dbUser);
-    }
-    for (size_t i = from; i < cfg.size; i++)
-        rec[i] = static_cast<char>('A' + i % 26);
-}
-
-// Stores the sequence number in the first 8 bytes (acct_id for dbUser).
-inline void set_seq(char *rec, unsigned long long seq)
-{
-    long v = static_cast<long>(seq);
-    std::memcpy(rec, &v, sizeof v);
-}
-
 bool keep_going(const Job &j)
 {
     return j.done < j.count && !stopping.load(std::memory_order_relaxed);
@@ -179,9 +143,9 @@ bool keep_going(const Job &j)
 
 void do_push(Job &j, bip::message_queue &mq, char *rec)
 {
-    fill_record(rec);
+    seed_record_fill(rec, cfg.size);
     while (keep_going(j)) {
-        set_seq(rec, j.first + j.done);
+        seed_record_set_seq(rec, j.first + j.done);
         bool sent;
         try {
             sent = mq.try_send(rec, cfg.size, 0);

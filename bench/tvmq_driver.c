@@ -23,6 +23,7 @@
  *            -L target/release -ltvm -lpthread -Wl,-rpath,<abs libdir>
  */
 #include "tvm.h"
+#include "seed_record.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -31,20 +32,6 @@
 #include <stdint.h>
 
 #define MAX_THREADS 64
-
-/* The record of the seed benchmarks (push_bench.c, pop_bench.c): 304 bytes. */
-typedef struct {
-    long acct_id;
-    char user_no[21];
-    char user_type[2];
-    char user_nm[81];
-    char user_addr[161];
-    char user_phone[31];
-} dbUser;
-
-_Static_assert(sizeof(dbUser) == 304, "dbUser must be 304 bytes");
-/* The sequence number is written as 8 bytes at offset 0: acct_id when S >= 304. */
-_Static_assert(offsetof(dbUser, acct_id) == 0 && sizeof(long) == 8, "acct_id layout");
 
 enum op { OP_PUSH, OP_POP, OP_PUSHPOP, OP_PUSHS, OP_POPUP };
 
@@ -113,33 +100,6 @@ static double now_ms(void)
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-/* Fills one S-byte record: dbUser as push_bench.c fills it, else a pattern. */
-static void fill_record(char *rec)
-{
-    size_t from = 8;
-
-    memset(rec, 0, cfg.size);
-    if (cfg.size >= sizeof(dbUser)) {
-        dbUser *u = (dbUser *)rec;
-        strcpy(u->user_no, "20180223");
-        strcpy(u->user_type, "1");
-        strcpy(u->user_nm, "Savens Liu");
-        strcpy(u->user_addr, "China");
-        strcpy(u->user_phone, "18672911111");
-        from = sizeof(dbUser);
-    }
-    for (size_t i = from; i < cfg.size; i++)
-        rec[i] = 'A' + i % 26;
-}
-
-/* Stores the sequence number in the first 8 bytes (acct_id for dbUser). */
-static inline void set_seq(char *rec, unsigned long long seq)
-{
-    long v = (long)seq;
-
-    memcpy(rec, &v, sizeof v);
-}
-
 /* The records handled by one call of a batched operation. */
 static size_t batch_len(const job_t *j)
 {
@@ -150,10 +110,10 @@ static size_t batch_len(const job_t *j)
 
 static void do_push(job_t *j, SATvm *h, char *rec)
 {
-    fill_record(rec);
+    seed_record_fill(rec, cfg.size);
     queuevoid(h, *rec, cfg.size, cfg.queue);
     while (j->done < j->count && !atomic_load_explicit(&stopping, memory_order_relaxed)) {
-        set_seq(rec, j->first + j->done);
+        seed_record_set_seq(rec, j->first + j->done);
         if (RC_SUCC != lPush(h))
             fail_call(j, "lPush", h);
         j->done++;
@@ -177,14 +137,14 @@ static void do_pop(job_t *j, SATvm *h, char *rec)
 static void do_pushs(job_t *j, SATvm *h, char *recs)
 {
     for (size_t i = 0; i < cfg.batch; i++)
-        fill_record(recs + i * cfg.size);
+        seed_record_fill(recs + i * cfg.size, cfg.size);
     queuevoid(h, *recs, cfg.size, cfg.queue);
     while (j->done < j->count && !atomic_load_explicit(&stopping, memory_order_relaxed)) {
         size_t k = batch_len(j), n = k;
         void *p = recs;
 
         for (size_t i = 0; i < k; i++)
-            set_seq(recs + i * cfg.size, j->first + j->done + i);
+            seed_record_set_seq(recs + i * cfg.size, j->first + j->done + i);
         if (RC_SUCC != lPushs(h, &n, &p))
             fail_call(j, "lPushs", h);
         if (n != k)
