@@ -30,10 +30,10 @@ pub struct BenchArgs {
     /// Directory holding the seed programs push_bench and pop_bench, compiled unchanged
     #[arg(long)]
     seed_bin: Option<PathBuf>,
-    /// tvmq's C driver (bench/tvmq_driver.c, compiled)
+    /// tvmq's C driver (bench/drivers/tvmq_driver.c, compiled)
     #[arg(long)]
     c_driver: Option<PathBuf>,
-    /// The Boost.Interprocess message_queue driver (bench/boost_mq.cpp, compiled)
+    /// The Boost.Interprocess message_queue driver (bench/drivers/boost_mq.cpp, compiled)
     #[arg(long)]
     boost_driver: Option<PathBuf>,
     /// A quick run of every cell with small counts (keeps `make bench` from rotting)

@@ -2,7 +2,7 @@
 //!
 //! Queues live in `$TVMDBD` (default `/dev/shm/tvmq-<uid>`), like the library's.
 
-mod bench;
+
 mod create;
 mod inspect;
 
@@ -46,7 +46,7 @@ enum Command {
     },
     /// Measure tvmq against crossbeam, the bare ring (and, given by `make
     /// bench`, the seed programs, the C driver and Boost.Interprocess)
-    Bench(bench::BenchArgs),
+    Bench(tvmq_bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -68,7 +68,7 @@ fn main() -> ExitCode {
         Command::Drop { id } => tvm::Queue::drop_queue(&dir, id).map(|()| println!("dropped queue {id}")),
         Command::List => inspect::list(&dir),
         Command::Stat { id } => inspect::stat(&dir, id),
-        Command::Bench(args) => bench::run(&args),
+        Command::Bench(args) => tvmq_bench::run(&args),
         Command::Repair { id } => inspect::repair(&dir, id),
     };
     match result {

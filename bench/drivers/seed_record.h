@@ -1,7 +1,7 @@
 /*
  * seed_record.h: the record of the seed benchmarks (dbUser of push_bench.c
  * and pop_bench.c, 304 bytes) and how the benchmark drivers fill it. Shared
- * by bench/tvmq_driver.c (C) and bench/boost_mq.cpp (C++), so that tvmq and
+ * by bench/drivers/tvmq_driver.c (C) and bench/drivers/boost_mq.cpp (C++), so that tvmq and
  * Boost.Interprocess move the same bytes.
  */
 #ifndef TVMQ_BENCH_SEED_RECORD_H

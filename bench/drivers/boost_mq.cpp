@@ -1,4 +1,4 @@
-// boost_mq.cpp: the benchmark driver of bench/tvmq_driver.c, for a
+// boost_mq.cpp: the benchmark driver of bench/drivers/tvmq_driver.c, for a
 // Boost.Interprocess message_queue, so that `tvmq bench` can compare the two.
 //
 //   boost_mq create --queue Q --capacity C --size S   (removes a stale one first)
@@ -23,7 +23,7 @@
 // nothing for create and remove. Failure: a message on stderr, exit 1. Bad
 // arguments: usage on stderr, exit 2.
 //
-// Build: g++ -O2 -std=c++17 -Wall -Werror -o boost_mq bench/boost_mq.cpp -lpthread -lrt
+// Build: g++ -O2 -std=c++17 -Wall -Werror -o boost_mq bench/drivers/boost_mq.cpp -lpthread -lrt
 
 #include "seed_record.h"
 

@@ -19,7 +19,7 @@
  * Success: one line on stdout, "ok ms=<ms, 3 decimals> records=<pushed+popped>".
  * Failure: a message on stderr, exit 1. Bad arguments: usage on stderr, exit 2.
  *
- * Build: gcc -O2 -Wall -Werror -o tvmq_driver bench/tvmq_driver.c -I include \
+ * Build: gcc -O2 -Wall -Werror -o tvmq_driver bench/drivers/tvmq_driver.c -I include \
  *            -L target/release -ltvm -lpthread -Wl,-rpath,<abs libdir>
  */
 #include "tvm.h"
