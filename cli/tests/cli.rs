@@ -1,6 +1,7 @@
 //! The `tvmq` command line: create, list, stat and drop print what they
 //! should, and every error is a non-zero exit with exactly one line on stderr.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 use common::TempDir;
 use std::fs;
