@@ -314,28 +314,9 @@ fn crash_test() {
         let deadline = Instant::now() + Duration::from_secs(20);
         while p.child.try_wait().ok().flatten().is_none() {
             if Instant::now() > deadline {
-                let stat = Command::new(env!("CARGO_BIN_EXE_tvmq"))
-                    .args(["--dir", dir.to_str().unwrap(), "stat", "1"])
-                    .output()
-                    .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-                    .unwrap_or_default();
+                // The queue's counters as `tvmq stat` shows them, and the stuck process's stacks.
+                let stat = format!("{:?}", Queue::inspect(&dir, QUEUE).map(|q| q.stats()));
                 let pid = p.child.id();
-                // The raw ring: cursors, and every slot not in a resting state.
-                let raw = std::fs::read(dir.join("queue-1.tvmq")).unwrap_or_default();
-                let word = |at: usize| u64::from_le_bytes(raw[at..at + 8].try_into().unwrap());
-                let (tail, head) = (word(4096), word(4096 + 128));
-                let mut slots = String::new();
-                let stride = 16 + RECORD;
-                let (tail_lap, tail_index) = (tail & !1023, tail & 1023);
-                for i in 0..CAPACITY as usize {
-                    let at = tvm::queue_file::DATA_OFFSET as usize + i * stride;
-                    let (seq, owner) = (word(at), u32::from_le_bytes(raw[at + 8..at + 12].try_into().unwrap()));
-                    let resting = if (i as u64) < tail_index { tail_lap + 1024 } else { tail_lap };
-                    if seq != resting {
-                        slots.push_str(&format!("slot {i}: seq {seq:#x} (resting {resting:#x}) owner {owner:#x}\n"));
-                    }
-                }
-                eprintln!("tail {tail:#x} head {head:#x}\n{slots}");
                 let stack = Command::new("gdb")
                     .args(["-p", &pid.to_string(), "-batch", "-ex", "thread apply all bt"])
                     .output()
