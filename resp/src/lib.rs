@@ -1,0 +1,1 @@
+//! RESP codec (being written).
