@@ -5,8 +5,7 @@
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use std::hint::black_box;
-use tvm::ring::{HeapStorage, NeverRecover, Ring, Silent};
-use tvm::{Queue, Spec, Wait};
+use tvm::{LocalRing, Queue, Spec, Wait};
 
 const SIZE: usize = 304;
 const BATCH: usize = 64;
@@ -14,13 +13,13 @@ const BATCH: usize = 64;
 fn ring(c: &mut Criterion) {
     let mut g = c.benchmark_group("ring (heap)");
     g.throughput(Throughput::Elements(1));
-    let r = Ring::new(HeapStorage::new(1024, SIZE), 1024, SIZE);
+    let r = LocalRing::new(1024, SIZE);
     let rec = [7u8; SIZE];
     let mut out = [0u8; SIZE];
     g.bench_function("push+pop 304 B", |b| {
         b.iter(|| {
-            r.push(black_box(&rec), &Silent, &mut NeverRecover).unwrap();
-            r.pop(black_box(&mut out), &Silent, &mut NeverRecover).unwrap()
+            assert!(r.push(black_box(&rec)));
+            r.pop(black_box(&mut out)).unwrap()
         })
     });
     g.finish();

@@ -1,31 +1,82 @@
 //! tvmq: the STVM queue API on a lock-free shared-memory ring.
 //!
-//! Layers, each using only those listed before it:
-//! [`error`] (codes and messages), [`ring`] (the lock-free algorithm),
-//! [`wait`] (futex sleep and wake), [`registry`] (which processes are
-//! attached; is a slot's holder alive?), [`queue_file`] (the file format),
-//! [`queue`] (the safe Rust API), and `ffi` (the C ABI of `tvm.h`).
+//! This crate is `libtvm` (`libtvm.so`, `libtvm.a` and the `tvm.h` its build
+//! writes) for C programs, and a safe Rust API for everything else: the
+//! `tvmq` command, the benchmark, the server.
+//!
+//! ```
+//! # let dir = std::env::temp_dir().join(format!("tvmq-doc-lib-{}", std::process::id()));
+//! # std::fs::create_dir_all(&dir).unwrap();
+//! use tvm::{Queue, Spec, Wait};
+//!
+//! Queue::create(&dir, 21, &Spec::new(1000, 304))?;   // 1,000 records of up to 304 bytes
+//! let q = Queue::open(&dir, 21)?;                    // share it: &Queue or Arc<Queue>
+//! q.push(b"hello")?;
+//! let mut out = [0u8; 304];
+//! let n = q.pop(&mut out, Wait::NoWait)?;
+//! assert_eq!(&out[..n], b"hello");
+//! # drop(q);
+//! Queue::drop_queue(&dir, 21)?;
+//! # std::fs::remove_dir_all(&dir).unwrap();
+//! # Ok::<(), tvm::Error>(())
+//! ```
+//!
+//! # Layers
+//! Each module uses only those above it, and only [`ffi`] and what is
+//! re-exported here is visible outside the crate:
+//!
+//! | module | concern |
+//! |---|---|
+//! | [`error`], `codes` | the STVM error codes and messages; the [`Error`] value; no I/O |
+//! | `sync`, `clock`, `shm` | loom-switchable atomics; wall time; a shared mapping and the views that keep it mapped |
+//! | `ring` | the lock-free algorithm over a [`Storage`](ring::Storage) (heap or mapping); no files, no C |
+//! | `wait` | futex sleep and wake on a word of shared memory |
+//! | `registry` | which processes are attached; is a position's holder provably alive? |
+//! | `schema` | record layouts: [`Field`], [`FieldKind`] |
+//! | `file` | queue files: `layout` (bytes and validation), `dir` (directory policy), `create`, `map` |
+//! | `queue` | the safe API: [`Queue`] |
+//! | `attach` | the process-wide table id or name -> [`Queue`]: [`Attachments`] |
+//! | [`ffi`] | the C ABI of `tvm.h`, thin |
 //!
 //! Under `--cfg loom` only the ring (and what it needs) is built, for the
 //! model checker.
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
-pub mod codes;
+mod codes;
 pub mod error;
-pub mod ring;
+mod ring;
 mod sync;
+#[cfg(test)]
+mod test_support;
 
+#[cfg(not(loom))]
+mod attach;
+#[cfg(not(loom))]
+mod clock;
 #[cfg(not(loom))]
 pub mod ffi;
 #[cfg(not(loom))]
-pub mod queue;
+mod file;
 #[cfg(not(loom))]
-pub mod queue_file;
+mod queue;
 #[cfg(not(loom))]
-pub mod registry;
+mod registry;
 #[cfg(not(loom))]
-pub mod wait;
+mod schema;
+#[cfg(not(loom))]
+mod shm;
+#[cfg(not(loom))]
+mod wait;
+
+pub use error::{Error, Result};
+pub use ring::{LocalRing, MAX_CAPACITY};
 
 #[cfg(not(loom))]
-pub use queue::{Queue, Wait};
+pub use attach::Attachments;
 #[cfg(not(loom))]
-pub use queue_file::{Field, Spec, queue_dir};
+pub use file::{DEFAULT_UNBLOCK_TIMEOUT_MS, MAX_RECORD_SIZE, Spec, queue_dir, queue_ids, queue_path, slot_stride};
+#[cfg(not(loom))]
+pub use queue::{Process, Queue, QueueInfo, Repair, Stats, Wait};
+#[cfg(not(loom))]
+pub use schema::{Field, FieldKind, MAX_FIELD_NAME, MAX_FIELDS};

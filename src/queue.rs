@@ -1,6 +1,6 @@
 //! The safe Rust API of a queue: create, open, push, pop (blocking or not),
 //! batches, drop. Built from the ring, the queue file, the process registry
-//! and futex waits; the C layer and the CLI use nothing else.
+//! and futex waits; the C layer, the CLI and the server use nothing else.
 //!
 //! # Blocking without lost wake-ups
 //! A consumer that finds the queue empty announces itself (`waiters += 1`,
@@ -14,10 +14,15 @@
 //! Sleeps are cut into slices of [`SLEEP_SLICE`] so that a producer killed
 //! between publishing and waking delays a sleeper, never strands it.
 
+use crate::clock::now_ns;
 use crate::error::*;
-use crate::queue_file::{self, Access, Control, Info, QueueFile, Spec};
+use crate::file::layout::Control;
+use crate::file::map::{Access, QueueFile};
+use crate::file::{self, Spec};
 use crate::registry::{IntentSlots, Liveness, Registry};
+use crate::ring::MapStorage;
 use crate::ring::{Announce, Backoff, Holder, IDLE, Ring, RingError, Stall, Verdict, intent_word};
+use crate::schema::Field;
 use crate::wait;
 use std::cell::{Cell, RefCell};
 use std::path::Path;
@@ -45,8 +50,7 @@ pub enum Wait {
 
 /// An open queue. Share it between threads (`&Queue` or `Arc<Queue>`).
 pub struct Queue {
-    // Field order matters for drop: the ring and registry point into `file`.
-    ring: Ring<queue_file::MapStorage>,
+    ring: Ring<MapStorage>,
     registry: Registry,
     /// This process's intent words, handed out to its threads (see `Intent`).
     slots: Arc<IntentSlots>,
@@ -57,7 +61,18 @@ pub struct Queue {
     last_reconcile_ns: AtomicU64,
     /// False for a read-only [`Queue::inspect`] view: push and pop refuse.
     writable: bool,
+    info: QueueInfo,
     file: QueueFile,
+}
+
+impl std::fmt::Debug for Queue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Queue")
+            .field("id", &self.info.id)
+            .field("name", &self.info.name)
+            .field("path", &self.path())
+            .finish()
+    }
 }
 
 impl Drop for Queue {
@@ -81,6 +96,67 @@ pub struct Repair {
     pub alone: bool,
 }
 
+/// What a queue is: its header, as validated when it was opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueInfo {
+    /// The queue id (the `TABLE` number of the C API).
+    pub id: u32,
+    /// The name given at creation (the C API's `lCreateQueue` uses the id as written).
+    pub name: String,
+    /// The partition text given at creation.
+    pub part: String,
+    /// Layout version of the file.
+    pub version: u32,
+    /// Permission bits the file was created with.
+    pub mode: u32,
+    /// Creation time, nanoseconds since the Unix epoch.
+    pub created_ns: u64,
+    /// Largest record, in bytes.
+    pub record_size: u64,
+    /// Bytes per slot in the file (header and record, rounded up to 8).
+    pub slot_stride: u64,
+    /// Exact capacity, in records.
+    pub capacity: u64,
+    /// Size of the file, in bytes.
+    pub file_size: u64,
+    /// How long a stalled slot whose holder cannot be told dead or alive is
+    /// waited for before it is recovered (as created; see [`Queue::unblock_timeout`]).
+    pub unblock_timeout_ms: u64,
+    /// The record layout, if the queue was created with one.
+    pub fields: Vec<Field>,
+}
+
+impl QueueInfo {
+    fn from_header(i: &file::layout::Info) -> QueueInfo {
+        QueueInfo {
+            id: i.id,
+            name: i.name().to_string(),
+            part: i.part().to_string(),
+            version: i.version,
+            mode: i.mode,
+            created_ns: i.created_ns,
+            record_size: i.record_size,
+            slot_stride: i.slot_stride,
+            capacity: i.capacity,
+            file_size: i.file_size,
+            unblock_timeout_ms: i.unblock_timeout_ms,
+            fields: i.fields(),
+        }
+    }
+}
+
+/// A live process attached to a queue, as its process table shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Process {
+    /// Its entry in the table.
+    pub entry: usize,
+    pub pid: u32,
+    /// When it attached, nanoseconds since the Unix epoch.
+    pub since_ns: u64,
+    /// Its threads asleep in a blocking pop.
+    pub sleepers: u32,
+}
+
 /// Counters and gauges of a queue, for `tvmq stat`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Stats {
@@ -99,14 +175,47 @@ pub struct Stats {
 }
 
 impl Queue {
-    /// Creates queue `id` in `dir` (see [`queue_file::create`]).
+    /// Creates queue `id` in `dir`, atomically: the file appears complete or
+    /// not at all, mode `spec.mode`, in a directory that is created (0700)
+    /// if it is the default one.
+    ///
+    /// Errors: `CONDIT_IS_NIL` (0 rows or record size, a mode beyond 0777),
+    /// `TBL_ARD_EXIST`, `MQUE_CRTE_BIG` (too big for the index, the record
+    /// size limit or the free space), `FLD_DEF_SPILL` / `FTYPE_NOT_DEF` (a bad
+    /// field), `SHM_ERR_ACCES`.
     pub fn create(dir: &Path, id: u32, spec: &Spec) -> Result<()> {
-        queue_file::create(dir, id, spec)
+        file::create::create(dir, id, spec)
     }
 
-    /// Removes queue `id` from `dir` (see [`queue_file::drop_queue`]).
+    /// Removes queue `id` from `dir`: marks it dropped in the shared control
+    /// block, so that attached processes stop using it and its sleepers wake
+    /// with `SHM_ERR_EIDRM`, then unlinks the file (the mappings stay valid
+    /// until their processes let go of them). A corrupted file or one of
+    /// another layout version is removed without being mapped. Needs write
+    /// permission on the file.
+    ///
+    /// Errors: `TBL_NOT_FOUND`, `SHM_ERR_ACCES`, `TBL_NOT_FOUND` when the
+    /// queue was re-created while being dropped (the new one is kept).
     pub fn drop_queue(dir: &Path, id: u32) -> Result<()> {
-        queue_file::drop_queue(dir, id)
+        match QueueFile::open(dir, id, Access::ReadWrite { populate: false }) {
+            Ok(f) => {
+                let wake = &f.control().wake.0;
+                f.control().state.0.dropped.store(1, Ordering::SeqCst);
+                // A sleeper re-checks `dropped` after waking: bump the word it
+                // sleeps on, then wake every sleeper of every process.
+                wake.futex.fetch_add(1, Ordering::SeqCst);
+                wait::wake(&wake.futex, u32::MAX);
+                file::create::remove(dir, id, f.file())
+            }
+            Err(e) if matches!(e.code(), SHM_ERR_INVAL | VER_NOT_MATCH) => file::create::remove_unmapped(dir, id),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Removes the temporary files that creations of queue `id` in `dir`
+    /// left behind when their process died; returns how many.
+    pub fn remove_stale_temporaries(dir: &Path, id: u32) -> usize {
+        file::create::remove_stale_temporaries(dir, id)
     }
 
     /// Opens queue `id` of `dir` for pushing and popping: validates the file,
@@ -130,21 +239,17 @@ impl Queue {
     }
 
     fn from_file(file: QueueFile, register: bool) -> Result<Queue> {
-        let info = *file.info();
-        let ring = Ring::new(file.storage(), info.capacity, info.record_size as usize);
-        // SAFETY: the table lies in `file`'s mapping, which `Queue` drops after
-        // the registry (field order), and the fd is `file`'s.
-        let mut registry = unsafe {
-            Registry::new(file.table(), queue_file::TABLE_OFFSET, std::os::fd::AsRawFd::as_raw_fd(file.file()))
-        };
-        let (registered, reconciled) =
-            if register { registry.register(&file.control().wake.0.waiters) } else { (false, 0) };
+        let info = QueueInfo::from_header(file.info());
+        let ring = Ring::new(file.storage()?, info.capacity, info.record_size as usize);
+        let mut registry = file.registry()?;
+        let control = file.control();
+        let (registered, reconciled) = if register { registry.register(&control.wake.0.waiters) } else { (false, 0) };
         if register && !registered {
             // Attached without an entry: nobody can prove a stall of ours dead.
-            file.control().state.0.unregistered.fetch_add(1, Ordering::SeqCst);
+            control.state.0.unregistered.fetch_add(1, Ordering::SeqCst);
         }
         if reconciled > 0 {
-            file.control().stats.0.reconciled_waiters.fetch_add(u64::from(reconciled), Ordering::Relaxed);
+            control.counters.0.reconciled_waiters.fetch_add(u64::from(reconciled), Ordering::Relaxed);
         }
         let deaths = if register { registry.unclean_deaths() } else { Vec::new() };
         let unblock_timeout = std::env::var("TVMQ_UNBLOCK_TIMEOUT_MS")
@@ -159,6 +264,7 @@ impl Queue {
             unblock_timeout,
             last_reconcile_ns: AtomicU64::new(0),
             writable: register,
+            info,
             file,
         };
         if !deaths.is_empty() {
@@ -198,18 +304,28 @@ impl Queue {
             Liveness::Alive => false,
         };
         let (pushes, pops) = self.ring.repair(dead, alone);
-        let s = &self.control().stats.0;
+        let s = &self.control().counters.0;
         s.recovered_pushes.fetch_add(pushes, Ordering::Relaxed);
         s.recovered_pops.fetch_add(pops, Ordering::Relaxed);
         if pushes + pops > 0 {
-            s.last_recovery_ns.store(queue_file::now_ns(), Ordering::Relaxed);
+            s.last_recovery_ns.store(now_ns(), Ordering::Relaxed);
         }
         Repair { recovered_pushes: pushes, recovered_pops: pops, reconciled_waiters: reconciled, alone }
     }
 
-    /// The validated header.
-    pub fn info(&self) -> &Info {
-        self.file.info()
+    /// What the queue is (its validated header).
+    pub fn info(&self) -> &QueueInfo {
+        &self.info
+    }
+
+    /// The queue id.
+    pub fn id(&self) -> u32 {
+        self.info.id
+    }
+
+    /// The queue's name.
+    pub fn name(&self) -> &str {
+        &self.info.name
     }
 
     /// Largest record, in bytes.
@@ -395,7 +511,7 @@ impl Queue {
         if wait::wake(&wake.futex, n) == 0 {
             // Nobody was asleep although `waiters > 0`: a sleeper may have
             // been killed. Look for dead ones, at most every 100 ms.
-            let now = queue_file::now_ns();
+            let now = now_ns();
             let last = self.last_reconcile_ns.load(Ordering::Relaxed);
             if now.saturating_sub(last) > 100_000_000
                 && self.last_reconcile_ns.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
@@ -407,7 +523,7 @@ impl Queue {
 
     fn count_reconciled(&self, n: u32) {
         if n > 0 {
-            self.control().stats.0.reconciled_waiters.fetch_add(u64::from(n), Ordering::Relaxed);
+            self.control().counters.0.reconciled_waiters.fetch_add(u64::from(n), Ordering::Relaxed);
         }
     }
 
@@ -477,7 +593,7 @@ impl Queue {
     /// Counters and gauges.
     pub fn stats(&self) -> Stats {
         let c = self.control();
-        let s = &c.stats.0;
+        let s = &c.counters.0;
         // Positions used by recoveries (a republished record, an empty record
         // in place of an abandoned push) are not records pushed or popped.
         let recovered = s.recovered_pushes.load(Ordering::Relaxed) + s.recovered_pops.load(Ordering::Relaxed);
@@ -500,9 +616,14 @@ impl Queue {
         self.ring.depth()
     }
 
-    /// Live processes registered in the queue: `(entry, pid, since_ns, sleepers)`.
-    pub fn processes(&self) -> Vec<(usize, u32, u64, u32)> {
-        self.registry.live()
+    /// The live processes attached to the queue (those with an entry in its
+    /// process table).
+    pub fn processes(&self) -> Vec<Process> {
+        self.registry
+            .live()
+            .into_iter()
+            .map(|(entry, pid, since_ns, sleepers)| Process { entry, pid, since_ns, sleepers })
+            .collect()
     }
 
     fn ring_error(&self, e: RingError) -> Error {
@@ -510,7 +631,7 @@ impl Queue {
             RingError::Full => Error::code_only(DATA_SPC_FULL),
             RingError::Empty => Error::code_only(NO_DATA_FOUND),
             RingError::Robbed => {
-                self.control().stats.0.robbed.fetch_add(1, Ordering::Relaxed);
+                self.control().counters.0.robbed.fetch_add(1, Ordering::Relaxed);
                 Error::code_only(MQUE_WAIT_ERR)
             }
             RingError::Corrupt => {
@@ -645,11 +766,11 @@ impl Stall for Patience<'_> {
     }
 
     fn recovered(&mut self, holder: Holder) {
-        let s = &self.queue.control().stats.0;
+        let s = &self.queue.control().counters.0;
         match holder {
             Holder::Producer => s.recovered_pushes.fetch_add(1, Ordering::Relaxed),
             Holder::Consumer => s.recovered_pops.fetch_add(1, Ordering::Relaxed),
         };
-        s.last_recovery_ns.store(queue_file::now_ns(), Ordering::Relaxed);
+        s.last_recovery_ns.store(now_ns(), Ordering::Relaxed);
     }
 }

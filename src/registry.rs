@@ -20,7 +20,10 @@
 //! count ([`Registry::reconcile`]).
 
 use crate::ring::{Holder, IDLE, covers};
-use std::os::fd::RawFd;
+use crate::shm::{Shared, SharedMap, SharedRef};
+use std::fs::File;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Entries in the table: at most this many processes announce at once.
@@ -57,6 +60,11 @@ pub struct ProcEntry {
 }
 
 const _: () = assert!(std::mem::size_of::<ProcEntry>() == 128 + INTENTS * 128);
+
+// SAFETY: atomics, and reserved integers nobody writes: any bits are a value.
+unsafe impl Shared for IntentWord {}
+// SAFETY: as above.
+unsafe impl Shared for ProcEntry {}
 
 /// Size of the table in the file.
 pub const TABLE_BYTES: usize = MAX_PROCS * std::mem::size_of::<ProcEntry>();
@@ -104,10 +112,12 @@ impl IntentSlots {
 
 /// This process's view of a queue file's process table.
 pub struct Registry {
-    table: *const ProcEntry,
-    /// File offset of entry 0: entry `i`'s lock byte is `table_offset + 32 i`.
+    table: SharedRef<[ProcEntry; MAX_PROCS]>,
+    /// File offset of entry 0: entry `i`'s lock byte is the first byte of
+    /// entry `i`, at `table_offset + i * size_of::<ProcEntry>()`.
     table_offset: u64,
-    fd: RawFd,
+    /// The queue file, whose open file description holds our entry's lock.
+    file: Arc<File>,
     mine: Option<Mine>,
 }
 
@@ -117,27 +127,21 @@ struct Mine {
     pid: u32,
 }
 
-// SAFETY: the table is atomics in a shared mapping that outlives the
-// Registry (the owning queue keeps both); the fd is only used for fcntl.
-unsafe impl Send for Registry {}
-// SAFETY: as above; every access is atomic or a system call.
-unsafe impl Sync for Registry {}
-
 impl Registry {
-    /// A view of the table at `table` (file offset `table_offset`) of the file
-    /// open as `fd`, without registering.
-    ///
-    /// # Safety
-    /// `table` points to `MAX_PROCS` entries (8-aligned) inside a mapping of
-    /// that file that stays mapped, and `fd` stays open, while the Registry lives.
-    pub unsafe fn new(table: *const ProcEntry, table_offset: u64, fd: RawFd) -> Registry {
-        Registry { table, table_offset, fd, mine: None }
+    /// A view of the table at `table_offset` in `map`, a mapping of `file`,
+    /// without registering. `None` if the table does not fit in the mapping.
+    pub fn new(map: &SharedMap, table_offset: usize, file: Arc<File>) -> Option<Registry> {
+        let table = map.view::<[ProcEntry; MAX_PROCS]>(table_offset)?;
+        Some(Registry { table, table_offset: table_offset as u64, file, mine: None })
     }
 
+    #[inline]
     fn entry(&self, index: usize) -> &ProcEntry {
-        assert!(index < MAX_PROCS);
-        // SAFETY: index < MAX_PROCS, and `new`'s contract keeps the table mapped.
-        unsafe { &*self.table.add(index) }
+        &self.table[index]
+    }
+
+    fn fd(&self) -> RawFd {
+        self.file.as_raw_fd()
     }
 
     fn lock_offset(&self, index: usize) -> i64 {
@@ -153,7 +157,7 @@ impl Registry {
             return (true, 0);
         }
         for index in 0..MAX_PROCS {
-            if !lock(self.fd, self.lock_offset(index)) {
+            if !lock(self.fd(), self.lock_offset(index)) {
                 continue;
             }
             // The lock was free: whoever held this entry before is gone, and
@@ -165,7 +169,7 @@ impl Registry {
             entry.anonymous.store(0, Ordering::SeqCst);
             let pid = std::process::id();
             entry.pid.store(pid, Ordering::SeqCst);
-            entry.since_ns.store(crate::queue_file::now_ns(), Ordering::Relaxed);
+            entry.since_ns.store(crate::clock::now_ns(), Ordering::Relaxed);
             self.mine = Some(Mine { index, pid });
             return (true, reconciled);
         }
@@ -198,7 +202,7 @@ impl Registry {
                 if entry.pid.load(Ordering::Acquire) == 0 {
                     continue; // never held, or left cleanly (a new holder announces nothing yet)
                 }
-                match held(self.fd, self.lock_offset(index)) {
+                match held(self.fd(), self.lock_offset(index)) {
                     Some(true) => {}
                     Some(false) => continue, // dead: its announcements do not count
                     None => {
@@ -253,7 +257,7 @@ impl Registry {
             if self.mine.is_some_and(|m| m.index == index) {
                 continue;
             }
-            if held(self.fd, self.lock_offset(index)) == Some(false) {
+            if held(self.fd(), self.lock_offset(index)) == Some(false) {
                 removed += take_waiters(entry, global_waiters);
             }
         }
@@ -267,7 +271,7 @@ impl Registry {
             .filter(|&i| self.mine.is_none_or(|m| m.index != i))
             .filter_map(|i| {
                 let pid = self.entry(i).pid.load(Ordering::Relaxed);
-                (pid != 0 && held(self.fd, self.lock_offset(i)) == Some(false)).then_some((i, pid))
+                (pid != 0 && held(self.fd(), self.lock_offset(i)) == Some(false)).then_some((i, pid))
             })
             .collect()
     }
@@ -282,14 +286,14 @@ impl Registry {
     /// Live processes other than this one.
     pub fn others_alive(&self) -> usize {
         (0..MAX_PROCS)
-            .filter(|&i| self.mine.is_none_or(|m| m.index != i) && held(self.fd, self.lock_offset(i)) == Some(true))
+            .filter(|&i| self.mine.is_none_or(|m| m.index != i) && held(self.fd(), self.lock_offset(i)) == Some(true))
             .count()
     }
 
     /// Live entries: `(index, pid, since_ns, waiters)`; one `fcntl` each.
     pub fn live(&self) -> Vec<(usize, u32, u64, u32)> {
         (0..MAX_PROCS)
-            .filter(|&i| self.mine.is_some_and(|m| m.index == i) || held(self.fd, self.lock_offset(i)) == Some(true))
+            .filter(|&i| self.mine.is_some_and(|m| m.index == i) || held(self.fd(), self.lock_offset(i)) == Some(true))
             .map(|i| {
                 let e = self.entry(i);
                 (

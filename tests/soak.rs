@@ -1137,7 +1137,7 @@ fn soak() {
         .map_or(30.0, |v| v.trim().parse().expect("TVMQ_SOAK_SECONDS: a number of seconds"));
     assert!(secs > 0.0, "TVMQ_SOAK_SECONDS must be positive");
     let run_for = Duration::from_secs_f64(secs);
-    let seed = tvm::queue_file::now_ns();
+    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     let tmp = TempDir::new("soak", "run");
     let dir = tmp.path().to_path_buf();
 

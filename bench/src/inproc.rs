@@ -8,7 +8,7 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
-use tvm::ffi::{QUE_NORMAL, RC_SUCC, SATvm, handle, local};
+use tvm::ffi::{self, QUE_NORMAL, RC_SUCC, SATvm};
 
 const SIZE: usize = 304;
 type Record = [u8; SIZE];
@@ -45,7 +45,7 @@ unsafe impl Send for Handle {}
 
 impl Handle {
     fn new(t: u32, buf: *mut c_void, size: usize) -> Handle {
-        let h = handle::pCloneSATvm().cast::<SATvm>();
+        let h = ffi::pCloneSATvm().cast::<SATvm>();
         assert!(!h.is_null(), "out of memory");
         // SAFETY: freshly allocated handle, ours alone.
         unsafe {
@@ -67,19 +67,19 @@ impl Handle {
 
     fn push(&self) -> Result<(), String> {
         // SAFETY: our handle, bound to a live buffer of lSize bytes.
-        self.check(unsafe { local::lPush(self.0) }, "lPush")
+        self.check(unsafe { ffi::lPush(self.0) }, "lPush")
     }
 
     fn pop(&self, out: *mut c_void) -> Result<(), String> {
         // SAFETY: our handle; `out` holds lSize bytes.
-        self.check(unsafe { local::lPop(self.0, out, QUE_NORMAL) }, "lPop")
+        self.check(unsafe { ffi::lPop(self.0, out, QUE_NORMAL) }, "lPop")
     }
 }
 
 impl Drop for Handle {
     fn drop(&mut self) {
         // SAFETY: made by pCloneSATvm, freed once.
-        unsafe { handle::vCloneFree(self.0) };
+        unsafe { ffi::vCloneFree(self.0) };
     }
 }
 
@@ -87,7 +87,7 @@ impl Drop for Handle {
 fn attach(t: u32) -> Result<(), String> {
     let h = Handle::new(t, std::ptr::null_mut(), 0);
     // SAFETY: our handle.
-    h.check(unsafe { handle::lAttchTable(h.0, t) }, "lAttchTable")
+    h.check(unsafe { ffi::lAttchTable(h.0, t) }, "lAttchTable")
 }
 
 /// `n` threads each pushing (or popping) `per` records of `size` bytes on queue `t`.
@@ -182,13 +182,13 @@ pub fn tvmq_batches(ctx: &mut Ctx) {
                 if pop {
                     let (mut n, mut out) = (0usize, std::ptr::null_mut::<c_void>());
                     // SAFETY: our handle and out-pointers; the array is freed below.
-                    h.check(unsafe { local::lPopup(h.0, 64, 1, &mut n, &mut out) }, "lPopup")?;
+                    h.check(unsafe { ffi::lPopup(h.0, 64, 1, &mut n, &mut out) }, "lPopup")?;
                     // SAFETY: malloc'd by lPopup.
                     unsafe { libc::free(out) };
                 } else {
                     let (mut n, mut p) = (64usize, buf.as_mut_ptr().cast::<c_void>());
                     // SAFETY: our handle; 64 records of lSize bytes at p.
-                    h.check(unsafe { local::lPushs(h.0, &mut n, &mut p) }, "lPushs")?;
+                    h.check(unsafe { ffi::lPushs(h.0, &mut n, &mut p) }, "lPushs")?;
                 }
             }
             Ok(())
@@ -292,7 +292,7 @@ pub fn crossbeam_pushpop(ctx: &mut Ctx, mixes: &[(usize, usize)]) {
 /// amount of shared memory as the queue, touched beforehand (warm).
 pub fn bare_ring(ctx: &mut Ctx) {
     let records = ctx.records() as usize;
-    let stride = tvm::queue_file::slot_stride(SIZE as u64) as usize;
+    let stride = tvm::slot_stride(SIZE as u64) as usize;
     let file = match scratch_file(&ctx.dir, records * stride) {
         Ok(f) => f,
         Err(e) => {

@@ -277,7 +277,7 @@ fn run_matrix(ctx: &mut Ctx) -> Result<(), Error> {
 /// Records for a record-size cell: the cell's count, capped so that a run
 /// moves about 1.2 GB (20 KB records would otherwise need 80 GB).
 pub fn records_for_size(records: u64, size: u64) -> u64 {
-    records.min((1_200_000_000 / tvm::queue_file::slot_stride(size)).max(1000))
+    records.min((1_200_000_000 / tvm::slot_stride(size)).max(1000))
 }
 
 /// A fresh queue `id` in `dir` for `rows` records of `size` bytes.

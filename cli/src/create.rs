@@ -26,7 +26,7 @@ pub struct CreateArgs {
     mode: u32,
     /// How long a waiter waits for a stalled slot whose holder cannot be
     /// identified, before recovering it (dead holders are recovered at once)
-    #[arg(long, value_name = "MS", default_value_t = tvm::queue_file::DEFAULT_UNBLOCK_TIMEOUT_MS)]
+    #[arg(long, value_name = "MS", default_value_t = tvm::DEFAULT_UNBLOCK_TIMEOUT_MS)]
     unblock_timeout_ms: u64,
 }
 
@@ -55,7 +55,7 @@ pub fn run(dir: &Path, a: &CreateArgs) -> Result<(), Error> {
         a.size,
         a.mode,
         started.elapsed().as_millis(),
-        tvm::queue_file::queue_path(dir, a.id).display()
+        tvm::queue_path(dir, a.id).display()
     );
     Ok(())
 }

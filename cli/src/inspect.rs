@@ -1,27 +1,10 @@
 //! `tvmq list` and `tvmq stat`.
 
 use std::path::Path;
-use tvm::Queue;
-use tvm::error::{Error, SHM_ERR_ACCES, TBL_NOT_FOUND};
-use tvm::queue_file::{FIELD_CHAR, FIELD_DOUB, FIELD_LONG, parse_file_name};
-
-/// Queue ids present in `dir`, sorted.
-fn ids(dir: &Path) -> Result<Vec<u32>, Error> {
-    let entries = std::fs::read_dir(dir).map_err(|e| {
-        let code = if e.kind() == std::io::ErrorKind::NotFound { TBL_NOT_FOUND } else { SHM_ERR_ACCES };
-        Error::new(code, format!("cannot read queue directory {}: {e}", dir.display()))
-    })?;
-    let mut ids: Vec<u32> =
-        entries.filter_map(|e| e.ok()).filter_map(|e| e.file_name().to_str().and_then(parse_file_name)).collect();
-    ids.sort_unstable();
-    Ok(ids)
-}
+use tvm::{Error, Queue};
 
 pub fn list(dir: &Path) -> Result<(), Error> {
-    let ids = match ids(dir) {
-        Err(e) if e.code() == TBL_NOT_FOUND => Vec::new(),
-        other => other?,
-    };
+    let ids = tvm::queue_ids(dir)?;
     println!("{:>10}  {:<16} {:>10} {:>12} {:>12}  FILE", "ID", "NAME", "RECORD", "CAPACITY", "DEPTH");
     for id in ids {
         match Queue::inspect(dir, id) {
@@ -29,7 +12,7 @@ pub fn list(dir: &Path) -> Result<(), Error> {
                 let i = q.info();
                 println!(
                     "{id:>10}  {:<16} {:>10} {:>12} {:>12}  {}",
-                    i.name(),
+                    i.name,
                     i.record_size,
                     i.capacity,
                     q.depth(),
@@ -42,20 +25,12 @@ pub fn list(dir: &Path) -> Result<(), Error> {
     Ok(())
 }
 
-fn kind(k: u32) -> &'static str {
-    match k {
-        FIELD_CHAR => "char",
-        FIELD_LONG => "long",
-        FIELD_DOUB => "double",
-        _ => "?",
-    }
-}
-
 fn time(ns: u64) -> String {
     if ns == 0 {
         return "never".into();
     }
     let secs = (ns / 1_000_000_000) as i64;
+    // SAFETY: libc::tm is plain data; all-zero is a valid value for gmtime_r to fill.
     let mut tm: libc::tm = unsafe { std::mem::zeroed() };
     let t = secs as libc::time_t;
     // SAFETY: gmtime_r with valid pointers.
@@ -76,8 +51,8 @@ pub fn stat(dir: &Path, id: u32) -> Result<(), Error> {
     let i = q.info();
     let s = q.stats();
     println!("queue            {id}");
-    println!("name             {}", i.name());
-    println!("partition        {}", i.part());
+    println!("name             {}", i.name);
+    println!("partition        {}", i.part);
     println!("file             {}", q.path().display());
     println!("layout version   {}", i.version);
     println!("mode             {:04o}", i.mode);
@@ -98,13 +73,12 @@ pub fn stat(dir: &Path, id: u32) -> Result<(), Error> {
     println!("last recovery    {}", time(s.last_recovery_ns));
     let procs = q.processes();
     println!("processes        {}", procs.len());
-    for (entry, pid, since, sleepers) in procs {
-        println!("  entry {entry:>4}  pid {pid:>8}  since {}  asleep {sleepers}", time(since));
+    for p in procs {
+        println!("  entry {:>4}  pid {:>8}  since {}  asleep {}", p.entry, p.pid, time(p.since_ns), p.sleepers);
     }
-    let fields = i.fields();
-    println!("fields           {}", fields.len());
-    for f in fields {
-        println!("  {:<31} offset {:>6}  length {:>6}  {}", f.name, f.offset, f.len, kind(f.kind));
+    println!("fields           {}", i.fields.len());
+    for f in &i.fields {
+        println!("  {:<31} offset {:>6}  length {:>6}  {}", f.name, f.offset, f.len, f.kind.c_name());
     }
     Ok(())
 }
@@ -113,7 +87,7 @@ pub fn repair(dir: &Path, id: u32) -> Result<(), Error> {
     // Opening registers this process; that alone repairs after a death.
     let q = Queue::open_with(dir, id, false)?;
     let r = q.repair();
-    let removed = tvm::queue_file::remove_stale_temporaries(dir, id);
+    let removed = Queue::remove_stale_temporaries(dir, id);
     println!(
         "queue {id}: {} record(s) of dead consumers published again, {} claim(s) of dead producers skipped, \
          {} sleeper(s) of dead processes uncounted, {removed} stale temporary file(s) removed{}",

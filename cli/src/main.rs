@@ -2,7 +2,6 @@
 //!
 //! Queues live in `$TVMDBD` (default `/dev/shm/tvmq-<uid>`), like the library's.
 
-
 mod create;
 mod inspect;
 

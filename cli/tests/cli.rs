@@ -9,8 +9,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Output};
 use tvm::error::SHM_ERR_EIDRM;
-use tvm::queue_file::{file_size, queue_path};
-use tvm::{Field, Queue, Spec, Wait};
+use tvm::queue_path;
+use tvm::{Field, FieldKind, Queue, Spec, Wait};
 
 struct Run {
     status: std::process::ExitStatus,
@@ -122,7 +122,7 @@ fn create_list_stat_drop() {
         ("mode", "0600".into()),
         ("record size", "304 bytes (slot 320 bytes)".into()),
         ("capacity", "100 records".into()),
-        ("file size", format!("{} bytes", file_size(100, 304).unwrap())),
+        ("file size", format!("{} bytes", Spec::new(100, 304).file_size().unwrap())),
         ("depth", "3".into()),
         ("pushed", "5".into()),
         ("popped", "2".into()),
@@ -167,8 +167,8 @@ fn list_shows_every_queue_sorted_and_stat_shows_fields() {
     let mut spec = Spec::new(50, 16);
     spec.name = "users".into();
     spec.fields = vec![
-        Field { name: "acct_id".into(), offset: 0, len: 8, kind: 2 },
-        Field { name: "user_no".into(), offset: 8, len: 8, kind: 1 },
+        Field { name: "acct_id".into(), offset: 0, len: 8, kind: FieldKind::Long },
+        Field { name: "user_no".into(), offset: 8, len: 8, kind: FieldKind::Char },
     ];
     Queue::create(dir, 300, &spec).unwrap();
     ok(&tvmq(dir, &["create", "7", "--rows", "10", "--size", "8", "--name", "seven"]));

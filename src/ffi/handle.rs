@@ -1,108 +1,28 @@
-//! Handles (SATvm) and the process-wide table of attached queues.
+//! Handles (SATvm), and their use of the process-wide attachment table
+//! ([`crate::attach`]).
 //!
 //! Attachments belong to the process: any handle can use a queue that any
-//! handle attached, and lPush/lPop attach on first use. Each thread keeps a
-//! small cache of the queues it used, validated by a global epoch that moves
-//! only when a queue is detached; so a call costs a thread-local lookup and
-//! one read of a rarely written word, not a lock or a system call. A detached
-//! queue stays mapped until the last thread that cached it lets go of it.
+//! handle attached, and lPush/lPop attach on first use. A handle remembers
+//! the queues it attached, for vHoldRelease.
 
 use super::{CallResult, SATvm, TABLE, call, quietly};
+use crate::attach::Attachments;
 use crate::error::*;
 use crate::queue::Queue;
-use crate::queue_file::queue_dir;
 use parking_lot::Mutex;
-use std::cell::{RefCell, UnsafeCell};
-use std::collections::HashMap;
+use std::cell::UnsafeCell;
 use std::ffi::c_void;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Attached queues of this process.
-static ATTACHED: Mutex<Option<HashMap<TABLE, Arc<Queue>>>> = Mutex::new(None);
-/// Moves whenever an attachment is removed (or the process forks): thread
-/// caches older than it are dropped.
-static EPOCH: AtomicU64 = AtomicU64::new(0);
-
-struct Cache {
-    epoch: u64,
-    queues: Vec<(TABLE, Arc<Queue>)>,
-}
-
-thread_local! {
-    static CACHE: RefCell<Cache> = const { RefCell::new(Cache { epoch: 0, queues: Vec::new() }) };
-}
-
-/// A child of fork must not act under its parent's registration: forget
-/// every attachment (the parent's are untouched) so it re-attaches as itself.
-extern "C" fn after_fork_in_child() {
-    EPOCH.fetch_add(1, Ordering::SeqCst);
-    FORKED.store(true, Ordering::SeqCst);
-}
-static FORKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-static ATFORK: std::sync::Once = std::sync::Once::new();
-
-/// Runs `f` on attached queue `t`, attaching it first if needed. `newly`
-/// is called when this call attached it.
+/// Runs `f` on attached queue `t` of the process-wide table, attaching it
+/// first if needed. `newly` is called when this call attached it.
 #[inline]
 pub(crate) fn with_queue<R>(t: TABLE, newly: impl FnOnce(), f: impl FnOnce(&Queue) -> Result<R>) -> Result<R> {
-    CACHE.with(|cache| {
-        let Ok(mut cache) = cache.try_borrow_mut() else {
-            return Err(Error::new(SVR_EXCEPTION, "re-entrant call from a signal handler"));
-        };
-        let epoch = EPOCH.load(Ordering::Acquire);
-        if cache.epoch != epoch {
-            cache.queues.clear();
-            cache.epoch = epoch;
-        }
-        let index = match cache.queues.iter().position(|(id, q)| *id == t && !q.is_dropped()) {
-            Some(i) => i,
-            None => {
-                cache.queues.retain(|(id, _)| *id != t);
-                let (q, attached) = resolve(t)?;
-                if attached {
-                    newly();
-                }
-                cache.queues.push((t, q));
-                cache.queues.len() - 1
-            }
-        };
-        f(&cache.queues[index].1)
-    })
-}
-
-/// The process-wide attachment of `t`, opening the queue if there is none
-/// (or the one there was dropped). Returns whether it attached now.
-fn resolve(t: TABLE) -> Result<(Arc<Queue>, bool)> {
-    ATFORK.call_once(|| {
-        // SAFETY: registers a handler that only touches atomics.
-        unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
-    });
-    let mut guard = ATTACHED.lock();
-    let map = guard.get_or_insert_with(HashMap::new);
-    if FORKED.swap(false, Ordering::SeqCst) {
-        map.clear();
-    }
-    if let Some(q) = map.get(&t) {
-        if !q.is_dropped() {
-            return Ok((q.clone(), false));
-        }
-        map.remove(&t);
-        EPOCH.fetch_add(1, Ordering::Release);
-    }
-    let q = Arc::new(Queue::open(&queue_dir(), t)?);
-    map.insert(t, q.clone());
-    Ok((q, true))
+    Attachments::process().with(t, newly, f)
 }
 
 /// Removes `t` from the process's attachments (a no-op if it is not there).
 pub(crate) fn detach(t: TABLE) {
-    let mut guard = ATTACHED.lock();
-    if let Some(map) = guard.as_mut() {
-        if map.remove(&t).is_some() {
-            EPOCH.fetch_add(1, Ordering::Release);
-        }
-    }
+    Attachments::process().detach(t);
 }
 
 /// Library-side state of one handle.

@@ -3,18 +3,23 @@
 use super::handle::{detach, state, with_queue};
 use super::{CallResult, Fail, QUE_NORMAL, QUE_NOWAIT, RC_SUCC, SATvm, TABLE, TCREATE, Uenum, call, call_no_handle};
 use crate::error::*;
+use crate::file::{Spec, queue_dir};
 use crate::queue::{Queue, Wait};
-use crate::queue_file::{Field, Spec, check_field, queue_dir};
+use crate::schema::{Field, MAX_FIELDS, kind_of};
 use std::cell::RefCell;
 use std::ffi::{CStr, c_char, c_long, c_void};
 use std::time::{Duration, Instant};
 
-/// Text of an optional C string (NULL: empty).
-fn text(s: *const c_char) -> String {
+/// Text of an optional C string (NULL: empty; invalid UTF-8 is replaced).
+///
+/// # Safety
+/// `s` is NULL or points to a NUL-terminated string that stays valid and
+/// unchanged during the call.
+unsafe fn text(s: *const c_char) -> String {
     if s.is_null() {
         return String::new();
     }
-    // SAFETY: a non-NULL name/part argument is a NUL-terminated C string.
+    // SAFETY: non-NULL, and NUL-terminated by the caller's contract.
     unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned()
 }
 
@@ -35,8 +40,8 @@ pub unsafe extern "C" fn lCircleQueue(
 ) -> c_long {
     let body = |_: &mut SATvm| {
         let mut spec = Spec::new(rows as u64, size as u64);
-        spec.name = text(name);
-        spec.part = text(part);
+        // SAFETY: C callers pass NULL or NUL-terminated strings as name and part.
+        (spec.name, spec.part) = unsafe { (text(name), text(part)) };
         Queue::create(&queue_dir(), t, &spec)?;
         Ok(0)
     };
@@ -104,7 +109,9 @@ pub unsafe extern "C" fn lTvmDefQueue(t: TABLE, part: *const c_char, type_name: 
             if size == 0 {
                 return Err(Error::new(CONDIT_IS_NIL, "record struct of size 0"));
             }
-            d.declared = Some((text(type_name), text(part), size as u64));
+            // SAFETY: the QUEUE macro passes a string literal and the caller's part string.
+            let (type_name, part) = unsafe { (text(type_name), text(part)) };
+            d.declared = Some((type_name, part, size as u64));
             Ok(())
         })
     })
@@ -119,14 +126,17 @@ pub unsafe extern "C" fn lTvmDefField(name: *const c_char, offset: usize, len: u
             let Some((_, _, size)) = &d.declared else {
                 return Err(Error::new(TABLE_NOT_DEF, "FIELD before QUEUE"));
             };
+            // SAFETY: the FIELD macro passes the member's name as a string literal.
+            let name = unsafe { text(name) };
+            let kind = kind_of(&name, u32::try_from(kind).unwrap_or(0))?;
             let field = Field {
-                name: text(name),
+                name,
                 offset: u32::try_from(offset).unwrap_or(u32::MAX),
                 len: u32::try_from(len).unwrap_or(u32::MAX),
-                kind: u32::try_from(kind).unwrap_or(0),
+                kind,
             };
-            check_field(&field, *size)?;
-            if d.fields.len() >= crate::queue_file::MAX_FIELDS {
+            field.check(*size)?;
+            if d.fields.len() >= MAX_FIELDS {
                 return Err(Error::new(FLD_DEF_SPILL, "too many fields"));
             }
             if d.fields.iter().any(|f| f.name == field.name) {
@@ -172,12 +182,17 @@ fn on_queue<R>(h: &mut SATvm, f: impl FnOnce(&Queue) -> Result<R>) -> Result<R> 
     r
 }
 
-/// The bound record: `lSize` bytes at `pstVoid`.
-fn record<'a>(h: &SATvm) -> Result<&'a [u8]> {
+/// The bound record: `lSize` bytes at `pstVoid`, borrowed as long as the handle.
+///
+/// # Safety
+/// A non-NULL `pstVoid` points to at least `lSize` readable bytes that stay
+/// valid and unchanged while the returned slice is used (the C API's
+/// contract for the record bound with queueinit and friends).
+unsafe fn record(h: &SATvm) -> Result<&[u8]> {
     if h.pstVoid.is_null() || h.lSize == 0 {
         return Err(Error::new(CONDIT_IS_NIL, "no record bound (pstVoid NULL or lSize 0)"));
     }
-    // SAFETY: the caller bound pstVoid to at least lSize readable bytes.
+    // SAFETY: non-NULL, with lSize readable bytes by the caller's contract.
     Ok(unsafe { std::slice::from_raw_parts(h.pstVoid.cast::<u8>(), h.lSize) })
 }
 
@@ -189,8 +204,14 @@ fn record<'a>(h: &SATvm) -> Result<&'a [u8]> {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lPush(p: *mut SATvm) -> c_long {
     let body = |h: &mut SATvm| {
-        let rec = record(h)?;
-        on_queue(h, |q| q.push(rec))?;
+        let (t, newly) = (h.tblName, &mut false);
+        // SAFETY: the caller bound pstVoid to lSize bytes (queueinit and friends).
+        let rec = unsafe { record(h) }?;
+        let r = with_queue(t, || *newly = true, |q| q.push(rec));
+        if *newly {
+            state(h).note_attached(t);
+        }
+        r?;
         Ok(1)
     };
     // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.

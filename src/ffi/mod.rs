@@ -1,4 +1,7 @@
-//! The C ABI of `tvm.h`: thin wrappers over [`crate::queue`].
+//! The C ABI of `tvm.h`: thin wrappers over [`crate::queue`] and
+//! [`crate::attach`]. These are the functions a C program calls; Rust code
+//! may call them too (the benchmark does, to measure what C programs get),
+//! but the safe API ([`crate::Queue`]) is the one to use from Rust.
 //!
 //! Every `extern "C"` function catches panics (none may unwind into C),
 //! treats NULL pointers as `CONDIT_IS_NIL`, and records its outcome both in
@@ -6,8 +9,13 @@
 //! error (`lGetTErrno`, `lGetEffect`).
 #![allow(non_snake_case, non_camel_case_types, clippy::missing_safety_doc)]
 
-pub mod handle;
-pub mod local;
+mod handle;
+mod local;
+
+pub use handle::{
+    lAttchTable, lInitSATvm, pCloneSATvm, pGetSATvm, vCloneFree, vHoldConnect, vHoldRelease, vTblDisconnect,
+};
+pub use local::{lCircleQueue, lDropTable, lPop, lPopup, lPush, lPushs, lTableQueue, lTvmDefField, lTvmDefQueue};
 
 use crate::error::{CONDIT_IS_NIL, Error, SVR_EXCEPTION};
 use std::cell::Cell;
@@ -39,6 +47,13 @@ pub const FIELD_CHAR: c_long = 1;
 pub const FIELD_LONG: c_long = 2;
 /// FIELD kind: a double.
 pub const FIELD_DOUB: c_long = 4;
+
+// One fact, two spellings: the C constants are the schema's kind numbers.
+const _: () = assert!(
+    FIELD_CHAR == crate::schema::FieldKind::Char as c_long
+        && FIELD_LONG == crate::schema::FieldKind::Long as c_long
+        && FIELD_DOUB == crate::schema::FieldKind::Double as c_long
+);
 
 /// The handle every call takes. Programs and macros use the members up to
 /// pstVoid; the rest is private to the library.

@@ -47,7 +47,13 @@
 //! Batches ([`Ring::push_batch`], [`Ring::pop_batch`]) claim several
 //! positions with one CAS and then handle each slot as above.
 
-use crate::sync::{AtomicU32, AtomicU64, Ordering, fence, spin_hint, yield_now};
+mod storage;
+
+#[cfg(not(loom))]
+pub(crate) use storage::MapStorage;
+pub(crate) use storage::{CachePadded, Cursors, HeapStorage, SLOT_HEADER_BYTES, SlotHeader, Storage};
+
+use crate::sync::{AtomicU64, Ordering, fence, spin_hint, yield_now};
 
 /// `seq` bit: the slot holds a published record for its lap.
 pub const PUBLISHED: u64 = 1;
@@ -71,66 +77,6 @@ const PREFETCH_AHEAD_BATCH: usize = 12;
 
 /// Largest capacity: keeps `one_lap` well inside the 63-bit position space.
 pub const MAX_CAPACITY: u64 = 1 << 40;
-
-/// Pads and aligns a value to 128 bytes (two cache lines, which the adjacent
-/// line prefetcher pairs) so that producers and consumers do not share a line.
-#[repr(C, align(128))]
-#[derive(Default)]
-pub struct CachePadded<T>(pub T);
-
-/// The two positions. Invariant: `head <= tail <= head + capacity`, counted in
-/// records (positions are `lap + index` and compare through [`Ring::count`]).
-#[repr(C)]
-#[derive(Default)]
-pub struct Cursors {
-    /// Next position a producer will claim. Moves only by CAS, by the
-    /// producer that owns the position it moves past.
-    pub tail: CachePadded<AtomicU64>,
-    /// Next position a consumer will claim. Moves only by CAS, past a slot
-    /// whose record is published.
-    pub head: CachePadded<AtomicU64>,
-}
-
-/// The fixed 16-byte header of each slot; `record_size` data bytes follow.
-#[repr(C)]
-#[derive(Default)]
-pub struct SlotHeader {
-    /// `lap` (free for that lap's producer) or `lap | PUBLISHED` (holds that
-    /// lap's record), plus [`SKIP`] on an empty record. Only ever moves
-    /// forward, and only by CAS after the slot has been claimed.
-    pub seq: AtomicU64,
-    /// Zero; reserved.
-    pub reserved: u32,
-    /// Length of the published record, 1..=record_size. Written by the
-    /// producer before publishing; validated by the consumer before use.
-    pub len: AtomicU32,
-}
-
-/// Where the cursors and slots live.
-///
-/// # Safety
-/// `slot(i)` must be valid for every `i < capacity`, and `write`/`read` must
-/// stay inside slot `i`'s `record_size` data bytes. Nothing else is required:
-/// the ring never trusts values read from the storage without checking them.
-pub unsafe trait Storage {
-    fn cursors(&self) -> &Cursors;
-    fn slot(&self, index: usize) -> &SlotHeader;
-    /// Copies `src` into slot `index`'s data, `offset` bytes from its start.
-    ///
-    /// # Safety
-    /// The caller holds slot `index` (has claimed it and not yet published),
-    /// and `offset + src.len() <= record_size`.
-    unsafe fn write(&self, index: usize, offset: usize, src: &[u8]);
-    /// Copies the start of slot `index`'s data into `dst`.
-    ///
-    /// # Safety
-    /// The caller holds slot `index` (has claimed it and not yet released).
-    unsafe fn read(&self, index: usize, dst: &mut [u8]);
-    /// Hints that slot `index` will soon be written or read (a cache
-    /// prefetch; no effect on what anyone sees).
-    #[inline]
-    fn prefetch(&self, _index: usize) {}
-}
 
 /// Who holds a slot that is taking too long.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -389,8 +335,9 @@ impl<S: Storage> Ring<S> {
         self.record_size
     }
 
-    /// The storage.
-    pub fn storage(&self) -> &S {
+    /// The storage (tests reach into it to corrupt or inspect it).
+    #[cfg(test)]
+    fn storage(&self) -> &S {
         &self.store
     }
 
@@ -950,71 +897,47 @@ pub fn one_lap(capacity: u64) -> u64 {
     (capacity + 1).next_power_of_two()
 }
 
-/// A ring in this process's heap: for tests, model checking and benchmarks.
-pub struct HeapStorage {
-    cursors: Cursors,
-    slots: Box<[SlotHeader]>,
-    data: Box<[Cell]>,
-    record_size: usize,
-}
+/// The queue's lock-free ring in this process's heap, with no file, no
+/// process registry and no sleeping: what [`crate::Queue`] does for each
+/// record, without the sharing between processes. For benchmarks and
+/// comparisons with in-process queues.
+///
+/// ```
+/// let ring = tvm::LocalRing::new(2, 8);
+/// assert!(ring.push(b"one") && ring.push(b"two"));
+/// assert!(!ring.push(b"three"), "full: exactly 2 records");
+/// let mut out = [0u8; 8];
+/// assert_eq!(ring.pop(&mut out), Some(3));
+/// assert_eq!(&out[..3], b"one");
+/// ```
+pub struct LocalRing(Ring<HeapStorage>);
 
-#[cfg(not(loom))]
-struct Cell(std::cell::UnsafeCell<Box<[u8]>>);
-#[cfg(loom)]
-struct Cell(loom::cell::UnsafeCell<Box<[u8]>>);
-
-impl HeapStorage {
-    /// Zeroed cursors and slots for `capacity` records of `record_size` bytes.
-    pub fn new(capacity: usize, record_size: usize) -> HeapStorage {
-        HeapStorage {
-            cursors: Cursors::default(),
-            slots: (0..capacity).map(|_| SlotHeader::default()).collect(),
-            data: (0..capacity).map(|_| Cell(vec![0u8; record_size].into_boxed_slice().into())).collect(),
-            record_size,
-        }
-    }
-}
-
-// SAFETY: the slot data is only touched by the thread that holds the slot,
-// which the ring's protocol makes exclusive; everything else is atomic.
-unsafe impl Sync for HeapStorage {}
-// SAFETY: as above; nothing in it is tied to a thread.
-unsafe impl Send for HeapStorage {}
-
-// SAFETY: `slot` indexes a boxed slice (panics out of range, never reads
-// outside), and `write`/`read` copy at most `record_size` bytes of that slot.
-unsafe impl Storage for HeapStorage {
-    fn cursors(&self) -> &Cursors {
-        &self.cursors
+impl LocalRing {
+    /// A ring of exactly `capacity` records of up to `record_size` bytes.
+    ///
+    /// # Panics
+    /// If `capacity` is 0 or above [`MAX_CAPACITY`], or `record_size` is 0.
+    pub fn new(capacity: usize, record_size: usize) -> LocalRing {
+        LocalRing(Ring::new(HeapStorage::new(capacity, record_size), capacity as u64, record_size))
     }
 
-    fn slot(&self, index: usize) -> &SlotHeader {
-        &self.slots[index]
+    /// Appends `record`; false when the ring is full.
+    ///
+    /// # Panics
+    /// If `record` is empty or longer than the record size.
+    pub fn push(&self, record: &[u8]) -> bool {
+        assert!(!record.is_empty() && record.len() <= self.0.record_size(), "record size out of range");
+        self.0.push(record, &Silent, &mut NeverRecover).is_ok()
     }
 
-    unsafe fn write(&self, index: usize, offset: usize, src: &[u8]) {
-        let range = offset..offset + src.len();
-        #[cfg(not(loom))]
-        // SAFETY: the caller holds the slot, so no other reference to its data
-        // exists; slicing panics rather than going out of bounds.
-        unsafe {
-            (&mut (*self.data[index].0.get()))[range].copy_from_slice(src)
-        };
-        #[cfg(loom)]
-        // SAFETY: as above; loom checks the claim.
-        self.data[index].0.with_mut(|d| unsafe { (&mut (*d))[range].copy_from_slice(src) });
-    }
-
-    unsafe fn read(&self, index: usize, dst: &mut [u8]) {
-        let n = dst.len().min(self.record_size);
-        #[cfg(not(loom))]
-        // SAFETY: the caller holds the slot, so nobody writes its data meanwhile.
-        unsafe {
-            dst[..n].copy_from_slice(&(&(*self.data[index].0.get()))[..n])
-        };
-        #[cfg(loom)]
-        // SAFETY: as above; loom checks the claim.
-        self.data[index].0.with(|d| unsafe { dst[..n].copy_from_slice(&(&(*d))[..n]) });
+    /// Removes the oldest record into `out` and returns its length; `None`
+    /// when the ring is empty.
+    ///
+    /// # Panics
+    /// If `out` is shorter than the record size.
+    pub fn pop(&self, out: &mut [u8]) -> Option<usize> {
+        assert!(out.len() >= self.0.record_size(), "buffer shorter than the record size");
+        self.0.pop(out, &Silent, &mut NeverRecover).ok()
     }
 }
 

@@ -1,0 +1,156 @@
+//! Where queue files live, and who may use them: the queue directory, file
+//! names, and opening a queue file without following links or trusting a
+//! file of another owner.
+
+use super::{cpath, io_error};
+use crate::error::*;
+use std::fs::File;
+use std::os::fd::FromRawFd;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+/// The queue directory: `$TVMDBD`, or `/dev/shm/tvmq-<uid>` when it is unset
+/// or empty.
+pub fn queue_dir() -> PathBuf {
+    match std::env::var_os("TVMDBD") {
+        Some(d) if !d.is_empty() => PathBuf::from(d),
+        _ => default_dir(),
+    }
+}
+
+fn default_dir() -> PathBuf {
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    PathBuf::from(format!("/dev/shm/tvmq-{uid}"))
+}
+
+/// The file of queue `id` in `dir`: `queue-<id>.tvmq`.
+pub fn queue_path(dir: &Path, id: u32) -> PathBuf {
+    dir.join(format!("queue-{id}.tvmq"))
+}
+
+/// The queue id of a file name made by [`queue_path`].
+pub(crate) fn parse_file_name(name: &str) -> Option<u32> {
+    let digits = name.strip_prefix("queue-")?.strip_suffix(".tvmq")?;
+    // Only the canonical spelling ("queue-021.tvmq" is not queue 21's file).
+    digits.parse().ok().filter(|id: &u32| id.to_string() == digits)
+}
+
+/// The ids of the queue files in `dir`, sorted. A missing directory holds
+/// no queues.
+pub fn queue_ids(dir: &Path) -> Result<Vec<u32>> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io_error(SHM_ERR_ACCES, "cannot read queue directory", dir, e)),
+    };
+    let mut ids: Vec<u32> =
+        entries.filter_map(|e| e.ok()).filter_map(|e| e.file_name().to_str().and_then(parse_file_name)).collect();
+    ids.sort_unstable();
+    Ok(ids)
+}
+
+/// Checks (and, for the default directory, creates) the queue directory.
+/// Returns the uid of its owner.
+pub(crate) fn check_dir(dir: &Path, create: bool) -> Result<u32> {
+    let is_default = dir == default_dir();
+    if create && !dir.exists() {
+        let mut b = std::fs::DirBuilder::new();
+        std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
+        b.recursive(true);
+        if let Err(e) = b.create(dir) {
+            if !dir.is_dir() {
+                return Err(io_error(SHM_ERR_ACCES, "cannot create queue directory", dir, e));
+            }
+        }
+    }
+    let meta = if is_default { std::fs::symlink_metadata(dir) } else { std::fs::metadata(dir) };
+    let meta = match meta {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(Error::new(TBL_NOT_FOUND, format!("queue directory {} does not exist", dir.display())));
+        }
+        Err(e) => return Err(io_error(SHM_ERR_ACCES, "cannot read queue directory", dir, e)),
+    };
+    if meta.file_type().is_symlink() {
+        // Only the default directory is looked at without following links:
+        // someone else could have planted the link in /dev/shm.
+        return Err(Error::new(SHM_ERR_ACCES, format!("{} is a symbolic link: refused", dir.display())));
+    }
+    if !meta.is_dir() {
+        return Err(Error::new(SHM_ERR_INVAL, format!("{} is not a directory", dir.display())));
+    }
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if is_default && meta.uid() != me {
+        return Err(Error::new(
+            SHM_ERR_ACCES,
+            format!("{} belongs to uid {}, not to you (uid {me}): refused", dir.display(), meta.uid()),
+        ));
+    }
+    Ok(meta.uid())
+}
+
+/// Opens a queue file without following links or blocking, and checks that
+/// it is a regular file owned by us or by the directory's owner.
+pub(crate) fn open_checked(dir: &Path, path: &Path, write: bool) -> Result<File> {
+    let dir_owner = check_dir(dir, false)?;
+    let c = cpath(path)?;
+    let mode = if write { libc::O_RDWR } else { libc::O_RDONLY };
+    // SAFETY: open with a valid C path; the fd is owned by the File below.
+    let fd = unsafe {
+        libc::open(c.as_ptr(), mode | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY)
+    };
+    if fd < 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(match e.raw_os_error() {
+            Some(libc::ENOENT) => Error::new(TBL_NOT_FOUND, format!("no queue file {}", path.display())),
+            Some(libc::ELOOP) => Error::new(SHM_ERR_ACCES, format!("{} is a symbolic link: refused", path.display())),
+            Some(libc::EACCES | libc::EPERM) => io_error(SHM_ERR_ACCES, "cannot open", path, e),
+            _ => io_error(SHM_ERR_INVAL, "cannot open", path, e),
+        });
+    }
+    // SAFETY: fd is a fresh descriptor that nothing else owns.
+    let file = unsafe { File::from_raw_fd(fd) };
+    let meta = file.metadata().map_err(|e| io_error(SHM_ERR_INVAL, "cannot stat", path, e))?;
+    if !meta.file_type().is_file() {
+        return Err(Error::new(SHM_ERR_INVAL, format!("{} is not a regular file: refused", path.display())));
+    }
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if meta.uid() != me && meta.uid() != dir_owner {
+        return Err(Error::new(
+            SHM_ERR_ACCES,
+            format!(
+                "{} belongs to uid {}, neither you (uid {me}) nor the directory's owner (uid {dir_owner}): refused",
+                path.display(),
+                meta.uid()
+            ),
+        ));
+    }
+    Ok(file)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_names_round_trip() {
+        assert_eq!(parse_file_name("queue-21.tvmq"), Some(21));
+        assert_eq!(
+            parse_file_name(&queue_path(Path::new("/d"), 4_000_000_000).file_name().unwrap().to_string_lossy()),
+            Some(4_000_000_000)
+        );
+        assert_eq!(parse_file_name(".queue-21.tmp.1.2"), None);
+        assert_eq!(parse_file_name("queue-x.tvmq"), None);
+        assert_eq!(parse_file_name("queue-021.tvmq"), None);
+        assert_eq!(parse_file_name("queue-+21.tvmq"), None);
+        assert_eq!(queue_path(Path::new("/d"), 7), Path::new("/d/queue-7.tvmq"));
+    }
+
+    #[test]
+    fn a_missing_directory_holds_no_queues() {
+        assert_eq!(queue_ids(Path::new("/nonexistent/tvmq-dir")).unwrap(), Vec::<u32>::new());
+    }
+}

@@ -1,0 +1,363 @@
+//! The layout of a queue file (version 1) and the validation of its header.
+//! No I/O here: the bytes come from [`super::map`] and [`super::create`].
+//!
+//! | offset | size | content |
+//! |---|---|---|
+//! | 0 | 4 KiB | [`Info`]: magic, version, geometry, name, fields, checksum (immutable) |
+//! | 4096 | 4 KiB | [`Control`]: ring cursors, futex and waiter count, dropped flag, counters |
+//! | 8192 | 1,056 KiB | process table ([`crate::registry`]): 256 entries of 4,224 bytes |
+//! | [`DATA_OFFSET`] | capacity x stride | slots: 16-byte header + record, stride = 16 + record size rounded up to 8 |
+//!
+//! All-zero control, table and slots are the valid initial state, so a new
+//! file is its header plus zero pages.
+
+use crate::error::*;
+use crate::registry::{MAX_PROCS, TABLE_BYTES};
+use crate::ring::{CachePadded, Cursors, MAX_CAPACITY, SLOT_HEADER_BYTES, one_lap};
+use crate::schema::{Field, MAX_FIELD_NAME, MAX_FIELDS, kind_of};
+use std::mem::offset_of;
+use std::sync::atomic::{AtomicU32, AtomicU64};
+
+/// First bytes of every queue file.
+pub(crate) const MAGIC: [u8; 8] = *b"TVMQUEUE";
+/// Layout version this library reads and writes.
+pub(crate) const VERSION: u32 = 1;
+/// Bytes reserved for [`Info`].
+pub(crate) const INFO_BYTES: u64 = 4096;
+/// File offset of [`Control`].
+pub(crate) const CONTROL_OFFSET: u64 = 4096;
+/// File offset of the process table.
+pub(crate) const TABLE_OFFSET: u64 = 8192;
+/// File offset of slot 0.
+pub(crate) const DATA_OFFSET: u64 = TABLE_OFFSET + TABLE_BYTES as u64;
+/// Largest record size (the slot keeps lengths in 32 bits).
+pub const MAX_RECORD_SIZE: u64 = 1 << 30;
+/// Bytes of a queue name and of a partition text in the header (the last
+/// one is always NUL: at most 63 and 31 bytes are kept).
+pub(crate) const NAME_BYTES: usize = 64;
+pub(crate) const PART_BYTES: usize = 32;
+const FIELD_NAME_BYTES: usize = MAX_FIELD_NAME + 1;
+
+/// One field of a record layout, as stored in the file.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FieldDesc {
+    /// NUL-padded name.
+    pub name: [u8; FIELD_NAME_BYTES],
+    pub offset: u32,
+    pub len: u32,
+    /// A [`crate::schema::FieldKind`] number.
+    pub kind: u32,
+    pub reserved: u32,
+}
+
+/// The immutable header at offset 0. Every field is checked on open.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Info {
+    pub magic: [u8; 8],
+    pub version: u32,
+    pub info_bytes: u32,
+    pub control_offset: u64,
+    pub table_offset: u64,
+    pub data_offset: u64,
+    /// Exact size of the file.
+    pub file_size: u64,
+    pub record_size: u64,
+    /// Exact number of records the queue holds.
+    pub capacity: u64,
+    /// `(capacity + 1).next_power_of_two()`.
+    pub one_lap: u64,
+    /// Bytes per slot: 16 + record size rounded up to 8.
+    pub slot_stride: u64,
+    pub created_ns: u64,
+    /// How long a waiter waits for a slot whose holder cannot be proven dead
+    /// or alive before recovering it.
+    pub unblock_timeout_ms: u64,
+    pub id: u32,
+    /// Permission bits the file was created with.
+    pub mode: u32,
+    /// Entries in the process table.
+    pub proc_slots: u32,
+    pub field_count: u32,
+    pub name: [u8; NAME_BYTES],
+    pub part: [u8; PART_BYTES],
+    pub fields: [FieldDesc; MAX_FIELDS],
+    /// FNV-1a 64 of every byte above.
+    pub checksum: u64,
+}
+
+const _: () = assert!(size_of::<Info>() as u64 <= INFO_BYTES);
+const _: () = assert!(size_of::<Control>() as u64 <= TABLE_OFFSET - CONTROL_OFFSET);
+const _: () = assert!(DATA_OFFSET % 4096 == 0);
+
+/// The futex word and the waiter count, on a line of their own.
+#[repr(C)]
+#[derive(Default)]
+pub(crate) struct WakeWords {
+    /// Bumped by a producer before waking sleepers; sleepers wait on it.
+    pub futex: AtomicU32,
+    /// Threads announced as (about to be) asleep; producers skip the wake-up
+    /// system call while it is 0.
+    pub waiters: AtomicU32,
+}
+
+/// Read on every call, written once: kept apart from the busy lines.
+#[repr(C)]
+#[derive(Default)]
+pub(crate) struct StateWords {
+    /// Non-zero once the queue has been dropped.
+    pub dropped: AtomicU32,
+    /// Processes attached without an entry in the process table (it was
+    /// full): while non-zero, no stalled holder can be proven dead.
+    pub unregistered: AtomicU32,
+}
+
+/// Counters of rare events (not touched by normal pushes and pops).
+#[repr(C)]
+#[derive(Default)]
+pub(crate) struct Counters {
+    /// Claims of dead producers turned into skipped (empty) records.
+    pub recovered_pushes: AtomicU64,
+    /// Records of dead consumers delivered again.
+    pub recovered_pops: AtomicU64,
+    /// Calls that failed because their own slot had been recovered.
+    pub robbed: AtomicU64,
+    /// Sleepers of dead processes taken off the waiter count.
+    pub reconciled_waiters: AtomicU64,
+    /// Time of the last recovery, nanoseconds since the Unix epoch.
+    pub last_recovery_ns: AtomicU64,
+}
+
+/// The mutable shared state at [`CONTROL_OFFSET`].
+#[repr(C)]
+#[derive(Default)]
+pub(crate) struct Control {
+    pub cursors: Cursors,
+    pub wake: CachePadded<WakeWords>,
+    pub state: CachePadded<StateWords>,
+    pub counters: CachePadded<Counters>,
+}
+
+// SAFETY: the control block is atomics only: any bits are a value.
+unsafe impl crate::shm::Shared for WakeWords {}
+// SAFETY: as above.
+unsafe impl crate::shm::Shared for StateWords {}
+// SAFETY: as above.
+unsafe impl crate::shm::Shared for Counters {}
+// SAFETY: as above.
+unsafe impl crate::shm::Shared for Control {}
+
+/// Bytes one record slot takes in a queue file, for records of up to
+/// `record_size` bytes: a 16-byte header, then the record rounded up to 8
+/// bytes (320 for the seed's 304-byte record). A queue file is about
+/// capacity x this.
+pub fn slot_stride(record_size: u64) -> u64 {
+    SLOT_HEADER_BYTES as u64 + record_size.div_ceil(8) * 8
+}
+
+/// Exact file size of a queue, or `None` if it overflows.
+pub(crate) fn file_size(rows: u64, record_size: u64) -> Option<u64> {
+    rows.checked_mul(slot_stride(record_size))?.checked_add(DATA_OFFSET)
+}
+
+/// Copies `s` into `dst`, keeping a NUL at the end; cuts on a character boundary.
+fn copy_str(dst: &mut [u8], s: &str) {
+    let mut n = s.len().min(dst.len() - 1);
+    while !s.is_char_boundary(n) {
+        n -= 1;
+    }
+    dst[..n].copy_from_slice(&s.as_bytes()[..n]);
+}
+
+/// The text before the first NUL, if there is a NUL and the text is UTF-8.
+fn c_str(bytes: &[u8]) -> Option<&str> {
+    let end = bytes.iter().position(|&b| b == 0)?;
+    std::str::from_utf8(&bytes[..end]).ok()
+}
+
+impl Info {
+    /// The header of a new queue (its geometry is assumed checked).
+    pub(crate) fn new(id: u32, spec: &crate::file::Spec, file_size: u64) -> Result<Info> {
+        if spec.fields.len() > MAX_FIELDS {
+            return Err(Error::new(FLD_DEF_SPILL, format!("{} fields: at most {MAX_FIELDS}", spec.fields.len())));
+        }
+        let empty = FieldDesc { name: [0; FIELD_NAME_BYTES], offset: 0, len: 0, kind: 0, reserved: 0 };
+        let mut fields = [empty; MAX_FIELDS];
+        for (slot, f) in fields.iter_mut().zip(&spec.fields) {
+            f.check(spec.record_size)?;
+            copy_str(&mut slot.name, &f.name);
+            slot.offset = f.offset;
+            slot.len = f.len;
+            slot.kind = f.kind.code();
+        }
+        let mut info = Info {
+            magic: MAGIC,
+            version: VERSION,
+            info_bytes: INFO_BYTES as u32,
+            control_offset: CONTROL_OFFSET,
+            table_offset: TABLE_OFFSET,
+            data_offset: DATA_OFFSET,
+            file_size,
+            record_size: spec.record_size,
+            capacity: spec.rows,
+            one_lap: one_lap(spec.rows),
+            slot_stride: slot_stride(spec.record_size),
+            created_ns: crate::clock::now_ns(),
+            unblock_timeout_ms: spec.unblock_timeout_ms,
+            id,
+            mode: spec.mode,
+            proc_slots: MAX_PROCS as u32,
+            field_count: spec.fields.len() as u32,
+            name: [0; NAME_BYTES],
+            part: [0; PART_BYTES],
+            fields,
+            checksum: 0,
+        };
+        copy_str(&mut info.name, &spec.name);
+        copy_str(&mut info.part, &spec.part);
+        info.checksum = info.compute_checksum();
+        Ok(info)
+    }
+
+    /// A header from the first bytes of a file (`None` if too few).
+    pub(crate) fn from_bytes(raw: &[u8]) -> Option<Info> {
+        if raw.len() < size_of::<Info>() {
+            return None;
+        }
+        // SAFETY: Info is plain data (integers and byte arrays): any bytes
+        // are a value, and `raw` holds at least size_of::<Info>() of them.
+        Some(unsafe { std::ptr::read_unaligned(raw.as_ptr().cast::<Info>()) })
+    }
+
+    /// The header's bytes, as written to the file.
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        // SAFETY: Info is repr(C) plain data without padding (checked by the
+        // layout test), so all its bytes are initialised.
+        unsafe { std::slice::from_raw_parts((self as *const Info).cast::<u8>(), size_of::<Info>()) }
+    }
+
+    /// FNV-1a 64 of the header bytes before the checksum.
+    pub(crate) fn compute_checksum(&self) -> u64 {
+        self.as_bytes()[..offset_of!(Info, checksum)]
+            .iter()
+            .fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3))
+    }
+
+    /// The queue's name.
+    pub(crate) fn name(&self) -> &str {
+        c_str(&self.name).unwrap_or("")
+    }
+
+    /// The partition text given at creation.
+    pub(crate) fn part(&self) -> &str {
+        c_str(&self.part).unwrap_or("")
+    }
+
+    /// The record layout (of a validated header: fields with unknown kinds
+    /// are left out).
+    pub(crate) fn fields(&self) -> Vec<Field> {
+        self.fields[..(self.field_count as usize).min(MAX_FIELDS)]
+            .iter()
+            .filter_map(|f| {
+                let name = c_str(&f.name).unwrap_or("").to_string();
+                let kind = kind_of(&name, f.kind).ok()?;
+                Some(Field { name, offset: f.offset, len: f.len, kind })
+            })
+            .collect()
+    }
+
+    /// Checks every field of a header read from a file of `file_len` bytes
+    /// (expected to be queue `id`, if given).
+    pub(crate) fn validate(&self, file_len: u64, id: Option<u32>) -> Result<()> {
+        let bad = |what: String| Err(Error::new(SHM_ERR_INVAL, what));
+        if self.magic != MAGIC {
+            return bad("not a tvmq queue file (bad magic)".into());
+        }
+        if self.version != VERSION {
+            return Err(Error::new(
+                VER_NOT_MATCH,
+                format!("queue file has layout version {}, this library reads version {VERSION}", self.version),
+            ));
+        }
+        if self.checksum != self.compute_checksum() {
+            return bad("header checksum mismatch: the header was modified or corrupted".into());
+        }
+        if u64::from(self.info_bytes) != INFO_BYTES
+            || self.control_offset != CONTROL_OFFSET
+            || self.table_offset != TABLE_OFFSET
+            || self.data_offset != DATA_OFFSET
+            || self.proc_slots as usize != MAX_PROCS
+        {
+            return bad("header offsets do not match layout version 1".into());
+        }
+        if !(1..=MAX_RECORD_SIZE).contains(&self.record_size) {
+            return bad(format!("record size {} out of range", self.record_size));
+        }
+        if !(1..=MAX_CAPACITY).contains(&self.capacity) {
+            return bad(format!("capacity {} out of range", self.capacity));
+        }
+        if self.one_lap != one_lap(self.capacity) || self.slot_stride != slot_stride(self.record_size) {
+            return bad("header geometry is inconsistent".into());
+        }
+        if file_size(self.capacity, self.record_size) != Some(self.file_size) {
+            return bad(format!("header says {} bytes, its geometry needs another size", self.file_size));
+        }
+        if self.file_size != file_len {
+            return bad(format!(
+                "file is {file_len} bytes, its header says {} (truncated or extended)",
+                self.file_size
+            ));
+        }
+        if self.field_count as usize > MAX_FIELDS {
+            return bad(format!("{} fields in header", self.field_count));
+        }
+        for f in &self.fields[..self.field_count as usize] {
+            let name =
+                c_str(&f.name).ok_or_else(|| Error::new(SHM_ERR_INVAL, "field name is not NUL-terminated UTF-8"))?;
+            let kind = kind_of(name, f.kind).map_err(|e| Error::new(SHM_ERR_INVAL, e.to_string()))?;
+            Field { name: name.to_string(), offset: f.offset, len: f.len, kind }
+                .check(self.record_size)
+                .map_err(|e| Error::new(SHM_ERR_INVAL, e.to_string()))?;
+        }
+        if c_str(&self.name).is_none() || c_str(&self.part).is_none() {
+            return bad("queue name is not NUL-terminated UTF-8".into());
+        }
+        if let Some(id) = id {
+            if self.id != id {
+                return bad(format!("file of queue {id} holds queue {}", self.id));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ring::SlotHeader;
+
+    #[test]
+    fn info_has_no_padding() {
+        // Sum of field sizes == struct size: every byte is covered by the checksum.
+        let fields = 8 + 4 + 4 + 10 * 8 + 4 * 4 + NAME_BYTES + PART_BYTES + MAX_FIELDS * size_of::<FieldDesc>() + 8;
+        assert_eq!(size_of::<Info>(), fields);
+        assert_eq!(size_of::<FieldDesc>(), FIELD_NAME_BYTES + 16);
+        assert_eq!(size_of::<SlotHeader>(), SLOT_HEADER_BYTES);
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(slot_stride(304), 320);
+        assert_eq!(slot_stride(1), 24);
+        assert_eq!(file_size(4_000_000, 304), Some(DATA_OFFSET + 4_000_000 * 320));
+        assert_eq!(file_size(u64::MAX, 8), None);
+    }
+
+    #[test]
+    fn long_names_are_cut_on_char_boundaries() {
+        let mut b = [0u8; 8];
+        copy_str(&mut b, "ééééé");
+        assert_eq!(c_str(&b), Some("ééé"));
+    }
+}

@@ -1,0 +1,116 @@
+//! Opening a queue file: every check before anything is mapped, then the
+//! mapping and the typed views the queue works through.
+
+use super::dir::{open_checked, queue_path};
+use super::layout::{CONTROL_OFFSET, Control, DATA_OFFSET, INFO_BYTES, Info, TABLE_OFFSET};
+use super::{io_error, is_tmpfs};
+use crate::error::*;
+use crate::registry::Registry;
+use crate::ring::MapStorage;
+use crate::shm::{SharedMap, SharedRef};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// How to open a queue file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Access {
+    /// For pushing and popping: read-write, pages populated at once or not.
+    ReadWrite { populate: bool },
+    /// For inspection only.
+    ReadOnly,
+}
+
+/// An open, validated, mapped queue file.
+pub(crate) struct QueueFile {
+    info: Info,
+    path: PathBuf,
+    /// Shared with the registry, whose locks belong to this open file
+    /// description.
+    file: Arc<File>,
+    map: SharedMap,
+    control: SharedRef<Control>,
+}
+
+/// Opens queue `id`'s file in `dir` and reads and validates its header,
+/// without mapping anything.
+fn open_validated(dir: &Path, id: u32, write: bool) -> Result<(File, Info, u64, PathBuf)> {
+    let path = queue_path(dir, id);
+    let file = open_checked(dir, &path, write)?;
+    let len = file.metadata().map_err(|e| io_error(SHM_ERR_INVAL, "cannot stat", &path, e))?.len();
+    if len < INFO_BYTES {
+        return Err(Error::new(SHM_ERR_INVAL, format!("{} is truncated ({len} bytes)", path.display())));
+    }
+    let mut raw = [0u8; size_of::<Info>()];
+    file.read_exact_at(&mut raw, 0).map_err(|e| io_error(SHM_ERR_INVAL, "cannot read", &path, e))?;
+    let info = Info::from_bytes(&raw).ok_or_else(|| Error::new(SHM_ERR_INVAL, "short header"))?;
+    info.validate(len, Some(id)).map_err(|e| Error::new(e.code(), format!("{}: {}", path.display(), e.detail())))?;
+    Ok((file, info, len, path))
+}
+
+/// The validated header of queue `id` in `dir`, read without mapping the file.
+pub(crate) fn read_header(dir: &Path, id: u32) -> Result<Info> {
+    open_validated(dir, id, false).map(|(_, info, _, _)| info)
+}
+
+impl QueueFile {
+    /// Opens queue `id` in `dir`, refusing anything that is not a regular
+    /// queue file of ours with a valid header.
+    pub(crate) fn open(dir: &Path, id: u32, access: Access) -> Result<QueueFile> {
+        let (file, info, len, path) = open_validated(dir, id, access != Access::ReadOnly)?;
+        let len = usize::try_from(len).map_err(|_| Error::new(MQUE_CRTE_BIG, "file too large to map"))?;
+        let map = SharedMap::map(&file, len, access != Access::ReadOnly)
+            .map_err(|e| io_error(SHM_ERR_NOMEM, "cannot map", &path, e))?;
+        if access == (Access::ReadWrite { populate: true }) {
+            map.populate(is_tmpfs(&file));
+        }
+        // The header was validated against the file's length, so the control
+        // block fits; the check stays, as the only proof the view needs.
+        let control = map
+            .view::<Control>(CONTROL_OFFSET as usize)
+            .ok_or_else(|| Error::new(SHM_ERR_INVAL, format!("{}: no room for the control block", path.display())))?;
+        Ok(QueueFile { info, path, file: Arc::new(file), map, control })
+    }
+
+    /// The validated header.
+    pub(crate) fn info(&self) -> &Info {
+        &self.info
+    }
+
+    /// The file's path.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The open file (its open file description carries this process's
+    /// registry lock).
+    pub(crate) fn file(&self) -> &File {
+        &self.file
+    }
+
+    /// The shared control block (a view that keeps the mapping alive).
+    pub(crate) fn control(&self) -> &SharedRef<Control> {
+        &self.control
+    }
+
+    /// The ring's storage in this mapping.
+    pub(crate) fn storage(&self) -> Result<MapStorage> {
+        let i = &self.info;
+        MapStorage::new(
+            &self.map,
+            CONTROL_OFFSET as usize + std::mem::offset_of!(Control, cursors),
+            DATA_OFFSET as usize,
+            i.slot_stride as usize,
+            i.capacity as usize,
+            i.record_size as usize,
+        )
+        .ok_or_else(|| Error::new(SHM_ERR_INVAL, format!("{}: slots do not fit the file", self.path.display())))
+    }
+
+    /// This process's view of the file's process table (not registered yet).
+    pub(crate) fn registry(&self) -> Result<Registry> {
+        Registry::new(&self.map, TABLE_OFFSET as usize, self.file.clone())
+            .ok_or_else(|| Error::new(SHM_ERR_INVAL, format!("{}: no room for the process table", self.path.display())))
+    }
+}

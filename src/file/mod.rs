@@ -1,0 +1,40 @@
+//! Queue files, by concern: [`layout`] (the bytes of a file and the checks
+//! of its header), [`dir`] (where files live and who may open them),
+//! [`create`] (atomic creation, removal, cleanup) and [`map`] (validated
+//! opening and mapping).
+
+pub(crate) mod create;
+pub(crate) mod dir;
+pub(crate) mod layout;
+pub(crate) mod map;
+
+pub use create::{DEFAULT_UNBLOCK_TIMEOUT_MS, Spec};
+pub use dir::{queue_dir, queue_ids, queue_path};
+pub use layout::{MAX_RECORD_SIZE, slot_stride};
+
+use crate::error::*;
+use std::ffi::CString;
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+fn io_error(code: u32, what: &str, path: &Path, e: std::io::Error) -> Error {
+    Error::new(code, format!("{what} {}: {e}", path.display()))
+}
+
+fn cpath(path: &Path) -> Result<CString> {
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| Error::new(SHM_ERR_INVAL, format!("path contains a NUL byte: {}", path.display())))
+}
+
+/// Is the file on tmpfs (as /dev/shm is)?
+fn is_tmpfs(file: &File) -> bool {
+    // SAFETY: statfs is plain data; all-zero is a valid value for the call to fill.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid fd and out pointer.
+    unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) == 0 && st.f_type == libc::TMPFS_MAGIC }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,269 @@
+//! Where a ring's cursors and slots live: the [`Storage`] trait and its two
+//! storages, [`HeapStorage`] (this process's heap: tests, model checking,
+//! benchmarks) and [`MapStorage`] (a region of a shared mapping: queue files).
+//!
+//! The ring knows nothing else about memory: a storage hands out the
+//! cursors, each slot's header, and copies record bytes in and out of a slot.
+
+use crate::sync::{AtomicU32, AtomicU64};
+
+/// Pads and aligns a value to 128 bytes (two cache lines, which the adjacent
+/// line prefetcher pairs) so that producers and consumers do not share a line.
+#[repr(C, align(128))]
+#[derive(Default)]
+pub struct CachePadded<T>(pub T);
+
+/// The two positions. Invariant: `head <= tail <= head + capacity`, counted in
+/// records (positions are `lap + index` and compare through [`Ring::count`]).
+#[repr(C)]
+#[derive(Default)]
+pub struct Cursors {
+    /// Next position a producer will claim. Moves only by CAS, by the
+    /// producer that owns the position it moves past.
+    pub tail: CachePadded<AtomicU64>,
+    /// Next position a consumer will claim. Moves only by CAS, past a slot
+    /// whose record is published.
+    pub head: CachePadded<AtomicU64>,
+}
+
+/// The fixed 16-byte header of each slot; `record_size` data bytes follow.
+#[repr(C)]
+#[derive(Default)]
+pub struct SlotHeader {
+    /// `lap` (free for that lap's producer) or `lap | PUBLISHED` (holds that
+    /// lap's record), plus [`SKIP`] on an empty record. Only ever moves
+    /// forward, and only by CAS after the slot has been claimed.
+    pub seq: AtomicU64,
+    /// Zero; reserved.
+    pub reserved: u32,
+    /// Length of the published record, 1..=record_size. Written by the
+    /// producer before publishing; validated by the consumer before use.
+    pub len: AtomicU32,
+}
+
+/// Where the cursors and slots live.
+///
+/// # Safety
+/// `slot(i)` must be valid for every `i < capacity`, and `write`/`read` must
+/// stay inside slot `i`'s `record_size` data bytes. Nothing else is required:
+/// the ring never trusts values read from the storage without checking them.
+pub unsafe trait Storage {
+    fn cursors(&self) -> &Cursors;
+    fn slot(&self, index: usize) -> &SlotHeader;
+    /// Copies `src` into slot `index`'s data, `offset` bytes from its start.
+    ///
+    /// # Safety
+    /// The caller holds slot `index` (has claimed it and not yet published),
+    /// and `offset + src.len() <= record_size`.
+    unsafe fn write(&self, index: usize, offset: usize, src: &[u8]);
+    /// Copies the start of slot `index`'s data into `dst`.
+    ///
+    /// # Safety
+    /// The caller holds slot `index` (has claimed it and not yet released).
+    unsafe fn read(&self, index: usize, dst: &mut [u8]);
+    /// Hints that slot `index` will soon be written or read (a cache
+    /// prefetch; no effect on what anyone sees).
+    #[inline]
+    fn prefetch(&self, _index: usize) {}
+}
+
+// SAFETY: integers and atomics only; any bits are a value (see each type).
+#[cfg(not(loom))]
+unsafe impl<T: crate::shm::Shared> crate::shm::Shared for CachePadded<T> {}
+// SAFETY: two padded atomics.
+#[cfg(not(loom))]
+unsafe impl crate::shm::Shared for Cursors {}
+// SAFETY: atomics and a plain u32; any bits are a value (the ring validates them).
+#[cfg(not(loom))]
+unsafe impl crate::shm::Shared for SlotHeader {}
+
+/// Bytes of the header before each slot's record.
+pub const SLOT_HEADER_BYTES: usize = size_of::<SlotHeader>();
+const _: () = assert!(SLOT_HEADER_BYTES == 16);
+
+/// A ring in this process's heap: for tests, model checking and benchmarks.
+pub struct HeapStorage {
+    cursors: Cursors,
+    slots: Box<[SlotHeader]>,
+    data: Box<[Cell]>,
+    record_size: usize,
+}
+
+#[cfg(not(loom))]
+struct Cell(std::cell::UnsafeCell<Box<[u8]>>);
+#[cfg(loom)]
+struct Cell(loom::cell::UnsafeCell<Box<[u8]>>);
+
+impl HeapStorage {
+    /// Zeroed cursors and slots for `capacity` records of `record_size` bytes.
+    pub fn new(capacity: usize, record_size: usize) -> HeapStorage {
+        HeapStorage {
+            cursors: Cursors::default(),
+            slots: (0..capacity).map(|_| SlotHeader::default()).collect(),
+            data: (0..capacity).map(|_| Cell(vec![0u8; record_size].into_boxed_slice().into())).collect(),
+            record_size,
+        }
+    }
+}
+
+// SAFETY: the slot data is only touched by the thread that holds the slot,
+// which the ring's protocol makes exclusive; everything else is atomic.
+unsafe impl Sync for HeapStorage {}
+// SAFETY: as above; nothing in it is tied to a thread.
+unsafe impl Send for HeapStorage {}
+
+// SAFETY: `slot` indexes a boxed slice (panics out of range, never reads
+// outside), and `write`/`read` copy at most `record_size` bytes of that slot.
+unsafe impl Storage for HeapStorage {
+    fn cursors(&self) -> &Cursors {
+        &self.cursors
+    }
+
+    fn slot(&self, index: usize) -> &SlotHeader {
+        &self.slots[index]
+    }
+
+    unsafe fn write(&self, index: usize, offset: usize, src: &[u8]) {
+        let range = offset..offset + src.len();
+        #[cfg(not(loom))]
+        // SAFETY: the caller holds the slot, so no other reference to its data
+        // exists; slicing panics rather than going out of bounds.
+        unsafe {
+            (&mut (*self.data[index].0.get()))[range].copy_from_slice(src)
+        };
+        #[cfg(loom)]
+        // SAFETY: as above; loom checks the claim.
+        self.data[index].0.with_mut(|d| unsafe { (&mut (*d))[range].copy_from_slice(src) });
+    }
+
+    unsafe fn read(&self, index: usize, dst: &mut [u8]) {
+        let n = dst.len().min(self.record_size);
+        #[cfg(not(loom))]
+        // SAFETY: the caller holds the slot, so nobody writes its data meanwhile.
+        unsafe {
+            dst[..n].copy_from_slice(&(&(*self.data[index].0.get()))[..n])
+        };
+        #[cfg(loom)]
+        // SAFETY: as above; loom checks the claim.
+        self.data[index].0.with(|d| unsafe { dst[..n].copy_from_slice(&(&(*d))[..n]) });
+    }
+}
+
+/// The slots of a ring in a region of a shared mapping (a queue file),
+/// which it keeps mapped.
+#[cfg(not(loom))]
+pub(crate) struct MapStorage {
+    cursors: crate::shm::SharedRef<Cursors>,
+    /// Slot 0; `capacity * stride` bytes from here lie in the mapping that
+    /// `cursors` keeps alive (checked by `new`).
+    slots: *mut u8,
+    stride: usize,
+    capacity: usize,
+    record_size: usize,
+}
+
+#[cfg(not(loom))]
+impl MapStorage {
+    /// The cursors at `cursors` and `capacity` slots of `stride` bytes from
+    /// `slots` (offsets in `map`), each a [`SlotHeader`] and `record_size`
+    /// data bytes. `None` if any of it lies outside the mapping or is
+    /// misaligned, or a slot cannot hold its header and record.
+    pub(crate) fn new(
+        map: &crate::shm::SharedMap,
+        cursors: usize,
+        slots: usize,
+        stride: usize,
+        capacity: usize,
+        record_size: usize,
+    ) -> Option<MapStorage> {
+        let cursors = map.view::<Cursors>(cursors)?;
+        let slot_bytes = SLOT_HEADER_BYTES.checked_add(record_size)?;
+        if stride < slot_bytes || stride % align_of::<SlotHeader>() != 0 || capacity == 0 {
+            return None;
+        }
+        if !map.fits(slots, capacity.checked_mul(stride)?, align_of::<SlotHeader>()) {
+            return None;
+        }
+        // SAFETY: `slots` is inside the mapping (checked just above).
+        let slots = unsafe { map.base().add(slots) };
+        Some(MapStorage { cursors, slots, stride, capacity, record_size })
+    }
+}
+
+// SAFETY: the pointers lead into a shared mapping that `cursors` keeps
+// alive; every shared word is an atomic, and record bytes are only touched
+// by the holder of their slot (the ring's protocol).
+#[cfg(not(loom))]
+unsafe impl Send for MapStorage {}
+// SAFETY: as above.
+#[cfg(not(loom))]
+unsafe impl Sync for MapStorage {}
+
+// SAFETY: `slot(i)` for i < capacity lies inside the mapping (`new` checked
+// capacity * stride bytes from `slots`), and `write`/`read` copy at most
+// `record_size` bytes after the slot header, which `stride` has room for.
+#[cfg(not(loom))]
+unsafe impl Storage for MapStorage {
+    #[inline]
+    fn cursors(&self) -> &Cursors {
+        &self.cursors
+    }
+
+    #[inline]
+    fn prefetch(&self, index: usize) {
+        if index >= self.capacity {
+            return;
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            let start = self.slots.wrapping_add(index * self.stride);
+            let mut line = 0;
+            while line < self.stride.min(SLOT_HEADER_BYTES + self.record_size) {
+                // SAFETY: a prefetch never faults; the address lies in slot `index`.
+                unsafe {
+                    std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                        start.wrapping_add(line).cast(),
+                    )
+                };
+                line += 64;
+            }
+        }
+    }
+
+    #[inline]
+    fn slot(&self, index: usize) -> &SlotHeader {
+        assert!(index < self.capacity, "slot index out of range");
+        // SAFETY: index < capacity, so the header lies in the mapping; the
+        // stride is a multiple of the header's alignment (checked by `new`).
+        unsafe { &*self.slots.add(index * self.stride).cast::<SlotHeader>() }
+    }
+
+    #[inline]
+    unsafe fn write(&self, index: usize, offset: usize, src: &[u8]) {
+        debug_assert!(index < self.capacity && offset + src.len() <= self.record_size);
+        // SAFETY: in bounds as in `slot`, given the caller's contract
+        // (index < capacity, offset + src.len() <= record_size); the caller
+        // holds the slot, so nobody else writes these bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                src.as_ptr(),
+                self.slots.add(index * self.stride + SLOT_HEADER_BYTES + offset),
+                src.len(),
+            )
+        };
+    }
+
+    #[inline]
+    unsafe fn read(&self, index: usize, dst: &mut [u8]) {
+        debug_assert!(index < self.capacity && dst.len() <= self.record_size);
+        // SAFETY: in bounds as in `slot`, given the caller's contract
+        // (dst.len() <= record_size); the caller holds the slot.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.slots.add(index * self.stride + SLOT_HEADER_BYTES),
+                dst.as_mut_ptr(),
+                dst.len(),
+            )
+        };
+    }
+}
