@@ -48,7 +48,37 @@ pub enum Wait {
     Until(Instant),
 }
 
-/// An open queue. Share it between threads (`&Queue` or `Arc<Queue>`).
+/// An open queue: a queue file mapped into this process and registered in
+/// its process table. Share it between threads (`&Queue` or `Arc<Queue>`);
+/// other processes open the same file. Every record pushed is popped exactly
+/// once, by any mix of threads and processes, in each producer's order, and
+/// a process killed at any instant loses nothing that was acknowledged (see
+/// [`Queue::repair`]).
+///
+/// ```
+/// # let dir = std::env::temp_dir().join(format!("tvmq-doc-queue-{}", std::process::id()));
+/// # std::fs::create_dir_all(&dir).unwrap();
+/// use std::sync::Arc;
+/// use tvm::{Queue, Spec, Wait};
+///
+/// Queue::create(&dir, 7, &Spec::new(1000, 64))?;
+/// let q = Arc::new(Queue::open(&dir, 7)?);
+/// let producer = {
+///     let q = q.clone();
+///     std::thread::spawn(move || (0..100u32).for_each(|i| q.push(&i.to_le_bytes()).unwrap()))
+/// };
+/// let mut out = [0u8; 64];
+/// for i in 0..100u32 {
+///     let n = q.pop(&mut out, Wait::Forever)?;    // sleeps (no busy loop) while empty
+///     assert_eq!(&out[..n], &i.to_le_bytes());   // one producer: its order
+/// }
+/// producer.join().unwrap();
+/// assert_eq!(q.pop(&mut out, Wait::NoWait).unwrap_err().code(), tvm::error::NO_DATA_FOUND);
+/// # drop(q);
+/// # Queue::drop_queue(&dir, 7)?;
+/// # std::fs::remove_dir_all(&dir).unwrap();
+/// # Ok::<(), tvm::Error>(())
+/// ```
 pub struct Queue {
     ring: Ring<MapStorage>,
     registry: Registry,
@@ -61,6 +91,8 @@ pub struct Queue {
     last_reconcile_ns: AtomicU64,
     /// False for a read-only [`Queue::inspect`] view: push and pop refuse.
     writable: bool,
+    /// The process that opened it (a fork child holds a copy it must not act on).
+    opener: u32,
     info: QueueInfo,
     file: QueueFile,
 }
@@ -77,7 +109,7 @@ impl std::fmt::Debug for Queue {
 
 impl Drop for Queue {
     fn drop(&mut self) {
-        if self.writable && !self.registered {
+        if self.writable && !self.registered && self.opener == std::process::id() {
             self.control().state.0.unregistered.fetch_sub(1, Ordering::SeqCst);
         }
     }
@@ -264,6 +296,7 @@ impl Queue {
             unblock_timeout,
             last_reconcile_ns: AtomicU64::new(0),
             writable: register,
+            opener: std::process::id(),
             info,
             file,
         };

@@ -2,8 +2,8 @@
 //! on a file-backed shared mapping (not `FUTEX_PRIVATE_FLAG`), so that the
 //! sleeper and the waker may be different processes.
 //!
-//! The protocol that makes a wake-up impossible to miss lives in
-//! [`crate::queue`]: a sleeper announces itself in a waiter count, reads the
+//! The protocol that makes a wake-up impossible to miss belongs to the
+//! queue layer above: a sleeper announces itself in a waiter count, reads the
 //! futex word, re-checks its condition, then sleeps only if the word is
 //! unchanged; a waker changes its condition, then (only if the waiter count
 //! is non-zero) bumps the word and wakes.
@@ -68,16 +68,27 @@ mod tests {
 
     #[test]
     fn wake_reaches_a_sleeper() {
+        // The word never changes: only a wake-up (or the 20 s timeout) ends the sleep.
         let w = Arc::new(AtomicU32::new(0));
         let w2 = w.clone();
         let sleeper = std::thread::spawn(move || {
-            while w2.load(Ordering::SeqCst) == 0 {
-                wait(&w2, 0, Some(Duration::from_secs(20)));
-            }
+            let t = Instant::now();
+            let r = wait(&w2, 0, Some(Duration::from_secs(20)));
+            (r, t.elapsed())
         });
-        std::thread::sleep(Duration::from_millis(20));
-        w.store(1, Ordering::SeqCst);
-        wake(&w, 1);
-        sleeper.join().unwrap();
+        // Until the sleeper is asleep, there is nobody to wake: wake reports 0.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let woken = loop {
+            let n = wake(&w, 1);
+            if n > 0 || Instant::now() > deadline {
+                break n;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        assert_eq!(woken, 1, "wake reports the one sleeper it woke");
+        let (r, slept) = sleeper.join().unwrap();
+        assert_eq!(r, Woken::Maybe);
+        assert!(slept < Duration::from_secs(10), "the wake ended the sleep, not its 20 s timeout: slept {slept:?}");
+        assert_eq!(w.load(Ordering::SeqCst), 0);
     }
 }

@@ -16,6 +16,8 @@
 //! `TVMQ_CRASH_KILLS` (default 200) and `TVMQ_CRASH_SECONDS` (default 40, the
 //! longest the killing goes on) size the run.
 
+mod common;
+use common::{child_env, child_test};
 use memmap2::{MmapMut, MmapOptions};
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
@@ -220,14 +222,11 @@ fn consumer(dir: &Path, shared: &Shared, me: u32) {
     }
 }
 
-/// Child process entry: does nothing unless started by `crash_test`.
+/// Child process entry: a producer or a consumer of `crash_test`.
 #[test]
+#[ignore = "child process of crash_test: started by it"]
 fn crash_child() {
-    let (Ok(role), Ok(dir), Ok(me)) =
-        (std::env::var("TVMQ_CRASH_ROLE"), std::env::var("TVMQ_CRASH_DIR"), std::env::var("TVMQ_CRASH_ME"))
-    else {
-        return;
-    };
+    let (role, dir, me) = (child_env("TVMQ_CRASH_ROLE"), child_env("TVMQ_CRASH_DIR"), child_env("TVMQ_CRASH_ME"));
     let dir = PathBuf::from(dir);
     let shared = Shared::open(&dir);
     let me: u32 = me.parse().expect("process number");
@@ -244,8 +243,7 @@ struct Proc {
 }
 
 fn spawn(dir: &Path, me: u32, producer: bool) -> Proc {
-    let child = Command::new(std::env::current_exe().expect("test binary"))
-        .args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
+    let child = child_test("crash_child")
         .env("TVMQ_CRASH_ROLE", if producer { "producer" } else { "consumer" })
         .env("TVMQ_CRASH_DIR", dir)
         .env("TVMQ_CRASH_ME", me.to_string())

@@ -1,9 +1,10 @@
 //! Exactly-once delivery across processes and threads.
 //!
 //! The parent test creates a queue in a fresh directory under /dev/shm and
-//! re-executes this test binary (`--exact child`) once per child process; the
-//! `child` test does nothing unless `TVMQ_CHILD_DIR` is set. A child runs the
-//! producer and consumer threads listed in its environment:
+//! re-executes this test binary once per child process, running its ignored
+//! `child` test (`common::child_test`), which fails when it is run on its
+//! own. A child runs the producer and consumer threads listed in its
+//! environment:
 //!
 //! * producer `p` pushes records `(p, 0..per_producer)`: a 16-byte header
 //!   (producer, sequence number, checksum) and a payload of 1 to (record
@@ -19,11 +20,11 @@
 //! producer's records in order as seen by each consumer, and the counters.
 
 mod common;
-use common::{TempDir, splitmix64};
+use common::{TempDir, child_env, child_test, splitmix64};
 use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 use tvm::error::{DATA_SPC_FULL, MQUE_WAIT_TMO, NO_DATA_FOUND, name};
 use tvm::{Queue, Spec, Wait};
@@ -163,20 +164,20 @@ struct ChildCfg {
 }
 
 fn env_list(key: &str) -> Vec<u32> {
-    std::env::var(key).unwrap().split(',').filter(|s| !s.is_empty()).map(|s| s.parse().unwrap()).collect()
+    child_env(key).split(',').filter(|s| !s.is_empty()).map(|s| s.parse().unwrap()).collect()
 }
 
-/// Entry point of child processes; a no-op in a normal test run.
+/// Entry point of the child processes of the scenarios.
 #[test]
+#[ignore = "child process of the scenarios: started by them"]
 fn child() {
-    let Some(dir) = std::env::var_os("TVMQ_CHILD_DIR") else { return };
     let cfg = ChildCfg {
-        dir: PathBuf::from(dir),
+        dir: PathBuf::from(child_env("TVMQ_CHILD_DIR")),
         producers: env_list("TVMQ_CHILD_PRODUCERS"),
         consumers: env_list("TVMQ_CHILD_CONSUMERS"),
-        nproducers: std::env::var("TVMQ_CHILD_NPRODUCERS").unwrap().parse().unwrap(),
-        per: std::env::var("TVMQ_CHILD_PER").unwrap().parse().unwrap(),
-        strict: std::env::var("TVMQ_CHILD_STRICT").unwrap() == "1",
+        nproducers: child_env("TVMQ_CHILD_NPRODUCERS").parse().unwrap(),
+        per: child_env("TVMQ_CHILD_PER").parse().unwrap(),
+        strict: child_env("TVMQ_CHILD_STRICT") == "1",
     };
     let q = Queue::open(&cfg.dir, QID).expect("child: open queue");
     std::thread::scope(|sc| {
@@ -421,14 +422,12 @@ fn run(sc: Scenario) {
         fs::write(dir.join("go"), b"").unwrap();
     }
     let deadline = Instant::now() + SCENARIO_DEADLINE;
-    let exe = std::env::current_exe().expect("current_exe");
     let mut kids = Kids { kids: Vec::new() };
     for (k, (ps, cs)) in sc.children.iter().enumerate() {
         let name = format!("#{k} (producers [{}], consumers [{}])", join(ps), join(cs));
         let log = dir.join(format!("child-{k}.log"));
         let out = fs::File::create(&log).unwrap();
-        let child = Command::new(&exe)
-            .args(["--exact", "child", "--nocapture", "--test-threads", "1"])
+        let child = child_test("child")
             .env("TVMQ_CHILD_DIR", dir)
             .env("TVMDBD", dir)
             .env("TVMQ_CHILD_PRODUCERS", join(ps))

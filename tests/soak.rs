@@ -1,7 +1,7 @@
 //! Soak test: two queues used for a long time by threads and processes at once.
 //!
 //! For `TVMQ_SOAK_SECONDS` (default 30), this process and 3 child processes
-//! (this test binary re-executed with `--exact child`, as in
+//! (this test binary re-executed to run its ignored `child` test, as in
 //! tests/processes.rs) run together:
 //!
 //! * on queue A, which stays: producers pushing single records and batches
@@ -53,12 +53,12 @@
 
 use memmap2::{MmapOptions, MmapRaw};
 mod common;
-use common::{TempDir, splitmix64};
+use common::{TempDir, child_env, child_test, splitmix64};
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
@@ -1028,23 +1028,20 @@ fn dropper(ctx: &Ctx, w: Worker, rep: &mut Report) {
 
 // ---------------------------------------------------------------- the child
 
-fn env(key: &str) -> String {
-    std::env::var(key).unwrap_or_else(|_| panic!("child: {key} not set"))
-}
-
 fn parse_producers() -> (u32, u32) {
-    let v = env(ENV_PRODUCERS);
+    let v = child_env(ENV_PRODUCERS);
     let (a, b) = v.split_once(',').unwrap();
     (a.parse().unwrap(), b.parse().unwrap())
 }
 
-/// Entry point of child processes; a no-op in a normal test run.
+/// Entry point of the child processes.
 #[test]
+#[ignore = "child process of the soak: started by it"]
 fn child() {
-    let Some(dir) = std::env::var_os(ENV_DIR) else { return };
-    let workers = parse_workers(&env(ENV_WORKERS));
+    let dir = child_env(ENV_DIR);
+    let workers = parse_workers(&child_env(ENV_WORKERS));
     let (a_producers, b_producers) = parse_producers();
-    let ctx = Ctx::open(Path::new(&dir), a_producers, b_producers, env(ENV_SEED).parse().unwrap());
+    let ctx = Ctx::open(Path::new(&dir), a_producers, b_producers, child_env(ENV_SEED).parse().unwrap());
     std::thread::scope(|sc| {
         for &w in &workers {
             let ctx = &ctx;
@@ -1150,13 +1147,11 @@ fn soak() {
     assert!(all.len() <= MAX_WORKERS && a_producers <= 32 && b_producers <= 32);
     Shared::create(&dir.join(SHARED_FILE), a_producers);
 
-    let exe = std::env::current_exe().expect("current_exe");
     let mut kids = Kids(Vec::new());
     for (k, workers) in plan.iter().enumerate().skip(1) {
         let log = dir.join(format!("child{k}.log"));
         let out = fs::File::create(&log).unwrap();
-        let child = Command::new(&exe)
-            .args(["--exact", "child", "--nocapture", "--test-threads", "1"])
+        let child = child_test("child")
             .env(ENV_DIR, &dir)
             .env(ENV_WORKERS, format_workers(workers))
             .env(ENV_PRODUCERS, format!("{a_producers},{b_producers}"))

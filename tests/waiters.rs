@@ -2,18 +2,19 @@
 //! it raised comes back down (at the next push that finds nobody to wake, or
 //! by repair), and a live sleeper still gets its records.
 
+mod common;
+use common::{child_env, child_test};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 use tvm::{Queue, Spec, Wait};
 
 /// Child process entry: blocks in `pop(Wait::Forever)` on the queue it is
 /// given, until killed.
 #[test]
+#[ignore = "child process of the other tests: started by them"]
 fn waiters_child() {
-    let (Ok(dir), Ok(id)) = (std::env::var("TVMQ_WAITERS_DIR"), std::env::var("TVMQ_WAITERS_ID")) else {
-        return;
-    };
+    let (dir, id) = (child_env("TVMQ_WAITERS_DIR"), child_env("TVMQ_WAITERS_ID"));
     let q = Queue::open(Path::new(&dir), id.parse().unwrap()).unwrap();
     let mut out = vec![0u8; q.record_size()];
     let _ = q.pop(&mut out, Wait::Forever);
@@ -22,8 +23,7 @@ fn waiters_child() {
 }
 
 fn sleeper(dir: &Path, id: u32) -> Child {
-    Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "waiters_child", "--nocapture", "--test-threads=1"])
+    child_test("waiters_child")
         .env("TVMQ_WAITERS_DIR", dir)
         .env("TVMQ_WAITERS_ID", id.to_string())
         .stdout(Stdio::null())
