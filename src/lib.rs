@@ -29,7 +29,7 @@
 //! |---|---|
 //! | [`error`], `codes` | the STVM error codes and messages; the [`Error`] value; no I/O |
 //! | `sync`, `clock`, `shm` | loom-switchable atomics; wall time; a shared mapping and the views that keep it mapped |
-//! | `ring` | the lock-free algorithm over a [`Storage`](ring::Storage) (heap or mapping); no files, no C |
+//! | `ring` | the lock-free algorithm over a `Storage` (heap or mapping); no files, no C |
 //! | `wait` | futex sleep and wake on a word of shared memory |
 //! | `registry` | which processes are attached; is a position's holder provably alive? |
 //! | `schema` | record layouts: [`Field`], [`FieldKind`] |

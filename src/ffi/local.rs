@@ -26,7 +26,7 @@ unsafe fn text(s: *const c_char) -> String {
 /// Creates queue t holding exactly `rows` records of at most `size` bytes,
 /// named `name` (may be NULL), with partition text `part` (may be NULL). The
 /// file is created atomically, mode 0600, in $TVMDBD (default
-/// /dev/shm/tvmq-<uid>).
+/// `/dev/shm/tvmq-<uid>`).
 /// Errors: CONDIT_IS_NIL (rows or size 0), TBL_ARD_EXIST (queue exists),
 /// MQUE_CRTE_BIG (too big for memory or the index), SHM_ERR_ACCES.
 #[unsafe(no_mangle)]

@@ -1,5 +1,5 @@
-//! The C ABI of `tvm.h`: thin wrappers over [`crate::queue`] and
-//! [`crate::attach`]. These are the functions a C program calls; Rust code
+//! The C ABI of `tvm.h`: thin wrappers over [`crate::Queue`] and
+//! [`crate::Attachments`]. These are the functions a C program calls; Rust code
 //! may call them too (the benchmark does, to measure what C programs get),
 //! but the safe API ([`crate::Queue`]) is the one to use from Rust.
 //!
