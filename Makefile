@@ -48,6 +48,7 @@ header: build
 
 test-rust:
 	$(CARGO) test --release --workspace --all-targets
+	$(CARGO) test --release --workspace --doc
 
 test-c: seed
 	@LIBDIR=$(LIBDIR) SEED=$(SEED) SEEDBIN=$(SEEDBIN) TVMQ=$(TVMQ) bash c-tests/run.sh
