@@ -231,7 +231,8 @@ fn header_line(buf: &[u8], start: usize, scanned: usize, max_line: usize) -> Lin
                     i += 1;
                 }
             }
-            if buf.get(i) == Some(&b'\r') && buf.get(i + 1) == Some(&b'\n') {
+            // (The CR within the line length limit, as in the slow path.)
+            if buf.get(i) == Some(&b'\r') && buf.get(i + 1) == Some(&b'\n') && i - start <= max_line {
                 return Line::Value(v, i + 2);
             }
         }

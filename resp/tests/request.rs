@@ -213,7 +213,16 @@ fn error_texts() {
     assert_eq!(error_text_with(b"*000000000", &small), "Protocol error: too big mbulk count string");
     assert_eq!(error_text_with(b"*1\r\n$000000000", &small), "Protocol error: too big bulk count string");
     assert_eq!(error_text_with(b"get aaaaaa\n", &small), "Protocol error: too big inline request");
-    // A line of exactly the limit is accepted.
+    // A line of exactly the limit is accepted, whichever way it is parsed.
+    let three = Limits { max_inline_len: 3, ..Limits::default() };
+    let two = Limits { max_inline_len: 2, ..Limits::default() };
+    assert_eq!(parse_one_with(b"*-1\r\n", &three), Ok((Vec::new(), Status::Complete { consumed: 5 })));
+    assert_eq!(error_text_with(b"*-1\r\n", &two), "Protocol error: too big mbulk count string");
+    assert_eq!(parse_one_with(b"*1\r\n$-1\r\n", &three).unwrap_err(), ProtocolError::InvalidBulkLength);
+    assert_eq!(parse_one_with(b"*1\r\n$-1\r\n", &two).unwrap_err(), ProtocolError::TooBigBulkCount);
+    assert_eq!(parse_one_with(b"*12\r\n", &three).unwrap().1, Status::Incomplete { needed: 1 });
+    assert_eq!(error_text_with(b"*12\r\n", &two), "Protocol error: too big mbulk count string");
+    assert_eq!(error_text_with(b"*12", &two), "Protocol error: too big mbulk count string");
     assert_eq!(parse_one_with(b"get aaaa\n", &small).unwrap().0, args(&["get", "aaaa"]));
     assert_eq!(parse_one_with(b"*1\r\n$1\r\na\r\n", &Limits { max_inline_len: 2, ..small }).unwrap().0, args(&["a"]));
 
@@ -513,6 +522,9 @@ fn random_bytes_never_panic() {
         }
         let limits = if i % 2 == 0 { Limits::default() } else { small };
         hostile(&buf, &limits, &mut req);
+        // The outcome does not depend on how the bytes arrive.
+        let split = rng.below(buf.len() + 1);
+        assert_eq!(parse_split(&buf, split, &limits, true), parse_whole(&buf, &limits), "{buf:?} split at {split}");
         // Every prefix, resuming from the previous one, as bytes arrive.
         if i % 50 == 0 {
             req.clear();
