@@ -35,6 +35,41 @@ pub(crate) fn parse_i64(s: &[u8]) -> Option<i64> {
     if negative { i64::try_from(-i128::from(v)).ok() } else { i64::try_from(v).ok() }
 }
 
+/// The fast path of reading a number line: the type byte at `start`, then an optional `-`,
+/// 1 to 18 digits without a leading zero (or "0" alone), then CRLF, the CR at most `max_line`
+/// bytes after `start`. Returns the number and the position after the CRLF, or `None` when the
+/// line is anything else (incomplete, longer, invalid), left to the general path, which gives
+/// the same value for every line this accepts.
+#[inline(always)]
+pub(crate) fn fast_number_line(buf: &[u8], start: usize, max_line: usize) -> Option<(i64, usize)> {
+    let mut i = start + 1;
+    let negative = buf.get(i) == Some(&b'-');
+    if negative {
+        i += 1;
+    }
+    let digits = i;
+    let d0 = *buf.get(i)?;
+    if !d0.is_ascii_digit() || (negative && d0 == b'0') {
+        return None;
+    }
+    let mut v = i64::from(d0 - b'0');
+    i += 1;
+    if d0 != b'0' {
+        while let Some(&d) = buf.get(i) {
+            if !d.is_ascii_digit() || i - digits >= 18 {
+                break;
+            }
+            v = v * 10 + i64::from(d - b'0');
+            i += 1;
+        }
+    }
+    if buf.get(i) == Some(&b'\r') && buf.get(i + 1) == Some(&b'\n') && i - start <= max_line {
+        Some((if negative { -v } else { v }, i + 2))
+    } else {
+        None
+    }
+}
+
 /// Appends `prefix`, the decimal digits of `v` (with a `-` when `negative`), and CRLF, with a
 /// single copy into `out`.
 #[inline]

@@ -2,7 +2,7 @@
 
 use crate::Limits;
 use crate::error::ProtocolError;
-use crate::num::{find_byte, parse_i64};
+use crate::num::{fast_number_line, find_byte, parse_i64};
 
 /// A reply from a server, RESP2 or RESP3, borrowing its strings from the parsed buffer.
 #[derive(Clone, Debug, PartialEq)]
@@ -140,24 +140,54 @@ fn blob(buf: &[u8], body: usize, len: usize) -> Result<Option<(&[u8], usize)>, P
     Ok(Some((&buf[body..end], after)))
 }
 
-/// The length on a `$`, `=` or `!` line (`-1`, a null, only where `null_ok`).
+/// The element of type `kind` (`agg` for an aggregate) whose line holds the number `v` and
+/// ends before `next`: a count, an integer, or a length followed by that many bytes.
 #[inline]
-fn blob_len(text: &[u8], limits: &Limits, null_ok: bool) -> Result<Option<usize>, ProtocolError> {
-    if text == b"?" {
-        return Err(ProtocolError::Streamed);
+fn number_token<'a>(
+    buf: &'a [u8],
+    kind: u8,
+    agg: Option<Agg>,
+    v: i64,
+    next: usize,
+    limits: &Limits,
+) -> Result<Option<(Token<'a>, usize)>, ProtocolError> {
+    if let Some(agg) = agg {
+        if v == -1 && agg == Agg::Array {
+            return Ok(Some((Token::Scalar(Reply::Null), next)));
+        }
+        let n = usize::try_from(v).map_err(|_| ProtocolError::InvalidMultibulkLength)?;
+        let n = match agg {
+            Agg::Map | Agg::Attribute => n.checked_mul(2).ok_or(ProtocolError::InvalidMultibulkLength)?,
+            _ => n,
+        };
+        return Ok(Some((Token::Aggregate(agg, n), next)));
     }
-    match parse_i64(text) {
-        Some(-1) if null_ok => Ok(None),
-        Some(n) => match usize::try_from(n) {
-            Ok(n) if n <= limits.max_bulk_len => Ok(Some(n)),
-            _ => Err(ProtocolError::InvalidBulkLength),
+    if kind == b':' {
+        return Ok(Some((Token::Scalar(Reply::Integer(v)), next)));
+    }
+    // `$`, `=` and `!`: a length then that many bytes.
+    if v == -1 && kind == b'$' {
+        return Ok(Some((Token::Scalar(Reply::Null), next)));
+    }
+    let len = match usize::try_from(v) {
+        Ok(len) if len <= limits.max_bulk_len => len,
+        _ => return Err(ProtocolError::InvalidBulkLength),
+    };
+    let Some((body, after)) = blob(buf, next, len)? else { return Ok(None) };
+    let scalar = match kind {
+        b'$' => Reply::Bulk(body),
+        b'!' => Reply::BlobError(body),
+        _ => match body {
+            [a, b, c, b':', text @ ..] => Reply::Verbatim { format: [*a, *b, *c], text },
+            _ => return Err(ProtocolError::InvalidVerbatim),
         },
-        None => Err(ProtocolError::InvalidBulkLength),
-    }
+    };
+    Ok(Some((Token::Scalar(scalar), after)))
 }
 
 /// The element that starts at `pos` and the position after it; `None` if the buffer ends
 /// first.
+#[inline]
 fn token<'a>(buf: &'a [u8], pos: usize, limits: &Limits) -> Result<Option<(Token<'a>, usize)>, ProtocolError> {
     let Some(&kind) = buf.get(pos) else { return Ok(None) };
     let agg = match kind {
@@ -169,33 +199,34 @@ fn token<'a>(buf: &'a [u8], pos: usize, limits: &Limits) -> Result<Option<(Token
         b'+' | b'-' | b':' | b'$' | b'_' | b',' | b'#' | b'(' | b'=' | b'!' => None,
         other => return Err(ProtocolError::UnexpectedReplyType(other)),
     };
+    let numeric = agg.is_some() || matches!(kind, b':' | b'$' | b'=' | b'!');
+    if numeric {
+        if let Some((v, next)) = fast_number_line(buf, pos, limits.max_inline_len) {
+            return number_token(buf, kind, agg, v, next, limits);
+        }
+    }
     let Some((text, next)) = line(buf, pos, limits)? else { return Ok(None) };
-    if let Some(agg) = agg {
-        if text == b"?" {
+    if numeric {
+        if text == b"?" && kind != b':' {
             return Err(ProtocolError::Streamed);
         }
-        let n = match parse_i64(text) {
-            Some(-1) if agg == Agg::Array => return Ok(Some((Token::Scalar(Reply::Null), next))),
-            Some(n) => usize::try_from(n).map_err(|_| ProtocolError::InvalidMultibulkLength)?,
-            None => return Err(ProtocolError::InvalidMultibulkLength),
+        let v = match kind {
+            // RESP3 allows a `+` sign; otherwise Redis's integer rules.
+            b':' => {
+                let digits = match text.split_first() {
+                    Some((b'+', rest)) if rest.first() != Some(&b'-') => rest,
+                    _ => text,
+                };
+                parse_i64(digits).ok_or(ProtocolError::InvalidInteger)?
+            }
+            _ if agg.is_some() => parse_i64(text).ok_or(ProtocolError::InvalidMultibulkLength)?,
+            _ => parse_i64(text).ok_or(ProtocolError::InvalidBulkLength)?,
         };
-        let n = match agg {
-            Agg::Map | Agg::Attribute => n.checked_mul(2).ok_or(ProtocolError::InvalidMultibulkLength)?,
-            _ => n,
-        };
-        return Ok(Some((Token::Aggregate(agg, n), next)));
+        return number_token(buf, kind, agg, v, next, limits);
     }
     let scalar = match kind {
         b'+' => Reply::Simple(text),
         b'-' => Reply::Error(text),
-        b':' => {
-            // RESP3 allows a `+` sign; otherwise Redis's integer rules.
-            let digits = match text.split_first() {
-                Some((b'+', rest)) if rest.first() != Some(&b'-') => rest,
-                _ => text,
-            };
-            Reply::Integer(parse_i64(digits).ok_or(ProtocolError::InvalidInteger)?)
-        }
         b'_' if text.is_empty() => Reply::Null,
         b'_' => return Err(ProtocolError::InvalidNull),
         b'#' => match text {
@@ -204,7 +235,8 @@ fn token<'a>(buf: &'a [u8], pos: usize, limits: &Limits) -> Result<Option<(Token
             _ => return Err(ProtocolError::InvalidBoolean),
         },
         b',' => Reply::Double(parse_double(text).ok_or(ProtocolError::InvalidDouble)?),
-        b'(' => {
+        // `(`
+        _ => {
             let digits = match text.split_first() {
                 Some((b'+' | b'-', rest)) => rest,
                 _ => text,
@@ -213,22 +245,6 @@ fn token<'a>(buf: &'a [u8], pos: usize, limits: &Limits) -> Result<Option<(Token
                 return Err(ProtocolError::InvalidBigNumber);
             }
             Reply::BigNumber(text)
-        }
-        // `$`, `=` and `!`: a length then that many bytes.
-        _ => {
-            let Some(len) = blob_len(text, limits, kind == b'$')? else {
-                return Ok(Some((Token::Scalar(Reply::Null), next)));
-            };
-            let Some((body, after)) = blob(buf, next, len)? else { return Ok(None) };
-            let scalar = match kind {
-                b'$' => Reply::Bulk(body),
-                b'!' => Reply::BlobError(body),
-                _ => match body {
-                    [a, b, c, b':', text @ ..] => Reply::Verbatim { format: [*a, *b, *c], text },
-                    _ => return Err(ProtocolError::InvalidVerbatim),
-                },
-            };
-            return Ok(Some((Token::Scalar(scalar), after)));
         }
     };
     Ok(Some((Token::Scalar(scalar), next)))

@@ -3,7 +3,7 @@
 
 use crate::Limits;
 use crate::error::ProtocolError;
-use crate::num::{find_byte, parse_i64};
+use crate::num::{fast_number_line, find_byte, parse_i64};
 
 /// Where one argument lives: a range of the input buffer (multibulk) or of the scratch buffer
 /// of the [`Request`] (inline).
@@ -216,26 +216,8 @@ enum Line {
 /// Reads the header line whose type byte is at `start`; its CR is not before `scanned`.
 #[inline(always)]
 fn header_line(buf: &[u8], start: usize, scanned: usize, max_line: usize) -> Line {
-    // Fast path: 1 to 18 digits without a leading zero (or "0" alone) then CRLF.
-    let first = start + 1;
-    if let Some(&d0) = buf.get(first) {
-        if d0.is_ascii_digit() {
-            let mut v = i64::from(d0 - b'0');
-            let mut i = first + 1;
-            if d0 != b'0' {
-                while let Some(&d) = buf.get(i) {
-                    if !d.is_ascii_digit() || i - first >= 18 {
-                        break;
-                    }
-                    v = v * 10 + i64::from(d - b'0');
-                    i += 1;
-                }
-            }
-            // (The CR within the line length limit, as in the slow path.)
-            if buf.get(i) == Some(&b'\r') && buf.get(i + 1) == Some(&b'\n') && i - start <= max_line {
-                return Line::Value(v, i + 2);
-            }
-        }
+    if let Some((v, next)) = fast_number_line(buf, start, max_line) {
+        return Line::Value(v, next);
     }
     header_line_slow(buf, start, scanned, max_line)
 }
