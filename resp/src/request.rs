@@ -186,9 +186,9 @@ impl<'a> DoubleEndedIterator for Args<'a> {
 /// Differences with Redis, all on malformed input: the CR that ends a header line must be
 /// followed by LF, and the bytes of an argument by CRLF (Redis skips two bytes unseen); a line
 /// longer than [`Limits::max_inline_len`] is an error even if its end is already in the buffer
-/// (Redis only checks a buffer without line end), so that the outcome does not depend on how
-/// the bytes were split into reads; the byte after the `$` position is checked as soon as it
-/// has arrived.
+/// (Redis only checks a buffer without line end), so that the outcome never depends on how
+/// the bytes were split into reads; the byte where an argument's `$` is expected is checked as
+/// soon as it arrives, not once its line is complete.
 pub fn parse_request(buf: &[u8], limits: &Limits, req: &mut Request) -> Result<Status, ProtocolError> {
     let pending = std::mem::take(&mut req.pending);
     match buf.first() {
