@@ -41,6 +41,7 @@
 //! Under `--cfg loom` only the ring (and what it needs) is built, for the
 //! model checker.
 #![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 mod codes;

@@ -182,6 +182,7 @@ impl QueueInfo {
 pub struct Process {
     /// Its entry in the table.
     pub entry: usize,
+    /// Its process id.
     pub pid: u32,
     /// When it attached, nanoseconds since the Unix epoch.
     pub since_ns: u64,
@@ -196,13 +197,21 @@ pub struct Stats {
     pub pushed: u64,
     /// Records popped (positions taken by consumers, less recoveries).
     pub popped: u64,
+    /// Records queued now.
     pub depth: u64,
+    /// Threads (of every process) announced as asleep in a blocking pop.
     pub waiters: u32,
+    /// The queue has been dropped.
     pub dropped: bool,
+    /// Claims of dead producers turned into skipped records.
     pub recovered_pushes: u64,
+    /// Records held by dead consumers delivered again.
     pub recovered_pops: u64,
+    /// Calls that failed because their slot was recovered while they stalled.
     pub robbed: u64,
+    /// Sleepers of dead processes taken off the waiter count.
     pub reconciled_waiters: u64,
+    /// Time of the last recovery, nanoseconds since the Unix epoch (0: never).
     pub last_recovery_ns: u64,
 }
 
@@ -501,24 +510,71 @@ impl Queue {
                 spins.snooze();
                 continue;
             }
-            self.sleep(deadline);
+            self.sleep(deadline, || self.ring.is_empty_seqcst());
         }
     }
 
     /// Sleeps until a push may have happened, the deadline, or one slice.
-    fn sleep(&self, deadline: Option<Instant>) {
+    /// `still` is the condition to sleep on, made of SeqCst loads of the
+    /// cursors (a push moves `tail` by a SeqCst CAS before it reads the waiter
+    /// count).
+    fn sleep(&self, deadline: Option<Instant>, still: impl Fn() -> bool) {
         let wake = &self.control().wake.0;
         self.registry.enter_wait(&wake.waiters);
         let seen = wake.futex.load(Ordering::SeqCst);
         // Re-check after announcing ourselves: a push that the check misses
         // comes after our announcement, so it will see `waiters > 0`.
-        if self.ring.is_empty_seqcst() && !self.is_dropped() {
+        if still() && !self.is_dropped() {
             let slice = deadline.map_or(SLEEP_SLICE, |t| t.saturating_duration_since(Instant::now()).min(SLEEP_SLICE));
             if !slice.is_zero() {
                 wait::wait(&wake.futex, seen, Some(slice));
             }
         }
         self.registry.leave_wait(&wake.waiters);
+    }
+
+    /// Pushes so far on this queue, by every process: a count that only grows
+    /// (the positions producers have claimed, recoveries included). A cursor
+    /// for [`wait_for_push`](Self::wait_for_push).
+    pub fn push_count(&self) -> u64 {
+        self.ring.pushed()
+    }
+
+    /// Sleeps until the queue's push count differs from `seen` (a value of
+    /// [`push_count`](Self::push_count)), the queue is dropped, or `timeout`
+    /// passes, whichever comes first, and returns the push count then. It
+    /// takes nothing: it is for a watcher that tells others (a server's
+    /// blocked clients, say) that records may have arrived. It sleeps as a
+    /// blocking pop does, on the futex that producers of every process wake,
+    /// with no busy loop; a producer's wake-up can go to another sleeper of
+    /// the queue (which then takes the record), so a watcher may also wake
+    /// only at the end of a sleep slice (200 ms).
+    pub fn wait_for_push(&self, seen: u64, timeout: Duration) -> u64 {
+        let deadline = Instant::now().checked_add(timeout);
+        loop {
+            let now = self.ring.pushed();
+            if now != seen || self.is_dropped() || deadline.is_some_and(|t| Instant::now() >= t) {
+                return now;
+            }
+            self.sleep(deadline, || self.ring.pushed_seqcst() == seen);
+        }
+    }
+
+    /// [`pop`](Self::pop) appending the record, and only its bytes, to `out`;
+    /// returns its length. On an error `out` is left as it was.
+    pub fn pop_append(&self, out: &mut Vec<u8>, wait: Wait) -> Result<usize> {
+        let at = out.len();
+        out.resize(at + self.record_size(), 0);
+        match self.pop(&mut out[at..], wait) {
+            Ok(n) => {
+                out.truncate(at + n);
+                Ok(n)
+            }
+            Err(e) => {
+                out.truncate(at);
+                Err(e)
+            }
+        }
     }
 
     /// Wakes one sleeper, if any announced itself (see the module doc for
@@ -805,5 +861,87 @@ impl Stall for Patience<'_> {
             Holder::Consumer => s.recovered_pops.fetch_add(1, Ordering::Relaxed),
         };
         s.last_recovery_ns.store(now_ns(), Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::TempDir;
+
+    fn queue(dir: &TempDir) -> Arc<Queue> {
+        Queue::create(dir.path(), 1, &Spec::new(16, 8)).unwrap();
+        Arc::new(Queue::open(dir.path(), 1).unwrap())
+    }
+
+    #[test]
+    fn a_push_wakes_a_watcher_and_takes_nothing_from_it() {
+        let dir = TempDir::new("queue", "watch");
+        let q = queue(&dir);
+        let seen = q.push_count();
+        let watcher = {
+            let q = q.clone();
+            std::thread::spawn(move || {
+                let t = Instant::now();
+                (q.wait_for_push(seen, Duration::from_secs(20)), t.elapsed())
+            })
+        };
+        // Push once the watcher sleeps (it is counted as a waiter then).
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while q.stats().waiters == 0 {
+            assert!(Instant::now() < deadline, "the watcher never slept");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        q.push(b"abc").unwrap();
+        let (count, slept) = watcher.join().unwrap();
+        assert_eq!(count, seen + 1);
+        assert!(slept < Duration::from_secs(10), "woken by the push, not the timeout ({slept:?})");
+        assert_eq!(q.depth(), 1, "watching takes nothing");
+        assert_eq!(q.stats().waiters, 0);
+    }
+
+    #[test]
+    fn a_watcher_returns_at_once_after_a_push_it_missed_and_at_its_timeout() {
+        let dir = TempDir::new("queue", "watch2");
+        let q = queue(&dir);
+        let seen = q.push_count();
+        q.push(b"x").unwrap();
+        assert_eq!(q.wait_for_push(seen, Duration::from_secs(20)), seen + 1);
+        let t = Instant::now();
+        assert_eq!(q.wait_for_push(seen + 1, Duration::from_millis(50)), seen + 1);
+        assert!(t.elapsed() >= Duration::from_millis(45));
+    }
+
+    #[test]
+    fn dropping_the_queue_wakes_a_watcher() {
+        let dir = TempDir::new("queue", "watchdrop");
+        let q = queue(&dir);
+        let seen = q.push_count();
+        let watcher = {
+            let q = q.clone();
+            std::thread::spawn(move || {
+                let t = Instant::now();
+                q.wait_for_push(seen, Duration::from_secs(20));
+                (q.is_dropped(), t.elapsed())
+            })
+        };
+        while q.stats().waiters == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Queue::drop_queue(dir.path(), 1).unwrap();
+        let (dropped, slept) = watcher.join().unwrap();
+        assert!(dropped && slept < Duration::from_secs(10));
+    }
+
+    #[test]
+    fn pop_append_appends_exactly_the_record() {
+        let dir = TempDir::new("queue", "append");
+        let q = queue(&dir);
+        q.push(b"abc").unwrap();
+        let mut out = b"$3\r\n".to_vec();
+        assert_eq!(q.pop_append(&mut out, Wait::NoWait).unwrap(), 3);
+        assert_eq!(out, b"$3\r\nabc");
+        assert_eq!(q.pop_append(&mut out, Wait::NoWait).unwrap_err().code(), NO_DATA_FOUND);
+        assert_eq!(out, b"$3\r\nabc", "untouched on an error");
     }
 }

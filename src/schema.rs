@@ -60,6 +60,7 @@ pub struct Field {
     pub offset: u32,
     /// Its length in bytes (at least 1).
     pub len: u32,
+    /// What it holds.
     pub kind: FieldKind,
 }
 

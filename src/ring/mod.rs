@@ -828,6 +828,12 @@ impl<S: Storage> Ring<S> {
         cursors.tail.0.load(Ordering::SeqCst) == head
     }
 
+    /// [`pushed`](Self::pushed), read with the sequential consistency that a
+    /// sleeper needs after announcing itself (see `queue`).
+    pub fn pushed_seqcst(&self) -> u64 {
+        self.count(self.store.cursors().tail.0.load(Ordering::SeqCst))
+    }
+
     /// Records claimed by producers so far (pushes, including in-flight ones).
     pub fn pushed(&self) -> u64 {
         self.count(self.store.cursors().tail.0.load(Ordering::Acquire))
