@@ -46,6 +46,8 @@ enum Command {
     /// Measure tvmq against crossbeam, the bare ring (and, given by `make
     /// bench`, the seed programs, the C driver and Boost.Interprocess)
     Bench(tvmq_bench::BenchArgs),
+    /// Serve the queues over the network, speaking the Redis protocol
+    Serve(tvmq_server::ServeArgs),
 }
 
 fn main() -> ExitCode {
@@ -69,6 +71,7 @@ fn main() -> ExitCode {
         Command::Stat { id } => inspect::stat(&dir, id),
         Command::Bench(args) => tvmq_bench::run(&args),
         Command::Repair { id } => inspect::repair(&dir, id),
+        Command::Serve(args) => tvmq_server::run(&dir, &args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
