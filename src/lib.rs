@@ -80,4 +80,6 @@ pub use file::{DEFAULT_UNBLOCK_TIMEOUT_MS, MAX_RECORD_SIZE, Spec, queue_dir, que
 #[cfg(not(loom))]
 pub use queue::{Process, Queue, QueueInfo, Repair, Stats, Wait};
 #[cfg(not(loom))]
+pub use ring::Peeked;
+#[cfg(not(loom))]
 pub use schema::{Field, FieldKind, MAX_FIELD_NAME, MAX_FIELDS};

@@ -20,8 +20,8 @@ use crate::file::layout::Control;
 use crate::file::map::{Access, QueueFile};
 use crate::file::{self, Spec};
 use crate::registry::{IntentSlots, Liveness, Registry};
-use crate::ring::MapStorage;
 use crate::ring::{Announce, Backoff, Holder, IDLE, Ring, RingError, Stall, Verdict, intent_word};
+use crate::ring::{MapStorage, Peeked};
 use crate::schema::Field;
 use crate::wait;
 use std::cell::{Cell, RefCell};
@@ -560,6 +560,16 @@ impl Queue {
         }
     }
 
+    /// Copies of up to `max` records at the head of the queue, oldest first,
+    /// without removing them, each with its position number (records pushed
+    /// before it, counting from the queue's creation). For inspection: works
+    /// on a read-only [`inspect`](Self::inspect) view too; records may be
+    /// popped meanwhile, and one that changes while it is copied is reported
+    /// as [`Peeked::Busy`], never torn.
+    pub fn peek(&self, max: usize) -> Vec<(u64, Peeked)> {
+        self.ring.peek(max)
+    }
+
     /// [`pop`](Self::pop) appending the record, and only its bytes, to `out`;
     /// returns its length. On an error `out` is left as it was.
     pub fn pop_append(&self, out: &mut Vec<u8>, wait: Wait) -> Result<usize> {
@@ -931,6 +941,30 @@ mod tests {
         Queue::drop_queue(dir.path(), 1).unwrap();
         let (dropped, slept) = watcher.join().unwrap();
         assert!(dropped && slept < Duration::from_secs(10));
+    }
+
+    #[test]
+    fn peek_shows_the_head_without_taking_it() {
+        let dir = TempDir::new("queue", "peek");
+        let q = queue(&dir);
+        assert!(q.peek(5).is_empty());
+        for r in [&b"one"[..], b"two", b"three"] {
+            q.push(r).unwrap();
+        }
+        let mut out = [0u8; 8];
+        q.pop(&mut out, Wait::NoWait).unwrap();
+        let seen = Queue::inspect(dir.path(), 1).unwrap().peek(5);
+        assert_eq!(seen, vec![(1, Peeked::Record(b"two".to_vec())), (2, Peeked::Record(b"three".to_vec()))]);
+        assert_eq!(q.peek(1).len(), 1);
+        assert_eq!(q.depth(), 2, "peeking takes nothing");
+        // Wrapped around the ring: positions keep counting.
+        for i in 0..20u8 {
+            q.push(&[i]).unwrap();
+            q.pop(&mut out, Wait::NoWait).unwrap();
+        }
+        let seen = q.peek(16);
+        assert_eq!(seen.len(), 2);
+        assert_eq!(seen[1], (22, Peeked::Record(vec![19])));
     }
 
     #[test]

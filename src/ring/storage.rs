@@ -190,6 +190,29 @@ impl MapStorage {
     }
 }
 
+#[cfg(not(loom))]
+impl MapStorage {
+    /// Copies the start of slot `index`'s data into `dst` without holding the
+    /// slot, for inspection: the bytes may be changing while they are copied
+    /// (by their producer, or a producer of a later lap), so the copy is made
+    /// with volatile reads and the caller must validate it (by the slot's
+    /// `seq` before and after) and accept a torn copy as a possibility.
+    ///
+    /// # Panics
+    /// If `index >= capacity` or `dst` is longer than the record size.
+    pub(crate) fn snapshot(&self, index: usize, dst: &mut [u8]) {
+        assert!(index < self.capacity && dst.len() <= self.record_size, "snapshot out of range");
+        // SAFETY: in bounds as in `slot` (checked just above).
+        let src = unsafe { self.slots.add(index * self.stride + SLOT_HEADER_BYTES) };
+        for (i, d) in dst.iter_mut().enumerate() {
+            // SAFETY: i < dst.len() <= record_size, inside slot `index`; any
+            // byte value is valid, and a volatile read of shared memory that
+            // another process may be writing is how a snapshot is taken.
+            *d = unsafe { std::ptr::read_volatile(src.add(i)) };
+        }
+    }
+}
+
 // SAFETY: the pointers lead into a shared mapping that `cursors` keeps
 // alive; every shared word is an atomic, and record bytes are only touched
 // by the holder of their slot (the ring's protocol).
