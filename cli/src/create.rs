@@ -1,23 +1,35 @@
-//! `tvmq create`.
+//! `tvmq create`: one queue from the command line, or the queues of an STVM
+//! definition file (`--def`).
 
+use crate::def;
 use clap::Args;
-use std::path::Path;
-use tvm::error::{CONDIT_IS_NIL, Error};
-use tvm::{Queue, Spec};
+use std::path::{Path, PathBuf};
+use tvm::error::{CONDIT_IS_NIL, FIL_NOT_EXIST, SQL_SYNTX_ERR};
+use tvm::{Error, Queue, Spec};
 
 #[derive(Args)]
+#[command(after_help = "Examples:\n  \
+    tvmq create 21 --rows 4000000 --size 304 --name QUEUE_USER_INFO\n  \
+    tvmq create --def queues.def          # the queues of an STVM definition file\n\n\
+    A definition file sets the next queue's id and rows, then describes its record as a C struct:\n  \
+    set TABLE=22\n  set TABLESPACE=10000\n  create queue QUEUE_USER_FIELD ( acct_id long, user_no char(21), user_nm char[81] );\n\
+    Types: long, int, short, double, char, char(n) / char[n]; comments: --, #, //, /* */.")]
 pub struct CreateArgs {
     /// Queue id (the TABLE number programs use, e.g. 21)
-    id: u32,
+    #[arg(required_unless_present = "def", conflicts_with = "def")]
+    id: Option<u32>,
     /// Exact capacity in records
-    #[arg(long)]
-    rows: u64,
+    #[arg(long, required_unless_present = "def", conflicts_with = "def")]
+    rows: Option<u64>,
     /// Largest record in bytes
-    #[arg(long, value_name = "BYTES")]
-    size: u64,
+    #[arg(long, value_name = "BYTES", required_unless_present = "def", conflicts_with = "def")]
+    size: Option<u64>,
     /// Queue name (default: the id)
-    #[arg(long)]
+    #[arg(long, conflicts_with = "def")]
     name: Option<String>,
+    /// Create the queues of an STVM queue definition file (ids, rows, record layouts)
+    #[arg(long, value_name = "FILE")]
+    def: Option<PathBuf>,
     /// Partition text stored with the queue
     #[arg(long, default_value = "")]
     part: String,
@@ -37,25 +49,53 @@ fn parse_mode(s: &str) -> Result<u32, String> {
         .ok_or_else(|| format!("{s:?} is not an octal permission mode such as 0600 or 0660"))
 }
 
+fn create_one(dir: &Path, id: u32, spec: &Spec) -> Result<(), Error> {
+    let started = std::time::Instant::now();
+    Queue::create(dir, id, spec)?;
+    println!(
+        "created queue {id} ({} rows x {} bytes, mode {:04o}) in {} ms: {}",
+        spec.rows,
+        spec.record_size,
+        spec.mode,
+        started.elapsed().as_millis(),
+        tvm::queue_path(dir, id).display()
+    );
+    Ok(())
+}
+
 pub fn run(dir: &Path, a: &CreateArgs) -> Result<(), Error> {
-    if a.rows == 0 || a.size == 0 {
+    let mut base = Spec::new(0, 0);
+    base.part = a.part.clone();
+    base.mode = a.mode;
+    base.unblock_timeout_ms = a.unblock_timeout_ms;
+    if let Some(path) = &a.def {
+        return create_from_file(dir, path, &base);
+    }
+    let (Some(id), Some(rows), Some(size)) = (a.id, a.rows, a.size) else {
+        return Err(Error::new(CONDIT_IS_NIL, "give <id>, --rows and --size, or --def FILE"));
+    };
+    if rows == 0 || size == 0 {
         return Err(Error::new(CONDIT_IS_NIL, "--rows and --size must be at least 1"));
     }
-    let mut spec = Spec::new(a.rows, a.size);
-    spec.name = a.name.clone().unwrap_or_else(|| a.id.to_string());
-    spec.part = a.part.clone();
-    spec.mode = a.mode;
-    spec.unblock_timeout_ms = a.unblock_timeout_ms;
-    let started = std::time::Instant::now();
-    Queue::create(dir, a.id, &spec)?;
-    println!(
-        "created queue {} ({} rows x {} bytes, mode {:04o}) in {} ms: {}",
-        a.id,
-        a.rows,
-        a.size,
-        a.mode,
-        started.elapsed().as_millis(),
-        tvm::queue_path(dir, a.id).display()
-    );
+    let mut spec = base;
+    spec.rows = rows;
+    spec.record_size = size;
+    spec.name = a.name.clone().unwrap_or_else(|| id.to_string());
+    create_one(dir, id, &spec)
+}
+
+/// Creates every queue of the file, in order; stops at the first failure
+/// (the queues before it stay created, and the error says which one failed).
+fn create_from_file(dir: &Path, path: &Path, base: &Spec) -> Result<(), Error> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::new(FIL_NOT_EXIST, format!("cannot read {}: {e}", path.display())))?;
+    let queues = def::parse(&text)
+        .map_err(|e| Error::new(SQL_SYNTX_ERR, format!("{}:{}:{}: {}", path.display(), e.line, e.column, e.message)))?;
+    for q in &queues {
+        create_one(dir, q.id, &q.spec(base)).map_err(|e| {
+            let why = if e.detail().is_empty() { tvm::error::message(i64::from(e.code())) } else { e.detail() };
+            Error::new(e.code(), format!("{}:{}: queue {} ({}): {why}", path.display(), q.line, q.id, q.name))
+        })?;
+    }
     Ok(())
 }

@@ -1,10 +1,35 @@
-//! `tvmq list` and `tvmq stat`.
+//! `tvmq list`, `tvmq stat`, `tvmq peek` (text, or one JSON document with
+//! `--json`; the keys are documented in `docs/cli-json.md`) and `tvmq repair`.
 
+use serde_json::{Value, json};
 use std::path::Path;
-use tvm::{Error, Queue};
+use tvm::{Error, FieldKind, Peeked, Queue, QueueInfo};
 
-pub fn list(dir: &Path) -> Result<(), Error> {
+/// Prints a JSON document on one line.
+fn print_json(v: &Value) {
+    println!("{v}");
+}
+
+pub fn list(dir: &Path, as_json: bool) -> Result<(), Error> {
     let ids = tvm::queue_ids(dir)?;
+    if as_json {
+        let queues: Vec<Value> = ids
+            .iter()
+            .map(|&id| match Queue::inspect(dir, id) {
+                Ok(q) => json!({
+                    "id": id,
+                    "name": q.info().name,
+                    "record_size": q.info().record_size,
+                    "capacity": q.info().capacity,
+                    "depth": q.depth(),
+                    "file": q.path(),
+                }),
+                Err(e) => json!({ "id": id, "error": e.to_string() }),
+            })
+            .collect();
+        print_json(&json!({ "dir": dir, "queues": queues }));
+        return Ok(());
+    }
     println!("{:>10}  {:<16} {:>10} {:>12} {:>12}  FILE", "ID", "NAME", "RECORD", "CAPACITY", "DEPTH");
     for id in ids {
         match Queue::inspect(dir, id) {
@@ -46,10 +71,49 @@ fn time(ns: u64) -> String {
     )
 }
 
-pub fn stat(dir: &Path, id: u32) -> Result<(), Error> {
+fn fields_json(i: &QueueInfo) -> Vec<Value> {
+    i.fields
+        .iter()
+        .map(|f| json!({ "name": f.name, "offset": f.offset, "length": f.len, "kind": f.kind.c_name() }))
+        .collect()
+}
+
+pub fn stat(dir: &Path, id: u32, as_json: bool) -> Result<(), Error> {
     let q = Queue::inspect(dir, id)?;
     let i = q.info();
     let s = q.stats();
+    let procs = q.processes();
+    if as_json {
+        print_json(&json!({
+            "id": id,
+            "name": i.name,
+            "partition": i.part,
+            "file": q.path(),
+            "layout_version": i.version,
+            "mode": format!("{:04o}", i.mode),
+            "created_ns": i.created_ns,
+            "record_size": i.record_size,
+            "slot_bytes": i.slot_stride,
+            "capacity": i.capacity,
+            "file_size": i.file_size,
+            "unblock_timeout_ms": i.unblock_timeout_ms,
+            "depth": s.depth,
+            "pushed": s.pushed,
+            "popped": s.popped,
+            "waiters": s.waiters,
+            "dropped": s.dropped,
+            "recovered_pushes": s.recovered_pushes,
+            "recovered_pops": s.recovered_pops,
+            "robbed": s.robbed,
+            "reconciled_waiters": s.reconciled_waiters,
+            "last_recovery_ns": s.last_recovery_ns,
+            "processes": procs.iter().map(|p| json!({
+                "entry": p.entry, "pid": p.pid, "since_ns": p.since_ns, "sleepers": p.sleepers,
+            })).collect::<Vec<_>>(),
+            "fields": fields_json(i),
+        }));
+        return Ok(());
+    }
     println!("queue            {id}");
     println!("name             {}", i.name);
     println!("partition        {}", i.part);
@@ -71,7 +135,6 @@ pub fn stat(dir: &Path, id: u32) -> Result<(), Error> {
     println!("robbed calls     {} (stalled calls whose slot was recovered)", s.robbed);
     println!("reconciled       {} (sleepers of dead processes uncounted)", s.reconciled_waiters);
     println!("last recovery    {}", time(s.last_recovery_ns));
-    let procs = q.processes();
     println!("processes        {}", procs.len());
     for p in procs {
         println!("  entry {:>4}  pid {:>8}  since {}  asleep {}", p.entry, p.pid, time(p.since_ns), p.sleepers);
@@ -79,6 +142,99 @@ pub fn stat(dir: &Path, id: u32) -> Result<(), Error> {
     println!("fields           {}", i.fields.len());
     for f in &i.fields {
         println!("  {:<31} offset {:>6}  length {:>6}  {}", f.name, f.offset, f.len, f.kind.c_name());
+    }
+    Ok(())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A field's value: strings up to their NUL, integers and doubles by their
+/// length (little-endian, as on x86-64), bytes in hex otherwise.
+fn field_value(kind: FieldKind, bytes: &[u8]) -> Value {
+    let arr = |n: usize| -> Option<[u8; 8]> {
+        let mut a = [0u8; 8];
+        (bytes.len() == n).then(|| {
+            a[..n].copy_from_slice(bytes);
+            a
+        })
+    };
+    match kind {
+        FieldKind::Char => {
+            let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+            Value::String(String::from_utf8_lossy(&bytes[..end]).into_owned())
+        }
+        FieldKind::Long => match bytes.len() {
+            8 => json!(i64::from_le_bytes(arr(8).unwrap_or_default())),
+            4 => json!(i32::from_le_bytes(bytes.try_into().unwrap_or_default())),
+            2 => json!(i16::from_le_bytes(bytes.try_into().unwrap_or_default())),
+            1 => json!(bytes[0] as i8),
+            _ => Value::String(hex(bytes)),
+        },
+        FieldKind::Double => match bytes.len() {
+            8 => json!(f64::from_le_bytes(arr(8).unwrap_or_default())),
+            4 => json!(f32::from_le_bytes(bytes.try_into().unwrap_or_default())),
+            _ => Value::String(hex(bytes)),
+        },
+    }
+}
+
+/// A record decoded by the queue's field list, or `None` without one.
+fn decode(i: &QueueInfo, rec: &[u8]) -> Option<serde_json::Map<String, Value>> {
+    if i.fields.is_empty() {
+        return None;
+    }
+    Some(
+        i.fields
+            .iter()
+            .map(|f| {
+                let (start, end) = (f.offset as usize, f.offset as usize + f.len as usize);
+                // A record shorter than the layout: the missing bytes are zero, as pop delivers them.
+                let mut bytes = rec.get(start..end.min(rec.len())).unwrap_or_default().to_vec();
+                bytes.resize(f.len as usize, 0);
+                (f.name.clone(), field_value(f.kind, &bytes))
+            })
+            .collect(),
+    )
+}
+
+pub fn peek(dir: &Path, id: u32, count: usize, as_json: bool) -> Result<(), Error> {
+    let q = Queue::inspect(dir, id)?;
+    let i = q.info();
+    let seen = q.peek(count);
+    if as_json {
+        let records: Vec<Value> = seen
+            .iter()
+            .map(|(pos, p)| match p {
+                Peeked::Record(rec) => {
+                    let mut v = json!({ "position": pos, "state": "record", "length": rec.len() });
+                    match decode(i, rec) {
+                        Some(fields) => v["fields"] = Value::Object(fields),
+                        None => v["hex"] = Value::String(hex(rec)),
+                    }
+                    v
+                }
+                Peeked::Skipped => json!({ "position": pos, "state": "skipped" }),
+                Peeked::Busy => json!({ "position": pos, "state": "busy" }),
+            })
+            .collect();
+        print_json(&json!({ "id": id, "depth": q.depth(), "records": records }));
+        return Ok(());
+    }
+    println!("queue {id}: {} record(s) queued, showing {}", q.depth(), seen.len());
+    for (pos, p) in &seen {
+        match p {
+            Peeked::Record(rec) => match decode(i, rec) {
+                Some(fields) => {
+                    let text: Vec<String> = fields.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                    println!("{pos:>12}  {}", text.join(" "));
+                }
+                None => println!("{pos:>12}  ({} bytes) {}", rec.len(), hex(rec)),
+            },
+            Peeked::Skipped => println!("{pos:>12}  (skipped: an abandoned push)"),
+            Peeked::Busy => println!("{pos:>12}  (busy: being written or taken)"),
+        }
     }
     Ok(())
 }

@@ -1,18 +1,22 @@
-//! `tvmq`: create, drop, list and inspect tvmq queues.
+//! `tvmq`: create, drop, list, inspect and repair tvmq queues; serve them
+//! over the network; measure them.
 //!
 //! Queues live in `$TVMDBD` (default `/dev/shm/tvmq-<uid>`), like the library's.
 
 mod create;
+mod def;
 mod inspect;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use tvm::error::Error;
+use tvm::Error;
 
 #[derive(Parser)]
 #[command(name = "tvmq", version, about = "Administer tvmq shared-memory queues (the STVM queue API)")]
-#[command(after_help = "Queues live in $TVMDBD, or /dev/shm/tvmq-<uid> when it is unset; --dir overrides both.")]
+#[command(after_help = "Queues live in $TVMDBD, or /dev/shm/tvmq-<uid> when it is unset; --dir overrides both.\n\
+    Errors are one line on stderr and a non-zero exit status (2 for a usage error).\n\n\
+    Example:\n  tvmq create 21 --rows 4000000 --size 304 && tvmq stat 21")]
 struct Cli {
     /// Queue directory (default: $TVMDBD, else /dev/shm/tvmq-<uid>)
     #[arg(long, global = true, value_name = "DIR")]
@@ -23,31 +27,76 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Create a queue holding exactly --rows records of up to --size bytes
+    /// Create a queue holding exactly --rows records of up to --size bytes, or the queues of a definition file
     Create(create::CreateArgs),
     /// Remove a queue; processes blocked on it wake with SHM_ERR_EIDRM
+    #[command(after_help = "Example:\n  tvmq drop 21")]
     Drop {
         /// Queue id
         id: u32,
     },
     /// List the queues: id, name, record size, capacity, depth, file
-    List,
+    #[command(after_help = "Examples:\n  tvmq list\n  tvmq list --json | python3 -m json.tool")]
+    List {
+        /// One JSON document: {"dir", "queues": [{"id", "name", "record_size", "capacity", "depth", "file"} or {"id", "error"}]}
+        #[arg(long)]
+        json: bool,
+    },
     /// Show a queue's header, counters, waiters, processes and fields
+    #[command(after_help = "Examples:\n  tvmq stat 21\n  tvmq stat 21 --json")]
     Stat {
         /// Queue id
         id: u32,
+        /// One JSON document (keys in docs/cli-json.md)
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the records at the head of a queue without removing them, decoded by its field list (hex without one)
+    #[command(after_help = "Examples:\n  tvmq peek 21\n  tvmq peek 21 --count 100 --json")]
+    Peek {
+        /// Queue id
+        id: u32,
+        /// How many records, from the oldest
+        #[arg(long, default_value_t = 10)]
+        count: usize,
+        /// One JSON document: {"id", "depth", "records": [{"position", "state", "length", "fields" or "hex"}]}
+        #[arg(long)]
+        json: bool,
     },
     /// Recover what killed processes left in a queue: records they had taken
     /// (delivered again), pushes they had begun (skipped), their sleepers
+    #[command(after_help = "Example:\n  tvmq repair 21")]
     Repair {
         /// Queue id
         id: u32,
     },
     /// Measure tvmq against crossbeam, the bare ring (and, given by `make
     /// bench`, the seed programs, the C driver and Boost.Interprocess)
+    #[command(
+        after_help = "Examples:\n  tvmq bench --only threads --runs 3\n  make bench   # the whole matrix with every peer"
+    )]
     Bench(tvmq_bench::BenchArgs),
     /// Serve the queues over the network, speaking the Redis protocol
+    #[command(after_help = "Examples:\n  tvmq serve                                  # 127.0.0.1:5050\n  \
+        tvmq serve --port 6380 --auto-create 100000x304\n  redis-cli -p 5050 RPUSH 21 hello")]
     Serve(tvmq_server::ServeArgs),
+    /// Print a shell completion script
+    #[command(after_help = "Examples:\n  tvmq completions bash > /etc/bash_completion.d/tvmq\n  \
+        tvmq completions zsh > ~/.zfunc/_tvmq\n  tvmq completions fish > ~/.config/fish/completions/tvmq.fish")]
+    Completions {
+        /// The shell
+        shell: Shell,
+    },
+    /// Print the manual page (roff), made from the same definitions as --help
+    #[command(after_help = "Example:\n  tvmq man | man -l -")]
+    Man,
+}
+
+#[derive(ValueEnum, Clone, Copy)]
+enum Shell {
+    Bash,
+    Zsh,
+    Fish,
 }
 
 fn main() -> ExitCode {
@@ -58,20 +107,47 @@ fn main() -> ExitCode {
         // A usage error: one line, like every other error (`tvmq --help` has the rest).
         Err(e) => {
             let text = e.to_string();
-            let line = text.lines().next().unwrap_or("invalid arguments").trim_start_matches("error: ");
+            let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+            let mut line = lines.next().unwrap_or("invalid arguments").trim_start_matches("error: ").to_string();
+            if line.ends_with(':') {
+                // "the following required arguments were not provided:" and the list below it.
+                let more: Vec<&str> = lines.take_while(|l| !l.starts_with("Usage:")).collect();
+                line = format!("{line} {}", more.join(", "));
+            }
             eprintln!("tvmq: {line} (see tvmq --help)");
             return ExitCode::from(2);
         }
     };
+    if !matches!(cli.command, Command::Serve(_) | Command::Bench(_)) {
+        // Output into a closed pipe (`tvmq stat 21 | head -3`) ends the
+        // command quietly, as Unix tools do. The server and the benchmark
+        // keep SIGPIPE ignored: they write to sockets and children.
+        // SAFETY: restores the default action of one signal before any
+        // thread is started; no handler is installed.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     let dir = cli.dir.unwrap_or_else(tvm::queue_dir);
     let result: Result<(), Error> = match cli.command {
         Command::Create(args) => create::run(&dir, &args),
         Command::Drop { id } => tvm::Queue::drop_queue(&dir, id).map(|()| println!("dropped queue {id}")),
-        Command::List => inspect::list(&dir),
-        Command::Stat { id } => inspect::stat(&dir, id),
+        Command::List { json } => inspect::list(&dir, json),
+        Command::Stat { id, json } => inspect::stat(&dir, id, json),
+        Command::Peek { id, count, json } => inspect::peek(&dir, id, count, json),
         Command::Bench(args) => tvmq_bench::run(&args),
         Command::Repair { id } => inspect::repair(&dir, id),
         Command::Serve(args) => tvmq_server::run(&dir, &args),
+        Command::Completions { shell } => {
+            let shell = match shell {
+                Shell::Bash => clap_complete::Shell::Bash,
+                Shell::Zsh => clap_complete::Shell::Zsh,
+                Shell::Fish => clap_complete::Shell::Fish,
+            };
+            clap_complete::generate(shell, &mut Cli::command(), "tvmq", &mut std::io::stdout());
+            Ok(())
+        }
+        Command::Man => clap_mangen::Man::new(Cli::command())
+            .render(&mut std::io::stdout())
+            .map_err(|e| Error::new(tvm::error::SVR_EXCEPTION, format!("cannot write the manual page: {e}"))),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
