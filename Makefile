@@ -15,7 +15,7 @@ LINK     := -I include -L $(LIBDIR) -ltvm -lpthread -Wl,-rpath,$(LIBDIR)
 ROWS     ?= 4000000
 THREADS  ?= 1 2 4 10
 
-.PHONY: all build run test lint header test-rust test-c examples seed bench bench-drivers bench-smoke loom soak clean
+.PHONY: all build run test lint header test-rust test-c examples seed bench bench-drivers bench-smoke loom soak clean install uninstall test-install
 
 all: build
 
@@ -34,7 +34,7 @@ run: seed
 	@TVMQ=$(TVMQ) SEEDBIN=$(SEEDBIN) ROWS=$(ROWS) THREADS="$(THREADS)" bash scripts/run.sh
 
 # Everything CI checks.
-test: build lint header test-rust test-c examples bench-smoke
+test: build lint header test-rust test-c examples test-install bench-smoke
 
 lint:
 	$(CARGO) fmt --check
@@ -82,6 +82,54 @@ soak:
 # Model checking of the ring with loom (seconds; not in `make test` because it rebuilds everything under --cfg loom).
 loom:
 	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test --release -p tvmq --lib loom -- --test-threads=1
+
+# ---- make install / make uninstall -----------------------------------------
+# Installs libtvm.so with its soname (libtvm.so.0 -> libtvm.so.0.x.y), libtvm.a,
+# tvm.h and tmain.h, the tvmq command with its manual page and completions,
+# and pkg-config files (tvm.pc; tvm-static.pc to link libtvm.a). DESTDIR is
+# prepended to every path for packagers. `make uninstall` removes exactly the
+# files listed in INSTALLED.
+PREFIX      ?= /usr/local
+DESTDIR     ?=
+VERSION     := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+SOMAJOR     := $(firstword $(subst ., ,$(VERSION)))
+STATIC_LIBS := -lpthread -ldl -lm -lrt -lutil -lgcc_s
+I_LIB       := $(PREFIX)/lib
+I_INC       := $(PREFIX)/include
+I_BIN       := $(PREFIX)/bin
+I_SHARE     := $(PREFIX)/share
+INSTALLED   := $(I_LIB)/libtvm.so.$(VERSION) $(I_LIB)/libtvm.so.$(SOMAJOR) $(I_LIB)/libtvm.so $(I_LIB)/libtvm.a \
+               $(I_INC)/tvm.h $(I_INC)/tmain.h $(I_BIN)/tvmq $(I_SHARE)/man/man1/tvmq.1 \
+               $(I_SHARE)/bash-completion/completions/tvmq $(I_SHARE)/zsh/site-functions/_tvmq \
+               $(I_SHARE)/fish/vendor_completions.d/tvmq.fish \
+               $(I_LIB)/pkgconfig/tvm.pc $(I_LIB)/pkgconfig/tvm-static.pc
+
+install: build
+	install -d $(addprefix $(DESTDIR),$(I_LIB)/pkgconfig $(I_INC) $(I_BIN) $(I_SHARE)/man/man1 \
+		$(I_SHARE)/bash-completion/completions $(I_SHARE)/zsh/site-functions $(I_SHARE)/fish/vendor_completions.d)
+	install -m 0755 $(LIBDIR)/libtvm.so $(DESTDIR)$(I_LIB)/libtvm.so.$(VERSION)
+	ln -sfn libtvm.so.$(VERSION) $(DESTDIR)$(I_LIB)/libtvm.so.$(SOMAJOR)
+	ln -sfn libtvm.so.$(SOMAJOR) $(DESTDIR)$(I_LIB)/libtvm.so
+	install -m 0644 $(LIBDIR)/libtvm.a $(DESTDIR)$(I_LIB)/libtvm.a
+	install -m 0644 include/tvm.h include/tmain.h $(DESTDIR)$(I_INC)/
+	install -m 0755 $(TVMQ) $(DESTDIR)$(I_BIN)/tvmq
+	$(TVMQ) man > $(DESTDIR)$(I_SHARE)/man/man1/tvmq.1
+	$(TVMQ) completions bash > $(DESTDIR)$(I_SHARE)/bash-completion/completions/tvmq
+	$(TVMQ) completions zsh > $(DESTDIR)$(I_SHARE)/zsh/site-functions/_tvmq
+	$(TVMQ) completions fish > $(DESTDIR)$(I_SHARE)/fish/vendor_completions.d/tvmq.fish
+	for pc in tvm tvm-static; do \
+		sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' -e 's|@STATIC_LIBS@|$(STATIC_LIBS)|' \
+			pkgconfig/$$pc.pc.in > $(DESTDIR)$(I_LIB)/pkgconfig/$$pc.pc; \
+	done
+
+uninstall:
+	rm -f $(addprefix $(DESTDIR),$(INSTALLED))
+
+# Installs into a temporary prefix, builds the seed programs with pkg-config
+# (dynamically and statically) and runs them, then uninstalls and checks
+# that nothing of ours is left.
+test-install: build
+	@bash scripts/test-install.sh
 
 clean:
 	$(CARGO) clean
