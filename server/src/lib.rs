@@ -1,12 +1,216 @@
-//! `tvmq serve` (being written).
+//! `tvmq serve`: tvmq's queues over the network, speaking the Redis protocol
+//! (RESP2, and RESP3 after `HELLO 3`), so that redis-cli, redis-benchmark,
+//! Redis client libraries and libtvm's network client use them. The wire
+//! conventions (keys, FIFO order, error words) are those of
+//! `docs/protocol.md`; `docs/server.md` tells how to run it.
+//!
+//! # Shape
+//! | module | concern |
+//! |---|---|
+//! | [`config`] | the options ([`ServeArgs`]) |
+//! | `listener` | binding, accepting, `--maxclients`, handing connections to workers |
+//! | `worker` | one thread per core, each a tokio current-thread runtime |
+//! | `connection` | read, run every complete command, write the replies once; buffers and limits |
+//! | `stream` | TCP and unix sockets behind one trait; the I/O steps |
+//! | `cmd` | dispatch, then one file per family: `queue` (push, pop, LLEN), `blocking` (BLPOP), `server` (the rest), `table` (COMMAND) |
+//! | `keys` | key -> queue, caches, `--auto-create` and its id scheme |
+//! | `waiters` | blocked clients and the one watcher thread per queue that wakes them |
+//! | `reply` | error replies in the protocol's words |
+//! | `shared` | state every thread shares: counters, the stop signal |
+//!
+//! A push goes from the read buffer straight into the shared-memory ring
+//! ([`tvm::Queue::push`]) and a pop from the ring straight into the output
+//! buffer; nothing is buffered in the server, so a push answered OK is in
+//! the queue even if the server stops or dies the next instant.
+//!
+//! ```no_run
+//! use tvmq_server::{ServeArgs, Server};
+//!
+//! let args = ServeArgs { port: 0, ..ServeArgs::default() };   // any free port
+//! let server = Server::start(std::path::Path::new("/dev/shm/my-queues"), &args)?;
+//! println!("serving on {:?}", server.tcp_addr());
+//! server.stop();
+//! # Ok::<(), tvm::Error>(())
+//! ```
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
 
-use clap::Args;
+mod cmd;
+pub mod config;
+mod connection;
+mod keys;
+mod listener;
+mod reply;
+mod shared;
+mod stream;
+mod waiters;
+mod worker;
 
-/// The options of `tvmq serve`.
-#[derive(Args, Clone, Debug)]
-pub struct ServeArgs {}
+pub use config::{AutoCreate, ServeArgs};
+pub use keys::{AUTO_ID_BASE, AUTO_ID_SPAN, auto_id};
 
-/// Runs the server until SIGINT or SIGTERM.
-pub fn run(_dir: &std::path::Path, _args: &ServeArgs) -> Result<(), tvm::Error> {
-    Err(tvm::Error::new(tvm::error::NOT_SUPPT_OPT, "tvmq serve is not built yet"))
+use shared::{Shared, Stats, WorkerStats};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use std::thread::JoinHandle;
+use std::time::Instant;
+use tvm::error::{Error, SOCK_BIND_ERR, SVR_EXCEPTION};
+
+/// A running server (threads of this process). [`stop`](Self::stop) or
+/// dropping it stops it gracefully.
+pub struct Server {
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Server {
+    /// Binds the sockets and starts the acceptor and the workers. Errors:
+    /// `SOCK_BIND_ERR` (address in use, bad unix socket path),
+    /// `SVR_EXCEPTION` (threads or runtimes that cannot start).
+    pub fn start(dir: &Path, args: &ServeArgs) -> Result<Server, Error> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| Error::new(SVR_EXCEPTION, format!("cannot start a runtime: {e}")))?;
+        let addr = (!args.no_tcp).then(|| SocketAddr::new(args.bind, args.port));
+        let listeners = listener::bind(&rt, addr, args.unixsocket.as_deref())
+            .map_err(|e| Error::new(SOCK_BIND_ERR, e.to_string()))?;
+        let tcp_addr = listeners.tcp.as_ref().and_then(|l| l.local_addr().ok());
+        let threads = args.worker_threads();
+        let limits = resp::Limits { max_bulk_len: args.max_bulk_len, ..resp::Limits::default() };
+        let shared = Arc::new(Shared {
+            args: args.clone(),
+            dir: dir.to_path_buf(),
+            attachments: tvm::Attachments::new(dir.to_path_buf()),
+            limits,
+            password: args.requirepass.as_ref().map(|p| p.as_bytes().to_vec()),
+            stats: Stats::default(),
+            shutdown: Arc::default(),
+            waiters: waiters::Waiters::default(),
+            started: Instant::now(),
+            tcp_addr,
+            unix_path: args.unixsocket.clone(),
+            threads,
+            worker_stats: (0..threads).map(|_| WorkerStats::default()).collect(),
+            worker_conns: (0..threads).map(|_| AtomicUsize::new(0)).collect(),
+            create_lock: parking_lot::Mutex::new(()),
+        });
+        let mut server = Server { shared: shared.clone(), threads: Vec::new() };
+        let mut senders = Vec::with_capacity(threads);
+        for i in 0..threads {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            senders.push(tx);
+            let handle = worker::spawn(shared.clone(), i, rx)
+                .map_err(|e| Error::new(SVR_EXCEPTION, format!("cannot start a worker thread: {e}")))?;
+            server.threads.push(handle);
+        }
+        let sh = shared.clone();
+        let acceptor = std::thread::Builder::new()
+            .name("tvmq-accept".into())
+            .spawn(move || listener::accept_loop(rt, listeners, sh, senders))
+            .map_err(|e| Error::new(SVR_EXCEPTION, format!("cannot start the acceptor thread: {e}")))?;
+        server.threads.push(acceptor);
+        Ok(server)
+    }
+
+    /// The TCP address it listens on (the port is the real one when
+    /// `--port 0` asked for any).
+    pub fn tcp_addr(&self) -> Option<SocketAddr> {
+        self.shared.tcp_addr
+    }
+
+    /// The unix socket it listens on.
+    pub fn unix_path(&self) -> Option<&Path> {
+        self.shared.unix_path.as_deref()
+    }
+
+    /// The queue directory.
+    pub fn dir(&self) -> &Path {
+        self.shared.dir()
+    }
+
+    /// Clients blocked in BLPOP/BRPOP now.
+    pub fn blocked_clients(&self) -> usize {
+        self.shared.waiters.waiting()
+    }
+
+    /// Connections open now.
+    pub fn connected_clients(&self) -> usize {
+        self.shared.stats.connected.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Has the stop begun (a worker that could not start begins it)?
+    pub fn is_stopping(&self) -> bool {
+        self.shared.shutdown.is_set()
+    }
+
+    /// Stops gracefully: no more connections are accepted; every connection
+    /// answers the commands it has read, then closes; blocked clients are
+    /// answered with an error; returns when every thread has ended.
+    pub fn stop(mut self) {
+        self.stop_inner();
+    }
+
+    fn stop_inner(&mut self) {
+        self.shared.shutdown.set();
+        self.shared.waiters.wake_everyone();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        listener::remove_socket(self.shared.unix_path.as_ref());
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if !self.threads.is_empty() {
+            self.stop_inner();
+        }
+    }
+}
+
+/// `tvmq serve`: runs the server until SIGINT or SIGTERM, then stops it
+/// gracefully. Errors: those of [`Server::start`].
+pub fn run(dir: &Path, args: &ServeArgs) -> Result<(), Error> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::new(SVR_EXCEPTION, format!("cannot start a runtime: {e}")))?;
+    // Handlers first, so that a signal right after the start is not lost.
+    let (mut int, mut term) = rt
+        .block_on(async {
+            use tokio::signal::unix::{SignalKind, signal};
+            Ok::<_, std::io::Error>((signal(SignalKind::interrupt())?, signal(SignalKind::terminate())?))
+        })
+        .map_err(|e| Error::new(SVR_EXCEPTION, format!("cannot handle signals: {e}")))?;
+    let server = Server::start(dir, args)?;
+    let mut on = Vec::new();
+    if let Some(a) = server.tcp_addr() {
+        on.push(a.to_string());
+    }
+    if let Some(p) = server.unix_path() {
+        on.push(p.display().to_string());
+    }
+    println!(
+        "tvmq serve: listening on {}; queues in {}; {} worker threads{}",
+        on.join(" and "),
+        dir.display(),
+        server.shared.threads,
+        match args.auto_create {
+            Some(a) => format!("; missing queues created with {} records of {} bytes", a.rows, a.size),
+            None => String::new(),
+        }
+    );
+    let _ = std::io::Write::flush(&mut std::io::stdout());
+    rt.block_on(async {
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+            _ = async { while !server.is_stopping() { tokio::time::sleep(std::time::Duration::from_millis(100)).await } } => {}
+        }
+    });
+    server.stop();
+    Ok(())
 }

@@ -1,0 +1,156 @@
+//! BLPOP and BRPOP key [key ...] timeout: the oldest record of the first
+//! non-empty queue, or wait for one (see [`crate::waiters`] for how a
+//! waiting client is woken, and in which order).
+
+use super::queue::{key_error, null_array, pop_bulk};
+use super::{Ctx, Flow};
+use crate::reply;
+use crate::shared::Shared;
+use crate::waiters::{WaitList, Waiters};
+use resp::{Proto, Request};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+use tvm::Queue;
+
+/// The timeout argument: seconds, decimals allowed, 0 = forever. Redis's
+/// errors for a bad one.
+fn parse_timeout(arg: &[u8]) -> Result<Option<Duration>, &'static [u8]> {
+    let bad: &'static [u8] = b"ERR timeout is not a float or out of range";
+    let text = std::str::from_utf8(arg).map_err(|_| bad)?;
+    // Rust also reads "inf", "nan" and "+1": Redis's strtold does too, but refuses NaN and
+    // infinity, and so do we; no blanks (Rust refuses them).
+    let secs: f64 = text.parse().map_err(|_| bad)?;
+    if secs.is_nan() || secs.is_infinite() {
+        return Err(bad);
+    }
+    if secs < 0.0 {
+        return Err(b"ERR timeout is negative");
+    }
+    if secs == 0.0 {
+        return Ok(None);
+    }
+    // Milliseconds, as Redis keeps them; out of range beyond what a deadline can hold.
+    let ms = (secs * 1000.0).round();
+    if ms > 1e15 {
+        return Err(b"ERR timeout is out of range");
+    }
+    Ok(Some(Duration::from_millis(ms as u64)))
+}
+
+/// A client blocked in BLPOP/BRPOP.
+pub(crate) struct Blocked {
+    /// The keys as given (for the reply) and their queues, in order.
+    keys: Vec<(Vec<u8>, Arc<Queue>)>,
+    /// When to give up (None: never).
+    pub deadline: Option<Instant>,
+    /// The client's place in line.
+    ticket: u64,
+    /// The lists it is on (one per key, registered lazily).
+    lists: Vec<Option<Arc<WaitList>>>,
+    /// Where its wake-ups arrive.
+    pub notify: Arc<Notify>,
+}
+
+/// BLPOP/BRPOP: pops at once if a queue has a record, else blocks.
+pub(crate) fn start(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) -> Flow {
+    let n = req.len();
+    let timeout = match parse_timeout(req.arg(buf, n - 1)) {
+        Ok(t) => t,
+        Err(text) => {
+            resp::error(out, text);
+            return Flow::Next;
+        }
+    };
+    let mut keys = Vec::with_capacity(n - 2);
+    for i in 1..n - 1 {
+        let key = req.arg(buf, i);
+        match crate::keys::resolve(ctx.shared, key, true) {
+            Ok(q) => keys.push((key.to_vec(), q)),
+            Err(e) => {
+                key_error(out, key, &e);
+                return Flow::Next;
+            }
+        }
+    }
+    let mut blocked = Blocked {
+        lists: vec![None; keys.len()],
+        keys,
+        deadline: timeout.and_then(|t| Instant::now().checked_add(t)),
+        ticket: ctx.shared.waiters.ticket(),
+        notify: Arc::new(Notify::new()),
+    };
+    if blocked.try_pop(ctx.client.proto, out) {
+        return Flow::Next;
+    }
+    Flow::Block(blocked)
+}
+
+impl Blocked {
+    /// Pops from the first queue that has a record, writing the reply
+    /// (`[key, record]`, or the queue's error); false if all are empty.
+    pub fn try_pop(&mut self, proto: Proto, out: &mut Vec<u8>) -> bool {
+        let _ = proto;
+        for (key, q) in &self.keys {
+            let mark = out.len();
+            resp::array_header(out, 2);
+            resp::bulk(out, key);
+            match pop_bulk(q, out) {
+                Ok(true) => return true,
+                Ok(false) => out.truncate(mark),
+                Err(e) => {
+                    out.truncate(mark);
+                    reply::queue_error(out, q.id(), &e);
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    /// Puts the client (back) on the list of every queue it waits on,
+    /// where a wake-up took it off.
+    pub fn register(&mut self, shared: &Shared) {
+        for (i, (_, q)) in self.keys.iter().enumerate() {
+            let on_list = self.lists[i].as_ref().is_some_and(|l| Waiters::contains(l, self.ticket));
+            if !on_list {
+                self.lists[i] = Some(shared.waiters.register(q, self.ticket, &self.notify, &shared.shutdown));
+            }
+        }
+    }
+
+    /// Writes the timeout reply: a null array (RESP2 `*-1`, RESP3 `_`).
+    pub fn timed_out(&self, proto: Proto, out: &mut Vec<u8>) {
+        null_array(out, proto);
+    }
+}
+
+impl Drop for Blocked {
+    /// Leaves every list; a wake-up this client received from a queue and
+    /// did not use goes to the next client waiting there.
+    fn drop(&mut self) {
+        for list in self.lists.iter().flatten() {
+            if !Waiters::unregister(list, self.ticket) {
+                list.pass_on();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeouts_as_redis_reads_them() {
+        assert_eq!(parse_timeout(b"0"), Ok(None));
+        assert_eq!(parse_timeout(b"0.0"), Ok(None));
+        assert_eq!(parse_timeout(b"1.5"), Ok(Some(Duration::from_millis(1500))));
+        assert_eq!(parse_timeout(b"0.01"), Ok(Some(Duration::from_millis(10))));
+        assert_eq!(parse_timeout(b"-1"), Err(&b"ERR timeout is negative"[..]));
+        for bad in [&b"x"[..], b"", b"nan", b"inf", b" 1", b"1s", b"\xff"] {
+            assert_eq!(parse_timeout(bad), Err(&b"ERR timeout is not a float or out of range"[..]), "{bad:?}");
+        }
+        assert_eq!(parse_timeout(b"1e300"), Err(&b"ERR timeout is out of range"[..]));
+    }
+}

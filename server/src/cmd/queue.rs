@@ -1,0 +1,253 @@
+//! RPUSH, LPUSH, LPOP, RPOP, LLEN: straight between the read buffer, the
+//! shared-memory ring and the output buffer, allocating nothing.
+//!
+//! tvmq queues are FIFO whichever end a command names: both pushes append
+//! at the tail and both pops take the oldest record (`docs/protocol.md`).
+
+use super::{Ctx, parse_int};
+use crate::keys::KeyError;
+use crate::reply;
+use resp::{Proto, Request};
+use std::sync::Arc;
+use tvm::error::{DATA_SPC_FULL, Error, NO_DATA_FOUND};
+use tvm::{Queue, Wait};
+
+/// The most bytes of records one LPOP/RPOP with a count returns (at least
+/// one record): the bound of a reply, so of a client's output buffer.
+pub(crate) const MAX_POP_REPLY: usize = 1 << 20;
+
+/// Resolves the key, writing the error reply if it names no queue.
+#[inline]
+fn queue<'c>(ctx: &'c mut Ctx<'_>, key: &[u8], create: bool, out: &mut Vec<u8>) -> Option<&'c Arc<Queue>> {
+    match ctx.client.last.resolve(ctx.shared, ctx.keys, key, create) {
+        Ok(q) => Some(q),
+        Err(e) => {
+            key_error(out, key, &e);
+            None
+        }
+    }
+}
+
+/// The reply for a key that names no usable queue.
+pub(crate) fn key_error(out: &mut Vec<u8>, key: &[u8], e: &KeyError) {
+    match e {
+        KeyError::NoSuchQueue => reply::no_such_queue(out, key),
+        KeyError::Queue(e) => reply::plain_error(out, e),
+    }
+}
+
+/// RPUSH / LPUSH key value [value ...]: every value is checked (1 to
+/// record-size bytes) before any is pushed; the reply is the depth after.
+#[inline]
+pub(crate) fn push(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>, name: &str) {
+    let key = req.arg(buf, 1);
+    let Some(q) = queue(ctx, key, true, out) else { return };
+    let size = q.record_size();
+    let values = req.iter(buf).skip(2);
+    if let Some(bad) = values.clone().find(|v| v.is_empty() || v.len() > size) {
+        if bad.is_empty() {
+            reply::error_fmt(out, format_args!("CONDIT_IS_NIL empty value: tvmq records hold at least one byte"));
+        } else {
+            reply::error_fmt(
+                out,
+                format_args!(
+                    "RECD_TOO_LONG value of {} bytes, queue {} holds records of at most {size}",
+                    bad.len(),
+                    q.id()
+                ),
+            );
+        }
+        return;
+    }
+    let total = req.len() - 2;
+    for (pushed, v) in values.enumerate() {
+        if let Err(e) = q.push(v) {
+            push_failed(out, q, &e, pushed, total, name);
+            return;
+        }
+    }
+    resp::integer(out, q.depth() as i64);
+}
+
+#[cold]
+fn push_failed(out: &mut Vec<u8>, q: &Queue, e: &Error, pushed: usize, total: usize, _name: &str) {
+    if pushed == 0 {
+        return reply::queue_error(out, q.id(), e);
+    }
+    if e.code() == DATA_SPC_FULL {
+        reply::error_fmt(
+            out,
+            format_args!("DATA_SPC_FULL queue {} is full: {pushed} of {total} values pushed, the rest not", q.id()),
+        );
+    } else {
+        let start = out.len();
+        reply::queue_error(out, q.id(), e);
+        // Say how many went in before the error, before its CRLF.
+        out.truncate(out.len() - 2);
+        let note = format!(" ({pushed} of {total} values pushed, the rest not)");
+        out.extend_from_slice(note.as_bytes());
+        out.extend_from_slice(b"\r\n");
+        debug_assert!(out.len() > start);
+    }
+}
+
+/// Appends `$<len>\r\n<record>\r\n` popping the oldest record of `q` straight
+/// into `out`; `Ok(false)` (and nothing appended) when the queue is empty.
+#[inline]
+pub(crate) fn pop_bulk(q: &Queue, out: &mut Vec<u8>) -> Result<bool, Error> {
+    let size = q.record_size();
+    let at = out.len();
+    // Room for the longest header, then the record.
+    let head = header_len(size);
+    out.resize(at + head + size, 0);
+    match q.pop(&mut out[at + head..], Wait::NoWait) {
+        Ok(n) => {
+            let used = header_len(n);
+            write_header(&mut out[at..at + used], n);
+            if used < head {
+                out.copy_within(at + head..at + head + n, at + used);
+            }
+            out.truncate(at + used + n);
+            out.extend_from_slice(b"\r\n");
+            Ok(true)
+        }
+        Err(e) => {
+            out.truncate(at);
+            if e.code() == NO_DATA_FOUND { Ok(false) } else { Err(e) }
+        }
+    }
+}
+
+/// Bytes of `$<n>\r\n`.
+#[inline]
+fn header_len(n: usize) -> usize {
+    let mut digits = 1;
+    let mut v = n;
+    while v >= 10 {
+        v /= 10;
+        digits += 1;
+    }
+    digits + 3
+}
+
+/// Writes `$<n>\r\n` into exactly `header_len(n)` bytes.
+#[inline]
+fn write_header(dst: &mut [u8], mut n: usize) {
+    let end = dst.len();
+    dst[0] = b'$';
+    dst[end - 2] = b'\r';
+    dst[end - 1] = b'\n';
+    let mut i = end - 2;
+    loop {
+        i -= 1;
+        dst[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+}
+
+/// LPOP / RPOP key [count]: the oldest record(s).
+#[inline]
+pub(crate) fn pop(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>, name: &str) {
+    if req.len() > 3 {
+        return reply::wrong_args(out, name);
+    }
+    let count = match req.get(buf, 2) {
+        None => None,
+        Some(c) => match parse_int(c) {
+            Some(n) if n >= 0 => Some(n as u64),
+            _ => return resp::error(out, b"ERR value is out of range, must be positive"),
+        },
+    };
+    let proto = ctx.client.proto;
+    let key = req.arg(buf, 1);
+    let auto = ctx.shared.args.auto_create.is_some();
+    let q = match ctx.client.last.resolve(ctx.shared, ctx.keys, key, false) {
+        Ok(q) => q,
+        // With --auto-create a missing queue is an empty one, as a missing key in Redis.
+        Err(KeyError::NoSuchQueue) if auto => {
+            return if count.is_some() { null_array(out, proto) } else { resp::null(out, proto) };
+        }
+        Err(e) => return key_error(out, key, &e),
+    };
+    let Some(count) = count else {
+        match pop_bulk(q, out) {
+            Ok(true) => {}
+            Ok(false) => resp::null(out, proto),
+            Err(e) => reply::queue_error(out, q.id(), &e),
+        }
+        return;
+    };
+    if count == 0 {
+        return resp::array_header(out, 0);
+    }
+    pop_many(q, out, proto, count);
+}
+
+/// Up to `count` records as an array (at most [`MAX_POP_REPLY`] bytes of
+/// them, at least one), or a null array when the queue is empty.
+#[cold]
+fn pop_many(q: &Queue, out: &mut Vec<u8>, proto: Proto, count: u64) {
+    let cap = (MAX_POP_REPLY / q.record_size().max(1)).max(1) as u64;
+    let want = count.min(cap) as usize;
+    // Pop first (the count is known after), then put the header in front.
+    let at = out.len();
+    let mut n = 0;
+    let mut failure = None;
+    while n < want {
+        match pop_bulk(q, out) {
+            Ok(true) => n += 1,
+            Ok(false) => break,
+            Err(e) => {
+                failure = Some(e);
+                break;
+            }
+        }
+    }
+    if n == 0 {
+        match failure {
+            Some(e) => reply::queue_error(out, q.id(), &e),
+            None => null_array(out, proto),
+        }
+        return;
+    }
+    // Records popped before an error are delivered; the error is not.
+    let mut header = Vec::with_capacity(24);
+    resp::array_header(&mut header, n);
+    out.splice(at..at, header);
+}
+
+/// A null array: `*-1` in RESP2, `_` in RESP3.
+pub(crate) fn null_array(out: &mut Vec<u8>, proto: Proto) {
+    match proto {
+        Proto::Resp2 => resp::null_array(out),
+        Proto::Resp3 => resp::null(out, proto),
+    }
+}
+
+/// LLEN key: the depth (0 for a missing queue with --auto-create).
+pub(crate) fn llen(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) {
+    let key = req.arg(buf, 1);
+    let auto = ctx.shared.args.auto_create.is_some();
+    match ctx.client.last.resolve(ctx.shared, ctx.keys, key, false) {
+        Ok(q) => resp::integer(out, q.depth() as i64),
+        Err(KeyError::NoSuchQueue) if auto => resp::integer(out, 0),
+        Err(e) => key_error(out, key, &e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers() {
+        for n in [0usize, 1, 9, 10, 99, 100, 304, 65535, 1 << 30] {
+            let mut b = vec![0u8; header_len(n)];
+            write_header(&mut b, n);
+            assert_eq!(b, format!("${n}\r\n").as_bytes());
+        }
+    }
+}

@@ -1,0 +1,278 @@
+//! The command table: what COMMAND, COMMAND INFO, COMMAND DOCS and COMMAND
+//! COUNT describe, in Redis 7's shapes, and the arity the dispatcher checks.
+
+use super::Ctx;
+use resp::Proto;
+
+/// One command as COMMAND describes it.
+pub(crate) struct Spec {
+    /// Lowercase name.
+    pub name: &'static str,
+    /// Redis's arity: `n` exactly `n` arguments (the name included), `-n` at least `n`.
+    pub arity: i64,
+    pub flags: &'static [&'static str],
+    pub first_key: i64,
+    pub last_key: i64,
+    pub step: i64,
+    pub categories: &'static [&'static str],
+    pub summary: &'static str,
+    pub since: &'static str,
+    pub group: &'static str,
+    pub complexity: &'static str,
+}
+
+const fn spec(
+    name: &'static str,
+    arity: i64,
+    flags: &'static [&'static str],
+    keys: (i64, i64, i64),
+    categories: &'static [&'static str],
+    summary: &'static str,
+    group: &'static str,
+) -> Spec {
+    Spec {
+        name,
+        arity,
+        flags,
+        first_key: keys.0,
+        last_key: keys.1,
+        step: keys.2,
+        categories,
+        summary,
+        since: "1.0.0",
+        group,
+        complexity: "O(1)",
+    }
+}
+
+const NO_KEYS: (i64, i64, i64) = (0, 0, 0);
+
+/// In the order of [`super::Cmd`].
+pub(crate) static COMMANDS: [Spec; 17] = [
+    spec(
+        "ping",
+        -1,
+        &["fast"],
+        NO_KEYS,
+        &["@fast", "@connection"],
+        "Returns the server's liveliness response.",
+        "connection",
+    ),
+    spec("echo", 2, &["fast"], NO_KEYS, &["@fast", "@connection"], "Returns the given string.", "connection"),
+    spec(
+        "rpush",
+        -3,
+        &["write", "denyoom", "fast"],
+        (1, 1, 1),
+        &["@write", "@list", "@fast"],
+        "Appends one or more records to the tail of a queue (FIFO). Returns the depth after the push.",
+        "list",
+    ),
+    spec(
+        "lpush",
+        -3,
+        &["write", "denyoom", "fast"],
+        (1, 1, 1),
+        &["@write", "@list", "@fast"],
+        "Appends one or more records to the tail of a queue, as RPUSH: tvmq queues are FIFO whichever end is named.",
+        "list",
+    ),
+    spec(
+        "lpop",
+        -2,
+        &["write", "fast"],
+        (1, 1, 1),
+        &["@write", "@list", "@fast"],
+        "Removes and returns the oldest records of a queue.",
+        "list",
+    ),
+    spec(
+        "rpop",
+        -2,
+        &["write", "fast"],
+        (1, 1, 1),
+        &["@write", "@list", "@fast"],
+        "Removes and returns the oldest records of a queue, as LPOP (FIFO).",
+        "list",
+    ),
+    spec(
+        "blpop",
+        -3,
+        &["write", "noscript", "blocking"],
+        (1, -2, 1),
+        &["@write", "@list", "@slow", "@blocking"],
+        "Removes and returns the oldest record of the first non-empty queue, or blocks until one is pushed.",
+        "list",
+    ),
+    spec(
+        "brpop",
+        -3,
+        &["write", "noscript", "blocking"],
+        (1, -2, 1),
+        &["@write", "@list", "@slow", "@blocking"],
+        "As BLPOP (FIFO).",
+        "list",
+    ),
+    spec(
+        "llen",
+        2,
+        &["readonly", "fast"],
+        (1, 1, 1),
+        &["@read", "@list", "@fast"],
+        "Returns the depth of a queue.",
+        "list",
+    ),
+    spec(
+        "info",
+        -1,
+        &["loading", "stale"],
+        NO_KEYS,
+        &["@slow", "@dangerous"],
+        "Returns information and statistics about the server and its queues.",
+        "server",
+    ),
+    spec(
+        "auth",
+        -2,
+        &["noscript", "loading", "stale", "fast", "no_auth"],
+        NO_KEYS,
+        &["@fast", "@connection"],
+        "Authenticates the connection.",
+        "connection",
+    ),
+    spec(
+        "hello",
+        -1,
+        &["noscript", "loading", "stale", "fast", "no_auth"],
+        NO_KEYS,
+        &["@fast", "@connection"],
+        "Handshakes with the server (protocol 2 or 3, AUTH, SETNAME).",
+        "connection",
+    ),
+    spec(
+        "quit",
+        -1,
+        &["noscript", "loading", "stale", "fast", "no_auth"],
+        NO_KEYS,
+        &["@fast", "@connection"],
+        "Closes the connection.",
+        "connection",
+    ),
+    spec(
+        "select",
+        2,
+        &["loading", "stale", "fast"],
+        NO_KEYS,
+        &["@fast", "@connection"],
+        "Selects database 0 (the only one).",
+        "connection",
+    ),
+    spec(
+        "client",
+        -2,
+        &[],
+        NO_KEYS,
+        &["@slow", "@connection"],
+        "CLIENT ID, SETNAME, GETNAME, SETINFO, INFO.",
+        "connection",
+    ),
+    spec("config", -2, &[], NO_KEYS, &["@slow"], "CONFIG GET (read-only settings).", "server"),
+    spec(
+        "command",
+        -1,
+        &["loading", "stale"],
+        NO_KEYS,
+        &["@slow", "@connection"],
+        "Returns details about the commands: COMMAND, COMMAND COUNT, COMMAND DOCS, COMMAND INFO, COMMAND LIST.",
+        "server",
+    ),
+];
+
+/// The table entry named `name` (any case).
+pub(crate) fn find(name: &[u8]) -> Option<&'static Spec> {
+    super::Cmd::lookup(name).map(super::Cmd::spec)
+}
+
+/// Appends COMMAND's description of one command (Redis 7: ten elements).
+pub(crate) fn write_info(out: &mut Vec<u8>, proto: Proto, s: &Spec) {
+    resp::array_header(out, 10);
+    resp::bulk(out, s.name.as_bytes());
+    resp::integer(out, s.arity);
+    resp::set_header(out, proto, s.flags.len());
+    for f in s.flags {
+        resp::simple(out, f.as_bytes());
+    }
+    resp::integer(out, s.first_key);
+    resp::integer(out, s.last_key);
+    resp::integer(out, s.step);
+    resp::set_header(out, proto, s.categories.len());
+    for c in s.categories {
+        resp::simple(out, c.as_bytes());
+    }
+    resp::array_header(out, 0); // tips
+    resp::array_header(out, 0); // key specifications
+    resp::array_header(out, 0); // subcommands
+}
+
+/// Appends COMMAND DOCS's map of one command (its value only).
+pub(crate) fn write_docs(out: &mut Vec<u8>, proto: Proto, s: &Spec) {
+    resp::map_header(out, proto, 4);
+    for (k, v) in [("summary", s.summary), ("since", s.since), ("group", s.group), ("complexity", s.complexity)] {
+        resp::bulk(out, k.as_bytes());
+        resp::bulk(out, v.as_bytes());
+    }
+}
+
+/// COMMAND and its subcommands.
+pub(crate) fn command(ctx: &mut Ctx<'_>, args: &mut dyn Iterator<Item = &[u8]>, out: &mut Vec<u8>) {
+    let proto = ctx.client.proto;
+    let Some(sub) = args.next() else {
+        resp::array_header(out, COMMANDS.len());
+        COMMANDS.iter().for_each(|s| write_info(out, proto, s));
+        return;
+    };
+    let rest: Vec<&[u8]> = args.collect();
+    if sub.eq_ignore_ascii_case(b"COUNT") {
+        if !rest.is_empty() {
+            return crate::reply::wrong_args(out, "command|count");
+        }
+        resp::integer(out, COMMANDS.len() as i64);
+    } else if sub.eq_ignore_ascii_case(b"LIST") {
+        resp::array_header(out, COMMANDS.len());
+        COMMANDS.iter().for_each(|s| resp::bulk(out, s.name.as_bytes()));
+    } else if sub.eq_ignore_ascii_case(b"INFO") {
+        if rest.is_empty() {
+            resp::array_header(out, COMMANDS.len());
+            COMMANDS.iter().for_each(|s| write_info(out, proto, s));
+        } else {
+            resp::array_header(out, rest.len());
+            for name in rest {
+                match find(name) {
+                    Some(s) => write_info(out, proto, s),
+                    None => resp::null_array(out),
+                }
+            }
+        }
+    } else if sub.eq_ignore_ascii_case(b"DOCS") {
+        let specs: Vec<&Spec> =
+            if rest.is_empty() { COMMANDS.iter().collect() } else { rest.iter().filter_map(|n| find(n)).collect() };
+        resp::map_header(out, proto, specs.len());
+        for s in specs {
+            resp::bulk(out, s.name.as_bytes());
+            write_docs(out, proto, s);
+        }
+    } else if sub.eq_ignore_ascii_case(b"HELP") {
+        let lines: [&[u8]; 6] = [
+            b"COMMAND <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+            b"(no subcommand): every command's details",
+            b"COUNT: the number of commands",
+            b"DOCS [<command-name> ...]: documentation",
+            b"INFO [<command-name> ...]: details",
+            b"LIST: the names of the commands",
+        ];
+        resp::array_header(out, lines.len());
+        lines.iter().for_each(|l| resp::simple(out, l));
+    } else {
+        crate::reply::unknown_subcommand(out, sub, "COMMAND");
+    }
+}

@@ -1,0 +1,338 @@
+//! One client connection: read what the client sent, run every complete
+//! command in it, write all their replies at once, again.
+//!
+//! Memory per connection is bounded: the input buffer holds the unparsed
+//! rest of one command plus one read (a command's size is bounded by
+//! `--max-bulk-len` and the codec's limits), the output buffer is written
+//! out whenever it passes [`FLUSH_AT`] (a reply is at most
+//! [`MAX_POP_REPLY`](crate::cmd::queue::MAX_POP_REPLY) bytes of records, or
+//! one record), and while a write waits for the client nothing more is read
+//! from it; a client that reads none of its replies for `--write-timeout`
+//! is closed. Between batches an idle connection holds no buffer at all:
+//! buffers come from, and go back to, the worker's pool.
+
+use crate::cmd::blocking::Blocked;
+use crate::cmd::{self, Client, Ctx, Flow};
+use crate::shared::Shared;
+use crate::stream::{self, Stream};
+use crate::worker::Worker;
+use resp::{Request, Status};
+use std::io;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::task::Poll;
+
+/// Size of a pooled input buffer, and of one read.
+pub(crate) const READ_SIZE: usize = 64 * 1024;
+/// Replies are written out once they pass this many bytes.
+pub(crate) const FLUSH_AT: usize = 64 * 1024;
+/// A buffer larger than this is freed rather than pooled.
+const POOL_MAX: usize = 256 * 1024;
+/// Input read while blocked in BLPOP beyond which reading pauses.
+const BLOCKED_INPUT_MAX: usize = 64 * 1024;
+/// An input buffer grows by at most this much ahead of the bytes received.
+const GROW_STEP: usize = 1 << 20;
+
+/// Buffers a worker lends to its connections while they work.
+#[derive(Default)]
+pub(crate) struct Pool {
+    bufs: std::cell::RefCell<Vec<Vec<u8>>>,
+}
+
+impl Pool {
+    /// Buffers kept at most (the rest are freed).
+    const KEEP: usize = 64;
+
+    fn take(&self) -> Vec<u8> {
+        self.bufs.borrow_mut().pop().unwrap_or_default()
+    }
+
+    fn give(&self, mut buf: Vec<u8>) {
+        if buf.capacity() == 0 || buf.capacity() > POOL_MAX {
+            return;
+        }
+        let mut bufs = self.bufs.borrow_mut();
+        if bufs.len() < Self::KEEP {
+            buf.clear();
+            bufs.push(buf);
+        }
+    }
+}
+
+/// The input buffer: `data[start..end]` is read and not yet consumed;
+/// `data` is initialised up to its length, reads go to `data[end..]`.
+struct Input {
+    data: Vec<u8>,
+    start: usize,
+    end: usize,
+}
+
+impl Input {
+    fn pending(&self) -> &[u8] {
+        &self.data[self.start..self.end]
+    }
+
+    fn is_empty(&self) -> bool {
+        self.start == self.end
+    }
+
+    /// Gives the buffer back to the pool when nothing is pending.
+    fn release(&mut self, pool: &Pool) {
+        if self.is_empty() && !self.data.is_empty() {
+            pool.give(std::mem::take(&mut self.data));
+            self.start = 0;
+            self.end = 0;
+        }
+    }
+
+    /// Makes room for a read of at least `READ_SIZE / 4` bytes (and of the
+    /// `needed` bytes of a command being received, up to `GROW_STEP` ahead).
+    fn make_room(&mut self, pool: &Pool, needed: usize) {
+        if self.data.is_empty() {
+            self.data = pool.take();
+            self.data.resize(READ_SIZE, 0);
+        }
+        if self.start > 0 && (self.is_empty() || self.data.len() - self.end < READ_SIZE / 4) {
+            self.data.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        let want = self.end + needed.clamp(READ_SIZE / 4, GROW_STEP);
+        if want > self.data.len() {
+            let len = want.max(self.data.len() * 2).min(self.end + GROW_STEP + READ_SIZE);
+            self.data.resize(len.max(want), 0);
+        }
+    }
+
+    fn space(&mut self) -> &mut [u8] {
+        &mut self.data[self.end..]
+    }
+}
+
+/// Why a connection ends.
+enum End {
+    Eof,
+    Close,
+    Stop,
+    Timeout,
+    Error(io::Error),
+}
+
+/// Serves one connection until it closes, the client QUITs, the protocol is
+/// broken, or the server stops.
+pub(crate) async fn serve<S: Stream>(mut s: S, shared: Arc<Shared>, worker: Rc<Worker>, peer: String) {
+    let id = shared.stats.next_client_id.fetch_add(1, Ordering::Relaxed) + 1;
+    let mut client = Client::new(id, shared.password.is_none(), peer);
+    let end = run(&mut s, &shared, &worker, &mut client).await;
+    if let End::Error(e) = end {
+        if !matches!(e.kind(), io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe) {
+            eprintln!("tvmq serve: client {} ({}): {e}", client.id, client.peer);
+        }
+    }
+}
+
+async fn run<S: Stream>(s: &mut S, shared: &Arc<Shared>, worker: &Rc<Worker>, client: &mut Client) -> End {
+    let stop = shared.shutdown.notified();
+    tokio::pin!(stop);
+    stop.as_mut().enable();
+    let idle = shared.args.idle_timeout();
+    let stall = shared.args.write_stall();
+    let pool = &worker.pool;
+    let stats = &shared.worker_stats[worker.index];
+    let mut req = Request::new();
+    let mut input = Input { data: Vec::new(), start: 0, end: 0 };
+    let mut out: Vec<u8> = Vec::new();
+    let mut needed = 0;
+    loop {
+        // Wait for bytes, holding no buffer while there is nothing pending.
+        input.release(pool);
+        if input.data.is_empty() {
+            pool.give(std::mem::take(&mut out));
+            if shared.shutdown.is_set() {
+                return End::Stop;
+            }
+            let ready = async {
+                tokio::select! {
+                    biased;
+                    _ = &mut stop => Err(End::Stop),
+                    r = s.ready_to_read() => r.map_err(End::Error),
+                    _ = sleep_or_never(idle) => Err(End::Timeout),
+                }
+            };
+            if let Err(end) = ready.await {
+                return end;
+            }
+        }
+        input.make_room(pool, needed);
+        let n = loop {
+            match stream::try_read(s, input.space()).await {
+                Poll::Ready(Ok(0)) => return End::Eof,
+                Poll::Ready(Ok(n)) => break n,
+                Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Poll::Ready(Err(e)) => return End::Error(e),
+                Poll::Pending => {
+                    if shared.shutdown.is_set() {
+                        return End::Stop;
+                    }
+                    let ready = async {
+                        tokio::select! {
+                            biased;
+                            _ = &mut stop => Err(End::Stop),
+                            r = s.ready_to_read() => r.map_err(End::Error),
+                            _ = sleep_or_never(idle) => Err(End::Timeout),
+                        }
+                    };
+                    if let Err(end) = ready.await {
+                        return end;
+                    }
+                }
+            }
+        };
+        input.end += n;
+        stats.add_input(n);
+        if out.capacity() == 0 {
+            out = pool.take();
+        }
+
+        // Run every complete command, replies into `out`.
+        let mut commands = 0u64;
+        let mut end = None;
+        let mut blocked: Option<Blocked> = None;
+        loop {
+            let data = input.pending();
+            match resp::parse_request(data, &shared.limits, &mut req) {
+                Ok(Status::Complete { consumed }) => {
+                    if !req.is_empty() {
+                        commands += 1;
+                        let mut ctx = Ctx { shared, keys: &worker.keys, client: &mut *client };
+                        match cmd::execute(&mut ctx, data, &req, &mut out) {
+                            Flow::Next => {}
+                            Flow::Close => end = Some(End::Close),
+                            Flow::Block(b) => blocked = Some(b),
+                        }
+                    }
+                    input.start += consumed;
+                    needed = 0;
+                    if end.is_some() {
+                        break;
+                    }
+                    if let Some(b) = blocked.take() {
+                        stats.add_output(out.len());
+                        if let Err(e) = stream::write_all(s, &mut out, stall).await {
+                            return End::Error(e);
+                        }
+                        match wait_blocked(s, shared, b, client, &mut input, &mut out, pool).await {
+                            Ok(()) => {}
+                            Err(end) => {
+                                stats.add_output(out.len());
+                                let _ = stream::write_all(s, &mut out, stall).await;
+                                return end;
+                            }
+                        }
+                    }
+                    if out.len() >= FLUSH_AT {
+                        stats.add_output(out.len());
+                        if let Err(e) = stream::write_all(s, &mut out, stall).await {
+                            return End::Error(e);
+                        }
+                    }
+                }
+                Ok(Status::Incomplete { needed: more }) => {
+                    needed = more;
+                    break;
+                }
+                Err(e) => {
+                    e.write_reply(&mut out);
+                    end = Some(End::Close);
+                    break;
+                }
+            }
+        }
+        stats.add_commands(commands);
+        if !out.is_empty() {
+            stats.add_output(out.len());
+            if let Err(e) = stream::write_all(s, &mut out, stall).await {
+                return End::Error(e);
+            }
+        }
+        if out.capacity() > POOL_MAX {
+            out = Vec::new();
+        }
+        if let Some(end) = end {
+            return end;
+        }
+        // Answer what has been read, then stop.
+        if shared.shutdown.is_set() {
+            return End::Stop;
+        }
+    }
+}
+
+async fn sleep_or_never(d: Option<std::time::Duration>) {
+    match d {
+        Some(d) => tokio::time::sleep(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Waits until the blocked client gets a record, times out, its queue is
+/// dropped (an error reply), the server stops (an error reply, then the
+/// end), or the client goes away. Bytes the client sends meanwhile are kept
+/// for after (up to [`BLOCKED_INPUT_MAX`]).
+async fn wait_blocked<S: Stream>(
+    s: &mut S,
+    shared: &Arc<Shared>,
+    mut b: Blocked,
+    client: &mut Client,
+    input: &mut Input,
+    out: &mut Vec<u8>,
+    pool: &Pool,
+) -> Result<(), End> {
+    shared.stats.blocked.fetch_add(1, Ordering::Relaxed);
+    let _unblock = Unblock(shared);
+    let proto = client.proto;
+    let deadline = b.deadline.map(tokio::time::Instant::from_std);
+    loop {
+        b.register(shared);
+        if b.try_pop(proto, out) {
+            return Ok(());
+        }
+        if shared.shutdown.is_set() {
+            resp::error(out, b"ERR server is shutting down");
+            return Err(End::Stop);
+        }
+        let notify = b.notify.clone();
+        let reading = input.end - input.start < BLOCKED_INPUT_MAX;
+        if reading {
+            input.make_room(pool, 0);
+        }
+        tokio::select! {
+            biased;
+            _ = shared.shutdown.wait() => {
+                resp::error(out, b"ERR server is shutting down");
+                return Err(End::Stop);
+            }
+            _ = notify.notified() => {}
+            _ = async { match deadline { Some(d) => tokio::time::sleep_until(d).await, None => std::future::pending().await } } => {
+                b.timed_out(proto, out);
+                return Ok(());
+            }
+            r = stream::read(s, input.space()), if reading => match r {
+                Ok(0) => return Err(End::Eof),
+                Ok(n) => input.end += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(End::Error(e)),
+            }
+        }
+    }
+}
+
+/// Counts a client out of `blocked_clients` however its wait ends.
+struct Unblock<'a>(&'a Shared);
+
+impl Drop for Unblock<'_> {
+    fn drop(&mut self) {
+        self.0.stats.blocked.fetch_sub(1, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,203 @@
+//! Keys to queues: a queue id in decimal (`21`) or a queue name, looked up
+//! in the queue headers of the server's directory (a name never becomes a
+//! path), attached once per server and cached per connection and per
+//! worker; `--auto-create` makes missing ones.
+//!
+//! # The ids of auto-created queues
+//! A numeric key creates that id. A name gets an id from a hash of the name
+//! (FNV-1a) in `AUTO_ID_BASE..AUTO_ID_BASE + AUTO_ID_SPAN`, then the next
+//! ones in that range if taken: creation fails with `TBL_ARD_EXIST` on a
+//! taken id, and a taken id whose queue has that very name (another process
+//! made it meanwhile) is that queue. Every process following the scheme
+//! probes the same ids in the same order, so two of them creating the same
+//! name at once end up with one queue.
+
+use crate::shared::Shared;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::Arc;
+use tvm::error::{Error, IDX_DATA_MISM, MQUE_CRTE_BIG, TBL_ARD_EXIST, TBL_NOT_FOUND};
+use tvm::{Queue, Spec};
+
+/// First id of auto-created named queues (1 << 30).
+pub const AUTO_ID_BASE: u32 = 1 << 30;
+/// How many ids the scheme uses.
+pub const AUTO_ID_SPAN: u32 = 1 << 30;
+/// How many taken ids are stepped over before giving up.
+const PROBES: u32 = 64;
+/// The longest name a queue header keeps, in bytes.
+pub const MAX_NAME: usize = 63;
+
+/// Why a key names no queue.
+#[derive(Debug)]
+pub(crate) enum KeyError {
+    /// No such queue (and no auto-creation): `-ERR no such queue '<key>'`.
+    NoSuchQueue,
+    /// A queue error (several queues with that name, creation failed, ...).
+    Queue(Error),
+}
+
+/// FNV-1a, 32 bits.
+fn fnv1a(bytes: &[u8]) -> u32 {
+    bytes.iter().fold(0x811c_9dc5u32, |h, &b| (h ^ u32::from(b)).wrapping_mul(0x0100_0193))
+}
+
+/// The id the scheme tries first for `name`.
+pub fn auto_id(name: &str) -> u32 {
+    AUTO_ID_BASE + fnv1a(name.as_bytes()) % AUTO_ID_SPAN
+}
+
+/// Resolves `key`, creating the queue if `create` and `--auto-create` allow.
+pub(crate) fn resolve(shared: &Shared, key: &[u8], create: bool) -> Result<Arc<Queue>, KeyError> {
+    let Ok(key) = std::str::from_utf8(key) else { return Err(KeyError::NoSuchQueue) };
+    let auto = shared.args.auto_create.filter(|_| create);
+    match shared.attachments.lookup(key) {
+        Ok(id) => match shared.attachments.get(id) {
+            Ok(q) => Ok(q),
+            Err(e) if e.code() == TBL_NOT_FOUND => match auto {
+                Some(a) => create_id(shared, id, "", a.rows, a.size),
+                None => Err(KeyError::NoSuchQueue),
+            },
+            Err(e) => Err(KeyError::Queue(e)),
+        },
+        Err(e) if e.code() == TBL_NOT_FOUND => match auto {
+            Some(a) => create_named(shared, key, a.rows, a.size),
+            None => Err(KeyError::NoSuchQueue),
+        },
+        Err(e) => Err(KeyError::Queue(e)),
+    }
+}
+
+fn create_id(shared: &Shared, id: u32, name: &str, rows: u64, size: u64) -> Result<Arc<Queue>, KeyError> {
+    let _one_at_a_time = shared.create_lock.lock();
+    let mut spec = Spec::new(rows, size);
+    spec.name = name.to_string();
+    match Queue::create(shared.dir(), id, &spec) {
+        Ok(()) => {}
+        Err(e) if e.code() == TBL_ARD_EXIST => {}
+        Err(e) => return Err(KeyError::Queue(e)),
+    }
+    shared.attachments.get(id).map_err(KeyError::Queue)
+}
+
+fn create_named(shared: &Shared, name: &str, rows: u64, size: u64) -> Result<Arc<Queue>, KeyError> {
+    if name.is_empty() || name.len() > MAX_NAME || name.contains('\0') {
+        return Err(KeyError::Queue(Error::new(
+            MQUE_CRTE_BIG,
+            format!("cannot create a queue named {name:?}: names are 1 to {MAX_NAME} bytes, without NUL"),
+        )));
+    }
+    let _one_at_a_time = shared.create_lock.lock();
+    // Another worker may have made it while we waited for the lock.
+    if let Ok(id) = shared.attachments.lookup(name) {
+        if let Ok(q) = shared.attachments.get(id) {
+            return Ok(q);
+        }
+    }
+    let mut spec = Spec::new(rows, size);
+    spec.name = name.to_string();
+    let first = auto_id(name);
+    for i in 0..PROBES {
+        let id = AUTO_ID_BASE + (first - AUTO_ID_BASE).wrapping_add(i) % AUTO_ID_SPAN;
+        match Queue::create(shared.dir(), id, &spec) {
+            Ok(()) => return shared.attachments.get(id).map_err(KeyError::Queue),
+            Err(e) if e.code() == TBL_ARD_EXIST => match shared.attachments.get(id) {
+                Ok(q) if q.name() == name => return Ok(q),
+                _ => continue,
+            },
+            Err(e) => return Err(KeyError::Queue(e)),
+        }
+    }
+    Err(KeyError::Queue(Error::new(
+        IDX_DATA_MISM,
+        format!("cannot create a queue named {name:?}: {PROBES} ids from {first} are taken"),
+    )))
+}
+
+/// The queues a worker thread has resolved, by key bytes.
+#[derive(Default)]
+pub(crate) struct WorkerKeys {
+    map: RefCell<HashMap<Box<[u8]>, Arc<Queue>>>,
+}
+
+/// Entries a worker keeps at most (a client sending random keys cannot grow it further).
+const WORKER_CACHE_MAX: usize = 4096;
+
+impl WorkerKeys {
+    fn get(&self, key: &[u8]) -> Option<Arc<Queue>> {
+        self.map.borrow().get(key).filter(|q| !q.is_dropped()).cloned()
+    }
+
+    fn put(&self, key: &[u8], q: &Arc<Queue>) {
+        let mut map = self.map.borrow_mut();
+        if map.len() >= WORKER_CACHE_MAX {
+            map.retain(|_, q| !q.is_dropped());
+            if map.len() >= WORKER_CACHE_MAX {
+                map.clear();
+            }
+        }
+        map.insert(key.into(), q.clone());
+    }
+}
+
+/// The queue a connection used last, and its key.
+#[derive(Default)]
+pub(crate) struct LastKey {
+    key: Vec<u8>,
+    queue: Option<Arc<Queue>>,
+}
+
+impl LastKey {
+    /// The queue `key` names: the connection's last one when the key is the
+    /// same and the queue was not dropped (the hot path: a comparison and
+    /// an atomic load), else the worker's cache, else a lookup.
+    #[inline]
+    pub fn resolve(
+        &mut self,
+        shared: &Shared,
+        worker: &WorkerKeys,
+        key: &[u8],
+        create: bool,
+    ) -> Result<&Arc<Queue>, KeyError> {
+        let hit = matches!(&self.queue, Some(q) if self.key == key && !q.is_dropped());
+        if !hit {
+            self.miss(shared, worker, key, create)?;
+        }
+        // A hit or a successful miss leaves a queue here.
+        self.queue.as_ref().ok_or(KeyError::NoSuchQueue)
+    }
+
+    #[cold]
+    fn miss(&mut self, shared: &Shared, worker: &WorkerKeys, key: &[u8], create: bool) -> Result<(), KeyError> {
+        self.queue = None;
+        let q = match worker.get(key) {
+            Some(q) => q,
+            None => {
+                let q = resolve(shared, key, create)?;
+                worker.put(key, &q);
+                q
+            }
+        };
+        self.key.clear();
+        self.key.extend_from_slice(key);
+        self.queue = Some(q);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_ids_stay_in_their_range() {
+        for name in ["mylist", "a", "QUEUE_USER_INFO", "x".repeat(63).as_str()] {
+            let id = auto_id(name);
+            assert!(
+                (AUTO_ID_BASE..AUTO_ID_BASE.wrapping_add(AUTO_ID_SPAN).wrapping_sub(1)).contains(&id) || id == u32::MAX
+            );
+        }
+        assert_eq!(auto_id("mylist"), auto_id("mylist"));
+        assert_ne!(auto_id("mylist"), auto_id("mylist2"));
+    }
+}

@@ -1,0 +1,145 @@
+//! Listening: the sockets are bound before anything starts (so that a port
+//! in use fails the start), then one acceptor thread hands each connection
+//! to the worker serving the fewest, refusing those beyond `--maxclients`
+//! as Redis does, until the stop.
+
+use crate::shared::Shared;
+use crate::worker::Accepted;
+use std::io;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use tokio::sync::mpsc::UnboundedSender;
+
+/// The listening sockets, bound.
+pub(crate) struct Listeners {
+    pub tcp: Option<tokio::net::TcpListener>,
+    pub unix: Option<tokio::net::UnixListener>,
+}
+
+/// Binds what the options ask for, inside `rt`.
+pub(crate) fn bind(
+    rt: &tokio::runtime::Runtime,
+    addr: Option<SocketAddr>,
+    unix: Option<&Path>,
+) -> io::Result<Listeners> {
+    rt.block_on(async {
+        let tcp = match addr {
+            Some(addr) => {
+                let socket =
+                    if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+                socket.set_reuseaddr(true)?;
+                socket.bind(addr).map_err(|e| io::Error::new(e.kind(), format!("cannot bind {addr}: {e}")))?;
+                Some(socket.listen(1024)?)
+            }
+            None => None,
+        };
+        let unix = match unix {
+            Some(path) => {
+                remove_stale_socket(path)?;
+                Some(
+                    tokio::net::UnixListener::bind(path)
+                        .map_err(|e| io::Error::new(e.kind(), format!("cannot bind {}: {e}", path.display())))?,
+                )
+            }
+            None => None,
+        };
+        Ok(Listeners { tcp, unix })
+    })
+}
+
+/// Removes a socket file a previous server left (as Redis does); refuses
+/// to remove anything else, or a socket a live server answers on.
+fn remove_stale_socket(path: &Path) -> io::Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => {
+            if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                return Err(io::Error::new(
+                    io::ErrorKind::AddrInUse,
+                    format!("{}: a server is listening there", path.display()),
+                ));
+            }
+            std::fs::remove_file(path)
+        }
+        Ok(_) => {
+            Err(io::Error::new(io::ErrorKind::AlreadyExists, format!("{} exists and is not a socket", path.display())))
+        }
+        Err(_) => Ok(()),
+    }
+}
+
+/// Accepts until the stop, on the runtime `rt` the listeners were bound in.
+pub(crate) fn accept_loop(
+    rt: tokio::runtime::Runtime,
+    listeners: Listeners,
+    shared: Arc<Shared>,
+    workers: Vec<UnboundedSender<Accepted>>,
+) {
+    rt.block_on(async {
+        let Listeners { tcp, unix } = listeners;
+        loop {
+            let accepted = tokio::select! {
+                biased;
+                _ = shared.shutdown.wait() => break,
+                r = async { match &tcp { Some(l) => l.accept().await, None => std::future::pending().await } } => {
+                    r.and_then(|(s, peer)| Ok(Accepted::Tcp(s.into_std()?, peer)))
+                }
+                r = async { match &unix { Some(l) => l.accept().await, None => std::future::pending().await } } => {
+                    r.and_then(|(s, _)| Ok(Accepted::Unix(s.into_std()?)))
+                }
+            };
+            match accepted {
+                Ok(c) => dispatch(&shared, &workers, c),
+                Err(e) => {
+                    // Out of descriptors (or a connection reset before it
+                    // was accepted): say so, and give the others time to close.
+                    eprintln!("tvmq serve: accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    });
+}
+
+/// Hands `c` to the worker with the fewest connections, or refuses it.
+fn dispatch(shared: &Shared, workers: &[UnboundedSender<Accepted>], c: Accepted) {
+    let st = &shared.stats;
+    st.total_connections.fetch_add(1, Ordering::Relaxed);
+    if st.connected.load(Ordering::Relaxed) >= shared.args.maxclients {
+        st.rejected.fetch_add(1, Ordering::Relaxed);
+        refuse(c);
+        return;
+    }
+    let Some((i, _)) = shared.worker_conns.iter().enumerate().min_by_key(|(_, n)| n.load(Ordering::Relaxed)) else {
+        return;
+    };
+    st.connected.fetch_add(1, Ordering::Relaxed);
+    shared.worker_conns[i].fetch_add(1, Ordering::Relaxed);
+    if let Err(back) = workers[i].send(c) {
+        // The worker is gone (the server is stopping).
+        drop(back);
+        st.connected.fetch_sub(1, Ordering::Relaxed);
+        shared.worker_conns[i].fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Redis's reply to a client beyond maxclients, then the close.
+fn refuse(c: Accepted) {
+    use std::io::Write;
+    const TEXT: &[u8] = b"-ERR max number of clients reached\r\n";
+    // The socket is new and non-blocking: the reply fits its buffer.
+    let _ = match c {
+        Accepted::Tcp(mut s, _) => s.write(TEXT),
+        Accepted::Unix(mut s) => s.write(TEXT),
+    };
+}
+
+/// Removes the unix socket file when the server stops.
+pub(crate) fn remove_socket(path: Option<&PathBuf>) {
+    if let Some(p) = path {
+        let _ = std::fs::remove_file(p);
+    }
+}

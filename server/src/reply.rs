@@ -1,0 +1,134 @@
+//! Error replies, in the words of `docs/protocol.md`: a queue error starts
+//! with its STVM code name, an unknown key and Redis's own errors with
+//! Redis's words.
+
+use std::io::Write as _;
+use tvm::error::{self, DATA_SPC_FULL, Error, SHM_ERR_EIDRM};
+
+/// Appends `-<text>\r\n` where the text is formatted (CR and LF become spaces).
+pub(crate) fn error_fmt(out: &mut Vec<u8>, args: std::fmt::Arguments<'_>) {
+    let start = out.len();
+    out.push(b'-');
+    // Writing into a Vec cannot fail.
+    let _ = out.write_fmt(args);
+    for b in &mut out[start + 1..] {
+        if *b == b'\r' || *b == b'\n' {
+            *b = b' ';
+        }
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Appends `<prefix>'<bytes>'<suffix>` as an error, the bytes raw (as Redis
+/// prints client strings with `%s`: up to the first NUL byte) and at most
+/// `max` of them.
+pub(crate) fn error_quoting(out: &mut Vec<u8>, prefix: &[u8], bytes: &[u8], suffix: &[u8]) {
+    let start = out.len();
+    out.push(b'-');
+    out.extend_from_slice(prefix);
+    out.push(b'\'');
+    out.extend_from_slice(c_str(bytes, 128));
+    out.push(b'\'');
+    out.extend_from_slice(suffix);
+    for b in &mut out[start + 1..] {
+        if *b == b'\r' || *b == b'\n' {
+            *b = b' ';
+        }
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// `bytes` as C's `%.<max>s` prints them: up to the first NUL, at most `max`.
+pub(crate) fn c_str(bytes: &[u8], max: usize) -> &[u8] {
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len()).min(max);
+    &bytes[..end]
+}
+
+/// `-ERR no such queue '<key>'` (code TBL_NOT_FOUND for clients).
+pub(crate) fn no_such_queue(out: &mut Vec<u8>, key: &[u8]) {
+    error_quoting(out, b"ERR no such queue ", key, b"");
+}
+
+/// `-ERR wrong number of arguments for '<cmd>' command`, the name lowercase.
+pub(crate) fn wrong_args(out: &mut Vec<u8>, lower_name: &str) {
+    error_fmt(out, format_args!("ERR wrong number of arguments for '{lower_name}' command"));
+}
+
+/// `-ERR unknown subcommand '<sub>'. Try <CMD> HELP.`
+pub(crate) fn unknown_subcommand(out: &mut Vec<u8>, sub: &[u8], cmd: &str) {
+    error_quoting(out, b"ERR unknown subcommand ", sub, format!(". Try {cmd} HELP.").as_bytes());
+}
+
+/// `-ERR value is not an integer or out of range`.
+pub(crate) fn not_an_integer(out: &mut Vec<u8>) {
+    resp::error(out, b"ERR value is not an integer or out of range");
+}
+
+/// `-ERR syntax error`.
+pub(crate) fn syntax_error(out: &mut Vec<u8>) {
+    resp::error(out, b"ERR syntax error");
+}
+
+/// A queue error: `-<CODE_NAME> <what happened>`.
+pub(crate) fn queue_error(out: &mut Vec<u8>, id: u32, e: &Error) {
+    let name = error::name(i64::from(e.code())).unwrap_or("SVR_EXCEPTION");
+    match e.code() {
+        DATA_SPC_FULL => error_fmt(out, format_args!("{name} queue {id} is full: no space for insert data")),
+        SHM_ERR_EIDRM => error_fmt(out, format_args!("{name} queue {id} was dropped")),
+        code => {
+            let message = error::message(i64::from(code));
+            if e.detail().is_empty() {
+                error_fmt(out, format_args!("{name} queue {id}: {message}"))
+            } else {
+                error_fmt(out, format_args!("{name} queue {id}: {message}: {}", e.detail()))
+            }
+        }
+    }
+}
+
+/// An error that is not about one queue (auto-creation, lookups):
+/// `-<CODE_NAME> <message>: <detail>`.
+pub(crate) fn plain_error(out: &mut Vec<u8>, e: &Error) {
+    let name = error::name(i64::from(e.code())).unwrap_or("SVR_EXCEPTION");
+    let message = error::message(i64::from(e.code()));
+    if e.detail().is_empty() {
+        error_fmt(out, format_args!("{name} {message}"))
+    } else {
+        error_fmt(out, format_args!("{name} {message}: {}", e.detail()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tvm::error::{RECD_TOO_LONG, TBL_NOT_FOUND};
+
+    fn text(f: impl FnOnce(&mut Vec<u8>)) -> String {
+        let mut out = Vec::new();
+        f(&mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    #[test]
+    fn queue_errors_start_with_the_code_name() {
+        assert_eq!(
+            text(|o| queue_error(o, 21, &Error::code_only(DATA_SPC_FULL))),
+            "-DATA_SPC_FULL queue 21 is full: no space for insert data\r\n"
+        );
+        assert_eq!(
+            text(|o| queue_error(o, 21, &Error::code_only(SHM_ERR_EIDRM))),
+            "-SHM_ERR_EIDRM queue 21 was dropped\r\n"
+        );
+        let e = Error::new(RECD_TOO_LONG, "a\r\nb");
+        assert!(text(|o| queue_error(o, 3, &e)).starts_with("-RECD_TOO_LONG queue 3: "));
+        assert!(text(|o| queue_error(o, 3, &e)).ends_with("a  b\r\n"), "CR LF cannot end the line");
+        assert!(text(|o| plain_error(o, &Error::code_only(TBL_NOT_FOUND))).starts_with("-TBL_NOT_FOUND "));
+    }
+
+    #[test]
+    fn keys_are_quoted_like_redis_prints_them() {
+        assert_eq!(text(|o| no_such_queue(o, b"my\r\nlist")), "-ERR no such queue 'my  list'\r\n");
+        assert_eq!(text(|o| no_such_queue(o, b"ab\0cd")), "-ERR no such queue 'ab'\r\n");
+        assert_eq!(text(|o| no_such_queue(o, &[b'k'; 300])).len(), "-ERR no such queue ''\r\n".len() + 128);
+    }
+}

@@ -1,0 +1,107 @@
+//! Worker threads: each runs a tokio current-thread runtime and serves the
+//! connections the listener hands it, start to end, so that a connection's
+//! commands run on one core with no locking and no task migration.
+
+use crate::connection::{self, Pool};
+use crate::keys::WorkerKeys;
+use crate::shared::Shared;
+use std::cell::Cell;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use tokio::sync::mpsc::UnboundedReceiver;
+
+/// A connection accepted by the listener, for a worker to serve.
+pub(crate) enum Accepted {
+    Tcp(std::net::TcpStream, SocketAddr),
+    Unix(std::os::unix::net::UnixStream),
+}
+
+/// What a worker's connections share: the key cache and the buffer pool.
+pub(crate) struct Worker {
+    /// Its number (its counters in [`Shared::worker_stats`]).
+    pub index: usize,
+    pub keys: WorkerKeys,
+    pub pool: Pool,
+    /// Connections being served.
+    live: Cell<usize>,
+}
+
+/// Starts worker `index`.
+pub(crate) fn spawn(
+    shared: Arc<Shared>,
+    index: usize,
+    rx: UnboundedReceiver<Accepted>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new().name(format!("tvmq-worker-{index}")).spawn(move || main(shared, index, rx))
+}
+
+fn main(shared: Arc<Shared>, index: usize, mut rx: UnboundedReceiver<Accepted>) {
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("tvmq serve: worker {index}: cannot start its runtime: {e}");
+            shared.shutdown.set();
+            return;
+        }
+    };
+    let local = tokio::task::LocalSet::new();
+    let worker = Rc::new(Worker { index, keys: WorkerKeys::default(), pool: Pool::default(), live: Cell::new(0) });
+    local.block_on(&rt, async {
+        loop {
+            tokio::select! {
+                biased;
+                _ = shared.shutdown.wait() => break,
+                c = rx.recv() => match c {
+                    Some(c) => start(&shared, &worker, c),
+                    None => break,
+                },
+            }
+        }
+        // Connections answer what they have read and close; a write to a
+        // client that does not read is given up at its stall timeout.
+        let deadline = tokio::time::Instant::now() + shared.args.write_stall() + Duration::from_secs(1);
+        while worker.live.get() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    });
+    // Dropping `local` cancels what is left (nothing, unless a write stalled).
+}
+
+/// Counts a connection out however it ends.
+struct Live {
+    worker: Rc<Worker>,
+    shared: Arc<Shared>,
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        self.worker.live.set(self.worker.live.get() - 1);
+        self.shared.stats.connected.fetch_sub(1, Ordering::Relaxed);
+        self.shared.worker_conns[self.worker.index].fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+fn start(shared: &Arc<Shared>, worker: &Rc<Worker>, c: Accepted) {
+    worker.live.set(worker.live.get() + 1);
+    let live = Live { worker: worker.clone(), shared: shared.clone() };
+    let (shared, worker) = (shared.clone(), worker.clone());
+    tokio::task::spawn_local(async move {
+        let _live = live;
+        match c {
+            Accepted::Tcp(s, peer) => match tokio::net::TcpStream::from_std(s) {
+                Ok(s) => {
+                    let _ = s.set_nodelay(true);
+                    connection::serve(s, shared, worker, peer.to_string()).await
+                }
+                Err(e) => eprintln!("tvmq serve: cannot register a connection: {e}"),
+            },
+            Accepted::Unix(s) => match tokio::net::UnixStream::from_std(s) {
+                Ok(s) => connection::serve(s, shared, worker, "unix".to_string()).await,
+                Err(e) => eprintln!("tvmq serve: cannot register a connection: {e}"),
+            },
+        }
+    });
+}
