@@ -462,6 +462,143 @@ long lPopup(struct SATvm *p, size_t expect, time_t secs, size_t *out_n, void **o
  */
 long lPushs(struct SATvm *p, size_t *n, void **records);
 
+/**
+ * Connects handle p to a server speaking the Redis protocol: tvmq serve, a
+ * redis-server or any node of a Redis Cluster (found out here; then every
+ * command goes to the node owning its queue, following MOVED and ASK).
+ * `ip`: a host name or address, or a unix socket path (starting with '/';
+ * `port` is then ignored). STVM's port is 5050.
+ * `timeout_secs` > 0 bounds the connection, each write and each reply
+ * (more exactly: each wait for reply bytes), except the blocking pops,
+ * which wait as long as they were asked to; 0 or less: no limit.
+ * The handle gets its own connection (pCloneSATvm never copies it; see
+ * lTvmShare to share one). A handle already connected is disconnected
+ * first (as vTvmDisconnect). The queue of each call is p->tblName, its key
+ * on the server its decimal id ("21"), each record one value of p->lSize
+ * bytes.
+ * After a network failure (SOCK_*) the handle stays connected in name:
+ * its next call connects again (and fails with SOCK_CONN_ERR while the
+ * server is away). A call in progress when the connection broke is never
+ * sent again.
+ * Errors: CONDIT_IS_NIL (NULL handle or ip, empty ip), SOCK_CONN_ERR
+ * (refused, unknown host, no socket file, bad port), SOCK_CONN_TMO (no
+ * answer within the timeout), SOCK_ERR_CRTE (no socket), SOCK_READ_TMO and
+ * the other SOCK_* codes (the server did not answer the first command).
+ */
+long lTvmConnect(struct SATvm *p, char *ip, long port, int timeout_secs);
+
+/**
+ * Makes handle p use the connection of handle `src` (already connected):
+ * the commands of every handle sharing a connection are pipelined
+ * together (auto-pipelining), so that N threads doing synchronous calls
+ * cost about one round trip per batch instead of one each. Each handle
+ * still gets its own answers, errors and asynchronous window; blocking
+ * pops (lTvmPop QUE_NORMAL on an empty queue, lTvmPopup with secs > 0)
+ * wait on a connection of their handle's own, opened when first needed,
+ * so as not to hold up the others. p's own connection, if any, is closed
+ * first (as vTvmDisconnect). vTvmDisconnect(p) leaves `src` and the other
+ * sharers connected; the connection closes with its last handle.
+ * Threads: call it before p and src are used by other threads (it changes
+ * both); afterwards each thread uses its own handle as usual.
+ * Errors: CONDIT_IS_NIL (NULL p or src), SERV_NOT_CONN (src not connected).
+ */
+long lTvmShare(struct SATvm *p, struct SATvm *src);
+
+/**
+ * Closes handle p's connection, after waiting for the answers of its
+ * asynchronous pushes (as lAsyWait: when it returns, every record pushed
+ * with lAsyPush is in its queue, or m_lErrno / lGetTErrno() give the first
+ * failure and m_lEffect how many went in), and after putting back the
+ * values it kept (see lTvmPop). Later network calls give SERV_NOT_CONN
+ * until lTvmConnect. On a handle that never connected (a handle that made
+ * only local calls, NULL) it does nothing else: the handle stays usable.
+ */
+void vTvmDisconnect(struct SATvm *p);
+
+/**
+ * As lPush, on the server: appends the p->lSize bytes at p->pstVoid to
+ * queue p->tblName (RPUSH) and waits for the answer (up to the timeout of
+ * lTvmConnect). m_lEffect = 1 on success.
+ * A push whose connection broke before its answer came fails with a SOCK_*
+ * code and may or may not be in the queue; it is never sent again.
+ * Errors: CONDIT_IS_NIL, SERV_NOT_CONN (not connected), the SOCK_* codes
+ * (SOCK_CONN_ERR: reconnecting failed; SOCK_READ_TMO: no answer within the
+ * timeout; SOCK_IO_RESET: the server closed the connection; SOCK_SEND_TMO,
+ * SOCK_SEND_ERR, SOCK_READ_ERR; SOCK_COM_EXCP: a reply that makes no sense),
+ * and the server's: DATA_SPC_FULL, RECD_TOO_LONG, TBL_NOT_FOUND (tvmq serve),
+ * SVR_EXCEPTION (any other error reply, e.g. Redis's WRONGTYPE or OOM).
+ * Threads: one handle per thread (or shared connections: lTvmShare).
+ */
+long lTvmPush(struct SATvm *p);
+
+/**
+ * As lPop, on the server: removes the oldest record of queue p->tblName
+ * into `out` (p->lSize bytes; a shorter record is followed by zero bytes).
+ * QUE_NOWAIT: NO_DATA_FOUND at once when empty (LPOP). QUE_NORMAL: waits
+ * until a record comes, however long (BLPOP with no timeout; the timeout of
+ * lTvmConnect does not apply). m_lEffect = 1 on success.
+ * A record longer than p->lSize is never cut and never lost: the call
+ * fails with RECD_TOO_LONG and the handle keeps the record; the next
+ * lTvmPop / lTvmPopup of that queue on this handle with an lSize big
+ * enough returns it first. vTvmDisconnect (and vCloneFree) put such kept
+ * records back: at the head of the list on Redis (LPUSH, in their order),
+ * at the tail on tvmq serve (its queues are FIFO at both ends).
+ * Errors: CONDIT_IS_NIL (NULL out), NOT_SUPPT_OPT (other wait flag),
+ * RECD_TOO_LONG (also with lSize 0: nothing is taken), NO_DATA_FOUND,
+ * SHM_ERR_EIDRM (tvmq serve: dropped while waiting), and those of lTvmPush.
+ */
+long lTvmPop(struct SATvm *p, void *out, Uenum wait);
+
+/**
+ * As lPopup, on the server: pops up to `expect` records of queue
+ * p->tblName into a new malloc'd array (`*out`, p->lSize bytes per record,
+ * zero-filled after shorter ones; free it with free() or TFree).
+ * secs > 0: waits up to secs seconds in total for `expect` records (BLPOP
+ * with the time left when the queue is empty). secs == 0: takes what is
+ * there (LPOP with a count), without waiting.
+ * Returns RC_SUCC with `expect` records, or (secs == 0) with at least one.
+ * RC_FAIL with MQUE_WAIT_TMO: timed out with some (`*out_n` = m_lEffect =
+ * count, array valid). RC_FAIL with NO_DATA_FOUND: none (`*out` = NULL).
+ * A record longer than p->lSize stops the call with RECD_TOO_LONG (the
+ * records before it are returned; it and those popped after it are kept
+ * by the handle, as lTvmPop says). Any other error after some records also
+ * returns them in `*out`.
+ * Errors also: CONDIT_IS_NIL (NULL pointers, expect 0, secs < 0),
+ * RECD_TOO_LONG (lSize 0), MALLC_MEM_ERR, and those of lTvmPush.
+ */
+long lTvmPopup(struct SATvm *p, size_t expect, time_t secs, size_t *out_n, void **out);
+
+/**
+ * Pushes the record bound to p (as lTvmPush) without waiting for the
+ * answer: RC_SUCC means it is on its way (m_lEffect = 1). Records wait in
+ * the handle until about 64 KB of them are there, the window is full, or
+ * another call of the handle (lTvmPush, lTvmPop, lAsyWait, vTvmDisconnect)
+ * sends them; their order is kept. At most 1,024 pushes of a handle are
+ * unanswered at a time: the next one waits for answers. No failure is
+ * dropped: lAsyWait (or vTvmDisconnect) reports the first one; until then,
+ * lAsyPush fails at once with that code and sends nothing.
+ * Call lAsyWait or vTvmDisconnect before the program exits, or the records
+ * still in the handle are not sent.
+ * Errors: CONDIT_IS_NIL, SERV_NOT_CONN, the first failure of an earlier
+ * asynchronous push (any code lTvmPush gives), SOCK_CONN_ERR (reconnecting
+ * failed).
+ */
+long lAsyPush(struct SATvm *p);
+
+/**
+ * Sends what lAsyPush left in the handle and waits for the answer of every
+ * asynchronous push of handle p. RC_SUCC: every record pushed with
+ * lAsyPush since the last lAsyWait is in its queue; m_lEffect = how many.
+ * RC_FAIL: m_lErrno is the first failure (a server error such as
+ * DATA_SPC_FULL, or a SOCK_* code), m_lEffect how many records went in
+ * (pushes after a failed one may have gone in and are counted). When the
+ * connection broke, the records whose answer had not come may or may not
+ * be in the queue (they are not counted, and never sent again). Either way
+ * the handle is ready for more asynchronous pushes.
+ * Errors: CONDIT_IS_NIL, SERV_NOT_CONN, and those of lTvmPush.
+ */
+long lAsyWait(struct SATvm *p);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus

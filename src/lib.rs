@@ -36,6 +36,7 @@
 //! | `file` | queue files: `layout` (bytes and validation), `dir` (directory policy), `create`, `map` |
 //! | `queue` | the safe API: [`Queue`] |
 //! | `attach` | the process-wide table id or name -> [`Queue`]: [`Attachments`] |
+//! | `client` | the network client of the `lTvm*` calls: RESP to tvmq serve, Redis, Redis Cluster |
 //! | [`ffi`] | the C ABI of `tvm.h`, thin |
 //!
 //! Under `--cfg loom` only the ring (and what it needs) is built, for the
@@ -53,6 +54,8 @@ mod test_support;
 
 #[cfg(not(loom))]
 mod attach;
+#[cfg(not(loom))]
+mod client;
 #[cfg(not(loom))]
 mod clock;
 #[cfg(not(loom))]

@@ -30,6 +30,9 @@ pub(crate) fn detach(t: TABLE) {
 pub(crate) struct HandleState {
     /// Queues this handle attached (detached by vHoldRelease).
     attached: Mutex<Vec<TABLE>>,
+    /// The network client (lTvmConnect to vTvmDisconnect); dropped, after
+    /// its asynchronous pushes are answered, by vCloneFree.
+    pub(crate) net: Option<crate::client::Client>,
 }
 
 impl HandleState {
@@ -49,6 +52,15 @@ pub(crate) fn state(h: &mut SATvm) -> &HandleState {
     // SAFETY: m_pPriv is NULL or a Box<HandleState> made just above (or by an
     // earlier call), freed only by vCloneFree together with the handle.
     unsafe { &*h.m_pPriv.cast::<HandleState>() }
+}
+
+/// The handle's state for a call that changes it (the network calls).
+pub(crate) fn state_mut(h: &mut SATvm) -> &mut HandleState {
+    if h.m_pPriv.is_null() {
+        h.m_pPriv = Box::into_raw(Box::<HandleState>::default()).cast::<c_void>();
+    }
+    // SAFETY: as in `state`; the `&mut SATvm` makes this access exclusive.
+    unsafe { &mut *h.m_pPriv.cast::<HandleState>() }
 }
 
 struct GlobalHandle(UnsafeCell<SATvm>);

@@ -11,11 +11,13 @@
 
 mod handle;
 mod local;
+mod net;
 
 pub use handle::{
     lAttchTable, lInitSATvm, pCloneSATvm, pGetSATvm, vCloneFree, vHoldConnect, vHoldRelease, vTblDisconnect,
 };
 pub use local::{lCircleQueue, lDropTable, lPop, lPopup, lPush, lPushs, lTableQueue, lTvmDefField, lTvmDefQueue};
+pub use net::{lAsyPush, lAsyWait, lTvmConnect, lTvmPop, lTvmPopup, lTvmPush, lTvmShare, vTvmDisconnect};
 
 use crate::error::{CONDIT_IS_NIL, Error, SVR_EXCEPTION};
 use std::cell::Cell;

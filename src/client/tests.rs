@@ -1,0 +1,1 @@
+//! Unit tests of the client against fake servers (threads on loopback).

@@ -1,0 +1,365 @@
+//! The network calls of the C API (thin): lTvmConnect, lTvmPush, lTvmPop,
+//! lTvmPopup, lAsyPush, lAsyWait, lTvmShare, vTvmDisconnect, over
+//! [`crate::client`]. The handle's connection lives behind m_pPriv, looked
+//! at only by these calls.
+
+use super::handle::state_mut;
+use super::{CallResult, Fail, QUE_NORMAL, QUE_NOWAIT, SATvm, Uenum, call};
+use crate::client::{Addr, Client, PopWait};
+use crate::error::*;
+use std::ffi::{CStr, c_char, c_int, c_long, c_void};
+use std::time::Duration;
+
+/// The handle's client, or SERV_NOT_CONN.
+fn client(h: &mut SATvm) -> Result<&mut Client> {
+    if h.m_pPriv.is_null() {
+        return Err(Error::new(SERV_NOT_CONN, "call lTvmConnect first"));
+    }
+    state_mut(h).net.as_mut().ok_or_else(|| Error::new(SERV_NOT_CONN, "call lTvmConnect first"))
+}
+
+/// The bound record: `len` bytes at `ptr`.
+///
+/// # Safety
+/// A non-NULL `ptr` points to at least `len` readable bytes that stay valid
+/// and unchanged during the call (the C API's contract for the record
+/// bound with queueinit and friends).
+unsafe fn record<'a>(ptr: *const c_void, len: usize) -> Result<&'a [u8]> {
+    if ptr.is_null() || len == 0 {
+        return Err(Error::new(CONDIT_IS_NIL, "no record bound (pstVoid NULL or lSize 0)"));
+    }
+    // SAFETY: non-NULL, with len readable bytes by the caller's contract.
+    Ok(unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) })
+}
+
+/// Connects handle p to a server speaking the Redis protocol: tvmq serve, a
+/// redis-server or any node of a Redis Cluster (found out here; then every
+/// command goes to the node owning its queue, following MOVED and ASK).
+/// `ip`: a host name or address, or a unix socket path (starting with '/';
+/// `port` is then ignored). STVM's port is 5050.
+/// `timeout_secs` > 0 bounds the connection, each write and each reply
+/// (more exactly: each wait for reply bytes), except the blocking pops,
+/// which wait as long as they were asked to; 0 or less: no limit.
+/// The handle gets its own connection (pCloneSATvm never copies it; see
+/// lTvmShare to share one). A handle already connected is disconnected
+/// first (as vTvmDisconnect). The queue of each call is p->tblName, its key
+/// on the server its decimal id ("21"), each record one value of p->lSize
+/// bytes.
+/// After a network failure (SOCK_*) the handle stays connected in name:
+/// its next call connects again (and fails with SOCK_CONN_ERR while the
+/// server is away). A call in progress when the connection broke is never
+/// sent again.
+/// Errors: CONDIT_IS_NIL (NULL handle or ip, empty ip), SOCK_CONN_ERR
+/// (refused, unknown host, no socket file, bad port), SOCK_CONN_TMO (no
+/// answer within the timeout), SOCK_ERR_CRTE (no socket), SOCK_READ_TMO and
+/// the other SOCK_* codes (the server did not answer the first command).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lTvmConnect(p: *mut SATvm, ip: *mut c_char, port: c_long, timeout_secs: c_int) -> c_long {
+    let body = |h: &mut SATvm| {
+        if ip.is_null() {
+            return Err(Error::new(CONDIT_IS_NIL, "NULL ip").into());
+        }
+        // SAFETY: non-NULL; C callers pass a NUL-terminated string.
+        let ip = unsafe { CStr::from_ptr(ip) }.to_string_lossy().into_owned();
+        if ip.is_empty() {
+            return Err(Error::new(CONDIT_IS_NIL, "empty ip").into());
+        }
+        let addr = if ip.starts_with('/') {
+            Addr::Unix(ip.into())
+        } else {
+            let port = u16::try_from(port)
+                .ok()
+                .filter(|&p| p > 0)
+                .ok_or_else(|| Error::new(SOCK_CONN_ERR, format!("port {port} is not 1 to 65535")))?;
+            let host = ip.trim_start_matches('[').trim_end_matches(']').to_owned();
+            Addr::Tcp { host, port }
+        };
+        let timeout = u64::try_from(timeout_secs).ok().filter(|&s| s > 0).map(Duration::from_secs);
+        if let Some(old) = state_mut(h).net.take() {
+            let _ = old.close();
+        }
+        state_mut(h).net = Some(Client::connect(addr, timeout)?);
+        Ok(0)
+    };
+    // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
+    unsafe { call(p, body) }
+}
+
+/// Makes handle p use the connection of handle `src` (already connected):
+/// the commands of every handle sharing a connection are pipelined
+/// together (auto-pipelining), so that N threads doing synchronous calls
+/// cost about one round trip per batch instead of one each. Each handle
+/// still gets its own answers, errors and asynchronous window; blocking
+/// pops (lTvmPop QUE_NORMAL on an empty queue, lTvmPopup with secs > 0)
+/// wait on a connection of their handle's own, opened when first needed,
+/// so as not to hold up the others. p's own connection, if any, is closed
+/// first (as vTvmDisconnect). vTvmDisconnect(p) leaves `src` and the other
+/// sharers connected; the connection closes with its last handle.
+/// Threads: call it before p and src are used by other threads (it changes
+/// both); afterwards each thread uses its own handle as usual.
+/// Errors: CONDIT_IS_NIL (NULL p or src), SERV_NOT_CONN (src not connected).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lTvmShare(p: *mut SATvm, src: *mut SATvm) -> c_long {
+    let body = |h: &mut SATvm| {
+        if src.is_null() {
+            return Err(Error::new(CONDIT_IS_NIL, "NULL src").into());
+        }
+        if std::ptr::eq(src, &*h) {
+            return client(h).map(|_| 0).map_err(Fail::from);
+        }
+        // SAFETY: non-NULL and not p; C callers pass a handle made by
+        // pGetSATvm/pCloneSATvm that no other thread uses during this call.
+        let s = unsafe { &mut *src };
+        let shared = client(s)?.share();
+        if let Some(old) = state_mut(h).net.replace(shared) {
+            let _ = old.close();
+        }
+        Ok(0)
+    };
+    // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
+    unsafe { call(p, body) }
+}
+
+/// Closes handle p's connection, after waiting for the answers of its
+/// asynchronous pushes (as lAsyWait: when it returns, every record pushed
+/// with lAsyPush is in its queue, or m_lErrno / lGetTErrno() give the first
+/// failure and m_lEffect how many went in), and after putting back the
+/// values it kept (see lTvmPop). Later network calls give SERV_NOT_CONN
+/// until lTvmConnect. On a handle that never connected (a handle that made
+/// only local calls, NULL) it does nothing else: the handle stays usable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn vTvmDisconnect(p: *mut SATvm) {
+    let body = |h: &mut SATvm| {
+        if h.m_pPriv.is_null() {
+            return Ok(0);
+        }
+        let Some(c) = state_mut(h).net.take() else { return Ok(0) };
+        match c.close() {
+            (n, None) => Ok(n),
+            (n, Some(error)) => Err(Fail { error, effect: n }),
+        }
+    };
+    // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
+    unsafe { call(p, body) };
+}
+
+/// As lPush, on the server: appends the p->lSize bytes at p->pstVoid to
+/// queue p->tblName (RPUSH) and waits for the answer (up to the timeout of
+/// lTvmConnect). m_lEffect = 1 on success.
+/// A push whose connection broke before its answer came fails with a SOCK_*
+/// code and may or may not be in the queue; it is never sent again.
+/// Errors: CONDIT_IS_NIL, SERV_NOT_CONN (not connected), the SOCK_* codes
+/// (SOCK_CONN_ERR: reconnecting failed; SOCK_READ_TMO: no answer within the
+/// timeout; SOCK_IO_RESET: the server closed the connection; SOCK_SEND_TMO,
+/// SOCK_SEND_ERR, SOCK_READ_ERR; SOCK_COM_EXCP: a reply that makes no sense),
+/// and the server's: DATA_SPC_FULL, RECD_TOO_LONG, TBL_NOT_FOUND (tvmq serve),
+/// SVR_EXCEPTION (any other error reply, e.g. Redis's WRONGTYPE or OOM).
+/// Threads: one handle per thread (or shared connections: lTvmShare).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lTvmPush(p: *mut SATvm) -> c_long {
+    let body = |h: &mut SATvm| {
+        let t = h.tblName;
+        // SAFETY: the caller bound pstVoid to lSize bytes (queueinit and friends).
+        let rec = unsafe { record(h.pstVoid, h.lSize) }?;
+        client(h)?.push(t, rec)?;
+        Ok(1)
+    };
+    // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
+    unsafe { call(p, body) }
+}
+
+/// As lPop, on the server: removes the oldest record of queue p->tblName
+/// into `out` (p->lSize bytes; a shorter record is followed by zero bytes).
+/// QUE_NOWAIT: NO_DATA_FOUND at once when empty (LPOP). QUE_NORMAL: waits
+/// until a record comes, however long (BLPOP with no timeout; the timeout of
+/// lTvmConnect does not apply). m_lEffect = 1 on success.
+/// A record longer than p->lSize is never cut and never lost: the call
+/// fails with RECD_TOO_LONG and the handle keeps the record; the next
+/// lTvmPop / lTvmPopup of that queue on this handle with an lSize big
+/// enough returns it first. vTvmDisconnect (and vCloneFree) put such kept
+/// records back: at the head of the list on Redis (LPUSH, in their order),
+/// at the tail on tvmq serve (its queues are FIFO at both ends).
+/// Errors: CONDIT_IS_NIL (NULL out), NOT_SUPPT_OPT (other wait flag),
+/// RECD_TOO_LONG (also with lSize 0: nothing is taken), NO_DATA_FOUND,
+/// SHM_ERR_EIDRM (tvmq serve: dropped while waiting), and those of lTvmPush.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lTvmPop(p: *mut SATvm, out: *mut c_void, wait: Uenum) -> c_long {
+    let body = |h: &mut SATvm| {
+        if out.is_null() {
+            return Err(Error::new(CONDIT_IS_NIL, "NULL output buffer").into());
+        }
+        let wait = match wait {
+            QUE_NORMAL => PopWait::Forever,
+            QUE_NOWAIT => PopWait::NoWait,
+            other => {
+                return Err(
+                    Error::new(NOT_SUPPT_OPT, format!("wait flag {other}: use QUE_NORMAL or QUE_NOWAIT")).into()
+                );
+            }
+        };
+        let (t, len) = (h.tblName, h.lSize);
+        let c = client(h)?;
+        if len == 0 {
+            return Err(Error::new(RECD_TOO_LONG, "lSize 0").into());
+        }
+        // SAFETY: the caller provides `out` with at least p->lSize writable bytes.
+        let buf = unsafe { std::slice::from_raw_parts_mut(out.cast::<u8>(), len) };
+        c.pop(t, buf, wait)?;
+        Ok(1)
+    };
+    // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
+    unsafe { call(p, body) }
+}
+
+/// A growing malloc'd array of records, handed to C (freed with free()).
+struct MallocArray {
+    ptr: *mut u8,
+    cap: usize,
+    len: usize,
+    each: usize,
+}
+
+impl MallocArray {
+    /// Appends one record (`rec`, at most `each` bytes, zero-filled up to it).
+    fn push(&mut self, rec: &[u8]) -> Result<()> {
+        if self.len == self.cap {
+            let cap = (self.cap * 2).max(16);
+            let bytes = cap.checked_mul(self.each).ok_or_else(|| Error::new(MALLC_MEM_ERR, "array size overflows"))?;
+            // SAFETY: realloc of NULL or of our own malloc'd block.
+            let ptr = unsafe { libc::realloc(self.ptr.cast::<c_void>(), bytes) }.cast::<u8>();
+            if ptr.is_null() {
+                return Err(Error::new(MALLC_MEM_ERR, format!("cannot allocate {bytes} bytes")));
+            }
+            self.ptr = ptr;
+            self.cap = cap;
+        }
+        // SAFETY: len < cap, and the block holds cap * each bytes.
+        let slot = unsafe { std::slice::from_raw_parts_mut(self.ptr.add(self.len * self.each), self.each) };
+        let n = rec.len().min(self.each);
+        slot[..n].copy_from_slice(&rec[..n]);
+        slot[n..].fill(0);
+        self.len += 1;
+        Ok(())
+    }
+
+    fn into_raw(self) -> *mut c_void {
+        let p = self.ptr.cast::<c_void>();
+        std::mem::forget(self);
+        p
+    }
+}
+
+impl Drop for MallocArray {
+    fn drop(&mut self) {
+        // SAFETY: NULL or our own malloc'd block.
+        unsafe { libc::free(self.ptr.cast::<c_void>()) };
+    }
+}
+
+/// As lPopup, on the server: pops up to `expect` records of queue
+/// p->tblName into a new malloc'd array (`*out`, p->lSize bytes per record,
+/// zero-filled after shorter ones; free it with free() or TFree).
+/// secs > 0: waits up to secs seconds in total for `expect` records (BLPOP
+/// with the time left when the queue is empty). secs == 0: takes what is
+/// there (LPOP with a count), without waiting.
+/// Returns RC_SUCC with `expect` records, or (secs == 0) with at least one.
+/// RC_FAIL with MQUE_WAIT_TMO: timed out with some (`*out_n` = m_lEffect =
+/// count, array valid). RC_FAIL with NO_DATA_FOUND: none (`*out` = NULL).
+/// A record longer than p->lSize stops the call with RECD_TOO_LONG (the
+/// records before it are returned; it and those popped after it are kept
+/// by the handle, as lTvmPop says). Any other error after some records also
+/// returns them in `*out`.
+/// Errors also: CONDIT_IS_NIL (NULL pointers, expect 0, secs < 0),
+/// RECD_TOO_LONG (lSize 0), MALLC_MEM_ERR, and those of lTvmPush.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lTvmPopup(
+    p: *mut SATvm,
+    expect: usize,
+    secs: libc::time_t,
+    out_n: *mut usize,
+    out: *mut *mut c_void,
+) -> c_long {
+    let body = |h: &mut SATvm| {
+        if out_n.is_null() || out.is_null() {
+            return Err(Error::new(CONDIT_IS_NIL, "NULL out_n or out").into());
+        }
+        // SAFETY: both checked non-NULL; the caller provides them writable.
+        unsafe {
+            *out = std::ptr::null_mut();
+            *out_n = 0;
+        }
+        if expect == 0 || secs < 0 {
+            return Err(Error::new(CONDIT_IS_NIL, "expect must be >= 1 and secs >= 0").into());
+        }
+        let (t, each) = (h.tblName, h.lSize);
+        let c = client(h)?;
+        if each == 0 {
+            return Err(Error::new(RECD_TOO_LONG, "lSize 0").into());
+        }
+        let mut array = MallocArray { ptr: std::ptr::null_mut(), cap: 0, len: 0, each };
+        let (n, stop) = c.popup(t, each, expect, secs as u64, &mut |rec| array.push(rec));
+        if n > 0 {
+            // SAFETY: checked non-NULL above.
+            unsafe {
+                *out_n = n;
+                *out = array.into_raw();
+            }
+        }
+        match stop {
+            None => Ok(n),
+            Some(e) if n > 0 && secs == 0 && e.code() == NO_DATA_FOUND => Ok(n),
+            Some(e) if n == 0 && e.code() == MQUE_WAIT_TMO => Err(Error::code_only(NO_DATA_FOUND).into()),
+            Some(error) => Err(Fail { error, effect: n }),
+        }
+    };
+    // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
+    unsafe { call(p, body) }
+}
+
+/// Pushes the record bound to p (as lTvmPush) without waiting for the
+/// answer: RC_SUCC means it is on its way (m_lEffect = 1). Records wait in
+/// the handle until about 64 KB of them are there, the window is full, or
+/// another call of the handle (lTvmPush, lTvmPop, lAsyWait, vTvmDisconnect)
+/// sends them; their order is kept. At most 1,024 pushes of a handle are
+/// unanswered at a time: the next one waits for answers. No failure is
+/// dropped: lAsyWait (or vTvmDisconnect) reports the first one; until then,
+/// lAsyPush fails at once with that code and sends nothing.
+/// Call lAsyWait or vTvmDisconnect before the program exits, or the records
+/// still in the handle are not sent.
+/// Errors: CONDIT_IS_NIL, SERV_NOT_CONN, the first failure of an earlier
+/// asynchronous push (any code lTvmPush gives), SOCK_CONN_ERR (reconnecting
+/// failed).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lAsyPush(p: *mut SATvm) -> c_long {
+    let body = |h: &mut SATvm| {
+        let t = h.tblName;
+        // SAFETY: the caller bound pstVoid to lSize bytes (queueinit and friends).
+        let rec = unsafe { record(h.pstVoid, h.lSize) }?;
+        client(h)?.push_async(t, rec)?;
+        Ok(1)
+    };
+    // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
+    unsafe { call(p, body) }
+}
+
+/// Sends what lAsyPush left in the handle and waits for the answer of every
+/// asynchronous push of handle p. RC_SUCC: every record pushed with
+/// lAsyPush since the last lAsyWait is in its queue; m_lEffect = how many.
+/// RC_FAIL: m_lErrno is the first failure (a server error such as
+/// DATA_SPC_FULL, or a SOCK_* code), m_lEffect how many records went in
+/// (pushes after a failed one may have gone in and are counted). When the
+/// connection broke, the records whose answer had not come may or may not
+/// be in the queue (they are not counted, and never sent again). Either way
+/// the handle is ready for more asynchronous pushes.
+/// Errors: CONDIT_IS_NIL, SERV_NOT_CONN, and those of lTvmPush.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lAsyWait(p: *mut SATvm) -> c_long {
+    let body = |h: &mut SATvm| -> CallResult {
+        match client(h)?.wait_async() {
+            (n, None) => Ok(n),
+            (n, Some(error)) => Err(Fail { error, effect: n }),
+        }
+    };
+    // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
+    unsafe { call(p, body) }
+}
