@@ -15,7 +15,7 @@ LINK     := -I include -L $(LIBDIR) -ltvm -lpthread -Wl,-rpath,$(LIBDIR)
 ROWS     ?= 4000000
 THREADS  ?= 1 2 4 10
 
-.PHONY: all build run test lint header test-rust test-c examples seed bench bench-drivers bench-smoke loom soak clean install uninstall test-install
+.PHONY: all build run test lint header test-rust test-c examples seed bench bench-drivers bench-smoke loom soak clean install uninstall test-install test-python
 
 all: build
 
@@ -34,7 +34,7 @@ run: seed
 	@TVMQ=$(TVMQ) SEEDBIN=$(SEEDBIN) ROWS=$(ROWS) THREADS="$(THREADS)" bash scripts/run.sh
 
 # Everything CI checks.
-test: build lint header test-rust test-c examples test-install bench-smoke
+test: build lint header test-rust test-c examples test-python test-install bench-smoke
 
 lint:
 	$(CARGO) fmt --check
@@ -53,14 +53,13 @@ test-rust:
 test-c: seed
 	@LIBDIR=$(LIBDIR) SEED=$(SEED) SEEDBIN=$(SEEDBIN) TVMQ=$(TVMQ) bash c-tests/run.sh
 
-# The examples must keep working: build and run each.
+# The examples must keep working: build and run each (scripts/examples.sh).
 examples: build
-	@mkdir -p target/examples
-	gcc $(CFLAGS) -Werror -o target/examples/queue_demo examples/c/queue_demo.c $(LINK)
-	@d=$$(mktemp -d /dev/shm/tvmq-examples.XXXXXX); \
-	TVMDBD=$$d target/examples/queue_demo && \
-	TVMDBD=$$d python3 examples/python/tvmq_ctypes.py $(LIBDIR)/libtvm.so && \
-	$(CARGO) run -q --release -p tvmq --example basic; rc=$$?; rm -rf $$d; exit $$rc
+	@bash scripts/examples.sh
+
+# The Python package, installed with pip into a virtual environment, and its tests.
+test-python: examples
+	@bash scripts/test-python.sh
 
 bench-drivers: build
 	@mkdir -p $(BENCHBIN)

@@ -463,6 +463,17 @@ long lPopup(struct SATvm *p, size_t expect, time_t secs, size_t *out_n, void **o
 long lPushs(struct SATvm *p, size_t *n, void **records);
 
 /**
+ * Describes queue t (attaching it on first use), for tools and bindings:
+ * its record size, its exact capacity, and how many records it holds now
+ * (a snapshot: other threads and processes push and pop meanwhile). Any of
+ * the three pointers may be NULL. m_lEffect = 1 on success. Thread-safe
+ * (one handle per thread). A tvmq addition, not in STVM.
+ * Errors: CONDIT_IS_NIL (NULL handle), TBL_NOT_FOUND, SHM_ERR_ACCES,
+ * SHM_ERR_INVAL / VER_NOT_MATCH (not a valid queue file), SHM_ERR_EIDRM.
+ */
+long lQueueInfo(struct SATvm *p, TABLE t, size_t *record_size, size_t *capacity, size_t *depth);
+
+/**
  * Connects handle p to a server speaking the Redis protocol: tvmq serve, a
  * redis-server or any node of a Redis Cluster (found out here; then every
  * command goes to the node owning its queue, following MOVED and ASK).

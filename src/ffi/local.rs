@@ -406,3 +406,38 @@ pub unsafe extern "C" fn lPushs(p: *mut SATvm, n: *mut usize, records: *mut *mut
     // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
     unsafe { call(p, body) }
 }
+
+/// Describes queue t (attaching it on first use), for tools and bindings:
+/// its record size, its exact capacity, and how many records it holds now
+/// (a snapshot: other threads and processes push and pop meanwhile). Any of
+/// the three pointers may be NULL. m_lEffect = 1 on success. Thread-safe
+/// (one handle per thread). A tvmq addition, not in STVM.
+/// Errors: CONDIT_IS_NIL (NULL handle), TBL_NOT_FOUND, SHM_ERR_ACCES,
+/// SHM_ERR_INVAL / VER_NOT_MATCH (not a valid queue file), SHM_ERR_EIDRM.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lQueueInfo(
+    p: *mut SATvm,
+    t: TABLE,
+    record_size: *mut usize,
+    capacity: *mut usize,
+    depth: *mut usize,
+) -> c_long {
+    let body = |h: &mut SATvm| {
+        let (t, newly) = (t, &mut false);
+        let r = with_queue(t, || *newly = true, |q| Ok((q.record_size(), q.capacity(), q.depth())));
+        if *newly {
+            state(h).note_attached(t);
+        }
+        let (size, cap, now) = r?;
+        for (ptr, v) in [(record_size, size), (capacity, cap as usize), (depth, now as usize)] {
+            // SAFETY: each pointer is NULL (skipped) or, by the caller's
+            // contract, points to a writable size_t.
+            if let Some(out) = unsafe { ptr.as_mut() } {
+                *out = v;
+            }
+        }
+        Ok(1)
+    };
+    // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
+    unsafe { call(p, body) }
+}

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# `make test-python`: installs the Python package (python/) into a virtual
+# environment with pip, as a user would, and runs its pytest suite against
+# this build's libtvm.so, with the C examples as the other processes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=$PWD/target/py
+[ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+"$VENV/bin/pip" install -q --disable-pip-version-check pytest
+"$VENV/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps ./python
+rm -rf python/build python/*.egg-info
+export TVMQ_LIB=$PWD/target/release/libtvm.so TVMQ_EXAMPLES_BIN=$PWD/target/examples TVMQ_BIN=$PWD/target/release/tvmq
+cd target   # import the installed package, not the source tree
+"$VENV/bin/python" -m pytest -q -p no:cacheprovider ../python/tests
