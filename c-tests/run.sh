@@ -14,7 +14,11 @@
 #    processes (test_mt.c), no futex wake when nobody sleeps (test_wake.c),
 #    NULL and garbage arguments to every function and queue files corrupted
 #    while attached (test_hostile.c).
-# 4. security: file permissions with a second user (security.sh; needs
+# 4. network: the lTvm* calls (test_net.c), the seeds' network twins
+#    (net_push.c, net_pop.c) and a Redis Cluster (net_cluster.sh), against a
+#    redis-server started here ($REDIS_SERVER, $REDIS_CLI: found on PATH)
+#    and against `$TVMQ serve`.
+# 5. security: file permissions with a second user (security.sh; needs
 #    root, else one SKIP line, counted in the summary).
 #
 # Every test gets its own fresh $TVMDBD under /dev/shm, removed afterwards.
@@ -270,6 +274,124 @@ for prog in test_api test_mt test_wake test_hostile; do
         run_test "$prog.$t" t_api "$prog" "$t"
     done
 done
+
+# ---------------------------------------------------------------------------
+# 4. Network: the lTvm* calls against a redis-server started here (and
+#    stopped, whatever happens: its pid is in $PIDFILE) and against tvmq
+#    serve: the seeds' network twins (net_push.c, net_pop.c: every record
+#    exactly once, per-producer order) and every call and error code
+#    (test_net.c, with fake servers of its own).
+# ---------------------------------------------------------------------------
+NET_ROWS=${NET_ROWS:-20000}          # records of a synchronous twin run
+NET_ASYNC_ROWS=${NET_ASYNC_ROWS:-100000}
+REDIS_SERVER=${REDIS_SERVER:-$(command -v redis-server)}
+REDIS_CLI=${REDIS_CLI:-$(command -v redis-cli)}
+export REDIS_SERVER REDIS_CLI
+
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+# wait_ping PORT: until the server on PORT answers PING (5 s at most).
+wait_ping() {
+    local i
+    for i in $(seq 100); do
+        [ "$("$REDIS_CLI" -p "$1" ping 2>/dev/null)" = PONG ] && return 0
+        sleep 0.05
+    done
+    return 1
+}
+
+# net_len PORT: length of queue 21 (LLEN answers on both servers).
+net_len() { "$REDIS_CLI" -p "$1" llen 21; }
+
+# t_net_twin PORT HOST PUSHMODE POPMODE THREADS ROWS: net_push then net_pop
+# with THREADS threads; the queue holds ROWS records between them, none after.
+t_net_twin() {
+    local port=$1 host=$2 pm=$3 cm=$4 n=$5 rows=$6 len
+    len=$(net_len "$port")
+    [ "$len" = 0 ] || fail "queue 21 holds $len records before the test" || return 1
+    run_bounded "$OUT/net_push" "$host" "$port" "$n" "$rows" "$pm" || fail "net_push $n $rows $pm failed (status $?)" || return 1
+    len=$(net_len "$port")
+    [ "$len" = "$rows" ] || fail "after net_push $n $rows $pm: $len records, want $rows" || return 1
+    run_bounded "$OUT/net_pop" "$host" "$port" "$n" "$rows" "$n" "$cm" || fail "net_pop $n $rows $cm failed (status $?)" || return 1
+    len=$(net_len "$port")
+    [ "$len" = 0 ] || fail "after net_pop $n $rows $cm: $len records left"
+}
+
+# run_net_twins LABEL PORT SOCKET: the twins against the server on PORT.
+run_net_twins() {
+    local label=$1 port=$2 sock=$3 n
+    for n in 1 2 4 10; do
+        run_test "net_${label}_push_pop_${n}_threads" t_net_twin "$port" 127.0.0.1 sync normal "$n" "$NET_ROWS"
+        run_test "net_${label}_async_push_popup_${n}_threads" t_net_twin "$port" 127.0.0.1 async popup "$n" "$NET_ASYNC_ROWS"
+    done
+    run_test "net_${label}_shared_connection_10_threads" t_net_twin "$port" 127.0.0.1 shared shared 10 "$NET_ROWS"
+    run_test "net_${label}_unix_socket_nowait_2_threads" t_net_twin "$port" "$sock" sync nowait 2 "$NET_ROWS"
+}
+
+echo "== network: redis-server"
+NETDIR=$(mktemp -d /tmp/tvmq-ctests-net.XXXXXX)
+TMPDIRS+=("$NETDIR")
+if [ -z "$REDIS_SERVER" ] || [ -z "$REDIS_CLI" ]; then
+    echo "FAIL  network  (redis-server and redis-cli are needed: apt-get install redis-server redis-tools)"
+    FAILED=$((FAILED + 1))
+    FAILED_NAMES+=(network)
+else
+    REDIS_PORT=$(free_port)
+    REDIS_SOCK=$NETDIR/redis.sock
+    "$REDIS_SERVER" --port "$REDIS_PORT" --bind 127.0.0.1 --unixsocket "$REDIS_SOCK" --unixsocketperm 700 \
+        --save '' --appendonly no --daemonize no --dir "$NETDIR" >"$NETDIR/redis.log" 2>&1 &
+    REDIS_PID=$!
+    echo "$REDIS_PID" >>"$PIDFILE"
+    export REDIS_PORT REDIS_SOCK
+    if ! wait_ping "$REDIS_PORT"; then
+        echo "FAIL  network_redis_start  (redis-server did not answer: $(tail -3 "$NETDIR/redis.log"))"
+        FAILED=$((FAILED + 1))
+        FAILED_NAMES+=(network_redis_start)
+    else
+        for prog in net_push net_pop test_net; do
+            if ! build_prog "$prog" >"$LOGDIR/build-$prog.log" 2>&1; then
+                echo "FAIL  build_$prog"
+                sed -e 's/^/      | /' "$LOGDIR/build-$prog.log" | head -n 40
+                FAILED=$((FAILED + 1))
+                FAILED_NAMES+=("build_$prog")
+            fi
+        done
+        if [ -x "$OUT/net_push" ] && [ -x "$OUT/net_pop" ]; then
+            run_net_twins redis "$REDIS_PORT" "$REDIS_SOCK"
+        fi
+        if [ -x "$OUT/test_net" ]; then
+            for t in $("$OUT/test_net" --list); do
+                run_test "test_net.$t" t_api test_net "$t"
+            done
+        fi
+    fi
+    kill -KILL "$REDIS_PID" 2>/dev/null
+    wait "$REDIS_PID" 2>/dev/null
+fi
+
+# tvmq serve, once it is built (it is being written alongside the client).
+echo "== network: tvmq serve"
+if ! "$TVMQ" serve --help >/dev/null 2>&1; then
+    echo "SKIP  network_tvmq_serve  ($TVMQ serve is not built yet)"
+    SKIPPED=$((SKIPPED + 1))
+elif [ -x "$OUT/net_push" ] && [ -x "$OUT/net_pop" ]; then
+    TVMQ_PORT=$(free_port)
+    TVMQ_SOCK=$NETDIR/tvmq.sock
+    mkdir -p "$NETDIR/queues"
+    "$TVMQ" serve --port "$TVMQ_PORT" --unixsocket "$TVMQ_SOCK" --dir "$NETDIR/queues" \
+        --auto-create "$((NET_ASYNC_ROWS * 2))x304" >"$NETDIR/tvmq.log" 2>&1 &
+    TVMQ_PID=$!
+    echo "$TVMQ_PID" >>"$PIDFILE"
+    if ! wait_ping "$TVMQ_PORT"; then
+        echo "FAIL  network_tvmq_serve_start  (tvmq serve did not answer: $(tail -3 "$NETDIR/tvmq.log"))"
+        FAILED=$((FAILED + 1))
+        FAILED_NAMES+=(network_tvmq_serve_start)
+    else
+        run_net_twins tvmq "$TVMQ_PORT" "$TVMQ_SOCK"
+    fi
+    kill -TERM "$TVMQ_PID" 2>/dev/null
+    wait "$TVMQ_PID" 2>/dev/null
+fi
 
 # security.sh prints run.sh's PASS/FAIL lines itself (or one SKIP line when
 # not root): they are shown and counted here. It switches users and may wait
