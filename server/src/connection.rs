@@ -289,10 +289,12 @@ async fn wait_blocked<S: Stream>(
     out: &mut Vec<u8>,
     pool: &Pool,
 ) -> Result<(), End> {
-    shared.stats.blocked.fetch_add(1, Ordering::Relaxed);
-    let _unblock = Unblock(shared);
     let proto = client.proto;
     let deadline = b.deadline.map(tokio::time::Instant::from_std);
+    // Counted once on the lists (blocked_clients, and what tests wait for).
+    b.register(shared);
+    shared.stats.blocked.fetch_add(1, Ordering::Relaxed);
+    let _unblock = Unblock(shared);
     loop {
         b.register(shared);
         if b.try_pop(proto, out) {

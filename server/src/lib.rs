@@ -133,7 +133,7 @@ impl Server {
 
     /// Clients blocked in BLPOP/BRPOP now.
     pub fn blocked_clients(&self) -> usize {
-        self.shared.waiters.waiting()
+        self.shared.stats.blocked.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Connections open now.

@@ -138,11 +138,6 @@ impl Waiters {
         while WaitList::wake_oldest(inner) {}
     }
 
-    /// Clients waiting now, on every queue.
-    pub fn waiting(&self) -> usize {
-        self.lists.lock().values().map(|l| l.inner.lock().waiting.len()).sum()
-    }
-
     /// Wakes every blocked client (the server stops).
     pub fn wake_everyone(&self) {
         let lists: Vec<_> = self.lists.lock().values().cloned().collect();

@@ -1,0 +1,262 @@
+//! Helpers of the server's tests: a fresh queue directory, a server in this
+//! process or in a child process (this test binary, re-executed), a small
+//! RESP client, redis-cli.
+#![allow(dead_code)]
+
+#[path = "../../../src/test_support.rs"]
+mod support;
+
+pub use support::*;
+
+use clap::Parser;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+use tvmq_server::{ServeArgs, Server};
+
+/// A server in this process on a free loopback port, `extra` options on top.
+pub fn start(dir: &TempDir, extra: &[&str]) -> Server {
+    Server::start(dir.path(), &args(extra)).expect("server starts")
+}
+
+/// `tvmq serve` options parsed as the command line does, with `--port 0`
+/// and two worker threads before `extra`.
+pub fn args(extra: &[&str]) -> ServeArgs {
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+    let mut all = vec!["serve", "--port", "0", "--threads", "2"];
+    all.extend_from_slice(extra);
+    Cli::try_parse_from(all).expect("valid options").serve
+}
+
+/// A server in a child process: this test binary running [`server_child`].
+pub struct ChildServer {
+    pub child: Child,
+    pub addr: SocketAddr,
+}
+
+impl ChildServer {
+    /// Starts it and waits for its "listening on" line.
+    pub fn start(dir: &TempDir, extra: &[&str]) -> ChildServer {
+        let mut cmd = child_test("common::server_child");
+        cmd.env("TVMQ_TEST_DIR", dir.path())
+            .env("TVMQ_TEST_ARGS", extra.join("\u{1f}"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        let mut child = cmd.spawn().expect("start the server child");
+        let stdout = child.stdout.take().expect("its stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(rest) = line.split("listening on ").nth(1) {
+                    let addr = rest.split([' ', ';']).next().unwrap_or("").to_string();
+                    let _ = tx.send(addr);
+                }
+            }
+        });
+        let addr = rx.recv_timeout(Duration::from_secs(20)).expect("the server child says where it listens");
+        ChildServer { child, addr: addr.parse().expect("a socket address") }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Resident memory of the server, in KiB.
+    pub fn rss_kib(&self) -> u64 {
+        rss_kib(self.pid())
+    }
+
+    /// Sends `sig`, waits for the exit (at most `limit`), returns the status code.
+    pub fn signal_and_wait(&mut self, sig: i32, limit: Duration) -> Option<i32> {
+        let _ = Command::new("kill").arg(format!("-{sig}")).arg(self.pid().to_string()).status();
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status.code();
+            }
+            assert!(Instant::now() < deadline, "the server did not stop within {limit:?}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for ChildServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// VmRSS of process `pid`, in KiB.
+pub fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The server of [`ChildServer`]: `tvmq serve` as the CLI runs it (signals
+/// included), with the options of its parent.
+#[test]
+#[ignore = "a child process of the server tests"]
+fn server_child() {
+    let dir = child_env("TVMQ_TEST_DIR");
+    let extra = child_env("TVMQ_TEST_ARGS");
+    let extra: Vec<&str> = extra.split('\u{1f}').filter(|s| !s.is_empty()).collect();
+    tvmq_server::run(Path::new(&dir), &args(&extra)).expect("the server runs");
+}
+
+/// A reply, owned, for assertions.
+#[derive(Clone, Debug, PartialEq)]
+pub enum V {
+    Simple(String),
+    Err(String),
+    Int(i64),
+    Bulk(Vec<u8>),
+    Nil,
+    Arr(Vec<V>),
+    /// A RESP3 map, its pairs flattened.
+    Map(Vec<V>),
+    Other(String),
+}
+
+impl V {
+    pub fn bulk(s: &[u8]) -> V {
+        V::Bulk(s.to_vec())
+    }
+
+    pub fn err_text(&self) -> &str {
+        match self {
+            V::Err(e) => e,
+            other => panic!("expected an error, got {other:?}"),
+        }
+    }
+
+    fn from(r: &resp::Reply<'_>) -> V {
+        use resp::Reply as R;
+        match r {
+            R::Simple(s) => V::Simple(String::from_utf8_lossy(s).into_owned()),
+            R::Error(s) | R::BlobError(s) => V::Err(String::from_utf8_lossy(s).into_owned()),
+            R::Integer(i) => V::Int(*i),
+            R::Bulk(b) => V::Bulk(b.to_vec()),
+            R::Verbatim { text, .. } => V::Bulk(text.to_vec()),
+            R::Null => V::Nil,
+            R::Array(a) | R::Set(a) | R::Push(a) => V::Arr(a.iter().map(V::from).collect()),
+            R::Map(m) => V::Map(m.iter().flat_map(|(k, v)| [V::from(k), V::from(v)]).collect()),
+            other => V::Other(format!("{other:?}")),
+        }
+    }
+}
+
+/// A raw RESP connection.
+pub struct Conn {
+    pub s: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Conn {
+    pub fn connect(addr: SocketAddr) -> Conn {
+        let s = TcpStream::connect(addr).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        s.set_nodelay(true).unwrap();
+        Conn { s, buf: Vec::new() }
+    }
+
+    pub fn send(&mut self, args: &[&[u8]]) {
+        let mut out = Vec::new();
+        resp::command(&mut out, args);
+        self.s.write_all(&out).expect("send");
+    }
+
+    pub fn send_raw(&mut self, bytes: &[u8]) {
+        self.s.write_all(bytes).expect("send");
+    }
+
+    /// The next reply (panics on EOF or after the read timeout).
+    pub fn read(&mut self) -> V {
+        self.try_read().expect("a reply")
+    }
+
+    /// The next reply, or None at EOF (or a reset).
+    pub fn try_read(&mut self) -> Option<V> {
+        loop {
+            if let Some((r, used)) = resp::parse_reply(&self.buf, &resp::Limits::default()).expect("a valid reply") {
+                let v = V::from(&r);
+                self.buf.drain(..used);
+                return Some(v);
+            }
+            let mut chunk = [0u8; 65536];
+            match self.s.read(&mut chunk) {
+                Ok(0) => return None,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return None,
+                Err(e) => panic!("read: {e}"),
+            }
+        }
+    }
+
+    pub fn cmd(&mut self, args: &[&[u8]]) -> V {
+        self.send(args);
+        self.read()
+    }
+
+    /// Is the connection closed by the server (EOF within `limit`)?
+    pub fn closed_within(&mut self, limit: Duration) -> bool {
+        self.s.set_read_timeout(Some(limit)).unwrap();
+        let mut chunk = [0u8; 4096];
+        let deadline = Instant::now() + limit;
+        loop {
+            match self.s.read(&mut chunk) {
+                Ok(0) => return true,
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+                Err(_) => return false,
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+        }
+    }
+}
+
+/// Runs redis-cli with `args` against `addr`; its output.
+pub fn redis_cli(addr: SocketAddr, args: &[&str]) -> Output {
+    Command::new("redis-cli")
+        .args(["-h", &addr.ip().to_string(), "-p", &addr.port().to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli runs (apt-get install redis-tools)")
+}
+
+/// redis-cli's stdout, trimmed.
+pub fn cli(addr: SocketAddr, args: &[&str]) -> String {
+    let out = redis_cli(addr, args);
+    assert!(out.status.success(), "redis-cli {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim_end().to_string()
+}
+
+/// Creates queue `id` (named `name`) of `rows` records of `size` bytes.
+pub fn create(dir: &TempDir, id: u32, name: &str, rows: u64, size: u64) {
+    let mut spec = tvm::Spec::new(rows, size);
+    spec.name = name.into();
+    tvm::Queue::create(dir.path(), id, &spec).expect("create the queue");
+}
+
+/// Waits until `f` is true, at most `limit`.
+#[track_caller]
+pub fn wait_until(limit: Duration, what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
