@@ -328,6 +328,133 @@ run_net_twins() {
     run_test "net_${label}_unix_socket_nowait_2_threads" t_net_twin "$port" "$sock" sync nowait 2 "$NET_ROWS"
 }
 
+# A port P for a cluster node: P and its cluster bus port P + 10000 both free.
+cluster_port() {
+    python3 - <<'PY'
+import random, socket
+for _ in range(500):
+    p = random.randint(20000, 29999)
+    try:
+        for q in (p, p + 10000):
+            s = socket.socket()
+            s.bind(("127.0.0.1", q))
+            s.close()
+    except OSError:
+        continue
+    print(p)
+    break
+PY
+}
+
+# slot_nodes PORT SLOT: "owner_id owner_port other_id other_port" of SLOT (the
+# other: the next master after the owner), from node PORT's CLUSTER NODES.
+slot_nodes() {
+    "$REDIS_CLI" -p "$1" cluster nodes | python3 -c '
+import sys
+slot = int(sys.argv[1])
+masters = []
+for line in sys.stdin:
+    f = line.split()
+    if len(f) < 8 or "master" not in f[2]:
+        continue
+    port = f[1].split("@")[0].rsplit(":", 1)[1]
+    owns = False
+    for r in f[8:]:
+        if r.startswith("["):
+            continue
+        a, _, b = r.partition("-")
+        owns |= int(a) <= slot <= int(b or a)
+    masters.append((f[0], port, owns))
+masters.sort(key=lambda m: m[1])
+i = [m[2] for m in masters].index(True)
+o = masters[(i + 1) % len(masters)]
+print(masters[i][0], masters[i][1], o[0], o[1])' "$2"
+}
+
+# migrate_slot PORTS... KEY: moves KEY's slot to the next master, as
+# redis-cli --cluster reshard does: IMPORTING on the target, MIGRATING on
+# the source, MIGRATE of its keys in batches, then SETSLOT NODE everywhere.
+migrate_slot() {
+    local key=${*: -1} ports=("${@:1:$#-1}") slot src_id src dst_id dst keys p
+    slot=$("$REDIS_CLI" -p "${ports[0]}" cluster keyslot "$key")
+    read -r src_id src dst_id dst < <(slot_nodes "${ports[0]}" "$slot")
+    [ -n "$dst" ] || fail "no owner found for slot $slot" || return 1
+    echo "moving slot $slot (key $key) from :$src to :$dst"
+    [ "$("$REDIS_CLI" -p "$dst" cluster setslot "$slot" importing "$src_id")" = OK ] || fail "IMPORTING failed" || return 1
+    [ "$("$REDIS_CLI" -p "$src" cluster setslot "$slot" migrating "$dst_id")" = OK ] || fail "MIGRATING failed" || return 1
+    while keys=$("$REDIS_CLI" -p "$src" cluster getkeysinslot "$slot" 100) && [ -n "$keys" ]; do
+        # shellcheck disable=SC2086 # one word per key
+        "$REDIS_CLI" -p "$src" migrate 127.0.0.1 "$dst" "" 0 5000 keys $keys >/dev/null || fail "MIGRATE failed" || return 1
+    done
+    for p in "$dst" "$src" "${ports[@]}"; do
+        "$REDIS_CLI" -p "$p" cluster setslot "$slot" node "$dst_id" >/dev/null
+    done
+}
+
+# A Redis Cluster of 3 masters on loopback: queues 21 to 28 pushed and
+# popped through one lTvmConnect to the first node (counts checked with
+# redis-cli -c, keys spread over the nodes); then queue 21's slot migrated
+# twice while records are pushed and popped: none lost, none twice, order kept.
+t_net_cluster() {
+    local dir=$NETDIR/cluster ports=() pids=() p i q len spread=0 stop rc
+    trap 'kill -KILL "${pids[@]}" 2>/dev/null' EXIT
+    for i in 1 2 3; do
+        p=$(cluster_port)
+        [ -n "$p" ] || fail "no free port pair for a cluster node" || return 1
+        ports+=("$p")
+        mkdir -p "$dir/$p"
+        "$REDIS_SERVER" --port "$p" --bind 127.0.0.1 --cluster-enabled yes --cluster-config-file "$dir/$p/nodes.conf" \
+            --dir "$dir/$p" --save '' --appendonly no --daemonize no >"$dir/$p/log" 2>&1 &
+        pids+=($!)
+        echo "$!" >>"$PIDFILE"
+    done
+    for p in "${ports[@]}"; do wait_ping "$p" || fail "cluster node :$p did not start: $(tail -3 "$dir/$p/log")" || return 1; done
+    "$REDIS_CLI" --cluster create "127.0.0.1:${ports[0]}" "127.0.0.1:${ports[1]}" "127.0.0.1:${ports[2]}" --cluster-yes \
+        >"$dir/create.log" 2>&1 || fail "redis-cli --cluster create failed: $(tail -5 "$dir/create.log")" || return 1
+    for i in $(seq 200); do
+        rc=0
+        for p in "${ports[@]}"; do
+            "$REDIS_CLI" -p "$p" cluster info | grep -q '^cluster_state:ok' || rc=1
+            [ "$("$REDIS_CLI" -p "$p" cluster slots | grep -c '^[0-9]*$')" -ge 6 ] || rc=1
+        done
+        [ $rc = 0 ] && break
+        sleep 0.05
+    done
+    [ $rc = 0 ] || fail "the cluster did not become ok" || return 1
+
+    run_bounded "$OUT/net_cluster" 127.0.0.1 "${ports[0]}" push 1000 || fail "net_cluster push failed" || return 1
+    for q in $(seq 21 28); do
+        len=$("$REDIS_CLI" -c -p "${ports[0]}" llen "$q")
+        [ "$len" = 1000 ] || fail "queue $q holds $len records, want 1000" || return 1
+    done
+    for p in "${ports[@]}"; do
+        [ "$("$REDIS_CLI" -p "$p" dbsize)" -gt 0 ] && spread=$((spread + 1))
+    done
+    [ $spread -ge 2 ] || fail "queues 21-28 are all on one node" || return 1
+    run_bounded "$OUT/net_cluster" 127.0.0.1 "${ports[0]}" pop 1000 || fail "net_cluster pop failed" || return 1
+    for q in $(seq 21 28); do
+        len=$("$REDIS_CLI" -c -p "${ports[0]}" llen "$q")
+        [ "$len" = 0 ] || fail "queue $q holds $len records after the pops" || return 1
+    done
+
+    stop=$dir/stop
+    run_bounded "$OUT/net_cluster" 127.0.0.1 "${ports[0]}" run "$stop" >"$dir/run.log" 2>&1 &
+    local runner=$!
+    sleep 1
+    migrate_slot "${ports[@]}" 21 || return 1
+    sleep 1
+    migrate_slot "${ports[@]}" 21 || return 1
+    sleep 1
+    touch "$stop"
+    wait "$runner"
+    rc=$?
+    cat "$dir/run.log"
+    [ $rc = 0 ] || fail "net_cluster run failed (status $rc)" || return 1
+    grep -Eq '^pushed [1-9][0-9]* \+ [1-9][0-9]*, popped' "$dir/run.log" || fail "nothing was pushed during the migrations" || return 1
+    len=$("$REDIS_CLI" -c -p "${ports[0]}" llen 21)
+    [ "$len" = 0 ] || fail "queue 21 holds $len records after the run"
+}
+
 echo "== network: redis-server"
 NETDIR=$(mktemp -d /tmp/tvmq-ctests-net.XXXXXX)
 TMPDIRS+=("$NETDIR")
@@ -358,6 +485,14 @@ else
         done
         if [ -x "$OUT/net_push" ] && [ -x "$OUT/net_pop" ]; then
             run_net_twins redis "$REDIS_PORT" "$REDIS_SOCK"
+        fi
+        if build_prog net_cluster >"$LOGDIR/build-net_cluster.log" 2>&1; then
+            run_test net_redis_cluster_3_masters_migration t_net_cluster
+        else
+            echo "FAIL  build_net_cluster"
+            sed -e 's/^/      | /' "$LOGDIR/build-net_cluster.log" | head -n 40
+            FAILED=$((FAILED + 1))
+            FAILED_NAMES+=(build_net_cluster)
         fi
         if [ -x "$OUT/test_net" ]; then
             for t in $("$OUT/test_net" --list); do
