@@ -19,8 +19,11 @@ THREADS  ?= 1 2 4 10
 
 all: build
 
+# libtvm.so carries the soname libtvm.so.0 (see make install), so programs
+# linked in the build tree look for that name: it points to the fresh build.
 build:
 	$(CARGO) build --release --workspace --lib --bins
+	@ln -sfn libtvm.so $(LIBDIR)/libtvm.so.$(SOMAJOR)
 
 # Compile the two seed programs, unchanged, against our header and library.
 seed: build
