@@ -34,26 +34,37 @@ const BLOCKED_INPUT_MAX: usize = 64 * 1024;
 /// An input buffer grows by at most this much ahead of the bytes received.
 const GROW_STEP: usize = 1 << 20;
 
-/// Buffers a worker lends to its connections while they work.
+/// Buffers a worker lends to its connections while they work: input
+/// buffers (kept initialised, [`READ_SIZE`] bytes) and output buffers
+/// (empty, their capacity kept).
 #[derive(Default)]
 pub(crate) struct Pool {
-    bufs: std::cell::RefCell<Vec<Vec<u8>>>,
+    inputs: std::cell::RefCell<Vec<Vec<u8>>>,
+    outputs: std::cell::RefCell<Vec<Vec<u8>>>,
 }
 
 impl Pool {
-    /// Buffers kept at most (the rest are freed).
+    /// Buffers of each kind kept at most (the rest are freed).
     const KEEP: usize = 64;
 
-    fn take(&self) -> Vec<u8> {
-        self.bufs.borrow_mut().pop().unwrap_or_default()
+    fn take_input(&self) -> Vec<u8> {
+        self.inputs.borrow_mut().pop().unwrap_or_else(|| vec![0; READ_SIZE])
     }
 
-    fn give(&self, mut buf: Vec<u8>) {
-        if buf.capacity() == 0 || buf.capacity() > POOL_MAX {
-            return;
+    fn give_input(&self, buf: Vec<u8>) {
+        let mut bufs = self.inputs.borrow_mut();
+        if buf.len() == READ_SIZE && bufs.len() < Self::KEEP {
+            bufs.push(buf);
         }
-        let mut bufs = self.bufs.borrow_mut();
-        if bufs.len() < Self::KEEP {
+    }
+
+    fn take_output(&self) -> Vec<u8> {
+        self.outputs.borrow_mut().pop().unwrap_or_else(|| Vec::with_capacity(FLUSH_AT + 4096))
+    }
+
+    fn give_output(&self, mut buf: Vec<u8>) {
+        let mut bufs = self.outputs.borrow_mut();
+        if buf.capacity() > 0 && buf.capacity() <= POOL_MAX && bufs.len() < Self::KEEP {
             buf.clear();
             bufs.push(buf);
         }
@@ -68,32 +79,47 @@ struct Input {
     end: usize,
 }
 
+/// A partial command this short is moved out of the pooled buffer into one
+/// of its own size while the connection waits for the rest.
+const SMALL_PENDING: usize = 4096;
+
 impl Input {
     fn pending(&self) -> &[u8] {
         &self.data[self.start..self.end]
     }
 
-    fn is_empty(&self) -> bool {
-        self.start == self.end
+    fn len(&self) -> usize {
+        self.end - self.start
     }
 
-    /// Gives the buffer back to the pool when nothing is pending.
+    /// Lets go of the pooled buffer before waiting for the client: given
+    /// back (or freed, if it grew) when nothing is pending, and a short
+    /// partial command is moved to a buffer of its size, so that an idle
+    /// connection holds (almost) nothing.
     fn release(&mut self, pool: &Pool) {
-        if self.is_empty() && !self.data.is_empty() {
-            pool.give(std::mem::take(&mut self.data));
+        if self.data.len() < READ_SIZE {
+            return;
+        }
+        let small = self.data[self.start..self.end].to_vec();
+        if small.len() <= SMALL_PENDING {
+            pool.give_input(std::mem::replace(&mut self.data, small));
             self.start = 0;
-            self.end = 0;
+            self.end = self.data.len();
         }
     }
 
     /// Makes room for a read of at least `READ_SIZE / 4` bytes (and of the
     /// `needed` bytes of a command being received, up to `GROW_STEP` ahead).
     fn make_room(&mut self, pool: &Pool, needed: usize) {
-        if self.data.is_empty() {
-            self.data = pool.take();
-            self.data.resize(READ_SIZE, 0);
+        if self.data.len() < READ_SIZE {
+            let mut big = pool.take_input();
+            let n = self.len();
+            big[..n].copy_from_slice(&self.data[self.start..self.end]);
+            self.data = big;
+            self.start = 0;
+            self.end = n;
         }
-        if self.start > 0 && (self.is_empty() || self.data.len() - self.end < READ_SIZE / 4) {
+        if self.start > 0 && (self.start == self.end || self.data.len() - self.end < READ_SIZE / 4) {
             self.data.copy_within(self.start..self.end, 0);
             self.end -= self.start;
             self.start = 0;
@@ -145,10 +171,14 @@ async fn run<S: Stream>(s: &mut S, shared: &Arc<Shared>, worker: &Rc<Worker>, cl
     let mut out: Vec<u8> = Vec::new();
     let mut needed = 0;
     loop {
-        // Wait for bytes, holding no buffer while there is nothing pending.
+        // Wait for bytes, holding no pooled buffer meanwhile (unless a long
+        // command is arriving).
         input.release(pool);
-        if input.data.is_empty() {
-            pool.give(std::mem::take(&mut out));
+        if input.data.len() < READ_SIZE {
+            pool.give_output(std::mem::take(&mut out));
+            if req.capacity() > 1024 {
+                req = Request::new();
+            }
             if shared.shutdown.is_set() {
                 return End::Stop;
             }
@@ -192,7 +222,7 @@ async fn run<S: Stream>(s: &mut S, shared: &Arc<Shared>, worker: &Rc<Worker>, cl
         input.end += n;
         stats.add_input(n);
         if out.capacity() == 0 {
-            out = pool.take();
+            out = pool.take_output();
         }
 
         // Run every complete command, replies into `out`.
@@ -240,6 +270,10 @@ async fn run<S: Stream>(s: &mut S, shared: &Arc<Shared>, worker: &Rc<Worker>, cl
                 }
                 Ok(Status::Incomplete { needed: more }) => {
                     needed = more;
+                    if input.len().saturating_add(more) > shared.query_limit {
+                        resp::error(&mut out, b"ERR Protocol error: query buffer limit reached");
+                        end = Some(End::Close);
+                    }
                     break;
                 }
                 Err(e) => {
@@ -305,7 +339,7 @@ async fn wait_blocked<S: Stream>(
             return Err(End::Stop);
         }
         let notify = b.notify.clone();
-        let reading = input.end - input.start < BLOCKED_INPUT_MAX;
+        let reading = input.len() < BLOCKED_INPUT_MAX;
         if reading {
             input.make_room(pool, 0);
         }

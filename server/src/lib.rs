@@ -85,6 +85,7 @@ impl Server {
             dir: dir.to_path_buf(),
             attachments: tvm::Attachments::new(dir.to_path_buf()),
             limits,
+            query_limit: args.max_bulk_len.saturating_mul(2).max(1 << 20),
             password: args.requirepass.as_ref().map(|p| p.as_bytes().to_vec()),
             stats: Stats::default(),
             shutdown: Arc::default(),

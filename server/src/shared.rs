@@ -104,6 +104,9 @@ pub(crate) struct Shared {
     /// the queue headers).
     pub attachments: tvm::Attachments,
     pub limits: resp::Limits,
+    /// The most bytes of one command a connection buffers (twice
+    /// `--max-bulk-len`, at least 1 MiB): beyond, it is closed.
+    pub query_limit: usize,
     pub password: Option<Vec<u8>>,
     pub stats: Stats,
     pub shutdown: std::sync::Arc<Shutdown>,

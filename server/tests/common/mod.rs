@@ -25,6 +25,7 @@ pub fn start(dir: &TempDir, extra: &[&str]) -> Server {
 /// and two worker threads before `extra`.
 pub fn args(extra: &[&str]) -> ServeArgs {
     #[derive(Parser)]
+    #[command(args_override_self = true)]
     struct Cli {
         #[command(flatten)]
         serve: ServeArgs,
