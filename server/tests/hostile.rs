@@ -226,8 +226,9 @@ fn hostile_clients_are_refused_or_closed_and_others_are_served_in_bounded_memory
     );
     assert!(rounds > 50, "the canary was served throughout");
     assert!(worst < Duration::from_secs(3), "the canary waited {worst:?}");
-    // 1,000 half-sent commands held: a pooled 64 KiB buffer each would be 64 MiB.
-    assert!(peak - base < 32 * 1024, "resident memory grew by {} KiB", peak - base);
+    // 1,000 half-sent commands held: a pooled 64 KiB buffer each (touched in
+    // part) measured +24 MiB; as written, +2 to +4 MiB.
+    assert!(peak - base < 16 * 1024, "resident memory grew by {} KiB", peak - base);
     // Still serving, and connections all gone.
     let mut c = Conn::connect(addr);
     assert_eq!(c.cmd(&[b"PING"]), V::Simple("PONG".into()));
