@@ -530,22 +530,40 @@ impl Router {
     /// answer (left in the router: [`Router::take_answer`]). Replies before
     /// it (asynchronous pushes) are processed on the way.
     pub(crate) fn wait_for(&mut self, id: u64) {
-        loop {
+        while !self.step(Some(id)) {}
+    }
+
+    /// Writes what is waiting, then reads once (waiting for at least one
+    /// reply) on the node where ticket `id` is awaited, or (None) on the
+    /// first node awaiting anything. Returns true when there is nothing to
+    /// wait for: the answer of `id` is in (or was lost: then it says so),
+    /// or (None) nothing is awaited.
+    pub(crate) fn step(&mut self, id: Option<u64>) -> bool {
+        if let Some(id) = id {
             if self.answers.iter().any(|a| a.0 == id) {
-                return;
+                return true;
             }
-            self.flush();
-            let at = self
+        }
+        self.flush();
+        let at = match id {
+            Some(id) => self
                 .nodes
                 .iter()
-                .position(|n| n.inflight.iter().rev().any(|f| matches!(f.kind, Kind::Sync(x) if x == id)));
-            let Some(i) = at else {
+                .position(|n| n.inflight.iter().rev().any(|f| matches!(f.kind, Kind::Sync(x) if x == id))),
+            None => self.nodes.iter().position(|n| !n.inflight.is_empty()),
+        };
+        match (at, id) {
+            (Some(i), _) => {
+                self.read_node(i, true);
+                false
+            }
+            (None, Some(id)) => {
                 if !self.answers.iter().any(|a| a.0 == id) {
                     self.answers.push((id, Err(Error::new(SVR_EXCEPTION, "the command's reply was lost"))));
                 }
-                return;
-            };
-            self.read_node(i, true);
+                true
+            }
+            (None, None) => true,
         }
     }
 
