@@ -15,7 +15,7 @@ LINK     := -I include -L $(LIBDIR) -ltvm -lpthread -Wl,-rpath,$(LIBDIR)
 ROWS     ?= 4000000
 THREADS  ?= 1 2 4 10
 
-.PHONY: all build run test lint header test-rust test-c examples seed bench bench-drivers bench-smoke loom soak clean install uninstall test-install test-python
+.PHONY: all build run test lint header test-rust test-c examples seed bench bench-drivers bench-smoke bench-net bench-net-smoke loom soak clean install uninstall test-install test-python
 
 all: build
 
@@ -37,7 +37,7 @@ run: seed
 	@TVMQ=$(TVMQ) SEEDBIN=$(SEEDBIN) ROWS=$(ROWS) THREADS="$(THREADS)" bash scripts/run.sh
 
 # Everything CI checks.
-test: build lint header test-rust test-c examples test-python test-install bench-smoke
+test: build lint header test-rust test-c examples test-python test-install bench-smoke bench-net-smoke
 
 lint:
 	$(CARGO) fmt --check
@@ -76,6 +76,16 @@ bench: seed bench-drivers
 # Every cell once with small counts, so that `make bench` cannot rot unseen.
 bench-smoke: seed bench-drivers
 	$(TVMQ) bench --smoke --seed-bin $(SEEDBIN) --c-driver $(BENCHBIN)/tvmq_driver --boost-driver $(BENCHBIN)/boost_mq --out target/bench-smoke >/dev/null
+
+# tvmq serve against a redis-server it starts, both driven by redis-benchmark
+# (about 4 minutes): table, CSV and chart in target/bench-net. Needs
+# redis-server and redis-tools.
+bench-net: build
+	$(TVMQ) bench --net --runs 3 --out target/bench-net $(BENCH_NET_ARGS)
+
+# Every network cell once with small counts, so that `make bench-net` cannot rot unseen.
+bench-net-smoke: build
+	$(TVMQ) bench --net --smoke --out target/bench-net-smoke >/dev/null
 
 # The long soak (10 minutes); `make test` runs the 30-second one.
 soak:

@@ -15,7 +15,7 @@ const FONTS: &[&str] = &[
     "/usr/share/fonts/dejavu/DejaVuSans.ttf",
 ];
 
-fn load_font() -> Result<(), String> {
+pub(crate) fn load_font() -> Result<(), String> {
     let path =
         FONTS.iter().find(|p| Path::new(p).exists()).ok_or("no DejaVuSans.ttf found (install fonts-dejavu-core)")?;
     let bytes = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?;

@@ -9,6 +9,7 @@
 mod chart;
 mod external;
 mod inproc;
+mod net;
 mod report;
 
 use clap::{Args, ValueEnum};
@@ -39,6 +40,10 @@ pub struct BenchArgs {
     /// A quick run of every cell with small counts (keeps `make bench` from rotting)
     #[arg(long)]
     smoke: bool,
+    /// The network matrix instead (make bench-net): tvmq serve against a
+    /// redis-server it starts, driven by redis-benchmark; --out target/bench-net
+    #[arg(long)]
+    net: bool,
     /// Run only these parts of the matrix (repeat or separate with commas; default: all)
     #[arg(long, value_enum, value_delimiter = ',')]
     only: Vec<Part>,
@@ -195,6 +200,12 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
     // SAFETY: set before this process starts any thread.
     unsafe { std::env::set_var("TVMDBD", &dir) };
     let mut ctx = Ctx { args: args.clone(), dir: dir.clone(), cells: Vec::new(), started: Instant::now() };
+    if args.net {
+        let result = net::run(&mut ctx);
+        let _ = std::fs::remove_dir_all(&dir);
+        eprint!("{}", clear_line());
+        return result;
+    }
     let result = run_matrix(&mut ctx);
     let _ = std::fs::remove_dir_all(&dir);
     result?;

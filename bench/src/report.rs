@@ -62,7 +62,7 @@ fn ms_text(c: &Cell) -> String {
     }
 }
 
-fn machine() -> String {
+pub(crate) fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|s| {
@@ -178,7 +178,7 @@ fn table(cells: &[Cell], args: &BenchArgs, seconds: f64) -> String {
     t
 }
 
-fn csv(cells: &[Cell]) -> String {
+pub(crate) fn csv(cells: &[Cell]) -> String {
     let mut s = String::from(
         "section,test,param,subject,records,record_bytes,runs,median_ms,min_ms,max_ms,median_per_s,error\n",
     );

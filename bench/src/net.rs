@@ -1,0 +1,560 @@
+//! `tvmq bench --net` (`make bench-net`): `tvmq serve` side by side with a
+//! redis-server started on another loopback port (`--save '' --appendonly
+//! no`), both driven by redis-benchmark, each cell run alternately on the
+//! two servers so that the machine's drift hits both alike.
+//!
+//! Cells: LPUSH and RPOP pipelined (`-P 64 -c 4`), LPUSH synchronous (`-c 1`)
+//! beside PING_MBULK `-c 1`, LPUSH with 50 clients, the same over unix
+//! sockets, a value-size sweep, and the resident memory of each server with
+//! 5,000 idle connections. tvmq's queue `mylist` is created before each
+//! cell with room for what the cell pushes (records of the cell's value
+//! size), and redis's list deleted; RPOP cells pop what the LPUSH cell
+//! before them pushed, and LLEN before and after proves that every RPOP
+//! popped a record (a nil reply is not a pop).
+
+use super::{Cell, Ctx};
+use std::fmt::Write as _;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use tvm::error::{Error, SVR_EXCEPTION};
+
+/// The id of tvmq's `mylist` queue in the benchmark's directory (any id:
+/// the server finds it by name).
+const LIST_ID: u32 = 900_001;
+const TVMQ: &str = "tvmq serve";
+const REDIS: &str = "redis-server";
+
+/// A server under test.
+struct Target {
+    name: &'static str,
+    port: u16,
+    sock: PathBuf,
+    child: Child,
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// How to reach a server: TCP or its unix socket.
+#[derive(Clone, Copy, PartialEq)]
+enum Via {
+    Tcp,
+    Unix,
+}
+
+fn free_port() -> Result<u16, String> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    l.local_addr().map(|a| a.port()).map_err(|e| e.to_string())
+}
+
+/// One command over a fresh connection, inline; the reply's first line.
+fn ask(port: u16, line: &str) -> Result<String, String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
+    s.write_all(format!("{line}\r\n").as_bytes()).map_err(|e| e.to_string())?;
+    let mut got = Vec::new();
+    let mut b = [0u8; 256];
+    while !got.ends_with(b"\r\n") {
+        let n = s.read(&mut b).map_err(|e| e.to_string())?;
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&b[..n]);
+    }
+    Ok(String::from_utf8_lossy(&got).trim_end().to_string())
+}
+
+fn llen(port: u16) -> Result<u64, String> {
+    let r = ask(port, "LLEN mylist")?;
+    r.strip_prefix(':').and_then(|n| n.parse().ok()).ok_or_else(|| format!("LLEN answered {r:?}"))
+}
+
+fn wait_ready(t: &mut Target) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if ask(t.port, "PING").is_ok_and(|r| r == "+PONG") {
+            return Ok(());
+        }
+        if let Ok(Some(status)) = t.child.try_wait() {
+            return Err(format!("{} exited at start ({status})", t.name));
+        }
+        if Instant::now() > deadline {
+            return Err(format!("{} does not answer PING", t.name));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn start_tvmq(dir: &Path, scratch: &Path) -> Result<Target, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let port = free_port()?;
+    let sock = scratch.join("tvmq.sock");
+    let child = Command::new(exe)
+        .arg("--dir")
+        .arg(dir)
+        .args(["serve", "--port", &port.to_string(), "--auto-create", "1000000x304", "--unixsocket"])
+        .arg(&sock)
+        .stdout(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start tvmq serve: {e}"))?;
+    let mut t = Target { name: TVMQ, port, sock, child };
+    wait_ready(&mut t)?;
+    Ok(t)
+}
+
+fn start_redis(scratch: &Path) -> Result<Target, String> {
+    let port = free_port()?;
+    let sock = scratch.join("redis.sock");
+    let child = Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .args(["--maxclients", "10000", "--unixsocket"])
+        .arg(&sock)
+        .stdout(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start redis-server (apt-get install redis-server): {e}"))?;
+    let mut t = Target { name: REDIS, port, sock, child };
+    wait_ready(&mut t)?;
+    Ok(t)
+}
+
+/// Empties `mylist`: tvmq's queue made anew for `rows` records of `size`
+/// bytes, redis's list deleted.
+fn fresh_list(t: &Target, dir: &Path, rows: u64, size: u64) -> Result<(), String> {
+    if t.name == TVMQ {
+        let _ = tvm::Queue::drop_queue(dir, LIST_ID);
+        let mut spec = tvm::Spec::new(rows, size);
+        spec.name = "mylist".into();
+        tvm::Queue::create(dir, LIST_ID, &spec).map_err(|e| e.to_string())
+    } else {
+        ask(t.port, "DEL mylist").map(|_| ())
+    }
+}
+
+/// Runs redis-benchmark; the requests per second of test `row` (its CSV
+/// name, e.g. "LPUSH", "PING_MBULK"), as milliseconds for `n` requests.
+fn benchmark(t: &Target, via: Via, test: &str, row: &str, n: u64, extra: &[&str]) -> Result<f64, String> {
+    let mut cmd = Command::new("redis-benchmark");
+    match via {
+        Via::Tcp => cmd.args(["-h", "127.0.0.1", "-p", &t.port.to_string()]),
+        Via::Unix => cmd.arg("-s").arg(&t.sock),
+    };
+    let out = cmd
+        .args(["-t", test, "-n", &n.to_string(), "--csv"])
+        .args(extra)
+        .output()
+        .map_err(|e| format!("cannot run redis-benchmark (apt-get install redis-tools): {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() || text.contains("rror") {
+        return Err(format!("redis-benchmark: {}{}", text.trim(), String::from_utf8_lossy(&out.stderr).trim()));
+    }
+    let rps: f64 = text
+        .lines()
+        .find_map(|l| {
+            let mut f = l.split(',').map(|x| x.trim_matches('"'));
+            (f.next() == Some(row)).then(|| f.next().and_then(|r| r.parse().ok())).flatten()
+        })
+        .ok_or_else(|| format!("no {row} figure in redis-benchmark's output: {text}"))?;
+    Ok(n as f64 / rps * 1000.0)
+}
+
+/// A pipelined LPUSH then RPOP of `n` values of `size` bytes on `t`,
+/// checking that the RPOPs took exactly what the LPUSHes left.
+fn push_then_pop(t: &Target, dir: &Path, via: Via, n: u64, size: u64, pop: bool) -> Result<Vec<f64>, String> {
+    fresh_list(t, dir, n + 4096, size)?;
+    let pipe = ["-P", "64", "-c", "4", "-d"];
+    let mut extra: Vec<String> = pipe.iter().map(|s| s.to_string()).collect();
+    extra.push(size.to_string());
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    let push = benchmark(t, via, "lpush", "LPUSH", n, &extra)?;
+    let depth = llen(t.port)?;
+    if depth != n {
+        return Err(format!("{}: LPUSH left {depth} records, not {n}", t.name));
+    }
+    if !pop {
+        return Ok(vec![push]);
+    }
+    let popped = benchmark(t, via, "rpop", "RPOP", n, &extra)?;
+    let left = llen(t.port)?;
+    if left != 0 {
+        return Err(format!("{}: {left} of {n} records left after {n} RPOPs (nil replies are not pops)", t.name));
+    }
+    Ok(vec![push, popped])
+}
+
+/// `n` rounded down to a multiple of 256 (64 pipelined x 4 clients), so that
+/// redis-benchmark sends exactly `n`.
+fn whole(n: u64) -> u64 {
+    (n / 256).max(1) * 256
+}
+
+/// Resident memory of `pid`, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// RSS before, and with `n` idle connections open.
+fn idle_memory(t: &Target, n: usize) -> Result<(u64, u64), String> {
+    let before = rss_kib(t.child.id());
+    let mut conns = Vec::with_capacity(n);
+    for _ in 0..n {
+        conns.push(TcpStream::connect(("127.0.0.1", t.port)).map_err(|e| format!("connection {}: {e}", conns.len()))?);
+    }
+    // Each one says something once (so that the server has served it), then idles.
+    for c in &mut conns {
+        c.write_all(b"PING\r\n").map_err(|e| e.to_string())?;
+    }
+    for c in &mut conns {
+        let mut b = [0u8; 7];
+        c.set_read_timeout(Some(Duration::from_secs(20))).map_err(|e| e.to_string())?;
+        c.read_exact(&mut b).map_err(|e| format!("{}: {e}", t.name))?;
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let with = rss_kib(t.child.id());
+    drop(conns);
+    Ok((before, with))
+}
+
+/// Runs the network matrix and writes its report.
+pub fn run(ctx: &mut Ctx) -> Result<(), Error> {
+    let fail = |e: String| Error::new(SVR_EXCEPTION, e);
+    let scratch = PathBuf::from(format!("/tmp/tvmq-bench-net-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).map_err(|e| fail(e.to_string()))?;
+    let result = matrix(ctx, &scratch);
+    let _ = std::fs::remove_dir_all(&scratch);
+    let memory = result.map_err(fail)?;
+    write(ctx, &memory)
+}
+
+/// RSS figures: (server, KiB before, KiB with the idle connections).
+type Memory = Vec<(&'static str, u64, u64)>;
+
+fn matrix(ctx: &mut Ctx, scratch: &Path) -> Result<Memory, String> {
+    let dir = ctx.dir.clone();
+    let smoke = ctx.args.smoke;
+    let scale = |n: u64| whole(if smoke { (n / 100).max(2560) } else { n });
+    let tvmq = start_tvmq(&dir, scratch)?;
+    let redis = start_redis(scratch)?;
+    let both = [&tvmq, &redis];
+    // Warm up both (connections, first faults of tvmq's queue and redis's allocator).
+    for t in both {
+        push_then_pop(t, &dir, Via::Tcp, scale(200_000), 304, true)?;
+    }
+
+    for via in [Via::Tcp, Via::Unix] {
+        let section = if via == Via::Tcp { "pipelined, TCP" } else { "pipelined, unix socket" };
+        let n = scale(2_000_000);
+        let tests = [
+            ("LPUSH -P 64 -c 4", TVMQ),
+            ("RPOP -P 64 -c 4", TVMQ),
+            ("LPUSH -P 64 -c 4", REDIS),
+            ("RPOP -P 64 -c 4", REDIS),
+        ];
+        ctx.measure_group(section, &tests, "", n, 304, |_| {
+            let mut ms = push_then_pop(&tvmq, &dir, via, n, 304, true)?;
+            ms.extend(push_then_pop(&redis, &dir, via, n, 304, true)?);
+            Ok(ms)
+        });
+
+        let section = if via == Via::Tcp { "one client, TCP" } else { "one client, unix socket" };
+        let n = if smoke { 2000 } else { 40_000 };
+        let tests =
+            [("PING_MBULK -c 1", TVMQ), ("LPUSH -c 1", TVMQ), ("PING_MBULK -c 1", REDIS), ("LPUSH -c 1", REDIS)];
+        ctx.measure_group(section, &tests, "", n, 304, |_| {
+            let mut ms = Vec::new();
+            for t in both {
+                fresh_list(t, &dir, n + 1000, 304)?;
+                ms.push(benchmark(t, via, "ping", "PING_MBULK", n, &["-c", "1"])?);
+                ms.push(benchmark(t, via, "lpush", "LPUSH", n, &["-c", "1", "-d", "304"])?);
+            }
+            Ok(ms)
+        });
+    }
+
+    let n = scale(500_000);
+    ctx.measure_group("50 clients, TCP", &[("LPUSH -c 50", TVMQ), ("LPUSH -c 50", REDIS)], "", n, 304, |_| {
+        let mut ms = Vec::new();
+        for t in both {
+            fresh_list(t, &dir, n + 1000, 304)?;
+            ms.push(benchmark(t, Via::Tcp, "lpush", "LPUSH", n, &["-c", "50", "-d", "304"])?);
+        }
+        Ok(ms)
+    });
+
+    for size in [20u64, 100, 512, 1024, 2048, 5120, 10240, 20480] {
+        // About 400 MB a run (and at most 1,000,000 values).
+        let n = scale((400_000_000 / size).min(1_000_000));
+        let param = format!("{size} B");
+        ctx.measure_group(
+            "value size, LPUSH -P 64 -c 4, TCP",
+            &[("LPUSH", TVMQ), ("LPUSH", REDIS)],
+            &param,
+            n,
+            size,
+            |_| {
+                let mut ms = Vec::new();
+                for t in both {
+                    ms.extend(push_then_pop(t, &dir, Via::Tcp, n, size, false)?);
+                }
+                Ok(ms)
+            },
+        );
+    }
+    for t in both {
+        fresh_list(t, &dir, 1000, 304)?;
+    }
+
+    let conns = if smoke { 500 } else { 5000 };
+    let mut memory = Vec::new();
+    for t in both {
+        ctx.progress(&format!("memory: {} with {conns} idle connections", t.name));
+        let (before, with) = idle_memory(t, conns)?;
+        memory.push((t.name, before, with));
+    }
+    Ok(memory)
+}
+
+/// The target of a row, and whether it is met (given tvmq's and redis's rates).
+fn target(cells: &[Cell], c: &Cell, tvmq: f64, redis: f64) -> String {
+    let ratio = tvmq / redis;
+    let check = |ok: bool| if ok { "met" } else { "MISSED" };
+    match (c.section, c.test.as_str()) {
+        (s, "LPUSH -P 64 -c 4" | "RPOP -P 64 -c 4") if s.ends_with("TCP") => {
+            format!(">= 2x redis: {} ({ratio:.2}x)", check(ratio >= 2.0))
+        }
+        (s, "LPUSH -c 1") => {
+            let ping = rate(cells, s, "PING_MBULK -c 1", "", REDIS).unwrap_or(f64::INFINITY);
+            format!(">= redis PING_MBULK -c 1: {} ({:.2}x)", check(tvmq >= ping), tvmq / ping)
+        }
+        (_, "LPUSH -c 50") => format!(">= 1.5x redis: {} ({ratio:.2}x)", check(ratio >= 1.5)),
+        (s, t) if s.contains("unix") && t != "PING_MBULK -c 1" => {
+            let tcp = rate(cells, &s.replace("unix socket", "TCP"), t, "", TVMQ).unwrap_or(f64::INFINITY);
+            format!("faster than TCP: {} ({:.2}x TCP)", check(tvmq > tcp), tvmq / tcp)
+        }
+        (s, _) if s.starts_with("value size") => format!(">= redis: {} ({ratio:.2}x)", check(ratio >= 1.0)),
+        _ => String::new(),
+    }
+}
+
+fn rate(cells: &[Cell], section: &str, test: &str, param: &str, subject: &str) -> Option<f64> {
+    cells
+        .iter()
+        .find(|c| {
+            c.section == section && c.test == test && c.param == param && c.subject == subject && c.error.is_none()
+        })
+        .and_then(|c| c.rates())
+        .map(|r| r.0)
+}
+
+fn kilo(r: f64) -> String {
+    if r >= 1e6 { format!("{:.2} M/s", r / 1e6) } else { format!("{:.1} K/s", r / 1e3) }
+}
+
+fn table(cells: &[Cell], memory: &Memory, ctx: &Ctx) -> String {
+    let mut t = String::new();
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let redis_version = Command::new("redis-server")
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).split_whitespace().nth(2).unwrap_or("").to_string())
+        .unwrap_or_default();
+    let _ = writeln!(t, "tvmq bench --net on {}", super::report::machine());
+    let _ = writeln!(
+        t,
+        "redis-benchmark requests/s, median of {} run(s) (min-max); redis-server {redis_version} with --save '' --appendonly no; values of 304 bytes unless told; load average at the end: {}{}",
+        cells.iter().map(|c| c.ms.len()).max().unwrap_or(0),
+        load.split_whitespace().take(3).collect::<Vec<_>>().join(" "),
+        if ctx.args.smoke { " (SMOKE RUN: small counts, figures not meaningful)" } else { "" }
+    );
+    let mut sections: Vec<&str> = Vec::new();
+    for c in cells {
+        if !sections.contains(&c.section) {
+            sections.push(c.section);
+        }
+    }
+    for s in sections {
+        let _ = writeln!(t, "\n{s}");
+        let _ = writeln!(t, "{:<20} | {:<28} | {:<28} | {:<7} | target", "", TVMQ, REDIS, "ratio");
+        let mut rows: Vec<(String, String)> = Vec::new();
+        for c in cells.iter().filter(|c| c.section == s) {
+            if !rows.contains(&(c.test.clone(), c.param.clone())) {
+                rows.push((c.test.clone(), c.param.clone()));
+            }
+        }
+        for (test, param) in rows {
+            let find =
+                |subj| cells.iter().find(|c| c.section == s && c.test == test && c.param == param && c.subject == subj);
+            let text = |c: Option<&Cell>| match c {
+                Some(c) if c.error.is_some() => {
+                    format!("error: {}", c.error.as_deref().unwrap_or("").chars().take(60).collect::<String>())
+                }
+                Some(c) => match c.rates() {
+                    Some((med, lo, hi)) => {
+                        let mb = if s.starts_with("value size") {
+                            format!(" {:.0} MB/s", med * c.record_bytes as f64 / 1e6)
+                        } else {
+                            String::new()
+                        };
+                        format!("{}{mb} ({:.0}-{:.0} K)", kilo(med), lo / 1e3, hi / 1e3)
+                    }
+                    None => "-".into(),
+                },
+                None => "-".into(),
+            };
+            let (a, b) = (find(TVMQ), find(REDIS));
+            let ra = a.and_then(|c| c.error.is_none().then(|| c.rates()).flatten()).map(|r| r.0);
+            let rb = b.and_then(|c| c.error.is_none().then(|| c.rates()).flatten()).map(|r| r.0);
+            let (ratio, goal) = match (a, ra, rb) {
+                (Some(c), Some(x), Some(y)) => (format!("{:.2}x", x / y), target(cells, c, x, y)),
+                _ => ("-".into(), String::new()),
+            };
+            let label = if param.is_empty() { test.clone() } else { format!("{test} {param}") };
+            let _ = writeln!(t, "{label:<20} | {:<28} | {:<28} | {ratio:<7} | {goal}", text(a), text(b));
+        }
+    }
+    let _ = writeln!(t, "\nResident memory (VmRSS), idle and with idle connections open (each sent one PING)");
+    for (name, before, with) in memory {
+        let n = if ctx.args.smoke { 500 } else { 5000 };
+        let _ = writeln!(
+            t,
+            "{name:<12} {:>8} KiB idle, {:>8} KiB with {n} connections: {:.1} KiB per connection",
+            before,
+            with,
+            with.saturating_sub(*before) as f64 / n as f64
+        );
+    }
+    t
+}
+
+fn write(ctx: &Ctx, memory: &Memory) -> Result<(), Error> {
+    let out = &ctx.args.out;
+    let io =
+        |e: std::io::Error| Error::new(tvm::error::SHM_ERR_ACCES, format!("cannot write to {}: {e}", out.display()));
+    std::fs::create_dir_all(out).map_err(io)?;
+    let text = table(&ctx.cells, memory, ctx);
+    print!("{text}");
+    std::fs::write(out.join("table.txt"), &text).map_err(io)?;
+    let mut csv = super::report::csv(&ctx.cells);
+    for (name, before, with) in memory {
+        let _ = writeln!(
+            csv,
+            "memory,idle connections,{},{name},0,0,1,{before},{with},{with},,",
+            if ctx.args.smoke { 500 } else { 5000 }
+        );
+    }
+    std::fs::write(out.join("results.csv"), csv).map_err(io)?;
+    match chart(&ctx.cells, &out.join("chart.png")) {
+        Ok(()) => println!("\nwrote {0}/table.txt, {0}/results.csv, {0}/chart.png", out.display()),
+        Err(e) => println!("\nwrote {0}/table.txt, {0}/results.csv; no chart: {e}", out.display()),
+    }
+    Ok(())
+}
+
+/// chart.png: requests/s of each cell for both servers (left), MB/s against
+/// value size (right).
+fn chart(cells: &[Cell], path: &Path) -> Result<(), String> {
+    use plotters::prelude::*;
+    super::chart::load_font()?;
+    let e = |x: &dyn std::fmt::Display| x.to_string();
+    let root = BitMapBackend::new(path, (1400, 560)).into_drawing_area();
+    root.fill(&WHITE).map_err(|x| e(&x))?;
+    let (left, right) = root.split_horizontally(820);
+    let colors = [(TVMQ, RGBColor(200, 30, 30)), (REDIS, RGBColor(30, 90, 200))];
+
+    let mut rows: Vec<(String, &str, &str)> = Vec::new();
+    for c in cells.iter().filter(|c| !c.section.starts_with("value size")) {
+        let label = format!("{} ({})", c.test, c.section.split(", ").last().unwrap_or(""));
+        if !rows.iter().any(|r| r.0 == label) {
+            rows.push((label, c.section, Box::leak(c.test.clone().into_boxed_str())));
+        }
+    }
+    let top = cells.iter().filter_map(|c| c.rates()).map(|r| r.0 / 1e3).fold(1.0, f64::max) * 1.1;
+    let mut ch = ChartBuilder::on(&left)
+        .caption("redis-benchmark, 304-byte values (K requests/s)", ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(230)
+        .build_cartesian_2d(0f64..top, 0f64..rows.len() as f64)
+        .map_err(|x| e(&x))?;
+    let labels: Vec<String> = rows.iter().map(|r| r.0.clone()).collect();
+    ch.configure_mesh()
+        .disable_y_mesh()
+        .y_labels(rows.len() * 2 + 1)
+        .y_label_formatter(&|y| {
+            let i = (*y - 0.5).round();
+            if (y - 0.5 - i).abs() < 1e-6 && i >= 0.0 {
+                labels.get(i as usize).cloned().unwrap_or_default()
+            } else {
+                String::new()
+            }
+        })
+        .x_desc("K requests / s")
+        .draw()
+        .map_err(|x| e(&x))?;
+    for (k, (subject, color)) in colors.iter().enumerate() {
+        let bars: Vec<(usize, f64)> =
+            rows.iter().enumerate().filter_map(|(i, r)| Some((i, rate(cells, r.1, r.2, "", subject)? / 1e3))).collect();
+        ch.draw_series(bars.iter().map(|&(i, v)| {
+            let y0 = i as f64 + 0.1 + 0.4 * k as f64;
+            Rectangle::new([(0.0, y0), (v, y0 + 0.38)], color.filled())
+        }))
+        .map_err(|x| e(&x))?
+        .label(*subject)
+        .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], color.filled()));
+    }
+    ch.configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::LowerRight)
+        .draw()
+        .map_err(|x| e(&x))?;
+
+    let series = |subject: &str| -> Vec<(f64, f64)> {
+        cells
+            .iter()
+            .filter(|c| c.section.starts_with("value size") && c.subject == subject && c.error.is_none())
+            .filter_map(|c| Some(((c.record_bytes as f64).log10(), c.rates()?.0 * c.record_bytes as f64 / 1e6)))
+            .collect()
+    };
+    let all: Vec<(f64, f64)> = colors.iter().flat_map(|(s, _)| series(s)).collect();
+    let top = all.iter().map(|p| p.1).fold(1.0, f64::max) * 1.15;
+    let mut ch = ChartBuilder::on(&right)
+        .caption("LPUSH -P 64 -c 4 by value size (MB/s)", ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(56)
+        .build_cartesian_2d(1.2f64..4.4f64, 0f64..top)
+        .map_err(|x| e(&x))?;
+    ch.configure_mesh()
+        .x_desc("value bytes")
+        .x_label_formatter(&|x| format!("{:.0}", 10f64.powf(*x)))
+        .y_desc("MB / s")
+        .draw()
+        .map_err(|x| e(&x))?;
+    for (subject, color) in colors {
+        let pts = series(subject);
+        ch.draw_series(LineSeries::new(pts.clone(), color.stroke_width(3)))
+            .map_err(|x| e(&x))?
+            .label(subject)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(3)));
+        ch.draw_series(pts.iter().map(|&p| Circle::new(p, 4, color.filled()))).map_err(|x| e(&x))?;
+    }
+    ch.configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()
+        .map_err(|x| e(&x))?;
+    root.present().map_err(|x| e(&x))
+}
