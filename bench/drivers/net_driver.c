@@ -6,7 +6,7 @@
  *
  *   net_driver --host H --port P --op OP --threads N --records R
  *              [--queue Q] [--size S] [--shared] [--nowait] [--timeout SECS]
- *   net_driver --op echo-server --port P [--host H]
+ *   net_driver --op echo-server|resp-server --port P [--host H] [--size S]
  *
  *   OP  push         N threads each lTvmPush R/N records
  *       pop          N threads each lTvmPop(QUE_NORMAL) R/N records (the
@@ -17,6 +17,11 @@
  *                    their own TCP connection to an echo server (no tvm.h)
  *       echo-server  serves echo on H:P, a thread per connection, until
  *                    killed (prints "listening" once ready)
+ *       resp-server  the least a RESP server can do, the same way (a thread
+ *                    per connection, blocking I/O): RPUSH answered :1, LPOP
+ *                    and BLPOP with an S-byte value, anything else (the
+ *                    client's CLUSTER SLOTS probe) with an error; the floor
+ *                    of the client's own cost, next to the echo's
  *
  *   --shared   the N threads' handles share one connection (lTvmShare);
  *              default: each thread connects its own handle
@@ -105,7 +110,7 @@ static void usage(void)
 {
     fprintf(stderr, "usage: net_driver --host H --port P --op push|pop|asypush|echo --threads N --records R\n"
                     "                  [--queue Q] [--size S] [--shared] [--nowait] [--timeout SECS]\n"
-                    "       net_driver --op echo-server --port P [--host H]\n");
+                    "       net_driver --op echo-server|resp-server --port P [--host H] [--size S]\n");
     exit(2);
 }
 
@@ -283,7 +288,83 @@ static void *echo_conn(void *arg)
     return NULL;
 }
 
-static int echo_server(void)
+/* Length of the complete RESP command at buf[0..len) (0: incomplete); its
+ * first letter (upper-cased) in *first and its argument count in *argc. */
+static size_t resp_command(const char *buf, size_t len, char *first, long *argc)
+{
+    char *end;
+    const char *nl;
+    size_t pos;
+    if (len < 4 || buf[0] != '*' || !(nl = memchr(buf, '\n', len)))
+        return 0;
+    *argc = strtol(buf + 1, &end, 10);
+    pos = (size_t)(nl - buf) + 1;
+    for (long i = 0; i < *argc; i++) {
+        if (pos >= len || buf[pos] != '$' || !(nl = memchr(buf + pos, '\n', len - pos)))
+            return 0;
+        size_t blen = strtoul(buf + pos + 1, &end, 10), body = (size_t)(nl - buf) + 1;
+        if (body + blen + 2 > len)
+            return 0;
+        if (i == 0)
+            *first = (char)(buf[body] & ~0x20);
+        pos = body + blen + 2;
+    }
+    return pos;
+}
+
+static void *resp_conn(void *arg)
+{
+    int fd = (int)(intptr_t)arg;
+    size_t cap = 1 << 20, have = 0, outcap = 1 << 20;
+    char *buf = malloc(cap), *out = malloc(outcap), value[64];
+    char *rec = calloc(1, cfg.size);
+    int vlen = snprintf(value, sizeof(value), "$%zu\r\n", cfg.size);
+    seed_record_fill(rec, cfg.size);
+    for (;;) {
+        ssize_t r = recv(fd, buf + have, cap - have, 0);
+        if (r <= 0)
+            break;
+        have += (size_t)r;
+        size_t used, at = 0, olen = 0;
+        char first = 0;
+        long argc = 0;
+        while ((used = resp_command(buf + at, have - at, &first, &argc)) > 0) {
+            at += used;
+            if (olen + cfg.size + 128 > outcap)
+                break;
+            if (first == 'R') {
+                memcpy(out + olen, ":1\r\n", 4);
+                olen += 4;
+            } else if (first == 'L' || first == 'B') {
+                if (first == 'B') {
+                    memcpy(out + olen, "*2\r\n$2\r\n21\r\n", 12);
+                    olen += 12;
+                }
+                memcpy(out + olen, value, (size_t)vlen);
+                olen += (size_t)vlen;
+                memcpy(out + olen, rec, cfg.size);
+                olen += cfg.size;
+                memcpy(out + olen, "\r\n", 2);
+                olen += 2;
+            } else {
+                const char *e = "-ERR unknown command\r\n";
+                memcpy(out + olen, e, strlen(e));
+                olen += strlen(e);
+            }
+        }
+        memmove(buf, buf + at, have - at);
+        have -= at;
+        if (olen && io_all(fd, out, olen, 1) != 0)
+            break;
+    }
+    free(buf);
+    free(out);
+    free(rec);
+    close(fd);
+    return NULL;
+}
+
+static int echo_server(int resp)
 {
     struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)cfg.port) };
     int lfd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
@@ -301,7 +382,7 @@ static int echo_server(void)
         if (fd < 0)
             continue;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        if (pthread_create(&t, NULL, echo_conn, (void *)(intptr_t)fd) == 0)
+        if (pthread_create(&t, NULL, resp ? resp_conn : echo_conn, (void *)(intptr_t)fd) == 0)
             pthread_detach(t);
         else
             close(fd);
@@ -350,8 +431,8 @@ int main(int argc, char **argv)
     }
     if (!cfg.op)
         usage();
-    if (strcmp(cfg.op, "echo-server") == 0)
-        return echo_server();
+    if (strcmp(cfg.op, "echo-server") == 0 || strcmp(cfg.op, "resp-server") == 0)
+        return echo_server(strcmp(cfg.op, "resp-server") == 0);
     int echo = strcmp(cfg.op, "echo") == 0;
     if (!echo && strcmp(cfg.op, "push") && strcmp(cfg.op, "pop") && strcmp(cfg.op, "asypush"))
         usage();

@@ -324,12 +324,21 @@ impl Router {
         let cluster = self.flavor == Flavor::Cluster;
         let slot = if cluster { key_slot(key) } else { 0 };
         let i = self.route(slot);
-        let conn = match self.conn(i) {
-            Ok(conn) => conn,
-            Err(e) => {
-                self.fail(kind, e.clone());
-                return Err(e);
+        if let Err(e) = self.conn(i) {
+            // A node that cannot be reached may have been replaced (a
+            // failover): ask a node still connected for the map again.
+            if cluster {
+                if let Some(at) = self.nodes.iter().position(|n| n.conn.is_some()) {
+                    self.refresh(at);
+                    self.flush();
+                }
             }
+            self.fail(kind, e.clone());
+            return Err(e);
+        }
+        let Some(conn) = self.nodes[i].conn.as_mut() else {
+            self.fail(kind, Error::new(SVR_EXCEPTION, "no connection"));
+            return Err(Error::new(SVR_EXCEPTION, "no connection"));
         };
         let start = conn.wbuf.len();
         encode(&mut conn.wbuf);

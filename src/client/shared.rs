@@ -54,6 +54,8 @@ struct State {
     /// Answers of synchronous commands, by ticket.
     answers: Vec<(u64, Outcome)>,
     next: u64,
+    /// Threads in `call` (staged, waiting or leading).
+    callers: usize,
 }
 
 /// A connection shared by several handles.
@@ -77,6 +79,7 @@ impl Shared {
                 spare: (Vec::new(), Vec::new()),
                 answers: Vec::new(),
                 next: 0,
+                callers: 0,
             }),
             cv: Condvar::new(),
         }
@@ -87,12 +90,15 @@ impl Shared {
         let mut st = self.st.lock();
         let id = st.next;
         st.next += 1;
+        st.callers += 1;
         stage(&mut st, key, Kind::Sync(id), wait, encode);
         loop {
             if let Some(pos) = st.answers.iter().position(|a| a.0 == id) {
+                st.callers -= 1;
                 return st.answers.swap_remove(pos).1;
             }
             if st.broken {
+                st.callers -= 1;
                 return Err(broken());
             }
             match st.router.take() {
@@ -145,6 +151,11 @@ impl Shared {
     /// them, reads until every synchronous one of the batch has its answer
     /// (and what `need` asks), then publishes the answers and wakes everyone.
     fn lead(&self, st: &mut MutexGuard<'_, State>, mut router: Router, need: Need<'_>) {
+        // Threads just handed their answers are about to stage their next
+        // command: let them, once, so that the batch carries them too.
+        if st.staged.len() < st.callers {
+            MutexGuard::unlocked(st, std::thread::yield_now);
+        }
         let (spare_staged, spare_bytes) = std::mem::take(&mut st.spare);
         let staged = std::mem::replace(&mut st.staged, spare_staged);
         let bytes = std::mem::replace(&mut st.bytes, spare_bytes);
