@@ -159,7 +159,7 @@ pub(crate) async fn serve<S: Stream>(mut s: S, shared: Arc<Shared>, worker: Rc<W
 }
 
 async fn run<S: Stream>(s: &mut S, shared: &Arc<Shared>, worker: &Rc<Worker>, client: &mut Client) -> End {
-    let stop = shared.shutdown.notified();
+    let stop = worker.stop.notified();
     tokio::pin!(stop);
     stop.as_mut().enable();
     let idle = shared.args.idle_timeout();

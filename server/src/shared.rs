@@ -79,11 +79,6 @@ impl Shutdown {
         self.notify.notify_waiters();
     }
 
-    /// A notification of the stop, to `enable()` then check [`is_set`](Self::is_set).
-    pub fn notified(&self) -> tokio::sync::futures::Notified<'_> {
-        self.notify.notified()
-    }
-
     /// Completes once the stop has begun.
     pub async fn wait(&self) {
         let notified = self.notify.notified();

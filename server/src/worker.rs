@@ -27,6 +27,10 @@ pub(crate) struct Worker {
     pub pool: Pool,
     /// Connections being served.
     live: Cell<usize>,
+    /// The stop, told to this worker's connections by the worker (so that a
+    /// connection waiting for its client polls a notification no other
+    /// core touches).
+    pub stop: tokio::sync::Notify,
 }
 
 /// Starts worker `index`.
@@ -48,7 +52,13 @@ fn main(shared: Arc<Shared>, index: usize, mut rx: UnboundedReceiver<Accepted>) 
         }
     };
     let local = tokio::task::LocalSet::new();
-    let worker = Rc::new(Worker { index, keys: WorkerKeys::default(), pool: Pool::default(), live: Cell::new(0) });
+    let worker = Rc::new(Worker {
+        index,
+        keys: WorkerKeys::default(),
+        pool: Pool::default(),
+        live: Cell::new(0),
+        stop: tokio::sync::Notify::new(),
+    });
     local.block_on(&rt, async {
         loop {
             tokio::select! {
@@ -60,6 +70,7 @@ fn main(shared: Arc<Shared>, index: usize, mut rx: UnboundedReceiver<Accepted>) 
                 },
             }
         }
+        worker.stop.notify_waiters();
         // Connections answer what they have read and close; a write to a
         // client that does not read is given up at its stall timeout.
         let deadline = tokio::time::Instant::now() + shared.args.write_stall() + Duration::from_secs(1);
