@@ -51,9 +51,9 @@ mod storage;
 
 #[cfg(not(loom))]
 pub(crate) use storage::MapStorage;
+pub(crate) use storage::{CachePadded, HeapStorage, SlotHeader, Storage};
 #[cfg(not(loom))]
 pub(crate) use storage::{Cursors, SLOT_HEADER_BYTES};
-pub(crate) use storage::{CachePadded, HeapStorage, SlotHeader, Storage};
 
 use crate::sync::{AtomicU64, Ordering, fence, spin_hint, yield_now};
 
