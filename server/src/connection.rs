@@ -325,6 +325,10 @@ async fn wait_blocked<S: Stream>(
 ) -> Result<(), End> {
     let proto = client.proto;
     let deadline = b.deadline.map(tokio::time::Instant::from_std);
+    // A blocked client holds no pooled buffer: its pending commands move to
+    // a buffer of their size, its (empty) output buffer goes back.
+    input.release(pool);
+    pool.give_output(std::mem::take(out));
     // Counted once on the lists (blocked_clients, and what tests wait for).
     b.register(shared);
     shared.stats.blocked.fetch_add(1, Ordering::Relaxed);
@@ -340,9 +344,6 @@ async fn wait_blocked<S: Stream>(
         }
         let notify = b.notify.clone();
         let reading = input.len() < BLOCKED_INPUT_MAX;
-        if reading {
-            input.make_room(pool, 0);
-        }
         tokio::select! {
             biased;
             _ = shared.shutdown.wait() => {
@@ -354,11 +355,20 @@ async fn wait_blocked<S: Stream>(
                 b.timed_out(proto, out);
                 return Ok(());
             }
-            r = stream::read(s, input.space()), if reading => match r {
-                Ok(0) => return Err(End::Eof),
-                Ok(n) => input.end += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(End::Error(e)),
+            // Bytes (or the EOF) while blocked: kept for after, in a buffer
+            // of their size, so that a blocked client holds no pooled buffer.
+            r = s.ready_to_read(), if reading => {
+                r.map_err(End::Error)?;
+                input.make_room(pool, 0);
+                let got = stream::try_read(s, input.space()).await;
+                match got {
+                    Poll::Ready(Ok(0)) => return Err(End::Eof),
+                    Poll::Ready(Ok(n)) => input.end += n,
+                    Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Poll::Ready(Err(e)) => return Err(End::Error(e)),
+                    Poll::Pending => {}
+                }
+                input.release(pool);
             }
         }
     }

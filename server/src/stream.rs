@@ -44,19 +44,6 @@ pub(crate) async fn try_read<S: Stream>(s: &mut S, buf: &mut [u8]) -> Poll<io::R
     .await
 }
 
-/// Reads into `buf`, waiting as long as needed.
-pub(crate) async fn read<S: Stream>(s: &mut S, buf: &mut [u8]) -> io::Result<usize> {
-    std::future::poll_fn(|cx| {
-        let mut rb = ReadBuf::new(buf);
-        match Pin::new(&mut *s).poll_read(cx, &mut rb) {
-            Poll::Ready(Ok(())) => Poll::Ready(Ok(rb.filled().len())),
-            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending => Poll::Pending,
-        }
-    })
-    .await
-}
-
 /// Writes all of `out`, then clears it. A write that makes no progress for
 /// `stall` (a client that does not read its replies) fails with `TimedOut`.
 pub(crate) async fn write_all<S: Stream>(s: &mut S, out: &mut Vec<u8>, stall: Duration) -> io::Result<()> {
