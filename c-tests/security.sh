@@ -139,7 +139,7 @@ CLIENT=$BIN/security_client
 
 setup_binaries() {
     mkdir -p "$BIN" || return 1
-    cp "$TVMQ" "$BIN/tvmq" && cp "$LIBDIR/libtvm.so" "$BIN/libtvm.so" || return 1
+    cp "$TVMQ" "$BIN/tvmq" && cp "$LIBDIR/libtvm.so" "$BIN/libtvm.so" && ln -sfn libtvm.so "$BIN/libtvm.so.0" || return 1
     local msgs
     msgs=$(gcc -std=gnu17 -O1 -Wall -Wextra -Werror "$ROOT/c-tests/security_client.c" \
         -I "$ROOT/include" -L "$BIN" -ltvm -lpthread "-Wl,-rpath,$BIN" -o "$CLIENT" 2>&1) ||
