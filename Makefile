@@ -15,7 +15,7 @@ LINK     := -I include -L $(LIBDIR) -ltvm -lpthread -Wl,-rpath,$(LIBDIR)
 ROWS     ?= 4000000
 THREADS  ?= 1 2 4 10
 
-.PHONY: all build run test lint header test-rust test-c examples seed bench bench-drivers bench-smoke bench-net bench-net-smoke loom soak clean install uninstall test-install test-python
+.PHONY: all build run test lint header test-rust test-c examples seed bench bench-drivers bench-smoke bench-net bench-net-smoke loom soak clean install uninstall test-install test-python test-readme
 
 all: build
 
@@ -37,7 +37,7 @@ run: seed
 	@TVMQ=$(TVMQ) SEEDBIN=$(SEEDBIN) ROWS=$(ROWS) THREADS="$(THREADS)" bash scripts/run.sh
 
 # Everything CI checks.
-test: build lint header test-rust test-c examples test-python test-install bench-smoke bench-net-smoke
+test: build lint header test-rust test-c examples test-python test-readme test-install bench-smoke bench-net-smoke
 
 lint:
 	$(CARGO) fmt --check
@@ -63,6 +63,10 @@ examples: build
 # The Python package, installed with pip into a virtual environment, and its tests.
 test-python: examples
 	@bash scripts/test-python.sh
+
+# The README's C and Python snippets, run as written (its Rust ones are doc tests).
+test-readme: test-python
+	@bash scripts/test-readme.sh
 
 bench-drivers: build
 	@mkdir -p $(BENCHBIN)

@@ -76,6 +76,11 @@ mod shm;
 mod wait;
 
 pub use error::{Error, Result};
+
+/// The README's Rust snippets, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
 pub use ring::{LocalRing, MAX_CAPACITY};
 
 #[cfg(not(loom))]
