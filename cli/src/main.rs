@@ -3,6 +3,9 @@
 //!
 //! Queues live in `$TVMDBD` (default `/dev/shm/tvmq-<uid>`), like the library's.
 
+// The doc comments of the clap definitions are the help texts, written for a terminal.
+#![allow(rustdoc::invalid_html_tags)]
+
 mod create;
 mod def;
 mod inspect;

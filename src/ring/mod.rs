@@ -905,7 +905,7 @@ pub fn one_lap(capacity: u64) -> u64 {
     (capacity + 1).next_power_of_two()
 }
 
-/// What [`Ring::peek`] found at a position.
+/// What [`crate::Queue::peek`] found at a position.
 #[cfg(not(loom))]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Peeked {
