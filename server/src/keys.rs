@@ -128,6 +128,19 @@ impl WorkerKeys {
         self.map.borrow().get(key).filter(|q| !q.is_dropped()).cloned()
     }
 
+    /// Forgets the queues dropped since they were cached, and detaches them
+    /// from the server's table, so that their mappings are let go of (a
+    /// connection that used one last keeps it until its next command).
+    pub fn purge_dropped(&self, shared: &Shared) {
+        self.map.borrow_mut().retain(|_, q| {
+            if q.is_dropped() {
+                shared.attachments.detach(q.id());
+                return false;
+            }
+            true
+        });
+    }
+
     fn put(&self, key: &[u8], q: &Arc<Queue>) {
         let mut map = self.map.borrow_mut();
         if map.len() >= WORKER_CACHE_MAX {

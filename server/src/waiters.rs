@@ -138,6 +138,14 @@ impl Waiters {
         while WaitList::wake_oldest(inner) {}
     }
 
+    /// Forgets the lists of dropped queues that nobody waits on.
+    pub fn purge_dropped(&self) {
+        self.lists.lock().retain(|_, l| {
+            let inner = l.inner.lock();
+            !(l.queue.is_dropped() && inner.waiting.is_empty() && !inner.watched)
+        });
+    }
+
     /// Wakes every blocked client (the server stops).
     pub fn wake_everyone(&self) {
         let lists: Vec<_> = self.lists.lock().values().cloned().collect();

@@ -13,6 +13,9 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::sync::mpsc::UnboundedReceiver;
 
+/// How often a worker lets go of the queues dropped meanwhile.
+const PURGE_EVERY: Duration = Duration::from_secs(1);
+
 /// A connection accepted by the listener, for a worker to serve.
 pub(crate) enum Accepted {
     Tcp(std::net::TcpStream, SocketAddr),
@@ -60,6 +63,8 @@ fn main(shared: Arc<Shared>, index: usize, mut rx: UnboundedReceiver<Accepted>) 
         stop: tokio::sync::Notify::new(),
     });
     local.block_on(&rt, async {
+        let mut purge = tokio::time::interval(PURGE_EVERY);
+        purge.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 biased;
@@ -68,6 +73,12 @@ fn main(shared: Arc<Shared>, index: usize, mut rx: UnboundedReceiver<Accepted>) 
                     Some(c) => start(&shared, &worker, c),
                     None => break,
                 },
+                _ = purge.tick() => {
+                    worker.keys.purge_dropped(&shared);
+                    if index == 0 {
+                        shared.waiters.purge_dropped();
+                    }
+                }
             }
         }
         worker.stop.notify_waiters();
