@@ -822,6 +822,15 @@ impl Announce for Intent<'_> {
             word.store(IDLE, Ordering::Release);
         }
     }
+
+    /// A thread with an intent word is proven alive by it while it holds a
+    /// slot (`Registry::holder` answers `Alive` whenever an entry announces
+    /// the position, even one whose lock cannot be read), so `Patience`
+    /// and `repair` never recover its slots.
+    #[inline]
+    fn robbable(&self) -> bool {
+        self.0.is_none()
+    }
 }
 
 /// Which intent word this thread holds in a queue (by its process-local
