@@ -73,14 +73,15 @@ bench-drivers: build
 	@mkdir -p $(BENCHBIN)
 	gcc -O2 -Wall -Werror -o $(BENCHBIN)/tvmq_driver bench/drivers/tvmq_driver.c $(LINK)
 	g++ -O2 -std=c++17 -Wall -Werror -o $(BENCHBIN)/boost_mq bench/drivers/boost_mq.cpp -lpthread -lrt
+	gcc -O2 -Wall -Werror -o $(BENCHBIN)/latency bench/drivers/latency.c $(LINK)
 
 # The whole matrix, 5 runs a cell: table on the terminal, CSV/JSON/PNG in target/bench.
 bench: seed bench-drivers
-	$(TVMQ) bench --seed-bin $(SEEDBIN) --c-driver $(BENCHBIN)/tvmq_driver --boost-driver $(BENCHBIN)/boost_mq --out $(BENCHBIN) $(BENCH_ARGS)
+	$(TVMQ) bench --seed-bin $(SEEDBIN) --c-driver $(BENCHBIN)/tvmq_driver --boost-driver $(BENCHBIN)/boost_mq --latency-driver $(BENCHBIN)/latency --out $(BENCHBIN) $(BENCH_ARGS)
 
 # Every cell once with small counts, so that `make bench` cannot rot unseen.
 bench-smoke: seed bench-drivers
-	$(TVMQ) bench --smoke --seed-bin $(SEEDBIN) --c-driver $(BENCHBIN)/tvmq_driver --boost-driver $(BENCHBIN)/boost_mq --out target/bench-smoke >/dev/null
+	$(TVMQ) bench --smoke --seed-bin $(SEEDBIN) --c-driver $(BENCHBIN)/tvmq_driver --boost-driver $(BENCHBIN)/boost_mq --latency-driver $(BENCHBIN)/latency --out target/bench-smoke >/dev/null
 
 # tvmq serve against a redis-server it starts, both driven by redis-benchmark
 # (about 4 minutes): table, CSV and chart in target/bench-net. Needs

@@ -88,7 +88,7 @@ pub use attach::Attachments;
 #[cfg(not(loom))]
 pub use file::{DEFAULT_UNBLOCK_TIMEOUT_MS, MAX_RECORD_SIZE, Spec, queue_dir, queue_ids, queue_path, slot_stride};
 #[cfg(not(loom))]
-pub use queue::{Process, Queue, QueueInfo, Repair, Stats, Wait};
+pub use queue::{Process, Queue, QueueInfo, Repair, Stats, Strategy, Wait};
 #[cfg(not(loom))]
 pub use ring::Peeked;
 #[cfg(not(loom))]

@@ -37,6 +37,39 @@ const EMPTY_POLL_FIRST_STEP: u32 = 3;
 /// Longest single futex sleep; a sleeper re-checks the queue at least this often.
 pub const SLEEP_SLICE: Duration = Duration::from_millis(200);
 
+/// How a blocking pop ([`Wait::Forever`], [`Wait::Until`]) waits while the
+/// queue is empty. Whatever it is, a push makes the wake-up system call only
+/// when a consumer is asleep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Strategy {
+    /// Spin and yield for a few microseconds, then sleep on the futex (no CPU
+    /// while asleep; a record that arrives then costs a kernel wake-up,
+    /// tens of microseconds).
+    Default,
+    /// Spin (a busy loop of `pause`s, one CPU at 100 %) for up to this long
+    /// since the queue was found empty, then yield briefly, then sleep.
+    Spin(Duration),
+    /// Spin for as long as the wait lasts: the lowest latency, and one CPU
+    /// at 100 % for as long as the consumer waits.
+    NeverSleep,
+}
+
+impl Strategy {
+    /// `$TVMQ_SPIN_US` when it is set and valid (`-1`: never sleep), else the
+    /// queue's setting, else the default.
+    fn choose(env: Option<&str>, queue: Option<i64>) -> Strategy {
+        let from = |us: i64| match us {
+            -1 => Some(Strategy::NeverSleep),
+            us if us >= 0 => Some(Strategy::Spin(Duration::from_micros(us as u64))),
+            _ => None,
+        };
+        env.and_then(|v| v.trim().parse::<i64>().ok())
+            .and_then(from)
+            .or_else(|| queue.and_then(from))
+            .unwrap_or(Strategy::Default)
+    }
+}
+
 /// How long a pop may wait for a record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Wait {
@@ -87,6 +120,8 @@ pub struct Queue {
     /// Registered in the process table (false: the table was full, or inspect-only).
     registered: bool,
     unblock_timeout: Duration,
+    /// How a blocking pop waits on an empty queue.
+    strategy: Strategy,
     /// When this process last reconciled waiter counts (ns since epoch).
     last_reconcile_ns: AtomicU64,
     /// False for a read-only [`Queue::inspect`] view: push and pop refuse.
@@ -154,12 +189,16 @@ pub struct QueueInfo {
     /// How long a stalled slot whose holder cannot be told dead or alive is
     /// waited for before it is recovered (as created; see [`Queue::unblock_timeout`]).
     pub unblock_timeout_ms: u64,
+    /// How long blocking pops spin before they sleep, as created (`None`:
+    /// the default; -1: never sleep). See [`Queue::wait_strategy`] for what
+    /// this process uses.
+    pub spin_us: Option<i64>,
     /// The record layout, if the queue was created with one.
     pub fields: Vec<Field>,
 }
 
 impl QueueInfo {
-    fn from_header(i: &file::layout::Info) -> QueueInfo {
+    fn from_header(i: &file::layout::Info, options: &file::layout::Options) -> QueueInfo {
         QueueInfo {
             id: i.id,
             name: i.name().to_string(),
@@ -172,6 +211,7 @@ impl QueueInfo {
             capacity: i.capacity,
             file_size: i.file_size,
             unblock_timeout_ms: i.unblock_timeout_ms,
+            spin_us: options.spin_us(),
             fields: i.fields(),
         }
     }
@@ -280,7 +320,7 @@ impl Queue {
     }
 
     fn from_file(file: QueueFile, register: bool) -> Result<Queue> {
-        let info = QueueInfo::from_header(file.info());
+        let info = QueueInfo::from_header(file.info(), file.options());
         let ring = Ring::new(file.storage()?, info.capacity, info.record_size as usize);
         let mut registry = file.registry()?;
         let control = file.control();
@@ -303,6 +343,7 @@ impl Queue {
             slots: Arc::new(IntentSlots::default()),
             registered,
             unblock_timeout,
+            strategy: Strategy::choose(std::env::var("TVMQ_SPIN_US").ok().as_deref(), info.spin_us),
             last_reconcile_ns: AtomicU64::new(0),
             writable: register,
             opener: std::process::id(),
@@ -405,6 +446,12 @@ impl Queue {
         Intent(if slot == NO_WORD { None } else { self.registry.intent_word(slot) })
     }
 
+    /// How this process's blocking pops wait on this queue (the queue's
+    /// setting, or `$TVMQ_SPIN_US` read when the queue was opened).
+    pub fn wait_strategy(&self) -> Strategy {
+        self.strategy
+    }
+
     /// How long a stalled slot of unknown holder is waited for.
     pub fn unblock_timeout(&self) -> Duration {
         self.unblock_timeout
@@ -486,6 +533,7 @@ impl Queue {
         // Polling an empty queue reads `tail`, which producers are moving:
         // start with pauses long enough not to slow them down.
         let mut spins = Backoff::starting_at(EMPTY_POLL_FIRST_STEP);
+        let mut spin_until = None;
         loop {
             self.check_usable()?;
             match self.ring.pop(out, &self.intent(), &mut Patience::new(self)) {
@@ -503,6 +551,19 @@ impl Queue {
             };
             if deadline.is_some_and(|t| Instant::now() >= t) {
                 return Err(Error::code_only(MQUE_WAIT_TMO));
+            }
+            match self.strategy {
+                Strategy::Default => {}
+                Strategy::Spin(d) => {
+                    if Instant::now() < *spin_until.get_or_insert_with(|| Instant::now() + d) {
+                        std::hint::spin_loop();
+                        continue;
+                    }
+                }
+                Strategy::NeverSleep => {
+                    std::hint::spin_loop();
+                    continue;
+                }
             }
             // A record is often only microseconds away: spin and yield a
             // little before paying for a sleep and the producer's wake-up.
@@ -761,6 +822,15 @@ impl Announce for Intent<'_> {
             word.store(IDLE, Ordering::Release);
         }
     }
+
+    /// A thread with an intent word is proven alive by it while it holds a
+    /// slot (`Registry::holder` answers `Alive` whenever an entry announces
+    /// the position, even one whose lock cannot be read), so `Patience`
+    /// and `repair` never recover its slots.
+    #[inline]
+    fn robbable(&self) -> bool {
+        self.0.is_none()
+    }
 }
 
 /// Which intent word this thread holds in a queue (by its process-local
@@ -965,6 +1035,63 @@ mod tests {
         let seen = q.peek(16);
         assert_eq!(seen.len(), 2);
         assert_eq!(seen[1], (22, Peeked::Record(vec![19])));
+    }
+
+    #[test]
+    fn the_wait_strategy_comes_from_the_environment_then_the_queue() {
+        use Strategy::*;
+        let us = Duration::from_micros;
+        assert_eq!(Strategy::choose(None, None), Default);
+        assert_eq!(Strategy::choose(None, Some(1000)), Spin(us(1000)));
+        assert_eq!(Strategy::choose(None, Some(-1)), NeverSleep);
+        assert_eq!(Strategy::choose(Some("50"), Some(1000)), Spin(us(50)));
+        assert_eq!(Strategy::choose(Some(" -1 "), None), NeverSleep);
+        assert_eq!(Strategy::choose(Some("0"), Some(-1)), Spin(us(0)));
+        for bad in ["", "x", "-2", "1.5"] {
+            assert_eq!(Strategy::choose(Some(bad), Some(7)), Spin(us(7)), "{bad:?} is ignored");
+        }
+    }
+
+    #[test]
+    fn a_queue_keeps_its_spin_time_and_spinning_pops_keep_their_deadline() {
+        let dir = TempDir::new("queue", "spin");
+        let mut spec = Spec::new(4, 8);
+        spec.spin_us = Some(-1);
+        Queue::create(dir.path(), 1, &spec).unwrap();
+        let q = Arc::new(Queue::open(dir.path(), 1).unwrap());
+        assert_eq!(q.info().spin_us, Some(-1));
+        if std::env::var_os("TVMQ_SPIN_US").is_none() {
+            assert_eq!(q.wait_strategy(), Strategy::NeverSleep);
+        }
+        let mut out = [0u8; 8];
+        let t = Instant::now();
+        let r = q.pop(&mut out, Wait::Until(Instant::now() + Duration::from_millis(30)));
+        assert_eq!(r.unwrap_err().code(), MQUE_WAIT_TMO);
+        assert!(t.elapsed() >= Duration::from_millis(30));
+        // A spinning consumer gets a record pushed by another thread, and sees a drop.
+        let consumer = {
+            let q = q.clone();
+            std::thread::spawn(move || {
+                let mut out = [0u8; 8];
+                let n = q.pop(&mut out, Wait::Forever).map(|n| out[..n].to_vec());
+                (n, q.pop(&mut out, Wait::Forever).map_err(|e| e.code()))
+            })
+        };
+        std::thread::sleep(Duration::from_millis(20));
+        q.push(b"spun").unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        Queue::drop_queue(dir.path(), 1).unwrap();
+        let (first, second) = consumer.join().unwrap();
+        assert_eq!(first.unwrap(), b"spun");
+        assert_eq!(second.unwrap_err(), SHM_ERR_EIDRM);
+        assert!(
+            Queue::create(dir.path(), 2, &{
+                let mut s = Spec::new(1, 1);
+                s.spin_us = Some(-2);
+                s
+            })
+            .is_err()
+        );
     }
 
     #[test]

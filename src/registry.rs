@@ -205,10 +205,9 @@ impl Registry {
                 match held(self.fd(), self.lock_offset(index)) {
                     Some(true) => {}
                     Some(false) => continue, // dead: its announcements do not count
-                    None => {
-                        unknown = true;
-                        continue;
-                    }
+                    // Cannot tell: its announcements still count (a holder
+                    // that announces is never robbed), the rest is unknown.
+                    None => unknown = true,
                 }
             }
             if entry.intents.iter().any(|w| covers(w.0.load(Ordering::Acquire), role, at)) {

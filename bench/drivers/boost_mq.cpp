@@ -5,6 +5,11 @@
 //   boost_mq remove --queue Q
 //   boost_mq run --queue Q --op OP --threads N [--pop-threads M]
 //                --records R --size S [--batch B]
+//   boost_mq latency --queue Q --size S --records R --gap-us G --out FILE
+//   boost_mq idle --queue Q --size S --seconds N
+//
+// latency and idle are the latency benchmark of latency.h (a producer
+// process and a consumer process blocked in receive), on an existing queue.
 //
 // The queue is named "tvmq_bench_<Q>" (a file in /dev/shm) and holds up to C
 // messages of up to S bytes.
@@ -26,6 +31,7 @@
 // Build: g++ -O2 -std=c++17 -Wall -Werror -o boost_mq bench/drivers/boost_mq.cpp -lpthread -lrt
 
 #include "seed_record.h"
+#include "latency.h"
 
 #include <boost/date_time/posix_time/posix_time_types.hpp>
 #include <boost/interprocess/ipc/message_queue.hpp>
@@ -69,6 +75,8 @@ struct Config {
     int threads = 0, pop_threads = 0;
     unsigned long long records = 0, capacity = 0;
     size_t size = 0;
+    unsigned gap_us = 0, seconds = 0;  // latency, idle
+    std::string out;                   // latency
 } cfg;
 
 // One thread's work: push or pop `count` records; `done` is how many it moved.
@@ -212,6 +220,8 @@ void worker(Job &j, bip::message_queue &mq)
                  "       boost_mq remove --queue Q\n"
                  "       boost_mq run --queue Q --op push|pop|pushpop --threads N\n"
                  "                    [--pop-threads M] --records R --size S [--batch B]\n"
+                 "       boost_mq latency --queue Q --size S --records R --gap-us G --out FILE\n"
+                 "       boost_mq idle --queue Q --size S --seconds N\n"
                  "  queue name: tvmq_bench_<Q>; N, M: 1..%d (M defaults to N; pushpop only);\n"
                  "  S >= 8 bytes; --batch is ignored\n",
                  kMaxThreads);
@@ -237,12 +247,15 @@ void parse_args(int argc, char *argv[])
     if (argc < 2)
         usage("a command is required");
     cfg.cmd = argv[1];
-    if (cfg.cmd != "create" && cfg.cmd != "remove" && cfg.cmd != "run")
+    if (cfg.cmd != "create" && cfg.cmd != "remove" && cfg.cmd != "run" && cfg.cmd != "latency" &&
+        cfg.cmd != "idle")
         usage("unknown command");
 
     // Options each command takes, and which of them were given.
     std::string allowed = cfg.cmd == "create" ? " --queue --capacity --size "
                         : cfg.cmd == "remove" ? " --queue "
+                        : cfg.cmd == "latency" ? " --queue --size --records --gap-us --out "
+                        : cfg.cmd == "idle" ? " --queue --size --seconds "
                         : " --queue --op --threads --pop-threads --records --size --batch ";
     std::string given = " ";
     for (int i = 2; i < argc; i += 2) {
@@ -269,6 +282,12 @@ void parse_args(int argc, char *argv[])
             cfg.records = number(argv[i], val, 0, LONG_MAX);
         else if (opt == "--batch")
             number(argv[i], val, 1, 1ULL << 20);
+        else if (opt == "--gap-us")
+            cfg.gap_us = (unsigned)number(argv[i], val, 0, 10000000);
+        else if (opt == "--seconds")
+            cfg.seconds = (unsigned)number(argv[i], val, 1, 3600);
+        else if (opt == "--out")
+            cfg.out = val;
         else if (!std::strcmp(val, "push"))  // --op
             cfg.op = Op::push;
         else if (!std::strcmp(val, "pop"))
@@ -280,7 +299,8 @@ void parse_args(int argc, char *argv[])
     }
 
     // Every allowed option but the optional ones is required.
-    for (const char *opt : {"--queue", "--capacity", "--size", "--op", "--threads", "--records"})
+    for (const char *opt : {"--queue", "--capacity", "--size", "--op", "--threads", "--records", "--gap-us", "--out",
+                            "--seconds"})
         if (allowed.find(std::string(" ") + opt + " ") != std::string::npos &&
             given.find(std::string(" ") + opt + " ") == std::string::npos) {
             std::fprintf(stderr, "boost_mq: %s needs %s\n", cfg.cmd.c_str(), opt);
@@ -402,11 +422,41 @@ int run()
     return 0;
 }
 
+// The latency benchmark's transport: one message_queue per process.
+void *latency_open(int)
+{
+    try {
+        return new bip::message_queue(bip::open_only, queue_name().c_str());
+    } catch (const bip::interprocess_exception &e) {
+        std::fprintf(stderr, "boost_mq: message_queue(open_only): %s\n", describe(e).c_str());
+        return nullptr;
+    }
+}
+
+int latency_send(void *ctx, const char *rec, size_t size)
+{
+    return static_cast<bip::message_queue *>(ctx)->try_send(rec, size, 0) ? 0 : -1;
+}
+
+int latency_recv(void *ctx, char *rec, size_t size)
+{
+    bip::message_queue::size_type got = 0;
+    unsigned prio = 0;
+    static_cast<bip::message_queue *>(ctx)->receive(rec, size, got, prio);
+    return got == size ? 0 : -1;
+}
+
+const latency_ops boost_latency_ops = {latency_open, latency_send, latency_recv};
+
 }  // namespace
 
 int main(int argc, char *argv[])
 {
     parse_args(argc, argv);
+    if (cfg.cmd == "latency")
+        return latency_run(&boost_latency_ops, cfg.size, cfg.records, cfg.gap_us, cfg.out.c_str());
+    if (cfg.cmd == "idle")
+        return latency_idle(&boost_latency_ops, cfg.size, cfg.seconds);
     if (cfg.cmd == "create")
         return create_queue();
     if (cfg.cmd == "remove")

@@ -84,3 +84,69 @@ pub fn draw(cells: &[Cell], path: &Path, stvm: &[Vec<(f64, f64)>; 2]) -> Result<
     }
     root.present().map_err(|x| e(&x))
 }
+
+/// latency.png: p50, p99, p99.9 and max of each subject, one panel per gap,
+/// on a logarithmic scale of microseconds.
+pub fn draw_latency(cells: &[super::latency::LatencyCell], path: &Path) -> Result<(), String> {
+    load_font()?;
+    let e = |e: &dyn std::fmt::Display| e.to_string();
+    let root = BitMapBackend::new(path, (1500, 520)).into_drawing_area();
+    root.fill(&WHITE).map_err(|x| e(&x))?;
+    let colors = [
+        RGBColor(200, 30, 30),
+        RGBColor(240, 140, 20),
+        RGBColor(120, 120, 120),
+        RGBColor(30, 90, 200),
+        RGBColor(30, 150, 60),
+        RGBColor(140, 60, 160),
+    ];
+    let mut subjects: Vec<&str> = Vec::new();
+    for c in cells {
+        if !subjects.contains(&c.subject) {
+            subjects.push(c.subject);
+        }
+    }
+    let top = cells.iter().filter_map(|c| c.percentiles()).map(|p| p[3]).fold(10.0, f64::max) * 2.0;
+    for (panel, gap) in root.split_evenly((1, 3)).iter().zip(super::latency::GAPS) {
+        let mut chart = ChartBuilder::on(panel)
+            .caption(format!("a record every {gap} us"), ("sans-serif", 20))
+            .margin(12)
+            .x_label_area_size(36)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0f64..3.2f64, (0.05f64..top).log_scale())
+            .map_err(|x| e(&x))?;
+        chart
+            .configure_mesh()
+            .x_desc("percentile")
+            .y_desc("microseconds")
+            .x_labels(4)
+            .x_label_formatter(&|x| {
+                ["p50", "p99", "p99.9", "max"].get(x.round() as usize).copied().unwrap_or("").into()
+            })
+            .draw()
+            .map_err(|x| e(&x))?;
+        for (i, s) in subjects.iter().enumerate() {
+            let Some(p) = cells.iter().find(|c| c.gap_us == gap && c.subject == *s).and_then(|c| c.percentiles())
+            else {
+                continue;
+            };
+            let color = colors[i % colors.len()];
+            let points: Vec<(f64, f64)> = p.iter().enumerate().map(|(k, &v)| (k as f64, v.max(0.05))).collect();
+            chart
+                .draw_series(LineSeries::new(points.clone(), color.stroke_width(3)))
+                .map_err(|x| e(&x))?
+                .label(*s)
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(3)));
+            chart.draw_series(points.iter().map(|&pt| Circle::new(pt, 4, color.filled()))).map_err(|x| e(&x))?;
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::UpperLeft)
+            .label_font(("sans-serif", 13))
+            .draw()
+            .map_err(|x| e(&x))?;
+    }
+    root.present().map_err(|x| e(&x))
+}

@@ -9,6 +9,7 @@
 mod chart;
 mod external;
 mod inproc;
+mod latency;
 mod net;
 mod report;
 
@@ -37,6 +38,9 @@ pub struct BenchArgs {
     /// The Boost.Interprocess message_queue driver (bench/drivers/boost_mq.cpp, compiled)
     #[arg(long)]
     boost_driver: Option<PathBuf>,
+    /// The latency driver (bench/drivers/latency.c, compiled): tvmq and a pipe across processes
+    #[arg(long)]
+    latency_driver: Option<PathBuf>,
     /// A quick run of every cell with small counts (keeps `make bench` from rotting)
     #[arg(long)]
     smoke: bool,
@@ -64,6 +68,8 @@ pub enum Part {
     Sizes,
     /// lPushs / lPopup, 64 a call
     Batches,
+    /// Push-to-pop latency across processes at a record every 10 us, 100 us, 1 ms; idle consumers' CPU
+    Latency,
 }
 
 impl BenchArgs {
@@ -120,6 +126,9 @@ pub struct Ctx {
     /// Scratch queue directory (a fresh one under /dev/shm).
     pub dir: PathBuf,
     pub cells: Vec<Cell>,
+    /// The latency part's results.
+    pub latency: Vec<latency::LatencyCell>,
+    pub idle: Vec<latency::IdleCell>,
     started: Instant,
 }
 
@@ -199,7 +208,14 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
     // queues through TVMDBD.
     // SAFETY: set before this process starts any thread.
     unsafe { std::env::set_var("TVMDBD", &dir) };
-    let mut ctx = Ctx { args: args.clone(), dir: dir.clone(), cells: Vec::new(), started: Instant::now() };
+    let mut ctx = Ctx {
+        args: args.clone(),
+        dir: dir.clone(),
+        cells: Vec::new(),
+        latency: Vec::new(),
+        idle: Vec::new(),
+        started: Instant::now(),
+    };
     if args.net {
         let result = net::run(&mut ctx);
         let _ = std::fs::remove_dir_all(&dir);
@@ -210,7 +226,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
     let _ = std::fs::remove_dir_all(&dir);
     result?;
     eprint!("{}", clear_line());
-    report::write(&ctx.cells, &ctx.args, ctx.started.elapsed().as_secs_f64())
+    report::write(&ctx, ctx.started.elapsed().as_secs_f64())
 }
 
 fn run_matrix(ctx: &mut Ctx) -> Result<(), Error> {
@@ -281,6 +297,11 @@ fn run_matrix(ctx: &mut Ctx) -> Result<(), Error> {
                 inproc::tvmq_batches(ctx);
             }
         }
+    }
+
+    // 6. Latency across processes.
+    if args.wants(Part::Latency) {
+        latency::run(ctx, args.latency_driver.as_deref(), boost.as_deref());
     }
     Ok(())
 }

@@ -1,7 +1,8 @@
 //! The benchmark's outputs: a table on the terminal (also saved as
 //! table.txt), results.csv, results.json and chart.png.
 
-use super::{BenchArgs, Cell};
+use super::latency::{GAPS, IdleCell, LatencyCell};
+use super::{BenchArgs, Cell, Ctx};
 use std::fmt::Write as _;
 use tvm::error::{Error, SHM_ERR_ACCES};
 
@@ -249,18 +250,80 @@ fn json(cells: &[Cell], args: &BenchArgs) -> String {
     s
 }
 
-pub fn write(cells: &[Cell], args: &BenchArgs, seconds: f64) -> Result<(), Error> {
+/// The latency section of the table, and latency.csv.
+fn latency_table(lat: &[LatencyCell], idle: &[IdleCell]) -> (String, String) {
+    let mut s = String::new();
+    let mut csv = String::from("gap_us,subject,p50_us,p99_us,p999_us,max_us,records,error\n");
+    if lat.is_empty() && idle.is_empty() {
+        return (s, csv);
+    }
+    s.push_str("\n== Latency: push in one process to the return of a blocking pop in another (microseconds)\n");
+    s.push_str("   304-byte records, one every 10 us / 100 us / 1 ms; p50, p99, p99.9, max\n");
+    for gap in GAPS {
+        let _ =
+            writeln!(s, "\n  {:<40}|      p50 |      p99 |    p99.9 |      max", format!("a record every {gap} us"));
+        for c in lat.iter().filter(|c| c.gap_us == gap) {
+            match (c.percentiles(), &c.error) {
+                (Some(p), _) => {
+                    let _ = writeln!(
+                        s,
+                        "  {:<40}| {:>8.2} | {:>8.2} | {:>8.1} | {:>8.1}",
+                        c.subject, p[0], p[1], p[2], p[3]
+                    );
+                    let n = c.hist.as_ref().map_or(0, |h| h.len());
+                    let _ = writeln!(csv, "{gap},{},{:.3},{:.3},{:.3},{:.3},{n},", c.subject, p[0], p[1], p[2], p[3]);
+                }
+                (None, e) => {
+                    let e = e.clone().unwrap_or_default();
+                    let _ = writeln!(s, "  {:<40}| error: {}", c.subject, e.chars().take(60).collect::<String>());
+                    let _ = writeln!(csv, "{gap},{},,,,,0,{}", c.subject, e.replace([',', '\n'], " "));
+                }
+            }
+        }
+    }
+    if !idle.is_empty() {
+        s.push_str("\n  a consumer blocked on an empty queue     | CPU (% of one core)\n");
+        for c in idle {
+            match (c.cpu_pct, &c.error) {
+                (Some(p), _) => {
+                    let _ = writeln!(s, "  {:<40}| {p:>6.2}", c.subject);
+                }
+                (None, e) => {
+                    let _ = writeln!(s, "  {:<40}| error: {}", c.subject, e.clone().unwrap_or_default());
+                }
+            }
+        }
+    }
+    (s, csv)
+}
+
+pub fn write(ctx: &Ctx, seconds: f64) -> Result<(), Error> {
+    let (cells, args) = (&ctx.cells, &ctx.args);
     let out = &args.out;
     let io = |e: std::io::Error| Error::new(SHM_ERR_ACCES, format!("cannot write to {}: {e}", out.display()));
     std::fs::create_dir_all(out).map_err(io)?;
-    let text = table(cells, args, seconds);
+    let (lat_text, lat_csv) = latency_table(&ctx.latency, &ctx.idle);
+    let text = table(cells, args, seconds) + &lat_text;
     print!("{text}");
     std::fs::write(out.join("table.txt"), &text).map_err(io)?;
     std::fs::write(out.join("results.csv"), csv(cells)).map_err(io)?;
     std::fs::write(out.join("results.json"), json(cells, args)).map_err(io)?;
+    let mut wrote = format!("{0}/table.txt, {0}/results.csv, {0}/results.json", out.display());
+    if !ctx.latency.is_empty() {
+        std::fs::write(out.join("latency.csv"), lat_csv).map_err(io)?;
+        wrote += &format!(", {}/latency.csv", out.display());
+        match super::chart::draw_latency(&ctx.latency, &out.join("latency.png")) {
+            Ok(()) => wrote += &format!(", {}/latency.png", out.display()),
+            Err(e) => wrote += &format!(" (no latency chart: {e})"),
+        }
+    }
+    if cells.is_empty() {
+        println!("\nwrote {wrote}");
+        return Ok(());
+    }
     match super::chart::draw(cells, &out.join("chart.png"), &stvm_series()) {
-        Ok(()) => println!("\nwrote {0}/table.txt, {0}/results.csv, {0}/results.json, {0}/chart.png", out.display()),
-        Err(e) => println!("\nwrote {0}/table.txt, {0}/results.csv, {0}/results.json; no chart: {e}", out.display()),
+        Ok(()) => println!("\nwrote {wrote}, {}/chart.png", out.display()),
+        Err(e) => println!("\nwrote {wrote}; no chart: {e}"),
     }
     Ok(())
 }

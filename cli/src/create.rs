@@ -10,7 +10,8 @@ use tvm::{Error, Queue, Spec};
 #[derive(Args)]
 #[command(after_help = "Examples:\n  \
     tvmq create 21 --rows 4000000 --size 304 --name QUEUE_USER_INFO\n  \
-    tvmq create --def queues.def          # the queues of an STVM definition file\n\n\
+    tvmq create --def queues.def          # the queues of an STVM definition file\n  \
+    tvmq create 21 --rows 100000 --size 304 --spin-us 1000   # pops spin 1 ms before sleeping\n\n\
     A definition file sets the next queue's id and rows, then describes its record as a C struct:\n  \
     set TABLE=22\n  set TABLESPACE=10000\n  create queue QUEUE_USER_FIELD ( acct_id long, user_no char(21), user_nm char[81] );\n\
     Types: long, int, short, double, char, char(n) / char[n]; comments: --, #, //, /* */.")]
@@ -40,6 +41,18 @@ pub struct CreateArgs {
     /// identified, before recovering it (dead holders are recovered at once)
     #[arg(long, value_name = "MS", default_value_t = tvm::DEFAULT_UNBLOCK_TIMEOUT_MS)]
     unblock_timeout_ms: u64,
+    /// How long a blocking pop spins on an empty queue before it sleeps, in
+    /// microseconds (one CPU busy meanwhile); -1: never sleep. Default: a few
+    /// microseconds of spinning and yielding. $TVMQ_SPIN_US overrides it per process
+    #[arg(long, value_name = "US", allow_negative_numbers = true, value_parser = parse_spin)]
+    spin_us: Option<i64>,
+}
+
+fn parse_spin(s: &str) -> Result<i64, String> {
+    s.parse::<i64>()
+        .ok()
+        .filter(|&v| v >= -1)
+        .ok_or_else(|| format!("{s:?}: -1 (never sleep) or a number of microseconds >= 0"))
 }
 
 fn parse_mode(s: &str) -> Result<u32, String> {
@@ -68,6 +81,7 @@ pub fn run(dir: &Path, a: &CreateArgs) -> Result<(), Error> {
     base.part = a.part.clone();
     base.mode = a.mode;
     base.unblock_timeout_ms = a.unblock_timeout_ms;
+    base.spin_us = a.spin_us;
     if let Some(path) = &a.def {
         return create_from_file(dir, path, &base);
     }

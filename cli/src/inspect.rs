@@ -71,6 +71,15 @@ fn time(ns: u64) -> String {
     )
 }
 
+/// What blocking pops do on an empty queue, as the queue was created.
+fn spin_text(spin_us: Option<i64>) -> String {
+    match spin_us {
+        None => "default (spin and yield a few microseconds, then sleep)".into(),
+        Some(-1) => "spin, never sleep".into(),
+        Some(us) => format!("spin {us} us, then sleep"),
+    }
+}
+
 fn fields_json(i: &QueueInfo) -> Vec<Value> {
     i.fields
         .iter()
@@ -97,6 +106,7 @@ pub fn stat(dir: &Path, id: u32, as_json: bool) -> Result<(), Error> {
             "capacity": i.capacity,
             "file_size": i.file_size,
             "unblock_timeout_ms": i.unblock_timeout_ms,
+            "spin_us": i.spin_us,
             "depth": s.depth,
             "pushed": s.pushed,
             "popped": s.popped,
@@ -125,6 +135,7 @@ pub fn stat(dir: &Path, id: u32, as_json: bool) -> Result<(), Error> {
     println!("capacity         {} records", i.capacity);
     println!("file size        {} bytes", i.file_size);
     println!("unblock timeout  {} ms", i.unblock_timeout_ms);
+    println!("pop wait         {}", spin_text(i.spin_us));
     println!("depth            {}", s.depth);
     println!("pushed           {}", s.pushed);
     println!("popped           {}", s.popped);

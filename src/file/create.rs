@@ -2,7 +2,7 @@
 //! removing one, and cleaning up after creations whose process died.
 
 use super::dir::{check_dir, open_checked, queue_path};
-use super::layout::{Info, MAX_RECORD_SIZE, file_size};
+use super::layout::{Info, MAX_RECORD_SIZE, OPTIONS_OFFSET, Options, file_size};
 use super::{cpath, io_error, is_tmpfs};
 use crate::error::*;
 use crate::ring::MAX_CAPACITY;
@@ -34,6 +34,11 @@ pub struct Spec {
     /// How long a stalled slot whose holder cannot be told dead or alive is
     /// waited for before it is recovered.
     pub unblock_timeout_ms: u64,
+    /// How long a blocking pop spins (in microseconds) on an empty queue
+    /// before it yields and then sleeps; `Some(-1)`: it never sleeps. `None`:
+    /// the library's default (a few microseconds of spinning and yielding).
+    /// A process can override it with `$TVMQ_SPIN_US`.
+    pub spin_us: Option<i64>,
 }
 
 impl Spec {
@@ -47,6 +52,7 @@ impl Spec {
             fields: Vec::new(),
             mode: 0o600,
             unblock_timeout_ms: DEFAULT_UNBLOCK_TIMEOUT_MS,
+            spin_us: None,
         }
     }
 
@@ -78,7 +84,11 @@ pub(crate) fn create(dir: &Path, id: u32, spec: &Spec) -> Result<()> {
             format!("mode {:o}: only permission bits (0..=0777) are allowed", spec.mode),
         ));
     }
+    if spec.spin_us.is_some_and(|us| us < -1) {
+        return Err(Error::new(CONDIT_IS_NIL, "spin time: -1 (never sleep) or a number of microseconds >= 0"));
+    }
     let info = Info::new(id, spec, size)?;
+    let options = Options::new(spec);
 
     check_dir(dir, true)?;
     let path = queue_path(dir, id);
@@ -114,7 +124,7 @@ pub(crate) fn create(dir: &Path, id: u32, spec: &Spec) -> Result<()> {
     }
     // SAFETY: fd is a fresh descriptor that nothing else owns.
     let file = unsafe { File::from_raw_fd(fd) };
-    let result = fill_new_file(&file, &tmp, &info, spec.mode).and_then(|()| publish(&tmp, &path, id));
+    let result = fill_new_file(&file, &tmp, &info, &options, spec.mode).and_then(|()| publish(&tmp, &path, id));
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
@@ -127,7 +137,7 @@ fn temporary_prefix(id: u32) -> String {
     format!(".queue-{id}.tmp.")
 }
 
-fn fill_new_file(file: &File, tmp: &Path, info: &Info, mode: u32) -> Result<()> {
+fn fill_new_file(file: &File, tmp: &Path, info: &Info, options: &Options, mode: u32) -> Result<()> {
     // The umask must not narrow (or we widen) the requested mode.
     // SAFETY: fchmod on an fd we own.
     if unsafe { libc::fchmod(file.as_raw_fd(), mode as libc::mode_t) } != 0 {
@@ -152,7 +162,9 @@ fn fill_new_file(file: &File, tmp: &Path, info: &Info, mode: u32) -> Result<()> 
     if is_tmpfs(file) {
         zero_fill(file, info.file_size).map_err(|e| io_error(MQUE_CRTE_BIG, "cannot fill", tmp, e))?;
     }
-    file.write_all_at(info.as_bytes(), 0).map_err(|e| io_error(SHM_ERR_NOMEM, "cannot write header of", tmp, e))
+    file.write_all_at(info.as_bytes(), 0)
+        .and_then(|()| file.write_all_at(options.as_bytes(), OPTIONS_OFFSET as u64))
+        .map_err(|e| io_error(SHM_ERR_NOMEM, "cannot write header of", tmp, e))
 }
 
 /// Writes zeros over the whole file. On tmpfs, `fallocate` reserves pages but

@@ -87,7 +87,91 @@ pub(crate) struct Info {
     pub checksum: u64,
 }
 
-const _: () = assert!(size_of::<Info>() as u64 <= INFO_BYTES);
+const _: () = assert!(size_of::<Info>() as u64 + size_of::<Options>() as u64 <= INFO_BYTES);
+
+/// File offset of [`Options`], right after [`Info`].
+pub(crate) const OPTIONS_OFFSET: usize = size_of::<Info>();
+const _: () = assert!(OPTIONS_OFFSET % 8 == 0);
+
+/// [`Options::flags`] bit: `spin_us` is set.
+pub(crate) const OPT_SPIN: u64 = 1;
+
+/// Per-queue settings added after layout version 1, in the header's unused
+/// bytes after [`Info`]. A file made before them holds zeros there, which
+/// mean "as before" (and an all-zero block needs no checksum), so such files
+/// open unchanged; a block that is not all zero must match its checksum.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Options {
+    /// Which of the settings below are set ([`OPT_SPIN`]).
+    pub flags: u64,
+    /// Blocking pops spin this many microseconds before they yield and
+    /// sleep; -1: they never sleep.
+    pub spin_us: i64,
+    /// Zero; room for later settings.
+    pub reserved: [u64; 29],
+    /// FNV-1a 64 of the bytes above, or 0 when they are all zero.
+    pub checksum: u64,
+}
+
+impl Options {
+    /// The options of a new queue.
+    pub(crate) fn new(spec: &crate::file::Spec) -> Options {
+        let mut o = Options::default();
+        if let Some(us) = spec.spin_us {
+            o.flags |= OPT_SPIN;
+            o.spin_us = us;
+        }
+        o.checksum = o.compute_checksum();
+        o
+    }
+
+    /// The options in the header bytes `raw` (from offset 0 of the file).
+    pub(crate) fn from_header(raw: &[u8]) -> Option<Options> {
+        let bytes = raw.get(OPTIONS_OFFSET..OPTIONS_OFFSET + size_of::<Options>())?;
+        // SAFETY: Options is plain integers: any bytes are a value, and
+        // `bytes` holds size_of::<Options>() of them.
+        Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<Options>()) })
+    }
+
+    /// The block's bytes, as written to the file at [`OPTIONS_OFFSET`].
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        // SAFETY: Options is repr(C) u64s and i64s, without padding.
+        unsafe { std::slice::from_raw_parts((self as *const Options).cast::<u8>(), size_of::<Options>()) }
+    }
+
+    fn compute_checksum(&self) -> u64 {
+        let body = &self.as_bytes()[..offset_of!(Options, checksum)];
+        if body.iter().all(|&b| b == 0) {
+            return 0;
+        }
+        fnv1a(body)
+    }
+
+    /// Checks the block: its checksum, no unknown flag, values in range.
+    pub(crate) fn validate(&self) -> Result<()> {
+        let bad = |what: String| Err(Error::new(SHM_ERR_INVAL, what));
+        if self.checksum != self.compute_checksum() {
+            return bad("header options checksum mismatch: the header was modified or corrupted".into());
+        }
+        if self.flags & !OPT_SPIN != 0 || self.reserved.iter().any(|&r| r != 0) {
+            return Err(Error::new(VER_NOT_MATCH, "queue file has options this library does not know"));
+        }
+        if self.flags & OPT_SPIN != 0 && self.spin_us < -1 {
+            return bad(format!("spin time {} us out of range", self.spin_us));
+        }
+        Ok(())
+    }
+
+    /// The spin time set for the queue, if any (-1: never sleep).
+    pub(crate) fn spin_us(&self) -> Option<i64> {
+        (self.flags & OPT_SPIN != 0).then_some(self.spin_us)
+    }
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3))
+}
 const _: () = assert!(size_of::<Control>() as u64 <= TABLE_OFFSET - CONTROL_OFFSET);
 const _: () = assert!(DATA_OFFSET % 4096 == 0);
 
@@ -239,9 +323,7 @@ impl Info {
 
     /// FNV-1a 64 of the header bytes before the checksum.
     pub(crate) fn compute_checksum(&self) -> u64 {
-        self.as_bytes()[..offset_of!(Info, checksum)]
-            .iter()
-            .fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3))
+        fnv1a(&self.as_bytes()[..offset_of!(Info, checksum)])
     }
 
     /// The queue's name.

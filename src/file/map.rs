@@ -2,7 +2,7 @@
 //! mapping and the typed views the queue works through.
 
 use super::dir::{open_checked, queue_path};
-use super::layout::{CONTROL_OFFSET, Control, DATA_OFFSET, INFO_BYTES, Info, TABLE_OFFSET};
+use super::layout::{CONTROL_OFFSET, Control, DATA_OFFSET, INFO_BYTES, Info, Options, TABLE_OFFSET};
 use super::{io_error, is_tmpfs};
 use crate::error::*;
 use crate::registry::Registry;
@@ -25,6 +25,7 @@ pub(crate) enum Access {
 /// An open, validated, mapped queue file.
 pub(crate) struct QueueFile {
     info: Info,
+    options: Options,
     path: PathBuf,
     /// Shared with the registry, whose locks belong to this open file
     /// description.
@@ -35,30 +36,33 @@ pub(crate) struct QueueFile {
 
 /// Opens queue `id`'s file in `dir` and reads and validates its header,
 /// without mapping anything.
-fn open_validated(dir: &Path, id: u32, write: bool) -> Result<(File, Info, u64, PathBuf)> {
+fn open_validated(dir: &Path, id: u32, write: bool) -> Result<(File, Info, Options, u64, PathBuf)> {
     let path = queue_path(dir, id);
     let file = open_checked(dir, &path, write)?;
     let len = file.metadata().map_err(|e| io_error(SHM_ERR_INVAL, "cannot stat", &path, e))?.len();
     if len < INFO_BYTES {
         return Err(Error::new(SHM_ERR_INVAL, format!("{} is truncated ({len} bytes)", path.display())));
     }
-    let mut raw = [0u8; size_of::<Info>()];
+    let mut raw = [0u8; INFO_BYTES as usize];
     file.read_exact_at(&mut raw, 0).map_err(|e| io_error(SHM_ERR_INVAL, "cannot read", &path, e))?;
     let info = Info::from_bytes(&raw).ok_or_else(|| Error::new(SHM_ERR_INVAL, "short header"))?;
-    info.validate(len, Some(id)).map_err(|e| Error::new(e.code(), format!("{}: {}", path.display(), e.detail())))?;
-    Ok((file, info, len, path))
+    let options = Options::from_header(&raw).ok_or_else(|| Error::new(SHM_ERR_INVAL, "short header"))?;
+    info.validate(len, Some(id))
+        .and_then(|()| options.validate())
+        .map_err(|e| Error::new(e.code(), format!("{}: {}", path.display(), e.detail())))?;
+    Ok((file, info, options, len, path))
 }
 
 /// The validated header of queue `id` in `dir`, read without mapping the file.
 pub(crate) fn read_header(dir: &Path, id: u32) -> Result<Info> {
-    open_validated(dir, id, false).map(|(_, info, _, _)| info)
+    open_validated(dir, id, false).map(|(_, info, ..)| info)
 }
 
 impl QueueFile {
     /// Opens queue `id` in `dir`, refusing anything that is not a regular
     /// queue file of ours with a valid header.
     pub(crate) fn open(dir: &Path, id: u32, access: Access) -> Result<QueueFile> {
-        let (file, info, len, path) = open_validated(dir, id, access != Access::ReadOnly)?;
+        let (file, info, options, len, path) = open_validated(dir, id, access != Access::ReadOnly)?;
         let len = usize::try_from(len).map_err(|_| Error::new(MQUE_CRTE_BIG, "file too large to map"))?;
         let map = SharedMap::map(&file, len, access != Access::ReadOnly)
             .map_err(|e| io_error(SHM_ERR_NOMEM, "cannot map", &path, e))?;
@@ -70,12 +74,17 @@ impl QueueFile {
         let control = map
             .view::<Control>(CONTROL_OFFSET as usize)
             .ok_or_else(|| Error::new(SHM_ERR_INVAL, format!("{}: no room for the control block", path.display())))?;
-        Ok(QueueFile { info, path, file: Arc::new(file), map, control })
+        Ok(QueueFile { info, options, path, file: Arc::new(file), map, control })
     }
 
     /// The validated header.
     pub(crate) fn info(&self) -> &Info {
         &self.info
+    }
+
+    /// The validated options of the header.
+    pub(crate) fn options(&self) -> &Options {
+        &self.options
     }
 
     /// The file's path.

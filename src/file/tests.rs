@@ -4,6 +4,7 @@
 
 use crate::error::*;
 use crate::file::layout::{CONTROL_OFFSET, Control, DATA_OFFSET, INFO_BYTES, Info, MAX_RECORD_SIZE, TABLE_OFFSET};
+use crate::file::layout::{OPTIONS_OFFSET, Options};
 use crate::file::layout::{file_size, slot_stride};
 use crate::file::queue_path;
 use crate::ring::{Cursors, MAX_CAPACITY, PUBLISHED, SKIP, one_lap};
@@ -130,12 +131,14 @@ fn every_header_byte_altered_is_refused() {
     let mut spec = Spec::new(7, 33);
     spec.name = "flip".into();
     spec.fields = vec![Field { name: "a".into(), offset: 0, len: 8, kind: FieldKind::Long }];
+    spec.spin_us = Some(250);
     Queue::create(dir, 1, &spec).unwrap();
     let path = queue_path(dir, 1);
     let f = fs::OpenOptions::new().read(true).write(true).open(&path).unwrap();
     let version = offset_of!(Info, version)..offset_of!(Info, version) + 4;
     let mut wrong = Vec::new();
-    for off in 0..size_of::<Info>() {
+    let header = OPTIONS_OFFSET + size_of::<Options>();
+    for off in 0..header {
         let mut b = [0u8; 1];
         f.read_exact_at(&mut b, off as u64).unwrap();
         f.write_all_at(&[b[0] ^ 0xFF], off as u64).unwrap();
@@ -153,10 +156,34 @@ fn every_header_byte_altered_is_refused() {
         wrong.is_empty(),
         "{} of {} header bytes not refused as expected:\n{}",
         wrong.len(),
-        size_of::<Info>(),
+        header,
         wrong[..wrong.len().min(20)].join("\n")
     );
     Queue::open(dir, 1).expect("restored header opens");
+}
+
+#[test]
+fn header_options_zeroed_as_older_files_have_them_open_and_unknown_ones_are_refused() {
+    let tmp = TempDir::new("files", "options");
+    let dir = tmp.path();
+    let mut spec = Spec::new(4, 8);
+    spec.spin_us = Some(1000);
+    Queue::create(dir, 1, &spec).unwrap();
+    assert_eq!(Queue::inspect(dir, 1).unwrap().info().spin_us, Some(1000));
+    let f = fs::OpenOptions::new().read(true).write(true).open(queue_path(dir, 1)).unwrap();
+    // A file written before the options existed: zeros there.
+    f.write_all_at(&[0u8; size_of::<Options>()], OPTIONS_OFFSET as u64).unwrap();
+    assert_eq!(Queue::open(dir, 1).unwrap().info().spin_us, None);
+    // Options of a later library (an unknown flag), correctly signed.
+    let mut o = Options { flags: 1 << 40, ..Options::default() };
+    o.checksum = {
+        let mut c = o;
+        c.checksum = 0;
+        let bytes = &c.as_bytes()[..size_of::<Options>() - 8];
+        bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3))
+    };
+    f.write_all_at(o.as_bytes(), OPTIONS_OFFSET as u64).unwrap();
+    assert_refused(dir, 1, VER_NOT_MATCH, "unknown option flag");
 }
 
 #[test]

@@ -124,6 +124,14 @@ pub trait Announce {
     fn claiming(&self, role: Holder, first: u64);
     /// Holds and claims nothing any more.
     fn idle(&self);
+    /// May a slot this participant holds be recovered by another while its
+    /// announcement is visible? False only when every [`Stall`] policy of
+    /// the ring treats an announced holder as alive and never recovers its
+    /// slot (the queue's policy does: see `registry`); then no robbery can
+    /// happen, and releasing a slot needs no CAS.
+    fn robbable(&self) -> bool {
+        true
+    }
 }
 
 /// An intent word (where an [`Announce`] keeps its announcement) that
@@ -484,7 +492,7 @@ impl<S: Storage> Ring<S> {
     pub fn pop(&self, out: &mut [u8], ann: &impl Announce, stall: &mut impl Stall) -> Result<usize, RingError> {
         debug_assert!(out.len() >= self.record_size);
         let result = loop {
-            match self.claim_pop(ann, stall).and_then(|claim| self.take(claim, out)) {
+            match self.claim_pop(ann, stall).and_then(|claim| self.take(claim, out, ann.robbable())) {
                 Ok(Some(len)) => break Ok(len),
                 // An empty record (an abandoned push): go on to the next one.
                 Ok(None) => {}
@@ -560,9 +568,10 @@ impl<S: Storage> Ring<S> {
     }
 
     /// Reads the record of a slot we claimed and releases the slot. `None`:
-    /// the record was an empty one (an abandoned push).
+    /// the record was an empty one (an abandoned push). `robbable`: see
+    /// [`Announce::robbable`].
     #[inline]
-    pub(crate) fn take(&self, claim: Claim, out: &mut [u8]) -> Result<Option<usize>, RingError> {
+    pub(crate) fn take(&self, claim: Claim, out: &mut [u8], robbable: bool) -> Result<Option<usize>, RingError> {
         let Claim { lap, index, seq } = claim;
         let slot = self.store.slot(index);
         let free = self.add_lap(lap);
@@ -577,6 +586,14 @@ impl<S: Storage> Ring<S> {
         if valid {
             // SAFETY: we claimed this slot (moved `head` past it) and have not released it.
             unsafe { self.store.read(index, &mut out[..len]) };
+        }
+        if !robbable {
+            // Nobody recovers a slot whose holder announces it (see
+            // `Announce::robbable`), so the slot is still ours: a plain store
+            // releases it. Release: our reads of the record come before the
+            // next producer's writes.
+            slot.seq.store(free, Ordering::Release);
+            return if valid { Ok(Some(len)) } else { Err(RingError::Corrupt) };
         }
         // Release by CAS: it fails only if a waiter declared us dead and
         // republished the record for another consumer; then it is not ours.
@@ -704,7 +721,7 @@ impl<S: Storage> Ring<S> {
                 Turn::Ready(seq) => {
                     let dst = &mut out[taken * each..(taken + 1) * each];
                     // `None`: an empty record, nothing to deliver.
-                    if let Some(len) = self.take(Claim { lap, index, seq }, dst)? {
+                    if let Some(len) = self.take(Claim { lap, index, seq }, dst, ann.robbable())? {
                         lens[taken] = len;
                         taken += 1;
                     }
@@ -1723,7 +1740,7 @@ mod loom_tests {
                 thread::spawn(move || {
                     let c = r.claim_pop(&*recorder(), &mut NeverRecover).unwrap();
                     let mut out = [0u8; 1];
-                    r.take(c, &mut out).map(|n| n.map(|_| out[0]))
+                    r.take(c, &mut out, true).map(|n| n.map(|_| out[0]))
                 })
             };
             // The consumer is wrongly believed dead: the producer may
@@ -1748,6 +1765,36 @@ mod loom_tests {
                 Err(RingError::Robbed) => assert_eq!(got, [1, 2]),
                 other => panic!("{other:?}"),
             }
+        });
+    }
+
+    /// A consumer that cannot be robbed (its announcement is honoured by
+    /// every policy) releases with a plain store: the producer of the next
+    /// lap waits for it, and every record comes out once.
+    #[test]
+    fn loom_unrobbable_consumer_releases_with_a_store() {
+        struct Honoured(Arc<Recorder>);
+        impl Announce for Honoured {
+            fn claiming(&self, role: Holder, first: u64) {
+                self.0.claiming(role, first)
+            }
+            fn idle(&self) {
+                self.0.idle()
+            }
+            fn robbable(&self) -> bool {
+                false
+            }
+        }
+        model(|| {
+            let r = ring(1);
+            r.push(&[1], &Silent, &mut NeverRecover).unwrap();
+            let consumer_ann = recorder();
+            let consumer = {
+                let (r, ann) = (r.clone(), Honoured(consumer_ann.clone()));
+                thread::spawn(move || pop_n(&r, 2, &ann, &mut NeverRecover))
+            };
+            push_retry(&r, 2, &Silent, &mut Alive(vec![consumer_ann]));
+            assert_eq!(consumer.join().unwrap(), [1, 2]);
         });
     }
 }

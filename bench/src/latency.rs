@@ -1,0 +1,243 @@
+//! The latency part of `make bench`: how long a record takes from the push
+//! in one process to the return of the blocking pop in another, with a record
+//! every 10 us, 100 us and 1 ms; p50 / p99 / p99.9 / max from an HDR
+//! histogram. Subjects: tvmq with its default wait and spinning
+//! (`TVMQ_SPIN_US=1000`), Boost.Interprocess, a pipe (the kernel's floor for
+//! a wake-up), and crossbeam's `ArrayQueue` between two threads with a
+//! spinning consumer. Also the CPU a consumer blocked on an idle queue uses.
+//!
+//! The processes are `bench/drivers/latency.c` (tvmq and the pipe) and
+//! `boost_mq latency` (Boost), both on the harness of
+//! `bench/drivers/latency.h`; they write one latency (ns) per record.
+
+use super::{Ctx, fresh_queue};
+use crossbeam_queue::ArrayQueue;
+use hdrhistogram::Histogram;
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const SIZE: u64 = 304;
+const QUEUE: u32 = 30;
+/// The gaps between records, in microseconds.
+pub const GAPS: [u64; 3] = [10, 100, 1000];
+/// Spin time of the "tvmq spin" subject, in microseconds.
+const SPIN_US: &str = "1000";
+
+/// The latencies of one subject at one gap.
+pub struct LatencyCell {
+    pub subject: &'static str,
+    pub gap_us: u64,
+    /// Nanoseconds; the first 2 % of the records (warm-up) are left out.
+    pub hist: Option<Histogram<u64>>,
+    pub error: Option<String>,
+}
+
+impl LatencyCell {
+    /// (p50, p99, p99.9, max) in microseconds.
+    pub fn percentiles(&self) -> Option<[f64; 4]> {
+        let h = self.hist.as_ref()?;
+        let us = |ns: u64| ns as f64 / 1000.0;
+        Some([
+            us(h.value_at_quantile(0.50)),
+            us(h.value_at_quantile(0.99)),
+            us(h.value_at_quantile(0.999)),
+            us(h.max()),
+        ])
+    }
+}
+
+/// The CPU a consumer blocked on an empty queue used.
+pub struct IdleCell {
+    pub subject: &'static str,
+    pub cpu_pct: Option<f64>,
+    pub error: Option<String>,
+}
+
+fn records_for(gap_us: u64, smoke: bool) -> u64 {
+    let seconds = if smoke { 0.05 } else { 2.0 };
+    ((seconds * 1e6 / gap_us as f64) as u64).max(if smoke { 50 } else { 2000 })
+}
+
+fn histogram(latencies: &[u64]) -> Result<Histogram<u64>, String> {
+    let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).map_err(|e| e.to_string())?;
+    for &ns in &latencies[latencies.len() / 50..] {
+        h.record(ns.max(1)).map_err(|e| e.to_string())?;
+    }
+    Ok(h)
+}
+
+fn read_latencies(path: &Path) -> Result<Vec<u64>, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(bytes.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default())).collect())
+}
+
+fn run_program(mut cmd: Command) -> Result<String, String> {
+    let out = cmd.output().map_err(|e| format!("cannot start {cmd:?}: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() || !text.starts_with("ok") {
+        return Err(format!("{}{}", text.trim(), String::from_utf8_lossy(&out.stderr).trim()));
+    }
+    Ok(text)
+}
+
+/// One run of a latency driver: `program args... --records R --gap-us G --out F`.
+fn driver_run(
+    ctx: &Ctx,
+    program: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+    gap: u64,
+) -> Result<Histogram<u64>, String> {
+    let out = ctx.dir.join("latencies.bin");
+    let records = records_for(gap, ctx.args.smoke);
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .args(["--size", &SIZE.to_string(), "--records", &records.to_string(), "--gap-us", &gap.to_string()])
+        .arg("--out")
+        .arg(&out)
+        .envs(env.iter().copied())
+        .env("TVMDBD", &ctx.dir);
+    run_program(cmd)?;
+    let lat = read_latencies(&out)?;
+    let _ = std::fs::remove_file(&out);
+    if lat.len() as u64 != records {
+        return Err(format!("{} latencies for {records} records", lat.len()));
+    }
+    histogram(&lat)
+}
+
+/// Crossbeam's queue between two threads: a paced producer, a spinning consumer.
+fn crossbeam_run(gap_us: u64, records: u64) -> Result<Histogram<u64>, String> {
+    // Room for every record: a consumer that falls behind shows as latency, not as an error.
+    let q = Arc::new(ArrayQueue::<(Instant, [u8; SIZE as usize - 16])>::new(records as usize));
+    let consumer = {
+        let q = q.clone();
+        std::thread::spawn(move || {
+            let mut lat = Vec::with_capacity(records as usize);
+            while (lat.len() as u64) < records {
+                match q.pop() {
+                    Some((sent, _)) => lat.push(sent.elapsed().as_nanos() as u64),
+                    None => std::hint::spin_loop(),
+                }
+            }
+            lat
+        })
+    };
+    let gap = Duration::from_micros(gap_us);
+    let mut next = Instant::now() + Duration::from_millis(20);
+    for _ in 0..records {
+        next += gap;
+        while Instant::now() < next {
+            std::hint::spin_loop();
+        }
+        q.push((Instant::now(), [7u8; SIZE as usize - 16])).map_err(|_| "crossbeam: full".to_string())?;
+    }
+    let lat = consumer.join().map_err(|_| "consumer panicked".to_string())?;
+    histogram(&lat)
+}
+
+/// One way of measuring a subject: a run at a gap (microseconds).
+type Subject = Box<dyn Fn(&Ctx, u64) -> Result<Histogram<u64>, String>>;
+
+/// Runs the latency part: every subject at every gap, then the idle test.
+pub fn run(ctx: &mut Ctx, driver: Option<&Path>, boost: Option<&Path>) {
+    let mut subjects: Vec<(&'static str, Subject)> = Vec::new();
+    if let Some(d) = driver {
+        let q = QUEUE.to_string();
+        let (d1, d2, d3, q1, q2) = (d.to_path_buf(), d.to_path_buf(), d.to_path_buf(), q.clone(), q.clone());
+        subjects.push((
+            "tvmq",
+            Box::new(move |ctx, gap| {
+                driver_run(ctx, &d1, &["run", "--transport", "tvmq", "--queue", &q1], &[("TVMQ_SPIN_US", "")], gap)
+            }),
+        ));
+        subjects.push((
+            "tvmq spin 1 ms",
+            Box::new(move |ctx, gap| {
+                driver_run(ctx, &d2, &["run", "--transport", "tvmq", "--queue", &q2], &[("TVMQ_SPIN_US", SPIN_US)], gap)
+            }),
+        ));
+        subjects
+            .push(("pipe", Box::new(move |ctx, gap| driver_run(ctx, &d3, &["run", "--transport", "pipe"], &[], gap))));
+    }
+    if let Some(b) = boost {
+        let (b, q) = (b.to_path_buf(), QUEUE.to_string());
+        subjects
+            .push(("Boost mq", Box::new(move |ctx, gap| driver_run(ctx, &b, &["latency", "--queue", &q], &[], gap))));
+    }
+    subjects.push((
+        "crossbeam (threads, spinning)",
+        Box::new(|ctx, gap| crossbeam_run(gap, records_for(gap, ctx.args.smoke))),
+    ));
+    if let Err(e) = prepare(ctx, boost) {
+        eprintln!("latency: {e}");
+        return;
+    }
+    for gap in GAPS {
+        for (subject, run) in &subjects {
+            ctx.progress(&format!("latency, a record every {gap} us: {subject}"));
+            let (hist, error) = match run(ctx, gap) {
+                Ok(h) => (Some(h), None),
+                Err(e) => {
+                    eprintln!("latency {subject} {gap} us: {e}");
+                    (None, Some(e))
+                }
+            };
+            ctx.latency.push(LatencyCell { subject, gap_us: gap, hist, error });
+        }
+    }
+    let secs = if ctx.args.smoke { "1" } else { "2" };
+    let q = QUEUE.to_string();
+    let mut idle: Vec<(&'static str, Command)> = Vec::new();
+    if let Some(d) = driver {
+        for (name, spin) in [("tvmq", ""), ("tvmq spin 1 ms", SPIN_US), ("tvmq spin forever (-1)", "-1")] {
+            let mut c = Command::new(d);
+            c.args(["idle", "--transport", "tvmq", "--queue", &q, "--size", "304", "--seconds", secs])
+                .env("TVMQ_SPIN_US", spin);
+            idle.push((name, c));
+        }
+        let mut c = Command::new(d);
+        c.args(["idle", "--transport", "pipe", "--size", "304", "--seconds", secs]);
+        idle.push(("pipe", c));
+    }
+    if let Some(b) = boost {
+        let mut c = Command::new(b);
+        c.args(["idle", "--queue", &q, "--size", "304", "--seconds", secs]);
+        idle.push(("Boost mq", c));
+    }
+    for (subject, mut cmd) in idle {
+        ctx.progress(&format!("idle consumer: {subject}"));
+        cmd.env("TVMDBD", &ctx.dir);
+        let (cpu_pct, error) = match run_program(cmd).and_then(|out| {
+            out.trim()
+                .strip_prefix("ok cpu_pct=")
+                .and_then(|v| v.parse::<f64>().ok())
+                .ok_or_else(|| format!("unexpected output {out:?}"))
+        }) {
+            Ok(p) => (Some(p), None),
+            Err(e) => (None, Some(e)),
+        };
+        ctx.idle.push(IdleCell { subject, cpu_pct, error });
+    }
+    if let Some(b) = boost {
+        let _ = Command::new(b).args(["remove", "--queue", &q]).output();
+    }
+    let _ = tvm::Queue::drop_queue(&ctx.dir, QUEUE);
+}
+
+/// The queues: tvmq's and Boost's, 1,024 records of 304 bytes.
+fn prepare(ctx: &Ctx, boost: Option<&Path>) -> Result<(), String> {
+    fresh_queue(&ctx.dir, QUEUE, 1024, SIZE)?;
+    if let Some(b) = boost {
+        let q = QUEUE.to_string();
+        let mut c = Command::new(b);
+        c.args(["create", "--queue", &q, "--capacity", "1024", "--size", "304"]);
+        let out = c.output().map_err(|e| e.to_string())?;
+        if !out.status.success() {
+            return Err(format!("boost_mq create: {}", String::from_utf8_lossy(&out.stderr)));
+        }
+    }
+    Ok(())
+}
