@@ -108,8 +108,12 @@ pub(crate) struct Options {
     /// Blocking pops spin this many microseconds before they yield and
     /// sleep; -1: they never sleep.
     pub spin_us: i64,
+    /// Zero; the settings of durable queues will go here.
+    pub durable: [u64; 8],
+    /// Zero; the settings of acknowledged consumption (leases) will go here.
+    pub leases: [u64; 8],
     /// Zero; room for later settings.
-    pub reserved: [u64; 29],
+    pub reserved: [u64; 13],
     /// FNV-1a 64 of the bytes above, or 0 when they are all zero.
     pub checksum: u64,
 }
@@ -154,7 +158,8 @@ impl Options {
         if self.checksum != self.compute_checksum() {
             return bad("header options checksum mismatch: the header was modified or corrupted".into());
         }
-        if self.flags & !OPT_SPIN != 0 || self.reserved.iter().any(|&r| r != 0) {
+        let unknown = self.durable.iter().chain(&self.leases).chain(&self.reserved).any(|&r| r != 0);
+        if self.flags & !OPT_SPIN != 0 || unknown {
             return Err(Error::new(VER_NOT_MATCH, "queue file has options this library does not know"));
         }
         if self.flags & OPT_SPIN != 0 && self.spin_us < -1 {
