@@ -142,9 +142,47 @@ fn fresh_list(t: &Target, dir: &Path, rows: u64, size: u64) -> Result<(), String
     }
 }
 
+/// CPU time a server spent per request: (section, param, CSV row, server,
+/// microseconds), one entry a run; `CELL` says which cell runs.
+static CPU: std::sync::Mutex<Vec<CpuFigure>> = std::sync::Mutex::new(Vec::new());
+
+/// (section, param, CSV row, server, microseconds per request).
+type CpuFigure = (String, String, String, &'static str, f64);
+
+thread_local! {
+    /// The section and parameter of the cell being measured.
+    static CELL: std::cell::RefCell<(String, String)> = const { std::cell::RefCell::new((String::new(), String::new())) };
+}
+
+fn measuring(section: &str, param: &str) {
+    CELL.with(|c| *c.borrow_mut() = (section.to_string(), param.to_string()));
+}
+
+/// User plus system CPU time of process `pid`, in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which is in parentheses): utime and stime are the 12th and 13th.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let field = |i: usize| f.get(i).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0);
+    // utime and stime, in clock ticks (USER_HZ, 100 on Linux).
+    (field(11) + field(12)) / 100.0
+}
+
+/// Median CPU microseconds per request of `server` in a cell.
+fn cpu_per_request(section: &str, param: &str, row: &str, server: &str) -> Option<f64> {
+    let all = CPU.lock().ok()?;
+    let mut v: Vec<f64> =
+        all.iter().filter(|e| e.0 == section && e.1 == param && e.2 == row && e.3 == server).map(|e| e.4).collect();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied()
+}
+
 /// Runs redis-benchmark; the requests per second of test `row` (its CSV
 /// name, e.g. "LPUSH", "PING_MBULK"), as milliseconds for `n` requests.
+/// Notes the server's CPU time per request too.
 fn benchmark(t: &Target, via: Via, test: &str, row: &str, n: u64, extra: &[&str]) -> Result<f64, String> {
+    let cpu_before = cpu_seconds(t.child.id());
     let mut cmd = Command::new("redis-benchmark");
     match via {
         Via::Tcp => cmd.args(["-h", "127.0.0.1", "-p", &t.port.to_string()]),
@@ -166,6 +204,13 @@ fn benchmark(t: &Target, via: Via, test: &str, row: &str, n: u64, extra: &[&str]
             (f.next() == Some(row)).then(|| f.next().and_then(|r| r.parse().ok())).flatten()
         })
         .ok_or_else(|| format!("no {row} figure in redis-benchmark's output: {text}"))?;
+    // `-t ping` runs PING_INLINE too: both count.
+    let requests = if test == "ping" { 2 * n } else { n };
+    let us = (cpu_seconds(t.child.id()) - cpu_before) * 1e6 / requests as f64;
+    let (section, param) = CELL.with(|c| c.borrow().clone());
+    if let Ok(mut all) = CPU.lock() {
+        all.push((section, param, row.to_string(), t.name, us));
+    }
     Ok(n as f64 / rps * 1000.0)
 }
 
@@ -211,6 +256,12 @@ fn rss_kib(pid: u32) -> u64 {
 
 /// RSS before, and with `n` idle connections open.
 fn idle_memory(t: &Target, n: usize) -> Result<(u64, u64), String> {
+    if t.name == REDIS {
+        // Give back what the lists of the cells before left in the allocator.
+        ask(t.port, "FLUSHALL")?;
+        ask(t.port, "MEMORY PURGE")?;
+        std::thread::sleep(Duration::from_millis(500));
+    }
     let before = rss_kib(t.child.id());
     let mut conns = Vec::with_capacity(n);
     for _ in 0..n {
@@ -266,6 +317,7 @@ fn matrix(ctx: &mut Ctx, scratch: &Path) -> Result<Memory, String> {
             ("LPUSH -P 64 -c 4", REDIS),
             ("RPOP -P 64 -c 4", REDIS),
         ];
+        measuring(section, "");
         ctx.measure_group(section, &tests, "", n, 304, |_| {
             let mut ms = push_then_pop(&tvmq, &dir, via, n, 304, true)?;
             ms.extend(push_then_pop(&redis, &dir, via, n, 304, true)?);
@@ -276,6 +328,7 @@ fn matrix(ctx: &mut Ctx, scratch: &Path) -> Result<Memory, String> {
         let n = if smoke { 2000 } else { 40_000 };
         let tests =
             [("PING_MBULK -c 1", TVMQ), ("LPUSH -c 1", TVMQ), ("PING_MBULK -c 1", REDIS), ("LPUSH -c 1", REDIS)];
+        measuring(section, "");
         ctx.measure_group(section, &tests, "", n, 304, |_| {
             let mut ms = Vec::new();
             for t in both {
@@ -288,6 +341,7 @@ fn matrix(ctx: &mut Ctx, scratch: &Path) -> Result<Memory, String> {
     }
 
     let n = scale(500_000);
+    measuring("50 clients, TCP", "");
     ctx.measure_group("50 clients, TCP", &[("LPUSH -c 50", TVMQ), ("LPUSH -c 50", REDIS)], "", n, 304, |_| {
         let mut ms = Vec::new();
         for t in both {
@@ -301,6 +355,7 @@ fn matrix(ctx: &mut Ctx, scratch: &Path) -> Result<Memory, String> {
         // About 400 MB a run (and at most 1,000,000 values).
         let n = scale((400_000_000 / size).min(1_000_000));
         let param = format!("{size} B");
+        measuring("value size, LPUSH -P 64 -c 4, TCP", &param);
         ctx.measure_group(
             "value size, LPUSH -P 64 -c 4, TCP",
             &[("LPUSH", TVMQ), ("LPUSH", REDIS)],
@@ -383,7 +438,7 @@ fn table(cells: &[Cell], memory: &Memory, ctx: &Ctx) -> String {
     );
     let _ = writeln!(
         t,
-        "redis-benchmark requests/s, median of {} run(s) (min-max); redis-server {redis_version} with --save '' --appendonly no; values of 304 bytes unless told; load average at the end: {}{}",
+        "redis-benchmark requests/s, median of {} run(s) (min-max); CPU us/request: the server's user+system time per request (tvmq / redis);\nredis-server {redis_version} with --save '' --appendonly no; values of 304 bytes unless told; load average at the end: {}{}",
         cells.iter().map(|c| c.ms.len()).max().unwrap_or(0),
         load.split_whitespace().take(3).collect::<Vec<_>>().join(" "),
         if ctx.args.smoke { " (SMOKE RUN: small counts, figures not meaningful)" } else { "" }
@@ -396,7 +451,11 @@ fn table(cells: &[Cell], memory: &Memory, ctx: &Ctx) -> String {
     }
     for s in sections {
         let _ = writeln!(t, "\n{s}");
-        let _ = writeln!(t, "{:<20} | {:<28} | {:<28} | {:<7} | target", "", TVMQ, REDIS, "ratio");
+        let _ = writeln!(
+            t,
+            "{:<20} | {:<30} | {:<30} | {:<7} | {:<15} | target",
+            "", TVMQ, REDIS, "ratio", "CPU us/request"
+        );
         let mut rows: Vec<(String, String)> = Vec::new();
         for c in cells.iter().filter(|c| c.section == s) {
             if !rows.contains(&(c.test.clone(), c.param.clone())) {
@@ -431,7 +490,12 @@ fn table(cells: &[Cell], memory: &Memory, ctx: &Ctx) -> String {
                 _ => ("-".into(), String::new()),
             };
             let label = if param.is_empty() { test.clone() } else { format!("{test} {param}") };
-            let _ = writeln!(t, "{label:<20} | {:<28} | {:<28} | {ratio:<7} | {goal}", text(a), text(b));
+            let row = test.split(' ').next().unwrap_or("");
+            let cpu = match (cpu_per_request(s, &param, row, TVMQ), cpu_per_request(s, &param, row, REDIS)) {
+                (Some(x), Some(y)) => format!("{x:.2} / {y:.2}"),
+                _ => "-".into(),
+            };
+            let _ = writeln!(t, "{label:<20} | {:<30} | {:<30} | {ratio:<7} | {cpu:<15} | {goal}", text(a), text(b));
         }
     }
     let _ = writeln!(t, "\nResident memory (VmRSS), idle and with idle connections open (each sent one PING)");
