@@ -325,3 +325,96 @@ fn two_thousand_blocked_clients_cost_no_thread_and_little_memory() {
     drop(clients);
     assert_eq!(server.signal_and_wait(15, Duration::from_secs(20)), Some(0));
 }
+
+#[test]
+fn random_well_formed_commands_never_break_the_server() {
+    let dir = TempDir::new("server", "fuzz");
+    create(&dir, 1, "one", 50, 16);
+    let mut server = ChildServer::start(&dir, &["--auto-create", "20x8", "--requirepass", "pw"]);
+    let addr = server.addr;
+    let names: [&[u8]; 22] = [
+        b"PING",
+        b"echo",
+        b"RPUSH",
+        b"lpush",
+        b"LPOP",
+        b"rpop",
+        b"BLPOP",
+        b"brpop",
+        b"LLEN",
+        b"INFO",
+        b"AUTH",
+        b"HELLO",
+        b"SELECT",
+        b"CLIENT",
+        b"CONFIG",
+        b"COMMAND",
+        b"QUIT",
+        b"nosuch",
+        b"",
+        b"GET",
+        b"lPuSh",
+        b"\x00\xff",
+    ];
+    let words: [&[u8]; 30] = [
+        b"1",
+        b"one",
+        b"0",
+        b"-1",
+        b"2",
+        b"3",
+        b"99999999999999999999",
+        b"-9223372036854775808",
+        b"",
+        b"x",
+        b"pw",
+        b"default",
+        b"AUTH",
+        b"SETNAME",
+        b"GET",
+        b"SET",
+        b"DOCS",
+        b"COUNT",
+        b"INFO",
+        b"ID",
+        b"GETNAME",
+        b"SETINFO",
+        b"lib-name",
+        b"*",
+        b"save",
+        b"0.001",
+        b"nan",
+        b"1e400",
+        b"\r\n*1\r\n",
+        b"a very long value beyond sixteen bytes",
+    ];
+    let mut c = Conn::connect(addr);
+    let mut replies = 0u64;
+    for i in 0..20_000u64 {
+        let r = splitmix64(i);
+        let name = names[(r % names.len() as u64) as usize];
+        let argc = (r >> 8) % 6;
+        let mut args: Vec<&[u8]> = vec![name];
+        for k in 0..argc {
+            args.push(words[(splitmix64(r ^ k) % words.len() as u64) as usize]);
+        }
+        // A blocking pop must end: its timeout is short.
+        if name.eq_ignore_ascii_case(b"BLPOP") || name.eq_ignore_ascii_case(b"BRPOP") {
+            args.push(b"0.001");
+        }
+        c.send(&args);
+        match c.try_read() {
+            Some(_) => replies += 1,
+            None => panic!("no reply to {args:?}"),
+        }
+        if name.eq_ignore_ascii_case(b"QUIT") {
+            c = Conn::connect(addr);
+        }
+        if i % 500 == 0 {
+            assert_eq!(c.cmd(&[b"AUTH", b"pw"]), V::Simple("OK".into()), "the server still answers");
+        }
+    }
+    eprintln!("{replies} replies to 20,000 random commands");
+    assert!(replies > 15_000);
+    assert_eq!(server.signal_and_wait(15, Duration::from_secs(20)), Some(0), "no panic: a clean exit");
+}
