@@ -129,6 +129,8 @@
 #define NOT_SUPPT_OPT  100  /* option not supported */
 #define SERV_NOT_CONN  101  /* handle is not connected to a server */
 #define PART_AR_EXIST  102  /* partition already exists */
+#define NOT_DURABLE    103  /* the queue's file is on a filesystem that does not persist (tmpfs, ramfs): it cannot be durable */
+#define SYNC_FAILED    104  /* the sync to stable storage failed: the change is in the queue but not known to be on disk */
 
 /* ---- Binding a record to a handle ------------------------------------- */
 
