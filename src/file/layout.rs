@@ -402,6 +402,7 @@ pub(crate) fn stride_for(record_size: u64, durable: bool) -> u64 {
 }
 
 /// Exact file size of a queue, or `None` if it overflows.
+#[cfg(test)]
 pub(crate) fn file_size(rows: u64, record_size: u64) -> Option<u64> {
     file_size_for(rows, record_size, false)
 }
