@@ -129,6 +129,8 @@
 #define NOT_SUPPT_OPT  100  /* option not supported */
 #define SERV_NOT_CONN  101  /* handle is not connected to a server */
 #define PART_AR_EXIST  102  /* partition already exists */
+#define NOT_DURABLE    103  /* the queue's file is on a filesystem that does not persist (tmpfs, ramfs): it cannot be durable */
+#define SYNC_FAILED    104  /* the sync to stable storage failed: the change is in the queue but not known to be on disk */
 
 /* ---- Binding a record to a handle ------------------------------------- */
 
@@ -333,6 +335,36 @@ size_t lGetEffect(void);
 unsigned long long get_tick_time(void);
 
 /**
+ * Makes everything pushed and popped on queue t so far (by every thread of
+ * this process, and by other processes before the call) durable: when it
+ * returns RC_SUCC, those changes are on stable storage and survive a
+ * machine crash or power loss. Attaches t on first use. m_lEffect = 0.
+ *
+ * A durable queue (created with `tvmq create ... --durable`) keeps one of
+ * two promises on its own, and lSyncQueue is only needed for the second:
+ * - `always`: lPush, lPushs (one sync per batch) return RC_SUCC only once
+ *   their records are on stable storage, lPop and lPopup only once the
+ *   records' removal is. Nothing acknowledged is lost by a machine crash,
+ *   and nothing popped is delivered again. Threads and processes pushing
+ *   at the same time share syncs, so throughput grows with them.
+ * - `interval=MS`: a background thread syncs at most MS milliseconds after
+ *   a change. A push may be lost if the machine stops within MS
+ *   milliseconds after it returned; a record popped within MS milliseconds
+ *   before the machine stopped may be delivered again.
+ *
+ * Whatever the policy, a process crash (kill -9) loses nothing and
+ * delivers nothing twice. A queue that is not durable is synced too when
+ * its file is on a disk (its records are not checksummed, so after a
+ * machine crash it is only as good as the pages that reached the disk).
+ * Thread-safe (one handle per thread); it may block for the duration of a
+ * disk flush (about a millisecond on an SSD).
+ * Errors: CONDIT_IS_NIL (NULL handle), TBL_NOT_FOUND, NOT_DURABLE (the file
+ * is on tmpfs or ramfs, which a restart empties), SYNC_FAILED (the system
+ * call failed: the changes are in the queue but not known to be on disk).
+ */
+long lSyncQueue(struct SATvm *p, TABLE t);
+
+/**
  * Returns the process-wide handle. Never NULL. Give each thread its own
  * handle with pCloneSATvm() rather than sharing this one.
  */
@@ -422,8 +454,14 @@ long lDropTable(struct SATvm *p, TABLE t);
  * Appends the p->lSize bytes at p->pstVoid to queue p->tblName, attaching it
  * on first use. Never waits: lock-free, no system call unless a consumer
  * sleeps. m_lEffect = 1 on success. Thread-safe (one handle per thread).
+ * Durable queues (see lSyncQueue): with `always` it returns RC_SUCC only
+ * once the record is on stable storage (a disk flush, shared with the
+ * pushes of other threads and processes); with `interval=MS` it returns at
+ * once, and the record may be lost if the machine stops within MS
+ * milliseconds.
  * Errors: CONDIT_IS_NIL (NULL handle/buffer, size 0), DATA_SPC_FULL (full),
- * RECD_TOO_LONG (lSize above the queue's record size), TBL_NOT_FOUND.
+ * RECD_TOO_LONG (lSize above the queue's record size), TBL_NOT_FOUND,
+ * SYNC_FAILED (durable queue: the record is queued but the sync failed).
  */
 long lPush(struct SATvm *p);
 
@@ -432,7 +470,11 @@ long lPush(struct SATvm *p);
  * at least the queue's record size; a shorter record is followed by zero
  * bytes up to the record size). QUE_NOWAIT: NO_DATA_FOUND at once when
  * empty. QUE_NORMAL: sleeps until a record arrives (no busy loop).
- * m_lEffect = 1 on success.
+ * m_lEffect = 1 on success. Durable queues (see lSyncQueue): with `always`
+ * it returns once the record's removal is on stable storage (never
+ * delivered again after a machine crash); with `interval=MS` a record
+ * popped within MS milliseconds before the machine stops may be delivered
+ * again.
  * Errors: CONDIT_IS_NIL (NULL handle/out), RECD_TOO_LONG (lSize below the
  * record size; nothing is taken), NO_DATA_FOUND, SHM_ERR_EIDRM (dropped
  * while waiting), TBL_NOT_FOUND, NOT_SUPPT_OPT (other wait flag).

@@ -111,4 +111,7 @@ pub const CODES: &[(&str, &str)] = &[
     ("NOT_SUPPT_OPT", "option not supported"),
     ("SERV_NOT_CONN", "handle is not connected to a server"),
     ("PART_AR_EXIST", "partition already exists"),
+    // tvmq's own codes, above STVM's last (102).
+    ("NOT_DURABLE", "the queue's file is on a filesystem that does not persist (tmpfs, ramfs): it cannot be durable"),
+    ("SYNC_FAILED", "the sync to stable storage failed: the change is in the queue but not known to be on disk"),
 ];

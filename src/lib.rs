@@ -34,6 +34,7 @@
 //! | `registry` | which processes are attached; is a position's holder provably alive? |
 //! | `schema` | record layouts: [`Field`], [`FieldKind`] |
 //! | `file` | queue files: `layout` (bytes and validation), `dir` (directory policy), `create`, `map` |
+//! | `durable` | durable queues: group-committed syncs, the flusher, recovery after a machine restart |
 //! | `queue` | the safe API: [`Queue`] |
 //! | `attach` | the process-wide table id or name -> [`Queue`]: [`Attachments`] |
 //! | `client` | the network client of the `lTvm*` calls: RESP to tvmq serve, Redis, Redis Cluster |
@@ -61,6 +62,8 @@ mod client;
 #[cfg(not(loom))]
 mod clock;
 #[cfg(not(loom))]
+mod durable;
+#[cfg(not(loom))]
 pub mod ffi;
 #[cfg(not(loom))]
 mod file;
@@ -85,6 +88,8 @@ pub use ring::{LocalRing, MAX_CAPACITY};
 
 #[cfg(not(loom))]
 pub use attach::Attachments;
+#[cfg(not(loom))]
+pub use durable::{Durability, DurableStats, RecoveryStats};
 #[cfg(not(loom))]
 pub use file::{DEFAULT_UNBLOCK_TIMEOUT_MS, MAX_RECORD_SIZE, Spec, queue_dir, queue_ids, queue_path, slot_stride};
 #[cfg(not(loom))]

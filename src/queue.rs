@@ -15,6 +15,7 @@
 //! between publishing and waking delays a sleeper, never strands it.
 
 use crate::clock::now_ns;
+use crate::durable::{Durability, Durable, DurableStats};
 use crate::error::*;
 use crate::file::layout::Control;
 use crate::file::map::{Access, QueueFile};
@@ -129,6 +130,8 @@ pub struct Queue {
     /// The process that opened it (a fork child holds a copy it must not act on).
     opener: u32,
     info: QueueInfo,
+    /// Durable queues: the sync machinery (shared with the flusher thread).
+    durable: Option<Arc<Durable>>,
     file: QueueFile,
 }
 
@@ -146,6 +149,13 @@ impl Drop for Queue {
     fn drop(&mut self) {
         if self.writable && !self.registered && self.opener == std::process::id() {
             self.control().state.0.unregistered.fetch_sub(1, Ordering::SeqCst);
+        }
+        if let Some(d) = &self.durable {
+            // What this process changed reaches the disk now, not at the
+            // next flush of a process that may never come.
+            if d.is_dirty() && self.opener == std::process::id() {
+                let _ = d.sync();
+            }
         }
     }
 }
@@ -195,6 +205,9 @@ pub struct QueueInfo {
     pub spin_us: Option<i64>,
     /// The record layout, if the queue was created with one.
     pub fields: Vec<Field>,
+    /// How the queue's changes reach stable storage (`None`: not durable;
+    /// it survives process crashes, not a machine crash).
+    pub durability: Option<Durability>,
 }
 
 impl QueueInfo {
@@ -213,6 +226,7 @@ impl QueueInfo {
             unblock_timeout_ms: i.unblock_timeout_ms,
             spin_us: options.spin_us(),
             fields: i.fields(),
+            durability: options.durability(),
         }
     }
 }
@@ -321,8 +335,27 @@ impl Queue {
 
     fn from_file(file: QueueFile, register: bool) -> Result<Queue> {
         let info = QueueInfo::from_header(file.info(), file.options());
-        let ring = Ring::new(file.storage()?, info.capacity, info.record_size as usize);
+        let mut ring = Ring::new(file.storage()?, info.capacity, info.record_size as usize);
         let mut registry = file.registry()?;
+        let mut durable = None;
+        if let (Some(policy), true) = (info.durability, register) {
+            let key = crate::ring::seal::queue_key(info.id, info.created_ns);
+            // After a machine restart, the first to attach rebuilds the ring
+            // from its slots (before anyone registers or uses it).
+            if crate::durable::recover::attach(&file, &ring, key, || registry.reset_all())?.is_some() {
+                ring = Ring::new(file.storage()?, info.capacity, info.record_size as usize);
+            }
+            ring = ring.with_seal(key);
+            let d = Arc::new(Durable::new(&file, policy)?);
+            if d.is_dirty() {
+                // Left by a process that died before its flusher ran.
+                d.sync()?;
+            }
+            if let Durability::Interval(_) = policy {
+                crate::durable::flusher::register(&d);
+            }
+            durable = Some(d);
+        }
         let control = file.control();
         let (registered, reconciled) = if register { registry.register(&control.wake.0.waiters) } else { (false, 0) };
         if register && !registered {
@@ -348,6 +381,7 @@ impl Queue {
             writable: register,
             opener: std::process::id(),
             info,
+            durable,
             file,
         };
         if !deaths.is_empty() {
@@ -475,7 +509,10 @@ impl Queue {
         self.check_push(record)?;
         self.ring.push(record, &self.intent(), &mut Patience::new(self)).map_err(|e| self.ring_error(e))?;
         self.wake_one();
-        Ok(())
+        match &self.durable {
+            None => Ok(()),
+            Some(d) => d.changed(),
+        }
     }
 
     #[inline]
@@ -517,6 +554,12 @@ impl Queue {
         let (done, err) = self.ring.push_batch(records, each, &self.intent(), &mut Patience::new(self));
         if done > 0 {
             self.wake(done as u32);
+            if let Some(d) = &self.durable {
+                // One sync for the whole batch.
+                if let Err(e) = d.changed() {
+                    return (done, Some(e));
+                }
+            }
         }
         (done, err.map(|e| self.ring_error(e)))
     }
@@ -539,6 +582,7 @@ impl Queue {
             match self.ring.pop(out, &self.intent(), &mut Patience::new(self)) {
                 Ok(n) => {
                     out[n..].fill(0);
+                    self.popped_durably();
                     return Ok(n);
                 }
                 Err(RingError::Empty) => {}
@@ -573,6 +617,54 @@ impl Queue {
             }
             self.sleep(deadline, || self.ring.is_empty_seqcst());
         }
+    }
+
+    /// After records were taken: with `always`, returns once their
+    /// consumption is durable. A failed sync is not an error here: the
+    /// records are the caller's now (failing would lose them); the failure
+    /// is counted in the file, and a crash may deliver them again.
+    #[inline]
+    fn popped_durably(&self) {
+        if let Some(d) = &self.durable {
+            let _ = d.changed();
+        }
+    }
+
+    /// Makes everything pushed and popped on this queue so far durable, by
+    /// every thread of this process (and what other processes did before
+    /// the call): a group-committed sync for a durable queue, a plain
+    /// `msync` for another queue on a disk.
+    ///
+    /// Errors: `NOT_DURABLE` (the file is on tmpfs or ramfs: nothing can
+    /// make it durable), `SYNC_FAILED` (the system call failed),
+    /// `SHM_ERR_ACCES` (a read-only view).
+    pub fn sync(&self) -> Result<()> {
+        if let Some(d) = &self.durable {
+            return d.sync();
+        }
+        if self.file.is_volatile() {
+            return Err(Error::new(
+                NOT_DURABLE,
+                format!("{} is on tmpfs or ramfs, which a restart empties", self.path().display()),
+            ));
+        }
+        if !self.writable {
+            return Err(Error::new(SHM_ERR_ACCES, "queue opened read-only for inspection"));
+        }
+        let map = self.file.map();
+        crate::durable::msync(map.base(), map.len())
+    }
+
+    /// How the queue's changes reach stable storage (`None`: not durable).
+    pub fn durability(&self) -> Option<Durability> {
+        self.info.durability
+    }
+
+    /// A durable queue's sync state and what its last recovery found
+    /// (`None` for other queues). Works on read-only views too.
+    pub fn durable_stats(&self) -> Option<DurableStats> {
+        let policy = self.info.durability?;
+        Some(crate::durable::stats(self.control(), policy, self.info.created_ns))
     }
 
     /// Sleeps until a push may have happened, the deadline, or one slice.
@@ -714,6 +806,10 @@ impl Queue {
             );
             for i in taken..taken + n {
                 out[i * each + lens[i]..(i + 1) * each].fill(0);
+            }
+            if n > 0 {
+                // One sync for the whole batch.
+                self.popped_durably();
             }
             taken += n;
             match err {

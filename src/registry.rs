@@ -176,6 +176,18 @@ impl Registry {
         (false, 0)
     }
 
+    /// Clears every entry (after a machine restart, when nobody can be
+    /// attached: what the table holds is from before it).
+    pub fn reset_all(&self) {
+        for index in 0..MAX_PROCS {
+            let entry = self.entry(index);
+            entry.pid.store(0, Ordering::SeqCst);
+            entry.waiters.store(0, Ordering::SeqCst);
+            entry.anonymous.store(0, Ordering::SeqCst);
+            entry.intents.iter().for_each(|w| w.0.store(IDLE, Ordering::SeqCst));
+        }
+    }
+
     /// Intent word `slot` of this process's entry (None if not registered).
     #[inline]
     pub fn intent_word(&self, slot: usize) -> Option<&AtomicU64> {

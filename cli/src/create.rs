@@ -11,7 +11,8 @@ use tvm::{Error, Queue, Spec};
 #[command(after_help = "Examples:\n  \
     tvmq create 21 --rows 4000000 --size 304 --name QUEUE_USER_INFO\n  \
     tvmq create --def queues.def          # the queues of an STVM definition file\n  \
-    tvmq create 21 --rows 100000 --size 304 --spin-us 1000   # pops spin 1 ms before sleeping\n\n\
+    tvmq create 21 --rows 100000 --size 304 --spin-us 1000   # pops spin 1 ms before sleeping\n  \
+    tvmq --dir /var/lib/tvmq create 21 --rows 100000 --size 304 --durable always   # survives a machine crash\n\n\
     A definition file sets the next queue's id and rows, then describes its record as a C struct:\n  \
     set TABLE=22\n  set TABLESPACE=10000\n  create queue QUEUE_USER_FIELD ( acct_id long, user_no char(21), user_nm char[81] );\n\
     Types: long, int, short, double, char, char(n) / char[n]; comments: --, #, //, /* */.")]
@@ -46,6 +47,17 @@ pub struct CreateArgs {
     /// microseconds of spinning and yielding. $TVMQ_SPIN_US overrides it per process
     #[arg(long, value_name = "US", allow_negative_numbers = true, value_parser = parse_spin)]
     spin_us: Option<i64>,
+    /// Make the queue durable (its directory must be on a disk, not tmpfs):
+    /// `always` (a push or pop returns once it is on stable storage) or
+    /// `interval=MS` (changes reach the disk within MS milliseconds; a
+    /// machine crash may lose the last MS of pushes and deliver again the
+    /// last MS of pops). Default: not durable (survives process crashes only)
+    #[arg(long, value_name = "always|interval=MS", value_parser = parse_durable)]
+    durable: Option<tvm::Durability>,
+}
+
+fn parse_durable(s: &str) -> Result<tvm::Durability, String> {
+    tvm::Durability::parse(s).map_err(|e| e.detail().to_string())
 }
 
 fn parse_spin(s: &str) -> Result<i64, String> {
@@ -65,8 +77,9 @@ fn parse_mode(s: &str) -> Result<u32, String> {
 fn create_one(dir: &Path, id: u32, spec: &Spec) -> Result<(), Error> {
     let started = std::time::Instant::now();
     Queue::create(dir, id, spec)?;
+    let durable = spec.durability.map(|d| format!(", durable {d}")).unwrap_or_default();
     println!(
-        "created queue {id} ({} rows x {} bytes, mode {:04o}) in {} ms: {}",
+        "created queue {id} ({} rows x {} bytes, mode {:04o}{durable}) in {} ms: {}",
         spec.rows,
         spec.record_size,
         spec.mode,
@@ -82,6 +95,7 @@ pub fn run(dir: &Path, a: &CreateArgs) -> Result<(), Error> {
     base.mode = a.mode;
     base.unblock_timeout_ms = a.unblock_timeout_ms;
     base.spin_us = a.spin_us;
+    base.durability = a.durable;
     if let Some(path) = &a.def {
         return create_from_file(dir, path, &base);
     }

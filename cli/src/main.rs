@@ -66,6 +66,13 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Make everything pushed and popped on a queue so far durable (on
+    /// stable storage) before returning
+    #[command(after_help = "Example:\n  tvmq sync 21")]
+    Sync {
+        /// Queue id
+        id: u32,
+    },
     /// Recover what killed processes left in a queue: records they had taken
     /// (delivered again), pushes they had begun (skipped), their sleepers
     #[command(after_help = "Example:\n  tvmq repair 21")]
@@ -138,6 +145,7 @@ fn main() -> ExitCode {
         Command::Peek { id, count, json } => inspect::peek(&dir, id, count, json),
         Command::Bench(args) => tvmq_bench::run(&args),
         Command::Repair { id } => inspect::repair(&dir, id),
+        Command::Sync { id } => inspect::sync(&dir, id),
         Command::Serve(args) => tvmq_server::run(&dir, &args),
         Command::Completions { shell } => {
             let shell = match shell {

@@ -9,10 +9,12 @@
 //! error (`lGetTErrno`, `lGetEffect`).
 #![allow(non_snake_case, non_camel_case_types, clippy::missing_safety_doc)]
 
+mod durable;
 mod handle;
 mod local;
 mod net;
 
+pub use durable::lSyncQueue;
 pub use handle::{
     lAttchTable, lInitSATvm, pCloneSATvm, pGetSATvm, vCloneFree, vHoldConnect, vHoldRelease, vTblDisconnect,
 };

@@ -2,7 +2,9 @@
 //! removing one, and cleaning up after creations whose process died.
 
 use super::dir::{check_dir, open_checked, queue_path};
-use super::layout::{Info, MAX_RECORD_SIZE, OPTIONS_OFFSET, Options, file_size};
+use super::layout::{
+    CONTROL_OFFSET, Control, Info, MAX_RECORD_SIZE, OPTIONS_OFFSET, Options, SyncWords, file_size_for,
+};
 use super::{cpath, io_error, is_tmpfs};
 use crate::error::*;
 use crate::ring::MAX_CAPACITY;
@@ -39,6 +41,10 @@ pub struct Spec {
     /// the library's default (a few microseconds of spinning and yielding).
     /// A process can override it with `$TVMQ_SPIN_US`.
     pub spin_us: Option<i64>,
+    /// `Some`: a durable queue (see [`crate::Durability`]), whose directory
+    /// must be on a filesystem that persists (not tmpfs or ramfs). `None`:
+    /// as fast as memory; survives process crashes, not a machine crash.
+    pub durability: Option<crate::Durability>,
 }
 
 impl Spec {
@@ -53,12 +59,13 @@ impl Spec {
             mode: 0o600,
             unblock_timeout_ms: DEFAULT_UNBLOCK_TIMEOUT_MS,
             spin_us: None,
+            durability: None,
         }
     }
 
     /// The size of the file this queue needs, or `None` if it overflows.
     pub fn file_size(&self) -> Option<u64> {
-        file_size(self.rows, self.record_size)
+        file_size_for(self.rows, self.record_size, self.durability.is_some())
     }
 }
 
@@ -87,10 +94,18 @@ pub(crate) fn create(dir: &Path, id: u32, spec: &Spec) -> Result<()> {
     if spec.spin_us.is_some_and(|us| us < -1) {
         return Err(Error::new(CONDIT_IS_NIL, "spin time: -1 (never sleep) or a number of microseconds >= 0"));
     }
+    if let Some(crate::Durability::Interval(ms)) = spec.durability {
+        if !(1..=super::layout::MAX_INTERVAL_MS).contains(&u64::from(ms)) {
+            return Err(Error::new(CONDIT_IS_NIL, format!("durable interval {ms} ms: from 1 to 3600000")));
+        }
+    }
     let info = Info::new(id, spec, size)?;
     let options = Options::new(spec);
 
     check_dir(dir, true)?;
+    if spec.durability.is_some() {
+        refuse_volatile(dir)?;
+    }
     let path = queue_path(dir, id);
     if std::fs::symlink_metadata(&path).is_ok() {
         return Err(Error::new(TBL_ARD_EXIST, format!("queue {id} already exists ({})", path.display())));
@@ -124,7 +139,10 @@ pub(crate) fn create(dir: &Path, id: u32, spec: &Spec) -> Result<()> {
     }
     // SAFETY: fd is a fresh descriptor that nothing else owns.
     let file = unsafe { File::from_raw_fd(fd) };
-    let result = fill_new_file(&file, &tmp, &info, &options, spec.mode).and_then(|()| publish(&tmp, &path, id));
+    let durable = spec.durability.is_some();
+    let result = fill_new_file(&file, &tmp, &info, &options, spec.mode, durable)
+        .and_then(|()| publish(&tmp, &path, id))
+        .and_then(|()| if durable { sync_dir(dir) } else { Ok(()) });
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
@@ -137,7 +155,28 @@ fn temporary_prefix(id: u32) -> String {
     format!(".queue-{id}.tmp.")
 }
 
-fn fill_new_file(file: &File, tmp: &Path, info: &Info, options: &Options, mode: u32) -> Result<()> {
+/// A durable queue's directory must persist: tmpfs and ramfs are refused.
+fn refuse_volatile(dir: &Path) -> Result<()> {
+    let d = File::open(dir).map_err(|e| io_error(SHM_ERR_ACCES, "cannot open queue directory", dir, e))?;
+    if super::is_volatile_fs(&d) {
+        return Err(Error::new(
+            NOT_DURABLE,
+            format!(
+                "{} is on tmpfs or ramfs, which a restart empties: a durable queue needs a directory on a disk \
+                 (give one with $TVMDBD or --dir)",
+                dir.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Makes the directory entry of a new durable queue durable.
+fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir).and_then(|d| d.sync_all()).map_err(|e| io_error(SYNC_FAILED, "cannot sync queue directory", dir, e))
+}
+
+fn fill_new_file(file: &File, tmp: &Path, info: &Info, options: &Options, mode: u32, durable: bool) -> Result<()> {
     // The umask must not narrow (or we widen) the requested mode.
     // SAFETY: fchmod on an fd we own.
     if unsafe { libc::fchmod(file.as_raw_fd(), mode as libc::mode_t) } != 0 {
@@ -159,12 +198,31 @@ fn fill_new_file(file: &File, tmp: &Path, info: &Info, options: &Options, mode: 
         }
         e => return Err(io_error(SHM_ERR_NOMEM, "cannot allocate", tmp, std::io::Error::from_raw_os_error(e))),
     }
-    if is_tmpfs(file) {
+    // A durable queue's blocks are written once now, so that its syncs
+    // write data in place and never have to commit block allocations (a
+    // journal commit per sync).
+    if is_tmpfs(file) || durable {
         zero_fill(file, info.file_size).map_err(|e| io_error(MQUE_CRTE_BIG, "cannot fill", tmp, e))?;
     }
     file.write_all_at(info.as_bytes(), 0)
         .and_then(|()| file.write_all_at(options.as_bytes(), OPTIONS_OFFSET as u64))
-        .map_err(|e| io_error(SHM_ERR_NOMEM, "cannot write header of", tmp, e))
+        .map_err(|e| io_error(SHM_ERR_NOMEM, "cannot write header of", tmp, e))?;
+    if durable {
+        // This boot's id: the queue's first attach needs no recovery.
+        let control = Control::default();
+        crate::durable::recover::stamp_new(&control);
+        let words = &control.sync.0.boot_id;
+        let at = CONTROL_OFFSET
+            + std::mem::offset_of!(Control, sync) as u64
+            + std::mem::offset_of!(SyncWords, boot_id) as u64;
+        let mut bytes = [0u8; 16];
+        bytes[..8].copy_from_slice(&words[0].load(std::sync::atomic::Ordering::Relaxed).to_ne_bytes());
+        bytes[8..].copy_from_slice(&words[1].load(std::sync::atomic::Ordering::Relaxed).to_ne_bytes());
+        file.write_all_at(&bytes, at)
+            .and_then(|()| file.sync_all())
+            .map_err(|e| io_error(SYNC_FAILED, "cannot write", tmp, e))?;
+    }
+    Ok(())
 }
 
 /// Writes zeros over the whole file. On tmpfs, `fallocate` reserves pages but

@@ -47,7 +47,9 @@ fn open_validated(dir: &Path, id: u32, write: bool) -> Result<(File, Info, Optio
     file.read_exact_at(&mut raw, 0).map_err(|e| io_error(SHM_ERR_INVAL, "cannot read", &path, e))?;
     let info = Info::from_bytes(&raw).ok_or_else(|| Error::new(SHM_ERR_INVAL, "short header"))?;
     let options = Options::from_header(&raw).ok_or_else(|| Error::new(SHM_ERR_INVAL, "short header"))?;
-    info.validate(len, Some(id))
+    // The durable flag changes the slot stride; a corrupted flag fails one
+    // of the two checks.
+    info.validate(len, Some(id), options.durability().is_some())
         .and_then(|()| options.validate())
         .map_err(|e| Error::new(e.code(), format!("{}: {}", path.display(), e.detail())))?;
     Ok((file, info, options, len, path))
@@ -96,6 +98,16 @@ impl QueueFile {
     /// registry lock).
     pub(crate) fn file(&self) -> &File {
         &self.file
+    }
+
+    /// The mapping of the whole file.
+    pub(crate) fn map(&self) -> &SharedMap {
+        &self.map
+    }
+
+    /// Is the file on tmpfs or ramfs (never durable)?
+    pub(crate) fn is_volatile(&self) -> bool {
+        super::is_volatile_fs(&self.file)
     }
 
     /// The shared control block (a view that keeps the mapping alive).

@@ -36,5 +36,18 @@ fn is_tmpfs(file: &File) -> bool {
     unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) == 0 && st.f_type == libc::TMPFS_MAGIC }
 }
 
+/// `statfs` magic of ramfs (libc names tmpfs's but not this one).
+const RAMFS_MAGIC: libc::c_long = 0x8584_58f6;
+
+/// Is the file on a filesystem whose contents do not survive a restart
+/// (tmpfs, ramfs)?
+pub(crate) fn is_volatile_fs(file: &File) -> bool {
+    // SAFETY: statfs is plain data; all-zero is a valid value for the call to fill.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid fd and out pointer.
+    let ok = unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) == 0 };
+    ok && (st.f_type == libc::TMPFS_MAGIC || st.f_type as libc::c_long == RAMFS_MAGIC)
+}
+
 #[cfg(test)]
 mod tests;

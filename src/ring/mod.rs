@@ -47,8 +47,13 @@
 //! Batches ([`Ring::push_batch`], [`Ring::pop_batch`]) claim several
 //! positions with one CAS and then handle each slot as above.
 
+#[cfg(not(loom))]
+mod rebuild;
+pub(crate) mod seal;
 mod storage;
 
+#[cfg(not(loom))]
+pub(crate) use rebuild::Rebuilt;
 #[cfg(not(loom))]
 pub(crate) use storage::MapStorage;
 pub(crate) use storage::{CachePadded, HeapStorage, SlotHeader, Storage};
@@ -302,6 +307,9 @@ pub struct Ring<S> {
     head_hint: CachePadded<AtomicU64>,
     /// The same for consumers: a recent `tail`, erring on "empty".
     tail_hint: CachePadded<AtomicU64>,
+    /// Durable queues: the queue's key (see [`seal`]); each record's
+    /// checksum goes into its slot's `check` before it is published.
+    seal: Option<u64>,
 }
 
 /// A slot claimed by a producer (free for `lap`) or a consumer (published
@@ -332,7 +340,15 @@ impl<S: Storage> Ring<S> {
             record_size,
             head_hint: CachePadded(AtomicU64::new(head)),
             tail_hint: CachePadded(AtomicU64::new(tail)),
+            seal: None,
         }
+    }
+
+    /// This ring's producers write each record's checksum (see [`seal`])
+    /// under the queue key `key`, for recovery after a machine crash.
+    pub fn with_seal(mut self, key: u64) -> Ring<S> {
+        self.seal = Some(key);
+        self
     }
 
     /// Number of slots.
@@ -477,6 +493,9 @@ impl<S: Storage> Ring<S> {
             self.store.write(claim.index, 0, head);
         }
         slot.len.store(data.len() as u32, Ordering::Relaxed);
+        if let Some(key) = self.seal {
+            slot.check.store(seal::seal(key, claim.lap + claim.index as u64, data), Ordering::Relaxed);
+        }
         // Publish by CAS: it fails only if a waiter declared our claim dead
         // and turned the slot into a skipped record. SeqCst orders it before
         // the waiter-count load of a blocking wake-up (see `queue`).
