@@ -1161,7 +1161,7 @@ static void error_text(void)
     CHECK(strcmp(sGetTError(TBL_NOT_FOUND), sGetTError(TBL_ARD_EXIST)) != 0);
     CHECK(strcmp(sGetTError(CONDIT_IS_NIL), sGetTError(RECD_TOO_LONG)) != 0);
 
-    static const long odd[] = { -1, -2, -103, 103, 104, 255, 256, 1000, 65536, INT_MAX,
+    static const long odd[] = { -1, -2, -103, 106, 107, 255, 256, 1000, 65536, INT_MAX,
                                 (long)INT_MAX + 1, INT_MIN, LONG_MIN, LONG_MIN + 1,
                                 LONG_MAX };
     for (size_t i = 0; i < sizeof(odd) / sizeof(odd[0]); i++) {

@@ -10,12 +10,14 @@
 #![allow(non_snake_case, non_camel_case_types, clippy::missing_safety_doc)]
 
 mod handle;
+mod lease;
 mod local;
 mod net;
 
 pub use handle::{
     lAttchTable, lInitSATvm, pCloneSATvm, pGetSATvm, vCloneFree, vHoldConnect, vHoldRelease, vTblDisconnect,
 };
+pub use lease::{TvmLease, lAck, lExtendLease, lPopLease, lReject, lRelease};
 pub use local::{lCircleQueue, lDropTable, lPop, lPopup, lPush, lPushs, lTableQueue, lTvmDefField, lTvmDefQueue};
 pub use net::{lAsyPush, lAsyWait, lTvmConnect, lTvmPop, lTvmPopup, lTvmPush, lTvmShare, vTvmDisconnect};
 

@@ -2,7 +2,7 @@
 //! removing one, and cleaning up after creations whose process died.
 
 use super::dir::{check_dir, open_checked, queue_path};
-use super::layout::{Info, MAX_RECORD_SIZE, OPTIONS_OFFSET, Options, file_size};
+use super::layout::{Info, MAX_LEASE_MS, MAX_LEASES, MAX_RECORD_SIZE, OPTIONS_OFFSET, Options, file_size};
 use super::{cpath, io_error, is_tmpfs};
 use crate::error::*;
 use crate::ring::MAX_CAPACITY;
@@ -15,6 +15,36 @@ use std::sync::atomic::AtomicU64;
 
 /// Unblock timeout written into new queues unless told otherwise.
 pub const DEFAULT_UNBLOCK_TIMEOUT_MS: u64 = 10_000;
+/// Lease time of a queue with leases unless told otherwise (SQS's default
+/// visibility timeout).
+pub const DEFAULT_LEASE_MS: u64 = 30_000;
+/// Leases in flight at most on a queue with leases unless told otherwise.
+pub const DEFAULT_MAX_LEASES: u64 = 1024;
+
+/// The settings of a queue with acknowledged consumption ([`Spec::leases`]):
+/// see [`crate::Queue::pop_lease`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseSpec {
+    /// Lease time of a pop that gives none, in milliseconds (1 to a year;
+    /// default [`DEFAULT_LEASE_MS`]).
+    pub lease_ms: u64,
+    /// A record delivered this many times without being acknowledged goes
+    /// to the dead-letter queue (0, the default: no limit; at most 65,535).
+    pub max_deliveries: u32,
+    /// The queue that rejected records, and those past the delivery limit,
+    /// go to (it must exist when they do); `None`: they are dropped, counted.
+    pub dead_letter: Option<u32>,
+    /// Most leases in flight at once (the size of the file's lease table;
+    /// default [`DEFAULT_MAX_LEASES`], at most 1,048,576): like a consumer
+    /// prefetch, a pop beyond it fails with `LEASE_LIMIT`.
+    pub max_leases: u64,
+}
+
+impl Default for LeaseSpec {
+    fn default() -> LeaseSpec {
+        LeaseSpec { lease_ms: DEFAULT_LEASE_MS, max_deliveries: 0, dead_letter: None, max_leases: DEFAULT_MAX_LEASES }
+    }
+}
 
 /// What [`crate::Queue::create`] makes.
 #[derive(Clone, Debug)]
@@ -39,6 +69,10 @@ pub struct Spec {
     /// the library's default (a few microseconds of spinning and yielding).
     /// A process can override it with `$TVMQ_SPIN_US`.
     pub spin_us: Option<i64>,
+    /// Acknowledged consumption: `Some` gives the queue a lease table
+    /// ([`crate::Queue::pop_lease`] and the other lease calls); `None`, the
+    /// default, makes a plain queue.
+    pub leases: Option<LeaseSpec>,
 }
 
 impl Spec {
@@ -53,12 +87,13 @@ impl Spec {
             mode: 0o600,
             unblock_timeout_ms: DEFAULT_UNBLOCK_TIMEOUT_MS,
             spin_us: None,
+            leases: None,
         }
     }
 
     /// The size of the file this queue needs, or `None` if it overflows.
     pub fn file_size(&self) -> Option<u64> {
-        file_size(self.rows, self.record_size)
+        file_size(self.rows, self.record_size, self.leases.as_ref().map_or(0, |l| l.max_leases))
     }
 }
 
@@ -86,6 +121,9 @@ pub(crate) fn create(dir: &Path, id: u32, spec: &Spec) -> Result<()> {
     }
     if spec.spin_us.is_some_and(|us| us < -1) {
         return Err(Error::new(CONDIT_IS_NIL, "spin time: -1 (never sleep) or a number of microseconds >= 0"));
+    }
+    if let Some(l) = &spec.leases {
+        check_leases(id, l)?;
     }
     let info = Info::new(id, spec, size)?;
     let options = Options::new(spec);
@@ -129,6 +167,26 @@ pub(crate) fn create(dir: &Path, id: u32, spec: &Spec) -> Result<()> {
         let _ = std::fs::remove_file(&tmp);
     }
     result
+}
+
+fn check_leases(id: u32, l: &LeaseSpec) -> Result<()> {
+    if !(1..=MAX_LEASE_MS).contains(&l.lease_ms) {
+        return Err(Error::new(CONDIT_IS_NIL, format!("lease time {} ms: 1 to {MAX_LEASE_MS}", l.lease_ms)));
+    }
+    if l.max_leases == 0 {
+        return Err(Error::new(CONDIT_IS_NIL, "maximum of leases in flight: at least 1"));
+    }
+    if l.max_leases > MAX_LEASES {
+        return Err(Error::new(MQUE_CRTE_BIG, format!("{} leases in flight: at most {MAX_LEASES}", l.max_leases)));
+    }
+    if l.max_deliveries > crate::lease::state::MAX_DELIVERIES {
+        let most = crate::lease::state::MAX_DELIVERIES;
+        return Err(Error::new(CONDIT_IS_NIL, format!("maximum deliveries {}: at most {most}", l.max_deliveries)));
+    }
+    if l.dead_letter == Some(id) {
+        return Err(Error::new(CONDIT_IS_NIL, format!("queue {id} cannot be its own dead-letter queue")));
+    }
+    Ok(())
 }
 
 /// `.queue-<id>.tmp.`: the name of a queue file being created starts with
