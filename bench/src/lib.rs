@@ -10,6 +10,7 @@ mod chart;
 mod external;
 mod inproc;
 mod latency;
+mod leases;
 mod net;
 mod report;
 
@@ -70,6 +71,8 @@ pub enum Part {
     Batches,
     /// Push-to-pop latency across processes at a record every 10 us, 100 us, 1 ms; idle consumers' CPU
     Latency,
+    /// Acknowledged consumption: lPopLease + lAck beside plain lPop (and lPush), 1, 2, 4, 10 threads
+    Leases,
 }
 
 impl BenchArgs {
@@ -302,6 +305,11 @@ fn run_matrix(ctx: &mut Ctx) -> Result<(), Error> {
     // 6. Latency across processes.
     if args.wants(Part::Latency) {
         latency::run(ctx, args.latency_driver.as_deref(), boost.as_deref());
+    }
+
+    // 7. Acknowledged consumption beside plain pops.
+    if args.wants(Part::Leases) {
+        leases::run(ctx, &threads);
     }
     Ok(())
 }

@@ -36,6 +36,7 @@ const SECTIONS: &[(&str, &str)] = &[
     ("push+pop", "Push and pop at the same time, pushers+poppers (operations/s)"),
     ("record size", "Record size sweep, one thread (records/s and MB/s)"),
     ("batch", "Batch calls, 64 records a call, one thread (records/s)"),
+    ("leases", "Leases: lPopLease + lAck per record beside plain lPop, one run, C ABI threads (records/s)"),
 ];
 
 fn mega(rate: f64) -> String {
@@ -172,6 +173,10 @@ fn table(cells: &[Cell], args: &BenchArgs, seconds: f64) -> String {
                     ratio(tvmq, stvm)
                 )
                 .unwrap();
+            }
+            if section == "leases" {
+                let rate = |s| find(cells, section, &test, &param, s).and_then(|c| c.rates()).map(|r| r.0);
+                write!(line, " | lease/plain {}", ratio(rate("lease queue"), rate("plain queue"))).unwrap();
             }
             writeln!(t, "{line}").unwrap();
         }

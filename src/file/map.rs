@@ -2,10 +2,12 @@
 //! mapping and the typed views the queue works through.
 
 use super::dir::{open_checked, queue_path};
-use super::layout::{CONTROL_OFFSET, Control, DATA_OFFSET, INFO_BYTES, Info, Options, TABLE_OFFSET, lease_table_offset};
-use crate::lease::table::LeaseTable;
+use super::layout::{
+    CONTROL_OFFSET, Control, DATA_OFFSET, INFO_BYTES, Info, Options, TABLE_OFFSET, lease_table_offset,
+};
 use super::{io_error, is_tmpfs};
 use crate::error::*;
+use crate::lease::table::LeaseTable;
 use crate::registry::Registry;
 use crate::ring::MapStorage;
 use crate::shm::{SharedMap, SharedRef};
@@ -132,7 +134,9 @@ impl QueueFile {
             .zip(count)
             .and_then(|(o, n)| LeaseTable::new(&self.map, o, n, i.record_size as usize))
             .map(Some)
-            .ok_or_else(|| Error::new(SHM_ERR_INVAL, format!("{}: the lease table does not fit the file", self.path.display())))
+            .ok_or_else(|| {
+                Error::new(SHM_ERR_INVAL, format!("{}: the lease table does not fit the file", self.path.display()))
+            })
     }
 
     /// This process's view of the file's process table (not registered yet).

@@ -370,11 +370,13 @@ impl LeaseTable {
         let later = now.saturating_add(self.period());
         if !force {
             // One caller takes this turn: the one that moves the schedule.
-            let (sweep, deadline) = (h.next_sweep_ns.load(Ordering::Acquire), h.next_deadline_ns.load(Ordering::Acquire));
+            let (sweep, deadline) =
+                (h.next_sweep_ns.load(Ordering::Acquire), h.next_deadline_ns.load(Ordering::Acquire));
             let took = if now >= deadline {
                 h.next_deadline_ns.compare_exchange(deadline, later, Ordering::AcqRel, Ordering::Relaxed).is_ok()
             } else {
-                now >= sweep && h.next_sweep_ns.compare_exchange(sweep, later, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+                now >= sweep
+                    && h.next_sweep_ns.compare_exchange(sweep, later, Ordering::AcqRel, Ordering::Relaxed).is_ok()
             };
             if !took {
                 return None;

@@ -451,7 +451,8 @@ impl Queue {
         let busy = e.change(w, w.held()).map_err(|_| self.late(l))?;
         let due = now.saturating_add(nanos(delay));
         e.deadline_ns.store(due, Ordering::Relaxed);
-        e.change(busy, busy.ready()).map_err(|_| self.lease_corrupt("an entry changed while its holder released it"))?;
+        e.change(busy, busy.ready())
+            .map_err(|_| self.lease_corrupt("an entry changed while its holder released it"))?;
         l.table.control().counters.0.released.fetch_add(1, Ordering::Relaxed);
         l.table.ready_at(due);
         // A sleeping consumer takes it (or sets its alarm by it).
@@ -504,9 +505,10 @@ impl Queue {
             return Ok(q.clone());
         }
         let dir = self.path().parent().unwrap_or(std::path::Path::new("."));
-        let q = Arc::new(Queue::open(dir, id).map_err(|e| {
-            Error::new(e.code(), format!("dead-letter queue {id} of queue {}: {e}", self.id()))
-        })?);
+        let q = Arc::new(
+            Queue::open(dir, id)
+                .map_err(|e| Error::new(e.code(), format!("dead-letter queue {id} of queue {}: {e}", self.id())))?,
+        );
         *held = Some(q.clone());
         Ok(q)
     }

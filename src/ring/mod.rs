@@ -689,7 +689,8 @@ impl<S: Storage> Ring<S> {
     /// for another consumer (as a recovery does).
     fn republish(&self, claim: Claim) {
         let again = self.add_lap(claim.lap) | PUBLISHED | (claim.seq & SKIP);
-        let _ = self.store.slot(claim.index).seq.compare_exchange(claim.seq, again, Ordering::SeqCst, Ordering::Relaxed);
+        let _ =
+            self.store.slot(claim.index).seq.compare_exchange(claim.seq, again, Ordering::SeqCst, Ordering::Relaxed);
     }
 
     /// The lap and slot index of position number `at`.
