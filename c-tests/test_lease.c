@@ -253,7 +253,7 @@ static void lease_bad_tokens(void)
     SATvm *p = G();
     const TABLE t = 40, u = 43, plain = 44;
     rec64 out;
-    TvmLease l, m, bad;
+    TvmLease l, m, bad, bad2;
 
     make_lease_queue(t, 8, "--lease-ms 30000");
     make_lease_queue(u, 8, "--lease-ms 30000");
@@ -304,7 +304,8 @@ static void lease_bad_tokens(void)
     p->tblName = plain;
     CHECK_FAIL(lAck(p, &l), p, LEASE_INVALID);
     queuevoid(p, out, sizeof(out), plain);
-    CHECK_FAIL(lPopLease(p, &out, QUE_NOWAIT, 0, &l), p, NOT_SUPPT_OPT);
+    CHECK_FAIL(lPopLease(p, &out, QUE_NOWAIT, 0, &bad2), p, NOT_SUPPT_OPT);
+    CHECK_FAIL(lAck(p, &bad2), p, LEASE_INVALID); /* a failed pop's token */
     CHECK_EQ(depth(plain), 1);
     /* Still good on their own queues (the scribbled copy too). */
     p->tblName = t;
