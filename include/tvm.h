@@ -131,6 +131,9 @@
 #define PART_AR_EXIST  102  /* partition already exists */
 #define NOT_DURABLE    103  /* the queue's file is on a filesystem that does not persist (tmpfs, ramfs): it cannot be durable */
 #define SYNC_FAILED    104  /* the sync to stable storage failed: the change is in the queue but not known to be on disk */
+#define LEASE_EXPIRED  105  /* the lease ran out (or was acknowledged, released or rejected already): the record may have gone to another consumer */
+#define LEASE_LIMIT    106  /* too many leases in flight on the queue (its maximum of leases is reached) */
+#define LEASE_INVALID  107  /* not a lease of this queue: a token of another queue, or a garbage token */
 
 /* ---- Binding a record to a handle ------------------------------------- */
 
@@ -284,6 +287,28 @@ typedef struct SATvm {
 } SATvm;
 
 /**
+ * A leased delivery: allocated by the caller, filled by lPopLease, passed
+ * to lAck, lRelease, lReject or lExtendLease (which updates it). Plain
+ * data: it may be copied, and used by any thread or process, one call at a
+ * time. Only `deliveries` is public.
+ */
+typedef struct TvmLease {
+  /**
+   * How many times the record has been delivered, this delivery included
+   * (1 on its first delivery).
+   */
+  unsigned int deliveries;
+  /**
+   * Private: a check of m_llPriv (a zeroed or garbage token fails it).
+   */
+  unsigned int m_uCheck;
+  /**
+   * Private: the queue, the lease entry, the delivery.
+   */
+  unsigned long long m_llPriv[7];
+} TvmLease;
+
+/**
  * Return type of a record-layout function passed to lTableQueue.
  */
 typedef long CREATE;
@@ -411,6 +436,67 @@ long lInitSATvm(struct SATvm *p, TABLE t);
  * Detaches queue t from the process (a no-op if it is not attached).
  */
 void vTblDisconnect(struct SATvm *p, TABLE t);
+
+/**
+ * As lPop, and the record is leased for `lease_ms` milliseconds (0: the
+ * queue's lease time) to the caller, who ends the lease with lAck (done),
+ * lRelease (put back) or lReject (dead letter), or extends it with
+ * lExtendLease. `*lease` receives the token (on failure, a token that every
+ * call refuses). If the lease runs out first, or this process dies, the
+ * record is delivered again (its `deliveries` raised). Records waiting to
+ * be delivered again come before the queue's. The queue must have been
+ * created with leases (tvmq create ... --lease-ms MS). m_lEffect = 1 on
+ * success. Thread-safe (one handle per thread).
+ * Errors: those of lPop (CONDIT_IS_NIL also for a NULL lease or a negative
+ * lease_ms); LEASE_LIMIT (the queue's maximum of leases are in flight:
+ * returned at once, whatever `wait` says); NOT_SUPPT_OPT (the queue has no
+ * leases).
+ */
+long lPopLease(struct SATvm *p, void *out, Uenum wait, long lease_ms, struct TvmLease *lease);
+
+/**
+ * Acknowledges the delivery of `*lease` on queue p->tblName: the record is
+ * done and gone. m_lEffect = 1 on success. Thread-safe (one handle per
+ * thread; one call at a time per token).
+ * Errors: LEASE_EXPIRED (the lease ran out, and the record may have gone
+ * to another consumer; or it was already acknowledged, released or
+ * rejected), LEASE_INVALID (a token of another queue, or a zeroed or
+ * garbage one), CONDIT_IS_NIL (NULL handle or lease), TBL_NOT_FOUND (the
+ * queue was dropped), SHM_ERR_EIDRM.
+ */
+long lAck(struct SATvm *p, struct TvmLease *lease);
+
+/**
+ * Puts the record of `*lease` back into queue p->tblName: it may be
+ * delivered again `delay_ms` milliseconds from now (0: at once), to any
+ * consumer. A record already delivered the queue's maximum of deliveries
+ * goes to the dead-letter queue instead (as lReject). m_lEffect = 1 on
+ * success. Thread-safe (one handle per thread; one call at a time per token).
+ * Errors: those of lAck; CONDIT_IS_NIL (negative delay); at the delivery
+ * limit, those of lReject.
+ */
+long lRelease(struct SATvm *p, struct TvmLease *lease, long delay_ms);
+
+/**
+ * Moves the record of `*lease` from queue p->tblName to the queue's
+ * dead-letter queue (tvmq create ... --dead-letter ID), or drops it when it
+ * has none; counted either way (tvmq stat). m_lEffect = 1 on success.
+ * Thread-safe (one handle per thread; one call at a time per token).
+ * Errors: those of lAck; those of pushing into the dead-letter queue
+ * (TBL_NOT_FOUND: it does not exist, DATA_SPC_FULL, RECD_TOO_LONG), after
+ * which the lease is still held.
+ */
+long lReject(struct SATvm *p, struct TvmLease *lease);
+
+/**
+ * The lease of `*lease` on queue p->tblName now runs out `lease_ms`
+ * milliseconds from now (0: the queue's lease time). Updates `*lease`:
+ * copies of the old token are stale. m_lEffect = 1 on success. Thread-safe
+ * (one handle per thread; one call at a time per token).
+ * Errors: those of lAck (LEASE_EXPIRED if the lease already ran out);
+ * CONDIT_IS_NIL (negative lease_ms).
+ */
+long lExtendLease(struct SATvm *p, struct TvmLease *lease, long lease_ms);
 
 /**
  * Creates queue t holding exactly `rows` records of at most `size` bytes,

@@ -14,12 +14,12 @@
 //! Sleeps are cut into slices of [`SLEEP_SLICE`] so that a producer killed
 //! between publishing and waking delays a sleeper, never strands it.
 
-use crate::clock::now_ns;
+use crate::clock::{mono_ns, now_ns};
 use crate::durable::{Durability, Durable, DurableStats};
 use crate::error::*;
 use crate::file::layout::Control;
 use crate::file::map::{Access, QueueFile};
-use crate::file::{self, Spec};
+use crate::file::{self, LeaseSpec, Spec};
 use crate::registry::{IntentSlots, Liveness, Registry};
 use crate::ring::{Announce, Backoff, Holder, IDLE, Ring, RingError, Stall, Verdict, intent_word};
 use crate::ring::{MapStorage, Peeked};
@@ -30,6 +30,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+mod lease;
+pub use lease::{Lease, LeaseState, LeaseStats, LeasedRecord};
 
 /// Where the spinning of a pop on an empty queue starts (8 pauses), before it
 /// yields and then sleeps.
@@ -82,6 +85,21 @@ pub enum Wait {
     Until(Instant),
 }
 
+/// A pop's state while it finds nothing to take (see [`Queue::idle`]).
+struct Idle {
+    wait: Wait,
+    /// Polling an empty queue reads `tail`, which producers are moving:
+    /// start with pauses long enough not to slow them down.
+    spins: Backoff,
+    spin_until: Option<Instant>,
+}
+
+impl Idle {
+    fn new(wait: Wait) -> Idle {
+        Idle { wait, spins: Backoff::starting_at(EMPTY_POLL_FIRST_STEP), spin_until: None }
+    }
+}
+
 /// An open queue: a queue file mapped into this process and registered in
 /// its process table. Share it between threads (`&Queue` or `Arc<Queue>`);
 /// other processes open the same file. Every record pushed is popped exactly
@@ -129,6 +147,8 @@ pub struct Queue {
     writable: bool,
     /// The process that opened it (a fork child holds a copy it must not act on).
     opener: u32,
+    /// The lease table and settings, for a queue with leases.
+    leases: Option<lease::Leases>,
     info: QueueInfo,
     /// Durable queues: the sync machinery (shared with the flusher thread).
     durable: Option<Arc<Durable>>,
@@ -208,6 +228,9 @@ pub struct QueueInfo {
     /// How the queue's changes reach stable storage (`None`: not durable;
     /// it survives process crashes, not a machine crash).
     pub durability: Option<Durability>,
+    /// The lease settings of a queue with acknowledged consumption (`None`:
+    /// a plain queue).
+    pub leases: Option<LeaseSpec>,
 }
 
 impl QueueInfo {
@@ -227,6 +250,12 @@ impl QueueInfo {
             spin_us: options.spin_us(),
             fields: i.fields(),
             durability: options.durability(),
+            leases: options.leases().map(|l| LeaseSpec {
+                lease_ms: l.lease_ms,
+                max_deliveries: l.max_deliveries as u32,
+                dead_letter: (l.has_dead_letter != 0).then_some(l.dead_letter),
+                max_leases: l.max_leases,
+            }),
         }
     }
 }
@@ -370,6 +399,10 @@ impl Queue {
             .ok()
             .and_then(|v| v.parse().ok())
             .map_or(Duration::from_millis(info.unblock_timeout_ms), Duration::from_millis);
+        let leases = match (file.lease_table()?, &info.leases) {
+            (Some(table), Some(settings)) => Some(lease::Leases::new(table, settings.clone(), registry.me())),
+            _ => None,
+        };
         let queue = Queue {
             ring,
             registry,
@@ -380,6 +413,7 @@ impl Queue {
             last_reconcile_ns: AtomicU64::new(0),
             writable: register,
             opener: std::process::id(),
+            leases,
             info,
             durable,
             file,
@@ -415,12 +449,18 @@ impl Queue {
         }
         self.count_reconciled(reconciled);
         let unregistered = self.unregistered();
-        let dead = |holder, at| match self.registry.holder(holder, at, unregistered) {
-            Liveness::Dead => true,
-            Liveness::Unknown => alone,
-            Liveness::Alive => false,
+        let dead = |holder, at| {
+            let dead = match self.registry.holder(holder, at, unregistered) {
+                Liveness::Dead => true,
+                Liveness::Unknown => alone,
+                Liveness::Alive => false,
+            };
+            // A lease consumer's slot: waited for, or released (its record
+            // is in the lease table), never published again.
+            dead && !(holder == Holder::Consumer && self.lease_slot_verdict(at).is_some())
         };
         let (pushes, pops) = self.ring.repair(dead, alone);
+        self.lease_repair();
         let s = &self.control().counters.0;
         s.recovered_pushes.fetch_add(pushes, Ordering::Relaxed);
         s.recovered_pops.fetch_add(pops, Ordering::Relaxed);
@@ -469,15 +509,22 @@ impl Queue {
     /// This thread's intent word (see [`Intent`]), given out on first use.
     #[inline]
     fn intent(&self) -> Intent<'_> {
+        self.intent_slot().0
+    }
+
+    /// This thread's intent word and its number in the process's entry
+    /// ([`NO_WORD`] without one).
+    #[inline]
+    fn intent_slot(&self) -> (Intent<'_>, usize) {
         if !self.registered {
-            return Intent(None);
+            return (Intent(None), NO_WORD);
         }
         let key = Arc::as_ptr(&self.slots);
         let slot = THREAD_INTENTS.with(|t| {
             let (last, slot) = t.last.get();
             if last == key { slot } else { t.find_or_take(self) }
         });
-        Intent(if slot == NO_WORD { None } else { self.registry.intent_word(slot) })
+        (Intent(if slot == NO_WORD { None } else { self.registry.intent_word(slot) }), slot)
     }
 
     /// How this process's blocking pops wait on this queue (the queue's
@@ -566,19 +613,24 @@ impl Queue {
 
     /// Removes the oldest record into `out`, which must hold at least
     /// `record_size` bytes; bytes after the record, up to `record_size`, are
-    /// zeroed. Returns the record's length.
+    /// zeroed. Returns the record's length. On a queue with leases, a record
+    /// waiting to be delivered again (its lease ran out, or was released)
+    /// comes first, and is taken for good.
     pub fn pop(&self, out: &mut [u8], wait: Wait) -> Result<usize> {
         let size = self.record_size();
         if out.len() < size {
             return Err(Error::new(RECD_TOO_LONG, format!("buffer of {} bytes, queue records need {size}", out.len())));
         }
         let out = &mut out[..size];
-        // Polling an empty queue reads `tail`, which producers are moving:
-        // start with pauses long enough not to slow them down.
-        let mut spins = Backoff::starting_at(EMPTY_POLL_FIRST_STEP);
-        let mut spin_until = None;
+        let mut idle = Idle::new(wait);
         loop {
             self.check_usable()?;
+            if self.leases.is_some() {
+                if let Some(n) = self.pop_waiting(out)? {
+                    out[n..].fill(0);
+                    return Ok(n);
+                }
+            }
             match self.ring.pop(out, &self.intent(), &mut Patience::new(self)) {
                 Ok(n) => {
                     out[n..].fill(0);
@@ -588,34 +640,7 @@ impl Queue {
                 Err(RingError::Empty) => {}
                 Err(e) => return Err(self.ring_error(e)),
             }
-            let deadline = match wait {
-                Wait::NoWait => return Err(Error::code_only(NO_DATA_FOUND)),
-                Wait::Forever => None,
-                Wait::Until(t) => Some(t),
-            };
-            if deadline.is_some_and(|t| Instant::now() >= t) {
-                return Err(Error::code_only(MQUE_WAIT_TMO));
-            }
-            match self.strategy {
-                Strategy::Default => {}
-                Strategy::Spin(d) => {
-                    if Instant::now() < *spin_until.get_or_insert_with(|| Instant::now() + d) {
-                        std::hint::spin_loop();
-                        continue;
-                    }
-                }
-                Strategy::NeverSleep => {
-                    std::hint::spin_loop();
-                    continue;
-                }
-            }
-            // A record is often only microseconds away: spin and yield a
-            // little before paying for a sleep and the producer's wake-up.
-            if !spins.is_completed() {
-                spins.snooze();
-                continue;
-            }
-            self.sleep(deadline, || self.ring.is_empty_seqcst());
+            self.idle(&mut idle)?;
         }
     }
 
@@ -667,7 +692,51 @@ impl Queue {
         Some(crate::durable::stats(self.control(), policy, self.info.created_ns))
     }
 
-    /// Sleeps until a push may have happened, the deadline, or one slice.
+    /// Nothing to take: spins, yields or sleeps as `idle`'s wait and this
+    /// process's strategy say, then returns for another look; or returns
+    /// the error that ends the pop (`NO_DATA_FOUND`, `MQUE_WAIT_TMO`).
+    #[inline]
+    fn idle(&self, idle: &mut Idle) -> Result<()> {
+        let deadline = match idle.wait {
+            Wait::NoWait => return Err(Error::code_only(NO_DATA_FOUND)),
+            Wait::Forever => None,
+            Wait::Until(t) => Some(t),
+        };
+        if deadline.is_some_and(|t| Instant::now() >= t) {
+            return Err(Error::code_only(MQUE_WAIT_TMO));
+        }
+        match self.strategy {
+            Strategy::Default => {}
+            Strategy::Spin(d) => {
+                if Instant::now() < *idle.spin_until.get_or_insert_with(|| Instant::now() + d) {
+                    std::hint::spin_loop();
+                    return Ok(());
+                }
+            }
+            Strategy::NeverSleep => {
+                std::hint::spin_loop();
+                return Ok(());
+            }
+        }
+        // A record is often only microseconds away: spin and yield a
+        // little before paying for a sleep and the producer's wake-up.
+        if !idle.spins.is_completed() {
+            idle.spins.snooze();
+            return Ok(());
+        }
+        self.sleep(deadline, || self.nothing_to_take());
+        Ok(())
+    }
+
+    /// True when a pop would find nothing: no record queued (and, with
+    /// leases, none due for another delivery), read with the sequential
+    /// consistency a sleeper needs after announcing itself.
+    fn nothing_to_take(&self) -> bool {
+        self.ring.is_empty_seqcst() && self.leases.as_ref().is_none_or(|l| !l.table.ready_due(mono_ns()))
+    }
+
+    /// Sleeps until a push may have happened, the deadline, or one slice
+    /// (shorter when a lease runs out or a waiting record comes due before).
     /// `still` is the condition to sleep on, made of SeqCst loads of the
     /// cursors (a push moves `tail` by a SeqCst CAS before it reads the waiter
     /// count).
@@ -678,7 +747,12 @@ impl Queue {
         // Re-check after announcing ourselves: a push that the check misses
         // comes after our announcement, so it will see `waiters > 0`.
         if still() && !self.is_dropped() {
-            let slice = deadline.map_or(SLEEP_SLICE, |t| t.saturating_duration_since(Instant::now()).min(SLEEP_SLICE));
+            let mut slice =
+                deadline.map_or(SLEEP_SLICE, |t| t.saturating_duration_since(Instant::now()).min(SLEEP_SLICE));
+            if let Some(l) = &self.leases {
+                let alarm = l.table.next_event_ns().saturating_sub(mono_ns());
+                slice = slice.min(Duration::from_nanos(alarm.max(100_000)));
+            }
             if !slice.is_zero() {
                 wait::wait(&wake.futex, seen, Some(slice));
             }
@@ -796,6 +870,20 @@ impl Queue {
         while taken < max {
             if let Err(e) = self.check_usable() {
                 return (taken, Some(e));
+            }
+            if self.leases.is_some() {
+                // Records waiting to be delivered again come first.
+                let slot = &mut out[taken * each..(taken + 1) * each];
+                match self.pop_waiting(&mut slot[..self.record_size()]) {
+                    Ok(Some(len)) => {
+                        slot[len..].fill(0);
+                        lens[taken] = len;
+                        taken += 1;
+                        continue;
+                    }
+                    Ok(None) => {}
+                    Err(e) => return (taken, Some(e)),
+                }
             }
             let (n, err) = self.ring.pop_batch(
                 &mut out[taken * each..max * each],
@@ -1016,10 +1104,20 @@ impl Stall for Patience<'_> {
             }
         };
         let waited = now - since;
-        match self.queue.registry.holder(holder, at, self.queue.unregistered()) {
-            Liveness::Dead => return Verdict::Recover,
-            Liveness::Unknown if waited >= self.queue.unblock_timeout => return Verdict::Recover,
-            _ => {}
+        let recover = match self.queue.registry.holder(holder, at, self.queue.unregistered()) {
+            Liveness::Dead => true,
+            Liveness::Unknown => waited >= self.queue.unblock_timeout,
+            Liveness::Alive => false,
+        };
+        if recover {
+            // A lease consumer's slot is judged by its lease entry: waited
+            // for while it fills it, released once the record is saved there.
+            let lease = if holder == Holder::Consumer { self.queue.lease_slot_verdict(at) } else { None };
+            match lease {
+                None => return Verdict::Recover,
+                Some(lease::LeaseSlot::Released) => return Verdict::Wait, // free now: the next look takes it
+                Some(lease::LeaseSlot::Wait) => {}
+            }
         }
         // The holder is alive (or cannot be told): let it run.
         if waited < Duration::from_millis(1) {

@@ -11,6 +11,7 @@ mod durable;
 mod external;
 mod inproc;
 mod latency;
+mod leases;
 mod net;
 mod net_client;
 mod report;
@@ -86,6 +87,8 @@ pub enum Part {
     /// Durable queues on the disk (--disk-dir): interval=1000 against plain, always against
     /// redis-server appendfsync always
     Durable,
+    /// Acknowledged consumption: lPopLease + lAck beside plain lPop (and lPush), 1, 2, 4, 10 threads
+    Leases,
 }
 
 impl BenchArgs {
@@ -326,6 +329,11 @@ fn run_matrix(ctx: &mut Ctx) -> Result<(), Error> {
     // 7. Durable queues on the disk.
     if args.wants(Part::Durable) {
         durable::run(ctx);
+    }
+
+    // 8. Acknowledged consumption beside plain pops.
+    if args.wants(Part::Leases) {
+        leases::run(ctx, &threads);
     }
     Ok(())
 }

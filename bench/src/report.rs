@@ -40,6 +40,7 @@ const SECTIONS: &[(&str, &str)] = &[
         "durable",
         "Durable queues on the disk (--disk-dir), 304-byte records, Rust API, threads or processes (records/s)",
     ),
+    ("leases", "Leases: lPopLease + lAck per record beside plain lPop, one run, C ABI threads (records/s)"),
 ];
 
 fn mega(rate: f64) -> String {
@@ -178,6 +179,10 @@ fn table(cells: &[Cell], args: &BenchArgs, seconds: f64) -> String {
                     ratio(tvmq, stvm)
                 )
                 .unwrap();
+            }
+            if section == "leases" {
+                let rate = |s| find(cells, section, &test, &param, s).and_then(|c| c.rates()).map(|r| r.0);
+                write!(line, " | lease/plain {}", ratio(rate("lease queue"), rate("plain queue"))).unwrap();
             }
             writeln!(t, "{line}").unwrap();
         }

@@ -193,6 +193,7 @@ pub fn stat(dir: &Path, id: u32, as_json: bool) -> Result<(), Error> {
                 "entry": p.entry, "pid": p.pid, "since_ns": p.since_ns, "sleepers": p.sleepers,
             })).collect::<Vec<_>>(),
             "fields": fields_json(i),
+            "leases": crate::leases::stat_json(&q),
         }));
         return Ok(());
     }
@@ -219,6 +220,7 @@ pub fn stat(dir: &Path, id: u32, as_json: bool) -> Result<(), Error> {
     println!("robbed calls     {} (stalled calls whose slot was recovered)", s.robbed);
     println!("reconciled       {} (sleepers of dead processes uncounted)", s.reconciled_waiters);
     println!("last recovery    {}", time(s.last_recovery_ns));
+    crate::leases::stat_text(&q);
     println!("processes        {}", procs.len());
     for p in procs {
         println!("  entry {:>4}  pid {:>8}  since {}  asleep {}", p.entry, p.pid, time(p.since_ns), p.sleepers);
@@ -283,9 +285,15 @@ fn decode(i: &QueueInfo, rec: &[u8]) -> Option<serde_json::Map<String, Value>> {
     )
 }
 
-pub fn peek(dir: &Path, id: u32, count: usize, as_json: bool) -> Result<(), Error> {
+pub fn peek(dir: &Path, id: u32, count: usize, as_json: bool, leases: bool) -> Result<(), Error> {
     let q = Queue::inspect(dir, id)?;
     let i = q.info();
+    if leases {
+        return crate::leases::peek(&q, id, count, as_json, |rec| match decode(i, rec) {
+            Some(fields) => ("fields", Value::Object(fields)),
+            None => ("hex", Value::String(hex(rec))),
+        });
+    }
     let seen = q.peek(count);
     if as_json {
         let records: Vec<Value> = seen

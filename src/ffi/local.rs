@@ -172,7 +172,7 @@ pub unsafe extern "C" fn lDropTable(p: *mut SATvm, t: TABLE) -> c_long {
 /// Runs `f` on queue `h.tblName`, attaching it on first use; a queue found
 /// dropped is re-resolved once (it may have been re-created).
 #[inline]
-fn on_queue<R>(h: &mut SATvm, f: impl FnOnce(&Queue) -> Result<R>) -> Result<R> {
+pub(super) fn on_queue<R>(h: &mut SATvm, f: impl FnOnce(&Queue) -> Result<R>) -> Result<R> {
     let t = h.tblName;
     let mut attached = false;
     let r = with_queue(t, || attached = true, f);
@@ -224,7 +224,7 @@ pub unsafe extern "C" fn lPush(p: *mut SATvm) -> c_long {
     unsafe { call(p, body) }
 }
 
-fn wait_mode(wait: Uenum) -> Result<Wait> {
+pub(super) fn wait_mode(wait: Uenum) -> Result<Wait> {
     match wait {
         QUE_NORMAL => Ok(Wait::Forever),
         QUE_NOWAIT => Ok(Wait::NoWait),

@@ -11,6 +11,7 @@
 
 mod durable;
 mod handle;
+mod lease;
 mod local;
 mod net;
 
@@ -18,6 +19,7 @@ pub use durable::lSyncQueue;
 pub use handle::{
     lAttchTable, lInitSATvm, pCloneSATvm, pGetSATvm, vCloneFree, vHoldConnect, vHoldRelease, vTblDisconnect,
 };
+pub use lease::{TvmLease, lAck, lExtendLease, lPopLease, lReject, lRelease};
 pub use local::{lCircleQueue, lDropTable, lPop, lPopup, lPush, lPushs, lTableQueue, lTvmDefField, lTvmDefQueue};
 pub use net::{lAsyPush, lAsyWait, lTvmConnect, lTvmPop, lTvmPopup, lTvmPush, lTvmShare, vTvmDisconnect};
 

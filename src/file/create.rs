@@ -3,7 +3,8 @@
 
 use super::dir::{check_dir, open_checked, queue_path};
 use super::layout::{
-    CONTROL_OFFSET, Control, Info, MAX_RECORD_SIZE, OPTIONS_OFFSET, Options, SyncWords, file_size_for,
+    CONTROL_OFFSET, Control, Info, MAX_LEASE_MS, MAX_LEASES, MAX_RECORD_SIZE, OPTIONS_OFFSET, Options, SyncWords,
+    file_size_for,
 };
 use super::{cpath, io_error, is_tmpfs};
 use crate::error::*;
@@ -17,6 +18,36 @@ use std::sync::atomic::AtomicU64;
 
 /// Unblock timeout written into new queues unless told otherwise.
 pub const DEFAULT_UNBLOCK_TIMEOUT_MS: u64 = 10_000;
+/// Lease time of a queue with leases unless told otherwise (SQS's default
+/// visibility timeout).
+pub const DEFAULT_LEASE_MS: u64 = 30_000;
+/// Leases in flight at most on a queue with leases unless told otherwise.
+pub const DEFAULT_MAX_LEASES: u64 = 1024;
+
+/// The settings of a queue with acknowledged consumption ([`Spec::leases`]):
+/// see [`crate::Queue::pop_lease`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseSpec {
+    /// Lease time of a pop that gives none, in milliseconds (1 to a year;
+    /// default [`DEFAULT_LEASE_MS`]).
+    pub lease_ms: u64,
+    /// A record delivered this many times without being acknowledged goes
+    /// to the dead-letter queue (0, the default: no limit; at most 65,535).
+    pub max_deliveries: u32,
+    /// The queue that rejected records, and those past the delivery limit,
+    /// go to (it must exist when they do); `None`: they are dropped, counted.
+    pub dead_letter: Option<u32>,
+    /// Most leases in flight at once (the size of the file's lease table;
+    /// default [`DEFAULT_MAX_LEASES`], at most 1,048,576): like a consumer
+    /// prefetch, a pop beyond it fails with `LEASE_LIMIT`.
+    pub max_leases: u64,
+}
+
+impl Default for LeaseSpec {
+    fn default() -> LeaseSpec {
+        LeaseSpec { lease_ms: DEFAULT_LEASE_MS, max_deliveries: 0, dead_letter: None, max_leases: DEFAULT_MAX_LEASES }
+    }
+}
 
 /// What [`crate::Queue::create`] makes.
 #[derive(Clone, Debug)]
@@ -45,6 +76,10 @@ pub struct Spec {
     /// must be on a filesystem that persists (not tmpfs or ramfs). `None`:
     /// as fast as memory; survives process crashes, not a machine crash.
     pub durability: Option<crate::Durability>,
+    /// Acknowledged consumption: `Some` gives the queue a lease table
+    /// ([`crate::Queue::pop_lease`] and the other lease calls); `None`, the
+    /// default, makes a plain queue.
+    pub leases: Option<LeaseSpec>,
 }
 
 impl Spec {
@@ -60,12 +95,18 @@ impl Spec {
             unblock_timeout_ms: DEFAULT_UNBLOCK_TIMEOUT_MS,
             spin_us: None,
             durability: None,
+            leases: None,
         }
     }
 
     /// The size of the file this queue needs, or `None` if it overflows.
     pub fn file_size(&self) -> Option<u64> {
-        file_size_for(self.rows, self.record_size, self.durability.is_some())
+        file_size_for(
+            self.rows,
+            self.record_size,
+            self.durability.is_some(),
+            self.leases.as_ref().map_or(0, |l| l.max_leases),
+        )
     }
 }
 
@@ -98,6 +139,12 @@ pub(crate) fn create(dir: &Path, id: u32, spec: &Spec) -> Result<()> {
         if !(1..=super::layout::MAX_INTERVAL_MS).contains(&u64::from(ms)) {
             return Err(Error::new(CONDIT_IS_NIL, format!("durable interval {ms} ms: from 1 to 3600000")));
         }
+    }
+    if spec.durability.is_some() && spec.leases.is_some() {
+        return Err(Error::new(NOT_SUPPT_OPT, "a durable queue cannot have leases (not supported yet)"));
+    }
+    if let Some(l) = &spec.leases {
+        check_leases(id, l)?;
     }
     let info = Info::new(id, spec, size)?;
     let options = Options::new(spec);
@@ -147,6 +194,26 @@ pub(crate) fn create(dir: &Path, id: u32, spec: &Spec) -> Result<()> {
         let _ = std::fs::remove_file(&tmp);
     }
     result
+}
+
+fn check_leases(id: u32, l: &LeaseSpec) -> Result<()> {
+    if !(1..=MAX_LEASE_MS).contains(&l.lease_ms) {
+        return Err(Error::new(CONDIT_IS_NIL, format!("lease time {} ms: 1 to {MAX_LEASE_MS}", l.lease_ms)));
+    }
+    if l.max_leases == 0 {
+        return Err(Error::new(CONDIT_IS_NIL, "maximum of leases in flight: at least 1"));
+    }
+    if l.max_leases > MAX_LEASES {
+        return Err(Error::new(MQUE_CRTE_BIG, format!("{} leases in flight: at most {MAX_LEASES}", l.max_leases)));
+    }
+    if l.max_deliveries > crate::lease::state::MAX_DELIVERIES {
+        let most = crate::lease::state::MAX_DELIVERIES;
+        return Err(Error::new(CONDIT_IS_NIL, format!("maximum deliveries {}: at most {most}", l.max_deliveries)));
+    }
+    if l.dead_letter == Some(id) {
+        return Err(Error::new(CONDIT_IS_NIL, format!("queue {id} cannot be its own dead-letter queue")));
+    }
+    Ok(())
 }
 
 /// `.queue-<id>.tmp.`: the name of a queue file being created starts with

@@ -7,6 +7,7 @@
 //! | 4096 | 4 KiB | [`Control`]: ring cursors, futex and waiter count, dropped flag, counters; for durable queues the sync words, the last recovery's findings and the two copies of the consumed watermark |
 //! | 8192 | 1,056 KiB | process table ([`crate::registry`]): 256 entries of 4,224 bytes |
 //! | [`DATA_OFFSET`] | capacity x stride | slots: 16-byte header + record, stride = 16 + record size rounded up to 8 |
+//! | [`lease_table_offset`] (queues with leases only) | see [`crate::lease::table`] | lease table: control block, then max leases x (64-byte head + record rounded up to 64) |
 //!
 //! All-zero control, table and slots are the valid initial state, so a new
 //! file is its header plus zero pages.
@@ -121,6 +122,37 @@ pub(crate) struct DurableOptions {
 }
 const _: () = assert!(size_of::<DurableOptions>() == 64);
 
+/// [`Options::flags`] bit: the queue has leases ([`LeaseOptions`] is set,
+/// and the file ends with a lease table). Bit 2 is left to durable queues.
+pub(crate) const OPT_LEASES: u64 = 4;
+
+/// Longest lease (and release delay) a queue may default to: a year.
+pub const MAX_LEASE_MS: u64 = 365 * 24 * 3600 * 1000;
+/// Most leases a queue may have in flight (entries of its lease table).
+pub const MAX_LEASES: u64 = 1 << 20;
+
+/// The settings of acknowledged consumption, in [`Options::leases`] (all
+/// zero without [`OPT_LEASES`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct LeaseOptions {
+    /// Lease time of `lPopLease(..., 0, ...)`, in milliseconds, >= 1.
+    pub lease_ms: u64,
+    /// Deliveries after which a record that is not acknowledged goes to the
+    /// dead-letter queue (0: no limit), at most [`crate::lease::state::MAX_DELIVERIES`].
+    pub max_deliveries: u64,
+    /// Entries of the lease table: leases in flight at most, 1..=[`MAX_LEASES`].
+    pub max_leases: u64,
+    /// The dead-letter queue's id, when `has_dead_letter` is 1.
+    pub dead_letter: u32,
+    /// 1: rejected records (and those past the delivery limit) go to queue
+    /// `dead_letter`; 0: they are dropped (counted).
+    pub has_dead_letter: u32,
+    /// Zero; reserved.
+    pub reserved: [u64; 4],
+}
+const _: () = assert!(size_of::<LeaseOptions>() == 64);
+
 /// Per-queue settings added after layout version 1, in the header's unused
 /// bytes after [`Info`]. A file made before them holds zeros there, which
 /// mean "as before" (and an all-zero block needs no checksum), so such files
@@ -135,8 +167,8 @@ pub(crate) struct Options {
     pub spin_us: i64,
     /// The durability policy, set with [`OPT_DURABLE`] (all zero without it).
     pub durable: DurableOptions,
-    /// Zero; the settings of acknowledged consumption (leases) will go here.
-    pub leases: [u64; 8],
+    /// The settings of acknowledged consumption ([`OPT_LEASES`]).
+    pub leases: LeaseOptions,
     /// Zero; room for later settings.
     pub reserved: [u64; 13],
     /// FNV-1a 64 of the bytes above, or 0 when they are all zero.
@@ -158,6 +190,17 @@ impl Options {
                 crate::Durability::Interval(ms) => {
                     DurableOptions { policy: POLICY_INTERVAL, interval_ms: u64::from(ms), ..Default::default() }
                 }
+            };
+        }
+        if let Some(l) = &spec.leases {
+            o.flags |= OPT_LEASES;
+            o.leases = LeaseOptions {
+                lease_ms: l.lease_ms,
+                max_deliveries: u64::from(l.max_deliveries),
+                max_leases: l.max_leases,
+                dead_letter: l.dead_letter.unwrap_or(0),
+                has_dead_letter: u32::from(l.dead_letter.is_some()),
+                reserved: [0; 4],
             };
         }
         o.checksum = o.compute_checksum();
@@ -192,12 +235,27 @@ impl Options {
         if self.checksum != self.compute_checksum() {
             return bad("header options checksum mismatch: the header was modified or corrupted".into());
         }
-        let unknown = self.durable.reserved.iter().chain(&self.leases).chain(&self.reserved).any(|&r| r != 0);
-        if self.flags & !(OPT_SPIN | OPT_DURABLE) != 0 || unknown {
+        let unknown = self.durable.reserved.iter().chain(&self.reserved).any(|&r| r != 0)
+            || (self.flags & OPT_LEASES == 0 && self.leases != LeaseOptions::default());
+        if self.flags & !(OPT_SPIN | OPT_DURABLE | OPT_LEASES) != 0 || unknown {
             return Err(Error::new(VER_NOT_MATCH, "queue file has options this library does not know"));
         }
         if self.flags & OPT_SPIN != 0 && self.spin_us < -1 {
             return bad(format!("spin time {} us out of range", self.spin_us));
+        }
+        if self.flags & OPT_LEASES != 0 {
+            let l = &self.leases;
+            if !(1..=MAX_LEASE_MS).contains(&l.lease_ms)
+                || !(1..=MAX_LEASES).contains(&l.max_leases)
+                || l.max_deliveries > u64::from(crate::lease::state::MAX_DELIVERIES)
+                || l.has_dead_letter > 1
+                || l.reserved != [0; 4]
+            {
+                return bad(format!("lease settings out of range: {l:?}"));
+            }
+        }
+        if self.flags & OPT_LEASES != 0 && self.flags & OPT_DURABLE != 0 {
+            return bad("a durable queue with leases (not supported)".into());
         }
         let d = &self.durable;
         match (self.flags & OPT_DURABLE != 0, d.policy) {
@@ -223,6 +281,16 @@ impl Options {
             POLICY_ALWAYS => Some(crate::Durability::Always),
             _ => Some(crate::Durability::Interval(u32::try_from(self.durable.interval_ms).unwrap_or(u32::MAX))),
         }
+    }
+
+    /// The lease settings, if the queue has leases.
+    pub(crate) fn leases(&self) -> Option<&LeaseOptions> {
+        (self.flags & OPT_LEASES != 0).then_some(&self.leases)
+    }
+
+    /// Entries of the queue's lease table (0: no leases).
+    pub(crate) fn lease_entries(&self) -> u64 {
+        self.leases().map_or(0, |l| l.max_leases)
     }
 
     /// The spin time set for the queue, if any (-1: never sleep).
@@ -401,15 +469,31 @@ pub(crate) fn stride_for(record_size: u64, durable: bool) -> u64 {
     if durable { s.div_ceil(16) * 16 } else { s }
 }
 
-/// Exact file size of a queue, or `None` if it overflows.
+/// Exact file size of a plain (not durable) queue with a lease table of
+/// `leases` entries (0: no leases), or `None` if it overflows.
 #[cfg(test)]
-pub(crate) fn file_size(rows: u64, record_size: u64) -> Option<u64> {
-    file_size_for(rows, record_size, false)
+pub(crate) fn file_size(rows: u64, record_size: u64, leases: u64) -> Option<u64> {
+    file_size_for(rows, record_size, false, leases)
 }
 
-/// Exact file size of a queue, durable or not, or `None` if it overflows.
-pub(crate) fn file_size_for(rows: u64, record_size: u64, durable: bool) -> Option<u64> {
-    rows.checked_mul(stride_for(record_size, durable))?.checked_add(DATA_OFFSET)
+/// Exact file size of a queue, durable or not, with a lease table of
+/// `leases` entries (0: none), or `None` if it overflows or the
+/// combination is not supported (a durable queue has no lease table).
+pub(crate) fn file_size_for(rows: u64, record_size: u64, durable: bool, leases: u64) -> Option<u64> {
+    let slots_end = rows.checked_mul(stride_for(record_size, durable))?.checked_add(DATA_OFFSET)?;
+    if leases == 0 {
+        return Some(slots_end);
+    }
+    if durable {
+        return None;
+    }
+    lease_table_offset(rows, record_size)?.checked_add(crate::lease::table::table_bytes(leases, record_size)?)
+}
+
+/// File offset of the lease table (after the slots, on a page boundary).
+pub(crate) fn lease_table_offset(rows: u64, record_size: u64) -> Option<u64> {
+    let slots_end = rows.checked_mul(slot_stride(record_size))?.checked_add(DATA_OFFSET)?;
+    slots_end.checked_add(4095).map(|e| e / 4096 * 4096)
 }
 
 /// Copies `s` into `dst`, keeping a NUL at the end; cuts on a character boundary.
@@ -517,8 +601,9 @@ impl Info {
     }
 
     /// Checks every field of a header read from a file of `file_len` bytes
-    /// (expected to be queue `id`, if given).
-    pub(crate) fn validate(&self, file_len: u64, id: Option<u32>, durable: bool) -> Result<()> {
+    /// (expected to be queue `id`, if given), durable or not, whose options
+    /// (validated) give it a lease table of `leases` entries (0: none).
+    pub(crate) fn validate(&self, file_len: u64, id: Option<u32>, durable: bool, leases: u64) -> Result<()> {
         let bad = |what: String| Err(Error::new(SHM_ERR_INVAL, what));
         if self.magic != MAGIC {
             return bad("not a tvmq queue file (bad magic)".into());
@@ -549,7 +634,7 @@ impl Info {
         if self.one_lap != one_lap(self.capacity) || self.slot_stride != stride_for(self.record_size, durable) {
             return bad("header geometry is inconsistent".into());
         }
-        if file_size_for(self.capacity, self.record_size, durable) != Some(self.file_size) {
+        if file_size_for(self.capacity, self.record_size, durable, leases) != Some(self.file_size) {
             return bad(format!("header says {} bytes, its geometry needs another size", self.file_size));
         }
         if self.file_size != file_len {
@@ -599,8 +684,14 @@ mod tests {
     fn sizes() {
         assert_eq!(slot_stride(304), 320);
         assert_eq!(slot_stride(1), 24);
-        assert_eq!(file_size(4_000_000, 304), Some(DATA_OFFSET + 4_000_000 * 320));
-        assert_eq!(file_size(u64::MAX, 8), None);
+        assert_eq!(file_size(4_000_000, 304, 0), Some(DATA_OFFSET + 4_000_000 * 320));
+        assert_eq!(file_size(u64::MAX, 8, 0), None);
+        // With leases: the table after the slots, on a page boundary: a
+        // 4 KiB control block and entries of 64 + 320 bytes.
+        assert_eq!(lease_table_offset(3, 304), Some(DATA_OFFSET + 4096));
+        assert_eq!(file_size(3, 304, 10), Some(DATA_OFFSET + 4096 + 4096 + 4096));
+        assert_eq!(file_size(3, 304, 11), Some(DATA_OFFSET + 4096 + 4096 + 8192));
+        assert_eq!(file_size(1 << 40, 1 << 30, 1 << 20), None);
     }
 
     #[test]
