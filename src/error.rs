@@ -93,8 +93,6 @@ mod tests {
         assert_eq!(CODES.len(), 108);
         assert_eq!(NOT_DURABLE, 103);
         assert_eq!(SYNC_FAILED, 104);
-        assert_eq!(LEASE_EXPIRED, 105);
-        assert_eq!(LEASE_INVALID, 107);
         assert_eq!(TVM_DONE_SUCC, 0);
         assert_eq!(CONDIT_IS_NIL, 3);
         assert_eq!(DATA_SPC_FULL, 4);
@@ -108,7 +106,7 @@ mod tests {
         assert_eq!(MQUE_CRTE_BIG, 99);
         assert_eq!(SERV_NOT_CONN, 101);
         assert_eq!(PART_AR_EXIST, 102);
-        assert_eq!((LEASE_EXPIRED, LEASE_LIMIT, LEASE_INVALID), (103, 104, 105));
+        assert_eq!((LEASE_EXPIRED, LEASE_LIMIT, LEASE_INVALID), (105, 106, 107));
     }
 
     #[test]
