@@ -6,10 +6,13 @@
 //!   stable storage, a pop only once its consumption is. Threads and
 //!   processes that push or pop at the same time share syncs (group
 //!   commit, below); a batch makes one sync.
-//! * [`Durability::Interval`]: pushes and pops set a dirty flag in the file;
-//!   a flusher thread in every attached process syncs a dirty queue once
-//!   its last sync is a quarter of the interval old, so a change reaches the
-//!   disk within the interval (see [`flusher`]). With no process attached
+//! * [`Durability::Interval`]: pushes and pops set a dirty flag in the file
+//!   (and the time of the oldest change it covers); a flusher thread in
+//!   every attached process syncs a dirty queue when that change is
+//!   nearly the interval old, so that it reaches the disk within the
+//!   interval (see [`flusher`]). Syncing as late as the window allows
+//!   matters: each sync cleans the pages, and the next write to each page
+//!   then takes a write-protect fault, a cost a plain queue never pays. With no process attached
 //!   nothing changes in memory, so nothing needs flushing; a process that
 //!   detaches or exits syncs what it left dirty, and one that attaches syncs
 //!   what a killed one left.
@@ -229,10 +232,11 @@ impl Durable {
         match self.policy {
             Durability::Always => self.sync(),
             Durability::Interval(_) => {
-                let dirty = &self.words().dirty;
+                let w = self.words();
                 // A load first: the line stays shared until the flusher clears it.
-                if dirty.load(Ordering::Relaxed) == 0 {
-                    dirty.store(1, Ordering::SeqCst);
+                if w.dirty.load(Ordering::Relaxed) == 0 {
+                    w.dirty_ns.store(now_ns(), Ordering::Relaxed);
+                    w.dirty.store(1, Ordering::SeqCst);
                 }
                 Ok(())
             }
@@ -266,15 +270,20 @@ impl Durable {
         }
     }
 
-    /// Syncs if the queue is dirty, its last sync is at least `age` old and
-    /// nobody is syncing (for the flusher). Returns whether it synced.
-    pub(crate) fn flush_if_due(&self, age: Duration) -> Result<bool> {
+    /// Syncs if the queue is dirty, its oldest unsynced change is at least
+    /// `window` less two `slack` (the flusher's tick) and twice the last
+    /// sync's duration old (but at least a quarter of `window`), and nobody
+    /// is syncing (for the flusher). Returns whether it synced.
+    pub(crate) fn flush_if_due(&self, window: Duration, slack: Duration) -> Result<bool> {
         let w = self.words();
         if w.dirty.load(Ordering::Relaxed) == 0 {
             return Ok(false);
         }
-        let last = w.last_sync_ns.load(Ordering::Relaxed);
-        if now_ns().saturating_sub(last) < age.as_nanos() as u64 || !self.try_lock() {
+        let window = window.as_nanos() as u64;
+        let took = w.last_sync_took_ns.load(Ordering::Relaxed);
+        let due = window.saturating_sub(2 * slack.as_nanos() as u64 + 2 * took).max(window / 4);
+        let since = w.dirty_ns.load(Ordering::Relaxed);
+        if now_ns().saturating_sub(since) < due || !self.try_lock() {
             return Ok(false);
         }
         let r = self.sync_locked();
