@@ -429,10 +429,10 @@ fn crash_images_of_an_always_queue_keep_every_acknowledged_push() {
 #[test]
 fn crash_images_of_an_interval_queue_lose_only_the_window() {
     let dir = DiskDir::new("interval");
-    let (log, len) = run(Durability::Interval(2), &dir.0, 2);
+    let (log, len) = run(Durability::Interval(1), &dir.0, 2);
     let syncs = log.iter().filter(|e| matches!(e, Event::Copy { synced: true, .. })).count();
     assert!(syncs > 20, "the flusher synced ({syncs})");
-    let (kept, again) = check_images(Durability::Interval(2), &log, len, images_per_run(), 11);
+    let (kept, again) = check_images(Durability::Interval(1), &log, len, images_per_run(), 11);
     eprintln!(
         "interval: {} events, {syncs} syncs, {} images, {kept} records kept, {again} delivered again",
         log.len(),
