@@ -32,9 +32,11 @@ const CAPACITY: u64 = 200;
 /// One entry of the run's log.
 enum Event {
     /// A copy of the file without its process table: bytes 0..TABLE_OFFSET
-    /// then DATA_OFFSET..end. `synced`: taken by a sync.
+    /// then DATA_OFFSET..end. `synced`: taken by a sync (of the slots);
+    /// `control`: the sync wrote the control page too.
     Copy {
         synced: bool,
+        control: bool,
         bytes: Arc<Vec<u8>>,
     },
     PushStart(u32),
@@ -112,12 +114,13 @@ fn run(policy: Durability, dir: &Path, seed: u64) -> (Vec<Event>, usize) {
     {
         let f = std::fs::File::open(&path).unwrap();
         let initial = crate::shm::SharedMap::map(&f, file_len, false).unwrap();
-        log.lock().unwrap().push(Event::Copy { synced: true, bytes: Arc::new(copy(initial.base(), file_len)) });
+        let bytes = Arc::new(copy(initial.base(), file_len));
+        log.lock().unwrap().push(Event::Copy { synced: true, control: true, bytes });
     }
     let hook_log = log.clone();
-    let hook: SyncHook = Arc::new(move |base, len| {
+    let hook: SyncHook = Arc::new(move |base, len, control| {
         let mut l = hook_log.lock().unwrap();
-        l.push(Event::Copy { synced: true, bytes: Arc::new(copy(base, len)) });
+        l.push(Event::Copy { synced: true, control, bytes: Arc::new(copy(base, len)) });
     });
     hooks().lock().unwrap().push((path.clone(), hook));
     let q = Arc::new(Queue::open(dir, 1).unwrap());
@@ -141,7 +144,7 @@ fn run(policy: Durability, dir: &Path, seed: u64) -> (Vec<Event>, usize) {
                     // Copied under the log's lock: the log's order is the copies' order.
                     let mut l = log.lock().unwrap();
                     let bytes = Arc::new(copy(map.base(), file_len));
-                    l.push(Event::Copy { synced: false, bytes });
+                    l.push(Event::Copy { synced: false, control: false, bytes });
                 }
             });
         }
@@ -293,13 +296,24 @@ fn check_images(policy: Durability, log: &[Event], file_len: usize, images: usiz
             .filter(|&i| i <= t && matches!(log[i], Event::Copy { synced: true, .. }))
             .max()
             .unwrap();
+        // The control page is synced only by the syncs that wrote it.
+        let last_control = copies
+            .iter()
+            .copied()
+            .filter(|&i| i <= t && matches!(log[i], Event::Copy { synced: true, control: true, .. }))
+            .max()
+            .unwrap();
         let versions: Vec<Arc<Vec<u8>>> =
             copies.iter().copied().filter(|&i| i >= last_sync && i <= t).map(bytes).collect();
+        let control_versions: Vec<Arc<Vec<u8>>> =
+            copies.iter().copied().filter(|&i| i >= last_control && i <= t).map(bytes).collect();
         let grain = if (x >> 32) % 2 == 0 { PAGE } else { SECTOR };
         let mut image = vec![0u8; copied_len];
         for (k, chunk) in image.chunks_mut(grain).enumerate() {
             x = splitmix64(x);
-            let v = &versions[(x % versions.len() as u64) as usize];
+            let in_control = (CONTROL_OFFSET as usize..TABLE_OFFSET as usize).contains(&(k * grain));
+            let from = if in_control { &control_versions } else { &versions };
+            let v = &from[(x % from.len() as u64) as usize];
             chunk.copy_from_slice(&v[k * grain..k * grain + chunk.len()]);
         }
         // As after a restart: another boot id.
@@ -415,10 +429,10 @@ fn crash_images_of_an_always_queue_keep_every_acknowledged_push() {
 #[test]
 fn crash_images_of_an_interval_queue_lose_only_the_window() {
     let dir = DiskDir::new("interval");
-    let (log, len) = run(Durability::Interval(2), &dir.0, 2);
+    let (log, len) = run(Durability::Interval(1), &dir.0, 2);
     let syncs = log.iter().filter(|e| matches!(e, Event::Copy { synced: true, .. })).count();
     assert!(syncs > 20, "the flusher synced ({syncs})");
-    let (kept, again) = check_images(Durability::Interval(2), &log, len, images_per_run(), 11);
+    let (kept, again) = check_images(Durability::Interval(1), &log, len, images_per_run(), 11);
     eprintln!(
         "interval: {} events, {syncs} syncs, {} images, {kept} records kept, {again} delivered again",
         log.len(),

@@ -1,12 +1,14 @@
 //! The flusher of `interval` queues: one thread per process, started by the
 //! first `interval` queue the process attaches.
 //!
-//! Every attached process runs one, and each syncs any of its queues that is
-//! dirty and whose last sync (by whichever process) is at least a quarter of
-//! the interval old; the sync lock makes one process do it at a time, so
-//! nobody has to be elected and a dead process leaves no gap. It wakes every
-//! quarter of the shortest interval among its queues, so a change reaches
-//! the disk within about half the interval (plus the sync itself). A
+//! Every attached process runs one, and each syncs any of its queues whose
+//! oldest unsynced change (by whichever process) is nearly the interval old:
+//! the interval less two ticks and twice the last sync's duration (at least
+//! a quarter of the interval); the sync lock makes one process do it at a
+//! time, so nobody has to be elected and a dead process leaves no gap. It
+//! wakes every sixteenth of the shortest interval among its queues (250 us
+//! to 250 ms), so a change reaches the disk within the interval unless a
+//! sync takes much longer than the one before it. A
 //! process exiting normally syncs what it left dirty (`atexit`), and so
 //! does a `Queue` dropped; a killed process's last changes are synced by
 //! the next process that attaches, or by the kernel's writeback (30 s by
@@ -53,7 +55,7 @@ fn live() -> (Vec<Arc<Durable>>, Duration) {
     let tick = list
         .iter()
         .map(|d| match d.policy() {
-            Durability::Interval(ms) => Duration::from_millis(u64::from(ms)) / 4,
+            Durability::Interval(ms) => Duration::from_millis(u64::from(ms)) / 16,
             Durability::Always => MAX_TICK,
         })
         .min()
@@ -70,7 +72,7 @@ fn run() {
             if let Durability::Interval(ms) = d.policy() {
                 // An error is counted in the file (`tvmq stat`); the flag
                 // stays set, so the next tick tries again.
-                let _ = d.flush_if_due(Duration::from_millis(u64::from(ms)) / 4);
+                let _ = d.flush_if_due(Duration::from_millis(u64::from(ms)), tick);
             }
         }
         drop(list);

@@ -6,10 +6,13 @@
 //!   stable storage, a pop only once its consumption is. Threads and
 //!   processes that push or pop at the same time share syncs (group
 //!   commit, below); a batch makes one sync.
-//! * [`Durability::Interval`]: pushes and pops set a dirty flag in the file;
-//!   a flusher thread in every attached process syncs a dirty queue once
-//!   its last sync is a quarter of the interval old, so a change reaches the
-//!   disk within the interval (see [`flusher`]). With no process attached
+//! * [`Durability::Interval`]: pushes and pops set a dirty flag in the file
+//!   (and the time of the oldest change it covers); a flusher thread in
+//!   every attached process syncs a dirty queue when that change is
+//!   nearly the interval old, so that it reaches the disk within the
+//!   interval (see [`flusher`]). Syncing as late as the window allows
+//!   matters: each sync cleans the pages, and the next write to each page
+//!   then takes a write-protect fault, a cost a plain queue never pays. With no process attached
 //!   nothing changes in memory, so nothing needs flushing; a process that
 //!   detaches or exits syncs what it left dirty, and one that attaches syncs
 //!   what a killed one left.
@@ -29,11 +32,21 @@
 //! gone) and the lock taken from it.
 //!
 //! # What a sync writes
-//! Besides the pages, each sync writes the consumed watermark (every
-//! position below it was consumed: see `Ring::released_until`) into one of
-//! two copies, alternately, each in its own 512-byte sector with a
-//! generation and a checksum, as LMDB keeps its meta pages. Recovery (see
-//! [`recover`]) takes the valid copy with the higher generation.
+//! When consumers moved it since the last sync, a sync writes the consumed
+//! watermark (every position below it was consumed: see
+//! `Ring::released_until`) into one of two copies, alternately, each in its
+//! own 512-byte sector with a generation and a checksum, as LMDB keeps its
+//! meta pages. Recovery (see [`recover`]) takes the valid copy with the
+//! higher generation.
+//!
+//! Only what recovery reads is synced: the slots, and the control page when
+//! the watermark moved. The process table and the cursors are not needed
+//! after a machine crash (recovery clears the one and rebuilds the others),
+//! and on this kind of disk every extra page costs a write of its own: a
+//! sync writes the control page first (`sync_file_range`, which waits for
+//! the write but does not flush the device's cache) and then the dirty
+//! slots with `msync(MS_SYNC)`, whose cache flush makes both durable. A
+//! push alone costs one page or two (its slot), and one flush.
 
 #[cfg(test)]
 mod crash_tests;
@@ -42,11 +55,12 @@ pub(crate) mod recover;
 
 use crate::clock::now_ns;
 use crate::error::*;
-use crate::file::layout::{CONTROL_OFFSET, Control, Mark, SyncWords, fnv1a};
+use crate::file::layout::{CONTROL_OFFSET, Control, DATA_OFFSET, Mark, SyncWords, TABLE_OFFSET, fnv1a};
 use crate::file::map::QueueFile;
 use crate::ring::{MapStorage, Ring};
 use crate::shm::{SharedMap, SharedRef};
 use crate::wait;
+use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -150,10 +164,11 @@ pub struct RecoveryStats {
     pub runs: u64,
 }
 
-/// A test's replacement for the sync system call: called with the
-/// mapping's first byte and length, it may copy what "reaches the disk".
+/// A test's replacement for the sync system calls: called with the
+/// mapping's first byte and length, and whether the control page is synced
+/// too (the slots always are); it may copy what "reaches the disk".
 #[cfg(test)]
-pub(crate) type SyncHook = std::sync::Arc<dyn Fn(*const u8, usize) + Send + Sync>;
+pub(crate) type SyncHook = std::sync::Arc<dyn Fn(*const u8, usize, bool) + Send + Sync>;
 
 /// Hooks by queue file path, installed by tests before the queue is opened.
 #[cfg(test)]
@@ -172,6 +187,8 @@ const WATERMARK_SCAN: u64 = 1 << 16;
 pub(crate) struct Durable {
     policy: Durability,
     map: SharedMap,
+    /// The queue file (for `sync_file_range` of the control page).
+    file: std::fs::File,
     control: SharedRef<Control>,
     /// A view of the queue's ring, for the watermark scan.
     ring: Ring<MapStorage>,
@@ -187,6 +204,10 @@ impl Durable {
         Ok(Durable {
             policy,
             map: file.map().clone(),
+            file: file
+                .file()
+                .try_clone()
+                .map_err(|e| Error::new(SHM_ERR_NOMEM, format!("cannot duplicate the queue file's descriptor: {e}")))?,
             control: file.control().clone(),
             ring: Ring::new(file.storage()?, info.capacity, info.record_size as usize),
             created_ns: info.created_ns,
@@ -211,10 +232,11 @@ impl Durable {
         match self.policy {
             Durability::Always => self.sync(),
             Durability::Interval(_) => {
-                let dirty = &self.words().dirty;
+                let w = self.words();
                 // A load first: the line stays shared until the flusher clears it.
-                if dirty.load(Ordering::Relaxed) == 0 {
-                    dirty.store(1, Ordering::SeqCst);
+                if w.dirty.load(Ordering::Relaxed) == 0 {
+                    w.dirty_ns.store(now_ns(), Ordering::Relaxed);
+                    w.dirty.store(1, Ordering::SeqCst);
                 }
                 Ok(())
             }
@@ -248,15 +270,20 @@ impl Durable {
         }
     }
 
-    /// Syncs if the queue is dirty, its last sync is at least `age` old and
-    /// nobody is syncing (for the flusher). Returns whether it synced.
-    pub(crate) fn flush_if_due(&self, age: Duration) -> Result<bool> {
+    /// Syncs if the queue is dirty, its oldest unsynced change is at least
+    /// `window` less two `slack` (the flusher's tick) and twice the last
+    /// sync's duration old (but at least a quarter of `window`), and nobody
+    /// is syncing (for the flusher). Returns whether it synced.
+    pub(crate) fn flush_if_due(&self, window: Duration, slack: Duration) -> Result<bool> {
         let w = self.words();
         if w.dirty.load(Ordering::Relaxed) == 0 {
             return Ok(false);
         }
-        let last = w.last_sync_ns.load(Ordering::Relaxed);
-        if now_ns().saturating_sub(last) < age.as_nanos() as u64 || !self.try_lock() {
+        let window = window.as_nanos() as u64;
+        let took = w.last_sync_took_ns.load(Ordering::Relaxed);
+        let due = window.saturating_sub(2 * slack.as_nanos() as u64 + 2 * took).max(window / 4);
+        let since = w.dirty_ns.load(Ordering::Relaxed);
+        if now_ns().saturating_sub(since) < due || !self.try_lock() {
             return Ok(false);
         }
         let r = self.sync_locked();
@@ -320,11 +347,11 @@ impl Durable {
         let w = self.words();
         let n = w.started.fetch_add(1, Ordering::SeqCst) + 1;
         let started_ns = now_ns();
-        self.write_mark(started_ns);
+        let marked = self.write_mark(started_ns);
         // Changes made before this store are covered by the sync below;
         // a later one sets the flag again.
         w.dirty.store(0, Ordering::SeqCst);
-        let r = self.sync_pages();
+        let r = self.sync_pages(marked);
         let end = now_ns();
         match r {
             Ok(()) => {
@@ -341,8 +368,10 @@ impl Durable {
         }
     }
 
-    /// Writes the next copy of the consumed watermark (into the older copy).
-    fn write_mark(&self, synced_ns: u64) {
+    /// Writes the next copy of the consumed watermark (into the older
+    /// copy) if consumers moved it since the last copy was written; returns
+    /// whether it wrote one.
+    fn write_mark(&self, synced_ns: u64) -> bool {
         let marks = &self.control.marks;
         let (newest, older) =
             if marks[0].generation.load(Ordering::Relaxed) >= marks[1].generation.load(Ordering::Relaxed) {
@@ -350,32 +379,54 @@ impl Durable {
             } else {
                 (&marks[1], &marks[0])
             };
-        let from = if mark_valid(newest, self.created_ns) { newest.consumed.load(Ordering::Relaxed) } else { 0 };
+        let valid = mark_valid(newest, self.created_ns);
+        let from = if valid { newest.consumed.load(Ordering::Relaxed) } else { 0 };
         let consumed = self.ring.released_until(from, WATERMARK_SCAN);
+        if valid && consumed == from {
+            return false;
+        }
         let generation = newest.generation.load(Ordering::Relaxed) + 1;
         write_mark(older, generation, consumed, self.ring.pushed(), synced_ns, self.created_ns);
+        true
     }
 
-    /// The system call: `msync(MS_SYNC)` of the file from the control block on.
-    fn sync_pages(&self) -> Result<()> {
+    /// The system calls: the control page written (when `control`), then
+    /// `msync(MS_SYNC)` of the slots, whose device cache flush covers both.
+    fn sync_pages(&self, control: bool) -> Result<()> {
         let (base, len) = (self.map.base(), self.map.len());
         #[cfg(test)]
         if let Some(hook) = &self.hook {
-            hook(base, len);
+            hook(base, len, control);
             return Ok(());
         }
-        msync(base, len)
+        if control {
+            let flags =
+                libc::SYNC_FILE_RANGE_WAIT_BEFORE | libc::SYNC_FILE_RANGE_WRITE | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+            let (from, n) = (CONTROL_OFFSET as libc::off64_t, (TABLE_OFFSET - CONTROL_OFFSET) as libc::off64_t);
+            // SAFETY: a plain system call on a descriptor we own.
+            if unsafe { libc::sync_file_range(self.file.as_raw_fd(), from, n, flags) } != 0 {
+                let e = std::io::Error::last_os_error();
+                return Err(Error::new(SYNC_FAILED, format!("sync_file_range: {e}")));
+            }
+        }
+        msync_from(base, len, DATA_OFFSET as usize)
     }
 }
 
 /// `msync(MS_SYNC)` of a whole live mapping from [`CONTROL_OFFSET`] on.
 pub(crate) fn msync(base: *mut u8, len: usize) -> Result<()> {
-    let from = CONTROL_OFFSET as usize;
+    msync_from(base, len, CONTROL_OFFSET as usize)
+}
+
+/// `msync(MS_SYNC)` of a live mapping of `len` bytes at `base` from byte
+/// `from` (a multiple of the page size) on.
+fn msync_from(base: *mut u8, len: usize, from: usize) -> Result<()> {
     if len <= from {
         return Ok(());
     }
     // SAFETY: base..base+len is a live mapping (the caller keeps it mapped),
-    // and base + CONTROL_OFFSET is page aligned (the mapping is).
+    // and base + from is page aligned (the mapping is, and from is a
+    // multiple of the page size).
     let rc = unsafe { libc::msync(base.add(from).cast(), len - from, libc::MS_SYNC) };
     if rc != 0 {
         let e = std::io::Error::last_os_error();

@@ -370,6 +370,9 @@ pub(crate) struct SyncWords {
     pub last_sync_took_ns: AtomicU64,
     /// Syncs that failed (the system call returned an error).
     pub failures: AtomicU64,
+    /// When `dirty` was last set (the oldest change not yet synced),
+    /// nanoseconds since the Unix epoch.
+    pub dirty_ns: AtomicU64,
     /// The boot id (`/proc/sys/kernel/random/boot_id`) of the machine on which
     /// processes last attached: another value at attach means the machine
     /// restarted since, and the ring is rebuilt from its slots.
