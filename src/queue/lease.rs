@@ -14,7 +14,7 @@
 //! after a death (`repair`).
 
 use super::{Idle, Intent, NO_WORD, Patience, Queue, Wait};
-use crate::clock::mono_ns;
+use crate::clock::{mono_after, mono_ns};
 use crate::error::*;
 use crate::file::LeaseSpec;
 use crate::lease::state::{Owner, SlotAction, St, Word, slot_action};
@@ -268,7 +268,7 @@ impl Queue {
             self.check_usable()?;
             let now = mono_ns();
             self.upkeep(l, now);
-            if let Some(got) = self.take_waiting(l, out, me, start, lease_ns) {
+            if let Some(got) = self.take_waiting(l, out, me, start, now, lease_ns) {
                 return got;
             }
             let (i, filling) = match l.table.claim(start, me) {
@@ -276,7 +276,7 @@ impl Queue {
                 None => {
                     // Every entry is in use: leases may have run out, holders died.
                     self.sweep(l, now, true);
-                    if let Some(got) = self.take_waiting(l, out, me, start, lease_ns) {
+                    if let Some(got) = self.take_waiting(l, out, me, start, now, lease_ns) {
                         return got;
                     }
                     l.table.claim(start, me).ok_or_else(|| {
@@ -290,7 +290,7 @@ impl Queue {
             let (mut pos, mut leased) = (0, (0, 0));
             let got = self.ring.pop_committed(out, &ann, &mut Patience::new(self), |rec, at| {
                 let now = mono_ns();
-                let deadline = now.saturating_add(lease_ns);
+                let deadline = mono_after(now, lease_ns);
                 (pos, leased) = (at, (now, deadline));
                 l.table.commit(i, filling, rec, at, now, deadline)
             });
@@ -338,15 +338,15 @@ impl Queue {
         out: &mut [u8],
         me: Owner,
         start: usize,
+        now: u64,
         lease_ns: u64,
     ) -> Option<Result<(usize, Lease)>> {
-        let now = mono_ns();
         let (i, taking) = l.table.take_ready(now, me, start)?;
         let Some(n) = l.table.read(i, out) else {
             let _ = l.table.entry(i).change(taking, taking.free());
             return Some(Err(self.lease_corrupt("a waiting record has an impossible length")));
         };
-        let deadline = now.saturating_add(lease_ns);
+        let deadline = mono_after(now, lease_ns);
         let Some(leased) = l.table.deliver(i, taking, now, deadline) else {
             return Some(Err(self.lease_corrupt("a lease entry changed under its taker")));
         };
@@ -424,7 +424,7 @@ impl Queue {
         let (l, i, w, now) = self.held_lease(lease)?;
         let e = l.table.entry(i);
         let busy = e.change(w, w.held()).map_err(|_| self.late(l))?;
-        let deadline = now.saturating_add(Self::lease_ns(l, lease_time));
+        let deadline = mono_after(now, Self::lease_ns(l, lease_time));
         e.deadline_ns.store(deadline, Ordering::Relaxed);
         let extended = busy.extended();
         e.change(busy, extended).map_err(|_| self.lease_corrupt("an entry changed while its holder extended it"))?;
@@ -449,7 +449,7 @@ impl Queue {
         }
         let e = l.table.entry(i);
         let busy = e.change(w, w.held()).map_err(|_| self.late(l))?;
-        let due = now.saturating_add(nanos(delay));
+        let due = mono_after(now, nanos(delay));
         e.deadline_ns.store(due, Ordering::Relaxed);
         e.change(busy, busy.ready())
             .map_err(|_| self.lease_corrupt("an entry changed while its holder released it"))?;
