@@ -50,7 +50,7 @@ impl TvmLease {
         TvmLease { deliveries: l.deliveries(), m_uCheck: check(&words), m_llPriv: words }
     }
 
-    fn to_lease(&self) -> Result<Lease> {
+    fn to_lease(self) -> Result<Lease> {
         if self.m_uCheck != check(&self.m_llPriv) || self.m_llPriv[5..] != [0, 0] {
             return Err(Error::new(LEASE_INVALID, "not a lease token (zeroed, garbage or altered)"));
         }

@@ -94,7 +94,7 @@ impl Lease {
     }
 
     /// The token as five words (for the C ABI's `TvmLease`).
-    pub(crate) fn to_words(&self) -> [u64; 5] {
+    pub(crate) fn to_words(self) -> [u64; 5] {
         [
             u64::from(self.queue) | u64::from(self.entry) << 32,
             self.incarnation,
@@ -262,7 +262,8 @@ impl Queue {
         let me = self.holder(l)?;
         let lease_ns = Self::lease_ns(l, lease);
         let (intent, slot) = self.intent_slot();
-        let start = (l.base + if slot == NO_WORD { INTENTS - 1 } else { slot }) % l.table.len();
+        // Reduced modulo the table's length by `claim` and `take_ready`.
+        let start = l.base + if slot == NO_WORD { INTENTS - 1 } else { slot };
         let mut idle = Idle::new(wait);
         loop {
             self.check_usable()?;
