@@ -439,7 +439,9 @@ void vTblDisconnect(struct SATvm *p, TABLE t);
 
 /**
  * As lPop, and the record is leased for `lease_ms` milliseconds (0: the
- * queue's lease time) to the caller, who ends the lease with lAck (done),
+ * queue's lease time; deadlines are kept on a clock that moves by ticks of
+ * 1 to 4 ms: a lease never runs out early, and may run out up to two ticks
+ * late) to the caller, who ends the lease with lAck (done),
  * lRelease (put back) or lReject (dead letter), or extends it with
  * lExtendLease. `*lease` receives the token (on failure, a token that every
  * call refuses). If the lease runs out first, or this process dies, the

@@ -148,7 +148,7 @@ fn consumer(dir: &Path, shared: &Shared, me: usize) {
         Err(e) => return unexpected(p, &e),
     };
     let stop = dir.join("stop");
-    let mut rng = Rng(0x2545_f491_4f6c_dd1d ^ (me as u64 + 1) * 0x9e37_79b9);
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d ^ ((me as u64 + 1) * 0x9e37_79b9));
     let mut out = [0u8; RECORD];
     loop {
         let stall = rng.next(1500) == 0;

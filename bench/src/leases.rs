@@ -66,6 +66,9 @@ pub fn run(ctx: &mut Ctx, counts: &[usize]) {
         eprintln!("leases: {e}");
         return;
     }
+    // Which queue goes first alternates from run to run (the first of a
+    // pair may meet a cache or page state the second does not).
+    let mut round = 0usize;
     for &n in counts {
         let per = records / n as u64;
         ctx.measure_group(
@@ -80,12 +83,19 @@ pub fn run(ctx: &mut Ctx, counts: &[usize]) {
             per * n as u64,
             SIZE as u64,
             |_| {
-                // Interleaved: the plain queue, then the queue with leases.
-                let plain_push = push(PLAIN, n, per)?;
-                let lease_push = push(LEASED, n, per)?;
-                let plain_pop = take(PLAIN, n, per, false)?;
-                let lease_pop = take(LEASED, n, per, true)?;
-                Ok(vec![plain_push, lease_push, plain_pop, lease_pop])
+                // Interleaved: the plain queue and the queue with leases,
+                // each filled then emptied, in alternating order.
+                round += 1;
+                let plain = |_: ()| Ok::<_, String>((push(PLAIN, n, per)?, take(PLAIN, n, per, false)?));
+                let leased = |_: ()| Ok::<_, String>((push(LEASED, n, per)?, take(LEASED, n, per, true)?));
+                let (p, l) = if round % 2 == 1 {
+                    let p = plain(())?;
+                    (p, leased(())?)
+                } else {
+                    let l = leased(())?;
+                    (plain(())?, l)
+                };
+                Ok(vec![p.0, l.0, p.1, l.1])
             },
         );
     }

@@ -30,8 +30,16 @@ const _: () = assert!(size_of::<TvmLease>() == 64);
 /// Seed of the token's check: a zeroed token fails it.
 const CHECK_SEED: u32 = 0x7e45_e1a5;
 
+/// A 32-bit check of the private words: each word mixed in by a multiply
+/// and a shift (any changed bit changes the result but with odds of 2^-32;
+/// a few nanoseconds, against 80 for a byte-wise FNV: it is on every call).
 fn check(words: &[c_ulonglong; 7]) -> c_uint {
-    words.iter().flat_map(|w| w.to_le_bytes()).fold(CHECK_SEED, |h, b| (h ^ u32::from(b)).wrapping_mul(0x0100_0193))
+    let mut h = u64::from(CHECK_SEED);
+    for &w in words {
+        h = (h ^ w).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        h ^= h >> 32;
+    }
+    (h ^ (h >> 29)) as c_uint
 }
 
 impl TvmLease {
@@ -42,7 +50,7 @@ impl TvmLease {
         TvmLease { deliveries: l.deliveries(), m_uCheck: check(&words), m_llPriv: words }
     }
 
-    fn to_lease(&self) -> Result<Lease> {
+    fn to_lease(self) -> Result<Lease> {
         if self.m_uCheck != check(&self.m_llPriv) || self.m_llPriv[5..] != [0, 0] {
             return Err(Error::new(LEASE_INVALID, "not a lease token (zeroed, garbage or altered)"));
         }
@@ -74,7 +82,9 @@ fn millis(ms: c_long, what: &str) -> Result<Duration> {
 }
 
 /// As lPop, and the record is leased for `lease_ms` milliseconds (0: the
-/// queue's lease time) to the caller, who ends the lease with lAck (done),
+/// queue's lease time; deadlines are kept on a clock that moves by ticks of
+/// 1 to 4 ms: a lease never runs out early, and may run out up to two ticks
+/// late) to the caller, who ends the lease with lAck (done),
 /// lRelease (put back) or lReject (dead letter), or extends it with
 /// lExtendLease. `*lease` receives the token (on failure, a token that every
 /// call refuses). If the lease runs out first, or this process dies, the

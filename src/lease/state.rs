@@ -123,7 +123,8 @@ pub const GEN_BITS: u32 = 64 - GEN_SHIFT;
 /// Deliveries count up to this and stay there.
 pub const MAX_DELIVERIES: u32 = (1 << DELIV_BITS) - 1;
 const _: () = assert!(GEN_BITS == 28);
-const _: () = assert!(((Owner::MAX_ENTRIES as u32) << 8 | 0xff) < 1 << OWNER_BITS);
+// The largest owner, (MAX_ENTRIES << 8) | 0xff, fits the field.
+const _: () = assert!(((Owner::MAX_ENTRIES as u32 + 1) << 8) <= 1 << OWNER_BITS);
 
 /// An entry's state word, unpacked on demand. Any 64 bits are a value (a
 /// corrupted word names some state, owner and generation; it cannot make

@@ -200,8 +200,17 @@ impl LeaseTable {
     /// Claims a free entry for `me`, looking from entry `start` on: its
     /// index and `Filling` word, or `None` when every entry is in use.
     pub(crate) fn claim(&self, start: usize, me: Owner) -> Option<(usize, Word)> {
-        for k in 0..self.count {
-            let i = (start + k) % self.count;
+        // No division on this path (it is on every lease): `start` is
+        // almost always below twice the count.
+        let n = self.count;
+        let mut i = if start < n {
+            start
+        } else if start < 2 * n {
+            start - n
+        } else {
+            start % n
+        };
+        for _ in 0..n {
             let e = self.entry(i);
             let w = e.word();
             if w.st() == St::Free {
@@ -209,6 +218,7 @@ impl LeaseTable {
                     return Some((i, filling));
                 }
             }
+            i = if i + 1 == n { 0 } else { i + 1 };
         }
         None
     }
@@ -354,6 +364,8 @@ impl LeaseTable {
     /// ring slot it still holds has that slot released first (`holds` and
     /// `release_held`, the ring's). With `force`, sweeps even if the
     /// schedule says it is not due. `None`: another process is sweeping.
+    // The three closures are the caller's view of liveness and of the ring.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn sweep(
         &self,
         now: u64,

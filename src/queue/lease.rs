@@ -14,7 +14,7 @@
 //! after a death (`repair`).
 
 use super::{Idle, Intent, NO_WORD, Patience, Queue, Wait};
-use crate::clock::mono_ns;
+use crate::clock::{mono_after, mono_ns};
 use crate::error::*;
 use crate::file::LeaseSpec;
 use crate::lease::state::{Owner, SlotAction, St, Word, slot_action};
@@ -94,7 +94,7 @@ impl Lease {
     }
 
     /// The token as five words (for the C ABI's `TvmLease`).
-    pub(crate) fn to_words(&self) -> [u64; 5] {
+    pub(crate) fn to_words(self) -> [u64; 5] {
         [
             u64::from(self.queue) | u64::from(self.entry) << 32,
             self.incarnation,
@@ -262,13 +262,14 @@ impl Queue {
         let me = self.holder(l)?;
         let lease_ns = Self::lease_ns(l, lease);
         let (intent, slot) = self.intent_slot();
-        let start = (l.base + if slot == NO_WORD { INTENTS - 1 } else { slot }) % l.table.len();
+        // Reduced modulo the table's length by `claim` and `take_ready`.
+        let start = l.base + if slot == NO_WORD { INTENTS - 1 } else { slot };
         let mut idle = Idle::new(wait);
         loop {
             self.check_usable()?;
             let now = mono_ns();
             self.upkeep(l, now);
-            if let Some(got) = self.take_waiting(l, out, me, start, lease_ns) {
+            if let Some(got) = self.take_waiting(l, out, me, start, now, lease_ns) {
                 return got;
             }
             let (i, filling) = match l.table.claim(start, me) {
@@ -276,7 +277,7 @@ impl Queue {
                 None => {
                     // Every entry is in use: leases may have run out, holders died.
                     self.sweep(l, now, true);
-                    if let Some(got) = self.take_waiting(l, out, me, start, lease_ns) {
+                    if let Some(got) = self.take_waiting(l, out, me, start, now, lease_ns) {
                         return got;
                     }
                     l.table.claim(start, me).ok_or_else(|| {
@@ -290,7 +291,7 @@ impl Queue {
             let (mut pos, mut leased) = (0, (0, 0));
             let got = self.ring.pop_committed(out, &ann, &mut Patience::new(self), |rec, at| {
                 let now = mono_ns();
-                let deadline = now.saturating_add(lease_ns);
+                let deadline = mono_after(now, lease_ns);
                 (pos, leased) = (at, (now, deadline));
                 l.table.commit(i, filling, rec, at, now, deadline)
             });
@@ -338,15 +339,15 @@ impl Queue {
         out: &mut [u8],
         me: Owner,
         start: usize,
+        now: u64,
         lease_ns: u64,
     ) -> Option<Result<(usize, Lease)>> {
-        let now = mono_ns();
         let (i, taking) = l.table.take_ready(now, me, start)?;
         let Some(n) = l.table.read(i, out) else {
             let _ = l.table.entry(i).change(taking, taking.free());
             return Some(Err(self.lease_corrupt("a waiting record has an impossible length")));
         };
-        let deadline = now.saturating_add(lease_ns);
+        let deadline = mono_after(now, lease_ns);
         let Some(leased) = l.table.deliver(i, taking, now, deadline) else {
             return Some(Err(self.lease_corrupt("a lease entry changed under its taker")));
         };
@@ -424,7 +425,7 @@ impl Queue {
         let (l, i, w, now) = self.held_lease(lease)?;
         let e = l.table.entry(i);
         let busy = e.change(w, w.held()).map_err(|_| self.late(l))?;
-        let deadline = now.saturating_add(Self::lease_ns(l, lease_time));
+        let deadline = mono_after(now, Self::lease_ns(l, lease_time));
         e.deadline_ns.store(deadline, Ordering::Relaxed);
         let extended = busy.extended();
         e.change(busy, extended).map_err(|_| self.lease_corrupt("an entry changed while its holder extended it"))?;
@@ -449,7 +450,7 @@ impl Queue {
         }
         let e = l.table.entry(i);
         let busy = e.change(w, w.held()).map_err(|_| self.late(l))?;
-        let due = now.saturating_add(nanos(delay));
+        let due = mono_after(now, nanos(delay));
         e.deadline_ns.store(due, Ordering::Relaxed);
         e.change(busy, busy.ready())
             .map_err(|_| self.lease_corrupt("an entry changed while its holder released it"))?;
