@@ -52,7 +52,9 @@ fn open_validated(dir: &Path, id: u32, write: bool) -> Result<(File, Info, Optio
     let options = Options::from_header(&raw).ok_or_else(|| Error::new(SHM_ERR_INVAL, "short header"))?;
     // The durable flag changes the slot stride and the lease settings the
     // file's end; a corrupted flag fails one of the checks.
-    options.validate().and_then(|()| info.validate(len, Some(id), options.durability().is_some(), options.lease_entries()))
+    options
+        .validate()
+        .and_then(|()| info.validate(len, Some(id), options.durability().is_some(), options.lease_entries()))
         .map_err(|e| Error::new(e.code(), format!("{}: {}", path.display(), e.detail())))?;
     Ok((file, info, options, len, path))
 }
