@@ -519,7 +519,16 @@ long lPush(struct SATvm *p);
  * Removes the oldest record of queue p->tblName into `out` (p->lSize bytes,
  * at least the queue's record size; a shorter record is followed by zero
  * bytes up to the record size). QUE_NOWAIT: NO_DATA_FOUND at once when
- * empty. QUE_NORMAL: sleeps until a record arrives (no busy loop).
+ * empty. QUE_NORMAL: waits until a record arrives, as the queue's wait
+ * strategy says: by default it spins and yields a few microseconds, then
+ * sleeps on a futex (no CPU while asleep; a record arriving then costs a
+ * kernel wake-up, tens of microseconds). `tvmq create --spin-us N` makes it
+ * spin up to N microseconds first (one CPU at 100% meanwhile); the
+ * environment variable TVMQ_SPIN_US=N overrides the queue's setting for
+ * this process (read when the queue is attached), and TVMQ_SPIN_US=-1
+ * never sleeps (one CPU at 100% for as long as it waits). Whatever the
+ * strategy, a push makes a wake-up system call only when a consumer sleeps.
+ * lPopup with a timeout waits the same way.
  * m_lEffect = 1 on success.
  * Errors: CONDIT_IS_NIL (NULL handle/out), RECD_TOO_LONG (lSize below the
  * record size; nothing is taken), NO_DATA_FOUND, SHM_ERR_EIDRM (dropped

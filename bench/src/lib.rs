@@ -12,6 +12,7 @@ mod inproc;
 mod latency;
 mod leases;
 mod net;
+mod net_client;
 mod report;
 
 use clap::{Args, ValueEnum};
@@ -42,6 +43,10 @@ pub struct BenchArgs {
     /// The latency driver (bench/drivers/latency.c, compiled): tvmq and a pipe across processes
     #[arg(long)]
     latency_driver: Option<PathBuf>,
+    /// The network client's driver (bench/drivers/net_driver.c, compiled):
+    /// adds tvm.h's network calls to --net
+    #[arg(long)]
+    net_driver: Option<PathBuf>,
     /// A quick run of every cell with small counts (keeps `make bench` from rotting)
     #[arg(long)]
     smoke: bool,

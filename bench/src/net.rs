@@ -24,17 +24,17 @@ use tvm::error::{Error, SVR_EXCEPTION};
 /// The id of tvmq's `mylist` queue in the benchmark's directory (any id:
 /// the server finds it by name).
 const LIST_ID: u32 = 900_001;
-const TVMQ: &str = "tvmq serve";
+pub(super) const TVMQ: &str = "tvmq serve";
 /// tvmq serve's worker threads here: redis-benchmark takes most of one of
 /// this machine's two cores, so the server has about one (redis-server runs
 /// its commands on one thread too). `--threads` defaults to the cores.
 const THREADS: usize = 1;
-const REDIS: &str = "redis-server";
+pub(super) const REDIS: &str = "redis-server";
 
 /// A server under test.
-struct Target {
-    name: &'static str,
-    port: u16,
+pub(super) struct Target {
+    pub(super) name: &'static str,
+    pub(super) port: u16,
     sock: PathBuf,
     child: Child,
 }
@@ -48,18 +48,18 @@ impl Drop for Target {
 
 /// How to reach a server: TCP or its unix socket.
 #[derive(Clone, Copy, PartialEq)]
-enum Via {
+pub(super) enum Via {
     Tcp,
     Unix,
 }
 
-fn free_port() -> Result<u16, String> {
+pub(super) fn free_port() -> Result<u16, String> {
     let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
     l.local_addr().map(|a| a.port()).map_err(|e| e.to_string())
 }
 
 /// One command over a fresh connection, inline; the reply's first line.
-fn ask(port: u16, line: &str) -> Result<String, String> {
+pub(super) fn ask(port: u16, line: &str) -> Result<String, String> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
     s.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
     s.write_all(format!("{line}\r\n").as_bytes()).map_err(|e| e.to_string())?;
@@ -154,7 +154,7 @@ thread_local! {
     static CELL: std::cell::RefCell<(String, String)> = const { std::cell::RefCell::new((String::new(), String::new())) };
 }
 
-fn measuring(section: &str, param: &str) {
+pub(super) fn measuring(section: &str, param: &str) {
     CELL.with(|c| *c.borrow_mut() = (section.to_string(), param.to_string()));
 }
 
@@ -181,7 +181,7 @@ fn cpu_per_request(section: &str, param: &str, row: &str, server: &str) -> Optio
 /// Runs redis-benchmark; the requests per second of test `row` (its CSV
 /// name, e.g. "LPUSH", "PING_MBULK"), as milliseconds for `n` requests.
 /// Notes the server's CPU time per request too.
-fn benchmark(t: &Target, via: Via, test: &str, row: &str, n: u64, extra: &[&str]) -> Result<f64, String> {
+pub(super) fn benchmark(t: &Target, via: Via, test: &str, row: &str, n: u64, extra: &[&str]) -> Result<f64, String> {
     let cpu_before = cpu_seconds(t.child.id());
     let mut cmd = Command::new("redis-benchmark");
     match via {
@@ -374,6 +374,10 @@ fn matrix(ctx: &mut Ctx, scratch: &Path) -> Result<Memory, String> {
     for t in both {
         fresh_list(t, &dir, 1000, 304)?;
     }
+    if let Some(driver) = ctx.args.net_driver.clone() {
+        super::net_client::cells(ctx, both, &driver)?;
+        let _ = tvm::Queue::drop_queue(&dir, 21);
+    }
 
     // The server lets go of the dropped queues' mappings within a second.
     std::thread::sleep(Duration::from_millis(1500));
@@ -419,7 +423,7 @@ fn rate(cells: &[Cell], section: &str, test: &str, param: &str, subject: &str) -
         .map(|r| r.0)
 }
 
-fn kilo(r: f64) -> String {
+pub(super) fn kilo(r: f64) -> String {
     if r >= 1e6 { format!("{:.2} M/s", r / 1e6) } else { format!("{:.1} K/s", r / 1e3) }
 }
 
@@ -444,7 +448,7 @@ fn table(cells: &[Cell], memory: &Memory, ctx: &Ctx) -> String {
         if ctx.args.smoke { " (SMOKE RUN: small counts, figures not meaningful)" } else { "" }
     );
     let mut sections: Vec<&str> = Vec::new();
-    for c in cells {
+    for c in cells.iter().filter(|c| c.section != super::net_client::SECTION) {
         if !sections.contains(&c.section) {
             sections.push(c.section);
         }
@@ -498,6 +502,7 @@ fn table(cells: &[Cell], memory: &Memory, ctx: &Ctx) -> String {
             let _ = writeln!(t, "{label:<20} | {:<30} | {:<30} | {ratio:<7} | {cpu:<15} | {goal}", text(a), text(b));
         }
     }
+    t.push_str(&super::net_client::table(cells));
     let _ = writeln!(t, "\nResident memory (VmRSS), idle and with idle connections open (each sent one PING)");
     for (name, before, with) in memory {
         let n = if ctx.args.smoke { 500 } else { 5000 };
@@ -548,7 +553,7 @@ fn chart(cells: &[Cell], path: &Path) -> Result<(), String> {
     let colors = [(TVMQ, RGBColor(200, 30, 30)), (REDIS, RGBColor(30, 90, 200))];
 
     let mut rows: Vec<(String, &str, &str)> = Vec::new();
-    for c in cells.iter().filter(|c| !c.section.starts_with("value size")) {
+    for c in cells.iter().filter(|c| !c.section.starts_with("value size") && c.section != super::net_client::SECTION) {
         let label = format!("{} ({})", c.test, c.section.split(", ").last().unwrap_or(""));
         if !rows.iter().any(|r| r.0 == label) {
             rows.push((label, c.section, Box::leak(c.test.clone().into_boxed_str())));

@@ -527,7 +527,25 @@ impl<S: Storage> Ring<S> {
     ///   again as the next lap's (`X + one_lap | PUBLISHED`), so that it is
     ///   delivered once more; that lap's producer, finding its position
     ///   used, claims another.
+    #[inline]
     fn await_turn(&self, index: usize, lap: u64, role: Holder, stall: &mut impl Stall) -> Result<Turn, RingError> {
+        // The common case, inline: the slot is already ready for our lap
+        // (free of lap `lap` for a producer, published, possibly as an empty
+        // record, for a consumer). Anything else goes to the waiting loop.
+        let seq = self.store.slot(index).seq.load(Ordering::Acquire);
+        let ready = match role {
+            Holder::Producer => seq == lap,
+            Holder::Consumer => seq & POS_MASK == lap | PUBLISHED,
+        };
+        if ready {
+            return Ok(Turn::Ready(seq));
+        }
+        self.await_turn_slow(index, lap, role, stall)
+    }
+
+    /// [`Ring::await_turn`] when the slot was not ready at first sight.
+    #[inline(never)]
+    fn await_turn_slow(&self, index: usize, lap: u64, role: Holder, stall: &mut impl Stall) -> Result<Turn, RingError> {
         let slot = self.store.slot(index);
         let mut wait = match role {
             Holder::Producer => Backoff::new(),
