@@ -108,16 +108,18 @@ pub unsafe extern "C" fn lPopLease(
         if out.is_null() || lease.is_null() {
             return Err(Error::new(CONDIT_IS_NIL, "NULL output buffer or lease").into());
         }
+        let got = millis(lease_ms, "lease time").and_then(|lease_time| {
+            let wait = wait_mode(wait)?;
+            let len = h.lSize;
+            // SAFETY: the caller provides `out` with at least p->lSize writable bytes.
+            let buf = unsafe { std::slice::from_raw_parts_mut(out.cast::<u8>(), len) };
+            on_queue(h, |q| q.pop_lease(buf, wait, lease_time))
+        });
+        // On failure, a token that every call refuses.
+        let token = got.as_ref().map_or(TvmLease::ZERO, |(_, leased)| TvmLease::from_lease(leased));
         // SAFETY: checked non-NULL; the caller provides a writable TvmLease.
-        unsafe { lease.write(TvmLease::ZERO) };
-        let lease_time = millis(lease_ms, "lease time")?;
-        let wait = wait_mode(wait)?;
-        let len = h.lSize;
-        // SAFETY: the caller provides `out` with at least p->lSize writable bytes.
-        let buf = unsafe { std::slice::from_raw_parts_mut(out.cast::<u8>(), len) };
-        let (_, leased) = on_queue(h, |q| q.pop_lease(buf, wait, lease_time))?;
-        // SAFETY: checked non-NULL above.
-        unsafe { lease.write(TvmLease::from_lease(&leased)) };
+        unsafe { lease.write(token) };
+        got?;
         Ok(1)
     };
     // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.

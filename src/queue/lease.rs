@@ -313,8 +313,10 @@ impl Queue {
             let entry = l.table.entry(i);
             let ann = LeaseIntent { intent: Intent(intent.0), pos: &entry.pos };
             let (mut pos, mut leased) = (0, (0, 0));
-            let got = self.ring.pop_committed(out, &ann, &mut Patience::new(self), |rec, at| {
-                let now = mono_ns();
+            let mut patience = Patience::new(self);
+            // The lease runs from `now` (read above: one read of the clock
+            // per lease), unless the ring made this pop wait (below).
+            let got = self.ring.pop_committed(out, &ann, &mut patience, |rec, at| {
                 let deadline = mono_after(now, lease_ns);
                 (pos, leased) = (at, (now, deadline));
                 l.table.commit(i, filling, rec, at, now, deadline)
@@ -322,6 +324,16 @@ impl Queue {
             match got {
                 Ok(n) => {
                     out[n..].fill(0);
+                    if patience.stalled.is_some() {
+                        // It waited for a slow (or dead) producer: the lease
+                        // starts now. The entry is ours (leased to us); a
+                        // sweep that read the earlier deadline meanwhile
+                        // could only have ended a lease this wait outlasted.
+                        let now = mono_ns();
+                        leased = (now, mono_after(now, lease_ns));
+                        entry.leased_ns.store(leased.0, Ordering::Relaxed);
+                        entry.deadline_ns.store(leased.1, Ordering::Relaxed);
+                    }
                     l.table.leased_until(leased.0, leased.1);
                     let lease = self.lease(i, filling.committed(), pos, leased.1);
                     return Ok((n, lease));
