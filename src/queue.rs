@@ -147,8 +147,10 @@ pub struct Queue {
     writable: bool,
     /// The process that opened it (a fork child holds a copy it must not act on).
     opener: u32,
-    /// The lease table and settings, for a queue with leases.
-    leases: Option<lease::Leases>,
+    /// The lease table and settings, for a queue with leases (boxed: one
+    /// word here, so that the fields plain pushes and pops use keep their
+    /// places).
+    leases: Option<Box<lease::Leases>>,
     info: QueueInfo,
     /// Durable queues: the sync machinery (shared with the flusher thread).
     durable: Option<Arc<Durable>>,
@@ -400,7 +402,7 @@ impl Queue {
             .and_then(|v| v.parse().ok())
             .map_or(Duration::from_millis(info.unblock_timeout_ms), Duration::from_millis);
         let leases = match (file.lease_table()?, &info.leases) {
-            (Some(table), Some(settings)) => Some(lease::Leases::new(table, settings.clone(), registry.me())),
+            (Some(table), Some(settings)) => Some(Box::new(lease::Leases::new(table, settings.clone(), registry.me()))),
             _ => None,
         };
         let queue = Queue {
@@ -509,11 +511,21 @@ impl Queue {
     /// This thread's intent word (see [`Intent`]), given out on first use.
     #[inline]
     fn intent(&self) -> Intent<'_> {
-        self.intent_slot().0
+        if !self.registered {
+            return Intent(None);
+        }
+        let key = Arc::as_ptr(&self.slots);
+        let slot = THREAD_INTENTS.with(|t| {
+            let (last, slot) = t.last.get();
+            if last == key { slot } else { t.find_or_take(self) }
+        });
+        Intent(if slot == NO_WORD { None } else { self.registry.intent_word(slot) })
     }
 
     /// This thread's intent word and its number in the process's entry
-    /// ([`NO_WORD`] without one).
+    /// ([`NO_WORD`] without one): [`intent`](Self::intent) and the number
+    /// (for lease pops; kept apart so that plain pushes and pops compile
+    /// as before).
     #[inline]
     fn intent_slot(&self) -> (Intent<'_>, usize) {
         if !self.registered {
@@ -617,6 +629,64 @@ impl Queue {
     /// waiting to be delivered again (its lease ran out, or was released)
     /// comes first, and is taken for good.
     pub fn pop(&self, out: &mut [u8], wait: Wait) -> Result<usize> {
+        if self.leases.is_some() {
+            return self.pop_with_leases(out, wait);
+        }
+        // A plain queue: this loop is the one plain queues always had.
+        let size = self.record_size();
+        if out.len() < size {
+            return Err(Error::new(RECD_TOO_LONG, format!("buffer of {} bytes, queue records need {size}", out.len())));
+        }
+        let out = &mut out[..size];
+        // Polling an empty queue reads `tail`, which producers are moving:
+        // start with pauses long enough not to slow them down.
+        let mut spins = Backoff::starting_at(EMPTY_POLL_FIRST_STEP);
+        let mut spin_until = None;
+        loop {
+            self.check_usable()?;
+            match self.ring.pop(out, &self.intent(), &mut Patience::new(self)) {
+                Ok(n) => {
+                    out[n..].fill(0);
+                    return Ok(n);
+                }
+                Err(RingError::Empty) => {}
+                Err(e) => return Err(self.ring_error(e)),
+            }
+            let deadline = match wait {
+                Wait::NoWait => return Err(Error::code_only(NO_DATA_FOUND)),
+                Wait::Forever => None,
+                Wait::Until(t) => Some(t),
+            };
+            if deadline.is_some_and(|t| Instant::now() >= t) {
+                return Err(Error::code_only(MQUE_WAIT_TMO));
+            }
+            match self.strategy {
+                Strategy::Default => {}
+                Strategy::Spin(d) => {
+                    if Instant::now() < *spin_until.get_or_insert_with(|| Instant::now() + d) {
+                        std::hint::spin_loop();
+                        continue;
+                    }
+                }
+                Strategy::NeverSleep => {
+                    std::hint::spin_loop();
+                    continue;
+                }
+            }
+            // A record is often only microseconds away: spin and yield a
+            // little before paying for a sleep and the producer's wake-up.
+            if !spins.is_completed() {
+                spins.snooze();
+                continue;
+            }
+            self.sleep(deadline, || self.ring.is_empty_seqcst());
+        }
+    }
+
+    /// [`pop`](Self::pop) on a queue with leases: records waiting to be
+    /// delivered again first, and sleeps that end when one comes due.
+    #[inline(never)]
+    fn pop_with_leases(&self, out: &mut [u8], wait: Wait) -> Result<usize> {
         let size = self.record_size();
         if out.len() < size {
             return Err(Error::new(RECD_TOO_LONG, format!("buffer of {} bytes, queue records need {size}", out.len())));
@@ -625,13 +695,12 @@ impl Queue {
         let mut idle = Idle::new(wait);
         loop {
             self.check_usable()?;
-            if self.leases.is_some() {
-                if let Some(n) = self.pop_waiting(out)? {
-                    out[n..].fill(0);
-                    return Ok(n);
-                }
+            if let Some(n) = self.pop_waiting(out)? {
+                out[n..].fill(0);
+                return Ok(n);
             }
-            match self.ring.pop(out, &self.intent(), &mut Patience::new(self)) {
+            // Through its own instance of `Ring::pop` (see `lease::Own`).
+            match self.ring.pop(out, &lease::Own(self.intent()), &mut Patience::new(self)) {
                 Ok(n) => {
                     out[n..].fill(0);
                     self.popped_durably();

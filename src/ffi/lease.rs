@@ -30,15 +30,27 @@ const _: () = assert!(size_of::<TvmLease>() == 64);
 /// Seed of the token's check: a zeroed token fails it.
 const CHECK_SEED: u32 = 0x7e45_e1a5;
 
-/// A 32-bit check of the private words: each word mixed in by a multiply
-/// and a shift (any changed bit changes the result but with odds of 2^-32;
-/// a few nanoseconds, against 80 for a byte-wise FNV: it is on every call).
+/// A 32-bit check of the private words: each word multiplied by its own
+/// odd constant (independent multiplies, done in parallel), summed, and the
+/// sum mixed (a bijection) before it is cut to 32 bits: any change of the
+/// words changes the result but with odds of about 2^-32. A few cycles: it
+/// is on every call (a byte-wise FNV took 80 ns, a chained word mix 14).
 fn check(words: &[c_ulonglong; 7]) -> c_uint {
+    const K: [u64; 7] = [
+        0x9e37_79b9_7f4a_7c15,
+        0xbf58_476d_1ce4_e5b9,
+        0x94d0_49bb_1331_11eb,
+        0xd6e8_feb8_6659_fd93,
+        0xa076_1d64_78bd_642f,
+        0xe703_7ed1_a0b4_28db,
+        0x8ebc_6af0_9c88_c6e3,
+    ];
     let mut h = u64::from(CHECK_SEED);
-    for &w in words {
-        h = (h ^ w).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        h ^= h >> 32;
+    for (w, k) in words.iter().zip(K) {
+        h = h.wrapping_add(w.wrapping_mul(k));
     }
+    h ^= h >> 32;
+    h = h.wrapping_mul(0xd6e8_feb8_6659_fd93);
     (h ^ (h >> 29)) as c_uint
 }
 
@@ -108,16 +120,18 @@ pub unsafe extern "C" fn lPopLease(
         if out.is_null() || lease.is_null() {
             return Err(Error::new(CONDIT_IS_NIL, "NULL output buffer or lease").into());
         }
+        let got = millis(lease_ms, "lease time").and_then(|lease_time| {
+            let wait = wait_mode(wait)?;
+            let len = h.lSize;
+            // SAFETY: the caller provides `out` with at least p->lSize writable bytes.
+            let buf = unsafe { std::slice::from_raw_parts_mut(out.cast::<u8>(), len) };
+            on_queue(h, |q| q.pop_lease(buf, wait, lease_time))
+        });
+        // On failure, a token that every call refuses.
+        let token = got.as_ref().map_or(TvmLease::ZERO, |(_, leased)| TvmLease::from_lease(leased));
         // SAFETY: checked non-NULL; the caller provides a writable TvmLease.
-        unsafe { lease.write(TvmLease::ZERO) };
-        let lease_time = millis(lease_ms, "lease time")?;
-        let wait = wait_mode(wait)?;
-        let len = h.lSize;
-        // SAFETY: the caller provides `out` with at least p->lSize writable bytes.
-        let buf = unsafe { std::slice::from_raw_parts_mut(out.cast::<u8>(), len) };
-        let (_, leased) = on_queue(h, |q| q.pop_lease(buf, wait, lease_time))?;
-        // SAFETY: checked non-NULL above.
-        unsafe { lease.write(TvmLease::from_lease(&leased)) };
+        unsafe { lease.write(token) };
+        got?;
         Ok(1)
     };
     // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.

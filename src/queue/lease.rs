@@ -212,6 +212,30 @@ impl Announce for LeaseIntent<'_> {
     }
 }
 
+/// A thread's intent, announced as [`Intent`] announces it, under a type
+/// of its own: pops of queues with leases then call an instance of
+/// `Ring::pop` of their own, and the plain pop's instance keeps its single
+/// caller, which the compiler inlines as it did before leases (a second
+/// caller made it stop: plain pops 175 -> 230 ms for 4,000,000 records).
+pub(super) struct Own<'a>(pub(super) Intent<'a>);
+
+impl Announce for Own<'_> {
+    #[inline]
+    fn claiming(&self, role: Holder, first: u64) {
+        self.0.claiming(role, first);
+    }
+
+    #[inline]
+    fn idle(&self) {
+        self.0.idle();
+    }
+
+    #[inline]
+    fn robbable(&self) -> bool {
+        self.0.robbable()
+    }
+}
+
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
@@ -219,7 +243,7 @@ fn nanos(d: Duration) -> u64 {
 impl Queue {
     /// The lease table, or `NOT_SUPPT_OPT` for a plain queue.
     fn leases(&self) -> Result<&Leases> {
-        self.leases.as_ref().ok_or_else(|| {
+        self.leases.as_deref().ok_or_else(|| {
             Error::new(
                 NOT_SUPPT_OPT,
                 format!("queue {} has no leases (create it with leases: tvmq create --lease-ms ...)", self.id()),
@@ -289,8 +313,10 @@ impl Queue {
             let entry = l.table.entry(i);
             let ann = LeaseIntent { intent: Intent(intent.0), pos: &entry.pos };
             let (mut pos, mut leased) = (0, (0, 0));
-            let got = self.ring.pop_committed(out, &ann, &mut Patience::new(self), |rec, at| {
-                let now = mono_ns();
+            let mut patience = Patience::new(self);
+            // The lease runs from `now` (read above: one read of the clock
+            // per lease), unless the ring made this pop wait (below).
+            let got = self.ring.pop_committed(out, &ann, &mut patience, |rec, at| {
                 let deadline = mono_after(now, lease_ns);
                 (pos, leased) = (at, (now, deadline));
                 l.table.commit(i, filling, rec, at, now, deadline)
@@ -298,6 +324,16 @@ impl Queue {
             match got {
                 Ok(n) => {
                     out[n..].fill(0);
+                    if patience.stalled.is_some() {
+                        // It waited for a slow (or dead) producer: the lease
+                        // starts now. The entry is ours (leased to us); a
+                        // sweep that read the earlier deadline meanwhile
+                        // could only have ended a lease this wait outlasted.
+                        let now = mono_ns();
+                        leased = (now, mono_after(now, lease_ns));
+                        entry.leased_ns.store(leased.0, Ordering::Relaxed);
+                        entry.deadline_ns.store(leased.1, Ordering::Relaxed);
+                    }
                     l.table.leased_until(leased.0, leased.1);
                     let lease = self.lease(i, filling.committed(), pos, leased.1);
                     return Ok((n, lease));
@@ -491,7 +527,12 @@ impl Queue {
         match l.settings.dead_letter {
             None => counters.dropped.fetch_add(1, Ordering::Relaxed),
             Some(id) => {
-                self.dead_letter_queue(l, id)?.push(&record[..n])?;
+                // push_many, not push: a call site of `push` here makes the
+                // compiler stop inlining it into lPush (10% off plain pushes).
+                let q = self.dead_letter_queue(l, id)?;
+                if let (0, e) = q.push_many(&record[..n], n) {
+                    return Err(e.unwrap_or_else(|| Error::code_only(DATA_SPC_FULL)));
+                }
                 counters.dead_lettered.fetch_add(1, Ordering::Relaxed)
             }
         };
