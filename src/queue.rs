@@ -647,6 +647,7 @@ impl Queue {
             match self.ring.pop(out, &self.intent(), &mut Patience::new(self)) {
                 Ok(n) => {
                     out[n..].fill(0);
+                    self.popped_durably();
                     return Ok(n);
                 }
                 Err(RingError::Empty) => {}
