@@ -504,15 +504,29 @@ impl Queue {
 
     /// Appends one record of 1..=record_size bytes. Never waits for space:
     /// a full queue gives `DATA_SPC_FULL`.
-    #[inline]
+    // Always inlined (into lPush): as a call of its own it costs plain
+    // queues about 15% of their push rate (measured 2026-11-30).
+    #[inline(always)]
     pub fn push(&self, record: &[u8]) -> Result<()> {
         self.check_push(record)?;
+        if let Some(d) = &self.durable {
+            return self.push_durable(d, record);
+        }
         self.ring.push(record, &self.intent(), &mut Patience::new(self)).map_err(|e| self.ring_error(e))?;
         self.wake_one();
-        match &self.durable {
-            None => Ok(()),
-            Some(d) => d.changed(),
-        }
+        Ok(())
+    }
+
+    /// [`push`](Self::push) on a durable queue: the record sealed, then
+    /// synced (`always`) or the queue marked dirty (`interval`). Out of
+    /// line, so that plain pushes keep their code.
+    #[inline(never)]
+    fn push_durable(&self, d: &Durable, record: &[u8]) -> Result<()> {
+        self.ring
+            .push_sealed(d.key(), record, &self.intent(), &mut Patience::new(self))
+            .map_err(|e| self.ring_error(e))?;
+        self.wake_one();
+        d.changed()
     }
 
     #[inline]
@@ -626,7 +640,7 @@ impl Queue {
     #[inline]
     fn popped_durably(&self) {
         if let Some(d) = &self.durable {
-            let _ = d.changed();
+            let _ = durable_changed(d);
         }
     }
 
@@ -1201,4 +1215,12 @@ mod tests {
         assert_eq!(q.pop_append(&mut out, Wait::NoWait).unwrap_err().code(), NO_DATA_FOUND);
         assert_eq!(out, b"$3\r\nabc", "untouched on an error");
     }
+}
+
+/// A durable queue's push or pop is done: sync or mark dirty. Out of line,
+/// so that the push and pop paths of plain queues stay as small as before
+/// durable queues (one test of an `Option`).
+#[inline(never)]
+fn durable_changed(d: &Durable) -> Result<()> {
+    d.changed()
 }

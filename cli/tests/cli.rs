@@ -356,8 +356,14 @@ fn durable_create_stat_sync_and_refusals() {
     assert!(json["durability"].is_null());
     // Refusals: tmpfs, a bad policy, a missing queue.
     let shm = TempDir::new("cli", "durable");
-    fails(&tvmq(shm.path(), &["create", "5", "--rows", "10", "--size", "8", "--durable", "always"]), &["tmpfs", "NOT_DURABLE"]);
-    fails(&tvmq(&disk.0, &["create", "8", "--rows", "10", "--size", "8", "--durable", "sometimes"]), &["always", "interval"]);
+    fails(
+        &tvmq(shm.path(), &["create", "5", "--rows", "10", "--size", "8", "--durable", "always"]),
+        &["tmpfs", "NOT_DURABLE"],
+    );
+    fails(
+        &tvmq(&disk.0, &["create", "8", "--rows", "10", "--size", "8", "--durable", "sometimes"]),
+        &["always", "interval"],
+    );
     fails(&tvmq(&disk.0, &["create", "8", "--rows", "10", "--size", "8", "--durable", "interval=0"]), &["interval"]);
     fails(&tvmq(&disk.0, &["sync", "9"]), &["not found"]);
 }
