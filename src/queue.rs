@@ -1054,6 +1054,14 @@ impl Stall for Patience<'_> {
     }
 }
 
+/// A durable queue's push or pop is done: sync or mark dirty. Out of line,
+/// so that the push and pop paths of plain queues stay as small as before
+/// durable queues (one test of an `Option`).
+#[inline(never)]
+fn durable_changed(d: &Durable) -> Result<()> {
+    d.changed()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1215,12 +1223,4 @@ mod tests {
         assert_eq!(q.pop_append(&mut out, Wait::NoWait).unwrap_err().code(), NO_DATA_FOUND);
         assert_eq!(out, b"$3\r\nabc", "untouched on an error");
     }
-}
-
-/// A durable queue's push or pop is done: sync or mark dirty. Out of line,
-/// so that the push and pop paths of plain queues stay as small as before
-/// durable queues (one test of an `Option`).
-#[inline(never)]
-fn durable_changed(d: &Durable) -> Result<()> {
-    d.changed()
 }
