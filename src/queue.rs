@@ -345,7 +345,6 @@ impl Queue {
             if crate::durable::recover::attach(&file, &ring, key, || registry.reset_all())?.is_some() {
                 ring = Ring::new(file.storage()?, info.capacity, info.record_size as usize);
             }
-            ring = ring.with_seal(key);
             let d = Arc::new(Durable::new(&file, policy)?);
             if d.is_dirty() {
                 // Left by a process that died before its flusher ran.
@@ -565,7 +564,10 @@ impl Queue {
         if let Err(e) = self.check_push(&records[..each]) {
             return (0, Some(e));
         }
-        let (done, err) = self.ring.push_batch(records, each, &self.intent(), &mut Patience::new(self));
+        let (done, err) = match &self.durable {
+            None => self.ring.push_batch(records, each, &self.intent(), &mut Patience::new(self)),
+            Some(d) => self.ring.push_batch_sealed(d.key(), records, each, &self.intent(), &mut Patience::new(self)),
+        };
         if done > 0 {
             self.wake(done as u32);
             if let Some(d) = &self.durable {

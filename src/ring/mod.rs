@@ -307,9 +307,6 @@ pub struct Ring<S> {
     head_hint: CachePadded<AtomicU64>,
     /// The same for consumers: a recent `tail`, erring on "empty".
     tail_hint: CachePadded<AtomicU64>,
-    /// Durable queues: the queue's key (see [`seal`]); each record's
-    /// checksum goes into its slot's `check` before it is published.
-    seal: Option<u64>,
 }
 
 /// A slot claimed by a producer (free for `lap`) or a consumer (published
@@ -340,16 +337,7 @@ impl<S: Storage> Ring<S> {
             record_size,
             head_hint: CachePadded(AtomicU64::new(head)),
             tail_hint: CachePadded(AtomicU64::new(tail)),
-            seal: None,
         }
-    }
-
-    /// This ring's batches write each record's checksum (see [`seal`])
-    /// under the queue key `key`, for recovery after a machine crash (single
-    /// records: [`push_sealed`](Self::push_sealed)).
-    pub fn with_seal(mut self, key: u64) -> Ring<S> {
-        self.seal = Some(key);
-        self
     }
 
     /// Number of slots.
@@ -659,6 +647,32 @@ impl<S: Storage> Ring<S> {
         ann: &impl Announce,
         stall: &mut impl Stall,
     ) -> (usize, Option<RingError>) {
+        self.push_batch_with(records, each, None, ann, stall)
+    }
+
+    /// [`push_batch`](Self::push_batch) of a durable ring: each record
+    /// sealed under `key` (see [`push_sealed`](Self::push_sealed)).
+    #[inline(never)]
+    pub(crate) fn push_batch_sealed(
+        &self,
+        key: u64,
+        records: &[u8],
+        each: usize,
+        ann: &impl Announce,
+        stall: &mut impl Stall,
+    ) -> (usize, Option<RingError>) {
+        self.push_batch_with(records, each, Some(key), ann, stall)
+    }
+
+    #[inline(always)]
+    fn push_batch_with(
+        &self,
+        records: &[u8],
+        each: usize,
+        seal: Option<u64>,
+        ann: &impl Announce,
+        stall: &mut impl Stall,
+    ) -> (usize, Option<RingError>) {
         debug_assert!(each > 0 && each <= self.record_size);
         let mut pending = records.chunks_exact(each);
         let mut done = 0;
@@ -669,7 +683,7 @@ impl<S: Storage> Ring<S> {
                 // A recovery used this position: the record goes to the next one.
                 Turn::Taken => Ok(()),
                 Turn::Ready(seq) => match pending.next() {
-                    Some(record) => self.fill_sealed(Claim { lap, index, seq }, record, self.seal).map(|()| done += 1),
+                    Some(record) => self.fill_sealed(Claim { lap, index, seq }, record, seal).map(|()| done += 1),
                     // More positions than records left (some were taken):
                     // publish this one empty.
                     None => {

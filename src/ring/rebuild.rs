@@ -154,7 +154,7 @@ mod tests {
     use super::*;
 
     fn ring(cap: u64) -> Ring<HeapStorage> {
-        Ring::new(HeapStorage::new(cap as usize, 8), cap, 8).with_seal(42)
+        Ring::new(HeapStorage::new(cap as usize, 8), cap, 8)
     }
 
     fn pop_all(r: &Ring<HeapStorage>) -> Vec<Vec<u8>> {
