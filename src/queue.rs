@@ -376,7 +376,6 @@ impl Queue {
             if crate::durable::recover::attach(&file, &ring, key, || registry.reset_all())?.is_some() {
                 ring = Ring::new(file.storage()?, info.capacity, info.record_size as usize);
             }
-            ring = ring.with_seal(key);
             let d = Arc::new(Durable::new(&file, policy)?);
             if d.is_dirty() {
                 // Left by a process that died before its flusher ran.
@@ -563,15 +562,29 @@ impl Queue {
 
     /// Appends one record of 1..=record_size bytes. Never waits for space:
     /// a full queue gives `DATA_SPC_FULL`.
-    #[inline]
+    // Always inlined (into lPush): as a call of its own it costs plain
+    // queues about 15% of their push rate (measured 2026-11-30).
+    #[inline(always)]
     pub fn push(&self, record: &[u8]) -> Result<()> {
         self.check_push(record)?;
+        if let Some(d) = &self.durable {
+            return self.push_durable(d, record);
+        }
         self.ring.push(record, &self.intent(), &mut Patience::new(self)).map_err(|e| self.ring_error(e))?;
         self.wake_one();
-        match &self.durable {
-            None => Ok(()),
-            Some(d) => d.changed(),
-        }
+        Ok(())
+    }
+
+    /// [`push`](Self::push) on a durable queue: the record sealed, then
+    /// synced (`always`) or the queue marked dirty (`interval`). Out of
+    /// line, so that plain pushes keep their code.
+    #[inline(never)]
+    fn push_durable(&self, d: &Durable, record: &[u8]) -> Result<()> {
+        self.ring
+            .push_sealed(d.key(), record, &self.intent(), &mut Patience::new(self))
+            .map_err(|e| self.ring_error(e))?;
+        self.wake_one();
+        d.changed()
     }
 
     #[inline]
@@ -610,7 +623,10 @@ impl Queue {
         if let Err(e) = self.check_push(&records[..each]) {
             return (0, Some(e));
         }
-        let (done, err) = self.ring.push_batch(records, each, &self.intent(), &mut Patience::new(self));
+        let (done, err) = match &self.durable {
+            None => self.ring.push_batch(records, each, &self.intent(), &mut Patience::new(self)),
+            Some(d) => self.ring.push_batch_sealed(d.key(), records, each, &self.intent(), &mut Patience::new(self)),
+        };
         if done > 0 {
             self.wake(done as u32);
             if let Some(d) = &self.durable {
@@ -721,7 +737,7 @@ impl Queue {
     #[inline]
     fn popped_durably(&self) {
         if let Some(d) = &self.durable {
-            let _ = d.changed();
+            let _ = durable_changed(d);
         }
     }
 
@@ -1206,6 +1222,14 @@ impl Stall for Patience<'_> {
         };
         s.last_recovery_ns.store(now_ns(), Ordering::Relaxed);
     }
+}
+
+/// A durable queue's push or pop is done: sync or mark dirty. Out of line,
+/// so that the push and pop paths of plain queues stay as small as before
+/// durable queues (one test of an `Option`).
+#[inline(never)]
+fn durable_changed(d: &Durable) -> Result<()> {
+    d.changed()
 }
 
 #[cfg(test)]

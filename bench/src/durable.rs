@@ -295,7 +295,7 @@ fn cells(ctx: &mut Ctx, dir: &Path) {
     if let Err(e) = &redis {
         eprintln!("durable: {e}");
     }
-    let base: u64 = if smoke { 100 } else { 3000 };
+    let base: u64 = if smoke { 100 } else { 1000 };
     for n in [1usize, 4, 10] {
         let per = base;
         let total = per * n as u64;

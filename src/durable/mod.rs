@@ -193,6 +193,8 @@ pub(crate) struct Durable {
     /// A view of the queue's ring, for the watermark scan.
     ring: Ring<MapStorage>,
     created_ns: u64,
+    /// The queue's key, under which its records are sealed.
+    key: u64,
     #[cfg(test)]
     hook: Option<SyncHook>,
 }
@@ -211,9 +213,16 @@ impl Durable {
             control: file.control().clone(),
             ring: Ring::new(file.storage()?, info.capacity, info.record_size as usize),
             created_ns: info.created_ns,
+            key: crate::ring::seal::queue_key(info.id, info.created_ns),
             #[cfg(test)]
             hook: hooks().lock().ok().and_then(|h| h.iter().find(|(p, _)| p == file.path()).map(|(_, f)| f.clone())),
         })
+    }
+
+    /// The key under which the queue's records are sealed.
+    #[inline]
+    pub(crate) fn key(&self) -> u64 {
+        self.key
     }
 
     /// The queue's policy.

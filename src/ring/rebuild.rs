@@ -154,7 +154,7 @@ mod tests {
     use super::*;
 
     fn ring(cap: u64) -> Ring<HeapStorage> {
-        Ring::new(HeapStorage::new(cap as usize, 8), cap, 8).with_seal(42)
+        Ring::new(HeapStorage::new(cap as usize, 8), cap, 8)
     }
 
     fn pop_all(r: &Ring<HeapStorage>) -> Vec<Vec<u8>> {
@@ -170,7 +170,7 @@ mod tests {
     fn a_rebuild_keeps_published_records_and_skips_holes() {
         let r = ring(8);
         for i in 0..6u8 {
-            r.push(&[i; 3], &Silent, &mut NeverRecover).unwrap();
+            r.push_sealed(42, &[i; 3], &Silent, &mut NeverRecover).unwrap();
         }
         let mut out = [0u8; 8];
         r.pop(&mut out, &Silent, &mut NeverRecover).unwrap();
@@ -183,7 +183,7 @@ mod tests {
         assert_eq!(pop_all(&r), vec![vec![1; 3], vec![2; 3], vec![4; 3], vec![5; 3]]);
         // The queue works on after it, across laps.
         for i in 0..20u8 {
-            r.push(&[i], &Silent, &mut NeverRecover).unwrap();
+            r.push_sealed(42, &[i], &Silent, &mut NeverRecover).unwrap();
             assert_eq!(pop_all(&r), vec![vec![i]]);
         }
     }
@@ -192,15 +192,15 @@ mod tests {
     fn a_rebuild_never_keeps_a_record_below_the_watermark_and_moves_old_laps() {
         let r = ring(4);
         for i in 0..4u8 {
-            r.push(&[i], &Silent, &mut NeverRecover).unwrap();
+            r.push_sealed(42, &[i], &Silent, &mut NeverRecover).unwrap();
         }
         // Slot 0 still says "published at lap 0" (its release never reached
         // the disk), while slot 1 holds position 5, a lap later.
         let mut out = [0u8; 8];
         r.pop(&mut out, &Silent, &mut NeverRecover).unwrap();
         r.pop(&mut out, &Silent, &mut NeverRecover).unwrap();
-        r.push(&[4], &Silent, &mut NeverRecover).unwrap();
-        r.push(&[5], &Silent, &mut NeverRecover).unwrap();
+        r.push_sealed(42, &[4], &Silent, &mut NeverRecover).unwrap();
+        r.push_sealed(42, &[5], &Silent, &mut NeverRecover).unwrap();
         r.storage().slot(0).seq.store(PUBLISHED, Ordering::Relaxed);
         r.storage().slot(0).check.store(seal(42, 0, &[4]), Ordering::Relaxed);
         // Watermark 1: position 0 was consumed before the last sync.
@@ -210,18 +210,18 @@ mod tests {
         // A record more than a lap behind the newest one is moved, not lost.
         let r = ring(4);
         for i in 0..4u8 {
-            r.push(&[i], &Silent, &mut NeverRecover).unwrap();
+            r.push_sealed(42, &[i], &Silent, &mut NeverRecover).unwrap();
         }
         for _ in 0..4 {
             r.pop(&mut out, &Silent, &mut NeverRecover).unwrap();
         }
         for i in 4..8u8 {
-            r.push(&[i], &Silent, &mut NeverRecover).unwrap();
+            r.push_sealed(42, &[i], &Silent, &mut NeverRecover).unwrap();
         }
         for _ in 0..3 {
             r.pop(&mut out, &Silent, &mut NeverRecover).unwrap();
         }
-        r.push(&[8], &Silent, &mut NeverRecover).unwrap();
+        r.push_sealed(42, &[8], &Silent, &mut NeverRecover).unwrap();
         // Slot 3 as the disk may have it: record 7 sealed at position 3 (lap 0).
         r.storage().slot(3).seq.store(PUBLISHED, Ordering::Relaxed);
         r.storage().slot(3).check.store(seal(42, 3, &[7]), Ordering::Relaxed);
@@ -230,7 +230,7 @@ mod tests {
         assert_eq!(pop_all(&r), vec![vec![7], vec![8]]);
         // Another queue's records (another key) are not kept.
         let r = ring(4);
-        r.push(&[9], &Silent, &mut NeverRecover).unwrap();
+        r.push_sealed(42, &[9], &Silent, &mut NeverRecover).unwrap();
         assert_eq!(r.rebuild(43, 0).torn, 1);
         assert!(pop_all(&r).is_empty());
     }
