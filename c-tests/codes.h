@@ -1,7 +1,8 @@
 /*
  * codes.h: the 103 error codes of the STVM queue API, in the order and with
- * the numbers given by the spec (shared/spec/c-api.md, "Constants"): the code
- * named at position i must equal i. TVM_CODES(X) expands X(NAME) for each, so
+ * the numbers given by the spec (shared/spec/c-api.md, "Constants"), then
+ * tvmq's own (above 102, "Beyond STVM"): the code named at position i must
+ * equal i. TVM_CODES(X) expands X(NAME) for each, so
  * tests can build name tables and check every macro's value against the spec.
  */
 #ifndef TVMQ_TEST_CODES_H
@@ -110,9 +111,14 @@
     X(MQUE_CRTE_BIG) /*  99 */ \
     X(NOT_SUPPT_OPT) /* 100 */ \
     X(SERV_NOT_CONN) /* 101 */ \
-    X(PART_AR_EXIST) /* 102 */
+    X(PART_AR_EXIST) /* 102 */ \
+    X(NOT_DURABLE)   /* 103 */ \
+    X(SYNC_FAILED)   /* 104 */ \
+    X(LEASE_EXPIRED) /* 105 */ \
+    X(LEASE_LIMIT)   /* 106 */ \
+    X(LEASE_INVALID) /* 107 */
 
-/* Number of codes in the spec: 0 .. 102. */
-#define TVM_CODE_COUNT 103
+/* Number of codes: STVM's 0 .. 102 and tvmq's 103 .. 107. */
+#define TVM_CODE_COUNT 108
 
 #endif /* TVMQ_TEST_CODES_H */

@@ -12,6 +12,7 @@
 #    pushing and popping at the same time.
 # 3. api: every queue function and error code (test_api.c), threads and
 #    processes (test_mt.c), no futex wake when nobody sleeps (test_wake.c),
+#    acknowledged consumption: every lease call and code (test_lease.c),
 #    NULL and garbage arguments to every function and queue files corrupted
 #    while attached (test_hostile.c).
 # 4. network: the lTvm* calls (test_net.c), the seeds' network twins
@@ -261,7 +262,7 @@ run_test seed_concurrent_2_push_2_pop t_seed_concurrent 5 400000 pop_bench:2:400
 run_test seed_concurrent_2x2_processes t_seed_concurrent 3 200000 \
     pop_bench:1:100000 push_bench:1:100000 pop_bench:1:100000 push_bench:1:100000
 
-for prog in test_api test_mt test_wake test_hostile; do
+for prog in test_api test_mt test_wake test_hostile test_lease; do
     echo "== $prog"
     if ! build_prog "$prog" >"$LOGDIR/build-$prog.log" 2>&1; then
         echo "FAIL  build_$prog"

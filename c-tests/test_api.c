@@ -149,6 +149,7 @@ static void null_handle(void)
     NOH(lPop(NULL, &r, QUE_NORMAL)); /* must not block either */
     NOH(lPopup(NULL, 1, 0, &got, &out));
     NOH(lPushs(NULL, &n, &recs));
+    NOH(lSyncQueue(NULL, t));
 #undef NOH
     /* void functions: no crash, and the thread's error says why. */
     vSetTErrno(0);
@@ -1161,7 +1162,7 @@ static void error_text(void)
     CHECK(strcmp(sGetTError(TBL_NOT_FOUND), sGetTError(TBL_ARD_EXIST)) != 0);
     CHECK(strcmp(sGetTError(CONDIT_IS_NIL), sGetTError(RECD_TOO_LONG)) != 0);
 
-    static const long odd[] = { -1, -2, -103, 103, 104, 255, 256, 1000, 65536, INT_MAX,
+    static const long odd[] = { -1, -2, -103, 200, 201, 255, 256, 1000, 65536, INT_MAX,
                                 (long)INT_MAX + 1, INT_MIN, LONG_MIN, LONG_MIN + 1,
                                 LONG_MAX };
     for (size_t i = 0; i < sizeof(odd) / sizeof(odd[0]); i++) {
@@ -1546,9 +1547,25 @@ static void missing_dir(void)
     }
 }
 
+/* lSyncQueue on a queue that cannot be durable (the tests' directory is on
+ * tmpfs): NOT_DURABLE, and the queue is untouched; a missing queue:
+ * TBL_NOT_FOUND. (Durable queues are tested from Rust and the CLI, on a disk.) */
+static void sync_queue(void)
+{
+    const TABLE t = 19;
+    SATvm *p = G();
+
+    make_queue(t, 4, sizeof(rec64));
+    CHECK(push_n(p, t, 2));
+    CHECK_FAIL(lSyncQueue(p, t), p, NOT_DURABLE);
+    CHECK_FAIL(lSyncQueue(p, 18), p, TBL_NOT_FOUND);
+    EXPECT_POP(p, t, 2);
+}
+
 TEST_MAIN(T(handle_global), T(handle_clone), T(handle_hold), T(null_handle), T(attach),
           T(disconnect), T(create_capacity), T(create_errors), T(create_names), T(table_queue),
           T(table_queue_errors), T(drop), T(drop_by_other_process), T(push), T(push_attaches),
           T(pop), T(pop_sizes), T(pop_fifo), T(popup), T(popup_timeout), T(popup_args),
           T(pushs), T(error_text), T(errno_effect), T(tick), T(macros), T(files),
-          T(odd_record_sizes), T(queue_ids), T(many_queues), T(long_names), T(missing_dir))
+          T(odd_record_sizes), T(queue_ids), T(many_queues), T(long_names), T(missing_dir),
+          T(sync_queue))

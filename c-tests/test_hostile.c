@@ -986,7 +986,7 @@ static void errors_odd(void)
 {
     const char *unknown = sGetTError(-1);
     REQUIRE(unknown != NULL && unknown[0] != '\0');
-    static const long odd[] = { LONG_MIN, LONG_MIN + 1, -1, -103, 103, 104, INT_MAX,
+    static const long odd[] = { LONG_MIN, LONG_MIN + 1, -1, -103, 200, 201, INT_MAX,
                                 (long)INT_MAX + 1, (long)UINT_MAX, (long)UINT_MAX + 1,
                                 LONG_MAX - 1, LONG_MAX };
     for (size_t i = 0; i < sizeof(odd) / sizeof(odd[0]); i++) {

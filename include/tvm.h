@@ -129,6 +129,11 @@
 #define NOT_SUPPT_OPT  100  /* option not supported */
 #define SERV_NOT_CONN  101  /* handle is not connected to a server */
 #define PART_AR_EXIST  102  /* partition already exists */
+#define NOT_DURABLE    103  /* the queue's file is on a filesystem that does not persist (tmpfs, ramfs): it cannot be durable */
+#define SYNC_FAILED    104  /* the sync to stable storage failed: the change is in the queue but not known to be on disk */
+#define LEASE_EXPIRED  105  /* the lease ran out (or was acknowledged, released or rejected already): the record may have gone to another consumer */
+#define LEASE_LIMIT    106  /* too many leases in flight on the queue (its maximum of leases is reached) */
+#define LEASE_INVALID  107  /* not a lease of this queue: a token of another queue, or a garbage token */
 
 /* ---- Binding a record to a handle ------------------------------------- */
 
@@ -282,6 +287,28 @@ typedef struct SATvm {
 } SATvm;
 
 /**
+ * A leased delivery: allocated by the caller, filled by lPopLease, passed
+ * to lAck, lRelease, lReject or lExtendLease (which updates it). Plain
+ * data: it may be copied, and used by any thread or process, one call at a
+ * time. Only `deliveries` is public.
+ */
+typedef struct TvmLease {
+  /**
+   * How many times the record has been delivered, this delivery included
+   * (1 on its first delivery).
+   */
+  unsigned int deliveries;
+  /**
+   * Private: a check of m_llPriv (a zeroed or garbage token fails it).
+   */
+  unsigned int m_uCheck;
+  /**
+   * Private: the queue, the lease entry, the delivery.
+   */
+  unsigned long long m_llPriv[7];
+} TvmLease;
+
+/**
  * Return type of a record-layout function passed to lTableQueue.
  */
 typedef long CREATE;
@@ -333,6 +360,36 @@ size_t lGetEffect(void);
 unsigned long long get_tick_time(void);
 
 /**
+ * Makes everything pushed and popped on queue t so far (by every thread of
+ * this process, and by other processes before the call) durable: when it
+ * returns RC_SUCC, those changes are on stable storage and survive a
+ * machine crash or power loss. Attaches t on first use. m_lEffect = 0.
+ *
+ * A durable queue (created with `tvmq create ... --durable`) keeps one of
+ * two promises on its own, and lSyncQueue is only needed for the second:
+ * - `always`: lPush, lPushs (one sync per batch) return RC_SUCC only once
+ *   their records are on stable storage, lPop and lPopup only once the
+ *   records' removal is. Nothing acknowledged is lost by a machine crash,
+ *   and nothing popped is delivered again. Threads and processes pushing
+ *   at the same time share syncs, so throughput grows with them.
+ * - `interval=MS`: a background thread syncs at most MS milliseconds after
+ *   a change. A push may be lost if the machine stops within MS
+ *   milliseconds after it returned; a record popped within MS milliseconds
+ *   before the machine stopped may be delivered again.
+ *
+ * Whatever the policy, a process crash (kill -9) loses nothing and
+ * delivers nothing twice. A queue that is not durable is synced too when
+ * its file is on a disk (its records are not checksummed, so after a
+ * machine crash it is only as good as the pages that reached the disk).
+ * Thread-safe (one handle per thread); it may block for the duration of a
+ * disk flush (about a millisecond on an SSD).
+ * Errors: CONDIT_IS_NIL (NULL handle), TBL_NOT_FOUND, NOT_DURABLE (the file
+ * is on tmpfs or ramfs, which a restart empties), SYNC_FAILED (the system
+ * call failed: the changes are in the queue but not known to be on disk).
+ */
+long lSyncQueue(struct SATvm *p, TABLE t);
+
+/**
  * Returns the process-wide handle. Never NULL. Give each thread its own
  * handle with pCloneSATvm() rather than sharing this one.
  */
@@ -381,6 +438,69 @@ long lInitSATvm(struct SATvm *p, TABLE t);
 void vTblDisconnect(struct SATvm *p, TABLE t);
 
 /**
+ * As lPop, and the record is leased for `lease_ms` milliseconds (0: the
+ * queue's lease time; deadlines are kept on a clock that moves by ticks of
+ * 1 to 4 ms: a lease never runs out early, and may run out up to two ticks
+ * late) to the caller, who ends the lease with lAck (done),
+ * lRelease (put back) or lReject (dead letter), or extends it with
+ * lExtendLease. `*lease` receives the token (on failure, a token that every
+ * call refuses). If the lease runs out first, or this process dies, the
+ * record is delivered again (its `deliveries` raised). Records waiting to
+ * be delivered again come before the queue's. The queue must have been
+ * created with leases (tvmq create ... --lease-ms MS). m_lEffect = 1 on
+ * success. Thread-safe (one handle per thread).
+ * Errors: those of lPop (CONDIT_IS_NIL also for a NULL lease or a negative
+ * lease_ms); LEASE_LIMIT (the queue's maximum of leases are in flight:
+ * returned at once, whatever `wait` says); NOT_SUPPT_OPT (the queue has no
+ * leases).
+ */
+long lPopLease(struct SATvm *p, void *out, Uenum wait, long lease_ms, struct TvmLease *lease);
+
+/**
+ * Acknowledges the delivery of `*lease` on queue p->tblName: the record is
+ * done and gone. m_lEffect = 1 on success. Thread-safe (one handle per
+ * thread; one call at a time per token).
+ * Errors: LEASE_EXPIRED (the lease ran out, and the record may have gone
+ * to another consumer; or it was already acknowledged, released or
+ * rejected), LEASE_INVALID (a token of another queue, or a zeroed or
+ * garbage one), CONDIT_IS_NIL (NULL handle or lease), TBL_NOT_FOUND (the
+ * queue was dropped), SHM_ERR_EIDRM.
+ */
+long lAck(struct SATvm *p, struct TvmLease *lease);
+
+/**
+ * Puts the record of `*lease` back into queue p->tblName: it may be
+ * delivered again `delay_ms` milliseconds from now (0: at once), to any
+ * consumer. A record already delivered the queue's maximum of deliveries
+ * goes to the dead-letter queue instead (as lReject). m_lEffect = 1 on
+ * success. Thread-safe (one handle per thread; one call at a time per token).
+ * Errors: those of lAck; CONDIT_IS_NIL (negative delay); at the delivery
+ * limit, those of lReject.
+ */
+long lRelease(struct SATvm *p, struct TvmLease *lease, long delay_ms);
+
+/**
+ * Moves the record of `*lease` from queue p->tblName to the queue's
+ * dead-letter queue (tvmq create ... --dead-letter ID), or drops it when it
+ * has none; counted either way (tvmq stat). m_lEffect = 1 on success.
+ * Thread-safe (one handle per thread; one call at a time per token).
+ * Errors: those of lAck; those of pushing into the dead-letter queue
+ * (TBL_NOT_FOUND: it does not exist, DATA_SPC_FULL, RECD_TOO_LONG), after
+ * which the lease is still held.
+ */
+long lReject(struct SATvm *p, struct TvmLease *lease);
+
+/**
+ * The lease of `*lease` on queue p->tblName now runs out `lease_ms`
+ * milliseconds from now (0: the queue's lease time). Updates `*lease`:
+ * copies of the old token are stale. m_lEffect = 1 on success. Thread-safe
+ * (one handle per thread; one call at a time per token).
+ * Errors: those of lAck (LEASE_EXPIRED if the lease already ran out);
+ * CONDIT_IS_NIL (negative lease_ms).
+ */
+long lExtendLease(struct SATvm *p, struct TvmLease *lease, long lease_ms);
+
+/**
  * Creates queue t holding exactly `rows` records of at most `size` bytes,
  * named `name` (may be NULL), with partition text `part` (may be NULL). The
  * file is created atomically, mode 0600, in $TVMDBD (default
@@ -422,8 +542,14 @@ long lDropTable(struct SATvm *p, TABLE t);
  * Appends the p->lSize bytes at p->pstVoid to queue p->tblName, attaching it
  * on first use. Never waits: lock-free, no system call unless a consumer
  * sleeps. m_lEffect = 1 on success. Thread-safe (one handle per thread).
+ * Durable queues (see lSyncQueue): with `always` it returns RC_SUCC only
+ * once the record is on stable storage (a disk flush, shared with the
+ * pushes of other threads and processes); with `interval=MS` it returns at
+ * once, and the record may be lost if the machine stops within MS
+ * milliseconds.
  * Errors: CONDIT_IS_NIL (NULL handle/buffer, size 0), DATA_SPC_FULL (full),
- * RECD_TOO_LONG (lSize above the queue's record size), TBL_NOT_FOUND.
+ * RECD_TOO_LONG (lSize above the queue's record size), TBL_NOT_FOUND,
+ * SYNC_FAILED (durable queue: the record is queued but the sync failed).
  */
 long lPush(struct SATvm *p);
 
@@ -441,7 +567,11 @@ long lPush(struct SATvm *p);
  * never sleeps (one CPU at 100% for as long as it waits). Whatever the
  * strategy, a push makes a wake-up system call only when a consumer sleeps.
  * lPopup with a timeout waits the same way.
- * m_lEffect = 1 on success.
+ * m_lEffect = 1 on success. Durable queues (see lSyncQueue): with `always`
+ * it returns once the record's removal is on stable storage (never
+ * delivered again after a machine crash); with `interval=MS` a record
+ * popped within MS milliseconds before the machine stops may be delivered
+ * again.
  * Errors: CONDIT_IS_NIL (NULL handle/out), RECD_TOO_LONG (lSize below the
  * record size; nothing is taken), NO_DATA_FOUND, SHM_ERR_EIDRM (dropped
  * while waiting), TBL_NOT_FOUND, NOT_SUPPT_OPT (other wait flag).

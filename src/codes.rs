@@ -111,4 +111,14 @@ pub const CODES: &[(&str, &str)] = &[
     ("NOT_SUPPT_OPT", "option not supported"),
     ("SERV_NOT_CONN", "handle is not connected to a server"),
     ("PART_AR_EXIST", "partition already exists"),
+    // tvmq's own codes, above STVM's last (102).
+    ("NOT_DURABLE", "the queue's file is on a filesystem that does not persist (tmpfs, ramfs): it cannot be durable"),
+    ("SYNC_FAILED", "the sync to stable storage failed: the change is in the queue but not known to be on disk"),
+    // Acknowledged consumption (leases).
+    (
+        "LEASE_EXPIRED",
+        "the lease ran out (or was acknowledged, released or rejected already): the record may have gone to another consumer",
+    ),
+    ("LEASE_LIMIT", "too many leases in flight on the queue (its maximum of leases is reached)"),
+    ("LEASE_INVALID", "not a lease of this queue: a token of another queue, or a garbage token"),
 ];

@@ -89,7 +89,10 @@ mod tests {
 
     #[test]
     fn numbers_match_the_spec() {
-        assert_eq!(CODES.len(), 103);
+        // STVM's 103 (0..=102), then tvmq's own.
+        assert_eq!(CODES.len(), 108);
+        assert_eq!(NOT_DURABLE, 103);
+        assert_eq!(SYNC_FAILED, 104);
         assert_eq!(TVM_DONE_SUCC, 0);
         assert_eq!(CONDIT_IS_NIL, 3);
         assert_eq!(DATA_SPC_FULL, 4);
@@ -103,6 +106,7 @@ mod tests {
         assert_eq!(MQUE_CRTE_BIG, 99);
         assert_eq!(SERV_NOT_CONN, 101);
         assert_eq!(PART_AR_EXIST, 102);
+        assert_eq!((LEASE_EXPIRED, LEASE_LIMIT, LEASE_INVALID), (105, 106, 107));
     }
 
     #[test]
@@ -119,7 +123,7 @@ mod tests {
 
     #[test]
     fn out_of_range_codes_are_unknown() {
-        for code in [-1, -100, 103, 1_000_000, i64::MIN, i64::MAX] {
+        for code in [-1, -100, CODES.len() as i64, 1_000_000, i64::MIN, i64::MAX] {
             assert_eq!(message(code), "unknown error code");
             assert_eq!(c_message(code), UNKNOWN_MESSAGE);
             assert_eq!(name(code), None);

@@ -33,8 +33,10 @@
 //! | `wait` | futex sleep and wake on a word of shared memory |
 //! | `registry` | which processes are attached; is a position's holder provably alive? |
 //! | `schema` | record layouts: [`Field`], [`FieldKind`] |
+//! | `lease` | acknowledged consumption: the lease entry's state machine (`state`) and the file's lease table (`table`) |
 //! | `file` | queue files: `layout` (bytes and validation), `dir` (directory policy), `create`, `map` |
-//! | `queue` | the safe API: [`Queue`] |
+//! | `durable` | durable queues: group-committed syncs, the flusher, recovery after a machine restart |
+//! | `queue` | the safe API: [`Queue`] (and `queue::lease`: [`Queue::pop_lease`], [`Lease`]) |
 //! | `attach` | the process-wide table id or name -> [`Queue`]: [`Attachments`] |
 //! | `client` | the network client of the `lTvm*` calls: RESP to tvmq serve, Redis, Redis Cluster |
 //! | [`ffi`] | the C ABI of `tvm.h`, thin |
@@ -49,6 +51,7 @@
 
 mod codes;
 pub mod error;
+mod lease;
 mod ring;
 mod sync;
 #[cfg(test)]
@@ -60,6 +63,8 @@ mod attach;
 mod client;
 #[cfg(not(loom))]
 mod clock;
+#[cfg(not(loom))]
+mod durable;
 #[cfg(not(loom))]
 pub mod ffi;
 #[cfg(not(loom))]
@@ -86,7 +91,12 @@ pub use ring::{LocalRing, MAX_CAPACITY};
 #[cfg(not(loom))]
 pub use attach::Attachments;
 #[cfg(not(loom))]
+pub use durable::{Durability, DurableStats, RecoveryStats};
+pub use file::{DEFAULT_LEASE_MS, DEFAULT_MAX_LEASES, LeaseSpec, MAX_LEASE_MS, MAX_LEASES};
+#[cfg(not(loom))]
 pub use file::{DEFAULT_UNBLOCK_TIMEOUT_MS, MAX_RECORD_SIZE, Spec, queue_dir, queue_ids, queue_path, slot_stride};
+#[cfg(not(loom))]
+pub use queue::{Lease, LeaseState, LeaseStats, LeasedRecord};
 #[cfg(not(loom))]
 pub use queue::{Process, Queue, QueueInfo, Repair, Stats, Strategy, Wait};
 #[cfg(not(loom))]

@@ -125,6 +125,8 @@ pub struct Registry {
 struct Mine {
     index: usize,
     pid: u32,
+    /// The entry's registration number (`generation`) we took it with.
+    generation: u32,
 }
 
 impl Registry {
@@ -164,16 +166,56 @@ impl Registry {
             // so are its announcements.
             let entry = self.entry(index);
             let reconciled = take_waiters(entry, global_waiters);
-            entry.generation.fetch_add(1, Ordering::SeqCst);
+            let generation = entry.generation.fetch_add(1, Ordering::SeqCst).wrapping_add(1);
             entry.intents.iter().for_each(|w| w.0.store(IDLE, Ordering::SeqCst));
             entry.anonymous.store(0, Ordering::SeqCst);
             let pid = std::process::id();
             entry.pid.store(pid, Ordering::SeqCst);
             entry.since_ns.store(crate::clock::now_ns(), Ordering::Relaxed);
-            self.mine = Some(Mine { index, pid });
+            self.mine = Some(Mine { index, pid, generation });
             return (true, reconciled);
         }
         (false, 0)
+    }
+
+    /// Clears every entry (after a machine restart, when nobody can be
+    /// attached: what the table holds is from before it).
+    pub fn reset_all(&self) {
+        for index in 0..MAX_PROCS {
+            let entry = self.entry(index);
+            entry.pid.store(0, Ordering::SeqCst);
+            entry.waiters.store(0, Ordering::SeqCst);
+            entry.anonymous.store(0, Ordering::SeqCst);
+            entry.intents.iter().for_each(|w| w.0.store(IDLE, Ordering::SeqCst));
+        }
+    }
+
+    /// This process's entry and the registration number it took it with
+    /// (None if not registered): how lease entries name their holder.
+    pub fn me(&self) -> Option<(usize, u32)> {
+        self.mine.map(|m| (m.index, m.generation))
+    }
+
+    /// Is the process that took entry `index` as its registration whose
+    /// number ends in the 8 bits `low8` still attached? `Some(false)` is
+    /// proof of its end (the entry's lock is free, or the entry has been
+    /// taken again since); `None`: cannot tell. One `fcntl` (none for this
+    /// process's own entry).
+    pub fn registration_alive(&self, index: usize, low8: u32) -> Option<bool> {
+        if index >= MAX_PROCS {
+            return Some(false);
+        }
+        let generation = match self.mine {
+            Some(m) if m.index == index => m.generation,
+            _ => self.entry(index).generation.load(Ordering::Acquire),
+        };
+        if generation & 0xff != low8 & 0xff {
+            return Some(false);
+        }
+        if self.mine.is_some_and(|m| m.index == index) {
+            return Some(true);
+        }
+        held(self.fd(), self.lock_offset(index))
     }
 
     /// Intent word `slot` of this process's entry (None if not registered).

@@ -15,7 +15,10 @@ type Record = [u8; SIZE];
 
 /// Runs `work(i)` on `n` threads released together; returns the milliseconds
 /// from the release to the last thread's end, or the first error.
-fn threads(n: usize, work: impl Fn(usize) -> Result<(), String> + Send + Sync + 'static) -> Result<f64, String> {
+pub(crate) fn threads(
+    n: usize,
+    work: impl Fn(usize) -> Result<(), String> + Send + Sync + 'static,
+) -> Result<f64, String> {
     let barrier = Arc::new(Barrier::new(n + 1));
     let work = Arc::new(work);
     let handles: Vec<_> = (0..n)
@@ -39,12 +42,12 @@ fn threads(n: usize, work: impl Fn(usize) -> Result<(), String> + Send + Sync + 
 }
 
 /// A thread's own tvmq handle bound to `buf` for queue `t`, as a C program does.
-struct Handle(*mut SATvm);
+pub(crate) struct Handle(pub(crate) *mut SATvm);
 // SAFETY: a handle is used by the one thread that owns it.
 unsafe impl Send for Handle {}
 
 impl Handle {
-    fn new(t: u32, buf: *mut c_void, size: usize) -> Handle {
+    pub(crate) fn new(t: u32, buf: *mut c_void, size: usize) -> Handle {
         let h = ffi::pCloneSATvm().cast::<SATvm>();
         assert!(!h.is_null(), "out of memory");
         // SAFETY: freshly allocated handle, ours alone.
@@ -56,7 +59,7 @@ impl Handle {
         Handle(h)
     }
 
-    fn check(&self, rc: std::ffi::c_long, what: &str) -> Result<(), String> {
+    pub(crate) fn check(&self, rc: std::ffi::c_long, what: &str) -> Result<(), String> {
         if rc == RC_SUCC {
             return Ok(());
         }
@@ -65,12 +68,12 @@ impl Handle {
         Err(format!("{what}: {}", tvm::error::Error::code_only(code)))
     }
 
-    fn push(&self) -> Result<(), String> {
+    pub(crate) fn push(&self) -> Result<(), String> {
         // SAFETY: our handle, bound to a live buffer of lSize bytes.
         self.check(unsafe { ffi::lPush(self.0) }, "lPush")
     }
 
-    fn pop(&self, out: *mut c_void) -> Result<(), String> {
+    pub(crate) fn pop(&self, out: *mut c_void) -> Result<(), String> {
         // SAFETY: our handle; `out` holds lSize bytes.
         self.check(unsafe { ffi::lPop(self.0, out, QUE_NORMAL) }, "lPop")
     }
@@ -84,7 +87,7 @@ impl Drop for Handle {
 }
 
 /// Attaches queue `t` (as a C program does before its clock starts).
-fn attach(t: u32) -> Result<(), String> {
+pub(crate) fn attach(t: u32) -> Result<(), String> {
     let h = Handle::new(t, std::ptr::null_mut(), 0);
     // SAFETY: our handle.
     h.check(unsafe { ffi::lAttchTable(h.0, t) }, "lAttchTable")

@@ -7,9 +7,11 @@
 //! crossbeam's `ArrayQueue`, the bare ring loop, and setup costs.
 
 mod chart;
+mod durable;
 mod external;
 mod inproc;
 mod latency;
+mod leases;
 mod net;
 mod net_client;
 mod report;
@@ -56,6 +58,13 @@ pub struct BenchArgs {
     /// Run only these parts of the matrix (repeat or separate with commas; default: all)
     #[arg(long, value_enum, value_delimiter = ',')]
     only: Vec<Part>,
+    /// Where the durable part puts its queues and redis's append-only file:
+    /// a directory on a disk (not tmpfs)
+    #[arg(long, value_name = "DIR", default_value = "target")]
+    disk_dir: PathBuf,
+    /// (Internal) a child process of the durable part: DIR:ID:COUNT
+    #[arg(long, hide = true, value_name = "DIR:ID:COUNT")]
+    durable_child: Option<String>,
 }
 
 /// The parts of the matrix, in the order they run.
@@ -75,6 +84,11 @@ pub enum Part {
     Batches,
     /// Push-to-pop latency across processes at a record every 10 us, 100 us, 1 ms; idle consumers' CPU
     Latency,
+    /// Durable queues on the disk (--disk-dir): interval=1000 against plain, always against
+    /// redis-server appendfsync always
+    Durable,
+    /// Acknowledged consumption: lPopLease + lAck beside plain lPop (and lPush), 1, 2, 4, 10 threads
+    Leases,
 }
 
 impl BenchArgs {
@@ -206,6 +220,9 @@ fn clear_line() -> &'static str {
 }
 
 pub fn run(args: &BenchArgs) -> Result<(), Error> {
+    if let Some(spec) = &args.durable_child {
+        return durable::child(spec).map_err(|e| Error::new(tvm::error::SVR_EXCEPTION, e));
+    }
     let dir = PathBuf::from(format!("/dev/shm/tvmq-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)
         .map_err(|e| Error::new(SHM_ERR_ACCES, format!("cannot create {}: {e}", dir.display())))?;
@@ -307,6 +324,16 @@ fn run_matrix(ctx: &mut Ctx) -> Result<(), Error> {
     // 6. Latency across processes.
     if args.wants(Part::Latency) {
         latency::run(ctx, args.latency_driver.as_deref(), boost.as_deref());
+    }
+
+    // 7. Durable queues on the disk.
+    if args.wants(Part::Durable) {
+        durable::run(ctx);
+    }
+
+    // 8. Acknowledged consumption beside plain pops.
+    if args.wants(Part::Leases) {
+        leases::run(ctx, &threads);
     }
     Ok(())
 }

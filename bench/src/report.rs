@@ -36,6 +36,11 @@ const SECTIONS: &[(&str, &str)] = &[
     ("push+pop", "Push and pop at the same time, pushers+poppers (operations/s)"),
     ("record size", "Record size sweep, one thread (records/s and MB/s)"),
     ("batch", "Batch calls, 64 records a call, one thread (records/s)"),
+    (
+        "durable",
+        "Durable queues on the disk (--disk-dir), 304-byte records, Rust API, threads or processes (records/s)",
+    ),
+    ("leases", "Leases: lPopLease + lAck per record beside plain lPop, one run, C ABI threads (records/s)"),
 ];
 
 fn mega(rate: f64) -> String {
@@ -46,6 +51,8 @@ fn mega(rate: f64) -> String {
 fn rate_text(c: &Cell) -> String {
     match (c.rates(), &c.error) {
         (_, Some(e)) => format!("error: {}", e.chars().take(40).collect::<String>()),
+        // Slow cells (durable queues) give their range in K/s.
+        (Some((med, lo, hi)), None) if med < 1e5 => format!("{} ({:.1}–{:.1} K)", mega(med), lo / 1e3, hi / 1e3),
         (Some((med, lo, hi)), None) => format!("{} ({:.1}–{:.1})", mega(med), lo / 1e6, hi / 1e6),
         (None, None) => "-".into(),
     }
@@ -172,6 +179,10 @@ fn table(cells: &[Cell], args: &BenchArgs, seconds: f64) -> String {
                     ratio(tvmq, stvm)
                 )
                 .unwrap();
+            }
+            if section == "leases" {
+                let rate = |s| find(cells, section, &test, &param, s).and_then(|c| c.rates()).map(|r| r.0);
+                write!(line, " | lease/plain {}", ratio(rate("lease queue"), rate("plain queue"))).unwrap();
             }
             writeln!(t, "{line}").unwrap();
         }
@@ -303,7 +314,7 @@ pub fn write(ctx: &Ctx, seconds: f64) -> Result<(), Error> {
     let io = |e: std::io::Error| Error::new(SHM_ERR_ACCES, format!("cannot write to {}: {e}", out.display()));
     std::fs::create_dir_all(out).map_err(io)?;
     let (lat_text, lat_csv) = latency_table(&ctx.latency, &ctx.idle);
-    let text = table(cells, args, seconds) + &lat_text;
+    let text = table(cells, args, seconds) + &super::durable::summary(cells) + &lat_text;
     print!("{text}");
     std::fs::write(out.join("table.txt"), &text).map_err(io)?;
     std::fs::write(out.join("results.csv"), csv(cells)).map_err(io)?;

@@ -11,7 +11,9 @@ use tvm::{Error, Queue, Spec};
 #[command(after_help = "Examples:\n  \
     tvmq create 21 --rows 4000000 --size 304 --name QUEUE_USER_INFO\n  \
     tvmq create --def queues.def          # the queues of an STVM definition file\n  \
-    tvmq create 21 --rows 100000 --size 304 --spin-us 1000   # pops spin 1 ms before sleeping\n\n\
+    tvmq create 21 --rows 100000 --size 304 --spin-us 1000   # pops spin 1 ms before sleeping\n  \
+    tvmq --dir /var/lib/tvmq create 21 --rows 100000 --size 304 --durable always   # survives a machine crash\n\n\
+    tvmq create 21 --rows 100000 --size 304 --lease-ms 30000 --max-deliveries 5 --dead-letter 22   # leases (lPopLease)\n\n\
     A definition file sets the next queue's id and rows, then describes its record as a C struct:\n  \
     set TABLE=22\n  set TABLESPACE=10000\n  create queue QUEUE_USER_FIELD ( acct_id long, user_no char(21), user_nm char[81] );\n\
     Types: long, int, short, double, char, char(n) / char[n]; comments: --, #, //, /* */.")]
@@ -46,6 +48,55 @@ pub struct CreateArgs {
     /// microseconds of spinning and yielding. $TVMQ_SPIN_US overrides it per process
     #[arg(long, value_name = "US", allow_negative_numbers = true, value_parser = parse_spin)]
     spin_us: Option<i64>,
+    /// Make the queue durable (its directory must be on a disk, not tmpfs):
+    /// `always` (a push or pop returns once it is on stable storage) or
+    /// `interval=MS` (changes reach the disk within MS milliseconds; a
+    /// machine crash may lose the last MS of pushes and deliver again the
+    /// last MS of pops). Default: not durable (survives process crashes only)
+    #[arg(long, value_name = "always|interval=MS", value_parser = parse_durable)]
+    durable: Option<tvm::Durability>,
+    /// Give the queue leases (acknowledged consumption: lPopLease, lAck, ...,
+    /// docs/leases.md), with this default lease time in milliseconds. Any of
+    /// the four lease options turns leases on; the others take their defaults
+    /// (lease 30000 ms, no delivery limit, no dead-letter queue, 1024 leases)
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+    lease_ms: Option<u64>,
+    /// Leases: a record delivered this many times without an acknowledgement
+    /// goes to the dead-letter queue (dropped, counted, without one); 0: no limit
+    #[arg(long, value_name = "N")]
+    max_deliveries: Option<u32>,
+    /// Leases: the queue that rejected records (and those past
+    /// --max-deliveries) go to; without it they are dropped, counted
+    #[arg(long, value_name = "ID")]
+    dead_letter: Option<u32>,
+    /// Leases: most leases in flight at once (like a consumer prefetch; a
+    /// pop beyond it fails with LEASE_LIMIT); sizes the file's lease table
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    max_leases: Option<u64>,
+}
+
+impl CreateArgs {
+    /// The lease settings the options ask for (`None`: a plain queue).
+    fn leases(&self) -> Option<tvm::LeaseSpec> {
+        if self.lease_ms.is_none()
+            && self.max_deliveries.is_none()
+            && self.dead_letter.is_none()
+            && self.max_leases.is_none()
+        {
+            return None;
+        }
+        let d = tvm::LeaseSpec::default();
+        Some(tvm::LeaseSpec {
+            lease_ms: self.lease_ms.unwrap_or(d.lease_ms),
+            max_deliveries: self.max_deliveries.unwrap_or(d.max_deliveries),
+            dead_letter: self.dead_letter,
+            max_leases: self.max_leases.unwrap_or(d.max_leases),
+        })
+    }
+}
+
+fn parse_durable(s: &str) -> Result<tvm::Durability, String> {
+    tvm::Durability::parse(s).map_err(|e| e.detail().to_string())
 }
 
 fn parse_spin(s: &str) -> Result<i64, String> {
@@ -65,8 +116,16 @@ fn parse_mode(s: &str) -> Result<u32, String> {
 fn create_one(dir: &Path, id: u32, spec: &Spec) -> Result<(), Error> {
     let started = std::time::Instant::now();
     Queue::create(dir, id, spec)?;
+    let durable = spec.durability.map(|d| format!(", durable {d}")).unwrap_or_default();
+    let leases = spec.leases.as_ref().map_or(String::new(), |l| {
+        let dl = l.dead_letter.map_or("none".to_string(), |d| d.to_string());
+        format!(
+            ", leases: {} ms, max deliveries {}, dead letter {dl}, max leases {}",
+            l.lease_ms, l.max_deliveries, l.max_leases
+        )
+    });
     println!(
-        "created queue {id} ({} rows x {} bytes, mode {:04o}) in {} ms: {}",
+        "created queue {id} ({} rows x {} bytes, mode {:04o}{durable}{leases}) in {} ms: {}",
         spec.rows,
         spec.record_size,
         spec.mode,
@@ -82,6 +141,8 @@ pub fn run(dir: &Path, a: &CreateArgs) -> Result<(), Error> {
     base.mode = a.mode;
     base.unblock_timeout_ms = a.unblock_timeout_ms;
     base.spin_us = a.spin_us;
+    base.durability = a.durable;
+    base.leases = a.leases();
     if let Some(path) = &a.def {
         return create_from_file(dir, path, &base);
     }

@@ -80,6 +80,77 @@ fn spin_text(spin_us: Option<i64>) -> String {
     }
 }
 
+/// A duration in nanoseconds, for people.
+fn took(ns: u64) -> String {
+    if ns >= 10_000_000 { format!("{} ms", ns / 1_000_000) } else { format!("{:.2} ms", ns as f64 / 1e6) }
+}
+
+/// The `durability` object of `tvmq stat --json` (null for a queue that is not durable).
+fn durability_json(q: &Queue) -> Value {
+    let Some(d) = q.durable_stats() else { return Value::Null };
+    let recovery = d.last_recovery.map_or(Value::Null, |r| {
+        json!({
+            "at_ns": r.at_ns, "kept": r.kept, "torn": r.torn, "stale": r.stale, "moved": r.moved,
+            "holes": r.holes, "watermark": r.watermark, "runs": r.runs,
+        })
+    });
+    json!({
+        "policy": d.policy.to_string(),
+        "window_ms": d.policy.window().as_millis() as u64,
+        "last_sync_ns": d.last_sync_ns,
+        "last_sync_took_ns": d.last_sync_took_ns,
+        "syncs": d.syncs,
+        "sync_failures": d.failures,
+        "dirty": d.dirty,
+        "watermark": d.watermark,
+        "recovery_pending": d.recovery_pending,
+        "last_recovery": recovery,
+    })
+}
+
+/// The durability lines of `tvmq stat`.
+fn durability_text(q: &Queue) {
+    let Some(d) = q.durable_stats() else {
+        println!("durable          no (survives process crashes, not a machine crash)");
+        return;
+    };
+    let window = match d.policy {
+        tvm::Durability::Always => "a push or pop returns once it is on disk".to_string(),
+        tvm::Durability::Interval(ms) => format!("a machine crash may lose the last {ms} ms of changes"),
+    };
+    println!("durable          {} ({window})", d.policy);
+    let last = if d.last_sync_ns == 0 {
+        "never".to_string()
+    } else {
+        format!("{} (took {})", time(d.last_sync_ns), took(d.last_sync_took_ns))
+    };
+    println!("last sync        {last}");
+    println!(
+        "syncs            {} ({} failed){}",
+        d.syncs,
+        d.failures,
+        if d.dirty { ", changes waiting for the next" } else { "" }
+    );
+    println!("consumed mark    {} (positions below it were consumed as of the last sync)", d.watermark);
+    if d.recovery_pending {
+        println!("restart recovery pending (the machine restarted; the next process to attach rebuilds the queue)");
+    }
+    match d.last_recovery {
+        None => println!("restart recovery never"),
+        Some(r) => println!(
+            "restart recovery {}: {} record(s) kept, {} torn or unwritten slot(s) and {} consumed record(s) \
+             dropped, {} moved, {} hole(s) skipped (run {})",
+            time(r.at_ns),
+            r.kept,
+            r.torn,
+            r.stale,
+            r.moved,
+            r.holes,
+            r.runs
+        ),
+    }
+}
+
 fn fields_json(i: &QueueInfo) -> Vec<Value> {
     i.fields
         .iter()
@@ -117,10 +188,12 @@ pub fn stat(dir: &Path, id: u32, as_json: bool) -> Result<(), Error> {
             "robbed": s.robbed,
             "reconciled_waiters": s.reconciled_waiters,
             "last_recovery_ns": s.last_recovery_ns,
+            "durability": durability_json(&q),
             "processes": procs.iter().map(|p| json!({
                 "entry": p.entry, "pid": p.pid, "since_ns": p.since_ns, "sleepers": p.sleepers,
             })).collect::<Vec<_>>(),
             "fields": fields_json(i),
+            "leases": crate::leases::stat_json(&q),
         }));
         return Ok(());
     }
@@ -136,6 +209,7 @@ pub fn stat(dir: &Path, id: u32, as_json: bool) -> Result<(), Error> {
     println!("file size        {} bytes", i.file_size);
     println!("unblock timeout  {} ms", i.unblock_timeout_ms);
     println!("pop wait         {}", spin_text(i.spin_us));
+    durability_text(&q);
     println!("depth            {}", s.depth);
     println!("pushed           {}", s.pushed);
     println!("popped           {}", s.popped);
@@ -146,6 +220,7 @@ pub fn stat(dir: &Path, id: u32, as_json: bool) -> Result<(), Error> {
     println!("robbed calls     {} (stalled calls whose slot was recovered)", s.robbed);
     println!("reconciled       {} (sleepers of dead processes uncounted)", s.reconciled_waiters);
     println!("last recovery    {}", time(s.last_recovery_ns));
+    crate::leases::stat_text(&q);
     println!("processes        {}", procs.len());
     for p in procs {
         println!("  entry {:>4}  pid {:>8}  since {}  asleep {}", p.entry, p.pid, time(p.since_ns), p.sleepers);
@@ -210,9 +285,15 @@ fn decode(i: &QueueInfo, rec: &[u8]) -> Option<serde_json::Map<String, Value>> {
     )
 }
 
-pub fn peek(dir: &Path, id: u32, count: usize, as_json: bool) -> Result<(), Error> {
+pub fn peek(dir: &Path, id: u32, count: usize, as_json: bool, leases: bool) -> Result<(), Error> {
     let q = Queue::inspect(dir, id)?;
     let i = q.info();
+    if leases {
+        return crate::leases::peek(&q, id, count, as_json, |rec| match decode(i, rec) {
+            Some(fields) => ("fields", Value::Object(fields)),
+            None => ("hex", Value::String(hex(rec))),
+        });
+    }
     let seen = q.peek(count);
     if as_json {
         let records: Vec<Value> = seen
@@ -267,5 +348,13 @@ pub fn repair(dir: &Path, id: u32) -> Result<(), Error> {
             "; other processes are attached: holders that could not be identified were left to the unblock timeout"
         }
     );
+    Ok(())
+}
+
+pub fn sync(dir: &Path, id: u32) -> Result<(), Error> {
+    let started = std::time::Instant::now();
+    let q = Queue::open_with(dir, id, false)?;
+    q.sync()?;
+    println!("queue {id}: synced to stable storage in {} ms", started.elapsed().as_millis());
     Ok(())
 }

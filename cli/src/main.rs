@@ -9,6 +9,7 @@
 mod create;
 mod def;
 mod inspect;
+mod leases;
 
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
@@ -55,7 +56,9 @@ enum Command {
         json: bool,
     },
     /// Print the records at the head of a queue without removing them, decoded by its field list (hex without one)
-    #[command(after_help = "Examples:\n  tvmq peek 21\n  tvmq peek 21 --count 100 --json")]
+    #[command(
+        after_help = "Examples:\n  tvmq peek 21\n  tvmq peek 21 --count 100 --json\n  tvmq peek 21 --leases   # records leased, waiting for another delivery, bound for the dead-letter queue"
+    )]
     Peek {
         /// Queue id
         id: u32,
@@ -65,6 +68,16 @@ enum Command {
         /// One JSON document: {"id", "depth", "records": [{"position", "state", "length", "fields" or "hex"}]}
         #[arg(long)]
         json: bool,
+        /// Show the records of the queue's lease table instead (leased, waiting to be delivered again, bound for the dead-letter queue)
+        #[arg(long)]
+        leases: bool,
+    },
+    /// Make everything pushed and popped on a queue so far durable (on
+    /// stable storage) before returning
+    #[command(after_help = "Example:\n  tvmq sync 21")]
+    Sync {
+        /// Queue id
+        id: u32,
     },
     /// Recover what killed processes left in a queue: records they had taken
     /// (delivered again), pushes they had begun (skipped), their sleepers
@@ -135,9 +148,10 @@ fn main() -> ExitCode {
         Command::Drop { id } => tvm::Queue::drop_queue(&dir, id).map(|()| println!("dropped queue {id}")),
         Command::List { json } => inspect::list(&dir, json),
         Command::Stat { id, json } => inspect::stat(&dir, id, json),
-        Command::Peek { id, count, json } => inspect::peek(&dir, id, count, json),
+        Command::Peek { id, count, json, leases } => inspect::peek(&dir, id, count, json, leases),
         Command::Bench(args) => tvmq_bench::run(&args),
         Command::Repair { id } => inspect::repair(&dir, id),
+        Command::Sync { id } => inspect::sync(&dir, id),
         Command::Serve(args) => tvmq_server::run(&dir, &args),
         Command::Completions { shell } => {
             let shell = match shell {

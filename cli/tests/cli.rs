@@ -304,3 +304,66 @@ fn bench_runs_only_the_parts_asked_for() {
     assert!(csv.lines().skip(1).all(|l| l.ends_with(',')), "a cell failed:\n{csv}");
     fails(&tvmq(tmp.path(), &["bench", "--only", "nothing"]), &["nothing"]);
 }
+
+/// A directory on the project's disk (durable queues refuse tmpfs), removed on drop.
+struct DiskDir(std::path::PathBuf);
+
+impl DiskDir {
+    fn new(tag: &str) -> DiskDir {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../target")
+            .join(format!("tvmq-cli-test-{}-{tag}", std::process::id()));
+        let _ = fs::remove_dir_all(&p);
+        fs::create_dir_all(&p).expect("create test dir");
+        DiskDir(p)
+    }
+}
+
+impl Drop for DiskDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn durable_create_stat_sync_and_refusals() {
+    let disk = DiskDir::new("durable");
+    let out = ok(&tvmq(&disk.0, &["create", "5", "--rows", "100", "--size", "304", "--durable", "always"])).to_string();
+    assert!(out.contains("durable always"), "{out}");
+    ok(&tvmq(&disk.0, &["create", "6", "--rows", "100", "--size", "304", "--durable", "interval=250"]));
+    {
+        let q = Queue::open(&disk.0, 5).unwrap();
+        q.push(b"one").unwrap();
+    }
+    let stat = ok(&tvmq(&disk.0, &["stat", "5"])).to_string();
+    assert!(stat_value(&stat, "durable").starts_with("always"), "{stat}");
+    assert!(stat_value(&stat, "last sync").contains("UTC"), "a push synced: {stat}");
+    assert!(stat_value(&stat, "restart recovery").starts_with("never"), "{stat}");
+    let stat = ok(&tvmq(&disk.0, &["stat", "6"])).to_string();
+    assert!(stat_value(&stat, "durable").starts_with("interval=250"), "{stat}");
+    assert!(stat_value(&stat, "last sync").starts_with("never"), "{stat}");
+    let sync = ok(&tvmq(&disk.0, &["sync", "6"])).to_string();
+    assert!(sync.contains("synced"), "{sync}");
+    let json: serde_json::Value = serde_json::from_str(ok(&tvmq(&disk.0, &["stat", "6", "--json"]))).unwrap();
+    let d = &json["durability"];
+    assert_eq!(d["policy"], "interval=250");
+    assert_eq!(d["window_ms"], 250);
+    assert!(d["syncs"].as_u64().unwrap() >= 1 && d["last_sync_ns"].as_u64().unwrap() > 0, "{d}");
+    assert!(d["last_recovery"].is_null());
+    // A plain queue says it is not durable.
+    ok(&tvmq(&disk.0, &["create", "7", "--rows", "10", "--size", "8"]));
+    let json: serde_json::Value = serde_json::from_str(ok(&tvmq(&disk.0, &["stat", "7", "--json"]))).unwrap();
+    assert!(json["durability"].is_null());
+    // Refusals: tmpfs, a bad policy, a missing queue.
+    let shm = TempDir::new("cli", "durable");
+    fails(
+        &tvmq(shm.path(), &["create", "5", "--rows", "10", "--size", "8", "--durable", "always"]),
+        &["tmpfs", "NOT_DURABLE"],
+    );
+    fails(
+        &tvmq(&disk.0, &["create", "8", "--rows", "10", "--size", "8", "--durable", "sometimes"]),
+        &["always", "interval"],
+    );
+    fails(&tvmq(&disk.0, &["create", "8", "--rows", "10", "--size", "8", "--durable", "interval=0"]), &["interval"]);
+    fails(&tvmq(&disk.0, &["sync", "9"]), &["not found"]);
+}

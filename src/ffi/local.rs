@@ -172,7 +172,7 @@ pub unsafe extern "C" fn lDropTable(p: *mut SATvm, t: TABLE) -> c_long {
 /// Runs `f` on queue `h.tblName`, attaching it on first use; a queue found
 /// dropped is re-resolved once (it may have been re-created).
 #[inline]
-fn on_queue<R>(h: &mut SATvm, f: impl FnOnce(&Queue) -> Result<R>) -> Result<R> {
+pub(super) fn on_queue<R>(h: &mut SATvm, f: impl FnOnce(&Queue) -> Result<R>) -> Result<R> {
     let t = h.tblName;
     let mut attached = false;
     let r = with_queue(t, || attached = true, f);
@@ -199,8 +199,14 @@ unsafe fn record(h: &SATvm) -> Result<&[u8]> {
 /// Appends the p->lSize bytes at p->pstVoid to queue p->tblName, attaching it
 /// on first use. Never waits: lock-free, no system call unless a consumer
 /// sleeps. m_lEffect = 1 on success. Thread-safe (one handle per thread).
+/// Durable queues (see lSyncQueue): with `always` it returns RC_SUCC only
+/// once the record is on stable storage (a disk flush, shared with the
+/// pushes of other threads and processes); with `interval=MS` it returns at
+/// once, and the record may be lost if the machine stops within MS
+/// milliseconds.
 /// Errors: CONDIT_IS_NIL (NULL handle/buffer, size 0), DATA_SPC_FULL (full),
-/// RECD_TOO_LONG (lSize above the queue's record size), TBL_NOT_FOUND.
+/// RECD_TOO_LONG (lSize above the queue's record size), TBL_NOT_FOUND,
+/// SYNC_FAILED (durable queue: the record is queued but the sync failed).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lPush(p: *mut SATvm) -> c_long {
     let body = |h: &mut SATvm| {
@@ -218,7 +224,7 @@ pub unsafe extern "C" fn lPush(p: *mut SATvm) -> c_long {
     unsafe { call(p, body) }
 }
 
-fn wait_mode(wait: Uenum) -> Result<Wait> {
+pub(super) fn wait_mode(wait: Uenum) -> Result<Wait> {
     match wait {
         QUE_NORMAL => Ok(Wait::Forever),
         QUE_NOWAIT => Ok(Wait::NoWait),
@@ -239,7 +245,11 @@ fn wait_mode(wait: Uenum) -> Result<Wait> {
 /// never sleeps (one CPU at 100% for as long as it waits). Whatever the
 /// strategy, a push makes a wake-up system call only when a consumer sleeps.
 /// lPopup with a timeout waits the same way.
-/// m_lEffect = 1 on success.
+/// m_lEffect = 1 on success. Durable queues (see lSyncQueue): with `always`
+/// it returns once the record's removal is on stable storage (never
+/// delivered again after a machine crash); with `interval=MS` a record
+/// popped within MS milliseconds before the machine stops may be delivered
+/// again.
 /// Errors: CONDIT_IS_NIL (NULL handle/out), RECD_TOO_LONG (lSize below the
 /// record size; nothing is taken), NO_DATA_FOUND, SHM_ERR_EIDRM (dropped
 /// while waiting), TBL_NOT_FOUND, NOT_SUPPT_OPT (other wait flag).

@@ -9,13 +9,17 @@
 //! error (`lGetTErrno`, `lGetEffect`).
 #![allow(non_snake_case, non_camel_case_types, clippy::missing_safety_doc)]
 
+mod durable;
 mod handle;
+mod lease;
 mod local;
 mod net;
 
+pub use durable::lSyncQueue;
 pub use handle::{
     lAttchTable, lInitSATvm, pCloneSATvm, pGetSATvm, vCloneFree, vHoldConnect, vHoldRelease, vTblDisconnect,
 };
+pub use lease::{TvmLease, lAck, lExtendLease, lPopLease, lReject, lRelease};
 pub use local::{lCircleQueue, lDropTable, lPop, lPopup, lPush, lPushs, lTableQueue, lTvmDefField, lTvmDefQueue};
 pub use net::{lAsyPush, lAsyWait, lTvmConnect, lTvmPop, lTvmPopup, lTvmPush, lTvmShare, vTvmDisconnect};
 

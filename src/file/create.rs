@@ -2,7 +2,10 @@
 //! removing one, and cleaning up after creations whose process died.
 
 use super::dir::{check_dir, open_checked, queue_path};
-use super::layout::{Info, MAX_RECORD_SIZE, OPTIONS_OFFSET, Options, file_size};
+use super::layout::{
+    CONTROL_OFFSET, Control, Info, MAX_LEASE_MS, MAX_LEASES, MAX_RECORD_SIZE, OPTIONS_OFFSET, Options, SyncWords,
+    file_size_for,
+};
 use super::{cpath, io_error, is_tmpfs};
 use crate::error::*;
 use crate::ring::MAX_CAPACITY;
@@ -15,6 +18,36 @@ use std::sync::atomic::AtomicU64;
 
 /// Unblock timeout written into new queues unless told otherwise.
 pub const DEFAULT_UNBLOCK_TIMEOUT_MS: u64 = 10_000;
+/// Lease time of a queue with leases unless told otherwise (SQS's default
+/// visibility timeout).
+pub const DEFAULT_LEASE_MS: u64 = 30_000;
+/// Leases in flight at most on a queue with leases unless told otherwise.
+pub const DEFAULT_MAX_LEASES: u64 = 1024;
+
+/// The settings of a queue with acknowledged consumption ([`Spec::leases`]):
+/// see [`crate::Queue::pop_lease`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseSpec {
+    /// Lease time of a pop that gives none, in milliseconds (1 to a year;
+    /// default [`DEFAULT_LEASE_MS`]).
+    pub lease_ms: u64,
+    /// A record delivered this many times without being acknowledged goes
+    /// to the dead-letter queue (0, the default: no limit; at most 65,535).
+    pub max_deliveries: u32,
+    /// The queue that rejected records, and those past the delivery limit,
+    /// go to (it must exist when they do); `None`: they are dropped, counted.
+    pub dead_letter: Option<u32>,
+    /// Most leases in flight at once (the size of the file's lease table;
+    /// default [`DEFAULT_MAX_LEASES`], at most 1,048,576): like a consumer
+    /// prefetch, a pop beyond it fails with `LEASE_LIMIT`.
+    pub max_leases: u64,
+}
+
+impl Default for LeaseSpec {
+    fn default() -> LeaseSpec {
+        LeaseSpec { lease_ms: DEFAULT_LEASE_MS, max_deliveries: 0, dead_letter: None, max_leases: DEFAULT_MAX_LEASES }
+    }
+}
 
 /// What [`crate::Queue::create`] makes.
 #[derive(Clone, Debug)]
@@ -39,6 +72,14 @@ pub struct Spec {
     /// the library's default (a few microseconds of spinning and yielding).
     /// A process can override it with `$TVMQ_SPIN_US`.
     pub spin_us: Option<i64>,
+    /// `Some`: a durable queue (see [`crate::Durability`]), whose directory
+    /// must be on a filesystem that persists (not tmpfs or ramfs). `None`:
+    /// as fast as memory; survives process crashes, not a machine crash.
+    pub durability: Option<crate::Durability>,
+    /// Acknowledged consumption: `Some` gives the queue a lease table
+    /// ([`crate::Queue::pop_lease`] and the other lease calls); `None`, the
+    /// default, makes a plain queue.
+    pub leases: Option<LeaseSpec>,
 }
 
 impl Spec {
@@ -53,12 +94,19 @@ impl Spec {
             mode: 0o600,
             unblock_timeout_ms: DEFAULT_UNBLOCK_TIMEOUT_MS,
             spin_us: None,
+            durability: None,
+            leases: None,
         }
     }
 
     /// The size of the file this queue needs, or `None` if it overflows.
     pub fn file_size(&self) -> Option<u64> {
-        file_size(self.rows, self.record_size)
+        file_size_for(
+            self.rows,
+            self.record_size,
+            self.durability.is_some(),
+            self.leases.as_ref().map_or(0, |l| l.max_leases),
+        )
     }
 }
 
@@ -87,10 +135,24 @@ pub(crate) fn create(dir: &Path, id: u32, spec: &Spec) -> Result<()> {
     if spec.spin_us.is_some_and(|us| us < -1) {
         return Err(Error::new(CONDIT_IS_NIL, "spin time: -1 (never sleep) or a number of microseconds >= 0"));
     }
+    if let Some(crate::Durability::Interval(ms)) = spec.durability {
+        if !(1..=super::layout::MAX_INTERVAL_MS).contains(&u64::from(ms)) {
+            return Err(Error::new(CONDIT_IS_NIL, format!("durable interval {ms} ms: from 1 to 3600000")));
+        }
+    }
+    if spec.durability.is_some() && spec.leases.is_some() {
+        return Err(Error::new(NOT_SUPPT_OPT, "a durable queue cannot have leases (not supported yet)"));
+    }
+    if let Some(l) = &spec.leases {
+        check_leases(id, l)?;
+    }
     let info = Info::new(id, spec, size)?;
     let options = Options::new(spec);
 
     check_dir(dir, true)?;
+    if spec.durability.is_some() {
+        refuse_volatile(dir)?;
+    }
     let path = queue_path(dir, id);
     if std::fs::symlink_metadata(&path).is_ok() {
         return Err(Error::new(TBL_ARD_EXIST, format!("queue {id} already exists ({})", path.display())));
@@ -124,11 +186,34 @@ pub(crate) fn create(dir: &Path, id: u32, spec: &Spec) -> Result<()> {
     }
     // SAFETY: fd is a fresh descriptor that nothing else owns.
     let file = unsafe { File::from_raw_fd(fd) };
-    let result = fill_new_file(&file, &tmp, &info, &options, spec.mode).and_then(|()| publish(&tmp, &path, id));
+    let durable = spec.durability.is_some();
+    let result = fill_new_file(&file, &tmp, &info, &options, spec.mode, durable)
+        .and_then(|()| publish(&tmp, &path, id))
+        .and_then(|()| if durable { sync_dir(dir) } else { Ok(()) });
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
     result
+}
+
+fn check_leases(id: u32, l: &LeaseSpec) -> Result<()> {
+    if !(1..=MAX_LEASE_MS).contains(&l.lease_ms) {
+        return Err(Error::new(CONDIT_IS_NIL, format!("lease time {} ms: 1 to {MAX_LEASE_MS}", l.lease_ms)));
+    }
+    if l.max_leases == 0 {
+        return Err(Error::new(CONDIT_IS_NIL, "maximum of leases in flight: at least 1"));
+    }
+    if l.max_leases > MAX_LEASES {
+        return Err(Error::new(MQUE_CRTE_BIG, format!("{} leases in flight: at most {MAX_LEASES}", l.max_leases)));
+    }
+    if l.max_deliveries > crate::lease::state::MAX_DELIVERIES {
+        let most = crate::lease::state::MAX_DELIVERIES;
+        return Err(Error::new(CONDIT_IS_NIL, format!("maximum deliveries {}: at most {most}", l.max_deliveries)));
+    }
+    if l.dead_letter == Some(id) {
+        return Err(Error::new(CONDIT_IS_NIL, format!("queue {id} cannot be its own dead-letter queue")));
+    }
+    Ok(())
 }
 
 /// `.queue-<id>.tmp.`: the name of a queue file being created starts with
@@ -137,7 +222,28 @@ fn temporary_prefix(id: u32) -> String {
     format!(".queue-{id}.tmp.")
 }
 
-fn fill_new_file(file: &File, tmp: &Path, info: &Info, options: &Options, mode: u32) -> Result<()> {
+/// A durable queue's directory must persist: tmpfs and ramfs are refused.
+fn refuse_volatile(dir: &Path) -> Result<()> {
+    let d = File::open(dir).map_err(|e| io_error(SHM_ERR_ACCES, "cannot open queue directory", dir, e))?;
+    if super::is_volatile_fs(&d) {
+        return Err(Error::new(
+            NOT_DURABLE,
+            format!(
+                "{} is on tmpfs or ramfs, which a restart empties: a durable queue needs a directory on a disk \
+                 (give one with $TVMDBD or --dir)",
+                dir.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Makes the directory entry of a new durable queue durable.
+fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir).and_then(|d| d.sync_all()).map_err(|e| io_error(SYNC_FAILED, "cannot sync queue directory", dir, e))
+}
+
+fn fill_new_file(file: &File, tmp: &Path, info: &Info, options: &Options, mode: u32, durable: bool) -> Result<()> {
     // The umask must not narrow (or we widen) the requested mode.
     // SAFETY: fchmod on an fd we own.
     if unsafe { libc::fchmod(file.as_raw_fd(), mode as libc::mode_t) } != 0 {
@@ -159,12 +265,31 @@ fn fill_new_file(file: &File, tmp: &Path, info: &Info, options: &Options, mode: 
         }
         e => return Err(io_error(SHM_ERR_NOMEM, "cannot allocate", tmp, std::io::Error::from_raw_os_error(e))),
     }
-    if is_tmpfs(file) {
+    // A durable queue's blocks are written once now, so that its syncs
+    // write data in place and never have to commit block allocations (a
+    // journal commit per sync).
+    if is_tmpfs(file) || durable {
         zero_fill(file, info.file_size).map_err(|e| io_error(MQUE_CRTE_BIG, "cannot fill", tmp, e))?;
     }
     file.write_all_at(info.as_bytes(), 0)
         .and_then(|()| file.write_all_at(options.as_bytes(), OPTIONS_OFFSET as u64))
-        .map_err(|e| io_error(SHM_ERR_NOMEM, "cannot write header of", tmp, e))
+        .map_err(|e| io_error(SHM_ERR_NOMEM, "cannot write header of", tmp, e))?;
+    if durable {
+        // This boot's id: the queue's first attach needs no recovery.
+        let control = Control::default();
+        crate::durable::recover::stamp_new(&control);
+        let words = &control.sync.0.boot_id;
+        let at = CONTROL_OFFSET
+            + std::mem::offset_of!(Control, sync) as u64
+            + std::mem::offset_of!(SyncWords, boot_id) as u64;
+        let mut bytes = [0u8; 16];
+        bytes[..8].copy_from_slice(&words[0].load(std::sync::atomic::Ordering::Relaxed).to_ne_bytes());
+        bytes[8..].copy_from_slice(&words[1].load(std::sync::atomic::Ordering::Relaxed).to_ne_bytes());
+        file.write_all_at(&bytes, at)
+            .and_then(|()| file.sync_all())
+            .map_err(|e| io_error(SYNC_FAILED, "cannot write", tmp, e))?;
+    }
+    Ok(())
 }
 
 /// Writes zeros over the whole file. On tmpfs, `fallocate` reserves pages but

@@ -4,9 +4,10 @@
 //! | offset | size | content |
 //! |---|---|---|
 //! | 0 | 4 KiB | [`Info`]: magic, version, geometry, name, fields, checksum (immutable) |
-//! | 4096 | 4 KiB | [`Control`]: ring cursors, futex and waiter count, dropped flag, counters |
+//! | 4096 | 4 KiB | [`Control`]: ring cursors, futex and waiter count, dropped flag, counters; for durable queues the sync words, the last recovery's findings and the two copies of the consumed watermark |
 //! | 8192 | 1,056 KiB | process table ([`crate::registry`]): 256 entries of 4,224 bytes |
 //! | [`DATA_OFFSET`] | capacity x stride | slots: 16-byte header + record, stride = 16 + record size rounded up to 8 |
+//! | [`lease_table_offset`] (queues with leases only) | see [`crate::lease::table`] | lease table: control block, then max leases x (64-byte head + record rounded up to 64) |
 //!
 //! All-zero control, table and slots are the valid initial state, so a new
 //! file is its header plus zero pages.
@@ -95,6 +96,62 @@ const _: () = assert!(OPTIONS_OFFSET % 8 == 0);
 
 /// [`Options::flags`] bit: `spin_us` is set.
 pub(crate) const OPT_SPIN: u64 = 1;
+/// [`Options::flags`] bit: the queue is durable ([`Options::durable`] holds its policy).
+pub(crate) const OPT_DURABLE: u64 = 2;
+
+/// [`DurableOptions::policy`]: every push and pop returns once it is on stable storage.
+pub(crate) const POLICY_ALWAYS: u64 = 1;
+/// [`DurableOptions::policy`]: a flusher syncs at most `interval_ms` after a change.
+pub(crate) const POLICY_INTERVAL: u64 = 2;
+/// Longest interval a durable queue may have (one hour).
+pub(crate) const MAX_INTERVAL_MS: u64 = 3_600_000;
+
+/// The durability policy of a queue, in [`Options::durable`] (64 bytes, the
+/// size of the array it replaced). All zero: not durable.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct DurableOptions {
+    /// [`POLICY_ALWAYS`] or [`POLICY_INTERVAL`] (0 when not durable).
+    pub policy: u64,
+    /// For [`POLICY_INTERVAL`]: the longest time, in milliseconds, between a
+    /// change and the sync that makes it durable (1..=[`MAX_INTERVAL_MS`]);
+    /// 0 otherwise.
+    pub interval_ms: u64,
+    /// Zero; room for later durability settings.
+    pub reserved: [u64; 6],
+}
+const _: () = assert!(size_of::<DurableOptions>() == 64);
+
+/// [`Options::flags`] bit: the queue has leases ([`LeaseOptions`] is set,
+/// and the file ends with a lease table). Bit 2 is left to durable queues.
+pub(crate) const OPT_LEASES: u64 = 4;
+
+/// Longest lease (and release delay) a queue may default to: a year.
+pub const MAX_LEASE_MS: u64 = 365 * 24 * 3600 * 1000;
+/// Most leases a queue may have in flight (entries of its lease table).
+pub const MAX_LEASES: u64 = 1 << 20;
+
+/// The settings of acknowledged consumption, in [`Options::leases`] (all
+/// zero without [`OPT_LEASES`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct LeaseOptions {
+    /// Lease time of `lPopLease(..., 0, ...)`, in milliseconds, >= 1.
+    pub lease_ms: u64,
+    /// Deliveries after which a record that is not acknowledged goes to the
+    /// dead-letter queue (0: no limit), at most [`crate::lease::state::MAX_DELIVERIES`].
+    pub max_deliveries: u64,
+    /// Entries of the lease table: leases in flight at most, 1..=[`MAX_LEASES`].
+    pub max_leases: u64,
+    /// The dead-letter queue's id, when `has_dead_letter` is 1.
+    pub dead_letter: u32,
+    /// 1: rejected records (and those past the delivery limit) go to queue
+    /// `dead_letter`; 0: they are dropped (counted).
+    pub has_dead_letter: u32,
+    /// Zero; reserved.
+    pub reserved: [u64; 4],
+}
+const _: () = assert!(size_of::<LeaseOptions>() == 64);
 
 /// Per-queue settings added after layout version 1, in the header's unused
 /// bytes after [`Info`]. A file made before them holds zeros there, which
@@ -108,10 +165,10 @@ pub(crate) struct Options {
     /// Blocking pops spin this many microseconds before they yield and
     /// sleep; -1: they never sleep.
     pub spin_us: i64,
-    /// Zero; the settings of durable queues will go here.
-    pub durable: [u64; 8],
-    /// Zero; the settings of acknowledged consumption (leases) will go here.
-    pub leases: [u64; 8],
+    /// The durability policy, set with [`OPT_DURABLE`] (all zero without it).
+    pub durable: DurableOptions,
+    /// The settings of acknowledged consumption ([`OPT_LEASES`]).
+    pub leases: LeaseOptions,
     /// Zero; room for later settings.
     pub reserved: [u64; 13],
     /// FNV-1a 64 of the bytes above, or 0 when they are all zero.
@@ -125,6 +182,26 @@ impl Options {
         if let Some(us) = spec.spin_us {
             o.flags |= OPT_SPIN;
             o.spin_us = us;
+        }
+        if let Some(d) = spec.durability {
+            o.flags |= OPT_DURABLE;
+            o.durable = match d {
+                crate::Durability::Always => DurableOptions { policy: POLICY_ALWAYS, ..Default::default() },
+                crate::Durability::Interval(ms) => {
+                    DurableOptions { policy: POLICY_INTERVAL, interval_ms: u64::from(ms), ..Default::default() }
+                }
+            };
+        }
+        if let Some(l) = &spec.leases {
+            o.flags |= OPT_LEASES;
+            o.leases = LeaseOptions {
+                lease_ms: l.lease_ms,
+                max_deliveries: u64::from(l.max_deliveries),
+                max_leases: l.max_leases,
+                dead_letter: l.dead_letter.unwrap_or(0),
+                has_dead_letter: u32::from(l.dead_letter.is_some()),
+                reserved: [0; 4],
+            };
         }
         o.checksum = o.compute_checksum();
         o
@@ -158,14 +235,62 @@ impl Options {
         if self.checksum != self.compute_checksum() {
             return bad("header options checksum mismatch: the header was modified or corrupted".into());
         }
-        let unknown = self.durable.iter().chain(&self.leases).chain(&self.reserved).any(|&r| r != 0);
-        if self.flags & !OPT_SPIN != 0 || unknown {
+        let unknown = self.durable.reserved.iter().chain(&self.reserved).any(|&r| r != 0)
+            || (self.flags & OPT_LEASES == 0 && self.leases != LeaseOptions::default());
+        if self.flags & !(OPT_SPIN | OPT_DURABLE | OPT_LEASES) != 0 || unknown {
             return Err(Error::new(VER_NOT_MATCH, "queue file has options this library does not know"));
         }
         if self.flags & OPT_SPIN != 0 && self.spin_us < -1 {
             return bad(format!("spin time {} us out of range", self.spin_us));
         }
-        Ok(())
+        if self.flags & OPT_LEASES != 0 {
+            let l = &self.leases;
+            if !(1..=MAX_LEASE_MS).contains(&l.lease_ms)
+                || !(1..=MAX_LEASES).contains(&l.max_leases)
+                || l.max_deliveries > u64::from(crate::lease::state::MAX_DELIVERIES)
+                || l.has_dead_letter > 1
+                || l.reserved != [0; 4]
+            {
+                return bad(format!("lease settings out of range: {l:?}"));
+            }
+        }
+        if self.flags & OPT_LEASES != 0 && self.flags & OPT_DURABLE != 0 {
+            return bad("a durable queue with leases (not supported)".into());
+        }
+        let d = &self.durable;
+        match (self.flags & OPT_DURABLE != 0, d.policy) {
+            (false, _) if d.policy != 0 || d.interval_ms != 0 => {
+                bad("durability settings without the durable flag".into())
+            }
+            (false, _) => Ok(()),
+            (true, POLICY_ALWAYS) if d.interval_ms == 0 => Ok(()),
+            (true, POLICY_INTERVAL) if (1..=MAX_INTERVAL_MS).contains(&d.interval_ms) => Ok(()),
+            (true, POLICY_ALWAYS | POLICY_INTERVAL) => {
+                bad(format!("durable interval {} ms out of range", d.interval_ms))
+            }
+            (true, p) => Err(Error::new(VER_NOT_MATCH, format!("durability policy {p} unknown to this library"))),
+        }
+    }
+
+    /// The durability policy of the queue, if it is durable (of a validated block).
+    pub(crate) fn durability(&self) -> Option<crate::Durability> {
+        if self.flags & OPT_DURABLE == 0 {
+            return None;
+        }
+        match self.durable.policy {
+            POLICY_ALWAYS => Some(crate::Durability::Always),
+            _ => Some(crate::Durability::Interval(u32::try_from(self.durable.interval_ms).unwrap_or(u32::MAX))),
+        }
+    }
+
+    /// The lease settings, if the queue has leases.
+    pub(crate) fn leases(&self) -> Option<&LeaseOptions> {
+        (self.flags & OPT_LEASES != 0).then_some(&self.leases)
+    }
+
+    /// Entries of the queue's lease table (0: no leases).
+    pub(crate) fn lease_entries(&self) -> u64 {
+        self.leases().map_or(0, |l| l.max_leases)
     }
 
     /// The spin time set for the queue, if any (-1: never sleep).
@@ -174,7 +299,7 @@ impl Options {
     }
 }
 
-fn fnv1a(bytes: &[u8]) -> u64 {
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3))
 }
 const _: () = assert!(size_of::<Control>() as u64 <= TABLE_OFFSET - CONTROL_OFFSET);
@@ -218,6 +343,85 @@ pub(crate) struct Counters {
     pub last_recovery_ns: AtomicU64,
 }
 
+/// The shared state of a durable queue's syncs (unused by other queues).
+/// See `crate::durable` for the protocol.
+#[repr(C)]
+#[derive(Default)]
+pub(crate) struct SyncWords {
+    /// 0: no sync in progress; else the pid of the process syncing.
+    pub lock: AtomicU32,
+    /// Bumped when a sync ends (or its syncer gives up); waiters sleep on it.
+    pub futex: AtomicU32,
+    /// Threads (of every process) asleep waiting for a sync.
+    pub waiters: AtomicU32,
+    /// Set by pushes and pops of an `interval` queue, cleared by the sync
+    /// that covers them: the flusher syncs only when it is set.
+    pub dirty: AtomicU32,
+    /// Syncs started: a change made before this count was read is covered
+    /// by sync number `started + 1` and every later one.
+    pub started: AtomicU64,
+    /// The highest sync number that has completed.
+    pub done: AtomicU64,
+    /// When the lock was taken, nanoseconds since the Unix epoch.
+    pub locked_ns: AtomicU64,
+    /// When the last sync completed, nanoseconds since the Unix epoch.
+    pub last_sync_ns: AtomicU64,
+    /// How long the last sync took, nanoseconds.
+    pub last_sync_took_ns: AtomicU64,
+    /// Syncs that failed (the system call returned an error).
+    pub failures: AtomicU64,
+    /// When `dirty` was last set (the oldest change not yet synced),
+    /// nanoseconds since the Unix epoch.
+    pub dirty_ns: AtomicU64,
+    /// The boot id (`/proc/sys/kernel/random/boot_id`) of the machine on which
+    /// processes last attached: another value at attach means the machine
+    /// restarted since, and the ring is rebuilt from its slots.
+    pub boot_id: [AtomicU64; 2],
+}
+
+/// What the last recovery after a machine restart found (durable queues).
+#[repr(C)]
+#[derive(Default)]
+pub(crate) struct RecoveryWords {
+    /// When it ran, nanoseconds since the Unix epoch (0: never).
+    pub at_ns: AtomicU64,
+    /// Records kept (valid and not consumed).
+    pub kept: AtomicU64,
+    /// Slots dropped because their checksum did not match (torn writes, or
+    /// a record whose write had not reached the disk).
+    pub torn: AtomicU64,
+    /// Valid records dropped because they lie below the consumed watermark.
+    pub stale: AtomicU64,
+    /// Kept records moved to a later position (more than a lap behind the newest).
+    pub moved: AtomicU64,
+    /// Positions between kept records that held nothing: now empty records.
+    pub holes: AtomicU64,
+    /// Recoveries run on this file.
+    pub runs: AtomicU64,
+    /// The consumed watermark the recovery started from.
+    pub watermark: AtomicU64,
+}
+
+/// One copy of the consumed watermark, alone in a 512-byte sector (a
+/// sector reaches the disk whole or not at all). Two copies are kept and
+/// written alternately, as LMDB keeps its meta pages: a torn write spoils
+/// one copy, and the other (older) one still holds.
+#[repr(C, align(512))]
+#[derive(Default)]
+pub(crate) struct Mark {
+    /// Generation: the valid copy with the higher one is the current one.
+    pub generation: AtomicU64,
+    /// Every position numbered below this has been consumed (its slot
+    /// released) as of the sync that wrote the copy.
+    pub consumed: AtomicU64,
+    /// Positions claimed by producers at that sync (`tail`, counted).
+    pub pushed: AtomicU64,
+    /// When the sync started, nanoseconds since the Unix epoch.
+    pub synced_ns: AtomicU64,
+    /// FNV-1a 64 of the four words above (and the queue's creation time).
+    pub check: AtomicU64,
+}
+
 /// The mutable shared state at [`CONTROL_OFFSET`].
 #[repr(C)]
 #[derive(Default)]
@@ -226,6 +430,12 @@ pub(crate) struct Control {
     pub wake: CachePadded<WakeWords>,
     pub state: CachePadded<StateWords>,
     pub counters: CachePadded<Counters>,
+    /// Durable queues only (zero elsewhere).
+    pub sync: CachePadded<SyncWords>,
+    /// Durable queues only (zero elsewhere).
+    pub recovery: CachePadded<RecoveryWords>,
+    /// Durable queues only (zero elsewhere): the consumed watermark, twice.
+    pub marks: [Mark; 2],
 }
 
 // SAFETY: the control block is atomics only: any bits are a value.
@@ -235,7 +445,15 @@ unsafe impl crate::shm::Shared for StateWords {}
 // SAFETY: as above.
 unsafe impl crate::shm::Shared for Counters {}
 // SAFETY: as above.
+unsafe impl crate::shm::Shared for SyncWords {}
+// SAFETY: as above.
+unsafe impl crate::shm::Shared for RecoveryWords {}
+// SAFETY: as above.
+unsafe impl crate::shm::Shared for Mark {}
+// SAFETY: as above.
 unsafe impl crate::shm::Shared for Control {}
+const _: () = assert!(size_of::<SyncWords>() <= 128 && size_of::<RecoveryWords>() <= 128);
+const _: () = assert!(offset_of!(Control, marks) % 512 == 0 && CONTROL_OFFSET % 512 == 0);
 
 /// Bytes one record slot takes in a queue file, for records of up to
 /// `record_size` bytes: a 16-byte header, then the record rounded up to 8
@@ -245,9 +463,40 @@ pub fn slot_stride(record_size: u64) -> u64 {
     SLOT_HEADER_BYTES as u64 + record_size.div_ceil(8) * 8
 }
 
-/// Exact file size of a queue, or `None` if it overflows.
-pub(crate) fn file_size(rows: u64, record_size: u64) -> Option<u64> {
-    rows.checked_mul(slot_stride(record_size))?.checked_add(DATA_OFFSET)
+/// The stride of a queue's slots: [`slot_stride`], rounded up to 16 bytes
+/// for a durable queue, so that no slot header straddles two 512-byte
+/// sectors (its `seq` and its checksum reach the disk together: see
+/// `ring::seal`).
+pub(crate) fn stride_for(record_size: u64, durable: bool) -> u64 {
+    let s = slot_stride(record_size);
+    if durable { s.div_ceil(16) * 16 } else { s }
+}
+
+/// Exact file size of a plain (not durable) queue with a lease table of
+/// `leases` entries (0: no leases), or `None` if it overflows.
+#[cfg(test)]
+pub(crate) fn file_size(rows: u64, record_size: u64, leases: u64) -> Option<u64> {
+    file_size_for(rows, record_size, false, leases)
+}
+
+/// Exact file size of a queue, durable or not, with a lease table of
+/// `leases` entries (0: none), or `None` if it overflows or the
+/// combination is not supported (a durable queue has no lease table).
+pub(crate) fn file_size_for(rows: u64, record_size: u64, durable: bool, leases: u64) -> Option<u64> {
+    let slots_end = rows.checked_mul(stride_for(record_size, durable))?.checked_add(DATA_OFFSET)?;
+    if leases == 0 {
+        return Some(slots_end);
+    }
+    if durable {
+        return None;
+    }
+    lease_table_offset(rows, record_size)?.checked_add(crate::lease::table::table_bytes(leases, record_size)?)
+}
+
+/// File offset of the lease table (after the slots, on a page boundary).
+pub(crate) fn lease_table_offset(rows: u64, record_size: u64) -> Option<u64> {
+    let slots_end = rows.checked_mul(slot_stride(record_size))?.checked_add(DATA_OFFSET)?;
+    slots_end.checked_add(4095).map(|e| e / 4096 * 4096)
 }
 
 /// Copies `s` into `dst`, keeping a NUL at the end; cuts on a character boundary.
@@ -291,7 +540,7 @@ impl Info {
             record_size: spec.record_size,
             capacity: spec.rows,
             one_lap: one_lap(spec.rows),
-            slot_stride: slot_stride(spec.record_size),
+            slot_stride: stride_for(spec.record_size, spec.durability.is_some()),
             created_ns: crate::clock::now_ns(),
             unblock_timeout_ms: spec.unblock_timeout_ms,
             id,
@@ -355,8 +604,9 @@ impl Info {
     }
 
     /// Checks every field of a header read from a file of `file_len` bytes
-    /// (expected to be queue `id`, if given).
-    pub(crate) fn validate(&self, file_len: u64, id: Option<u32>) -> Result<()> {
+    /// (expected to be queue `id`, if given), durable or not, whose options
+    /// (validated) give it a lease table of `leases` entries (0: none).
+    pub(crate) fn validate(&self, file_len: u64, id: Option<u32>, durable: bool, leases: u64) -> Result<()> {
         let bad = |what: String| Err(Error::new(SHM_ERR_INVAL, what));
         if self.magic != MAGIC {
             return bad("not a tvmq queue file (bad magic)".into());
@@ -384,10 +634,10 @@ impl Info {
         if !(1..=MAX_CAPACITY).contains(&self.capacity) {
             return bad(format!("capacity {} out of range", self.capacity));
         }
-        if self.one_lap != one_lap(self.capacity) || self.slot_stride != slot_stride(self.record_size) {
+        if self.one_lap != one_lap(self.capacity) || self.slot_stride != stride_for(self.record_size, durable) {
             return bad("header geometry is inconsistent".into());
         }
-        if file_size(self.capacity, self.record_size) != Some(self.file_size) {
+        if file_size_for(self.capacity, self.record_size, durable, leases) != Some(self.file_size) {
             return bad(format!("header says {} bytes, its geometry needs another size", self.file_size));
         }
         if self.file_size != file_len {
@@ -437,8 +687,14 @@ mod tests {
     fn sizes() {
         assert_eq!(slot_stride(304), 320);
         assert_eq!(slot_stride(1), 24);
-        assert_eq!(file_size(4_000_000, 304), Some(DATA_OFFSET + 4_000_000 * 320));
-        assert_eq!(file_size(u64::MAX, 8), None);
+        assert_eq!(file_size(4_000_000, 304, 0), Some(DATA_OFFSET + 4_000_000 * 320));
+        assert_eq!(file_size(u64::MAX, 8, 0), None);
+        // With leases: the table after the slots, on a page boundary: a
+        // 4 KiB control block and entries of 64 + 320 bytes.
+        assert_eq!(lease_table_offset(3, 304), Some(DATA_OFFSET + 4096));
+        assert_eq!(file_size(3, 304, 10), Some(DATA_OFFSET + 4096 + 4096 + 4096));
+        assert_eq!(file_size(3, 304, 11), Some(DATA_OFFSET + 4096 + 4096 + 8192));
+        assert_eq!(file_size(1 << 40, 1 << 30, 1 << 20), None);
     }
 
     #[test]

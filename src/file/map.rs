@@ -2,9 +2,12 @@
 //! mapping and the typed views the queue works through.
 
 use super::dir::{open_checked, queue_path};
-use super::layout::{CONTROL_OFFSET, Control, DATA_OFFSET, INFO_BYTES, Info, Options, TABLE_OFFSET};
+use super::layout::{
+    CONTROL_OFFSET, Control, DATA_OFFSET, INFO_BYTES, Info, Options, TABLE_OFFSET, lease_table_offset,
+};
 use super::{io_error, is_tmpfs};
 use crate::error::*;
+use crate::lease::table::LeaseTable;
 use crate::registry::Registry;
 use crate::ring::MapStorage;
 use crate::shm::{SharedMap, SharedRef};
@@ -47,8 +50,11 @@ fn open_validated(dir: &Path, id: u32, write: bool) -> Result<(File, Info, Optio
     file.read_exact_at(&mut raw, 0).map_err(|e| io_error(SHM_ERR_INVAL, "cannot read", &path, e))?;
     let info = Info::from_bytes(&raw).ok_or_else(|| Error::new(SHM_ERR_INVAL, "short header"))?;
     let options = Options::from_header(&raw).ok_or_else(|| Error::new(SHM_ERR_INVAL, "short header"))?;
-    info.validate(len, Some(id))
-        .and_then(|()| options.validate())
+    // The durable flag changes the slot stride and the lease settings the
+    // file's end; a corrupted flag fails one of the checks.
+    options
+        .validate()
+        .and_then(|()| info.validate(len, Some(id), options.durability().is_some(), options.lease_entries()))
         .map_err(|e| Error::new(e.code(), format!("{}: {}", path.display(), e.detail())))?;
     Ok((file, info, options, len, path))
 }
@@ -98,6 +104,16 @@ impl QueueFile {
         &self.file
     }
 
+    /// The mapping of the whole file.
+    pub(crate) fn map(&self) -> &SharedMap {
+        &self.map
+    }
+
+    /// Is the file on tmpfs or ramfs (never durable)?
+    pub(crate) fn is_volatile(&self) -> bool {
+        super::is_volatile_fs(&self.file)
+    }
+
     /// The shared control block (a view that keeps the mapping alive).
     pub(crate) fn control(&self) -> &SharedRef<Control> {
         &self.control
@@ -115,6 +131,24 @@ impl QueueFile {
             i.record_size as usize,
         )
         .ok_or_else(|| Error::new(SHM_ERR_INVAL, format!("{}: slots do not fit the file", self.path.display())))
+    }
+
+    /// The lease table, if the queue has leases.
+    pub(crate) fn lease_table(&self) -> Result<Option<LeaseTable>> {
+        let i = &self.info;
+        let entries = self.options.lease_entries();
+        if entries == 0 {
+            return Ok(None);
+        }
+        let offset = lease_table_offset(i.capacity, i.record_size).and_then(|o| usize::try_from(o).ok());
+        let count = usize::try_from(entries).ok();
+        offset
+            .zip(count)
+            .and_then(|(o, n)| LeaseTable::new(&self.map, o, n, i.record_size as usize))
+            .map(Some)
+            .ok_or_else(|| {
+                Error::new(SHM_ERR_INVAL, format!("{}: the lease table does not fit the file", self.path.display()))
+            })
     }
 
     /// This process's view of the file's process table (not registered yet).

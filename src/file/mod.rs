@@ -8,9 +8,9 @@ pub(crate) mod dir;
 pub(crate) mod layout;
 pub(crate) mod map;
 
-pub use create::{DEFAULT_UNBLOCK_TIMEOUT_MS, Spec};
+pub use create::{DEFAULT_LEASE_MS, DEFAULT_MAX_LEASES, DEFAULT_UNBLOCK_TIMEOUT_MS, LeaseSpec, Spec};
 pub use dir::{queue_dir, queue_ids, queue_path};
-pub use layout::{MAX_RECORD_SIZE, slot_stride};
+pub use layout::{MAX_LEASE_MS, MAX_LEASES, MAX_RECORD_SIZE, slot_stride};
 
 use crate::error::*;
 use std::ffi::CString;
@@ -34,6 +34,19 @@ fn is_tmpfs(file: &File) -> bool {
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     // SAFETY: a valid fd and out pointer.
     unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) == 0 && st.f_type == libc::TMPFS_MAGIC }
+}
+
+/// `statfs` magic of ramfs (libc names tmpfs's but not this one).
+const RAMFS_MAGIC: libc::c_long = 0x8584_58f6;
+
+/// Is the file on a filesystem whose contents do not survive a restart
+/// (tmpfs, ramfs)?
+pub(crate) fn is_volatile_fs(file: &File) -> bool {
+    // SAFETY: statfs is plain data; all-zero is a valid value for the call to fill.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid fd and out pointer.
+    let ok = unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) == 0 };
+    ok && (st.f_type == libc::TMPFS_MAGIC || st.f_type as libc::c_long == RAMFS_MAGIC)
 }
 
 #[cfg(test)]

@@ -224,7 +224,7 @@ fn resigned_headers_with_lying_geometry_are_refused() {
     assert_eq!(Queue::inspect(dir, 1).unwrap().info().name, "renamed");
 
     type Edit = Box<dyn Fn(&mut Info)>;
-    let g = file_size;
+    let g = |rows, size| file_size(rows, size, 0);
     let cases: Vec<(&str, Edit, u64)> = vec![
         ("capacity + 1", Box::new(|i| i.capacity += 1), full),
         ("capacity - 1", Box::new(|i| i.capacity -= 1), full),
@@ -691,7 +691,7 @@ fn capacity_is_exact_for_odd_sizes() {
             }
             let s = q.stats();
             assert_eq!((s.pushed, s.popped, s.depth), (s.pushed, s.pushed, 0));
-            assert_eq!(fs::metadata(q.path()).unwrap().len(), file_size(rows, size as u64).unwrap());
+            assert_eq!(fs::metadata(q.path()).unwrap().len(), file_size(rows, size as u64, 0).unwrap());
         }
     }
 }

@@ -34,8 +34,9 @@ pub struct SlotHeader {
     /// lap's record), plus [`SKIP`] on an empty record. Only ever moves
     /// forward, and only by CAS after the slot has been claimed.
     pub seq: AtomicU64,
-    /// Zero; reserved.
-    pub reserved: u32,
+    /// Durable queues: the record's checksum (see `ring::seal`), written
+    /// by the producer before publishing. Zero and unused elsewhere.
+    pub check: AtomicU32,
     /// Length of the published record, 1..=record_size. Written by the
     /// producer before publishing; validated by the consumer before use.
     pub len: AtomicU32,

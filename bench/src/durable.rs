@@ -1,0 +1,408 @@
+//! `tvmq bench --only durable`: durable queues on this machine's disk (a
+//! directory under `--disk-dir`, `target` by default), side by side with
+//! redis-server started on a loopback port with `appendonly yes` and
+//! `appendfsync always` in the same directory, driven by redis-benchmark.
+//!
+//! Cells (304-byte records, the safe Rust API, one queue handle shared by
+//! the threads; each cell's runs alternate with its peer's, so that the
+//! machine's drift hits both alike):
+//! * `interval=1000` against a plain queue in the same directory: push then
+//!   pop, 1 and 4 threads;
+//! * `always`: push then pop at 1, 4 and 10 threads, beside LPUSH of
+//!   redis-benchmark with as many clients (`-c N`, one request in flight
+//!   per client, as a producer that waits for its acknowledgement);
+//! * `always`: push from 4 and 10 processes (this program started again
+//!   with `--durable-child`, released together; the wall time of them all).
+//!
+//! The summary after the table states each target of issue 12 with the
+//! ratio measured, and the seed's Q4M figures (with sync, on a hard disk)
+//! beside ours.
+
+use super::{Cell, Ctx};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+use tvm::{Durability, Queue, Spec, Wait};
+
+const SIZE: usize = 304;
+const SECTION: &str = "durable";
+const PLAIN: &str = "plain (disk)";
+const INTERVAL: &str = "interval=1000";
+const ALWAYS: &str = "always";
+const REDIS: &str = "redis appendfsync always";
+/// The seed's Q4M figures, with sync, on a hard disk (seed 003).
+const Q4M_PUSH: f64 = 5301.0;
+const Q4M_POP: f64 = 2876.0;
+
+/// Queue ids in the benchmark's directory.
+const PLAIN_ID: u32 = 31;
+const INTERVAL_ID: u32 = 32;
+const ALWAYS_ID: u32 = 33;
+
+/// `n` threads released together each run `work(i)`; milliseconds from
+/// the release to the last one's end.
+fn threads(n: usize, work: impl Fn(usize) -> Result<(), String> + Send + Sync + 'static) -> Result<f64, String> {
+    let barrier = Arc::new(Barrier::new(n + 1));
+    let work = Arc::new(work);
+    let handles: Vec<_> = (0..n)
+        .map(|i| {
+            let (barrier, work) = (barrier.clone(), work.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                work(i)
+            })
+        })
+        .collect();
+    let start = Instant::now();
+    barrier.wait();
+    let mut result = Ok(());
+    for h in handles {
+        result = result.and(h.join().map_err(|_| "thread panicked".to_string()).and_then(|r| r));
+    }
+    result.map(|()| start.elapsed().as_secs_f64() * 1000.0)
+}
+
+/// `n` threads each pushing (or popping) `per` records on `q`.
+fn run_queue(q: &Arc<Queue>, n: usize, per: u64, pop: bool) -> Result<f64, String> {
+    let q = q.clone();
+    threads(n, move |i| {
+        let mut buf = [b'x'; SIZE];
+        buf[..8].copy_from_slice(&(i as u64).to_le_bytes());
+        for _ in 0..per {
+            if pop {
+                q.pop(&mut buf, Wait::Forever).map_err(|e| format!("pop: {e}"))?;
+            } else {
+                q.push(&buf).map_err(|e| format!("push: {e}"))?;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// A fresh queue `id` in `dir`, opened.
+fn fresh(dir: &Path, id: u32, rows: u64, durability: Option<Durability>) -> Result<Arc<Queue>, String> {
+    let _ = Queue::drop_queue(dir, id);
+    let mut spec = Spec::new(rows, SIZE as u64);
+    spec.durability = durability;
+    Queue::create(dir, id, &spec).map_err(|e| e.to_string())?;
+    Queue::open(dir, id).map(Arc::new).map_err(|e| e.to_string())
+}
+
+/// The child of the process cells: opens the queue, says "ready", waits
+/// for a line on stdin, pushes, exits. `spec` is `DIR:ID:COUNT`.
+pub fn child(spec: &str) -> Result<(), String> {
+    let mut parts = spec.rsplitn(3, ':');
+    let count: u64 = parts.next().and_then(|c| c.parse().ok()).ok_or("bad --durable-child count")?;
+    let id: u32 = parts.next().and_then(|c| c.parse().ok()).ok_or("bad --durable-child id")?;
+    let dir = PathBuf::from(parts.next().ok_or("bad --durable-child dir")?);
+    let q = Queue::open(&dir, id).map_err(|e| e.to_string())?;
+    let mut buf = [b'p'; SIZE];
+    buf[..4].copy_from_slice(&std::process::id().to_le_bytes());
+    println!("ready");
+    std::io::stdout().flush().map_err(|e| e.to_string())?;
+    let mut go = String::new();
+    std::io::stdin().read_line(&mut go).map_err(|e| e.to_string())?;
+    for _ in 0..count {
+        q.push(&buf).map_err(|e| format!("push: {e}"))?;
+    }
+    Ok(())
+}
+
+/// `n` processes each pushing `per` records on queue `id` of `dir`,
+/// released together; milliseconds until the last one exits.
+fn run_processes(dir: &Path, id: u32, n: usize, per: u64) -> Result<f64, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut kids: Vec<Child> = Vec::new();
+    let kill_all = |kids: &mut Vec<Child>| {
+        for k in kids.iter_mut() {
+            let _ = k.kill();
+            let _ = k.wait();
+        }
+    };
+    for _ in 0..n {
+        let spawned = Command::new(&exe)
+            .arg("bench")
+            .arg("--durable-child")
+            .arg(format!("{}:{id}:{per}", dir.display()))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn();
+        match spawned {
+            Ok(c) => kids.push(c),
+            Err(e) => {
+                kill_all(&mut kids);
+                return Err(format!("cannot start a child: {e}"));
+            }
+        }
+    }
+    for k in kids.iter_mut() {
+        let mut line = String::new();
+        let read = k.stdout.take().map(|o| BufReader::new(o).read_line(&mut line));
+        if !matches!(read, Some(Ok(_))) || line.trim() != "ready" {
+            kill_all(&mut kids);
+            return Err("a child did not get ready".into());
+        }
+    }
+    let start = Instant::now();
+    for k in kids.iter_mut() {
+        if let Some(mut i) = k.stdin.take() {
+            let _ = i.write_all(b"go\n");
+        }
+    }
+    let mut failed = None;
+    for k in kids.iter_mut() {
+        match k.wait() {
+            Ok(s) if s.success() => {}
+            other => failed = Some(format!("a child failed: {other:?}")),
+        }
+    }
+    let ms = start.elapsed().as_secs_f64() * 1000.0;
+    failed.map_or(Ok(ms), Err)
+}
+
+/// redis-server with `appendonly yes`, `appendfsync always`, its files in `dir`.
+struct Redis {
+    port: u16,
+    child: Child,
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn ask(port: u16, line: &str) -> Result<String, String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
+    s.write_all(format!("{line}\r\n").as_bytes()).map_err(|e| e.to_string())?;
+    let mut b = [0u8; 256];
+    let n = s.read(&mut b).map_err(|e| e.to_string())?;
+    Ok(String::from_utf8_lossy(&b[..n]).trim_end().to_string())
+}
+
+fn start_redis(dir: &Path) -> Result<Redis, String> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| e.to_string())?;
+    let child = Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
+        .args(["--appendonly", "yes", "--appendfsync", "always", "--dir"])
+        .arg(dir)
+        .stdout(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start redis-server (apt-get install redis-server): {e}"))?;
+    let mut r = Redis { port, child };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !ask(port, "PING").is_ok_and(|p| p == "+PONG") {
+        if let Ok(Some(status)) = r.child.try_wait() {
+            return Err(format!("redis-server exited at start ({status})"));
+        }
+        if Instant::now() > deadline {
+            return Err("redis-server does not answer PING".into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(r)
+}
+
+/// redis-benchmark LPUSH, `clients` connections, `n` values of 304 bytes: milliseconds.
+fn redis_lpush(r: &Redis, clients: usize, n: u64) -> Result<f64, String> {
+    ask(r.port, "DEL mylist")?;
+    let out = Command::new("redis-benchmark")
+        .args(["-h", "127.0.0.1", "-p", &r.port.to_string(), "-t", "lpush", "--csv", "-d", "304"])
+        .args(["-c", &clients.to_string(), "-n", &n.to_string()])
+        .output()
+        .map_err(|e| format!("cannot run redis-benchmark (apt-get install redis-tools): {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() || text.contains("rror") {
+        return Err(format!("redis-benchmark: {}{}", text.trim(), String::from_utf8_lossy(&out.stderr).trim()));
+    }
+    let rps: f64 = text
+        .lines()
+        .find_map(|l| {
+            let mut f = l.split(',').map(|x| x.trim_matches('"'));
+            (f.next() == Some("LPUSH")).then(|| f.next().and_then(|r| r.parse().ok())).flatten()
+        })
+        .ok_or_else(|| format!("no LPUSH figure in redis-benchmark's output: {text}"))?;
+    Ok(n as f64 / rps * 1000.0)
+}
+
+/// The benchmark's directory on the disk: refuses tmpfs (the figures would
+/// not be a disk's).
+fn disk_dir(ctx: &Ctx) -> Result<PathBuf, String> {
+    let dir = ctx.args.disk_dir.join(format!("tvmq-bench-durable-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    Ok(dir)
+}
+
+/// Runs the durable cells.
+pub fn run(ctx: &mut Ctx) {
+    let dir = match disk_dir(ctx) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("durable: {e}");
+            return;
+        }
+    };
+    cells(ctx, &dir);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn cells(ctx: &mut Ctx, dir: &Path) {
+    let smoke = ctx.args.smoke;
+    // 1. interval=1000 against a plain queue in the same directory.
+    let records = if smoke { 20_000 } else { ctx.records().min(1_000_000) };
+    let queues = fresh(dir, PLAIN_ID, records, None)
+        .and_then(|p| Ok((p, fresh(dir, INTERVAL_ID, records, Some(Durability::Interval(1000)))?)));
+    match queues {
+        Err(e) => eprintln!("durable: {e}"),
+        Ok((plain, interval)) => {
+            for n in [1usize, 4] {
+                let per = records / n as u64;
+                let tests = [("push", PLAIN), ("pop", PLAIN), ("push", INTERVAL), ("pop", INTERVAL)];
+                let mut round = 0;
+                ctx.measure_group(SECTION, &tests, &n.to_string(), per * n as u64, SIZE as u64, |_| {
+                    round += 1;
+                    let one = |q: &Arc<Queue>| -> Result<Vec<f64>, String> {
+                        Ok(vec![run_queue(q, n, per, false)?, run_queue(q, n, per, true)?])
+                    };
+                    // Alternate which goes first.
+                    if round % 2 == 1 {
+                        let mut v = one(&plain)?;
+                        v.extend(one(&interval)?);
+                        Ok(v)
+                    } else {
+                        let i = one(&interval)?;
+                        let mut v = one(&plain)?;
+                        v.extend(i);
+                        Ok(v)
+                    }
+                });
+            }
+        }
+    }
+    let _ = Queue::drop_queue(dir, PLAIN_ID);
+    let _ = Queue::drop_queue(dir, INTERVAL_ID);
+
+    // 2. always, threads, beside redis appendfsync always with as many clients.
+    let redis = start_redis(dir);
+    if let Err(e) = &redis {
+        eprintln!("durable: {e}");
+    }
+    let base: u64 = if smoke { 100 } else { 1000 };
+    for n in [1usize, 4, 10] {
+        let per = base;
+        let total = per * n as u64;
+        let q = match fresh(dir, ALWAYS_ID, total, Some(Durability::Always)) {
+            Ok(q) => q,
+            Err(e) => {
+                eprintln!("durable: {e}");
+                return;
+            }
+        };
+        let tests = [("push", ALWAYS), ("pop", ALWAYS), ("push", REDIS)];
+        ctx.measure_group(SECTION, &tests, &n.to_string(), total, SIZE as u64, |_| {
+            let mut v = vec![run_queue(&q, n, per, false)?, run_queue(&q, n, per, true)?];
+            let r = redis.as_ref().map_err(|e| e.clone())?;
+            v.push(redis_lpush(r, n, total)?);
+            Ok(v)
+        });
+    }
+    // 3. always, processes (each cell's queue emptied after each run).
+    for n in [4usize, 10] {
+        let per = base;
+        let total = per * n as u64;
+        let q = match fresh(dir, ALWAYS_ID, total, Some(Durability::Always)) {
+            Ok(q) => q,
+            Err(e) => {
+                eprintln!("durable: {e}");
+                return;
+            }
+        };
+        let tests = [("push, processes", ALWAYS)];
+        ctx.measure_group(SECTION, &tests, &n.to_string(), total, SIZE as u64, |_| {
+            let ms = run_processes(dir, ALWAYS_ID, n, per)?;
+            // Empty it (one thread; not measured) and check the count.
+            let mut buf = [0u8; SIZE];
+            for k in 0..total {
+                q.pop(&mut buf, Wait::NoWait).map_err(|e| format!("after {k} of {total} records: {e}"))?;
+            }
+            Ok(vec![ms])
+        });
+    }
+    let _ = Queue::drop_queue(dir, ALWAYS_ID);
+}
+
+fn rate(cells: &[Cell], test: &str, param: &str, subject: &str) -> Option<f64> {
+    cells
+        .iter()
+        .find(|c| c.section == SECTION && c.test == test && c.param == param && c.subject == subject)
+        .filter(|c| c.error.is_none())
+        .and_then(|c| c.rates())
+        .map(|r| r.0)
+}
+
+/// The targets of issue 12 with what this run measured (empty without durable cells).
+pub fn summary(cells: &[Cell]) -> String {
+    use std::fmt::Write as _;
+    if !cells.iter().any(|c| c.section == SECTION) {
+        return String::new();
+    }
+    let mut t = String::from("\nDurable queues: targets (median rates of this run)\n");
+    let k = |r: Option<f64>| r.map_or("-".into(), |r| format!("{:.1} K/s", r / 1e3));
+    let mut line = |what: String, ours: Option<f64>, theirs: Option<f64>, target: f64| {
+        let verdict = match (ours, theirs) {
+            (Some(a), Some(b)) if b > 0.0 => {
+                let x = a / b;
+                format!("{x:.2}x (target >= {target}x: {})", if x >= target { "met" } else { "MISSED" })
+            }
+            _ => "-".into(),
+        };
+        let _ = writeln!(t, "  {what:<44} {:>11} vs {:>11}  {verdict}", k(ours), k(theirs));
+    };
+    for n in ["1", "4"] {
+        for test in ["push", "pop"] {
+            line(
+                format!("interval=1000 {test} {n} thr. vs plain"),
+                rate(cells, test, n, INTERVAL),
+                rate(cells, test, n, PLAIN),
+                0.9,
+            );
+        }
+    }
+    line(
+        "always push 1 thr. vs redis -c 1".into(),
+        rate(cells, "push", "1", ALWAYS),
+        rate(cells, "push", "1", REDIS),
+        1.2,
+    );
+    for n in ["4", "10"] {
+        line(
+            format!("always push {n} thr. vs redis -c {n}"),
+            rate(cells, "push", n, ALWAYS),
+            rate(cells, "push", n, REDIS),
+            2.0,
+        );
+        line(
+            format!("always push {n} proc. vs redis -c {n}"),
+            rate(cells, "push, processes", n, ALWAYS),
+            rate(cells, "push", n, REDIS),
+            2.0,
+        );
+    }
+    let _ = writeln!(
+        t,
+        "  Q4M with sync on a hard disk (seed): {} pushes/s, {} pops/s; ours (always, 1 thread): {} push, {} pop",
+        Q4M_PUSH,
+        Q4M_POP,
+        k(rate(cells, "push", "1", ALWAYS)),
+        k(rate(cells, "pop", "1", ALWAYS))
+    );
+    t
+}

@@ -1,0 +1,441 @@
+//! The crash model: what a machine crash can leave of a durable queue, and
+//! what opening it must then make of it.
+//!
+//! The queue's syncs go through a hook that copies the mapping (what
+//! `msync` would write) and logs it; another thread copies it at random
+//! instants. Producers and consumers log when each push and pop starts and
+//! returns, in the same log. A crash image at a logged copy T is, for each
+//! 4 KiB page (or, in half the images, each 512-byte sector), the version of
+//! the last sync before T or any copy taken after it up to T: pages reach
+//! the disk in any order, whenever the kernel writes them. Opening the
+//! image (with the boot id cleared, as after a restart) must never fail or
+//! crash, never yield a record that was not pushed or a torn one, never
+//! lose a push acknowledged as durable, and deliver again only records
+//! popped within the window (after the last sync before T).
+//!
+//! `TVMQ_CRASH_IMAGES` sets the number of images per run (`make soak` uses more).
+
+use super::*;
+use crate::file::layout::{DATA_OFFSET, TABLE_OFFSET};
+use crate::file::{Spec, queue_path};
+use crate::queue::{Queue, Wait};
+use crate::test_support::{TempDir, splitmix64};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, Mutex};
+
+const PAGE: usize = 4096;
+const SECTOR: usize = 512;
+const RECORD: u64 = 120;
+const CAPACITY: u64 = 200;
+
+/// One entry of the run's log.
+enum Event {
+    /// A copy of the file without its process table: bytes 0..TABLE_OFFSET
+    /// then DATA_OFFSET..end. `synced`: taken by a sync (of the slots);
+    /// `control`: the sync wrote the control page too.
+    Copy {
+        synced: bool,
+        control: bool,
+        bytes: Arc<Vec<u8>>,
+    },
+    PushStart(u32),
+    Acked(u32),
+    PopStart(u8),
+    Popped(u8, u32),
+}
+
+/// A directory on a disk (durable queues refuse tmpfs), removed on drop.
+struct DiskDir(PathBuf);
+
+impl DiskDir {
+    fn new(tag: &str) -> DiskDir {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("target")
+            .join(format!("tvmq-test-durable-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).expect("create test dir");
+        DiskDir(p)
+    }
+}
+
+impl Drop for DiskDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Record `seq` (unique over the run): its length and bytes follow from it.
+fn record(seq: u32) -> Vec<u8> {
+    let h = splitmix64(u64::from(seq));
+    let len = 8 + (h % (RECORD - 7)) as usize;
+    let mut r = seq.to_le_bytes().to_vec();
+    let mut x = h;
+    while r.len() < len {
+        x = splitmix64(x);
+        r.extend_from_slice(&x.to_le_bytes());
+    }
+    r.truncate(len);
+    r
+}
+
+/// The sequence number of a record, if it is exactly a record of [`record`].
+fn parse(r: &[u8]) -> Option<u32> {
+    let seq = u32::from_le_bytes(r.get(..4)?.try_into().ok()?);
+    (record(seq) == r).then_some(seq)
+}
+
+/// Copies the file's mapping (all but the process table) with volatile
+/// reads: other threads write it meanwhile, as they do while the kernel
+/// writes pages out.
+fn copy(base: *const u8, len: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(len);
+    for range in [0..TABLE_OFFSET as usize, DATA_OFFSET as usize..len] {
+        for off in range.step_by(8) {
+            // SAFETY: off + 8 <= len (ranges of 8-byte multiples inside a
+            // live mapping of len bytes); a volatile read of memory other
+            // threads may be writing is how a snapshot is taken.
+            let w = unsafe { std::ptr::read_volatile(base.add(off).cast::<u64>()) };
+            out.extend_from_slice(&w.to_ne_bytes());
+        }
+    }
+    out
+}
+
+/// A run of producers and consumers on a durable queue whose syncs are
+/// logged copies; returns the log and the file size.
+fn run(policy: Durability, dir: &Path, seed: u64) -> (Vec<Event>, usize) {
+    let mut spec = Spec::new(CAPACITY, RECORD);
+    spec.durability = Some(policy);
+    Queue::create(dir, 1, &spec).unwrap();
+    let path = queue_path(dir, 1);
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let file_len = std::fs::metadata(&path).unwrap().len() as usize;
+    {
+        let f = std::fs::File::open(&path).unwrap();
+        let initial = crate::shm::SharedMap::map(&f, file_len, false).unwrap();
+        let bytes = Arc::new(copy(initial.base(), file_len));
+        log.lock().unwrap().push(Event::Copy { synced: true, control: true, bytes });
+    }
+    let hook_log = log.clone();
+    let hook: SyncHook = Arc::new(move |base, len, control| {
+        let mut l = hook_log.lock().unwrap();
+        l.push(Event::Copy { synced: true, control, bytes: Arc::new(copy(base, len)) });
+    });
+    hooks().lock().unwrap().push((path.clone(), hook));
+    let q = Arc::new(Queue::open(dir, 1).unwrap());
+    let stop = Arc::new(AtomicBool::new(false));
+    const PRODUCERS: u32 = 3;
+    const PER_PRODUCER: u32 = 500;
+    let pace = matches!(policy, Durability::Interval(_));
+    const CONSUMERS: u8 = 3;
+    let popped = Arc::new(AtomicU64::new(0));
+    std::thread::scope(|s| {
+        // Copies at random instants.
+        {
+            let (log, stop, path) = (log.clone(), stop.clone(), path.clone());
+            s.spawn(move || {
+                let f = std::fs::File::open(&path).unwrap();
+                let map = crate::shm::SharedMap::map(&f, file_len, false).unwrap();
+                let mut x = seed;
+                while !stop.load(Ordering::Relaxed) {
+                    x = splitmix64(x);
+                    std::thread::sleep(Duration::from_micros(20 + x % 300));
+                    // Copied under the log's lock: the log's order is the copies' order.
+                    let mut l = log.lock().unwrap();
+                    let bytes = Arc::new(copy(map.base(), file_len));
+                    l.push(Event::Copy { synced: false, control: false, bytes });
+                }
+            });
+        }
+        for p in 0..PRODUCERS {
+            let (q, log, pace) = (q.clone(), log.clone(), pace);
+            s.spawn(move || {
+                let mut x = seed ^ u64::from(p + 1);
+                let mut seq = p * PER_PRODUCER;
+                let end = seq + PER_PRODUCER;
+                while seq < end {
+                    x = splitmix64(x);
+                    // Now and then a batch of 2..=4 (one sync for all), else one record.
+                    let n = if x % 5 == 0 { (2 + (x >> 8) % 3) as u32 } else { 1 }.min(end - seq);
+                    let recs: Vec<Vec<u8>> = (seq..seq + n).map(record).collect();
+                    {
+                        let mut l = log.lock().unwrap();
+                        (seq..seq + n).for_each(|r| l.push(Event::PushStart(r)));
+                    }
+                    let done = if n == 1 {
+                        match q.push(&recs[0]) {
+                            Ok(()) => 1,
+                            Err(e) if e.code() == DATA_SPC_FULL => 0,
+                            Err(e) => panic!("push: {e}"),
+                        }
+                    } else {
+                        // Batches need equal sizes: pad to the record size with the
+                        // record's own tail rule (records are self-describing).
+                        let mut bytes = Vec::new();
+                        let each = RECORD as usize;
+                        for r in &recs {
+                            let mut b = r.clone();
+                            b.resize(each, 0);
+                            bytes.extend_from_slice(&b);
+                        }
+                        let (done, err) = q.push_many(&bytes, each);
+                        if let Some(e) = err {
+                            assert_eq!(e.code(), DATA_SPC_FULL, "push_many: {e}");
+                        }
+                        done as u32
+                    };
+                    {
+                        let mut l = log.lock().unwrap();
+                        (seq..seq + done).for_each(|r| l.push(Event::Acked(r)));
+                    }
+                    seq += done;
+                    if done < n {
+                        std::thread::yield_now();
+                    }
+                    if pace && x % 4 == 0 {
+                        // Spread an `interval` run over many flushes.
+                        std::thread::sleep(Duration::from_micros(100));
+                    }
+                }
+            });
+        }
+        for c in 0..CONSUMERS {
+            let (q, log, popped) = (q.clone(), log.clone(), popped.clone());
+            s.spawn(move || {
+                let mut out = vec![0u8; RECORD as usize];
+                while popped.load(Ordering::SeqCst) < u64::from(PRODUCERS * PER_PRODUCER) {
+                    log.lock().unwrap().push(Event::PopStart(c));
+                    match q.pop(&mut out, Wait::NoWait) {
+                        Ok(n) => {
+                            // Batch-pushed records were padded: cut at the record's own length.
+                            let seq = u32::from_le_bytes(out[..4].try_into().unwrap());
+                            let len = record(seq).len();
+                            assert!(n == len || n == RECORD as usize, "length {n} for record {seq}");
+                            assert_eq!(parse(&out[..len]), Some(seq), "a record that was pushed");
+                            popped.fetch_add(1, Ordering::SeqCst);
+                            log.lock().unwrap().push(Event::Popped(c, seq));
+                        }
+                        Err(e) if e.code() == NO_DATA_FOUND => std::thread::yield_now(),
+                        Err(e) => panic!("pop: {e}"),
+                    }
+                }
+            });
+        }
+        // The producers and consumers end by themselves; then stop the copier.
+        while popped.load(Ordering::SeqCst) < u64::from(PRODUCERS * PER_PRODUCER) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    drop(q);
+    hooks().lock().unwrap().retain(|(p, _)| p != &path);
+    // (The flusher thread may still hold the queue's sync machinery, and so the hook.)
+    let log = std::mem::take(&mut *log.lock().unwrap());
+    (log, file_len)
+}
+
+/// What the log says about each record, as event indices.
+#[derive(Default, Clone, Copy)]
+struct Life {
+    push_start: Option<usize>,
+    acked: Option<usize>,
+    pop_start: Option<usize>,
+    popped: Option<usize>,
+}
+
+fn lives(log: &[Event]) -> std::collections::HashMap<u32, Life> {
+    let mut m: std::collections::HashMap<u32, Life> = Default::default();
+    let mut pop_start: [usize; 256] = [0; 256];
+    for (i, e) in log.iter().enumerate() {
+        match e {
+            Event::PushStart(r) => m.entry(*r).or_default().push_start = Some(i),
+            Event::Acked(r) => m.entry(*r).or_default().acked = Some(i),
+            Event::PopStart(c) => pop_start[*c as usize] = i,
+            Event::Popped(c, r) => {
+                let l = m.entry(*r).or_default();
+                l.pop_start = Some(pop_start[*c as usize]);
+                l.popped = Some(i);
+            }
+            Event::Copy { .. } => {}
+        }
+    }
+    m
+}
+
+/// Builds crash images from a run's log and checks what opening each gives.
+fn check_images(policy: Durability, log: &[Event], file_len: usize, images: usize, seed: u64) -> (u64, u64) {
+    let lives = lives(log);
+    let copies: Vec<usize> = (0..log.len()).filter(|&i| matches!(log[i], Event::Copy { .. })).collect();
+    let returns: Vec<usize> =
+        (0..log.len()).filter(|&i| matches!(log[i], Event::Acked(_) | Event::Popped(..))).collect();
+    let bytes = |i: usize| match &log[i] {
+        Event::Copy { bytes, .. } => bytes.clone(),
+        _ => unreachable!(),
+    };
+    let scratch = TempDir::new("durable", "images");
+    let copied_len = copy_len(file_len);
+    let (mut redelivered, mut kept_total) = (0u64, 0u64);
+    let mut x = seed;
+    for n in 0..images {
+        x = splitmix64(x);
+        // The crash: after copy T, at random or (half the images) at the
+        // first copy after a push or pop returned, where a missing sync shows.
+        let t = if (x >> 40) % 2 == 0 {
+            copies[(x % copies.len() as u64) as usize]
+        } else {
+            let returned = &returns[(x % returns.len() as u64) as usize];
+            match copies.iter().find(|&&c| c > *returned) {
+                Some(&c) => c,
+                None => *copies.last().unwrap(),
+            }
+        };
+        let last_sync = copies
+            .iter()
+            .copied()
+            .filter(|&i| i <= t && matches!(log[i], Event::Copy { synced: true, .. }))
+            .max()
+            .unwrap();
+        // The control page is synced only by the syncs that wrote it.
+        let last_control = copies
+            .iter()
+            .copied()
+            .filter(|&i| i <= t && matches!(log[i], Event::Copy { synced: true, control: true, .. }))
+            .max()
+            .unwrap();
+        let versions: Vec<Arc<Vec<u8>>> =
+            copies.iter().copied().filter(|&i| i >= last_sync && i <= t).map(bytes).collect();
+        let control_versions: Vec<Arc<Vec<u8>>> =
+            copies.iter().copied().filter(|&i| i >= last_control && i <= t).map(bytes).collect();
+        let grain = if (x >> 32) % 2 == 0 { PAGE } else { SECTOR };
+        let mut image = vec![0u8; copied_len];
+        for (k, chunk) in image.chunks_mut(grain).enumerate() {
+            x = splitmix64(x);
+            let in_control = (CONTROL_OFFSET as usize..TABLE_OFFSET as usize).contains(&(k * grain));
+            let from = if in_control { &control_versions } else { &versions };
+            let v = &from[(x % from.len() as u64) as usize];
+            chunk.copy_from_slice(&v[k * grain..k * grain + chunk.len()]);
+        }
+        // As after a restart: another boot id.
+        let boot =
+            CONTROL_OFFSET as usize + std::mem::offset_of!(Control, sync) + std::mem::offset_of!(SyncWords, boot_id);
+        image[boot..boot + 16].fill(0);
+        // The file: header and control, a zero process table, the slots.
+        let mut file = image[..TABLE_OFFSET as usize].to_vec();
+        file.resize(DATA_OFFSET as usize, 0);
+        file.extend_from_slice(&image[TABLE_OFFSET as usize..]);
+        assert_eq!(file.len(), file_len);
+        let path = queue_path(scratch.path(), 1);
+        let _ = std::fs::remove_file(&path);
+        std::fs::write(&path, &file).unwrap();
+        let q = Queue::open(scratch.path(), 1).unwrap_or_else(|e| panic!("image {n} (crash at event {t}): open: {e}"));
+        let found = q.durable_stats().unwrap().last_recovery.expect("a recovery ran");
+        // What the image delivers.
+        let mut got = Vec::new();
+        let mut out = vec![0u8; RECORD as usize];
+        loop {
+            match q.pop(&mut out, Wait::NoWait) {
+                Ok(len) => {
+                    let seq = u32::from_le_bytes(out[..4].try_into().unwrap());
+                    let want = record(seq);
+                    let ok = (len == want.len() || len == RECORD as usize)
+                        && out[..want.len()] == want[..]
+                        && out[want.len()..len].iter().all(|&b| b == 0);
+                    assert!(ok, "image {n}: a record that was never pushed, or torn: {:?}", &out[..len]);
+                    let life = lives.get(&seq).copied().unwrap_or_default();
+                    assert!(life.push_start.is_some_and(|s| s < t), "image {n}: record {seq} pushed after the crash");
+                    got.push(seq);
+                }
+                Err(e) if e.code() == NO_DATA_FOUND => break,
+                Err(e) => panic!("image {n}: pop: {e}"),
+            }
+        }
+        drop(q);
+        kept_total += got.len() as u64;
+        assert_eq!(found.kept, got.len() as u64, "image {n}: recovery's count");
+        let set: std::collections::HashSet<u32> = got.iter().copied().collect();
+        assert_eq!(set.len(), got.len(), "image {n}: a record delivered twice");
+        // The durable point: acknowledged pushes and completed pops before it are on disk.
+        let durable_before = match policy {
+            Durability::Always => t,
+            Durability::Interval(_) => last_sync,
+        };
+        for (&seq, life) in &lives {
+            let acked = life.acked.is_some_and(|a| a < durable_before);
+            let pop_began = life.pop_start.is_some_and(|s| s < t);
+            if acked && !pop_began {
+                assert!(
+                    set.contains(&seq),
+                    "image {n} (crash at {t}, last sync {last_sync}, grain {grain}): acknowledged push {seq} lost: {:?} {found:?} {}",
+                    (life.push_start, life.acked, life.pop_start, life.popped),
+                    describe(&versions, seq)
+                );
+            }
+            if life.popped.is_some_and(|p| p < durable_before) {
+                assert!(!set.contains(&seq), "image {n}: record {seq}, popped before the last sync, delivered again");
+            }
+            if set.contains(&seq) && life.popped.is_some_and(|p| p < t) {
+                redelivered += 1;
+            }
+        }
+    }
+    (kept_total, redelivered)
+}
+
+/// Where record `seq` is in each version (for failure messages).
+fn describe(versions: &[Arc<Vec<u8>>], seq: u32) -> String {
+    let stride = crate::file::layout::stride_for(RECORD, true) as usize;
+    let base = TABLE_OFFSET as usize;
+    let mut s = String::new();
+    for (k, v) in versions.iter().enumerate() {
+        for i in 0..CAPACITY as usize {
+            let at = base + i * stride;
+            let rec = &v[at + 16..at + 20];
+            if u32::from_le_bytes(rec.try_into().unwrap()) == seq {
+                let seqw = u64::from_ne_bytes(v[at..at + 8].try_into().unwrap());
+                let len = u32::from_ne_bytes(v[at + 12..at + 16].try_into().unwrap());
+                s += &format!(" v{k}: slot {i} seq {seqw:#x} len {len};");
+            }
+        }
+        let c = &v[CONTROL_OFFSET as usize..];
+        let w = |o: usize| u64::from_ne_bytes(c[o..o + 8].try_into().unwrap());
+        s += &format!(" v{k} tail {:#x} head {:#x};", w(0), w(128));
+    }
+    s
+}
+
+/// Bytes of a copy of a file of `file_len` bytes.
+fn copy_len(file_len: usize) -> usize {
+    TABLE_OFFSET as usize + (file_len - DATA_OFFSET as usize)
+}
+
+fn images_per_run() -> usize {
+    std::env::var("TVMQ_CRASH_IMAGES").ok().and_then(|v| v.parse().ok()).unwrap_or(700)
+}
+
+#[test]
+fn crash_images_of_an_always_queue_keep_every_acknowledged_push() {
+    let dir = DiskDir::new("always");
+    let (log, len) = run(Durability::Always, &dir.0, 1);
+    let syncs = log.iter().filter(|e| matches!(e, Event::Copy { synced: true, .. })).count();
+    let (kept, again) = check_images(Durability::Always, &log, len, images_per_run(), 7);
+    eprintln!(
+        "always: {} events, {syncs} syncs, {} images, {kept} records kept, {again} delivered again",
+        log.len(),
+        images_per_run()
+    );
+}
+
+#[test]
+fn crash_images_of_an_interval_queue_lose_only_the_window() {
+    let dir = DiskDir::new("interval");
+    let (log, len) = run(Durability::Interval(1), &dir.0, 2);
+    let syncs = log.iter().filter(|e| matches!(e, Event::Copy { synced: true, .. })).count();
+    assert!(syncs > 20, "the flusher synced ({syncs})");
+    let (kept, again) = check_images(Durability::Interval(1), &log, len, images_per_run(), 11);
+    eprintln!(
+        "interval: {} events, {syncs} syncs, {} images, {kept} records kept, {again} delivered again",
+        log.len(),
+        images_per_run()
+    );
+}

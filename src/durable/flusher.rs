@@ -1,0 +1,101 @@
+//! The flusher of `interval` queues: one thread per process, started by the
+//! first `interval` queue the process attaches.
+//!
+//! Every attached process runs one, and each syncs any of its queues whose
+//! oldest unsynced change (by whichever process) is nearly the interval old:
+//! the interval less two ticks and twice the last sync's duration (at least
+//! a quarter of the interval); the sync lock makes one process do it at a
+//! time, so nobody has to be elected and a dead process leaves no gap. It
+//! wakes every sixteenth of the shortest interval among its queues (250 us
+//! to 250 ms), so a change reaches the disk within the interval unless a
+//! sync takes much longer than the one before it. A
+//! process exiting normally syncs what it left dirty (`atexit`), and so
+//! does a `Queue` dropped; a killed process's last changes are synced by
+//! the next process that attaches, or by the kernel's writeback (30 s by
+//! default) if none does.
+
+use super::{Durability, Durable};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+/// The `interval` queues this process has attached.
+static QUEUES: Mutex<Vec<Weak<Durable>>> = Mutex::new(Vec::new());
+/// The process whose flusher thread runs (a forked child starts its own).
+static RUNNING_IN: AtomicU32 = AtomicU32::new(0);
+/// The `atexit` handler is registered.
+static AT_EXIT: std::sync::Once = std::sync::Once::new();
+
+/// Longest sleep between two looks at the queues.
+const MAX_TICK: Duration = Duration::from_millis(250);
+
+/// Adds an `interval` queue to this process's flusher, starting it if needed.
+pub(crate) fn register(d: &Arc<Durable>) {
+    if let Ok(mut q) = QUEUES.lock() {
+        q.retain(|w| w.strong_count() > 0);
+        q.push(Arc::downgrade(d));
+    }
+    let me = std::process::id();
+    if RUNNING_IN.swap(me, Ordering::SeqCst) != me {
+        let spawned = std::thread::Builder::new().name("tvmq-flusher".into()).spawn(run);
+        if spawned.is_err() {
+            RUNNING_IN.store(0, Ordering::SeqCst);
+        }
+    }
+    AT_EXIT.call_once(|| {
+        // SAFETY: registers a function that catches its own panics.
+        unsafe { libc::atexit(flush_at_exit) };
+    });
+}
+
+/// The live `interval` queues, and the tick for the shortest interval.
+fn live() -> (Vec<Arc<Durable>>, Duration) {
+    let list: Vec<Arc<Durable>> =
+        QUEUES.lock().map(|q| q.iter().filter_map(Weak::upgrade).collect()).unwrap_or_default();
+    let tick = list
+        .iter()
+        .map(|d| match d.policy() {
+            Durability::Interval(ms) => Duration::from_millis(u64::from(ms)) / 16,
+            Durability::Always => MAX_TICK,
+        })
+        .min()
+        .unwrap_or(MAX_TICK)
+        .clamp(Duration::from_micros(250), MAX_TICK);
+    (list, tick)
+}
+
+fn run() {
+    let me = std::process::id();
+    loop {
+        let (list, tick) = live();
+        for d in &list {
+            if let Durability::Interval(ms) = d.policy() {
+                // An error is counted in the file (`tvmq stat`); the flag
+                // stays set, so the next tick tries again.
+                let _ = d.flush_if_due(Duration::from_millis(u64::from(ms)), tick);
+            }
+        }
+        drop(list);
+        if RUNNING_IN.load(Ordering::Relaxed) != me {
+            return; // a forked child's copy of this thread does not exist; never here
+        }
+        std::thread::sleep(tick);
+    }
+}
+
+/// Syncs every dirty `interval` queue of this process (at exit).
+pub(crate) fn flush_all() {
+    let list: Vec<Arc<Durable>> = match QUEUES.try_lock() {
+        Ok(q) => q.iter().filter_map(Weak::upgrade).collect(),
+        Err(_) => return,
+    };
+    for d in list {
+        if d.is_dirty() {
+            let _ = d.sync();
+        }
+    }
+}
+
+extern "C" fn flush_at_exit() {
+    let _ = std::panic::catch_unwind(flush_all);
+}

@@ -1,0 +1,559 @@
+//! Durable queues: a queue file on a real disk whose records survive a
+//! machine crash within a stated window.
+//!
+//! # Policies
+//! * [`Durability::Always`]: a push returns only once its record is on
+//!   stable storage, a pop only once its consumption is. Threads and
+//!   processes that push or pop at the same time share syncs (group
+//!   commit, below); a batch makes one sync.
+//! * [`Durability::Interval`]: pushes and pops set a dirty flag in the file
+//!   (and the time of the oldest change it covers); a flusher thread in
+//!   every attached process syncs a dirty queue when that change is
+//!   nearly the interval old, so that it reaches the disk within the
+//!   interval (see [`flusher`]). Syncing as late as the window allows
+//!   matters: each sync cleans the pages, and the next write to each page
+//!   then takes a write-protect fault, a cost a plain queue never pays. With no process attached
+//!   nothing changes in memory, so nothing needs flushing; a process that
+//!   detaches or exits syncs what it left dirty, and one that attaches syncs
+//!   what a killed one left.
+//!
+//! # Group commit
+//! A sync is one `msync(MS_SYNC)` of the file from the control block to its
+//! end (for a shared mapping that is `fdatasync` of the range): it covers
+//! every change made before it starts. The control block counts syncs
+//! started and done. A thread that needs its change durable reads
+//! `started` after making it: sync number `started + 1` or any later one
+//! covers it. It waits until `done` reaches that number, or, if no sync is
+//! running, takes the sync lock (a word holding the syncer's pid) and runs
+//! one itself. While one sync runs, every thread that arrives queues for the
+//! next, which then covers them all: throughput grows with the number of
+//! producers. Waiters sleep on a futex in the file, so this works across
+//! processes; a syncer killed holding the lock is found dead (its pid is
+//! gone) and the lock taken from it.
+//!
+//! # What a sync writes
+//! When consumers moved it since the last sync, a sync writes the consumed
+//! watermark (every position below it was consumed: see
+//! `Ring::released_until`) into one of two copies, alternately, each in its
+//! own 512-byte sector with a generation and a checksum, as LMDB keeps its
+//! meta pages. Recovery (see [`recover`]) takes the valid copy with the
+//! higher generation.
+//!
+//! Only what recovery reads is synced: the slots, and the control page when
+//! the watermark moved. The process table and the cursors are not needed
+//! after a machine crash (recovery clears the one and rebuilds the others),
+//! and on this kind of disk every extra page costs a write of its own: a
+//! sync writes the control page first (`sync_file_range`, which waits for
+//! the write but does not flush the device's cache) and then the dirty
+//! slots with `msync(MS_SYNC)`, whose cache flush makes both durable. A
+//! push alone costs one page or two (its slot), and one flush.
+
+#[cfg(test)]
+mod crash_tests;
+pub(crate) mod flusher;
+pub(crate) mod recover;
+
+use crate::clock::now_ns;
+use crate::error::*;
+use crate::file::layout::{CONTROL_OFFSET, Control, DATA_OFFSET, Mark, SyncWords, TABLE_OFFSET, fnv1a};
+use crate::file::map::QueueFile;
+use crate::ring::{MapStorage, Ring};
+use crate::shm::{SharedMap, SharedRef};
+use crate::wait;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// How a durable queue makes its changes reach stable storage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Durability {
+    /// A push returns only once its record is on stable storage; a pop only
+    /// once its consumption is. Concurrent callers share syncs.
+    Always,
+    /// Changes reach stable storage at most this many milliseconds
+    /// (1..=3,600,000) after they are made: a push may be lost, and a pop
+    /// delivered again, if the machine stops within that time.
+    Interval(u32),
+}
+
+impl Durability {
+    /// Parses `always` or `interval=MS`.
+    pub fn parse(s: &str) -> Result<Durability> {
+        let bad = || {
+            Error::new(
+                CONDIT_IS_NIL,
+                format!("durability {s:?}: use always or interval=MS (MS from 1 to {})", MAX_INTERVAL),
+            )
+        };
+        match s.trim() {
+            "always" => Ok(Durability::Always),
+            other => {
+                let ms = other.strip_prefix("interval=").ok_or_else(bad)?;
+                match ms.trim().parse::<u32>() {
+                    Ok(ms) if (1..=MAX_INTERVAL).contains(&ms) => Ok(Durability::Interval(ms)),
+                    _ => Err(bad()),
+                }
+            }
+        }
+    }
+
+    /// The window within which a change can be lost by a machine crash.
+    pub fn window(&self) -> Duration {
+        match self {
+            Durability::Always => Duration::ZERO,
+            Durability::Interval(ms) => Duration::from_millis(u64::from(*ms)),
+        }
+    }
+}
+
+const MAX_INTERVAL: u32 = crate::file::layout::MAX_INTERVAL_MS as u32;
+
+impl std::fmt::Display for Durability {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Durability::Always => write!(f, "always"),
+            Durability::Interval(ms) => write!(f, "interval={ms}"),
+        }
+    }
+}
+
+/// The durability state of a durable queue, for `tvmq stat`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DurableStats {
+    /// The queue's policy.
+    pub policy: Durability,
+    /// When the last sync completed, nanoseconds since the Unix epoch (0: none yet).
+    pub last_sync_ns: u64,
+    /// How long it took, nanoseconds.
+    pub last_sync_took_ns: u64,
+    /// Syncs completed since the file was created.
+    pub syncs: u64,
+    /// Syncs that failed.
+    pub failures: u64,
+    /// Changes made since the last sync are waiting for the flusher (`interval`).
+    pub dirty: bool,
+    /// The consumed watermark of the last sync: positions below it were consumed.
+    pub watermark: u64,
+    /// The machine restarted since processes last attached: the next
+    /// process to attach rebuilds the queue from its slots.
+    pub recovery_pending: bool,
+    /// What the last recovery after a machine restart found (`None`: none ran).
+    pub last_recovery: Option<RecoveryStats>,
+}
+
+/// What a recovery after a machine restart found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecoveryStats {
+    /// When it ran, nanoseconds since the Unix epoch.
+    pub at_ns: u64,
+    /// Records kept.
+    pub kept: u64,
+    /// Slots dropped because their checksum did not match: torn writes, or
+    /// records whose write had not reached the disk (none acknowledged).
+    pub torn: u64,
+    /// Records dropped because they were consumed before the last sync.
+    pub stale: u64,
+    /// Kept records moved to a later position (they lay more than a lap
+    /// behind the newest one).
+    pub moved: u64,
+    /// Empty positions between kept records (skipped by consumers).
+    pub holes: u64,
+    /// The consumed watermark recovery started from.
+    pub watermark: u64,
+    /// Recoveries run on this queue file.
+    pub runs: u64,
+}
+
+/// A test's replacement for the sync system calls: called with the
+/// mapping's first byte and length, and whether the control page is synced
+/// too (the slots always are); it may copy what "reaches the disk".
+#[cfg(test)]
+pub(crate) type SyncHook = std::sync::Arc<dyn Fn(*const u8, usize, bool) + Send + Sync>;
+
+/// Hooks by queue file path, installed by tests before the queue is opened.
+#[cfg(test)]
+pub(crate) fn hooks() -> &'static std::sync::Mutex<Vec<(std::path::PathBuf, SyncHook)>> {
+    static HOOKS: std::sync::Mutex<Vec<(std::path::PathBuf, SyncHook)>> = std::sync::Mutex::new(Vec::new());
+    &HOOKS
+}
+
+/// Longest a sync is waited for before its syncer is checked for death.
+const STALE_LOCK: Duration = Duration::from_secs(1);
+/// How far one sync scans for the consumed watermark (it lags behind when
+/// more pops than this happen between syncs; it is only a lower bound).
+const WATERMARK_SCAN: u64 = 1 << 16;
+
+/// A durable queue's sync machinery in this process.
+pub(crate) struct Durable {
+    policy: Durability,
+    map: SharedMap,
+    /// The queue file (for `sync_file_range` of the control page).
+    file: std::fs::File,
+    control: SharedRef<Control>,
+    /// A view of the queue's ring, for the watermark scan.
+    ring: Ring<MapStorage>,
+    created_ns: u64,
+    /// The queue's key, under which its records are sealed.
+    key: u64,
+    #[cfg(test)]
+    hook: Option<SyncHook>,
+}
+
+impl Durable {
+    /// The sync machinery of the durable queue in `file`, whose policy is `policy`.
+    pub(crate) fn new(file: &QueueFile, policy: Durability) -> Result<Durable> {
+        let info = file.info();
+        Ok(Durable {
+            policy,
+            map: file.map().clone(),
+            file: file
+                .file()
+                .try_clone()
+                .map_err(|e| Error::new(SHM_ERR_NOMEM, format!("cannot duplicate the queue file's descriptor: {e}")))?,
+            control: file.control().clone(),
+            ring: Ring::new(file.storage()?, info.capacity, info.record_size as usize),
+            created_ns: info.created_ns,
+            key: crate::ring::seal::queue_key(info.id, info.created_ns),
+            #[cfg(test)]
+            hook: hooks().lock().ok().and_then(|h| h.iter().find(|(p, _)| p == file.path()).map(|(_, f)| f.clone())),
+        })
+    }
+
+    /// The key under which the queue's records are sealed.
+    #[inline]
+    pub(crate) fn key(&self) -> u64 {
+        self.key
+    }
+
+    /// The queue's policy.
+    pub(crate) fn policy(&self) -> Durability {
+        self.policy
+    }
+
+    fn words(&self) -> &SyncWords {
+        &self.control.sync.0
+    }
+
+    /// After a push or pop: with `always`, returns once it is durable; with
+    /// `interval`, marks the queue dirty for the flusher.
+    #[inline]
+    pub(crate) fn changed(&self) -> Result<()> {
+        match self.policy {
+            Durability::Always => self.sync(),
+            Durability::Interval(_) => {
+                let w = self.words();
+                // A load first: the line stays shared until the flusher clears it.
+                if w.dirty.load(Ordering::Relaxed) == 0 {
+                    w.dirty_ns.store(now_ns(), Ordering::Relaxed);
+                    w.dirty.store(1, Ordering::SeqCst);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Returns once every change this thread made before the call is on
+    /// stable storage (sharing a sync with other callers when one is due).
+    pub(crate) fn sync(&self) -> Result<()> {
+        // SeqCst: ordered after the change (a SeqCst CAS of the ring), so a
+        // sync numbered above what we read starts after our change.
+        let target = self.words().started.load(Ordering::SeqCst) + 1;
+        self.sync_until(target)
+    }
+
+    /// Waits until sync number `target` has completed, running it (or a
+    /// later one) when nobody else is.
+    fn sync_until(&self, target: u64) -> Result<()> {
+        let w = self.words();
+        loop {
+            if w.done.load(Ordering::Acquire) >= target {
+                return Ok(());
+            }
+            if self.try_lock() {
+                let r = if w.done.load(Ordering::Acquire) >= target { Ok(()) } else { self.sync_locked() };
+                self.unlock();
+                r?;
+                continue;
+            }
+            self.wait_for_syncer(target);
+        }
+    }
+
+    /// Syncs if the queue is dirty, its oldest unsynced change is at least
+    /// `window` less two `slack` (the flusher's tick) and twice the last
+    /// sync's duration old (but at least a quarter of `window`), and nobody
+    /// is syncing (for the flusher). Returns whether it synced.
+    pub(crate) fn flush_if_due(&self, window: Duration, slack: Duration) -> Result<bool> {
+        let w = self.words();
+        if w.dirty.load(Ordering::Relaxed) == 0 {
+            return Ok(false);
+        }
+        let window = window.as_nanos() as u64;
+        let took = w.last_sync_took_ns.load(Ordering::Relaxed);
+        let due = window.saturating_sub(2 * slack.as_nanos() as u64 + 2 * took).max(window / 4);
+        let since = w.dirty_ns.load(Ordering::Relaxed);
+        if now_ns().saturating_sub(since) < due || !self.try_lock() {
+            return Ok(false);
+        }
+        let r = self.sync_locked();
+        self.unlock();
+        r.map(|()| true)
+    }
+
+    /// Is a change waiting for a sync (`interval` queues)?
+    pub(crate) fn is_dirty(&self) -> bool {
+        self.words().dirty.load(Ordering::Relaxed) != 0
+    }
+
+    fn try_lock(&self) -> bool {
+        let w = self.words();
+        let me = std::process::id().max(1);
+        if w.lock.load(Ordering::Relaxed) != 0 {
+            return false;
+        }
+        if w.lock.compare_exchange(0, me, Ordering::SeqCst, Ordering::Relaxed).is_ok() {
+            w.locked_ns.store(now_ns(), Ordering::Relaxed);
+            return true;
+        }
+        false
+    }
+
+    fn unlock(&self) {
+        let w = self.words();
+        w.lock.store(0, Ordering::SeqCst);
+        w.futex.fetch_add(1, Ordering::SeqCst);
+        if w.waiters.load(Ordering::SeqCst) != 0 {
+            wait::wake(&w.futex, u32::MAX);
+        }
+    }
+
+    /// Sleeps until the running sync ends (or a slice passes); takes the
+    /// lock from a syncer that died holding it.
+    #[cold]
+    fn wait_for_syncer(&self, target: u64) {
+        let w = self.words();
+        let seen = w.futex.load(Ordering::SeqCst);
+        w.waiters.fetch_add(1, Ordering::SeqCst);
+        let holder = w.lock.load(Ordering::SeqCst);
+        if holder != 0 && w.done.load(Ordering::SeqCst) < target {
+            wait::wait(&w.futex, seen, Some(Duration::from_millis(20)));
+        }
+        let _ = w.waiters.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| Some(n.saturating_sub(1)));
+        let since = w.locked_ns.load(Ordering::Relaxed);
+        if holder != 0
+            && now_ns().saturating_sub(since) > STALE_LOCK.as_nanos() as u64
+            && !process_alive(holder)
+            && w.lock.compare_exchange(holder, 0, Ordering::SeqCst, Ordering::Relaxed).is_ok()
+        {
+            w.futex.fetch_add(1, Ordering::SeqCst);
+            wait::wake(&w.futex, u32::MAX);
+        }
+    }
+
+    /// One sync, with the lock held: numbers it, writes the watermark,
+    /// clears the dirty flag, syncs the file and records completion.
+    fn sync_locked(&self) -> Result<()> {
+        let w = self.words();
+        let n = w.started.fetch_add(1, Ordering::SeqCst) + 1;
+        let started_ns = now_ns();
+        let marked = self.write_mark(started_ns);
+        // Changes made before this store are covered by the sync below;
+        // a later one sets the flag again.
+        w.dirty.store(0, Ordering::SeqCst);
+        let r = self.sync_pages(marked);
+        let end = now_ns();
+        match r {
+            Ok(()) => {
+                w.last_sync_took_ns.store(end.saturating_sub(started_ns), Ordering::Relaxed);
+                w.last_sync_ns.store(end, Ordering::Relaxed);
+                w.done.fetch_max(n, Ordering::SeqCst);
+                Ok(())
+            }
+            Err(e) => {
+                w.failures.fetch_add(1, Ordering::Relaxed);
+                w.dirty.store(1, Ordering::SeqCst);
+                Err(e)
+            }
+        }
+    }
+
+    /// Writes the next copy of the consumed watermark (into the older
+    /// copy) if consumers moved it since the last copy was written; returns
+    /// whether it wrote one.
+    fn write_mark(&self, synced_ns: u64) -> bool {
+        let marks = &self.control.marks;
+        let (newest, older) =
+            if marks[0].generation.load(Ordering::Relaxed) >= marks[1].generation.load(Ordering::Relaxed) {
+                (&marks[0], &marks[1])
+            } else {
+                (&marks[1], &marks[0])
+            };
+        let valid = mark_valid(newest, self.created_ns);
+        let from = if valid { newest.consumed.load(Ordering::Relaxed) } else { 0 };
+        let consumed = self.ring.released_until(from, WATERMARK_SCAN);
+        if valid && consumed == from {
+            return false;
+        }
+        let generation = newest.generation.load(Ordering::Relaxed) + 1;
+        write_mark(older, generation, consumed, self.ring.pushed(), synced_ns, self.created_ns);
+        true
+    }
+
+    /// The system calls: the control page written (when `control`), then
+    /// `msync(MS_SYNC)` of the slots, whose device cache flush covers both.
+    fn sync_pages(&self, control: bool) -> Result<()> {
+        let (base, len) = (self.map.base(), self.map.len());
+        #[cfg(test)]
+        if let Some(hook) = &self.hook {
+            hook(base, len, control);
+            return Ok(());
+        }
+        if control {
+            let flags =
+                libc::SYNC_FILE_RANGE_WAIT_BEFORE | libc::SYNC_FILE_RANGE_WRITE | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+            let (from, n) = (CONTROL_OFFSET as libc::off64_t, (TABLE_OFFSET - CONTROL_OFFSET) as libc::off64_t);
+            // SAFETY: a plain system call on a descriptor we own.
+            if unsafe { libc::sync_file_range(self.file.as_raw_fd(), from, n, flags) } != 0 {
+                let e = std::io::Error::last_os_error();
+                return Err(Error::new(SYNC_FAILED, format!("sync_file_range: {e}")));
+            }
+        }
+        msync_from(base, len, DATA_OFFSET as usize)
+    }
+}
+
+/// `msync(MS_SYNC)` of a whole live mapping from [`CONTROL_OFFSET`] on.
+pub(crate) fn msync(base: *mut u8, len: usize) -> Result<()> {
+    msync_from(base, len, CONTROL_OFFSET as usize)
+}
+
+/// `msync(MS_SYNC)` of a live mapping of `len` bytes at `base` from byte
+/// `from` (a multiple of the page size) on.
+fn msync_from(base: *mut u8, len: usize, from: usize) -> Result<()> {
+    if len <= from {
+        return Ok(());
+    }
+    // SAFETY: base..base+len is a live mapping (the caller keeps it mapped),
+    // and base + from is page aligned (the mapping is, and from is a
+    // multiple of the page size).
+    let rc = unsafe { libc::msync(base.add(from).cast(), len - from, libc::MS_SYNC) };
+    if rc != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(Error::new(SYNC_FAILED, format!("msync: {e}")));
+    }
+    Ok(())
+}
+
+/// Writes one copy of the watermark: its words, then its checksum.
+pub(crate) fn write_mark(m: &Mark, generation: u64, consumed: u64, pushed: u64, synced_ns: u64, created_ns: u64) {
+    m.check.store(0, Ordering::Relaxed);
+    m.generation.store(generation, Ordering::Relaxed);
+    m.consumed.store(consumed, Ordering::Relaxed);
+    m.pushed.store(pushed, Ordering::Relaxed);
+    m.synced_ns.store(synced_ns, Ordering::Relaxed);
+    m.check.store(mark_check(generation, consumed, pushed, synced_ns, created_ns), Ordering::Release);
+}
+
+fn mark_check(generation: u64, consumed: u64, pushed: u64, synced_ns: u64, created_ns: u64) -> u64 {
+    let mut b = [0u8; 40];
+    for (i, v) in [generation, consumed, pushed, synced_ns, created_ns].iter().enumerate() {
+        b[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+    }
+    fnv1a(&b)
+}
+
+fn mark_valid(m: &Mark, created_ns: u64) -> bool {
+    let g = m.generation.load(Ordering::Acquire);
+    g != 0
+        && m.check.load(Ordering::Acquire)
+            == mark_check(
+                g,
+                m.consumed.load(Ordering::Relaxed),
+                m.pushed.load(Ordering::Relaxed),
+                m.synced_ns.load(Ordering::Relaxed),
+                created_ns,
+            )
+}
+
+/// The valid watermark copy with the higher generation: `(generation,
+/// consumed, synced_ns)`.
+pub(crate) fn best_mark(control: &Control, created_ns: u64) -> Option<(u64, u64, u64)> {
+    control
+        .marks
+        .iter()
+        .filter(|m| mark_valid(m, created_ns))
+        .map(|m| {
+            (
+                m.generation.load(Ordering::Relaxed),
+                m.consumed.load(Ordering::Relaxed),
+                m.synced_ns.load(Ordering::Relaxed),
+            )
+        })
+        .max()
+}
+
+/// The durability state of a durable queue from its control block (also
+/// for read-only views).
+pub(crate) fn stats(control: &Control, policy: Durability, created_ns: u64) -> DurableStats {
+    let w = &control.sync.0;
+    let r = &control.recovery.0;
+    let at = r.at_ns.load(Ordering::Relaxed);
+    DurableStats {
+        policy,
+        last_sync_ns: w.last_sync_ns.load(Ordering::Relaxed),
+        last_sync_took_ns: w.last_sync_took_ns.load(Ordering::Relaxed),
+        syncs: w.done.load(Ordering::Relaxed),
+        failures: w.failures.load(Ordering::Relaxed),
+        dirty: w.dirty.load(Ordering::Relaxed) != 0,
+        watermark: best_mark(control, created_ns).map_or(0, |m| m.1),
+        recovery_pending: recover::boot_id().is_some_and(|b| b != recover::stored_boot_id(control)),
+        last_recovery: (at != 0).then(|| RecoveryStats {
+            at_ns: at,
+            kept: r.kept.load(Ordering::Relaxed),
+            torn: r.torn.load(Ordering::Relaxed),
+            stale: r.stale.load(Ordering::Relaxed),
+            moved: r.moved.load(Ordering::Relaxed),
+            holes: r.holes.load(Ordering::Relaxed),
+            watermark: r.watermark.load(Ordering::Relaxed),
+            runs: r.runs.load(Ordering::Relaxed),
+        }),
+    }
+}
+
+/// Is process `pid` alive (or of another user: not provably dead)?
+fn process_alive(pid: u32) -> bool {
+    let Ok(pid) = i32::try_from(pid) else { return false };
+    if pid <= 0 {
+        return false;
+    }
+    // SAFETY: kill with signal 0 only checks for the process.
+    unsafe { libc::kill(pid, 0) == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policies_parse_and_print() {
+        assert_eq!(Durability::parse("always").unwrap(), Durability::Always);
+        assert_eq!(Durability::parse("interval=1000").unwrap(), Durability::Interval(1000));
+        for bad in ["", "never", "interval=", "interval=0", "interval=-5", "interval=3600001", "interval=x"] {
+            assert_eq!(Durability::parse(bad).unwrap_err().code(), CONDIT_IS_NIL, "{bad:?}");
+        }
+        for d in [Durability::Always, Durability::Interval(7)] {
+            assert_eq!(Durability::parse(&d.to_string()).unwrap(), d);
+        }
+    }
+
+    #[test]
+    fn a_torn_watermark_copy_leaves_the_other() {
+        let c = Control::default();
+        write_mark(&c.marks[0], 1, 10, 20, 5, 99);
+        write_mark(&c.marks[1], 2, 15, 25, 6, 99);
+        assert_eq!(best_mark(&c, 99), Some((2, 15, 6)));
+        c.marks[1].consumed.store(16, Ordering::Relaxed);
+        assert_eq!(best_mark(&c, 99), Some((1, 10, 5)), "torn copy ignored");
+        assert_eq!(best_mark(&c, 98), None, "another queue's marks");
+    }
+}

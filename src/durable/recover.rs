@@ -1,0 +1,147 @@
+//! Knowing that a durable queue needs recovery, and running it once.
+//!
+//! Every process that attaches a durable queue for writing compares the boot
+//! id stored in its control block (`/proc/sys/kernel/random/boot_id`, written
+//! at the first attach of each boot) with the machine's. A different one
+//! means the machine restarted since processes last used the queue: what
+//! the file holds is whatever reached the disk, page by page, and the first
+//! process to attach rebuilds the queue from its slots (`Ring::rebuild`)
+//! under an exclusive lock of one byte of the file, while the others wait:
+//! head and tail from the slots themselves (the cursors in the file are only
+//! hints), never a record below the consumed watermark, the process table
+//! and waiter counts cleared (nobody is attached after a restart). The
+//! result is synced before the new boot id is stored, so that a crash
+//! during recovery leads to another recovery, which finds the same records.
+
+use super::{best_mark, msync, write_mark};
+use crate::clock::now_ns;
+use crate::error::*;
+use crate::file::layout::{CONTROL_OFFSET, Control};
+use crate::file::map::QueueFile;
+use crate::ring::{MapStorage, Rebuilt, Ring};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering;
+
+/// The byte of the file locked while a process checks for (and runs) a
+/// recovery: the last byte of the control page, which no other lock uses.
+const RECOVERY_LOCK: i64 = CONTROL_OFFSET as i64 + 4095;
+
+/// This boot's id as two words (`None` if it cannot be read).
+pub(crate) fn boot_id() -> Option<[u64; 2]> {
+    let text = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let hex: String = text.trim().chars().filter(|c| *c != '-').collect();
+    if hex.len() != 32 {
+        return None;
+    }
+    let hi = u64::from_str_radix(&hex[..16], 16).ok()?;
+    let lo = u64::from_str_radix(&hex[16..], 16).ok()?;
+    Some([hi, lo])
+}
+
+/// The boot id stored in the control block.
+pub(crate) fn stored_boot_id(control: &Control) -> [u64; 2] {
+    let b = &control.sync.0.boot_id;
+    [b[0].load(Ordering::Acquire), b[1].load(Ordering::Acquire)]
+}
+
+/// Writes this boot's id into `control` (a new queue's, before its file is
+/// published), so that its first attach needs no recovery.
+pub(crate) fn stamp_new(control: &Control) {
+    if let Some(id) = boot_id() {
+        control.sync.0.boot_id[0].store(id[0], Ordering::Relaxed);
+        control.sync.0.boot_id[1].store(id[1], Ordering::Relaxed);
+    }
+}
+
+/// An exclusive lock of [`RECOVERY_LOCK`] on the open file description of
+/// `file`, released when dropped.
+struct RecoveryLock<'a>(&'a std::fs::File);
+
+impl<'a> RecoveryLock<'a> {
+    fn take(file: &'a std::fs::File) -> Result<RecoveryLock<'a>> {
+        let mut fl = flock(libc::F_WRLCK as libc::c_short);
+        loop {
+            // SAFETY: fcntl on an fd we own, with a valid flock.
+            if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLKW, &mut fl) } == 0 {
+                return Ok(RecoveryLock(file));
+            }
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EINTR) {
+                return Err(Error::new(LOCK_DOWR_ERR, format!("cannot lock the queue file for recovery: {e}")));
+            }
+        }
+    }
+}
+
+impl Drop for RecoveryLock<'_> {
+    fn drop(&mut self) {
+        let mut fl = flock(libc::F_UNLCK as libc::c_short);
+        // SAFETY: as in `take`.
+        unsafe { libc::fcntl(self.0.as_raw_fd(), libc::F_OFD_SETLK, &mut fl) };
+    }
+}
+
+fn flock(kind: libc::c_short) -> libc::flock {
+    // SAFETY: flock is plain data; all-zero is a valid value.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = kind;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    fl.l_start = RECOVERY_LOCK;
+    fl.l_len = 1;
+    fl
+}
+
+/// At attach (for writing) of a durable queue: if the machine restarted
+/// since processes last attached, rebuilds the ring in `ring` (a view of
+/// the file's ring, not yet used by this process), clears the process
+/// table with `reset_table`, and syncs. Returns what the rebuild found
+/// (`None`: no restart, nothing done).
+pub(crate) fn attach(
+    file: &QueueFile,
+    ring: &Ring<MapStorage>,
+    key: u64,
+    reset_table: impl FnOnce(),
+) -> Result<Option<Rebuilt>> {
+    let control = file.control();
+    let Some(now) = boot_id() else { return Ok(None) };
+    if stored_boot_id(control) == now {
+        return Ok(None);
+    }
+    let _lock = RecoveryLock::take(file.file())?;
+    if stored_boot_id(control) == now {
+        return Ok(None); // another process recovered it meanwhile
+    }
+    let created_ns = file.info().created_ns;
+    let (generation, consumed) = best_mark(control, created_ns).map_or((0, 0), |m| (m.0, m.1));
+    let found = ring.rebuild(key, consumed);
+    // Nobody is attached after a restart: waiters, sleepers, sync lock.
+    reset_table();
+    let w = &control.wake.0;
+    w.waiters.store(0, Ordering::SeqCst);
+    w.futex.fetch_add(1, Ordering::SeqCst);
+    control.state.0.unregistered.store(0, Ordering::SeqCst);
+    let s = &control.sync.0;
+    s.lock.store(0, Ordering::SeqCst);
+    s.waiters.store(0, Ordering::SeqCst);
+    s.dirty.store(0, Ordering::SeqCst);
+    let at = now_ns();
+    let r = &control.recovery.0;
+    r.at_ns.store(at, Ordering::Relaxed);
+    r.kept.store(found.kept, Ordering::Relaxed);
+    r.torn.store(found.torn, Ordering::Relaxed);
+    r.stale.store(found.stale, Ordering::Relaxed);
+    r.moved.store(found.moved, Ordering::Relaxed);
+    r.holes.store(found.holes, Ordering::Relaxed);
+    r.watermark.store(consumed, Ordering::Relaxed);
+    r.runs.fetch_add(1, Ordering::Relaxed);
+    // Both copies of the watermark, so that neither is older than the rebuild.
+    for (i, m) in control.marks.iter().enumerate() {
+        write_mark(m, generation + 1 + i as u64, consumed, found.tail, at, created_ns);
+    }
+    let map = file.map();
+    msync(map.base(), map.len())?;
+    control.sync.0.boot_id[0].store(now[0], Ordering::SeqCst);
+    control.sync.0.boot_id[1].store(now[1], Ordering::SeqCst);
+    msync(map.base(), map.len())?;
+    Ok(Some(found))
+}

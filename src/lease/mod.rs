@@ -1,0 +1,15 @@
+//! Acknowledged consumption: a record taken with a lease stays its
+//! consumer's until it is acknowledged, released, rejected, or the lease runs
+//! out, and is then delivered again (see `docs/leases.md`).
+//!
+//! A leased record leaves the ring at once (its slot is released, so a slow
+//! consumer never holds producers back) for an entry of the queue file's
+//! lease table, which keeps the record, its deadline, its delivery count and
+//! its holder. [`state`] is the entry's state machine (model-checked with the
+//! ring under loom); [`table`] is the table in the file: claiming entries,
+//! committing records, taking them up again, the sweep that finds leases
+//! that ran out and holders that died.
+
+pub(crate) mod state;
+#[cfg(not(loom))]
+pub(crate) mod table;

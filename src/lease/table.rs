@@ -1,0 +1,557 @@
+//! The lease table of a queue file: a control block, then one entry per
+//! lease the queue may have in flight (its maximum of leases), each an
+//! [`Entry`] head and the record's bytes.
+//!
+//! What the queue does with it ([`crate::Queue::pop_lease`] and the other
+//! lease calls) is built from the operations here, each a few CASes on one
+//! entry's state word:
+//! - [`claim`](LeaseTable::claim) a free entry, [`commit`](LeaseTable::commit)
+//!   a record taken from the ring into it (before its slot is released);
+//! - [`take_ready`](LeaseTable::take_ready) a record waiting to be delivered
+//!   again, [`deliver`](LeaseTable::deliver) it;
+//! - [`sweep`](LeaseTable::sweep): leases that ran out, and entries of
+//!   holders that died, become records waiting for another delivery (or for
+//!   the dead-letter queue). One process sweeps at a time, under a lock word
+//!   that a dead sweeper's successor takes over.
+//!
+//! Hot paths touch the entry they use and two read-mostly hint words; every
+//! whole-table scan is the sweep's (periodic) or a rare event's.
+
+use super::state::{Entry, Owner, St, Word};
+use crate::ring::CachePadded;
+use crate::shm::{Shared, SharedMap, SharedRef};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Bytes of the table's control block.
+pub(crate) const CONTROL_BYTES: u64 = 4096;
+/// Bytes of an entry's head.
+pub(crate) const ENTRY_HEAD: u64 = 64;
+const _: () = assert!(size_of::<Entry>() as u64 == ENTRY_HEAD);
+const _: () = assert!(size_of::<LeaseControl>() as u64 <= CONTROL_BYTES);
+
+/// How often the table is swept for holders that died, at least (plus a
+/// millisecond per 1,024 entries, so that big tables are not scanned
+/// constantly). Leases that run out are found at their deadline.
+pub(crate) const SWEEP_PERIOD_NS: u64 = 10_000_000;
+
+/// Bytes one entry takes: its head, and the record rounded up to 64 bytes.
+pub(crate) fn entry_stride(record_size: u64) -> Option<u64> {
+    record_size.checked_add(63).map(|r| ENTRY_HEAD + r / 64 * 64)
+}
+
+/// Bytes of a lease table of `entries` entries of records of up to
+/// `record_size` bytes, rounded up to a page; `None` if it overflows.
+pub(crate) fn table_bytes(entries: u64, record_size: u64) -> Option<u64> {
+    let bytes = entries.checked_mul(entry_stride(record_size)?)?.checked_add(CONTROL_BYTES)?;
+    bytes.checked_add(4095).map(|b| b / 4096 * 4096)
+}
+
+/// Words read by every lease call, written rarely. Instants are monotonic
+/// nanoseconds; `u64::MAX`: never. Zero (a new file): due at once.
+#[repr(C)]
+#[derive(Default)]
+pub(crate) struct Hints {
+    /// The periodic sweep (for holders that died) is due at this instant;
+    /// never while no entry is in use.
+    pub next_sweep_ns: AtomicU64,
+    /// No lease runs out before this instant (the earliest deadline known).
+    pub next_deadline_ns: AtomicU64,
+    /// No record waiting for another delivery is due before this instant.
+    /// These hints err early, never late, except for races that the next
+    /// sweep corrects.
+    pub next_ready_ns: AtomicU64,
+}
+
+/// Who sweeps.
+#[repr(C)]
+#[derive(Default)]
+pub(crate) struct Sweeping {
+    /// The sweeping process's [`Owner`] (0: nobody).
+    pub sweeper: AtomicU64,
+    /// When the last sweep ended (monotonic nanoseconds).
+    pub last_ns: AtomicU64,
+}
+
+/// Counters of lease events (none is touched by a delivery that is
+/// acknowledged in time).
+#[repr(C)]
+#[derive(Default)]
+pub(crate) struct LeaseCounters {
+    /// Records delivered again (to any consumer).
+    pub redelivered: AtomicU64,
+    /// Leases that ran out.
+    pub expired: AtomicU64,
+    /// Leases (and takings) of holders that died.
+    pub orphaned: AtomicU64,
+    /// Leases released by their holders.
+    pub released: AtomicU64,
+    /// Records moved to the dead-letter queue.
+    pub dead_lettered: AtomicU64,
+    /// Records rejected or past the delivery limit with no dead-letter queue: dropped.
+    pub dropped: AtomicU64,
+    /// Late calls refused with `LEASE_EXPIRED`.
+    pub late: AtomicU64,
+}
+
+/// The control block at the start of the table.
+#[repr(C)]
+#[derive(Default)]
+pub(crate) struct LeaseControl {
+    pub hints: CachePadded<Hints>,
+    pub sweeping: CachePadded<Sweeping>,
+    pub counters: CachePadded<LeaseCounters>,
+}
+
+// SAFETY: atomics and reserved integers only: any bits are a value.
+unsafe impl Shared for Entry {}
+// SAFETY: as above.
+unsafe impl Shared for Hints {}
+// SAFETY: as above.
+unsafe impl Shared for Sweeping {}
+// SAFETY: as above.
+unsafe impl Shared for LeaseCounters {}
+// SAFETY: as above.
+unsafe impl Shared for LeaseControl {}
+
+/// A queue file's lease table, mapped.
+pub(crate) struct LeaseTable {
+    control: SharedRef<LeaseControl>,
+    /// Entry 0; `count * stride` bytes from here lie in the mapping that
+    /// `control` keeps alive (checked by `new`).
+    entries: *mut u8,
+    stride: usize,
+    count: usize,
+    record_size: usize,
+}
+
+// SAFETY: the pointer leads into a shared mapping that `control` keeps
+// alive; the entries' heads are atomics, and record bytes are only written
+// by the participant holding the entry exclusively (the state machine).
+unsafe impl Send for LeaseTable {}
+// SAFETY: as above.
+unsafe impl Sync for LeaseTable {}
+
+/// What a sweep found.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Swept {
+    /// Records made ready for another delivery now (sleepers may want them).
+    pub ready: u64,
+    /// Entries bound for the dead-letter queue (the caller moves them).
+    pub doomed: u64,
+}
+
+/// A leased or waiting record as [`LeaseTable::snapshot`] copies it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Snapshot {
+    pub entry: usize,
+    pub word: Word,
+    pub pos: u64,
+    pub deadline_ns: u64,
+    pub leased_ns: u64,
+    pub record: Vec<u8>,
+}
+
+impl LeaseTable {
+    /// The table at `offset` in `map`: `count` entries for records of up to
+    /// `record_size` bytes. `None` if it does not fit in the mapping.
+    pub(crate) fn new(map: &SharedMap, offset: usize, count: usize, record_size: usize) -> Option<LeaseTable> {
+        let control = map.view::<LeaseControl>(offset)?;
+        let stride = usize::try_from(entry_stride(record_size as u64)?).ok()?;
+        let start = offset.checked_add(CONTROL_BYTES as usize)?;
+        if count == 0 || !map.fits(start, count.checked_mul(stride)?, align_of::<Entry>()) {
+            return None;
+        }
+        // SAFETY: `start` is inside the mapping (checked just above).
+        let entries = unsafe { map.base().add(start) };
+        Some(LeaseTable { control, entries, stride, count, record_size })
+    }
+
+    /// Entries (the maximum of leases in flight).
+    pub(crate) fn len(&self) -> usize {
+        self.count
+    }
+
+    /// The control block.
+    #[inline]
+    pub(crate) fn control(&self) -> &LeaseControl {
+        &self.control
+    }
+
+    /// Entry `i`'s head.
+    ///
+    /// # Panics
+    /// If `i` is not below [`len`](Self::len).
+    #[inline]
+    pub(crate) fn entry(&self, i: usize) -> &Entry {
+        assert!(i < self.count, "lease entry out of range");
+        // SAFETY: i < count, so the head lies in the mapping (checked by
+        // `new`), aligned: the stride is a multiple of 64.
+        unsafe { &*self.entries.add(i * self.stride).cast::<Entry>() }
+    }
+
+    /// The start of entry `i`'s record bytes (`record_size` of them).
+    fn data(&self, i: usize) -> *mut u8 {
+        assert!(i < self.count, "lease entry out of range");
+        // SAFETY: in bounds as in `entry`; the stride leaves `record_size`
+        // bytes after the head.
+        unsafe { self.entries.add(i * self.stride + ENTRY_HEAD as usize) }
+    }
+
+    /// Claims a free entry for `me`, looking from entry `start` on: its
+    /// index and `Filling` word, or `None` when every entry is in use.
+    pub(crate) fn claim(&self, start: usize, me: Owner) -> Option<(usize, Word)> {
+        // No division on this path (it is on every lease): `start` is
+        // almost always below twice the count.
+        let n = self.count;
+        let mut i = if start < n {
+            start
+        } else if start < 2 * n {
+            start - n
+        } else {
+            start % n
+        };
+        for _ in 0..n {
+            let e = self.entry(i);
+            let w = e.word();
+            if w.st() == St::Free {
+                if let Ok(filling) = e.change(w, w.claimed(me)) {
+                    return Some((i, filling));
+                }
+            }
+            i = if i + 1 == n { 0 } else { i + 1 };
+        }
+        None
+    }
+
+    /// Saves `rec`, taken from the ring at position number `pos`, in entry
+    /// `i` (`Filling` as `filling`) and leases it until `deadline_ns`: the
+    /// commit point. False if the entry was not ours any more (a corrupted
+    /// table).
+    pub(crate) fn commit(&self, i: usize, filling: Word, rec: &[u8], pos: u64, now: u64, deadline_ns: u64) -> bool {
+        if rec.is_empty() || rec.len() > self.record_size {
+            return false;
+        }
+        let e = self.entry(i);
+        // SAFETY: entry i is `Filling`, ours: nobody else writes its record
+        // (peek only copies it, validating by the state word); rec fits.
+        unsafe { std::ptr::copy_nonoverlapping(rec.as_ptr(), self.data(i), rec.len()) };
+        e.len.store(rec.len() as u32, Ordering::Relaxed);
+        e.pos.store(pos, Ordering::Relaxed);
+        e.leased_ns.store(now, Ordering::Relaxed);
+        e.deadline_ns.store(deadline_ns, Ordering::Relaxed);
+        e.change(filling, filling.committed()).is_ok()
+    }
+
+    /// Gives back an entry claimed for a record that did not come.
+    pub(crate) fn abandon(&self, i: usize, filling: Word) {
+        let _ = self.entry(i).change(filling, filling.free());
+    }
+
+    /// Copies entry `i`'s record into `out` (at least the record size); its
+    /// length, or `None` if the stored length is impossible (corruption).
+    /// The caller holds the entry (`Taking`, `Leased`, `Busy` or `Dead` as
+    /// its owner).
+    pub(crate) fn read(&self, i: usize, out: &mut [u8]) -> Option<usize> {
+        let len = self.entry(i).len.load(Ordering::Relaxed) as usize;
+        if len == 0 || len > self.record_size || len > out.len() {
+            return None;
+        }
+        // SAFETY: the caller holds entry i, so nobody writes its record
+        // meanwhile; len <= record_size bytes lie in the entry.
+        unsafe { std::ptr::copy_nonoverlapping(self.data(i), out.as_mut_ptr(), len) };
+        Some(len)
+    }
+
+    /// Takes up, for `me`, a record due for another delivery (`Ready` with
+    /// its deadline passed), looking from entry `start` on: its index and
+    /// `Taking` word. Scans only when the hint says one may be due.
+    pub(crate) fn take_ready(&self, now: u64, me: Owner, start: usize) -> Option<(usize, Word)> {
+        let hint = &self.control.hints.0.next_ready_ns;
+        let seen = hint.load(Ordering::Acquire);
+        if now < seen {
+            return None;
+        }
+        let mut next = u64::MAX;
+        for k in 0..self.count {
+            let i = (start + k) % self.count;
+            let e = self.entry(i);
+            let w = e.word();
+            if w.st() != St::Ready {
+                continue;
+            }
+            let due = e.deadline_ns.load(Ordering::Relaxed);
+            if due > now {
+                next = next.min(due);
+                continue;
+            }
+            if let Ok(taking) = e.change(w, w.taken(me)) {
+                self.control.counters.0.redelivered.fetch_add(1, Ordering::Relaxed);
+                return Some((i, taking));
+            }
+        }
+        // None due: note when the next one is (unless the hint moved meanwhile).
+        let _ = hint.compare_exchange(seen, next, Ordering::AcqRel, Ordering::Relaxed);
+        None
+    }
+
+    /// Leases the record of entry `i` (`Taking` as `taking`) to its taker
+    /// until `deadline_ns`: its new `Leased` word, or `None` if the entry was
+    /// not ours any more (a corrupted table).
+    pub(crate) fn deliver(&self, i: usize, taking: Word, now: u64, deadline_ns: u64) -> Option<Word> {
+        let e = self.entry(i);
+        e.leased_ns.store(now, Ordering::Relaxed);
+        e.deadline_ns.store(deadline_ns, Ordering::Relaxed);
+        e.change(taking, taking.delivered()).ok()
+    }
+
+    /// Notes a lease that runs out at `deadline` (given at `now`), so that
+    /// the sweep that ends it comes no later, and that the periodic sweep
+    /// runs while it is in flight. A load of each hint; a write only when
+    /// it moves them.
+    #[inline]
+    pub(crate) fn leased_until(&self, now: u64, deadline: u64) {
+        let h = &self.control.hints.0;
+        if h.next_deadline_ns.load(Ordering::Relaxed) > deadline {
+            h.next_deadline_ns.fetch_min(deadline, Ordering::AcqRel);
+        }
+        let period = now.saturating_add(self.period());
+        if h.next_sweep_ns.load(Ordering::Relaxed) > period {
+            h.next_sweep_ns.fetch_min(period, Ordering::AcqRel);
+        }
+    }
+
+    /// Notes a record waiting for another delivery from `at` on. SeqCst: a
+    /// sleeper that announced itself and then checks [`ready_due`] either
+    /// sees it or is woken by the caller (who wakes after this).
+    pub(crate) fn ready_at(&self, at: u64) {
+        self.control.hints.0.next_ready_ns.fetch_min(at, Ordering::SeqCst);
+    }
+
+    /// Is a sweep due (the periodic one, or a lease that ran out)?
+    #[inline]
+    pub(crate) fn sweep_due(&self, now: u64) -> bool {
+        let h = &self.control.hints.0;
+        now >= h.next_sweep_ns.load(Ordering::Relaxed) || now >= h.next_deadline_ns.load(Ordering::Relaxed)
+    }
+
+    /// May a record waiting for another delivery be due? (SeqCst: see
+    /// [`ready_at`](Self::ready_at).)
+    #[inline]
+    pub(crate) fn ready_due(&self, now: u64) -> bool {
+        now >= self.control.hints.0.next_ready_ns.load(Ordering::SeqCst)
+    }
+
+    /// When a sleeping consumer should look again: a lease running out or a
+    /// waiting record coming due (the periodic sweep can wait for the
+    /// sleeper's own slices).
+    pub(crate) fn next_event_ns(&self) -> u64 {
+        let h = &self.control.hints.0;
+        h.next_deadline_ns.load(Ordering::Relaxed).min(h.next_ready_ns.load(Ordering::Relaxed))
+    }
+
+    /// The periodic sweep's period: [`SWEEP_PERIOD_NS`], plus a millisecond
+    /// per 1,024 entries.
+    fn period(&self) -> u64 {
+        SWEEP_PERIOD_NS + (self.count as u64 / 1024) * 1_000_000
+    }
+
+    /// Sweeps the table as `me`, if no other live process is sweeping:
+    /// leases that ran out at `now`, and entries whose owner is dead
+    /// (`alive` says, for any owner), are settled: a record becomes `Ready`
+    /// for another delivery (at once) or `Doomed` (delivered
+    /// `max_deliveries` times: bound for the dead-letter queue); a claim
+    /// without a record is freed. A dead consumer's committed record whose
+    /// ring slot it still holds has that slot released first (`holds` and
+    /// `release_held`, the ring's). With `force`, sweeps even if the
+    /// schedule says it is not due. `None`: another process is sweeping.
+    // The three closures are the caller's view of liveness and of the ring.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn sweep(
+        &self,
+        now: u64,
+        me: Owner,
+        max_deliveries: u32,
+        force: bool,
+        mut alive: impl FnMut(Owner) -> bool,
+        holds: impl Fn(u64) -> bool,
+        release_held: impl Fn(u64) -> bool,
+    ) -> Option<Swept> {
+        let h = &self.control.hints.0;
+        // The hint value this sweep set when it took its turn (a sweeper that
+        // dies leaves the next turn one period later).
+        let later = now.saturating_add(self.period());
+        if !force {
+            // One caller takes this turn: the one that moves the schedule.
+            let (sweep, deadline) =
+                (h.next_sweep_ns.load(Ordering::Acquire), h.next_deadline_ns.load(Ordering::Acquire));
+            let took = if now >= deadline {
+                h.next_deadline_ns.compare_exchange(deadline, later, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+            } else {
+                now >= sweep
+                    && h.next_sweep_ns.compare_exchange(sweep, later, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+            };
+            if !took {
+                return None;
+            }
+        }
+        let lock = &self.control.sweeping.0.sweeper;
+        let mut holder = lock.load(Ordering::Acquire);
+        loop {
+            if holder != 0 && alive(Owner(holder as u32)) {
+                return None;
+            }
+            match lock.compare_exchange(holder, u64::from(me.0), Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => break,
+                Err(now_holder) => holder = now_holder,
+            }
+        }
+        let swept = self.sweep_locked(now, later, max_deliveries, &mut alive, holds, release_held);
+        self.control.sweeping.0.last_ns.store(now, Ordering::Relaxed);
+        let _ = lock.compare_exchange(u64::from(me.0), 0, Ordering::AcqRel, Ordering::Relaxed);
+        Some(swept)
+    }
+
+    fn sweep_locked(
+        &self,
+        now: u64,
+        later: u64,
+        max_deliveries: u32,
+        alive: &mut impl FnMut(Owner) -> bool,
+        holds: impl Fn(u64) -> bool,
+        release_held: impl Fn(u64) -> bool,
+    ) -> Swept {
+        let counters = &self.control.counters.0;
+        let (mut next_deadline, mut next_ready, mut in_use) = (u64::MAX, u64::MAX, false);
+        let mut swept = Swept::default();
+        // Liveness per owner, asked once per sweep.
+        let mut known: Vec<(Owner, bool)> = Vec::new();
+        let mut is_alive = |o: Owner| match known.iter().find(|k| k.0 == o) {
+            Some(k) => k.1,
+            None => {
+                let a = alive(o);
+                known.push((o, a));
+                a
+            }
+        };
+        for i in 0..self.count {
+            let e = self.entry(i);
+            let w = e.word();
+            in_use |= w.st() != St::Free;
+            let owner_dead = match w.st() {
+                St::Free => continue,
+                St::Ready => {
+                    next_ready = next_ready.min(e.deadline_ns.load(Ordering::Relaxed));
+                    continue;
+                }
+                St::Doomed => {
+                    swept.doomed += 1;
+                    continue;
+                }
+                St::Leased => {
+                    let dead = !is_alive(w.owner());
+                    let deadline = e.deadline_ns.load(Ordering::Relaxed);
+                    let pos = e.pos.load(Ordering::Relaxed);
+                    if dead {
+                        // It died holding the record, maybe before releasing
+                        // its slot: the record is here, so the slot is only
+                        // released (never published again).
+                        if holds(pos) {
+                            release_held(pos);
+                        }
+                    } else if now < deadline || holds(pos) {
+                        // Running, or its live holder is between saving the
+                        // record and releasing its slot (still in the call).
+                        next_deadline = next_deadline.min(deadline.max(now + 1));
+                        continue;
+                    }
+                    dead
+                }
+                St::Filling | St::Taking | St::Busy | St::Dead => {
+                    if is_alive(w.owner()) {
+                        continue;
+                    }
+                    true
+                }
+            };
+            let to = match w.st() {
+                St::Leased => w.undelivered(max_deliveries),
+                _ => match w.orphaned(max_deliveries) {
+                    Some(to) => to,
+                    None => continue,
+                },
+            };
+            if owner_dead && to.st() == St::Ready {
+                // Due now. Its owner is dead and the sweep lock is ours, so
+                // nobody else writes the entry. (A lease that ran out is due
+                // already, and its live holder may be extending it: not written.)
+                e.deadline_ns.store(now, Ordering::Relaxed);
+            }
+            if e.change(w, to).is_err() {
+                continue;
+            }
+            if w.st() != St::Filling {
+                let c = if owner_dead { &counters.orphaned } else { &counters.expired };
+                c.fetch_add(1, Ordering::Relaxed);
+            }
+            match to.st() {
+                St::Ready => {
+                    swept.ready += 1;
+                    next_ready = next_ready.min(now);
+                }
+                St::Doomed => swept.doomed += 1,
+                _ => {}
+            }
+        }
+        let h = &self.control.hints.0;
+        // A hint at or before now made this sweep due, and `later` is what
+        // the sweep set when it took its turn: both are replaced. A value
+        // below ours set meanwhile (a new lease) is kept.
+        let settle = |hint: &AtomicU64, ours: u64| {
+            let _ = hint.fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| {
+                Some(if cur <= now || cur == later { ours } else { cur.min(ours) })
+            });
+        };
+        settle(&h.next_deadline_ns, next_deadline);
+        settle(&h.next_sweep_ns, if in_use { now.saturating_add(self.period()) } else { u64::MAX });
+        if next_ready != u64::MAX {
+            self.ready_at(next_ready);
+        }
+        swept
+    }
+
+    /// Copies every entry that holds a record (leased, waiting, bound for
+    /// the dead-letter queue), for inspection: an entry that changes while it
+    /// is copied is left out, never shown torn.
+    pub(crate) fn snapshot(&self, max: usize) -> Vec<Snapshot> {
+        let mut out = Vec::new();
+        for i in 0..self.count {
+            if out.len() >= max {
+                break;
+            }
+            let e = self.entry(i);
+            let w = e.word();
+            if !w.st().holds_record() {
+                continue;
+            }
+            let len = (e.len.load(Ordering::Relaxed) as usize).min(self.record_size);
+            let (pos, deadline_ns, leased_ns) = (
+                e.pos.load(Ordering::Relaxed),
+                e.deadline_ns.load(Ordering::Relaxed),
+                e.leased_ns.load(Ordering::Relaxed),
+            );
+            let mut record = vec![0u8; len];
+            let src = self.data(i);
+            for (k, b) in record.iter_mut().enumerate() {
+                // SAFETY: k < len <= record_size, inside entry i's record; a
+                // volatile read of bytes another process may be writing, as
+                // a snapshot is taken (validated by the state word below).
+                *b = unsafe { std::ptr::read_volatile(src.add(k)) };
+            }
+            std::sync::atomic::fence(Ordering::Acquire);
+            if e.word() == w && len > 0 {
+                out.push(Snapshot { entry: i, word: w, pos, deadline_ns, leased_ns, record });
+            }
+        }
+        out
+    }
+}

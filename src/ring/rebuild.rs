@@ -1,0 +1,237 @@
+//! Durable rings: the consumed watermark that syncs record, and the rebuild
+//! of a ring from its slots after a machine crash.
+//!
+//! After a crash the file holds, page by page (even sector by sector), the
+//! state of different instants: the cursors are only hints. Producers
+//! publish out of order, so the whole ring is scanned: a slot is kept when
+//! its header says "published", its checksum (see [`super::seal`]) matches
+//! the queue, the position and the bytes, and its position is not below the
+//! consumed watermark. The kept records define the new head and tail; the
+//! positions between them that hold nothing become empty records (skips).
+
+use super::seal::seal;
+use super::{POS_MASK, PUBLISHED, Ring, SKIP, State, Storage};
+use crate::sync::Ordering;
+
+/// How many laps back a record's checksum is looked for: a record whose
+/// consumer died is published again one lap later with its checksum
+/// unchanged (see [`Ring::repair`]), and so is one moved by a rebuild.
+const SEAL_LAPS: u64 = 64;
+
+/// What [`Ring::rebuild`] found and did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Rebuilt {
+    /// Records kept.
+    pub kept: u64,
+    /// Published slots whose checksum did not match (torn, or not written).
+    pub torn: u64,
+    /// Valid records below the consumed watermark (consumed before the
+    /// last sync), dropped.
+    pub stale: u64,
+    /// Kept records moved to a later position, because newer records lie
+    /// more than a lap ahead of them.
+    pub moved: u64,
+    /// Positions between kept records that are now empty records.
+    pub holes: u64,
+    /// The new head and tail, counted (see [`Ring::count`]).
+    pub head: u64,
+    pub tail: u64,
+}
+
+impl<S: Storage> Ring<S> {
+    /// Counts, from `from` on, the positions whose slots consumers have
+    /// released (or whose records were published again after their
+    /// consumer died), stopping at the first that is not or after `limit`
+    /// positions, and at `head`. Returns the count reached: every position
+    /// below it has been consumed. Safe while others work (it only reads).
+    pub(crate) fn released_until(&self, from: u64, limit: u64) -> u64 {
+        let head = self.popped();
+        let mut at = from;
+        while at < head && at - from < limit {
+            let Ok((lap, index)) = self.split(self.advance(0, at)) else { break };
+            let seq = self.store.slot(index).seq.load(Ordering::Acquire);
+            if self.state(seq, lap) != State::Ahead {
+                break;
+            }
+            at += 1;
+        }
+        at
+    }
+
+    /// Is `check` the checksum of the record in slot `index` (`len` bytes,
+    /// copied into `buf`) at lap `lap` or one of the [`SEAL_LAPS`] before it?
+    fn sealed(&self, key: u64, index: usize, lap: u64, len: usize, check: u32, buf: &mut [u8]) -> bool {
+        // SAFETY: rebuild runs alone (no other thread or process uses the
+        // ring), so the slot is ours; len <= record_size (checked by the caller).
+        unsafe { self.store.read(index, &mut buf[..len]) };
+        (0..SEAL_LAPS)
+            .map_while(|k| lap.checked_sub(k * self.one_lap))
+            .any(|l| seal(key, l + index as u64, &buf[..len]) == check)
+    }
+
+    /// (Alone only: no other thread or process may use the ring.) Rebuilds
+    /// head, tail and every slot's `seq` from what the slots hold, for a
+    /// ring whose producers sealed their records under `key`, never
+    /// keeping a record below position count `consumed`. See the module
+    /// documentation. Every kept record stays deliverable exactly once.
+    pub(crate) fn rebuild(&self, key: u64, consumed: u64) -> Rebuilt {
+        let cap = self.cap;
+        let mut r = Rebuilt::default();
+        let mut buf = vec![0u8; self.record_size];
+        // Slot index -> the position count of its kept record.
+        let mut kept: Vec<Option<u64>> = vec![None; cap as usize];
+        for (index, entry) in kept.iter_mut().enumerate() {
+            let slot = self.store.slot(index);
+            let seq = slot.seq.load(Ordering::Acquire);
+            let pos = seq & POS_MASK;
+            if pos & PUBLISHED == 0 || seq & SKIP != 0 {
+                continue; // free, or an empty record: nothing to keep
+            }
+            let lap = pos & !PUBLISHED;
+            let len = slot.len.load(Ordering::Relaxed) as usize;
+            let check = slot.check.load(Ordering::Relaxed);
+            let valid = lap & (self.one_lap - 1) == 0 && (1..=self.record_size).contains(&len);
+            if !valid || !self.sealed(key, index, lap, len, check, &mut buf) {
+                r.torn += 1;
+                continue;
+            }
+            let at = self.count(lap + index as u64);
+            if at < consumed {
+                r.stale += 1;
+                continue;
+            }
+            *entry = Some(at);
+        }
+        let newest = kept.iter().flatten().max().copied();
+        let (head, mut tail) = match newest {
+            None => (consumed, consumed),
+            Some(m) => (consumed.max((m + 1).saturating_sub(cap)), m + 1),
+        };
+        // The count in [head, head + cap) that falls on slot `index`.
+        let window = |index: u64| head + (index + cap - head % cap) % cap;
+        for (index, entry) in kept.iter_mut().enumerate() {
+            if let Some(at) = entry.as_mut() {
+                if *at < head {
+                    // More than a lap behind the newest record: its slot's
+                    // position in the new window takes it (as a record whose
+                    // consumer died is published again a lap later).
+                    *at = window(index as u64);
+                    tail = tail.max(*at + 1);
+                    r.moved += 1;
+                }
+                r.kept += 1;
+            }
+        }
+        for (index, entry) in kept.iter().enumerate() {
+            let at = window(index as u64);
+            let (lap, _) = self.split(self.advance(0, at)).unwrap_or((0, index));
+            let slot = self.store.slot(index);
+            let seq = if entry.is_some() {
+                lap | PUBLISHED
+            } else if at < tail {
+                r.holes += 1;
+                slot.len.store(0, Ordering::Relaxed);
+                lap | PUBLISHED | SKIP
+            } else {
+                lap
+            };
+            slot.seq.store(seq, Ordering::Release);
+        }
+        let cursors = self.store.cursors();
+        cursors.head.0.store(self.advance(0, head), Ordering::SeqCst);
+        cursors.tail.0.store(self.advance(0, tail), Ordering::SeqCst);
+        self.head_hint.0.store(self.advance(0, head), Ordering::Relaxed);
+        self.tail_hint.0.store(self.advance(0, tail), Ordering::Relaxed);
+        r.head = head;
+        r.tail = tail;
+        r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{HeapStorage, NeverRecover, Silent};
+    use super::*;
+
+    fn ring(cap: u64) -> Ring<HeapStorage> {
+        Ring::new(HeapStorage::new(cap as usize, 8), cap, 8)
+    }
+
+    fn pop_all(r: &Ring<HeapStorage>) -> Vec<Vec<u8>> {
+        let mut out = [0u8; 8];
+        let mut v = Vec::new();
+        while let Ok(n) = r.pop(&mut out, &Silent, &mut NeverRecover) {
+            v.push(out[..n].to_vec());
+        }
+        v
+    }
+
+    #[test]
+    fn a_rebuild_keeps_published_records_and_skips_holes() {
+        let r = ring(8);
+        for i in 0..6u8 {
+            r.push_sealed(42, &[i; 3], &Silent, &mut NeverRecover).unwrap();
+        }
+        let mut out = [0u8; 8];
+        r.pop(&mut out, &Silent, &mut NeverRecover).unwrap();
+        assert_eq!(r.released_until(0, 100), 1);
+        // A torn record (its checksum no longer matches) and a stale cursor.
+        r.storage().slot(3).len.store(2, Ordering::Relaxed);
+        r.storage().cursors().tail.0.store(0, Ordering::Relaxed);
+        let got = r.rebuild(42, 1);
+        assert_eq!((got.kept, got.torn, got.stale, got.holes, got.head, got.tail), (4, 1, 0, 1, 1, 6));
+        assert_eq!(pop_all(&r), vec![vec![1; 3], vec![2; 3], vec![4; 3], vec![5; 3]]);
+        // The queue works on after it, across laps.
+        for i in 0..20u8 {
+            r.push_sealed(42, &[i], &Silent, &mut NeverRecover).unwrap();
+            assert_eq!(pop_all(&r), vec![vec![i]]);
+        }
+    }
+
+    #[test]
+    fn a_rebuild_never_keeps_a_record_below_the_watermark_and_moves_old_laps() {
+        let r = ring(4);
+        for i in 0..4u8 {
+            r.push_sealed(42, &[i], &Silent, &mut NeverRecover).unwrap();
+        }
+        // Slot 0 still says "published at lap 0" (its release never reached
+        // the disk), while slot 1 holds position 5, a lap later.
+        let mut out = [0u8; 8];
+        r.pop(&mut out, &Silent, &mut NeverRecover).unwrap();
+        r.pop(&mut out, &Silent, &mut NeverRecover).unwrap();
+        r.push_sealed(42, &[4], &Silent, &mut NeverRecover).unwrap();
+        r.push_sealed(42, &[5], &Silent, &mut NeverRecover).unwrap();
+        r.storage().slot(0).seq.store(PUBLISHED, Ordering::Relaxed);
+        r.storage().slot(0).check.store(seal(42, 0, &[4]), Ordering::Relaxed);
+        // Watermark 1: position 0 was consumed before the last sync.
+        let got = r.rebuild(42, 1);
+        assert_eq!((got.kept, got.stale, got.moved), (3, 1, 0), "{got:?}");
+        assert_eq!(pop_all(&r), vec![vec![2], vec![3], vec![5]]);
+        // A record more than a lap behind the newest one is moved, not lost.
+        let r = ring(4);
+        for i in 0..4u8 {
+            r.push_sealed(42, &[i], &Silent, &mut NeverRecover).unwrap();
+        }
+        for _ in 0..4 {
+            r.pop(&mut out, &Silent, &mut NeverRecover).unwrap();
+        }
+        for i in 4..8u8 {
+            r.push_sealed(42, &[i], &Silent, &mut NeverRecover).unwrap();
+        }
+        for _ in 0..3 {
+            r.pop(&mut out, &Silent, &mut NeverRecover).unwrap();
+        }
+        r.push_sealed(42, &[8], &Silent, &mut NeverRecover).unwrap();
+        // Slot 3 as the disk may have it: record 7 sealed at position 3 (lap 0).
+        r.storage().slot(3).seq.store(PUBLISHED, Ordering::Relaxed);
+        r.storage().slot(3).check.store(seal(42, 3, &[7]), Ordering::Relaxed);
+        let got = r.rebuild(42, 0);
+        assert_eq!((got.kept, got.moved, got.holes, got.head, got.tail), (2, 1, 2, 5, 9), "{got:?}");
+        assert_eq!(pop_all(&r), vec![vec![7], vec![8]]);
+        // Another queue's records (another key) are not kept.
+        let r = ring(4);
+        r.push_sealed(42, &[9], &Silent, &mut NeverRecover).unwrap();
+        assert_eq!(r.rebuild(43, 0).torn, 1);
+        assert!(pop_all(&r).is_empty());
+    }
+}

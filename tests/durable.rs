@@ -1,0 +1,363 @@
+//! Durable queues across processes, on the project's disk (a directory under
+//! `target/`, since durable queues refuse tmpfs):
+//! - kill -9 of every attached process (producers and consumers of an
+//!   `always` queue) in mid-run, then reopen: every acknowledged push is
+//!   delivered exactly once. The same file, with its boot id cleared (as
+//!   after a machine restart: the queue is rebuilt from its slots), gives
+//!   the same records;
+//! - refusals: a durable queue on tmpfs, and a corrupted durable file, give
+//!   clear errors.
+//!
+//! How a popped record is accounted for (as in `tests/crash.rs`): a
+//! producer publishes how many of its records were acknowledged (numbered in
+//! order); a consumer pops into its in-flight buffer in a shared file, then
+//! counts the record in a shared array (one byte per record), so that a
+//! consumer killed between the pop and the count leaves the record where
+//! the checker finds it.
+
+mod common;
+use common::{child_env, child_test};
+use memmap2::{MmapMut, MmapOptions};
+use std::fs::OpenOptions;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tvm::error::*;
+use tvm::{Durability, Queue, Spec, Wait};
+
+const QUEUE: u32 = 7;
+const CAPACITY: u64 = 500;
+const RECORD: usize = 48;
+const PRODUCERS: u32 = 3;
+const CONSUMERS: u32 = 2;
+const MAX_SEQ: u64 = 1 << 16;
+
+/// A directory on the project's disk, removed on drop.
+struct DiskDir(PathBuf);
+
+impl DiskDir {
+    fn new(tag: &str) -> DiskDir {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("target")
+            .join(format!("tvmq-test-durable-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).expect("create test dir");
+        DiskDir(p)
+    }
+}
+
+impl Drop for DiskDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Record `seq` of producer `proc`: [proc][seq][bytes of both].
+fn record(proc: u32, seq: u32) -> Vec<u8> {
+    let mut r = Vec::with_capacity(RECORD);
+    r.extend_from_slice(&proc.to_le_bytes());
+    r.extend_from_slice(&seq.to_le_bytes());
+    while r.len() < RECORD {
+        r.push((proc.wrapping_mul(31) ^ seq.wrapping_mul(7) ^ r.len() as u32) as u8);
+    }
+    r
+}
+
+fn parse(rec: &[u8]) -> Option<(u32, u32)> {
+    let proc = u32::from_le_bytes(rec.get(0..4)?.try_into().ok()?);
+    let seq = u32::from_le_bytes(rec.get(4..8)?.try_into().ok()?);
+    (proc < PRODUCERS && u64::from(seq) < MAX_SEQ && record(proc, seq) == rec).then_some((proc, seq))
+}
+
+/// Per process, in the shared `stats` file.
+#[repr(C)]
+struct Slot {
+    acked: AtomicU64,
+    inflight: [AtomicU8; RECORD],
+    _pad: [u8; 64 - 8 - RECORD % 64],
+}
+
+struct Shared {
+    stats: MmapMut,
+    seen: MmapMut,
+}
+
+fn map(path: &Path, len: u64) -> MmapMut {
+    let f = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path).expect("open");
+    f.set_len(len).expect("size");
+    // SAFETY: a file of this test's, shared with its children only.
+    unsafe { MmapOptions::new().map_mut(&f) }.expect("map")
+}
+
+impl Shared {
+    fn open(dir: &Path) -> Shared {
+        let n = u64::from(PRODUCERS + CONSUMERS);
+        Shared {
+            stats: map(&dir.join("stats"), n * std::mem::size_of::<Slot>() as u64),
+            seen: map(&dir.join("seen"), u64::from(PRODUCERS) * MAX_SEQ),
+        }
+    }
+
+    fn slot(&self, i: u32) -> &Slot {
+        assert!(i < PRODUCERS + CONSUMERS);
+        // SAFETY: in bounds; Slot is atomics and bytes, any content valid.
+        unsafe { &*self.stats.as_ptr().cast::<Slot>().add(i as usize) }
+    }
+
+    fn seen(&self, proc: u32, seq: u32) -> &AtomicU8 {
+        let at = proc as usize * MAX_SEQ as usize + seq as usize;
+        assert!(at < self.seen.len());
+        // SAFETY: in bounds; a byte of a shared mapping.
+        unsafe { &*self.seen.as_ptr().add(at).cast::<AtomicU8>() }
+    }
+}
+
+/// A child: producer `me` (< PRODUCERS) or consumer, until killed.
+#[test]
+#[ignore = "child process of kill9_of_every_process_loses_no_acknowledged_push"]
+fn durable_child() {
+    let dir = PathBuf::from(child_env("TVMQ_DURABLE_DIR"));
+    let queues = PathBuf::from(child_env("TVMQ_DURABLE_QUEUES"));
+    let me: u32 = child_env("TVMQ_DURABLE_ME").parse().expect("number");
+    let shared = Shared::open(&dir);
+    let q = Queue::open(&queues, QUEUE).expect("open");
+    let slot = shared.slot(me);
+    if me < PRODUCERS {
+        let mut seq = slot.acked.load(Ordering::SeqCst) as u32;
+        while u64::from(seq) < MAX_SEQ {
+            match q.push(&record(me, seq)) {
+                Ok(()) => {
+                    seq += 1;
+                    slot.acked.store(u64::from(seq), Ordering::SeqCst);
+                }
+                Err(e) if e.code() == DATA_SPC_FULL => std::thread::sleep(Duration::from_micros(200)),
+                Err(e) => panic!("push: {e}"),
+            }
+        }
+    } else {
+        // SAFETY: the in-flight buffer is this process's alone while it lives
+        // (the checker reads it once every process is dead).
+        let buf = unsafe { std::slice::from_raw_parts_mut(slot.inflight.as_ptr() as *mut u8, RECORD) };
+        loop {
+            match q.pop(buf, Wait::Until(Instant::now() + Duration::from_millis(50))) {
+                Ok(_) => {
+                    let (p, s) = parse(buf).expect("an intact record");
+                    shared.seen(p, s).fetch_add(1, Ordering::SeqCst);
+                    buf.fill(0);
+                }
+                Err(e) if e.code() == MQUE_WAIT_TMO || e.code() == NO_DATA_FOUND => {}
+                Err(e) => panic!("pop: {e}"),
+            }
+        }
+    }
+}
+
+/// The 16 bytes of this boot's id as the control block stores them.
+fn boot_id_bytes() -> [u8; 16] {
+    let text = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").expect("boot id");
+    let hex: String = text.trim().chars().filter(|c| *c != '-').collect();
+    let hi = u64::from_str_radix(&hex[..16], 16).unwrap();
+    let lo = u64::from_str_radix(&hex[16..], 16).unwrap();
+    let mut b = [0u8; 16];
+    b[..8].copy_from_slice(&hi.to_ne_bytes());
+    b[8..].copy_from_slice(&lo.to_ne_bytes());
+    b
+}
+
+/// Clears the boot id in the control page of the queue file at `path`, as
+/// if the machine had restarted since processes last attached.
+fn forget_boot(path: &Path) {
+    let f = OpenOptions::new().read(true).write(true).open(path).unwrap();
+    let mut page = vec![0u8; 4096];
+    f.read_exact_at(&mut page, 4096).unwrap();
+    let id = boot_id_bytes();
+    let at: Vec<usize> = (0..4096 - 16).step_by(8).filter(|&i| page[i..i + 16] == id).collect();
+    assert_eq!(at.len(), 1, "the boot id is in the control page once");
+    f.write_all_at(&[0u8; 16], 4096 + at[0] as u64).unwrap();
+}
+
+/// Pops everything left in queue QUEUE of `dir`.
+fn drain(dir: &Path) -> (Vec<(u32, u32)>, Option<tvm::RecoveryStats>) {
+    let q = Queue::open(dir, QUEUE).expect("reopen");
+    let mut out = [0u8; RECORD];
+    let mut got = Vec::new();
+    loop {
+        match q.pop(&mut out, Wait::NoWait) {
+            Ok(n) => {
+                assert_eq!(n, RECORD);
+                got.push(parse(&out).unwrap_or_else(|| panic!("a record never pushed, or torn: {out:?}")));
+            }
+            Err(e) if e.code() == NO_DATA_FOUND => break,
+            Err(e) => panic!("drain: {e}"),
+        }
+    }
+    (got, q.durable_stats().and_then(|d| d.last_recovery))
+}
+
+#[test]
+fn kill9_of_every_process_loses_no_acknowledged_push() {
+    let rounds: u32 = std::env::var("TVMQ_DURABLE_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
+    for round in 0..rounds {
+        let work = DiskDir::new(&format!("kill9-{round}"));
+        let queues = work.0.join("queues");
+        let restarted = work.0.join("restarted");
+        std::fs::create_dir_all(&queues).unwrap();
+        std::fs::create_dir_all(&restarted).unwrap();
+        let mut spec = Spec::new(CAPACITY, RECORD as u64);
+        spec.durability = Some(Durability::Always);
+        Queue::create(&queues, QUEUE, &spec).unwrap();
+        let shared = Shared::open(&work.0);
+        let mut kids: Vec<Child> = (0..PRODUCERS + CONSUMERS)
+            .map(|me| {
+                child_test("durable_child")
+                    .env("TVMQ_DURABLE_DIR", &work.0)
+                    .env("TVMQ_DURABLE_QUEUES", &queues)
+                    .env("TVMQ_DURABLE_ME", me.to_string())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::inherit())
+                    .spawn()
+                    .expect("spawn")
+            })
+            .collect();
+        // Until every producer has pushed a little, then a bit more.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while (0..PRODUCERS).any(|p| shared.slot(p).acked.load(Ordering::SeqCst) < 50) {
+            assert!(Instant::now() < deadline, "the producers do not push");
+            for k in kids.iter_mut() {
+                assert!(k.try_wait().unwrap().is_none(), "a child died on its own");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::thread::sleep(Duration::from_millis(100 + 150 * u64::from(round)));
+        for k in kids.iter_mut() {
+            // SAFETY: kill(2) of our own child, which has not been reaped yet.
+            unsafe { libc::kill(k.id() as i32, libc::SIGKILL) };
+        }
+        for k in kids.iter_mut() {
+            let _ = k.wait();
+        }
+        // The machine-restart view: a copy of the file, its boot id cleared.
+        let file = tvm::queue_path(&queues, QUEUE);
+        let copy = tvm::queue_path(&restarted, QUEUE);
+        std::fs::copy(&file, &copy).unwrap();
+        forget_boot(&copy);
+
+        let (left, none) = drain(&queues);
+        assert!(none.is_none(), "no recovery after process deaths on the same boot");
+        let (rebuilt, found) = drain(&restarted);
+        let found = found.expect("a recovery ran on the copy");
+        assert_eq!(found.kept, rebuilt.len() as u64);
+        assert_eq!(found.torn, 0, "nothing torn: every page is the latest ({found:?})");
+
+        for (name, rest) in [("after the kill", &left), ("after the rebuild", &rebuilt)] {
+            let mut count = vec![0u8; (PRODUCERS as u64 * MAX_SEQ) as usize];
+            for p in 0..PRODUCERS {
+                for s in 0..MAX_SEQ as u32 {
+                    count[(p as u64 * MAX_SEQ + u64::from(s)) as usize] = shared.seen(p, s).load(Ordering::SeqCst);
+                }
+            }
+            for &(p, s) in rest.iter() {
+                count[(p as u64 * MAX_SEQ + u64::from(s)) as usize] += 1;
+            }
+            let inflight: Vec<(u32, u32)> = (PRODUCERS..PRODUCERS + CONSUMERS)
+                .filter_map(|c| {
+                    let b: Vec<u8> = shared.slot(c).inflight.iter().map(|x| x.load(Ordering::SeqCst)).collect();
+                    parse(&b)
+                })
+                .collect();
+            let mut acked_total = 0;
+            for p in 0..PRODUCERS {
+                let acked = shared.slot(p).acked.load(Ordering::SeqCst);
+                acked_total += acked;
+                for s in 0..MAX_SEQ as u32 {
+                    let n = count[(p as u64 * MAX_SEQ + u64::from(s)) as usize];
+                    assert!(n <= 1, "{name}: record ({p}, {s}) delivered {n} times");
+                    let in_flight = inflight.contains(&(p, s));
+                    if u64::from(s) < acked {
+                        assert!(n == 1 || in_flight, "{name}: acknowledged push ({p}, {s}) lost");
+                    } else {
+                        // At most the one push in progress when the producer died.
+                        assert!(n == 0 || u64::from(s) == acked, "{name}: ({p}, {s}) was never pushed");
+                    }
+                }
+            }
+            eprintln!(
+                "round {round} {name}: {acked_total} acknowledged pushes, {} left in the queue, {found:?}",
+                rest.len()
+            );
+        }
+    }
+}
+
+#[test]
+fn a_durable_queue_on_tmpfs_is_refused() {
+    let dir = common::TempDir::new("durable", "tmpfs");
+    let mut spec = Spec::new(16, 64);
+    spec.durability = Some(Durability::Interval(100));
+    let e = Queue::create(dir.path(), 1, &spec).unwrap_err();
+    assert_eq!(e.code(), NOT_DURABLE, "{e}");
+    assert!(e.to_string().contains("tmpfs"), "a clear message: {e}");
+    assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none(), "no file left behind");
+    // A plain queue there is fine; syncing it says why it cannot be durable.
+    spec.durability = None;
+    Queue::create(dir.path(), 1, &spec).unwrap();
+    let q = Queue::open(dir.path(), 1).unwrap();
+    assert_eq!(q.sync().unwrap_err().code(), NOT_DURABLE);
+}
+
+#[test]
+fn a_corrupted_durable_file_gives_the_clear_errors_of_today() {
+    let work = DiskDir::new("corrupt");
+    let mut spec = Spec::new(64, 100);
+    spec.durability = Some(Durability::Always);
+    Queue::create(&work.0, 1, &spec).unwrap();
+    let path = tvm::queue_path(&work.0, 1);
+    {
+        let q = Queue::open(&work.0, 1).unwrap();
+        q.push(b"kept").unwrap();
+        assert_eq!(q.durability(), Some(Durability::Always));
+        let d = q.durable_stats().unwrap();
+        assert!(d.syncs >= 1 && d.last_sync_ns > 0, "{d:?}");
+    }
+    let pristine = std::fs::read(&path).unwrap();
+    let open_err = |bytes: &[u8]| {
+        std::fs::write(&path, bytes).unwrap();
+        Queue::open(&work.0, 1).err().map(|e| (e.code(), e.to_string()))
+    };
+    // The header's geometry, a byte of the options block (the policy), the
+    // durable flag cleared, a file cut short: each refused, saying why.
+    let options = |b: &mut Vec<u8>, at: usize, v: u8| b[at] = v;
+    let mut cases: Vec<(&str, Vec<u8>)> = Vec::new();
+    let mut b = pristine.clone();
+    b[0] ^= 0xff;
+    cases.push(("magic", b));
+    let mut b = pristine.clone();
+    // The options block follows the Info header in the first page: find its
+    // policy word (1 = always) after the durable flag (2) by searching the
+    // first page for the flag word followed by spin_us and the policy.
+    let flag_at = (0..4096 - 24)
+        .step_by(8)
+        .find(|&i| {
+            b[i..i + 8] == 2u64.to_ne_bytes() && b[i + 8..i + 16] == [0; 8] && b[i + 16..i + 24] == 1u64.to_ne_bytes()
+        })
+        .expect("the options block");
+    options(&mut b, flag_at + 16, 2);
+    cases.push(("policy", b));
+    let mut b = pristine.clone();
+    options(&mut b, flag_at, 0);
+    cases.push(("durable flag", b));
+    cases.push(("short file", pristine[..pristine.len() - 100].to_vec()));
+    for (what, bytes) in cases {
+        let (code, text) = open_err(&bytes).unwrap_or_else(|| panic!("{what}: opened"));
+        assert!(matches!(code, SHM_ERR_INVAL | VER_NOT_MATCH), "{what}: {code} {text}");
+        assert!(text.contains(&*path.display().to_string()) || text.contains("queue file"), "{what}: {text}");
+    }
+    // Restored, it opens and delivers its record.
+    std::fs::write(&path, &pristine).unwrap();
+    let q = Queue::open(&work.0, 1).unwrap();
+    let mut out = [0u8; 100];
+    assert_eq!(q.pop(&mut out, Wait::NoWait).unwrap(), 4);
+    assert_eq!(&out[..4], b"kept");
+}
