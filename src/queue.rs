@@ -654,10 +654,7 @@ impl Queue {
             return Err(Error::new(RECD_TOO_LONG, format!("buffer of {} bytes, queue records need {size}", out.len())));
         }
         let out = &mut out[..size];
-        // Polling an empty queue reads `tail`, which producers are moving:
-        // start with pauses long enough not to slow them down.
-        let mut spins = Backoff::starting_at(EMPTY_POLL_FIRST_STEP);
-        let mut spin_until = None;
+        let mut idle = Idle::new(wait);
         loop {
             self.check_usable()?;
             match self.ring.pop(out, &self.intent(), &mut Patience::new(self)) {
@@ -669,34 +666,8 @@ impl Queue {
                 Err(RingError::Empty) => {}
                 Err(e) => return Err(self.ring_error(e)),
             }
-            let deadline = match wait {
-                Wait::NoWait => return Err(Error::code_only(NO_DATA_FOUND)),
-                Wait::Forever => None,
-                Wait::Until(t) => Some(t),
-            };
-            if deadline.is_some_and(|t| Instant::now() >= t) {
-                return Err(Error::code_only(MQUE_WAIT_TMO));
-            }
-            match self.strategy {
-                Strategy::Default => {}
-                Strategy::Spin(d) => {
-                    if Instant::now() < *spin_until.get_or_insert_with(|| Instant::now() + d) {
-                        std::hint::spin_loop();
-                        continue;
-                    }
-                }
-                Strategy::NeverSleep => {
-                    std::hint::spin_loop();
-                    continue;
-                }
-            }
-            // A record is often only microseconds away: spin and yield a
-            // little before paying for a sleep and the producer's wake-up.
-            if !spins.is_completed() {
-                spins.snooze();
-                continue;
-            }
-            self.sleep(deadline, || self.ring.is_empty_seqcst());
+            // Nothing queued: wait as the strategy says (shared with the lease path).
+            self.idle(&mut idle)?;
         }
     }
 
