@@ -31,6 +31,17 @@
 //! processes; a syncer killed holding the lock is found dead (its pid is
 //! gone) and the lock taken from it.
 //!
+//! Left at that, callers split into two groups taking turns (those a sync
+//! released push again while the next sync, begun at once by a waiting
+//! caller, runs without them), and each sync covers half of them. So the
+//! syncer of an `always` queue first gathers: when others were waiting as
+//! the last sync ended, it waits (yielding) until as many callers have
+//! arrived since the last sync began, or none for 50 us, or for at most
+//! the last sync's duration (see `Durable::gather`). Measured on this
+//! project's VM (ext4 on a virtio disk, 304-byte records): 4 threads went
+//! from 2.1 to 4.0 records per sync and 14 K to 19 K pushes/s, 10 threads
+//! from 5.1 to 9.8 records per sync.
+//!
 //! # What a sync writes
 //! When consumers moved it since the last sync, a sync writes the consumed
 //! watermark (every position below it was consumed: see
@@ -179,6 +190,11 @@ pub(crate) fn hooks() -> &'static std::sync::Mutex<Vec<(std::path::PathBuf, Sync
 
 /// Longest a sync is waited for before its syncer is checked for death.
 const STALE_LOCK: Duration = Duration::from_secs(1);
+/// How long the syncer of an `always` queue waits for no new caller before
+/// it syncs (see `Durable::gather`).
+const GATHER_QUIET: Duration = Duration::from_micros(50);
+/// The longest it gathers.
+const GATHER_MAX: Duration = Duration::from_micros(500);
 /// How far one sync scans for the consumed watermark (it lags behind when
 /// more pops than this happen between syncs; it is only a lower bound).
 const WATERMARK_SCAN: u64 = 1 << 16;
@@ -265,9 +281,14 @@ impl Durable {
     /// later one) when nobody else is.
     fn sync_until(&self, target: u64) -> Result<()> {
         let w = self.words();
+        let mut counted = false;
         loop {
             if w.done.load(Ordering::Acquire) >= target {
                 return Ok(());
+            }
+            if !counted {
+                counted = true;
+                w.arrivals.fetch_add(1, Ordering::SeqCst);
             }
             if self.try_lock() {
                 let r = if w.done.load(Ordering::Acquire) >= target { Ok(()) } else { self.sync_locked() };
@@ -354,6 +375,10 @@ impl Durable {
     /// clears the dirty flag, syncs the file and records completion.
     fn sync_locked(&self) -> Result<()> {
         let w = self.words();
+        if self.policy == Durability::Always {
+            self.gather();
+        }
+        w.batch_start.store(w.arrivals.load(Ordering::SeqCst), Ordering::Relaxed);
         let n = w.started.fetch_add(1, Ordering::SeqCst) + 1;
         let started_ns = now_ns();
         let marked = self.write_mark(started_ns);
@@ -362,6 +387,7 @@ impl Durable {
         w.dirty.store(0, Ordering::SeqCst);
         let r = self.sync_pages(marked);
         let end = now_ns();
+        w.callers.store(w.waiters.load(Ordering::SeqCst).saturating_add(1), Ordering::Relaxed);
         match r {
             Ok(()) => {
                 w.last_sync_took_ns.store(end.saturating_sub(started_ns), Ordering::Relaxed);
@@ -373,6 +399,44 @@ impl Durable {
                 w.failures.fetch_add(1, Ordering::Relaxed);
                 w.dirty.store(1, Ordering::SeqCst);
                 Err(e)
+            }
+        }
+    }
+
+    /// Before a sync of an `always` queue: when callers were concurrent
+    /// (others waited as the last sync ended), waits, yielding the
+    /// processor, until as many have arrived since the last sync started, so
+    /// that this sync covers them all; or until none has arrived for
+    /// [`GATHER_QUIET`] (a caller stopped), or the last sync's duration (at
+    /// most [`GATHER_MAX`]) has passed.
+    ///
+    /// Without it, callers split into two groups that take turns: those a
+    /// sync releases push again while the next sync, started at once by a
+    /// caller that was waiting, runs without them, so each sync covered
+    /// about half of the callers (measured: 2.1 records per sync with 4
+    /// threads, 5.1 with 10). A lone caller never waits here.
+    fn gather(&self) {
+        let w = self.words();
+        let callers = w.callers.load(Ordering::Relaxed);
+        if callers <= 1 {
+            return;
+        }
+        let from = w.batch_start.load(Ordering::Relaxed);
+        let quiet = GATHER_QUIET.as_nanos() as u64;
+        let limit = w.last_sync_took_ns.load(Ordering::Relaxed).min(GATHER_MAX.as_nanos() as u64);
+        let start = now_ns();
+        let (mut seen, mut changed) = (w.arrivals.load(Ordering::SeqCst), start);
+        while seen.wrapping_sub(from) < callers {
+            std::thread::yield_now();
+            let t = now_ns();
+            let a = w.arrivals.load(Ordering::SeqCst);
+            if a != seen {
+                (seen, changed) = (a, t);
+            } else if t.saturating_sub(changed) >= quiet {
+                return;
+            }
+            if t.saturating_sub(start) >= limit {
+                return;
             }
         }
     }

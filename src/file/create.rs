@@ -268,8 +268,11 @@ fn fill_new_file(file: &File, tmp: &Path, info: &Info, options: &Options, mode: 
     // A durable queue's blocks are written once now, so that its syncs
     // write data in place and never have to commit block allocations (a
     // journal commit per sync).
-    if is_tmpfs(file) || durable {
-        zero_fill(file, info.file_size).map_err(|e| io_error(MQUE_CRTE_BIG, "cannot fill", tmp, e))?;
+    let tmpfs = is_tmpfs(file);
+    if tmpfs || durable {
+        // On a disk, one page per write: see `zero_fill`.
+        let chunk = if tmpfs { 1 << 20 } else { 4096 };
+        zero_fill(file, info.file_size, chunk).map_err(|e| io_error(MQUE_CRTE_BIG, "cannot fill", tmp, e))?;
     }
     file.write_all_at(info.as_bytes(), 0)
         .and_then(|()| file.write_all_at(options.as_bytes(), OPTIONS_OFFSET as u64))
@@ -296,12 +299,18 @@ fn fill_new_file(file: &File, tmp: &Path, info: &Info, options: &Options, mode: 
 /// leaves them to be cleared by whoever touches them first: clearing them
 /// here, once, keeps that cost (about a second for 1.3 GB through page faults
 /// on this machine type) out of every attaching process's first pushes.
-fn zero_fill(file: &File, len: u64) -> std::io::Result<()> {
-    const CHUNK: usize = 1 << 20;
-    let zeros = vec![0u8; CHUNK];
+///
+/// `chunk` bytes per write. A durable queue's file on a disk is filled one
+/// page per write: the page cache keeps a file's pages in folios as large
+/// as the writes that created them (up to 1 MiB, with ext4 on Linux 6.18),
+/// and a folio is written back whole, so after 1 MiB writes every sync of
+/// one 304-byte record wrote 1 MiB and took 400 us instead of 150 (measured
+/// with msync of one page, 2,000 times, on this machine's ext4 disk).
+fn zero_fill(file: &File, len: u64, chunk: usize) -> std::io::Result<()> {
+    let zeros = vec![0u8; chunk];
     let mut at = 0;
     while at < len {
-        let n = CHUNK.min((len - at) as usize);
+        let n = chunk.min((len - at) as usize);
         file.write_all_at(&zeros[..n], at)?;
         at += n as u64;
     }

@@ -377,6 +377,13 @@ pub(crate) struct SyncWords {
     /// processes last attached: another value at attach means the machine
     /// restarted since, and the ring is rebuilt from its slots.
     pub boot_id: [AtomicU64; 2],
+    /// Calls that needed a sync (each counted once): the syncer of an
+    /// `always` queue gathers callers by it (see `Durable::gather`).
+    pub arrivals: AtomicU32,
+    /// `arrivals` when the last sync started.
+    pub batch_start: AtomicU32,
+    /// Callers waiting for a sync when the last one ended, its syncer included.
+    pub callers: AtomicU32,
 }
 
 /// What the last recovery after a machine restart found (durable queues).
