@@ -46,10 +46,10 @@ enum Event {
 }
 
 /// A directory on a disk (durable queues refuse tmpfs), removed on drop.
-struct DiskDir(PathBuf);
+pub(super) struct DiskDir(pub(super) PathBuf);
 
 impl DiskDir {
-    fn new(tag: &str) -> DiskDir {
+    pub(super) fn new(tag: &str) -> DiskDir {
         let p = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("target")
             .join(format!("tvmq-test-durable-{}-{tag}", std::process::id()));
