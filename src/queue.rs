@@ -575,14 +575,17 @@ impl Queue {
         Ok(())
     }
 
-    /// [`push`](Self::push) on a durable queue: the record sealed, then
-    /// synced (`always`) or the queue marked dirty (`interval`). Out of
+    /// [`push`](Self::push) on a durable queue: `always`: the record
+    /// sealed, then synced; `interval`: the queue marked dirty (the sync
+    /// seals what was pushed since the last one, off the push path). Out of
     /// line, so that plain pushes keep their code.
     #[inline(never)]
     fn push_durable(&self, d: &Durable, record: &[u8]) -> Result<()> {
-        self.ring
-            .push_sealed(d.key(), record, &self.intent(), &mut Patience::new(self))
-            .map_err(|e| self.ring_error(e))?;
+        let pushed = match d.policy() {
+            Durability::Always => self.ring.push_sealed(d.key(), record, &self.intent(), &mut Patience::new(self)),
+            Durability::Interval(_) => self.ring.push(record, &self.intent(), &mut Patience::new(self)),
+        };
+        pushed.map_err(|e| self.ring_error(e))?;
         self.wake_one();
         d.changed()
     }
@@ -625,7 +628,11 @@ impl Queue {
         }
         let (done, err) = match &self.durable {
             None => self.ring.push_batch(records, each, &self.intent(), &mut Patience::new(self)),
-            Some(d) => self.ring.push_batch_sealed(d.key(), records, each, &self.intent(), &mut Patience::new(self)),
+            Some(d) if d.policy() == Durability::Always => {
+                self.ring.push_batch_sealed(d.key(), records, each, &self.intent(), &mut Patience::new(self))
+            }
+            // `interval`: sealed by the sync (see `push_durable`).
+            Some(_) => self.ring.push_batch(records, each, &self.intent(), &mut Patience::new(self)),
         };
         if done > 0 {
             self.wake(done as u32);

@@ -39,6 +39,8 @@ enum Event {
         control: bool,
         bytes: Arc<Vec<u8>>,
     },
+    /// A sync begins: pushes acknowledged before it are in it.
+    SyncBegin,
     PushStart(u32),
     Acked(u32),
     PopStart(u8),
@@ -120,7 +122,10 @@ fn run(policy: Durability, dir: &Path, seed: u64) -> (Vec<Event>, usize) {
     let hook_log = log.clone();
     let hook: SyncHook = Arc::new(move |base, len, control| {
         let mut l = hook_log.lock().unwrap();
-        l.push(Event::Copy { synced: true, control, bytes: Arc::new(copy(base, len)) });
+        match control {
+            None => l.push(Event::SyncBegin),
+            Some(control) => l.push(Event::Copy { synced: true, control, bytes: Arc::new(copy(base, len)) }),
+        }
     });
     hooks().lock().unwrap().push((path.clone(), hook));
     let q = Arc::new(Queue::open(dir, 1).unwrap());
@@ -257,7 +262,7 @@ fn lives(log: &[Event]) -> std::collections::HashMap<u32, Life> {
                 l.pop_start = Some(pop_start[*c as usize]);
                 l.popped = Some(i);
             }
-            Event::Copy { .. } => {}
+            Event::Copy { .. } | Event::SyncBegin => {}
         }
     }
     m
@@ -356,9 +361,13 @@ fn check_images(policy: Durability, log: &[Event], file_len: usize, images: usiz
         let set: std::collections::HashSet<u32> = got.iter().copied().collect();
         assert_eq!(set.len(), got.len(), "image {n}: a record delivered twice");
         // The durable point: acknowledged pushes and completed pops before it are on disk.
+        // (`interval`: what was acknowledged before the last sync began; its
+        // pass seals the records, which their producers did not.)
         let durable_before = match policy {
             Durability::Always => t,
-            Durability::Interval(_) => last_sync,
+            Durability::Interval(_) => {
+                log[..last_sync].iter().rposition(|e| matches!(e, Event::SyncBegin)).unwrap_or(0)
+            }
         };
         for (&seq, life) in &lives {
             let acked = life.acked.is_some_and(|a| a < durable_before);

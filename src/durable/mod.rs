@@ -7,7 +7,11 @@
 //!   processes that push or pop at the same time share syncs (group
 //!   commit, below); a batch makes one sync.
 //! * [`Durability::Interval`]: pushes and pops set a dirty flag in the file
-//!   (and the time of the oldest change it covers); a flusher thread in
+//!   (and the time of the oldest change it covers). Producers do not seal
+//!   their records (the checksum recovery checks, see
+//!   [`seal`](crate::ring::seal)): each sync first seals what was published
+//!   since the last one (`Ring::seal_published`), so an `interval` push
+//!   costs what a plain one does. A flusher thread in
 //!   every attached process syncs a dirty queue when that change is
 //!   nearly the interval old, so that it reaches the disk within the
 //!   interval (see [`flusher`]). Syncing as late as the window allows
@@ -177,9 +181,10 @@ pub struct RecoveryStats {
 
 /// A test's replacement for the sync system calls: called with the
 /// mapping's first byte and length, and whether the control page is synced
-/// too (the slots always are); it may copy what "reaches the disk".
+/// too (the slots always are); it may copy what "reaches the disk". Also
+/// called with `None` as a sync begins (before `started` is counted).
 #[cfg(test)]
-pub(crate) type SyncHook = std::sync::Arc<dyn Fn(*const u8, usize, bool) + Send + Sync>;
+pub(crate) type SyncHook = std::sync::Arc<dyn Fn(*const u8, usize, Option<bool>) + Send + Sync>;
 
 /// Hooks by queue file path, installed by tests before the queue is opened.
 #[cfg(test)]
@@ -379,12 +384,22 @@ impl Durable {
             self.gather();
         }
         w.batch_start.store(w.arrivals.load(Ordering::SeqCst), Ordering::Relaxed);
+        #[cfg(test)]
+        if let Some(hook) = &self.hook {
+            hook(self.map.base(), self.map.len(), None);
+        }
         let n = w.started.fetch_add(1, Ordering::SeqCst) + 1;
         let started_ns = now_ns();
-        let marked = self.write_mark(started_ns);
         // Changes made before this store are covered by the sync below;
         // a later one sets the flag again.
         w.dirty.store(0, Ordering::SeqCst);
+        if let Durability::Interval(_) = self.policy {
+            // After the two stores above: a record published before a
+            // caller read `started` (or before the flag was cleared) is
+            // sealed now; one published later brings another sync.
+            self.seal_published();
+        }
+        let marked = self.write_mark(started_ns);
         let r = self.sync_pages(marked);
         let end = now_ns();
         w.callers.store(w.waiters.load(Ordering::SeqCst).saturating_add(1), Ordering::Relaxed);
@@ -401,6 +416,19 @@ impl Durable {
                 Err(e)
             }
         }
+    }
+
+    /// Seals the records producers of an `interval` queue published since
+    /// the last pass (they do not seal them: see [`seal`](crate::ring::seal)
+    /// and the module documentation), from where the last pass stopped,
+    /// at most one lap back from the tail.
+    fn seal_published(&self) {
+        let w = self.words();
+        let (tail, cap) = (self.ring.pushed(), self.ring.capacity());
+        let from = w.sealed.load(Ordering::Relaxed);
+        // A rebuild after a machine crash may have moved the tail below the mark.
+        let from = if from > tail || tail - from > cap { tail.saturating_sub(cap) } else { from };
+        w.sealed.store(self.ring.seal_published(self.key, from, tail), Ordering::Relaxed);
     }
 
     /// Before a sync of an `always` queue: when callers were concurrent
@@ -469,7 +497,7 @@ impl Durable {
         let (base, len) = (self.map.base(), self.map.len());
         #[cfg(test)]
         if let Some(hook) = &self.hook {
-            hook(base, len, control);
+            hook(base, len, Some(control));
             return Ok(());
         }
         if control {
@@ -640,7 +668,11 @@ mod gather_tests {
         spec.durability = Some(Durability::Always);
         Queue::create(&dir.0, 1, &spec).unwrap();
         let path = queue_path(&dir.0, 1);
-        let hook: SyncHook = std::sync::Arc::new(|_, _, _| std::thread::sleep(Duration::from_millis(2)));
+        let hook: SyncHook = std::sync::Arc::new(|_, _, control| {
+            if control.is_some() {
+                std::thread::sleep(Duration::from_millis(2))
+            }
+        });
         hooks().lock().unwrap().push((path.clone(), hook));
         let q = Queue::open(&dir.0, 1).unwrap();
         const THREADS: usize = 4;

@@ -384,6 +384,10 @@ pub(crate) struct SyncWords {
     pub batch_start: AtomicU32,
     /// Callers waiting for a sync when the last one ended, its syncer included.
     pub callers: AtomicU32,
+    /// `interval` queues, whose producers do not seal their records: the
+    /// position count from which the next sync seals what was published
+    /// (the last sync sealed every published record below it).
+    pub sealed: AtomicU64,
 }
 
 /// What the last recovery after a machine restart found (durable queues).

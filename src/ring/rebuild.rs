@@ -12,6 +12,8 @@
 use super::seal::seal;
 use super::{POS_MASK, PUBLISHED, Ring, SKIP, State, Storage};
 use crate::sync::Ordering;
+#[cfg(not(loom))]
+use {super::MapStorage, std::sync::atomic::fence};
 
 /// How many laps back a record's checksum is looked for: a record whose
 /// consumer died is published again one lap later with its checksum
@@ -145,6 +147,53 @@ impl<S: Storage> Ring<S> {
         r.head = head;
         r.tail = tail;
         r
+    }
+}
+
+#[cfg(not(loom))]
+impl Ring<MapStorage> {
+    /// (An `interval` ring's syncer, holding the sync lock.) Writes the
+    /// checksum of every record published at the position counts
+    /// `from..to`, whose producers did not seal them, so that the sync that
+    /// follows makes them recoverable; others may push and pop meanwhile.
+    /// Returns the first position whose record was not published yet (its
+    /// producer is still writing it: the next pass starts there), or `to`.
+    pub(crate) fn seal_published(&self, key: u64, from: u64, to: u64) -> u64 {
+        let mut buf = vec![0u8; self.record_size];
+        let mut open = to;
+        for at in from..to {
+            let Ok((lap, index)) = self.split(self.advance(0, at)) else { break };
+            let slot = self.store.slot(index);
+            let seq = slot.seq.load(Ordering::Acquire);
+            match self.state(seq, lap) {
+                State::Current { published: true } if seq & SKIP == 0 => {
+                    let len = slot.len.load(Ordering::Acquire) as usize;
+                    if !(1..=self.record_size).contains(&len) {
+                        continue; // a corrupted length: the pops report it
+                    }
+                    self.store.snapshot(index, &mut buf[..len]);
+                    let check = seal(key, lap + index as u64, &buf[..len]);
+                    fence(Ordering::Acquire);
+                    // Unchanged after the copy: nobody consumed or rewrote
+                    // the record meanwhile, so the checksum is its own. (If
+                    // it is consumed and its slot written again right after
+                    // this test, the new record carries this stale checksum
+                    // until the next pass, which covers its position: it is
+                    // a change made after this sync began, not promised by it.)
+                    if slot.seq.load(Ordering::Relaxed) == seq {
+                        slot.check.store(check, Ordering::Relaxed);
+                    }
+                }
+                // Claimed, not yet published (or its slot still held at an
+                // earlier lap): its producer's own dirty mark brings the
+                // next sync, whose pass starts here.
+                State::Current { published: false } | State::Behind { .. } => open = open.min(at),
+                // Consumed (and maybe claimed again at a later lap, which
+                // the next pass covers), or an empty record.
+                _ => {}
+            }
+        }
+        open
     }
 }
 

@@ -206,11 +206,21 @@ impl MapStorage {
         assert!(index < self.capacity && dst.len() <= self.record_size, "snapshot out of range");
         // SAFETY: in bounds as in `slot` (checked just above).
         let src = unsafe { self.slots.add(index * self.stride + SLOT_HEADER_BYTES) };
-        for (i, d) in dst.iter_mut().enumerate() {
-            // SAFETY: i < dst.len() <= record_size, inside slot `index`; any
-            // byte value is valid, and a volatile read of shared memory that
-            // another process may be writing is how a snapshot is taken.
-            *d = unsafe { std::ptr::read_volatile(src.add(i)) };
+        // Eight bytes at a time where the data is 8-byte aligned (it is: the
+        // stride and the header are multiples of 8), then byte by byte.
+        let words = if src.align_offset(8) == 0 { dst.len() / 8 } else { 0 };
+        let (whole, rest) = dst.split_at_mut(words * 8);
+        for (i, d) in whole.chunks_exact_mut(8).enumerate() {
+            // SAFETY: i * 8 + 8 <= dst.len() <= record_size, inside slot
+            // `index`, and 8-byte aligned; any value is valid, and a volatile
+            // read of shared memory that another process may be writing is
+            // how a snapshot is taken.
+            let w = unsafe { std::ptr::read_volatile(src.add(i * 8).cast::<u64>()) };
+            d.copy_from_slice(&w.to_ne_bytes());
+        }
+        for (i, d) in rest.iter_mut().enumerate() {
+            // SAFETY: as above, byte by byte: words * 8 + i < dst.len().
+            *d = unsafe { std::ptr::read_volatile(src.add(words * 8 + i)) };
         }
     }
 }
