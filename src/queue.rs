@@ -370,6 +370,17 @@ impl Queue {
         let mut registry = file.registry()?;
         let mut durable = None;
         if let (Some(policy), true) = (info.durability, register) {
+            if crate::file::is_volatile_fs(file.file()) {
+                // Created on a disk (create refuses tmpfs), then moved or copied here.
+                return Err(Error::new(
+                    NOT_DURABLE,
+                    format!(
+                        "{} is a durable queue's file on tmpfs or ramfs, which a restart empties: move it back \
+                         to a directory on a disk (`tvmq stat` and `tvmq peek` can still read it here)",
+                        file.path().display()
+                    ),
+                ));
+            }
             let key = crate::ring::seal::queue_key(info.id, info.created_ns);
             // After a machine restart, the first to attach rebuilds the ring
             // from its slots (before anyone registers or uses it).

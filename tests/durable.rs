@@ -300,11 +300,31 @@ fn a_durable_queue_on_tmpfs_is_refused() {
     assert_eq!(e.code(), NOT_DURABLE, "{e}");
     assert!(e.to_string().contains("tmpfs"), "a clear message: {e}");
     assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none(), "no file left behind");
+    // Nor a directory that create would have made.
+    let nested = dir.path().join("a").join("b");
+    assert_eq!(Queue::create(&nested, 1, &spec).unwrap_err().code(), NOT_DURABLE);
+    assert!(!dir.path().join("a").exists(), "no directory left behind");
     // A plain queue there is fine; syncing it says why it cannot be durable.
     spec.durability = None;
     Queue::create(dir.path(), 1, &spec).unwrap();
     let q = Queue::open(dir.path(), 1).unwrap();
     assert_eq!(q.sync().unwrap_err().code(), NOT_DURABLE);
+}
+
+#[test]
+fn a_durable_file_copied_to_tmpfs_opens_only_for_inspection() {
+    let disk = DiskDir::new("copied");
+    let mut spec = Spec::new(16, 64);
+    spec.durability = Some(Durability::Always);
+    Queue::create(&disk.0, 1, &spec).unwrap();
+    Queue::open(&disk.0, 1).unwrap().push(b"kept").unwrap();
+    let shm = common::TempDir::new("durable", "copied");
+    std::fs::copy(tvm::queue_path(&disk.0, 1), tvm::queue_path(shm.path(), 1)).unwrap();
+    let e = Queue::open(shm.path(), 1).unwrap_err();
+    assert_eq!(e.code(), NOT_DURABLE, "{e}");
+    assert!(e.to_string().contains("tmpfs"), "a clear message: {e}");
+    let view = Queue::inspect(shm.path(), 1).unwrap();
+    assert_eq!(view.depth(), 1, "still readable for tvmq stat and peek");
 }
 
 #[test]

@@ -149,10 +149,11 @@ pub(crate) fn create(dir: &Path, id: u32, spec: &Spec) -> Result<()> {
     let info = Info::new(id, spec, size)?;
     let options = Options::new(spec);
 
-    check_dir(dir, true)?;
     if spec.durability.is_some() {
+        // Before `check_dir` creates the directory: a refusal leaves nothing behind.
         refuse_volatile(dir)?;
     }
+    check_dir(dir, true)?;
     let path = queue_path(dir, id);
     if std::fs::symlink_metadata(&path).is_ok() {
         return Err(Error::new(TBL_ARD_EXIST, format!("queue {id} already exists ({})", path.display())));
@@ -223,8 +224,15 @@ fn temporary_prefix(id: u32) -> String {
 }
 
 /// A durable queue's directory must persist: tmpfs and ramfs are refused.
+/// A directory still to be created is judged by its nearest existing
+/// ancestor, on whose filesystem it would be made.
 fn refuse_volatile(dir: &Path) -> Result<()> {
-    let d = File::open(dir).map_err(|e| io_error(SHM_ERR_ACCES, "cannot open queue directory", dir, e))?;
+    let existing = dir
+        .ancestors()
+        .map(|a| if a.as_os_str().is_empty() { Path::new(".") } else { a })
+        .find(|a| a.exists())
+        .unwrap_or(dir);
+    let d = File::open(existing).map_err(|e| io_error(SHM_ERR_ACCES, "cannot open queue directory", existing, e))?;
     if super::is_volatile_fs(&d) {
         return Err(Error::new(
             NOT_DURABLE,
