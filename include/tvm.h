@@ -549,7 +549,8 @@ long lDropTable(struct SATvm *p, TABLE t);
  * milliseconds.
  * Errors: CONDIT_IS_NIL (NULL handle/buffer, size 0), DATA_SPC_FULL (full),
  * RECD_TOO_LONG (lSize above the queue's record size), TBL_NOT_FOUND,
- * SYNC_FAILED (durable queue: the record is queued but the sync failed).
+ * SYNC_FAILED (durable queue: the record is queued but the sync failed),
+ * NOT_DURABLE (attaching a durable queue whose file was moved onto tmpfs).
  */
 long lPush(struct SATvm *p);
 
@@ -574,7 +575,8 @@ long lPush(struct SATvm *p);
  * again.
  * Errors: CONDIT_IS_NIL (NULL handle/out), RECD_TOO_LONG (lSize below the
  * record size; nothing is taken), NO_DATA_FOUND, SHM_ERR_EIDRM (dropped
- * while waiting), TBL_NOT_FOUND, NOT_SUPPT_OPT (other wait flag).
+ * while waiting), TBL_NOT_FOUND, NOT_SUPPT_OPT (other wait flag),
+ * NOT_DURABLE (attaching a durable queue whose file was moved onto tmpfs).
  */
 long lPop(struct SATvm *p, void *out, Uenum wait);
 
@@ -608,7 +610,8 @@ long lPushs(struct SATvm *p, size_t *n, void **records);
  * the three pointers may be NULL. m_lEffect = 1 on success. Thread-safe
  * (one handle per thread). A tvmq addition, not in STVM.
  * Errors: CONDIT_IS_NIL (NULL handle), TBL_NOT_FOUND, SHM_ERR_ACCES,
- * SHM_ERR_INVAL / VER_NOT_MATCH (not a valid queue file), SHM_ERR_EIDRM.
+ * SHM_ERR_INVAL / VER_NOT_MATCH (not a valid queue file), SHM_ERR_EIDRM,
+ * NOT_DURABLE (a durable queue whose file was moved onto tmpfs).
  */
 long lQueueInfo(struct SATvm *p, TABLE t, size_t *record_size, size_t *capacity, size_t *depth);
 

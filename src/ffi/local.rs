@@ -206,7 +206,8 @@ unsafe fn record(h: &SATvm) -> Result<&[u8]> {
 /// milliseconds.
 /// Errors: CONDIT_IS_NIL (NULL handle/buffer, size 0), DATA_SPC_FULL (full),
 /// RECD_TOO_LONG (lSize above the queue's record size), TBL_NOT_FOUND,
-/// SYNC_FAILED (durable queue: the record is queued but the sync failed).
+/// SYNC_FAILED (durable queue: the record is queued but the sync failed),
+/// NOT_DURABLE (attaching a durable queue whose file was moved onto tmpfs).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lPush(p: *mut SATvm) -> c_long {
     let body = |h: &mut SATvm| {
@@ -252,7 +253,8 @@ pub(super) fn wait_mode(wait: Uenum) -> Result<Wait> {
 /// again.
 /// Errors: CONDIT_IS_NIL (NULL handle/out), RECD_TOO_LONG (lSize below the
 /// record size; nothing is taken), NO_DATA_FOUND, SHM_ERR_EIDRM (dropped
-/// while waiting), TBL_NOT_FOUND, NOT_SUPPT_OPT (other wait flag).
+/// while waiting), TBL_NOT_FOUND, NOT_SUPPT_OPT (other wait flag),
+/// NOT_DURABLE (attaching a durable queue whose file was moved onto tmpfs).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lPop(p: *mut SATvm, out: *mut c_void, wait: Uenum) -> c_long {
     let body = |h: &mut SATvm| {
@@ -432,7 +434,8 @@ pub unsafe extern "C" fn lPushs(p: *mut SATvm, n: *mut usize, records: *mut *mut
 /// the three pointers may be NULL. m_lEffect = 1 on success. Thread-safe
 /// (one handle per thread). A tvmq addition, not in STVM.
 /// Errors: CONDIT_IS_NIL (NULL handle), TBL_NOT_FOUND, SHM_ERR_ACCES,
-/// SHM_ERR_INVAL / VER_NOT_MATCH (not a valid queue file), SHM_ERR_EIDRM.
+/// SHM_ERR_INVAL / VER_NOT_MATCH (not a valid queue file), SHM_ERR_EIDRM,
+/// NOT_DURABLE (a durable queue whose file was moved onto tmpfs).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lQueueInfo(
     p: *mut SATvm,
