@@ -154,6 +154,9 @@ pub struct Queue {
     info: QueueInfo,
     /// Durable queues: the sync machinery (shared with the flusher thread).
     durable: Option<Arc<Durable>>,
+    /// The same, for `always` queues only: the pushes and pops of plain and
+    /// `interval` queues test this and find nothing to do.
+    always: Option<Arc<Durable>>,
     file: QueueFile,
 }
 
@@ -370,7 +373,7 @@ impl Queue {
         let mut registry = file.registry()?;
         let mut durable = None;
         if let (Some(policy), true) = (info.durability, register) {
-            if crate::file::is_volatile_fs(file.file()) {
+            if crate::file::is_volatile_fs(file.file()) && !crate::durable::hooked(file.path()) {
                 // Created on a disk (create refuses tmpfs), then moved or copied here.
                 return Err(Error::new(
                     NOT_DURABLE,
@@ -427,6 +430,7 @@ impl Queue {
             opener: std::process::id(),
             leases,
             info,
+            always: durable.clone().filter(|d| d.policy() == Durability::Always),
             durable,
             file,
         };
@@ -578,25 +582,23 @@ impl Queue {
     #[inline(always)]
     pub fn push(&self, record: &[u8]) -> Result<()> {
         self.check_push(record)?;
-        if let Some(d) = &self.durable {
-            return self.push_durable(d, record);
+        if let Some(d) = &self.always {
+            return self.push_always(d, record);
         }
+        // Plain and `interval` queues (the flusher finds the change, and
+        // the next sync seals the record: see `crate::durable`).
         self.ring.push(record, &self.intent(), &mut Patience::new(self)).map_err(|e| self.ring_error(e))?;
         self.wake_one();
         Ok(())
     }
 
-    /// [`push`](Self::push) on a durable queue: `always`: the record
-    /// sealed, then synced; `interval`: the queue marked dirty (the sync
-    /// seals what was pushed since the last one, off the push path). Out of
-    /// line, so that plain pushes keep their code.
+    /// [`push`](Self::push) on an `always` queue: the record sealed, then
+    /// synced. Out of line, so that plain pushes keep their code.
     #[inline(never)]
-    fn push_durable(&self, d: &Durable, record: &[u8]) -> Result<()> {
-        let pushed = match d.policy() {
-            Durability::Always => self.ring.push_sealed(d.key(), record, &self.intent(), &mut Patience::new(self)),
-            Durability::Interval(_) => self.ring.push(record, &self.intent(), &mut Patience::new(self)),
-        };
-        pushed.map_err(|e| self.ring_error(e))?;
+    fn push_always(&self, d: &Durable, record: &[u8]) -> Result<()> {
+        self.ring
+            .push_sealed(d.key(), record, &self.intent(), &mut Patience::new(self))
+            .map_err(|e| self.ring_error(e))?;
         self.wake_one();
         d.changed()
     }
@@ -637,17 +639,14 @@ impl Queue {
         if let Err(e) = self.check_push(&records[..each]) {
             return (0, Some(e));
         }
-        let (done, err) = match &self.durable {
+        let (done, err) = match &self.always {
+            // Plain and `interval` queues (see `push`).
             None => self.ring.push_batch(records, each, &self.intent(), &mut Patience::new(self)),
-            Some(d) if d.policy() == Durability::Always => {
-                self.ring.push_batch_sealed(d.key(), records, each, &self.intent(), &mut Patience::new(self))
-            }
-            // `interval`: sealed by the sync (see `push_durable`).
-            Some(_) => self.ring.push_batch(records, each, &self.intent(), &mut Patience::new(self)),
+            Some(d) => self.ring.push_batch_sealed(d.key(), records, each, &self.intent(), &mut Patience::new(self)),
         };
         if done > 0 {
             self.wake(done as u32);
-            if let Some(d) = &self.durable {
+            if let Some(d) = &self.always {
                 // One sync for the whole batch.
                 if let Err(e) = d.changed() {
                     return (done, Some(e));
@@ -725,7 +724,7 @@ impl Queue {
     /// is counted in the file, and a crash may deliver them again.
     #[inline]
     fn popped_durably(&self) {
-        if let Some(d) = &self.durable {
+        if let Some(d) = &self.always {
             let _ = durable_changed(d);
         }
     }
@@ -1213,7 +1212,7 @@ impl Stall for Patience<'_> {
     }
 }
 
-/// A durable queue's push or pop is done: sync or mark dirty. Out of line,
+/// An `always` queue's push or pop is done: sync. Out of line,
 /// so that the push and pop paths of plain queues stay as small as before
 /// durable queues (one test of an `Option`).
 #[inline(never)]

@@ -381,3 +381,42 @@ fn a_corrupted_durable_file_gives_the_clear_errors_of_today() {
     assert_eq!(q.pop(&mut out, Wait::NoWait).unwrap(), 4);
     assert_eq!(&out[..4], b"kept");
 }
+
+#[test]
+fn the_flusher_finds_pushes_and_pops_and_syncs_them_within_the_interval() {
+    let disk = DiskDir::new("flusher");
+    let mut spec = Spec::new(64, 32);
+    spec.durability = Some(Durability::Interval(100));
+    Queue::create(&disk.0, 1, &spec).unwrap();
+    let q = Queue::open(&disk.0, 1).unwrap();
+    // Waits (up to 5 s, far beyond the interval) for what `done` checks.
+    let wait_for = |what: &str, done: &dyn Fn(&tvm::DurableStats) -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let s = q.durable_stats().unwrap();
+            if done(&s) {
+                return s;
+            }
+            assert!(Instant::now() < deadline, "{what}: not synced: {s:?}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    let before = q.durable_stats().unwrap().syncs;
+    for i in 0..10u8 {
+        q.push(&[i; 8]).unwrap();
+    }
+    let s = wait_for("pushes", &|s| s.syncs > before && !s.dirty);
+    let (syncs, started) = (s.syncs, Instant::now());
+    // Pops alone (no push) move the consumed watermark the next sync writes.
+    let mut out = [0u8; 32];
+    for _ in 0..4 {
+        q.pop(&mut out, Wait::NoWait).unwrap();
+    }
+    let s = wait_for("pops", &|s| s.watermark == 4);
+    assert!(s.syncs > syncs);
+    // The sync came within about the interval (generous: a loaded machine).
+    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    // Nothing changes: no more syncs.
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(q.durable_stats().unwrap().syncs, s.syncs, "a sync with nothing to sync");
+}

@@ -354,8 +354,9 @@ pub(crate) struct SyncWords {
     pub futex: AtomicU32,
     /// Threads (of every process) asleep waiting for a sync.
     pub waiters: AtomicU32,
-    /// Set by pushes and pops of an `interval` queue, cleared by the sync
-    /// that covers them: the flusher syncs only when it is set.
+    /// `interval` queues: set by a flusher that found pushes or pops no
+    /// sync covers (or by a failed sync), cleared as a sync begins: the
+    /// flushers time their syncs from it.
     pub dirty: AtomicU32,
     /// Syncs started: a change made before this count was read is covered
     /// by sync number `started + 1` and every later one.
@@ -370,8 +371,9 @@ pub(crate) struct SyncWords {
     pub last_sync_took_ns: AtomicU64,
     /// Syncs that failed (the system call returned an error).
     pub failures: AtomicU64,
-    /// When `dirty` was last set (the oldest change not yet synced),
-    /// nanoseconds since the Unix epoch.
+    /// When `dirty` was last set: the last time a flusher found the queue
+    /// unchanged before it found the change (so no later than the oldest
+    /// change not yet synced), nanoseconds since the Unix epoch.
     pub dirty_ns: AtomicU64,
     /// The boot id (`/proc/sys/kernel/random/boot_id`) of the machine on which
     /// processes last attached: another value at attach means the machine
