@@ -145,7 +145,8 @@ pub struct DurableStats {
     pub syncs: u64,
     /// Syncs that failed.
     pub failures: u64,
-    /// Changes made since the last sync are waiting for the flusher (`interval`).
+    /// (`interval`.) A flusher found changes that no sync covers yet (it
+    /// looks every sixteenth of the interval), or the last sync failed.
     pub dirty: bool,
     /// The consumed watermark of the last sync: positions below it were consumed.
     pub watermark: u64,
