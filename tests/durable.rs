@@ -420,3 +420,44 @@ fn the_flusher_finds_pushes_and_pops_and_syncs_them_within_the_interval() {
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(q.durable_stats().unwrap().syncs, s.syncs, "a sync with nothing to sync");
 }
+
+#[test]
+fn an_interval_queue_recovers_from_its_image_not_from_its_live_pages() {
+    let disk = DiskDir::new("image");
+    let restarted = DiskDir::new("image-restarted");
+    let mut spec = Spec::new(64, 16);
+    spec.durability = Some(Durability::Interval(3_600_000)); // no flush during the test
+    Queue::create(&disk.0, 1, &spec).unwrap();
+    let q = Queue::open(&disk.0, 1).unwrap();
+    let rec = |i: u32| [i.to_le_bytes(), [7; 4], [8; 4], [9; 4]].concat();
+    let mut out = [0u8; 16];
+    let mut pop = |n: u32| {
+        for _ in 0..n {
+            q.pop(&mut out, Wait::NoWait).unwrap();
+        }
+    };
+    for i in 1..=20 {
+        q.push(&rec(i)).unwrap();
+    }
+    pop(5);
+    q.sync().unwrap(); // the image: 6..=20 queued, 1..=5 consumed
+    for i in 21..=30 {
+        q.push(&rec(i)).unwrap();
+    }
+    pop(3); // 6..=8, not synced
+    // The machine-restart view, taken while the queue is attached (its
+    // drop would sync): the live pages hold 9..=30, the image 6..=20.
+    let copy = tvm::queue_path(&restarted.0, 1);
+    std::fs::copy(tvm::queue_path(&disk.0, 1), &copy).unwrap();
+    forget_boot(&copy);
+    let r = Queue::open(&restarted.0, 1).unwrap();
+    let mut got = Vec::new();
+    while let Ok(n) = r.pop(&mut out, Wait::NoWait) {
+        assert_eq!(n, 16);
+        got.push(u32::from_le_bytes(out[..4].try_into().unwrap()));
+    }
+    assert_eq!(got, (6..=20).collect::<Vec<u32>>(), "what the last sync wrote, popped records after it again");
+    let found = r.durable_stats().unwrap().last_recovery.expect("a recovery ran");
+    assert_eq!((found.kept, found.watermark), (15, 5), "{found:?}");
+    drop(q);
+}

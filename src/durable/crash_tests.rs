@@ -38,6 +38,8 @@ enum Event {
         synced: bool,
         control: bool,
         bytes: Arc<Vec<u8>>,
+        /// A sync of a queue with an image: its writes into it (see `SyncEvent`).
+        writes: Vec<(u64, u64, u64)>,
     },
     /// A sync begins: pushes acknowledged before it are in it.
     SyncBegin,
@@ -117,14 +119,16 @@ fn run(policy: Durability, dir: &Path, seed: u64) -> (Vec<Event>, usize) {
         let f = std::fs::File::open(&path).unwrap();
         let initial = crate::shm::SharedMap::map(&f, file_len, false).unwrap();
         let bytes = Arc::new(copy(initial.base(), file_len));
-        log.lock().unwrap().push(Event::Copy { synced: true, control: true, bytes });
+        log.lock().unwrap().push(Event::Copy { synced: true, control: true, bytes, writes: Vec::new() });
     }
     let hook_log = log.clone();
-    let hook: SyncHook = Arc::new(move |base, len, control| {
+    let hook: SyncHook = Arc::new(move |event| {
         let mut l = hook_log.lock().unwrap();
-        match control {
-            None => l.push(Event::SyncBegin),
-            Some(control) => l.push(Event::Copy { synced: true, control, bytes: Arc::new(copy(base, len)) }),
+        match *event {
+            SyncEvent::Begin => l.push(Event::SyncBegin),
+            SyncEvent::Synced { base, len, control, writes } => {
+                l.push(Event::Copy { synced: true, control, bytes: Arc::new(copy(base, len)), writes: writes.to_vec() })
+            }
         }
     });
     hooks().lock().unwrap().push((path.clone(), hook));
@@ -149,7 +153,7 @@ fn run(policy: Durability, dir: &Path, seed: u64) -> (Vec<Event>, usize) {
                     // Copied under the log's lock: the log's order is the copies' order.
                     let mut l = log.lock().unwrap();
                     let bytes = Arc::new(copy(map.base(), file_len));
-                    l.push(Event::Copy { synced: false, control: false, bytes });
+                    l.push(Event::Copy { synced: false, control: false, bytes, writes: Vec::new() });
                 }
             });
         }
@@ -282,7 +286,7 @@ fn check_images(policy: Durability, log: &[Event], file_len: usize, images: usiz
     // not matter, and opening is not refused there).
     let scratch = TempDir::new("durable", "images");
     let image_path = queue_path(scratch.path(), 1);
-    hooks().lock().unwrap().push((image_path.clone(), Arc::new(|_, _, _| {})));
+    hooks().lock().unwrap().push((image_path.clone(), Arc::new(|_: &SyncEvent| {})));
     let copied_len = copy_len(file_len);
     let (mut redelivered, mut kept_total) = (0u64, 0u64);
     let mut x = seed;
@@ -299,10 +303,19 @@ fn check_images(policy: Durability, log: &[Event], file_len: usize, images: usiz
                 None => *copies.last().unwrap(),
             }
         };
+        // A queue with an image, in half the images: the crash comes while
+        // the next sync that writes into the image is writing (at its
+        // copy, which is then not complete).
+        let image_sync = |i: usize| matches!(&log[i], Event::Copy { writes, .. } if !writes.is_empty());
+        let torn = matches!(policy, Durability::Interval(_)) && (x >> 20) % 2 == 0;
+        let (t, torn) = match copies.iter().copied().find(|&c| c > t && image_sync(c)) {
+            Some(next) if torn => (next, true),
+            _ => (t, false),
+        };
         let last_sync = copies
             .iter()
             .copied()
-            .filter(|&i| i <= t && matches!(log[i], Event::Copy { synced: true, .. }))
+            .filter(|&i| (i < t || (i == t && !torn)) && matches!(log[i], Event::Copy { synced: true, .. }))
             .max()
             .unwrap();
         // The control page is synced only by the syncs that wrote it.
@@ -334,6 +347,10 @@ fn check_images(policy: Durability, log: &[Event], file_len: usize, images: usiz
         file.resize(DATA_OFFSET as usize, 0);
         file.extend_from_slice(&image[TABLE_OFFSET as usize..]);
         assert_eq!(file.len(), file_len);
+        if let Durability::Interval(_) = policy {
+            x = splitmix64(x);
+            to_image(&mut file, log, t, torn, x);
+        }
         let path = queue_path(scratch.path(), 1);
         let _ = std::fs::remove_file(&path);
         std::fs::write(&path, &file).unwrap();
@@ -416,6 +433,42 @@ fn describe(versions: &[Arc<Vec<u8>>], seq: u32) -> String {
         s += &format!(" v{k} tail {:#x} head {:#x};", w(0), w(128));
     }
     s
+}
+
+/// An `interval` queue keeps its durable state in the image at the end of
+/// its file, which only its syncs write, page ranges copied from the live
+/// mapping (see `durable::image`). The image at a crash after event `t`:
+/// every image write of the syncs logged up to `t`, in order; with `torn`,
+/// event `t` is a sync that was writing at the crash: only some of the
+/// 512-byte sectors of its writes (chosen by `seed`). The live slots and watermark are cleared: after a crash they
+/// are whatever the kernel wrote back, never read (a recovery that read
+/// them would lose records and bring back consumed ones).
+fn to_image(file: &mut [u8], log: &[Event], t: usize, torn: bool, seed: u64) {
+    use crate::file::layout::{Mark, image_offset, stride_for};
+    let image = image_offset(CAPACITY, RECORD).unwrap() as usize;
+    file[image..].fill(0); // as created
+    // A mapping offset's byte in a copy (which leaves out the process table).
+    let at = |off: u64| if off < TABLE_OFFSET { off as usize } else { (off - DATA_OFFSET + TABLE_OFFSET) as usize };
+    let mut x = seed;
+    for (i, e) in log.iter().enumerate().take(t + 1) {
+        let Event::Copy { bytes, writes, .. } = e else { continue };
+        let partly = torn && i == t;
+        for &(from, len, to) in writes {
+            for s in (0..len).step_by(SECTOR) {
+                x = splitmix64(x);
+                if partly && x % 2 == 0 {
+                    continue;
+                }
+                let (src, dst) = (at(from + s), (to + s) as usize);
+                file[dst..dst + SECTOR].copy_from_slice(&bytes[src..src + SECTOR]);
+            }
+        }
+    }
+    let slots = (CAPACITY * stride_for(RECORD, true)) as usize;
+    let marks = CONTROL_OFFSET as usize + std::mem::offset_of!(Control, marks);
+    let data = DATA_OFFSET as usize;
+    file[data..data + slots].fill(0);
+    file[marks..marks + std::mem::size_of::<[Mark; 2]>()].fill(0);
 }
 
 /// Bytes of a copy of a file of `file_len` bytes.

@@ -66,6 +66,7 @@
 #[cfg(test)]
 mod crash_tests;
 pub(crate) mod flusher;
+pub(crate) mod image;
 pub(crate) mod recover;
 
 use crate::clock::now_ns;
@@ -180,12 +181,21 @@ pub struct RecoveryStats {
     pub runs: u64,
 }
 
-/// A test's replacement for the sync system calls: called with the
-/// mapping's first byte and length, and whether the control page is synced
-/// too (the slots always are); it may copy what "reaches the disk". Also
-/// called with `None` as a sync begins (before `started` is counted).
+/// What a test's sync hook is told.
 #[cfg(test)]
-pub(crate) type SyncHook = std::sync::Arc<dyn Fn(*const u8, usize, Option<bool>) + Send + Sync>;
+pub(crate) enum SyncEvent<'a> {
+    /// A sync begins (before `started` is counted).
+    Begin,
+    /// In place of the sync's system calls: the mapping's first byte and
+    /// length, whether the control page is synced too (the slots always
+    /// are), and for a queue with an image the writes into it (mapping
+    /// offset, bytes, file offset). The hook may copy what "reaches the disk".
+    Synced { base: *const u8, len: usize, control: bool, writes: &'a [(u64, u64, u64)] },
+}
+
+/// A test's replacement for the sync system calls (see [`SyncEvent`]).
+#[cfg(test)]
+pub(crate) type SyncHook = std::sync::Arc<dyn Fn(&SyncEvent) + Send + Sync>;
 
 /// Hooks by queue file path, installed by tests before the queue is opened.
 #[cfg(test)]
@@ -232,6 +242,8 @@ pub(crate) struct Durable {
     clean_seen_ns: std::sync::atomic::AtomicU64,
     /// The queue's key, under which its records are sealed.
     key: u64,
+    /// `interval` queues: their durable copy, which syncs write (see [`image`]).
+    image: Option<image::Image>,
     #[cfg(test)]
     hook: Option<SyncHook>,
 }
@@ -252,6 +264,7 @@ impl Durable {
             created_ns: info.created_ns,
             clean_seen_ns: std::sync::atomic::AtomicU64::new(now_ns()),
             key: crate::ring::seal::queue_key(info.id, info.created_ns),
+            image: image::Image::open(file)?,
             #[cfg(test)]
             hook: hooks().lock().ok().and_then(|h| h.iter().find(|(p, _)| p == file.path()).map(|(_, f)| f.clone())),
         })
@@ -423,21 +436,22 @@ impl Durable {
         w.batch_start.store(w.arrivals.load(Ordering::SeqCst), Ordering::Relaxed);
         #[cfg(test)]
         if let Some(hook) = &self.hook {
-            hook(self.map.base(), self.map.len(), None);
+            hook(&SyncEvent::Begin);
         }
         let n = w.started.fetch_add(1, Ordering::SeqCst) + 1;
         let started_ns = now_ns();
         // Changes made before this store are covered by the sync below;
         // a later one sets the flag again.
         w.dirty.store(0, Ordering::SeqCst);
-        if let Durability::Interval(_) = self.policy {
+        let sealed = match self.policy {
             // After the two stores above: a record published before a
             // caller read `started` (or before the flag was cleared) is
             // sealed now; one published later brings another sync.
-            self.seal_published();
-        }
+            Durability::Interval(_) => self.seal_published(),
+            Durability::Always => (0, 0),
+        };
         let marked = self.write_mark(started_ns);
-        let r = self.sync_pages(marked);
+        let r = self.sync_pages(marked, sealed);
         let end = now_ns();
         w.callers.store(w.waiters.load(Ordering::SeqCst).saturating_add(1), Ordering::Relaxed);
         match r {
@@ -459,13 +473,15 @@ impl Durable {
     /// the last pass (they do not seal them: see [`seal`](crate::ring::seal)
     /// and the module documentation), from where the last pass stopped,
     /// at most one lap back from the tail.
-    fn seal_published(&self) {
+    /// Returns the positions it went over (what the image must receive).
+    fn seal_published(&self) -> (u64, u64) {
         let w = self.words();
         let (tail, cap) = (self.ring.pushed(), self.ring.capacity());
         let from = w.sealed.load(Ordering::Relaxed);
         // A rebuild after a machine crash may have moved the tail below the mark.
         let from = if from > tail || tail - from > cap { tail.saturating_sub(cap) } else { from };
         w.sealed.store(self.ring.seal_published(self.key, from, tail), Ordering::Relaxed);
+        (from, tail)
     }
 
     /// Before a sync of an `always` queue: when callers were concurrent
@@ -530,12 +546,17 @@ impl Durable {
 
     /// The system calls: the control page written (when `control`), then
     /// `msync(MS_SYNC)` of the slots, whose device cache flush covers both.
-    fn sync_pages(&self, control: bool) -> Result<()> {
+    /// (`sealed`: the positions whose records the sync sealed, for the image.)
+    fn sync_pages(&self, control: bool, sealed: (u64, u64)) -> Result<()> {
         let (base, len) = (self.map.base(), self.map.len());
         #[cfg(test)]
         if let Some(hook) = &self.hook {
-            hook(base, len, Some(control));
+            let writes = self.image.as_ref().map(|i| i.plan(sealed.0, sealed.1, control)).unwrap_or_default();
+            hook(&SyncEvent::Synced { base, len, control, writes: &writes });
             return Ok(());
+        }
+        if let Some(image) = &self.image {
+            return image.write(&self.map, sealed.0, sealed.1, control);
         }
         if control {
             let flags =
@@ -705,8 +726,8 @@ mod gather_tests {
         spec.durability = Some(Durability::Always);
         Queue::create(&dir.0, 1, &spec).unwrap();
         let path = queue_path(&dir.0, 1);
-        let hook: SyncHook = std::sync::Arc::new(|_, _, control| {
-            if control.is_some() {
+        let hook: SyncHook = std::sync::Arc::new(|event| {
+            if let SyncEvent::Synced { .. } = event {
                 std::thread::sleep(Duration::from_millis(2))
             }
         });

@@ -12,6 +12,8 @@
 //! and waiter counts cleared (nobody is attached after a restart). The
 //! result is synced before the new boot id is stored, so that a crash
 //! during recovery leads to another recovery, which finds the same records.
+//! An `interval` queue is rebuilt from its image (see [`super::image`]),
+//! and the result written back into it.
 
 use super::{best_mark, msync, write_mark};
 use crate::clock::now_ns;
@@ -112,6 +114,13 @@ pub(crate) fn attach(
         return Ok(None); // another process recovered it meanwhile
     }
     let created_ns = file.info().created_ns;
+    let map = file.map();
+    // An `interval` queue's durable state is its image (the live pages on
+    // the disk are whatever the kernel wrote back: never read).
+    let image = super::image::Image::open(file)?;
+    if image.is_some() {
+        super::image::restore(file, map)?;
+    }
     let (generation, consumed) = best_mark(control, created_ns).map_or((0, 0), |m| (m.0, m.1));
     let found = ring.rebuild(key, consumed);
     // Nobody is attached after a restart: waiters, sleepers, sync lock.
@@ -138,7 +147,11 @@ pub(crate) fn attach(
     for (i, m) in control.marks.iter().enumerate() {
         write_mark(m, generation + 1 + i as u64, consumed, found.tail, at, created_ns);
     }
-    let map = file.map();
+    if let Some(image) = &image {
+        // The rebuilt ring is the image now; the next sync starts at its tail.
+        image.write_all(map)?;
+        s.sealed.store(found.tail, Ordering::SeqCst);
+    }
     msync(map.base(), map.len())?;
     control.sync.0.boot_id[0].store(now[0], Ordering::SeqCst);
     control.sync.0.boot_id[1].store(now[1], Ordering::SeqCst);

@@ -105,6 +105,7 @@ impl Spec {
             self.rows,
             self.record_size,
             self.durability.is_some(),
+            matches!(self.durability, Some(crate::Durability::Interval(_))),
             self.leases.as_ref().map_or(0, |l| l.max_leases),
         )
     }

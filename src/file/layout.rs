@@ -126,6 +126,11 @@ const _: () = assert!(size_of::<DurableOptions>() == 64);
 /// and the file ends with a lease table). Bit 2 is left to durable queues.
 pub(crate) const OPT_LEASES: u64 = 4;
 
+/// [`Options::flags`] bit: the file ends with an image of the slots (an
+/// `interval` queue's durable copy, written by its syncs with direct I/O:
+/// see [`image_offset`] and `crate::durable`).
+pub(crate) const OPT_IMAGE: u64 = 8;
+
 /// Longest lease (and release delay) a queue may default to: a year.
 pub const MAX_LEASE_MS: u64 = 365 * 24 * 3600 * 1000;
 /// Most leases a queue may have in flight (entries of its lease table).
@@ -188,6 +193,7 @@ impl Options {
             o.durable = match d {
                 crate::Durability::Always => DurableOptions { policy: POLICY_ALWAYS, ..Default::default() },
                 crate::Durability::Interval(ms) => {
+                    o.flags |= OPT_IMAGE;
                     DurableOptions { policy: POLICY_INTERVAL, interval_ms: u64::from(ms), ..Default::default() }
                 }
             };
@@ -237,7 +243,7 @@ impl Options {
         }
         let unknown = self.durable.reserved.iter().chain(&self.reserved).any(|&r| r != 0)
             || (self.flags & OPT_LEASES == 0 && self.leases != LeaseOptions::default());
-        if self.flags & !(OPT_SPIN | OPT_DURABLE | OPT_LEASES) != 0 || unknown {
+        if self.flags & !(OPT_SPIN | OPT_DURABLE | OPT_LEASES | OPT_IMAGE) != 0 || unknown {
             return Err(Error::new(VER_NOT_MATCH, "queue file has options this library does not know"));
         }
         if self.flags & OPT_SPIN != 0 && self.spin_us < -1 {
@@ -256,6 +262,9 @@ impl Options {
         }
         if self.flags & OPT_LEASES != 0 && self.flags & OPT_DURABLE != 0 {
             return bad("a durable queue with leases (not supported)".into());
+        }
+        if self.flags & OPT_IMAGE != 0 && (self.flags & OPT_DURABLE == 0 || self.durable.policy != POLICY_INTERVAL) {
+            return bad("a slot image without the interval policy".into());
         }
         let d = &self.durable;
         match (self.flags & OPT_DURABLE != 0, d.policy) {
@@ -281,6 +290,11 @@ impl Options {
             POLICY_ALWAYS => Some(crate::Durability::Always),
             _ => Some(crate::Durability::Interval(u32::try_from(self.durable.interval_ms).unwrap_or(u32::MAX))),
         }
+    }
+
+    /// Does the file end with an image of the slots ([`OPT_IMAGE`])?
+    pub(crate) fn image(&self) -> bool {
+        self.flags & OPT_IMAGE != 0
     }
 
     /// The lease settings, if the queue has leases.
@@ -489,14 +503,23 @@ pub(crate) fn stride_for(record_size: u64, durable: bool) -> u64 {
 /// `leases` entries (0: no leases), or `None` if it overflows.
 #[cfg(test)]
 pub(crate) fn file_size(rows: u64, record_size: u64, leases: u64) -> Option<u64> {
-    file_size_for(rows, record_size, false, leases)
+    file_size_for(rows, record_size, false, false, leases)
 }
 
-/// Exact file size of a queue, durable or not, with a lease table of
-/// `leases` entries (0: none), or `None` if it overflows or the
-/// combination is not supported (a durable queue has no lease table).
-pub(crate) fn file_size_for(rows: u64, record_size: u64, durable: bool, leases: u64) -> Option<u64> {
+/// Exact file size of a queue, durable or not, with an image of its slots
+/// (`image`: see [`image_offset`]) and a lease table of `leases` entries
+/// (0: none), or `None` if it overflows or the combination is not supported
+/// (a durable queue has no lease table).
+pub(crate) fn file_size_for(rows: u64, record_size: u64, durable: bool, image: bool, leases: u64) -> Option<u64> {
     let slots_end = rows.checked_mul(stride_for(record_size, durable))?.checked_add(DATA_OFFSET)?;
+    if image {
+        let slots = page_up(rows.checked_mul(stride_for(record_size, true))?)?;
+        return if leases == 0 && durable {
+            image_offset(rows, record_size)?.checked_add(IMAGE_MARKS_BYTES + slots)
+        } else {
+            None
+        };
+    }
     if leases == 0 {
         return Some(slots_end);
     }
@@ -504,6 +527,26 @@ pub(crate) fn file_size_for(rows: u64, record_size: u64, durable: bool, leases: 
         return None;
     }
     lease_table_offset(rows, record_size)?.checked_add(crate::lease::table::table_bytes(leases, record_size)?)
+}
+
+/// Bytes of the image's first part, the copy of the control page that holds
+/// the consumed watermark (`Control::marks`).
+pub(crate) const IMAGE_MARKS_BYTES: u64 = 4096;
+
+/// `n` rounded up to a multiple of 4096.
+fn page_up(n: u64) -> Option<u64> {
+    n.checked_add(4095).map(|e| e / 4096 * 4096)
+}
+
+/// File offset of the image of an `interval` queue ([`OPT_IMAGE`]), after
+/// its slots on a page boundary: a copy of the page of the control block
+/// that holds the watermark ([`IMAGE_MARKS_BYTES`]), then a copy of the
+/// slots as they lie from [`DATA_OFFSET`]. Syncs write it with direct I/O
+/// from the live slots, so that the live pages are never written back by
+/// the page cache for durability (see `crate::durable`); only recovery
+/// after a machine crash reads it.
+pub(crate) fn image_offset(rows: u64, record_size: u64) -> Option<u64> {
+    page_up(rows.checked_mul(stride_for(record_size, true))?.checked_add(DATA_OFFSET)?)
 }
 
 /// File offset of the lease table (after the slots, on a page boundary).
@@ -619,7 +662,14 @@ impl Info {
     /// Checks every field of a header read from a file of `file_len` bytes
     /// (expected to be queue `id`, if given), durable or not, whose options
     /// (validated) give it a lease table of `leases` entries (0: none).
-    pub(crate) fn validate(&self, file_len: u64, id: Option<u32>, durable: bool, leases: u64) -> Result<()> {
+    pub(crate) fn validate(
+        &self,
+        file_len: u64,
+        id: Option<u32>,
+        durable: bool,
+        image: bool,
+        leases: u64,
+    ) -> Result<()> {
         let bad = |what: String| Err(Error::new(SHM_ERR_INVAL, what));
         if self.magic != MAGIC {
             return bad("not a tvmq queue file (bad magic)".into());
@@ -650,7 +700,7 @@ impl Info {
         if self.one_lap != one_lap(self.capacity) || self.slot_stride != stride_for(self.record_size, durable) {
             return bad("header geometry is inconsistent".into());
         }
-        if file_size_for(self.capacity, self.record_size, durable, leases) != Some(self.file_size) {
+        if file_size_for(self.capacity, self.record_size, durable, image, leases) != Some(self.file_size) {
             return bad(format!("header says {} bytes, its geometry needs another size", self.file_size));
         }
         if self.file_size != file_len {

@@ -54,7 +54,9 @@ fn open_validated(dir: &Path, id: u32, write: bool) -> Result<(File, Info, Optio
     // file's end; a corrupted flag fails one of the checks.
     options
         .validate()
-        .and_then(|()| info.validate(len, Some(id), options.durability().is_some(), options.lease_entries()))
+        .and_then(|()| {
+            info.validate(len, Some(id), options.durability().is_some(), options.image(), options.lease_entries())
+        })
         .map_err(|e| Error::new(e.code(), format!("{}: {}", path.display(), e.detail())))?;
     Ok((file, info, options, len, path))
 }
