@@ -1,7 +1,10 @@
 //! The flusher of `interval` queues: one thread per process, started by the
 //! first `interval` queue the process attaches.
 //!
-//! Every attached process runs one, and each syncs any of its queues whose
+//! Every attached process runs one. At each tick it looks for changes no
+//! sync covers (pushes and pops mark nothing: see
+//! `Durable::changed_since_sync`) and dates the first it finds by its last
+//! look that found none; it syncs any of its queues whose
 //! oldest unsynced change (by whichever process) is nearly the interval old:
 //! the interval less two ticks and twice the last sync's duration (at least
 //! a quarter of the interval); the sync lock makes one process do it at a
@@ -10,9 +13,10 @@
 //! to 250 ms), so a change reaches the disk within the interval unless a
 //! sync takes much longer than the one before it. A
 //! process exiting normally syncs what it left dirty (`atexit`), and so
-//! does a `Queue` dropped; a killed process's last changes are synced by
-//! the next process that attaches, or by the kernel's writeback (30 s by
-//! default) if none does.
+//! does a `Queue` dropped; a killed process's last changes are synced by the
+//! flushers of the other attached processes, or by the next process that
+//! attaches if none is left (the kernel's own writeback of the live pages
+//! does not reach the image that recovery reads: see `super::image`).
 
 use super::{Durability, Durable};
 use std::sync::atomic::{AtomicU32, Ordering};

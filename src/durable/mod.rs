@@ -6,25 +6,27 @@
 //!   stable storage, a pop only once its consumption is. Threads and
 //!   processes that push or pop at the same time share syncs (group
 //!   commit, below); a batch makes one sync.
-//! * [`Durability::Interval`]: pushes and pops set a dirty flag in the file
-//!   (and the time of the oldest change it covers). Producers do not seal
-//!   their records (the checksum recovery checks, see
+//! * [`Durability::Interval`]: pushes and pops do what a plain queue's do,
+//!   nothing more. A flusher thread in every attached process looks for
+//!   changes no sync covers (see [`Durable::changed_since_sync`]) and syncs
+//!   when the oldest is nearly the interval old, so that it reaches the
+//!   disk within the interval (see [`flusher`]). Producers do not seal their
+//!   records (the checksum recovery checks, see
 //!   [`seal`](crate::ring::seal)): each sync first seals what was published
-//!   since the last one (`Ring::seal_published`), so an `interval` push
-//!   costs what a plain one does. A flusher thread in
-//!   every attached process syncs a dirty queue when that change is
-//!   nearly the interval old, so that it reaches the disk within the
-//!   interval (see [`flusher`]). Syncing as late as the window allows
-//!   matters: each sync cleans the pages, and the next write to each page
-//!   then takes a write-protect fault, a cost a plain queue never pays. With no process attached
-//!   nothing changes in memory, so nothing needs flushing; a process that
-//!   detaches or exits syncs what it left dirty, and one that attaches syncs
-//!   what a killed one left.
+//!   since the last one (`Ring::seal_published`). And a sync does not write
+//!   the live pages back: it copies the pages of those slots, and the
+//!   watermark's, into the queue's image at the end of the file with direct
+//!   I/O (see [`image`]), so the live pages are never write-protected
+//!   behind the producers' backs. With no process attached nothing changes
+//!   in memory; a process that detaches or exits syncs what it left, and
+//!   one that attaches syncs what a killed one left. (So if every attached
+//!   process is killed, their last changes reach the disk when the next
+//!   process attaches.)
 //!
 //! # Group commit
-//! A sync is one `msync(MS_SYNC)` of the file from the control block to its
-//! end (for a shared mapping that is `fdatasync` of the range): it covers
-//! every change made before it starts. The control block counts syncs
+//! A sync (of an `always` queue) is one `msync(MS_SYNC)` of the file from
+//! the control block to its end (for a shared mapping that is `fdatasync`
+//! of the range): it covers every change made before it starts. The control block counts syncs
 //! started and done. A thread that needs its change durable reads
 //! `started` after making it: sync number `started + 1` or any later one
 //! covers it. It waits until `done` reaches that number, or, if no sync is
@@ -55,9 +57,11 @@
 //! higher generation.
 //!
 //! Only what recovery reads is synced: the slots, and the control page when
-//! the watermark moved. The process table and the cursors are not needed
+//! the watermark moved (for an `interval` queue, their copies in the image:
+//! the pages of the slots sealed by this sync, written with `O_DIRECT |
+//! O_DSYNC`). For an `always` queue: The process table and the cursors are not needed
 //! after a machine crash (recovery clears the one and rebuilds the others),
-//! and on this kind of disk every extra page costs a write of its own: a
+//! and on this kind of disk every extra page costs a write of its own. A
 //! sync writes the control page first (`sync_file_range`, which waits for
 //! the write but does not flush the device's cache) and then the dirty
 //! slots with `msync(MS_SYNC)`, whose cache flush makes both durable. A

@@ -19,7 +19,10 @@ use std::ffi::c_long;
 /// - `interval=MS`: a background thread syncs at most MS milliseconds after
 ///   a change. A push may be lost if the machine stops within MS
 ///   milliseconds after it returned; a record popped within MS milliseconds
-///   before the machine stopped may be delivered again.
+///   before the machine stopped may be delivered again. The thread runs in
+///   every attached process: if all of them are killed (kill -9), their
+///   last MS milliseconds of changes reach the disk when a process next
+///   attaches the queue (a normal exit syncs them).
 ///
 /// Whatever the policy, a process crash (kill -9) loses nothing and
 /// delivers nothing twice. A queue that is not durable is synced too when
