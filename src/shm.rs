@@ -75,17 +75,17 @@ impl SharedMap {
         Some(SharedRef { map: self.clone(), ptr })
     }
 
-    /// Maps every page into this process now, so that later accesses do not
-    /// page-fault. On tmpfs a read-populate maps the pages writable (and
+    /// Maps the pages of the first `len` bytes (at most the mapping's) into
+    /// this process now, so that later accesses do not page-fault. On tmpfs a read-populate maps the pages writable (and
     /// costs half of a write-populate); elsewhere pages must be
     /// write-populated to be writable without faults. Kernels without
     /// `MADV_POPULATE_*` (before 5.14) get one read per page, which the
     /// kernel's fault-around turns into one fault per 16 pages.
-    pub(crate) fn populate(&self, tmpfs: bool) {
+    pub(crate) fn populate(&self, tmpfs: bool, len: usize) {
         const MADV_POPULATE_READ: libc::c_int = 22;
         const MADV_POPULATE_WRITE: libc::c_int = 23;
         let advice = if tmpfs { MADV_POPULATE_READ } else { MADV_POPULATE_WRITE };
-        let (ptr, len) = (self.base(), self.len());
+        let (ptr, len) = (self.base(), len.min(self.len()));
         // SAFETY: ptr..ptr+len is this live mapping; populating only faults pages in.
         if unsafe { libc::madvise(ptr.cast(), len, advice) } == 0 {
             return;

@@ -76,40 +76,53 @@ impl Image {
         Ok(Some(Image { out, offset, slots_len, stride, capacity: info.capacity }))
     }
 
-    /// Writes into the image the pages of the slots of positions (counts)
-    /// `from..to`, and the watermark's page when `marks`, from the mapping
-    /// `map`. Returns once they are on stable storage.
-    pub(crate) fn write(&self, map: &SharedMap, from: u64, to: u64, marks: bool) -> Result<()> {
-        for (at, len, to) in self.plan(from, to, marks) {
+    /// Writes into the image the pages of the slots of the positions
+    /// (counts) in each range `from..to` of `changed`, and the watermark's
+    /// page when `marks`, from the mapping `map`. Returns once they are on
+    /// stable storage.
+    pub(crate) fn write(&self, map: &SharedMap, changed: &[(u64, u64)], marks: bool) -> Result<()> {
+        for (at, len, to) in self.plan(changed, marks) {
             self.copy(map, at, len, to)?;
         }
         Ok(())
     }
 
     /// The writes of [`write`](Self::write): (file offset in the mapping,
-    /// bytes, file offset in the image), whole pages.
-    pub(crate) fn plan(&self, from: u64, to: u64, marks: bool) -> Vec<(u64, u64, u64)> {
-        let mut out = Vec::with_capacity(3);
-        let mut ranges: Vec<(u64, u64)> = Vec::with_capacity(2);
-        let n = to.saturating_sub(from);
+    /// bytes, file offset in the image), whole pages, overlaps merged.
+    pub(crate) fn plan(&self, changed: &[(u64, u64)], marks: bool) -> Vec<(u64, u64, u64)> {
         let (cap, stride) = (self.capacity, self.stride);
-        if n >= cap {
-            ranges.push((0, self.slots_len));
-        } else if n > 0 {
-            let (i, j) = (from % cap, to % cap);
-            if i < j {
-                ranges.push((i * stride, j * stride));
-            } else {
-                ranges.push((i * stride, self.slots_len));
-                if j > 0 {
-                    ranges.push((0, j * stride));
+        // Byte ranges of the slots, from DATA_OFFSET.
+        let mut ranges: Vec<(u64, u64)> = Vec::with_capacity(4);
+        for &(from, to) in changed {
+            let n = to.saturating_sub(from);
+            if n >= cap {
+                ranges.push((0, self.slots_len));
+            } else if n > 0 {
+                let (i, j) = (from % cap, to % cap);
+                if i < j {
+                    ranges.push((i * stride, j * stride));
+                } else {
+                    ranges.push((i * stride, self.slots_len));
+                    if j > 0 {
+                        ranges.push((0, j * stride));
+                    }
                 }
             }
         }
-        for (a, b) in ranges {
-            let (a, b) = (a / PAGE * PAGE, b.div_ceil(PAGE).min(self.slots_len.div_ceil(PAGE)) * PAGE);
-            out.push((DATA_OFFSET + a, b - a, self.offset + IMAGE_MARKS_BYTES + a));
+        let mut pages: Vec<(u64, u64)> = ranges
+            .into_iter()
+            .map(|(a, b)| (a / PAGE * PAGE, b.div_ceil(PAGE).min(self.slots_len / PAGE) * PAGE))
+            .collect();
+        pages.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(pages.len());
+        for (a, b) in pages {
+            match merged.last_mut() {
+                Some(last) if a <= last.1 => last.1 = last.1.max(b),
+                _ => merged.push((a, b)),
+            }
         }
+        let mut out: Vec<(u64, u64, u64)> =
+            merged.into_iter().map(|(a, b)| (DATA_OFFSET + a, b - a, self.offset + IMAGE_MARKS_BYTES + a)).collect();
         if marks {
             out.push((marks_page(), PAGE, self.offset));
         }
@@ -118,7 +131,7 @@ impl Image {
 
     /// Writes every slot and the watermark's page (after a rebuild).
     pub(crate) fn write_all(&self, map: &SharedMap) -> Result<()> {
-        self.write(map, 0, self.capacity, true)
+        self.write(map, &[(0, self.capacity)], true)
     }
 
     /// `len` bytes of the mapping at file offset `at` into the file at `to`.

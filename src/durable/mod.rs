@@ -305,10 +305,14 @@ impl Durable {
     /// push and read by every pop cost them 10-20 % here); the flushers
     /// compare instead: records pushed beyond those the last sync sealed
     /// (`sealed` trails the tail also while a producer is still writing,
-    /// so its record brings another sync), or the position after the
+    /// so its record brings another sync), records taken beyond those whose
+    /// release the last sync copied (likewise), or the position after the
     /// consumed watermark released by its consumer.
     pub(crate) fn changed_since_sync(&self) -> bool {
-        if self.ring.pushed() != self.words().sealed.load(Ordering::Relaxed) {
+        let w = self.words();
+        if self.ring.pushed() != w.sealed.load(Ordering::Relaxed)
+            || self.ring.popped() != w.released.load(Ordering::Relaxed)
+        {
             return true;
         }
         let mark = best_mark(&self.control, self.created_ns).map_or(0, |m| m.1);
@@ -447,15 +451,15 @@ impl Durable {
         // Changes made before this store are covered by the sync below;
         // a later one sets the flag again.
         w.dirty.store(0, Ordering::SeqCst);
-        let sealed = match self.policy {
+        let changed = match self.policy {
             // After the two stores above: a record published before a
             // caller read `started` (or before the flag was cleared) is
             // sealed now; one published later brings another sync.
-            Durability::Interval(_) => self.seal_published(),
-            Durability::Always => (0, 0),
+            Durability::Interval(_) => [self.seal_published(), self.released_since()],
+            Durability::Always => [(0, 0); 2],
         };
         let marked = self.write_mark(started_ns);
-        let r = self.sync_pages(marked, sealed);
+        let r = self.sync_pages(marked, changed);
         let end = now_ns();
         w.callers.store(w.waiters.load(Ordering::SeqCst).saturating_add(1), Ordering::Relaxed);
         match r {
@@ -486,6 +490,20 @@ impl Durable {
         let from = if from > tail || tail - from > cap { tail.saturating_sub(cap) } else { from };
         w.sealed.store(self.ring.seal_published(self.key, from, tail), Ordering::Relaxed);
         (from, tail)
+    }
+
+    /// (`interval`.) The positions whose slots consumers released since the
+    /// last sync: the image must receive their pages too, since the
+    /// watermark covers only a consumed prefix (a record taken after one a
+    /// slower consumer still holds is recorded only by its slot's state).
+    /// The next sync starts at the first that was not released yet.
+    fn released_since(&self) -> (u64, u64) {
+        let w = self.words();
+        let (head, cap) = (self.ring.popped(), self.ring.capacity());
+        let from = w.released.load(Ordering::Relaxed);
+        let from = if from > head || head - from > cap { head.saturating_sub(cap) } else { from };
+        w.released.store(self.ring.released_until(from, cap), Ordering::Relaxed);
+        (from, head)
     }
 
     /// Before a sync of an `always` queue: when callers were concurrent
@@ -550,17 +568,18 @@ impl Durable {
 
     /// The system calls: the control page written (when `control`), then
     /// `msync(MS_SYNC)` of the slots, whose device cache flush covers both.
-    /// (`sealed`: the positions whose records the sync sealed, for the image.)
-    fn sync_pages(&self, control: bool, sealed: (u64, u64)) -> Result<()> {
+    /// (`changed`: the positions whose records the sync sealed, and those
+    /// released since the last sync, for the image.)
+    fn sync_pages(&self, control: bool, changed: [(u64, u64); 2]) -> Result<()> {
         let (base, len) = (self.map.base(), self.map.len());
         #[cfg(test)]
         if let Some(hook) = &self.hook {
-            let writes = self.image.as_ref().map(|i| i.plan(sealed.0, sealed.1, control)).unwrap_or_default();
+            let writes = self.image.as_ref().map(|i| i.plan(&changed, control)).unwrap_or_default();
             hook(&SyncEvent::Synced { base, len, control, writes: &writes });
             return Ok(());
         }
         if let Some(image) = &self.image {
-            return image.write(&self.map, sealed.0, sealed.1, control);
+            return image.write(&self.map, &changed, control);
         }
         if control {
             let flags =

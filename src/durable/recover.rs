@@ -151,6 +151,7 @@ pub(crate) fn attach(
         // The rebuilt ring is the image now; the next sync starts at its tail.
         image.write_all(map)?;
         s.sealed.store(found.tail, Ordering::SeqCst);
+        s.released.store(found.head, Ordering::SeqCst);
     }
     msync(map.base(), map.len())?;
     control.sync.0.boot_id[0].store(now[0], Ordering::SeqCst);

@@ -404,6 +404,10 @@ pub(crate) struct SyncWords {
     /// position count from which the next sync seals what was published
     /// (the last sync sealed every published record below it).
     pub sealed: AtomicU64,
+    /// `interval` queues: the position count from which the next sync
+    /// copies into the image the slots consumers released (the last sync
+    /// copied every released slot below it).
+    pub released: AtomicU64,
 }
 
 /// What the last recovery after a machine restart found (durable queues).

@@ -75,7 +75,15 @@ impl QueueFile {
         let map = SharedMap::map(&file, len, access != Access::ReadOnly)
             .map_err(|e| io_error(SHM_ERR_NOMEM, "cannot map", &path, e))?;
         if access == (Access::ReadWrite { populate: true }) {
-            map.populate(is_tmpfs(&file));
+            // Not an `interval` queue's image: nobody touches it through the
+            // mapping, and write-populating it would dirty every page of it
+            // (its first direct write would write them all back).
+            let live = if options.image() {
+                super::layout::image_offset(info.capacity, info.record_size).map_or(len, |o| o as usize)
+            } else {
+                len
+            };
+            map.populate(is_tmpfs(&file), live);
         }
         // The header was validated against the file's length, so the control
         // block fits; the check stays, as the only proof the view needs.
