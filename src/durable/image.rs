@@ -139,13 +139,36 @@ impl Image {
         if at.checked_add(len).is_none_or(|end| end > map.len() as u64) {
             return Err(Error::new(SHM_ERR_INVAL, "image write beyond the mapping"));
         }
-        // SAFETY: at..at+len lies inside the live mapping (checked above),
-        // which `map` keeps mapped. Other threads and processes may store
-        // into these bytes while the device reads them: the slice is only
-        // handed to the kernel (never read by Rust code), and what reaches
-        // the disk is judged by each slot's checksum at recovery.
-        let bytes = unsafe { std::slice::from_raw_parts(map.base().add(at as usize), len as usize) };
-        self.out.write_all_at(bytes, to).map_err(|e| Error::new(SYNC_FAILED, format!("writing the queue's image: {e}")))
+        use std::os::fd::AsRawFd;
+        let mut done = 0u64;
+        while done < len {
+            // SAFETY: at+done..at+len lies inside the live mapping (checked
+            // above), which `map` keeps mapped. Other threads and processes
+            // may store into these bytes while the device reads them: the
+            // pointer goes to the kernel only (no Rust reference is made to
+            // bytes others write), and what reaches the disk is judged by
+            // each slot's checksum at recovery.
+            let n = unsafe {
+                libc::pwrite(
+                    self.out.as_raw_fd(),
+                    map.base().add((at + done) as usize).cast(),
+                    (len - done) as usize,
+                    (to + done) as libc::off_t,
+                )
+            };
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(Error::new(SYNC_FAILED, format!("writing the queue's image: {e}")));
+            }
+            if n == 0 {
+                return Err(Error::new(SYNC_FAILED, "writing the queue's image: no progress"));
+            }
+            done += n as u64;
+        }
+        Ok(())
     }
 }
 
