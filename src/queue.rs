@@ -600,7 +600,7 @@ impl Queue {
             .push_sealed(d.key(), record, &self.intent(), &mut Patience::new(self))
             .map_err(|e| self.ring_error(e))?;
         self.wake_one();
-        d.changed()
+        d.sync()
     }
 
     #[inline]
@@ -648,7 +648,7 @@ impl Queue {
             self.wake(done as u32);
             if let Some(d) = &self.always {
                 // One sync for the whole batch.
-                if let Err(e) = d.changed() {
+                if let Err(e) = d.sync() {
                     return (done, Some(e));
                 }
             }
@@ -725,7 +725,7 @@ impl Queue {
     #[inline]
     fn popped_durably(&self) {
         if let Some(d) = &self.always {
-            let _ = durable_changed(d);
+            let _ = sync_popped(d);
         }
     }
 
@@ -1212,12 +1212,12 @@ impl Stall for Patience<'_> {
     }
 }
 
-/// An `always` queue's push or pop is done: sync. Out of line,
-/// so that the push and pop paths of plain queues stay as small as before
-/// durable queues (one test of an `Option`).
+/// An `always` queue's pop is done: sync. Out of line, so that the pop
+/// path of other queues stays as small as before durable queues (one test
+/// of an `Option`).
 #[inline(never)]
-fn durable_changed(d: &Durable) -> Result<()> {
-    d.changed()
+fn sync_popped(d: &Durable) -> Result<()> {
+    d.sync()
 }
 
 #[cfg(test)]

@@ -76,8 +76,9 @@ impl SharedMap {
     }
 
     /// Maps the pages of the first `len` bytes (at most the mapping's) into
-    /// this process now, so that later accesses do not page-fault. On tmpfs a read-populate maps the pages writable (and
-    /// costs half of a write-populate); elsewhere pages must be
+    /// this process now, so that later accesses do not page-fault. On tmpfs
+    /// a read-populate maps the pages writable (and costs half of a
+    /// write-populate); elsewhere pages must be
     /// write-populated to be writable without faults. Kernels without
     /// `MADV_POPULATE_*` (before 5.14) get one read per page, which the
     /// kernel's fault-around turns into one fault per 16 pages.

@@ -178,6 +178,13 @@ fn forget_boot(path: &Path) {
     f.write_all_at(&[0u8; 16], 4096 + at[0] as u64).unwrap();
 }
 
+/// Creates durable queue `id` in `dir` (`rows` records of `size` bytes).
+fn create_durable(dir: &Path, id: u32, rows: u64, size: u64, policy: Durability) {
+    let mut spec = Spec::new(rows, size);
+    spec.durability = Some(policy);
+    Queue::create(dir, id, &spec).unwrap();
+}
+
 /// Pops everything left in queue QUEUE of `dir`.
 fn drain(dir: &Path) -> (Vec<(u32, u32)>, Option<tvm::RecoveryStats>) {
     let q = Queue::open(dir, QUEUE).expect("reopen");
@@ -205,9 +212,7 @@ fn kill9_of_every_process_loses_no_acknowledged_push() {
         let restarted = work.0.join("restarted");
         std::fs::create_dir_all(&queues).unwrap();
         std::fs::create_dir_all(&restarted).unwrap();
-        let mut spec = Spec::new(CAPACITY, RECORD as u64);
-        spec.durability = Some(Durability::Always);
-        Queue::create(&queues, QUEUE, &spec).unwrap();
+        create_durable(&queues, QUEUE, CAPACITY, RECORD as u64, Durability::Always);
         let shared = Shared::open(&work.0);
         let mut kids: Vec<Child> = (0..PRODUCERS + CONSUMERS)
             .map(|me| {
@@ -314,9 +319,7 @@ fn a_durable_queue_on_tmpfs_is_refused() {
 #[test]
 fn a_durable_file_copied_to_tmpfs_opens_only_for_inspection() {
     let disk = DiskDir::new("copied");
-    let mut spec = Spec::new(16, 64);
-    spec.durability = Some(Durability::Always);
-    Queue::create(&disk.0, 1, &spec).unwrap();
+    create_durable(&disk.0, 1, 16, 64, Durability::Always);
     Queue::open(&disk.0, 1).unwrap().push(b"kept").unwrap();
     let shm = common::TempDir::new("durable", "copied");
     std::fs::copy(tvm::queue_path(&disk.0, 1), tvm::queue_path(shm.path(), 1)).unwrap();
@@ -330,9 +333,7 @@ fn a_durable_file_copied_to_tmpfs_opens_only_for_inspection() {
 #[test]
 fn a_corrupted_durable_file_gives_the_clear_errors_of_today() {
     let work = DiskDir::new("corrupt");
-    let mut spec = Spec::new(64, 100);
-    spec.durability = Some(Durability::Always);
-    Queue::create(&work.0, 1, &spec).unwrap();
+    create_durable(&work.0, 1, 64, 100, Durability::Always);
     let path = tvm::queue_path(&work.0, 1);
     {
         let q = Queue::open(&work.0, 1).unwrap();
@@ -385,9 +386,7 @@ fn a_corrupted_durable_file_gives_the_clear_errors_of_today() {
 #[test]
 fn the_flusher_finds_pushes_and_pops_and_syncs_them_within_the_interval() {
     let disk = DiskDir::new("flusher");
-    let mut spec = Spec::new(64, 32);
-    spec.durability = Some(Durability::Interval(100));
-    Queue::create(&disk.0, 1, &spec).unwrap();
+    create_durable(&disk.0, 1, 64, 32, Durability::Interval(100));
     let q = Queue::open(&disk.0, 1).unwrap();
     // Waits (up to 5 s, far beyond the interval) for what `done` checks.
     let wait_for = |what: &str, done: &dyn Fn(&tvm::DurableStats) -> bool| {
@@ -425,9 +424,8 @@ fn the_flusher_finds_pushes_and_pops_and_syncs_them_within_the_interval() {
 fn an_interval_queue_recovers_from_its_image_not_from_its_live_pages() {
     let disk = DiskDir::new("image");
     let restarted = DiskDir::new("image-restarted");
-    let mut spec = Spec::new(64, 16);
-    spec.durability = Some(Durability::Interval(3_600_000)); // no flush during the test
-    Queue::create(&disk.0, 1, &spec).unwrap();
+    // An interval of an hour: no flush during the test.
+    create_durable(&disk.0, 1, 64, 16, Durability::Interval(3_600_000));
     let q = Queue::open(&disk.0, 1).unwrap();
     let rec = |i: u32| [i.to_le_bytes(), [7; 4], [8; 4], [9; 4]].concat();
     let mut out = [0u8; 16];

@@ -170,38 +170,35 @@ impl Image {
         }
         Ok(())
     }
-}
 
-/// (Recovery, alone: nobody else uses the queue.) Copies the image of the
-/// queue in `file` into its live slots and its watermark into the control
-/// block, through the mapping `map`.
-pub(crate) fn restore(file: &QueueFile, map: &SharedMap) -> Result<()> {
-    let info = file.info();
-    let bad = || Error::new(SHM_ERR_INVAL, "queue geometry overflows");
-    let offset = image_offset(info.capacity, info.record_size).ok_or_else(bad)?;
-    let slots = info.capacity * stride_for(info.record_size, true);
-    let read = |at: u64, len: u64| -> Result<Vec<u8>> {
-        let mut v = vec![0u8; len as usize];
-        file.file()
-            .read_exact_at(&mut v, at)
-            .map_err(|e| Error::new(SHM_ERR_INVAL, format!("reading the queue's image: {e}")))?;
-        Ok(v)
-    };
-    let marks_at = CONTROL_OFFSET + std::mem::offset_of!(Control, marks) as u64;
-    let marks_len = std::mem::size_of::<[crate::file::layout::Mark; 2]>() as u64;
-    let page = read(offset, IMAGE_MARKS_BYTES)?;
-    let in_page = (marks_at - marks_page()) as usize;
-    let marks = &page[in_page..in_page + marks_len as usize];
-    let slots_image = read(offset + IMAGE_MARKS_BYTES, slots)?;
-    if DATA_OFFSET + slots > map.len() as u64 {
-        return Err(Error::new(SHM_ERR_INVAL, "image beyond the mapping"));
+    /// (Recovery, alone: nobody else uses the queue.) Copies the image of
+    /// the queue in `file` into its live slots and its watermark into the
+    /// control block, through the mapping `map`.
+    pub(crate) fn restore(&self, file: &QueueFile, map: &SharedMap) -> Result<()> {
+        let slots = self.capacity * self.stride;
+        let read = |at: u64, len: u64| -> Result<Vec<u8>> {
+            let mut v = vec![0u8; len as usize];
+            file.file()
+                .read_exact_at(&mut v, at)
+                .map_err(|e| Error::new(SHM_ERR_INVAL, format!("reading the queue's image: {e}")))?;
+            Ok(v)
+        };
+        let marks_at = CONTROL_OFFSET + std::mem::offset_of!(Control, marks) as u64;
+        let marks_len = std::mem::size_of::<[crate::file::layout::Mark; 2]>();
+        let page = read(self.offset, IMAGE_MARKS_BYTES)?;
+        let in_page = (marks_at - marks_page()) as usize;
+        let marks = &page[in_page..in_page + marks_len];
+        let slots_image = read(self.offset + IMAGE_MARKS_BYTES, slots)?;
+        if DATA_OFFSET + slots > map.len() as u64 {
+            return Err(Error::new(SHM_ERR_INVAL, "image beyond the mapping"));
+        }
+        // SAFETY: both ranges lie inside the live mapping (DATA_OFFSET + slots
+        // checked above; the marks inside the control block), and recovery
+        // runs alone, under the recovery lock, before anyone uses the queue.
+        unsafe {
+            std::ptr::copy_nonoverlapping(slots_image.as_ptr(), map.base().add(DATA_OFFSET as usize), slots as usize);
+            std::ptr::copy_nonoverlapping(marks.as_ptr(), map.base().add(marks_at as usize), marks.len());
+        }
+        Ok(())
     }
-    // SAFETY: both ranges lie inside the live mapping (DATA_OFFSET + slots
-    // checked above; the marks inside the control block), and recovery
-    // runs alone, under the recovery lock, before anyone uses the queue.
-    unsafe {
-        std::ptr::copy_nonoverlapping(slots_image.as_ptr(), map.base().add(DATA_OFFSET as usize), slots as usize);
-        std::ptr::copy_nonoverlapping(marks.as_ptr(), map.base().add(marks_at as usize), marks.len());
-    }
-    Ok(())
 }

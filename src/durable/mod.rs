@@ -289,17 +289,6 @@ impl Durable {
         &self.control.sync.0
     }
 
-    /// After a push or pop: with `always`, returns once it is durable; with
-    /// `interval`, nothing (the flushers notice changes: see
-    /// [`changed_since_sync`](Self::changed_since_sync)).
-    #[inline]
-    pub(crate) fn changed(&self) -> Result<()> {
-        match self.policy {
-            Durability::Always => self.sync(),
-            Durability::Interval(_) => Ok(()),
-        }
-    }
-
     /// (`interval` queues.) Did pushes or pops happen that no sync covers?
     /// Producers and consumers mark nothing (a shared flag written by every
     /// push and read by every pop cost them 10-20 % here); the flushers
@@ -484,10 +473,8 @@ impl Durable {
     /// Returns the positions it went over (what the image must receive).
     fn seal_published(&self) -> (u64, u64) {
         let w = self.words();
-        let (tail, cap) = (self.ring.pushed(), self.ring.capacity());
-        let from = w.sealed.load(Ordering::Relaxed);
-        // A rebuild after a machine crash may have moved the tail below the mark.
-        let from = if from > tail || tail - from > cap { tail.saturating_sub(cap) } else { from };
+        let tail = self.ring.pushed();
+        let from = self.within_a_lap(w.sealed.load(Ordering::Relaxed), tail);
         w.sealed.store(self.ring.seal_published(self.key, from, tail), Ordering::Relaxed);
         (from, tail)
     }
@@ -499,11 +486,19 @@ impl Durable {
     /// The next sync starts at the first that was not released yet.
     fn released_since(&self) -> (u64, u64) {
         let w = self.words();
-        let (head, cap) = (self.ring.popped(), self.ring.capacity());
-        let from = w.released.load(Ordering::Relaxed);
-        let from = if from > head || head - from > cap { head.saturating_sub(cap) } else { from };
-        w.released.store(self.ring.released_until(from, cap), Ordering::Relaxed);
+        let head = self.ring.popped();
+        let from = self.within_a_lap(w.released.load(Ordering::Relaxed), head);
+        w.released.store(self.ring.released_until(from, self.ring.capacity()), Ordering::Relaxed);
         (from, head)
+    }
+
+    /// Where a pass up to position `to` starts from the mark the last pass
+    /// left: the mark, unless it lies more than a lap behind `to` (nothing
+    /// older is in the ring) or beyond it (a rebuild after a machine crash
+    /// moved the cursors below it): then one lap back from `to`.
+    fn within_a_lap(&self, mark: u64, to: u64) -> u64 {
+        let cap = self.ring.capacity();
+        if mark > to || to - mark > cap { to.saturating_sub(cap) } else { mark }
     }
 
     /// Before a sync of an `always` queue: when callers were concurrent

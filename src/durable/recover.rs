@@ -118,8 +118,8 @@ pub(crate) fn attach(
     // An `interval` queue's durable state is its image (the live pages on
     // the disk are whatever the kernel wrote back: never read).
     let image = super::image::Image::open(file)?;
-    if image.is_some() {
-        super::image::restore(file, map)?;
+    if let Some(image) = &image {
+        image.restore(file, map)?;
     }
     let (generation, consumed) = best_mark(control, created_ns).map_or((0, 0), |m| (m.0, m.1));
     let found = ring.rebuild(key, consumed);
