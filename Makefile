@@ -37,7 +37,7 @@ run: seed
 	@TVMQ=$(TVMQ) SEEDBIN=$(SEEDBIN) ROWS=$(ROWS) THREADS="$(THREADS)" bash scripts/run.sh
 
 # Everything CI checks.
-test: build lint header test-rust test-c examples test-python test-readme test-install bench-smoke bench-net-smoke
+test: build lint header test-rust loom test-c examples test-python test-readme test-install bench-smoke bench-net-smoke
 
 lint:
 	$(CARGO) fmt --check

@@ -92,6 +92,7 @@ pub use ring::{LocalRing, MAX_CAPACITY};
 pub use attach::Attachments;
 #[cfg(not(loom))]
 pub use durable::{Durability, DurableStats, RecoveryStats};
+#[cfg(not(loom))]
 pub use file::{DEFAULT_LEASE_MS, DEFAULT_MAX_LEASES, LeaseSpec, MAX_LEASE_MS, MAX_LEASES};
 #[cfg(not(loom))]
 pub use file::{DEFAULT_UNBLOCK_TIMEOUT_MS, MAX_RECORD_SIZE, Spec, queue_dir, queue_ids, queue_path, slot_stride};

@@ -1230,6 +1230,69 @@ mod tests {
         Arc::new(Queue::open(dir.path(), 1).unwrap())
     }
 
+    /// The lease crash test's loss (CI, 2026-12-01, record 10322 of 100,000
+    /// never delivered), made deterministic: a lease consumer dies between
+    /// taking a record's slot and saving the record in its lease entry, and
+    /// no producer pushes again. Another process's repair publishes the
+    /// record again one lap later, beyond the tail; a consumer must still
+    /// get it, once.
+    #[test]
+    fn a_record_taken_by_a_dying_lease_consumer_comes_back_without_further_pushes() {
+        use crate::file::LeaseSpec;
+        use crate::lease::state::Owner;
+        use crate::ring::{NeverRecover, Silent};
+        let dir = TempDir::new("queue", "stranded");
+        let mut spec = Spec::new(8, 8);
+        spec.leases = Some(LeaseSpec { lease_ms: 60_000, max_leases: 4, ..LeaseSpec::default() });
+        Queue::create(dir.path(), 1, &spec).unwrap();
+        let q = Queue::open(dir.path(), 1).unwrap();
+        // Another attached process (a second open file description: its own lock).
+        let other = Queue::open(dir.path(), 1).unwrap();
+        for v in 0..8u64 {
+            q.push(&v.to_le_bytes()).unwrap();
+        }
+        let mut out = [0u8; 8];
+        let mut take = |q: &Queue| {
+            let (n, lease) = q.pop_lease(&mut out, Wait::NoWait, Duration::ZERO)?;
+            q.ack(&lease)?;
+            assert_eq!(lease.deliveries(), 1);
+            Ok::<u64, Error>(u64::from_le_bytes(out[..n].try_into().unwrap()))
+        };
+        for v in 0..3 {
+            assert_eq!(take(&q).unwrap(), v);
+        }
+        // The dying consumer, of a process-table entry nobody holds: its
+        // lease entry names position 3, whose slot it claimed (announced
+        // nowhere, as a dead process's announcements count for nothing).
+        let l = q.leases.as_ref().unwrap();
+        let ghost = Owner::new(200, 1);
+        let (i, _filling) = l.table.claim(0, ghost).unwrap();
+        l.table.entry(i).pos.store(3, Ordering::SeqCst);
+        q.ring.claim_pop(&Silent, &mut NeverRecover).unwrap();
+        for v in 4..8 {
+            assert_eq!(take(&q).unwrap(), v);
+        }
+        // A process attaching after the death repairs: record 3 is
+        // published again at position 11, beyond the tail (8).
+        let r = other.repair();
+        assert_eq!((r.recovered_pops, r.alone), (1, false));
+        assert_eq!(q.depth(), 0);
+        // The consumer that finds the queue empty moves the tail to it
+        // (positions 8-10 become empty records) and gets it.
+        assert_eq!(take(&q).unwrap(), 3);
+        assert_eq!(take(&other).map_err(|e| e.code()), Err(NO_DATA_FOUND));
+        assert_eq!(take(&q).map_err(|e| e.code()), Err(NO_DATA_FOUND));
+        assert_eq!(q.depth(), 0);
+        // The queue goes on at its full capacity.
+        for v in 0..8u64 {
+            q.push(&v.to_le_bytes()).unwrap();
+        }
+        assert_eq!(q.push(b"x").map_err(|e| e.code()), Err(DATA_SPC_FULL));
+        for v in 0..8 {
+            assert_eq!(take(&other).unwrap(), v);
+        }
+    }
+
     #[test]
     fn a_push_wakes_a_watcher_and_takes_nothing_from_it() {
         let dir = TempDir::new("queue", "watch");

@@ -42,7 +42,11 @@
 //!   `X + one_lap | PUBLISHED`, the record published again as the next lap's,
 //!   so that it is delivered once more instead of lost (later, and after
 //!   records pushed meanwhile); that lap's producer, finding its position
-//!   used, claims another.
+//!   used, claims another. That position may lie beyond the tail: the
+//!   furthest such record is noted beside the tail
+//!   ([`TailWords::stranded`](storage::TailWords::stranded)), and a
+//!   consumer that finds the ring empty moves the tail to it, so that it is
+//!   delivered even if no producer comes round.
 //!
 //! Batches ([`Ring::push_batch`], [`Ring::pop_batch`]) claim several
 //! positions with one CAS and then handle each slot as above.
@@ -329,7 +333,7 @@ impl<S: Storage> Ring<S> {
         assert!((1..=MAX_CAPACITY).contains(&capacity), "capacity out of range");
         assert!(record_size > 0, "record size is 0");
         let head = store.cursors().head.0.load(Ordering::Acquire);
-        let tail = store.cursors().tail.0.load(Ordering::Acquire);
+        let tail = store.cursors().tail.0.pos.load(Ordering::Acquire);
         Ring {
             store,
             cap: capacity,
@@ -414,7 +418,7 @@ impl<S: Storage> Ring<S> {
     fn claim_range(&self, role: Holder, want: u64, ann: &impl Announce) -> Result<(u64, u64), RingError> {
         let cursors = self.store.cursors();
         let cursor = match role {
-            Holder::Producer => &cursors.tail.0,
+            Holder::Producer => &cursors.tail.0.pos,
             Holder::Consumer => &cursors.head.0,
         };
         let mut backoff = Backoff::new();
@@ -434,6 +438,12 @@ impl<S: Storage> Ring<S> {
                 }
             };
             if available == 0 {
+                if role == Holder::Consumer && self.reach_stranded() {
+                    // The tail moved towards a record published again
+                    // beyond it: look again.
+                    pos = cursor.load(Ordering::Acquire);
+                    continue;
+                }
                 return Err(match role {
                     Holder::Producer => RingError::Full,
                     Holder::Consumer => RingError::Empty,
@@ -463,7 +473,7 @@ impl<S: Storage> Ring<S> {
         let cursors = self.store.cursors();
         let (hint, other) = match role {
             Holder::Producer => (&self.head_hint.0, &cursors.head.0),
-            Holder::Consumer => (&self.tail_hint.0, &cursors.tail.0),
+            Holder::Consumer => (&self.tail_hint.0, &cursors.tail.0.pos),
         };
         // Records between head and tail: 0..=capacity for a true pair.
         let queued = |head: u64, tail: u64| self.count(tail).wrapping_sub(self.count(head));
@@ -607,6 +617,9 @@ impl<S: Storage> Ring<S> {
                     Verdict::Abort(code) => return Err(RingError::Aborted(code)),
                     Verdict::Recover => {
                         if slot.seq.compare_exchange(seq, recovered, Ordering::SeqCst, Ordering::Acquire).is_ok() {
+                            if holder == Holder::Consumer {
+                                self.note_republished(recovered, index);
+                            }
                             stall.recovered(holder);
                         }
                         continue;
@@ -739,8 +752,18 @@ impl<S: Storage> Ring<S> {
     /// for another consumer (as a recovery does).
     fn republish(&self, claim: Claim) {
         let again = self.add_lap(claim.lap) | PUBLISHED | (claim.seq & SKIP);
-        let _ =
-            self.store.slot(claim.index).seq.compare_exchange(claim.seq, again, Ordering::SeqCst, Ordering::Relaxed);
+        let slot = self.store.slot(claim.index);
+        if slot.seq.compare_exchange(claim.seq, again, Ordering::SeqCst, Ordering::Relaxed).is_ok() {
+            self.note_republished(again, claim.index);
+        }
+    }
+
+    /// A record was published again as `seq` (its slot's next lap) in slot
+    /// `index`: notes it in the tail line's `stranded`, so that consumers
+    /// finding the ring empty reach it even if no producer does.
+    fn note_republished(&self, seq: u64, index: usize) {
+        let at = self.count((seq & POS_MASK & !PUBLISHED) + index as u64);
+        self.store.cursors().tail.0.stranded.fetch_max(at + 1, Ordering::SeqCst);
     }
 
     /// The lap and slot index of position number `at`.
@@ -882,7 +905,12 @@ impl<S: Storage> Ring<S> {
                     Holder::Producer => lap | PUBLISHED | SKIP,
                     Holder::Consumer => self.add_lap(lap) | PUBLISHED | (seq & SKIP),
                 };
-                let _ = self.store.slot(index).seq.compare_exchange(seq, settled, Ordering::SeqCst, Ordering::Relaxed);
+                let slot = self.store.slot(index);
+                if slot.seq.compare_exchange(seq, settled, Ordering::SeqCst, Ordering::Relaxed).is_ok()
+                    && role == Holder::Consumer
+                {
+                    self.note_republished(settled, index);
+                }
             }
         }
     }
@@ -956,13 +984,13 @@ impl<S: Storage> Ring<S> {
     ///
     /// A record published again goes to its slot's next lap, which may lie
     /// beyond `tail`: consumers reach it once producers have claimed up to
-    /// it. With `exclusive` (no other process attached), `tail` is moved past
-    /// such records at once, the free slots on the way becoming empty
-    /// records, so that everything recovered can be popped now.
+    /// it, or when they find the ring empty (see `reach_stranded`). With
+    /// `exclusive` (no other process attached), `tail` is moved past every
+    /// such record at once, the free slots on the way becoming empty
+    /// records, so that everything recovered shows in the depth now.
     pub fn repair(&self, mut dead: impl FnMut(Holder, u64) -> bool, exclusive: bool) -> (u64, u64) {
         let cursors = self.store.cursors();
         let (mut producers, mut consumers) = (0, 0);
-        let mut furthest: Option<u64> = None;
         for index in 0..self.cap as usize {
             let slot = self.store.slot(index);
             let seq = slot.seq.load(Ordering::Acquire);
@@ -979,7 +1007,7 @@ impl<S: Storage> Ring<S> {
                 }
                 (Holder::Consumer, self.add_lap(lap) | PUBLISHED | (seq & SKIP))
             } else {
-                if at >= self.count(cursors.tail.0.load(Ordering::Acquire)) {
+                if at >= self.count(cursors.tail.0.pos.load(Ordering::Acquire)) {
                     continue; // free, not claimed yet
                 }
                 (Holder::Producer, lap | PUBLISHED | SKIP)
@@ -992,40 +1020,67 @@ impl<S: Storage> Ring<S> {
                     Holder::Producer => producers += 1,
                     Holder::Consumer => {
                         consumers += 1;
-                        furthest = furthest.max(Some(self.count(self.add_lap(lap) + index as u64)));
+                        self.note_republished(recovered, index);
                     }
                 }
             }
         }
-        if let (true, Some(furthest)) = (exclusive, furthest) {
-            self.claim_through(furthest);
+        if exclusive {
+            let stranded = cursors.tail.0.stranded.load(Ordering::Acquire);
+            self.claim_through(stranded, u64::MAX);
         }
         (producers, consumers)
     }
 
-    /// (Alone only.) Moves `tail` past position count `last`: a position whose
-    /// slot already holds its lap's record (published again) is just passed;
-    /// a free one becomes an empty record. Stops at anything else.
-    fn claim_through(&self, last: u64) {
-        let tail = &self.store.cursors().tail.0;
-        loop {
+    /// (A consumer found the ring empty.) If a record published again by a
+    /// recovery lies beyond the tail (see `TailWords::stranded`), moves the
+    /// tail towards it by up to [`MAX_CLAIM`] positions, so that this
+    /// consumer and the next reach it, stepping over the empty records
+    /// passed on the way; a few at a time, so that the tail never runs far
+    /// ahead of the consumers (producers would find the ring full of empty
+    /// records). Returns whether the tail moved. Out of line: only the
+    /// empty path calls it.
+    #[cold]
+    #[inline(never)]
+    fn reach_stranded(&self) -> bool {
+        let stranded = self.store.cursors().tail.0.stranded.load(Ordering::Acquire);
+        stranded != 0 && self.claim_through(stranded, MAX_CLAIM)
+    }
+
+    /// Moves `tail` until its count reaches `target` (up to `limit`
+    /// positions): a position whose slot already holds its lap's record
+    /// (published again) is just passed; a free one is claimed and becomes
+    /// an empty record, as a producer that died there would leave it (so
+    /// that a waiter who judges it first does the same, harmlessly). Stops
+    /// at anything else (an earlier lap's consumer still holds the slot:
+    /// the next consumer to find the ring empty goes on), and when the ring
+    /// is full. Safe while others work: every step is a CAS of `tail` or of
+    /// a slot we claimed. Returns whether it moved the tail.
+    fn claim_through(&self, target: u64, limit: u64) -> bool {
+        let tail = &self.store.cursors().tail.0.pos;
+        let mut moved = false;
+        for _ in 0..limit {
             let t = tail.load(Ordering::Acquire);
-            let Ok((lap, index)) = self.split(t) else { return };
-            if self.count(t) > last || !matches!(self.available(Holder::Producer, t), Some(1..)) {
-                return;
+            let Ok((lap, index)) = self.split(t) else { break };
+            if self.count(t) >= target || !matches!(self.available(Holder::Producer, t), Some(1..)) {
+                break;
             }
             let slot = self.store.slot(index);
             let seq = slot.seq.load(Ordering::Acquire);
             let passable = seq & POS_MASK == lap | PUBLISHED || seq == lap;
-            if !passable
-                || tail.compare_exchange(t, self.next(t, lap, index), Ordering::SeqCst, Ordering::Acquire).is_err()
-            {
-                return;
+            if !passable {
+                break;
             }
+            // Lost: someone else moved the tail (look at the new one).
+            if tail.compare_exchange(t, self.next(t, lap, index), Ordering::SeqCst, Ordering::Acquire).is_err() {
+                continue;
+            }
+            moved = true;
             if seq == lap {
                 self.abandon(Claim { lap, index, seq });
             }
         }
+        moved
     }
 
     /// True when no record is queued, read with the sequential consistency that
@@ -1033,18 +1088,18 @@ impl<S: Storage> Ring<S> {
     pub fn is_empty_seqcst(&self) -> bool {
         let cursors = self.store.cursors();
         let head = cursors.head.0.load(Ordering::SeqCst);
-        cursors.tail.0.load(Ordering::SeqCst) == head
+        cursors.tail.0.pos.load(Ordering::SeqCst) == head
     }
 
     /// [`pushed`](Self::pushed), read with the sequential consistency that a
     /// sleeper needs after announcing itself (see `queue`).
     pub fn pushed_seqcst(&self) -> u64 {
-        self.count(self.store.cursors().tail.0.load(Ordering::SeqCst))
+        self.count(self.store.cursors().tail.0.pos.load(Ordering::SeqCst))
     }
 
     /// Records claimed by producers so far (pushes, including in-flight ones).
     pub fn pushed(&self) -> u64 {
-        self.count(self.store.cursors().tail.0.load(Ordering::Acquire))
+        self.count(self.store.cursors().tail.0.pos.load(Ordering::Acquire))
     }
 
     /// Records claimed by consumers so far.
@@ -1140,7 +1195,7 @@ impl Ring<MapStorage> {
     pub fn peek(&self, max: usize) -> Vec<(u64, Peeked)> {
         let cursors = self.store.cursors();
         let mut pos = cursors.head.0.load(Ordering::Acquire);
-        let tail = cursors.tail.0.load(Ordering::Acquire);
+        let tail = cursors.tail.0.pos.load(Ordering::Acquire);
         let mut out = Vec::new();
         let mut buf = vec![0u8; self.record_size];
         while out.len() < max && self.count(pos) < self.count(tail) {
@@ -1326,9 +1381,9 @@ mod tests {
     fn corrupted_cursor_or_seq_is_reported_not_followed() {
         let r = ring(5, 8);
         // An index beyond the capacity.
-        r.storage().cursors().tail.0.store(6, Ordering::Relaxed);
+        r.storage().cursors().tail.0.pos.store(6, Ordering::Relaxed);
         assert_eq!(push(&r, b"x"), Err(RingError::Corrupt));
-        r.storage().cursors().tail.0.store(0, Ordering::Relaxed);
+        r.storage().cursors().tail.0.pos.store(0, Ordering::Relaxed);
         // A seq that no lap can produce.
         r.storage().slot(0).seq.store(3, Ordering::Relaxed);
         assert_eq!(push(&r, b"x"), Err(RingError::Corrupt));
@@ -1358,7 +1413,7 @@ mod tests {
         push(&r, b"one").unwrap();
         // A producer claims position 1 and dies before publishing.
         let c = r.storage().cursors();
-        c.tail.0.store(2, Ordering::Relaxed);
+        c.tail.0.pos.store(2, Ordering::Relaxed);
         push(&r, b"three").unwrap();
         let mut out = [0u8; 8];
         let mut policy = Dead(vec![1]);
@@ -1415,11 +1470,88 @@ mod tests {
             got.push(v);
         }
         // "b", then the dead producer's skipped claim, "c"; "a" is published
-        // again one lap later, beyond the tail: the next push passes it.
-        assert_eq!(got, [b"b".to_vec(), b"c".to_vec()]);
+        // again one lap later, beyond the tail: the consumer that finds the
+        // ring empty moves the tail to it.
+        assert_eq!(got, [b"b".to_vec(), b"c".to_vec(), b"a".to_vec()]);
         push(&r, b"d").unwrap();
-        assert_eq!(pop(&r).unwrap(), b"a");
         assert_eq!(pop(&r).unwrap(), b"d");
+        assert_eq!(pop(&r), Err(RingError::Empty));
+    }
+
+    /// The lease crash test's loss (CI, 2026-12-01): a ring filled once, no
+    /// producer after; a consumer dies holding a record, which a repair
+    /// (not alone) publishes again one lap later, beyond the tail. It must
+    /// still be popped once the records before it are, and not be taken for
+    /// room by the passing.
+    #[test]
+    fn a_record_published_again_beyond_the_tail_is_reached_without_pushes() {
+        let cap = 300u64;
+        let r = ring(cap as usize, 8);
+        for v in 0..cap {
+            push(&r, &v.to_le_bytes()).unwrap();
+        }
+        let mut seen = Vec::new();
+        for _ in 0..100 {
+            seen.push(u64::from_le_bytes(pop(&r).unwrap()[..8].try_into().unwrap()));
+        }
+        // A consumer takes record 100 and dies holding it; record 101 too,
+        // and 102 is held by a live (slow) consumer.
+        let dead_claims =
+            [r.claim_pop(&Silent, &mut NeverRecover).unwrap(), r.claim_pop(&Silent, &mut NeverRecover).unwrap()];
+        let live = r.claim_pop(&Silent, &mut NeverRecover).unwrap();
+        assert_eq!(dead_claims.len(), 2);
+        assert_eq!(r.repair(|_, at| at == 100 || at == 101, false), (0, 2));
+        assert_eq!(r.depth(), cap - 103, "published again beyond the tail: not counted yet");
+        let mut out = [0u8; 8];
+        assert_eq!(r.take(live, &mut out, true), Ok(Some(8)));
+        seen.push(u64::from_le_bytes(out));
+        while let Ok(v) = pop(&r) {
+            seen.push(u64::from_le_bytes(v[..8].try_into().unwrap()));
+            // The tail is moved a few positions at a time, never far ahead.
+            assert!(r.depth() <= cap - 103 + 2 * MAX_CLAIM);
+        }
+        seen.sort_unstable();
+        assert_eq!(seen, (0..cap).collect::<Vec<_>>(), "every record once");
+        assert_eq!(r.depth(), 0);
+        // The ring goes on normally, at full capacity.
+        for v in 0..cap {
+            push(&r, &v.to_le_bytes()).unwrap();
+        }
+        assert_eq!(push(&r, b"x"), Err(RingError::Full));
+        for v in 0..cap {
+            assert_eq!(pop(&r).unwrap(), v.to_le_bytes());
+        }
+        assert_eq!(pop(&r), Err(RingError::Empty));
+    }
+
+    /// A consumer that finds the ring empty moves the tail towards a record
+    /// published again, but not past a slot an earlier consumer still
+    /// holds; once that slot is released, the next one goes on.
+    #[test]
+    fn reaching_a_stranded_record_waits_for_slots_still_held() {
+        let r = ring(4, 8);
+        for v in [b"a", b"b", b"c", b"d"] {
+            push(&r, v).unwrap();
+        }
+        // "a" and "b" taken; "a"'s consumer is slow, "b"'s dies.
+        let slow = r.claim_pop(&Silent, &mut NeverRecover).unwrap();
+        let _dead = r.claim_pop(&Silent, &mut NeverRecover).unwrap();
+        assert_eq!(r.repair(|_, at| at == 1, false), (0, 1));
+        assert_eq!(pop(&r).unwrap(), b"c");
+        assert_eq!(pop(&r).unwrap(), b"d");
+        // "b" lies at position 5 (slot 1, next lap); position 4 is slot 0,
+        // still "a"'s: the tail cannot pass it yet.
+        assert_eq!(pop(&r), Err(RingError::Empty));
+        assert_eq!(r.depth(), 0);
+        let mut out = [0u8; 8];
+        assert_eq!(r.take(slow, &mut out, true), Ok(Some(1)));
+        assert_eq!(out[0], b'a');
+        // Now position 4 becomes an empty record, and "b" is reached.
+        assert_eq!(pop(&r).unwrap(), b"b");
+        assert_eq!(pop(&r), Err(RingError::Empty));
+        assert_eq!(r.depth(), 0);
+        push(&r, b"e").unwrap();
+        assert_eq!(pop(&r).unwrap(), b"e");
     }
 
     #[test]
@@ -1832,6 +1964,36 @@ mod loom_tests {
             let rest = try_pop(&r, &Silent, &mut NeverRecover);
             assert_eq!((first.is_some() as u8) + (rest.is_some() as u8), 1, "{first:?} {rest:?}");
             assert_eq!(first.or(rest), Some(7));
+        });
+    }
+
+    /// A record published again beyond the tail (its consumer died, no
+    /// producer came round to it) is reached by a consumer that finds the
+    /// ring empty, while a producer races it for the tail: each record
+    /// exactly once.
+    #[test]
+    fn loom_stranded_record_reached_while_a_producer_pushes() {
+        model(|| {
+            let r = ring(3);
+            for v in [10, 11, 12] {
+                r.push(&[v], &Silent, &mut NeverRecover).unwrap();
+            }
+            assert_eq!(try_pop(&r, &Silent, &mut NeverRecover), Some(10));
+            // 11's consumer dies holding it; 12 is taken.
+            let _dead = r.claim_pop(&Silent, &mut NeverRecover).unwrap();
+            assert_eq!(try_pop(&r, &Silent, &mut NeverRecover), Some(12));
+            // Published again at position 4, beyond the tail (3).
+            assert_eq!(r.repair(|_, at| at == 1, false), (0, 1));
+            let p = {
+                let r = r.clone();
+                thread::spawn(move || push_retry(&r, 13, &Silent, &mut NeverRecover))
+            };
+            let mut got = pop_n(&r, 2, &Silent, &mut NeverRecover);
+            p.join().unwrap();
+            got.sort_unstable();
+            assert_eq!(got, [11, 13]);
+            assert_eq!(try_pop(&r, &Silent, &mut NeverRecover), None);
+            assert_eq!(r.depth(), 0);
         });
     }
 

@@ -141,7 +141,9 @@ impl<S: Storage> Ring<S> {
         }
         let cursors = self.store.cursors();
         cursors.head.0.store(self.advance(0, head), Ordering::SeqCst);
-        cursors.tail.0.store(self.advance(0, tail), Ordering::SeqCst);
+        cursors.tail.0.pos.store(self.advance(0, tail), Ordering::SeqCst);
+        // Every kept record lies below the new tail: nothing is stranded.
+        cursors.tail.0.stranded.store(0, Ordering::SeqCst);
         self.head_hint.0.store(self.advance(0, head), Ordering::Relaxed);
         self.tail_hint.0.store(self.advance(0, tail), Ordering::Relaxed);
         r.head = head;
@@ -226,7 +228,7 @@ mod tests {
         assert_eq!(r.released_until(0, 100), 1);
         // A torn record (its checksum no longer matches) and a stale cursor.
         r.storage().slot(3).len.store(2, Ordering::Relaxed);
-        r.storage().cursors().tail.0.store(0, Ordering::Relaxed);
+        r.storage().cursors().tail.0.pos.store(0, Ordering::Relaxed);
         let got = r.rebuild(42, 1);
         assert_eq!((got.kept, got.torn, got.stale, got.holes, got.head, got.tail), (4, 1, 0, 1, 1, 6));
         assert_eq!(pop_all(&r), vec![vec![1; 3], vec![2; 3], vec![4; 3], vec![5; 3]]);

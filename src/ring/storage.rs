@@ -18,12 +18,30 @@ pub struct CachePadded<T>(pub T);
 #[repr(C)]
 #[derive(Default)]
 pub struct Cursors {
-    /// Next position a producer will claim. Moves only by CAS, by the
-    /// producer that owns the position it moves past.
-    pub tail: CachePadded<AtomicU64>,
+    /// The producers' line: `tail`, and beside it the rarely written
+    /// `stranded`.
+    pub tail: CachePadded<TailWords>,
     /// Next position a consumer will claim. Moves only by CAS, past a slot
     /// whose record is published.
     pub head: CachePadded<AtomicU64>,
+}
+
+/// The words of the producers' cache line.
+#[repr(C)]
+#[derive(Default)]
+pub struct TailWords {
+    /// Next position a producer will claim. Moves only by CAS, by the
+    /// producer that owns the position it moves past (or by a consumer
+    /// passing positions on the way to a stranded record, see below).
+    pub pos: AtomicU64,
+    /// One more than the count (see `Ring::count`) of the furthest record a
+    /// recovery published again one lap later (0: none yet). Such a record
+    /// may lie beyond `pos`, where no consumer looks: a consumer that finds
+    /// the ring empty while this is above the tail moves the tail to it
+    /// (`Ring::reach_stranded`). Only grows (`fetch_max`), except that the
+    /// rebuild of a durable ring clears it. Beside `pos` because the
+    /// consumers that read it, finding the ring empty, have just read `pos`.
+    pub stranded: AtomicU64,
 }
 
 /// The fixed 16-byte header of each slot; `record_size` data bytes follow.
@@ -71,9 +89,16 @@ pub unsafe trait Storage {
 // SAFETY: integers and atomics only; any bits are a value (see each type).
 #[cfg(not(loom))]
 unsafe impl<T: crate::shm::Shared> crate::shm::Shared for CachePadded<T> {}
-// SAFETY: two padded atomics.
+// SAFETY: padded atomics.
 #[cfg(not(loom))]
 unsafe impl crate::shm::Shared for Cursors {}
+// SAFETY: atomics.
+#[cfg(not(loom))]
+unsafe impl crate::shm::Shared for TailWords {}
+// The file layout: the stranded word lives in the tail line's padding (zero
+// in files written before it existed: "none").
+#[cfg(not(loom))]
+const _: () = assert!(size_of::<Cursors>() == 256 && std::mem::offset_of!(Cursors, head) == 128);
 // SAFETY: atomics and a plain u32; any bits are a value (the ring validates them).
 #[cfg(not(loom))]
 unsafe impl crate::shm::Shared for SlotHeader {}
