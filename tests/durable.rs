@@ -420,6 +420,33 @@ fn the_flusher_finds_pushes_and_pops_and_syncs_them_within_the_interval() {
     assert_eq!(q.durable_stats().unwrap().syncs, s.syncs, "a sync with nothing to sync");
 }
 
+/// A queue that changes all the time is synced about once per interval,
+/// not once per flusher tick: a sync covers every change made before it
+/// started, so the next one is due an interval after that (before the fix
+/// of 2026-12-01, a flusher dated such a change from its last look that
+/// found the queue unchanged, long before, and synced again as soon as each
+/// sync ended: 10 syncs a second with a 1 s interval).
+#[test]
+fn a_busy_interval_queue_is_synced_about_once_per_interval() {
+    let disk = DiskDir::new("busy");
+    create_durable(&disk.0, 1, 64, 32, Durability::Interval(200));
+    let q = Queue::open(&disk.0, 1).unwrap();
+    let before = q.durable_stats().unwrap().syncs;
+    let started = Instant::now();
+    let mut out = [0u8; 32];
+    while started.elapsed() < Duration::from_millis(1200) {
+        q.push(&[1; 32]).unwrap();
+        q.pop(&mut out, Wait::NoWait).unwrap();
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let syncs = q.durable_stats().unwrap().syncs - before;
+    // One per interval (less the flusher's margins: ticks of 12.5 ms and
+    // twice the last sync's length) is 6-7 in 1.2 s; a loaded machine
+    // makes fewer. Back to back, with a sync a millisecond long, it made
+    // one per tick: about 90.
+    assert!((1..=12).contains(&syncs), "{syncs} syncs in 1.2 s with an interval of 200 ms");
+}
+
 #[test]
 fn an_interval_queue_recovers_from_its_image_not_from_its_live_pages() {
     let disk = DiskDir::new("image");

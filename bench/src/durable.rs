@@ -7,7 +7,7 @@
 //! the threads; each cell's runs alternate with its peer's, so that the
 //! machine's drift hits both alike):
 //! * `interval=1000` against a plain queue in the same directory: push then
-//!   pop, 1 and 4 threads; and sustained, the ring filled and emptied 20
+//!   pop, 1 and 4 threads (5 fills and emptyings per run); and sustained, the ring filled and emptied 20
 //!   times in a row (so that the flusher's syncs fall inside it);
 //! * `always`: push then pop at 1, 4 and 10 threads, beside LPUSH of
 //!   redis-benchmark with as many clients (`-c N`, one request in flight
@@ -34,6 +34,9 @@ const PLAIN: &str = "plain (disk)";
 const INTERVAL: &str = "interval=1000";
 const ALWAYS: &str = "always";
 const REDIS: &str = "redis appendfsync always";
+/// Fills and emptyings of the ring in one run of the push and pop cells
+/// (each timed apart).
+const BURSTS: u64 = 5;
 /// Fills and emptyings of the ring in one run of the sustained cells.
 const SUSTAINED: u64 = 20;
 const SUSTAINED_TEST: &str = "push+pop, ring cycled 20 times";
@@ -262,69 +265,88 @@ fn cells(ctx: &mut Ctx, dir: &Path) {
     let smoke = ctx.args.smoke;
     // 1. interval=1000 against a plain queue in the same directory.
     let records = if smoke { 20_000 } else { ctx.records().min(1_000_000) };
-    let queues = fresh(dir, PLAIN_ID, records, None)
-        .and_then(|p| Ok((p, fresh(dir, INTERVAL_ID, records, Some(Durability::Interval(1000)))?)));
-    match queues {
-        Err(e) => eprintln!("durable: {e}"),
-        Ok((plain, interval)) => {
-            // Before the plain queue's run, the interval queue's pending
-            // sync is finished (not timed): its writeback (and the TLB
-            // shootdowns that clean each page) would slow the plain
-            // queue's threads in this process too.
-            let settle = |q: &Arc<Queue>| -> Result<(), String> {
-                if Arc::ptr_eq(q, &plain) { interval.sync().map_err(|e| format!("sync: {e}")) } else { Ok(()) }
-            };
-            for n in [1usize, 4] {
-                let per = records / n as u64;
-                let tests = [("push", PLAIN), ("pop", PLAIN), ("push", INTERVAL), ("pop", INTERVAL)];
-                let mut round = 0;
-                ctx.measure_group(SECTION, &tests, &n.to_string(), per * n as u64, SIZE as u64, |_| {
-                    round += 1;
-                    let one = |q: &Arc<Queue>| -> Result<Vec<f64>, String> {
-                        settle(q)?;
-                        Ok(vec![run_queue(q, n, per, false)?, run_queue(q, n, per, true)?])
-                    };
-                    // Alternate which goes first.
-                    if round % 2 == 1 {
-                        let mut v = one(&plain)?;
-                        v.extend(one(&interval)?);
-                        Ok(v)
-                    } else {
-                        let i = one(&interval)?;
-                        let mut v = one(&plain)?;
-                        v.extend(i);
-                        Ok(v)
-                    }
-                });
+    // Each run of the push and pop cells fills and empties the ring BURSTS
+    // times (pushes and pops timed apart): one fill of a million records
+    // takes about 30 ms, too short a measure here (one fill per run,
+    // 2026-12-01 05:48: plain pops at 1 thread spread over 17.7-30.3 M/s in
+    // 5 runs, hiding any difference of 10 %).
+    let bursts = if smoke { 1 } else { BURSTS };
+    // The sustained cells fill and empty it SUSTAINED times in a row, so
+    // that the flusher's syncs fall inside the measurement; one figure for
+    // the pushes and pops together.
+    let rounds = if smoke { 2 } else { SUSTAINED };
+    for (sustained, n) in [(false, 1usize), (false, 4), (true, 1), (true, 4)] {
+        // A fresh pair of queue files for each group (each group takes
+        // under 20 s): once a file has been dirty for 30 s (the kernel's
+        // dirty_expire), the kernel writes its live pages back every few
+        // seconds, which cleans them (a TLB shootdown per page) and makes
+        // the next store to each fault again; a fill or emptying it falls
+        // on ran 5-15 times slower (2.5-7.4 M pushes/s against 38 M,
+        // measured 2026-12-01 05:58). It strikes the plain and the
+        // interval queue alike but at random, and would decide the ratio.
+        // README, "Durable queues", states it as a cost of queues on disk.
+        let pair = fresh(dir, PLAIN_ID, records, None)
+            .and_then(|p| Ok((p, fresh(dir, INTERVAL_ID, records, Some(Durability::Interval(1000)))?)));
+        let (plain, interval) = match pair {
+            Ok(pair) => pair,
+            Err(e) => {
+                eprintln!("durable: {e}");
+                break;
             }
-            // Sustained: the ring filled and emptied SUSTAINED times in a
-            // row, so that the flusher's syncs (each writing every page the
-            // ring dirtied) fall inside the measurement; one figure for the
-            // pushes and pops together.
-            let rounds = if smoke { 2 } else { SUSTAINED };
-            for n in [1usize, 4] {
-                let per = records / n as u64;
-                let tests = [(SUSTAINED_TEST, PLAIN), (SUSTAINED_TEST, INTERVAL)];
-                let mut round = 0;
-                let ops = 2 * per * n as u64 * rounds;
-                ctx.measure_group(SECTION, &tests, &n.to_string(), ops, SIZE as u64, |_| {
-                    round += 1;
-                    let one = |q: &Arc<Queue>| -> Result<f64, String> {
-                        settle(q)?;
-                        let mut ms = 0.0;
-                        for _ in 0..rounds {
-                            ms += run_queue(q, n, per, false)? + run_queue(q, n, per, true)?;
-                        }
-                        Ok(ms)
-                    };
-                    if round % 2 == 1 {
-                        Ok(vec![one(&plain)?, one(&interval)?])
-                    } else {
-                        let i = one(&interval)?;
-                        Ok(vec![one(&plain)?, i])
+        };
+        // Before the plain queue's run, the interval queue's pending sync
+        // is finished (not timed): its writes would slow the plain queue's
+        // threads in this process too.
+        let settle = |q: &Arc<Queue>| -> Result<(), String> {
+            if Arc::ptr_eq(q, &plain) { interval.sync().map_err(|e| format!("sync: {e}")) } else { Ok(()) }
+        };
+        let per = records / n as u64;
+        let mut round = 0;
+        if !sustained {
+            let tests = [("push", PLAIN), ("pop", PLAIN), ("push", INTERVAL), ("pop", INTERVAL)];
+            ctx.measure_group(SECTION, &tests, &n.to_string(), per * n as u64 * bursts, SIZE as u64, |_| {
+                round += 1;
+                let one = |q: &Arc<Queue>| -> Result<Vec<f64>, String> {
+                    settle(q)?;
+                    let (mut push, mut pop) = (0.0, 0.0);
+                    for _ in 0..bursts {
+                        push += run_queue(q, n, per, false)?;
+                        pop += run_queue(q, n, per, true)?;
                     }
-                });
-            }
+                    Ok(vec![push, pop])
+                };
+                // Alternate which goes first.
+                if round % 2 == 1 {
+                    let mut v = one(&plain)?;
+                    v.extend(one(&interval)?);
+                    Ok(v)
+                } else {
+                    let i = one(&interval)?;
+                    let mut v = one(&plain)?;
+                    v.extend(i);
+                    Ok(v)
+                }
+            });
+        } else {
+            let tests = [(SUSTAINED_TEST, PLAIN), (SUSTAINED_TEST, INTERVAL)];
+            let ops = 2 * per * n as u64 * rounds;
+            ctx.measure_group(SECTION, &tests, &n.to_string(), ops, SIZE as u64, |_| {
+                round += 1;
+                let one = |q: &Arc<Queue>| -> Result<f64, String> {
+                    settle(q)?;
+                    let mut ms = 0.0;
+                    for _ in 0..rounds {
+                        ms += run_queue(q, n, per, false)? + run_queue(q, n, per, true)?;
+                    }
+                    Ok(ms)
+                };
+                if round % 2 == 1 {
+                    Ok(vec![one(&plain)?, one(&interval)?])
+                } else {
+                    let i = one(&interval)?;
+                    Ok(vec![one(&plain)?, i])
+                }
+            });
         }
     }
     let _ = Queue::drop_queue(dir, PLAIN_ID);

@@ -187,8 +187,8 @@ impl Ring<MapStorage> {
                     }
                 }
                 // Claimed, not yet published (or its slot still held at an
-                // earlier lap): its producer's own dirty mark brings the
-                // next sync, whose pass starts here.
+                // earlier lap): the next pass starts here (the flushers see
+                // the sealed mark behind the tail, and sync again).
                 State::Current { published: false } | State::Behind { .. } => open = open.min(at),
                 // Consumed (and maybe claimed again at a later lap, which
                 // the next pass covers), or an empty record.
