@@ -276,15 +276,15 @@ fn cells(ctx: &mut Ctx, dir: &Path) {
     // the pushes and pops together.
     let rounds = if smoke { 2 } else { SUSTAINED };
     for (sustained, n) in [(false, 1usize), (false, 4), (true, 1), (true, 4)] {
-        // A fresh pair of queue files for each group (each group takes
-        // under 20 s): once a file has been dirty for 30 s (the kernel's
+        // A fresh pair of queue files for each group (a group takes 3-12 s
+        // here): once a file has been dirty for 30 s (the kernel's
         // dirty_expire), the kernel writes its live pages back every few
         // seconds, which cleans them (a TLB shootdown per page) and makes
         // the next store to each fault again; a fill or emptying it falls
-        // on ran 5-15 times slower (2.5-7.4 M pushes/s against 38 M,
-        // measured 2026-12-01 05:58). It strikes the plain and the
+        // on ran 5-15 times slower (2.5-8.0 M records/s against about 38 M,
+        // measured 2026-12-01 05:52). It strikes the plain and the
         // interval queue alike but at random, and would decide the ratio.
-        // README, "Durable queues", states it as a cost of queues on disk.
+        // docs/durability.md states it as a cost of queue files on disk.
         let pair = fresh(dir, PLAIN_ID, records, None)
             .and_then(|p| Ok((p, fresh(dir, INTERVAL_ID, records, Some(Durability::Interval(1000)))?)));
         let (plain, interval) = match pair {
