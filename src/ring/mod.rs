@@ -1025,9 +1025,8 @@ impl<S: Storage> Ring<S> {
                 }
             }
         }
-        if exclusive {
-            let stranded = cursors.tail.0.stranded.load(Ordering::Acquire);
-            self.claim_through(stranded, u64::MAX);
+        if let (true, Some(target)) = (exclusive, self.stranded()) {
+            self.claim_through(target, u64::MAX);
         }
         (producers, consumers)
     }
@@ -1043,8 +1042,18 @@ impl<S: Storage> Ring<S> {
     #[cold]
     #[inline(never)]
     fn reach_stranded(&self) -> bool {
-        let stranded = self.store.cursors().tail.0.stranded.load(Ordering::Acquire);
-        stranded != 0 && self.claim_through(stranded, MAX_CLAIM)
+        self.stranded().is_some_and(|target| self.claim_through(target, MAX_CLAIM))
+    }
+
+    /// The `stranded` mark, if it names a position a record published
+    /// again can hold: at most a lap past the head (it was taken below the
+    /// head). Anything further is a corrupted word, ignored (following it
+    /// would fill the ring with empty records, again and again).
+    fn stranded(&self) -> Option<u64> {
+        let cursors = self.store.cursors();
+        let stranded = cursors.tail.0.stranded.load(Ordering::Acquire);
+        let head = self.count(cursors.head.0.load(Ordering::Acquire));
+        (stranded != 0 && stranded <= head.saturating_add(self.cap)).then_some(stranded)
     }
 
     /// Moves `tail` until its count reaches `target` (up to `limit`
@@ -1522,6 +1531,33 @@ mod tests {
             assert_eq!(pop(&r).unwrap(), v.to_le_bytes());
         }
         assert_eq!(pop(&r), Err(RingError::Empty));
+    }
+
+    /// A corrupted `stranded` word (beyond any position a record published
+    /// again can hold) is ignored: pops of an empty ring say so at once.
+    #[test]
+    fn a_corrupted_stranded_mark_is_ignored() {
+        let r = std::sync::Arc::new(ring(4, 8));
+        push(&r, b"a").unwrap();
+        assert_eq!(pop(&r).unwrap(), b"a");
+        for bad in [u64::MAX, 1 << 40, 6] {
+            r.storage().cursors().tail.0.stranded.store(bad, Ordering::Relaxed);
+            // Followed, such a mark made the pop step over empty records
+            // it kept making, forever: a failure here, not a hung test.
+            let (tx, rx) = std::sync::mpsc::channel();
+            let r2 = r.clone();
+            std::thread::spawn(move || tx.send(pop(&r2)));
+            let got = rx.recv_timeout(std::time::Duration::from_secs(10));
+            assert_eq!(got, Ok(Err(RingError::Empty)), "mark {bad}");
+            assert_eq!(r.depth(), 0, "mark {bad}: no empty records made");
+        }
+        // A mark a lap past the head at most is followed (here: nothing
+        // but free slots, which become empty records stepped over).
+        r.storage().cursors().tail.0.stranded.store(4, Ordering::Relaxed);
+        assert_eq!(pop(&r), Err(RingError::Empty));
+        assert_eq!(r.pushed(), 4);
+        push(&r, b"b").unwrap();
+        assert_eq!(pop(&r).unwrap(), b"b");
     }
 
     /// A consumer that finds the ring empty moves the tail towards a record

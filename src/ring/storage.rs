@@ -39,7 +39,8 @@ pub struct TailWords {
     /// may lie beyond `pos`, where no consumer looks: a consumer that finds
     /// the ring empty while this is above the tail moves the tail to it
     /// (`Ring::reach_stranded`). Only grows (`fetch_max`), except that the
-    /// rebuild of a durable ring clears it. Beside `pos` because the
+    /// rebuild of a durable ring clears it; a value more than a lap past the
+    /// head cannot be one and is ignored (a corrupted file). Beside `pos` because the
     /// consumers that read it, finding the ring empty, have just read `pos`.
     pub stranded: AtomicU64,
 }
