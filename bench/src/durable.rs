@@ -19,12 +19,13 @@
 //! ratio measured, and the seed's Q4M figures (with sync, on a hard disk)
 //! beside ours.
 
+use super::inproc::threads;
+use super::net::ask;
 use super::{Cell, Ctx};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Barrier};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tvm::{Durability, Queue, Spec, Wait};
 
@@ -48,29 +49,6 @@ const Q4M_POP: f64 = 2876.0;
 const PLAIN_ID: u32 = 31;
 const INTERVAL_ID: u32 = 32;
 const ALWAYS_ID: u32 = 33;
-
-/// `n` threads released together each run `work(i)`; milliseconds from
-/// the release to the last one's end.
-fn threads(n: usize, work: impl Fn(usize) -> Result<(), String> + Send + Sync + 'static) -> Result<f64, String> {
-    let barrier = Arc::new(Barrier::new(n + 1));
-    let work = Arc::new(work);
-    let handles: Vec<_> = (0..n)
-        .map(|i| {
-            let (barrier, work) = (barrier.clone(), work.clone());
-            std::thread::spawn(move || {
-                barrier.wait();
-                work(i)
-            })
-        })
-        .collect();
-    let start = Instant::now();
-    barrier.wait();
-    let mut result = Ok(());
-    for h in handles {
-        result = result.and(h.join().map_err(|_| "thread panicked".to_string()).and_then(|r| r));
-    }
-    result.map(|()| start.elapsed().as_secs_f64() * 1000.0)
-}
 
 /// `n` threads each pushing (or popping) `per` records on `q`.
 fn run_queue(q: &Arc<Queue>, n: usize, per: u64, pop: bool) -> Result<f64, String> {
@@ -183,20 +161,8 @@ impl Drop for Redis {
     }
 }
 
-fn ask(port: u16, line: &str) -> Result<String, String> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
-    s.write_all(format!("{line}\r\n").as_bytes()).map_err(|e| e.to_string())?;
-    let mut b = [0u8; 256];
-    let n = s.read(&mut b).map_err(|e| e.to_string())?;
-    Ok(String::from_utf8_lossy(&b[..n]).trim_end().to_string())
-}
-
 fn start_redis(dir: &Path) -> Result<Redis, String> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| e.to_string())?;
+    let port = super::net::free_port()?;
     let child = Command::new("redis-server")
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
         .args(["--appendonly", "yes", "--appendfsync", "always", "--dir"])
@@ -226,17 +192,7 @@ fn redis_lpush(r: &Redis, clients: usize, n: u64) -> Result<f64, String> {
         .args(["-c", &clients.to_string(), "-n", &n.to_string()])
         .output()
         .map_err(|e| format!("cannot run redis-benchmark (apt-get install redis-tools): {e}"))?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    if !out.status.success() || text.contains("rror") {
-        return Err(format!("redis-benchmark: {}{}", text.trim(), String::from_utf8_lossy(&out.stderr).trim()));
-    }
-    let rps: f64 = text
-        .lines()
-        .find_map(|l| {
-            let mut f = l.split(',').map(|x| x.trim_matches('"'));
-            (f.next() == Some("LPUSH")).then(|| f.next().and_then(|r| r.parse().ok())).flatten()
-        })
-        .ok_or_else(|| format!("no LPUSH figure in redis-benchmark's output: {text}"))?;
+    let rps = super::net::redis_benchmark_rate(&out, "LPUSH")?;
     Ok(n as f64 / rps * 1000.0)
 }
 

@@ -53,6 +53,21 @@ pub(super) enum Via {
     Unix,
 }
 
+/// Requests per second of row `row` (`"LPUSH"`, ...) in what `redis-benchmark
+/// --csv` printed, or its error.
+pub(super) fn redis_benchmark_rate(out: &std::process::Output, row: &str) -> Result<f64, String> {
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() || text.contains("rror") {
+        return Err(format!("redis-benchmark: {}{}", text.trim(), String::from_utf8_lossy(&out.stderr).trim()));
+    }
+    text.lines()
+        .find_map(|l| {
+            let mut f = l.split(',').map(|x| x.trim_matches('"'));
+            (f.next() == Some(row)).then(|| f.next().and_then(|r| r.parse().ok())).flatten()
+        })
+        .ok_or_else(|| format!("no {row} figure in redis-benchmark's output: {text}"))
+}
+
 pub(super) fn free_port() -> Result<u16, String> {
     let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
     l.local_addr().map(|a| a.port()).map_err(|e| e.to_string())
@@ -193,17 +208,7 @@ pub(super) fn benchmark(t: &Target, via: Via, test: &str, row: &str, n: u64, ext
         .args(extra)
         .output()
         .map_err(|e| format!("cannot run redis-benchmark (apt-get install redis-tools): {e}"))?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    if !out.status.success() || text.contains("rror") {
-        return Err(format!("redis-benchmark: {}{}", text.trim(), String::from_utf8_lossy(&out.stderr).trim()));
-    }
-    let rps: f64 = text
-        .lines()
-        .find_map(|l| {
-            let mut f = l.split(',').map(|x| x.trim_matches('"'));
-            (f.next() == Some(row)).then(|| f.next().and_then(|r| r.parse().ok())).flatten()
-        })
-        .ok_or_else(|| format!("no {row} figure in redis-benchmark's output: {text}"))?;
+    let rps = redis_benchmark_rate(&out, row)?;
     // `-t ping` runs PING_INLINE too: both count.
     let requests = if test == "ping" { 2 * n } else { n };
     let us = (cpu_seconds(t.child.id()) - cpu_before) * 1e6 / requests as f64;
