@@ -7,8 +7,9 @@
 //! the threads; each cell's runs alternate with its peer's, so that the
 //! machine's drift hits both alike):
 //! * `interval=1000` against a plain queue in the same directory: push then
-//!   pop, 1 and 4 threads (5 fills and emptyings per run); and sustained, the ring filled and emptied 20
-//!   times in a row (so that the flusher's syncs fall inside it);
+//!   pop, 1 and 4 threads (5 fills and emptyings per run); and sustained,
+//!   the ring filled and emptied 20 times in a row (so that the flusher's
+//!   syncs fall inside it);
 //! * `always`: push then pop at 1, 4 and 10 threads, beside LPUSH of
 //!   redis-benchmark with as many clients (`-c N`, one request in flight
 //!   per client, as a producer that waits for its acknowledgement);
@@ -257,53 +258,37 @@ fn cells(ctx: &mut Ctx, dir: &Path) {
             if Arc::ptr_eq(q, &plain) { interval.sync().map_err(|e| format!("sync: {e}")) } else { Ok(()) }
         };
         let per = records / n as u64;
-        let mut round = 0;
-        if !sustained {
-            let tests = [("push", PLAIN), ("pop", PLAIN), ("push", INTERVAL), ("pop", INTERVAL)];
-            ctx.measure_group(SECTION, &tests, &n.to_string(), per * n as u64 * bursts, SIZE as u64, |_| {
-                round += 1;
-                let one = |q: &Arc<Queue>| -> Result<Vec<f64>, String> {
-                    settle(q)?;
-                    let (mut push, mut pop) = (0.0, 0.0);
-                    for _ in 0..bursts {
-                        push += run_queue(q, n, per, false)?;
-                        pop += run_queue(q, n, per, true)?;
-                    }
-                    Ok(vec![push, pop])
-                };
-                // Alternate which goes first.
-                if round % 2 == 1 {
-                    let mut v = one(&plain)?;
-                    v.extend(one(&interval)?);
-                    Ok(v)
-                } else {
-                    let i = one(&interval)?;
-                    let mut v = one(&plain)?;
-                    v.extend(i);
-                    Ok(v)
-                }
-            });
+        let (tests, ops) = if sustained {
+            (vec![(SUSTAINED_TEST, PLAIN), (SUSTAINED_TEST, INTERVAL)], 2 * per * n as u64 * rounds)
         } else {
-            let tests = [(SUSTAINED_TEST, PLAIN), (SUSTAINED_TEST, INTERVAL)];
-            let ops = 2 * per * n as u64 * rounds;
-            ctx.measure_group(SECTION, &tests, &n.to_string(), ops, SIZE as u64, |_| {
-                round += 1;
-                let one = |q: &Arc<Queue>| -> Result<f64, String> {
-                    settle(q)?;
-                    let mut ms = 0.0;
-                    for _ in 0..rounds {
-                        ms += run_queue(q, n, per, false)? + run_queue(q, n, per, true)?;
-                    }
-                    Ok(ms)
-                };
-                if round % 2 == 1 {
-                    Ok(vec![one(&plain)?, one(&interval)?])
-                } else {
-                    let i = one(&interval)?;
-                    Ok(vec![one(&plain)?, i])
-                }
-            });
-        }
+            (vec![("push", PLAIN), ("pop", PLAIN), ("push", INTERVAL), ("pop", INTERVAL)], per * n as u64 * bursts)
+        };
+        // One queue's figures of a run: its push and pop times, or (sustained)
+        // their sum over all the rounds.
+        let one = |q: &Arc<Queue>| -> Result<Vec<f64>, String> {
+            settle(q)?;
+            let (mut push, mut pop) = (0.0, 0.0);
+            for _ in 0..if sustained { rounds } else { bursts } {
+                push += run_queue(q, n, per, false)?;
+                pop += run_queue(q, n, per, true)?;
+            }
+            Ok(if sustained { vec![push + pop] } else { vec![push, pop] })
+        };
+        let mut round = 0;
+        ctx.measure_group(SECTION, &tests, &n.to_string(), ops, SIZE as u64, |_| {
+            round += 1;
+            // Alternate which goes first.
+            if round % 2 == 1 {
+                let mut v = one(&plain)?;
+                v.extend(one(&interval)?);
+                Ok(v)
+            } else {
+                let i = one(&interval)?;
+                let mut v = one(&plain)?;
+                v.extend(i);
+                Ok(v)
+            }
+        });
     }
     let _ = Queue::drop_queue(dir, PLAIN_ID);
     let _ = Queue::drop_queue(dir, INTERVAL_ID);

@@ -227,8 +227,9 @@ const STALE_LOCK: Duration = Duration::from_secs(1);
 const GATHER_QUIET: Duration = Duration::from_micros(50);
 /// The longest it gathers.
 const GATHER_MAX: Duration = Duration::from_micros(500);
-/// How far one sync scans for the consumed watermark (it lags behind when
-/// more pops than this happen between syncs; it is only a lower bound).
+/// How far one sync of an `always` queue scans for the consumed watermark
+/// (it lags behind when more pops than this happen between syncs; it is
+/// only a lower bound). An `interval` sync takes it from its release pass.
 const WATERMARK_SCAN: u64 = 1 << 16;
 
 /// A durable queue's sync machinery in this process.
@@ -567,12 +568,12 @@ impl Durable {
             };
         let valid = mark_valid(newest, self.created_ns);
         let from = if valid { newest.consumed.load(Ordering::Relaxed) } else { 0 };
-        let mut consumed = self.ring.released_until(from, WATERMARK_SCAN);
-        if matches!(self.policy, Durability::Interval(_)) {
-            // `released_since`, just before, found every position below
-            // this released (without the scan's limit).
-            consumed = consumed.max(self.words().released.load(Ordering::Relaxed));
-        }
+        let consumed = match self.policy {
+            // `released_since`, just before, found where the released
+            // prefix ends (without the scan's limit): not scanned again.
+            Durability::Interval(_) => self.words().released.load(Ordering::Relaxed).max(from),
+            Durability::Always => self.ring.released_until(from, WATERMARK_SCAN),
+        };
         if valid && consumed == from {
             return (false, consumed);
         }
@@ -754,9 +755,8 @@ mod gather_tests {
     use crate::queue::Queue;
 
     /// With syncs made slow (2 ms, so that wake-ups are quick beside them),
-    /// 4 threads pushing one record at a time share nearly every sync: the
-    /// syncer gathers them. Without the gathering they take turns in two
-    /// groups, about 2 records per sync.
+    /// An `interval` queue's sync writes into its image no page below the
+    /// watermark it writes: after the ring drained, only the watermark's.
     #[test]
     fn a_sync_after_the_ring_drained_writes_only_the_watermark() {
         let dir = DiskDir::new("drained");
@@ -801,6 +801,9 @@ mod gather_tests {
         assert_eq!(bytes.len(), 6);
     }
 
+    /// 4 threads pushing one record at a time share nearly every sync: the
+    /// syncer gathers them. Without the gathering they take turns in two
+    /// groups, about 2 records per sync.
     #[test]
     fn concurrent_callers_share_each_sync() {
         let dir = DiskDir::new("gather");
