@@ -1,6 +1,6 @@
 //! The C calls of durable queues (a tvmq addition, "Beyond STVM" in the spec).
 
-use super::handle::{state, with_queue};
+use super::handle::on_table;
 use super::{SATvm, TABLE, call};
 use std::ffi::c_long;
 
@@ -36,12 +36,7 @@ use std::ffi::c_long;
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lSyncQueue(p: *mut SATvm, t: TABLE) -> c_long {
     let body = |h: &mut SATvm| {
-        let newly = &mut false;
-        let r = with_queue(t, || *newly = true, |q| q.sync());
-        if *newly {
-            state(h).note_attached(t);
-        }
-        r?;
+        on_table(h, t, |q| q.sync())?;
         Ok(0)
     };
     // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.

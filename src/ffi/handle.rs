@@ -16,27 +16,47 @@ use std::ffi::c_void;
 /// Runs `f` on attached queue `t` of the process-wide table, attaching it
 /// first if needed. `newly` is called when this call attached it.
 #[inline]
-pub(crate) fn with_queue<R>(t: TABLE, newly: impl FnOnce(), f: impl FnOnce(&Queue) -> Result<R>) -> Result<R> {
+fn with_queue<R>(t: TABLE, newly: impl FnOnce(), f: impl FnOnce(&Queue) -> Result<R>) -> Result<R> {
     Attachments::process().with(t, newly, f)
 }
 
+/// Runs `f` on queue `t`, attaching it on first use (the handle notes it,
+/// for vHoldRelease); a queue found dropped is re-resolved once (it may have
+/// been re-created).
+#[inline]
+pub(super) fn on_table<R>(h: &mut SATvm, t: TABLE, f: impl FnOnce(&Queue) -> Result<R>) -> Result<R> {
+    let mut attached = false;
+    let r = with_queue(t, || attached = true, f);
+    if attached {
+        state(h).note_attached(t);
+    }
+    r
+}
+
+/// Runs `f` on queue `h.tblName`, as [`on_table`].
+#[inline]
+pub(super) fn on_queue<R>(h: &mut SATvm, f: impl FnOnce(&Queue) -> Result<R>) -> Result<R> {
+    let t = h.tblName;
+    on_table(h, t, f)
+}
+
 /// Removes `t` from the process's attachments (a no-op if it is not there).
-pub(crate) fn detach(t: TABLE) {
+pub(super) fn detach(t: TABLE) {
     Attachments::process().detach(t);
 }
 
 /// Library-side state of one handle.
 #[derive(Default)]
-pub(crate) struct HandleState {
+pub(super) struct HandleState {
     /// Queues this handle attached (detached by vHoldRelease).
     attached: Mutex<Vec<TABLE>>,
     /// The network client (lTvmConnect to vTvmDisconnect); dropped, after
     /// its asynchronous pushes are answered, by vCloneFree.
-    pub(crate) net: Option<crate::client::Client>,
+    pub(super) net: Option<crate::client::Client>,
 }
 
 impl HandleState {
-    pub(crate) fn note_attached(&self, t: TABLE) {
+    fn note_attached(&self, t: TABLE) {
         let mut v = self.attached.lock();
         if !v.contains(&t) {
             v.push(t);
@@ -45,7 +65,7 @@ impl HandleState {
 }
 
 /// The handle's state, created on first use.
-pub(crate) fn state(h: &mut SATvm) -> &HandleState {
+fn state(h: &mut SATvm) -> &HandleState {
     if h.m_pPriv.is_null() {
         h.m_pPriv = Box::into_raw(Box::<HandleState>::default()).cast::<c_void>();
     }
@@ -55,7 +75,7 @@ pub(crate) fn state(h: &mut SATvm) -> &HandleState {
 }
 
 /// The handle's state for a call that changes it (the network calls).
-pub(crate) fn state_mut(h: &mut SATvm) -> &mut HandleState {
+pub(super) fn state_mut(h: &mut SATvm) -> &mut HandleState {
     if h.m_pPriv.is_null() {
         h.m_pPriv = Box::into_raw(Box::<HandleState>::default()).cast::<c_void>();
     }
@@ -162,11 +182,7 @@ pub unsafe extern "C" fn vHoldRelease(p: *mut SATvm) {
 }
 
 fn attach(h: &mut SATvm, t: TABLE) -> CallResult {
-    let mut attached = false;
-    with_queue(t, || attached = true, |_| Ok(()))?;
-    if attached {
-        state(h).note_attached(t);
-    }
+    on_table(h, t, |_| Ok(()))?;
     Ok(0)
 }
 

@@ -2,10 +2,11 @@
 //! lPopLease, lAck, lRelease, lReject, lExtendLease, and the TvmLease token.
 //! Thin wrappers over [`crate::Queue::pop_lease`] and its companions.
 
-use super::local::{on_queue, wait_mode};
+use super::common::wait_mode;
+use super::handle::on_queue;
 use super::{CallResult, SATvm, Uenum, call};
 use crate::error::*;
-use crate::queue::Lease;
+use crate::queue::{Lease, Wait};
 use std::ffi::{c_long, c_uint, c_ulonglong, c_void};
 use std::time::Duration;
 
@@ -121,7 +122,7 @@ pub unsafe extern "C" fn lPopLease(
             return Err(Error::new(CONDIT_IS_NIL, "NULL output buffer or lease").into());
         }
         let got = millis(lease_ms, "lease time").and_then(|lease_time| {
-            let wait = wait_mode(wait)?;
+            let wait = wait_mode(wait, Wait::Forever, Wait::NoWait)?;
             let len = h.lSize;
             // SAFETY: the caller provides `out` with at least p->lSize writable bytes.
             let buf = unsafe { std::slice::from_raw_parts_mut(out.cast::<u8>(), len) };

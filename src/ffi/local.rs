@@ -1,27 +1,15 @@
 //! The local (shared-memory) calls of the C API: create, drop, push, pop.
 
-use super::handle::{detach, state, with_queue};
-use super::{CallResult, Fail, QUE_NORMAL, QUE_NOWAIT, RC_SUCC, SATvm, TABLE, TCREATE, Uenum, call, call_no_handle};
+use super::common::{MallocArray, counted, pop_one, popup, record, text};
+use super::handle::{detach, on_queue, on_table};
+use super::{CallResult, Fail, RC_SUCC, SATvm, TABLE, TCREATE, Uenum, call, call_no_handle};
 use crate::error::*;
 use crate::file::{Spec, queue_dir};
 use crate::queue::{Queue, Wait};
 use crate::schema::{Field, MAX_FIELDS, kind_of};
 use std::cell::RefCell;
-use std::ffi::{CStr, c_char, c_long, c_void};
+use std::ffi::{c_char, c_long, c_void};
 use std::time::{Duration, Instant};
-
-/// Text of an optional C string (NULL: empty; invalid UTF-8 is replaced).
-///
-/// # Safety
-/// `s` is NULL or points to a NUL-terminated string that stays valid and
-/// unchanged during the call.
-unsafe fn text(s: *const c_char) -> String {
-    if s.is_null() {
-        return String::new();
-    }
-    // SAFETY: non-NULL, and NUL-terminated by the caller's contract.
-    unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned()
-}
 
 /// Creates queue t holding exactly `rows` records of at most `size` bytes,
 /// named `name` (may be NULL), with partition text `part` (may be NULL). The
@@ -169,33 +157,6 @@ pub unsafe extern "C" fn lDropTable(p: *mut SATvm, t: TABLE) -> c_long {
     unsafe { call(p, body) }
 }
 
-/// Runs `f` on queue `h.tblName`, attaching it on first use; a queue found
-/// dropped is re-resolved once (it may have been re-created).
-#[inline]
-pub(super) fn on_queue<R>(h: &mut SATvm, f: impl FnOnce(&Queue) -> Result<R>) -> Result<R> {
-    let t = h.tblName;
-    let mut attached = false;
-    let r = with_queue(t, || attached = true, f);
-    if attached {
-        state(h).note_attached(t);
-    }
-    r
-}
-
-/// The bound record: `lSize` bytes at `pstVoid`, borrowed as long as the handle.
-///
-/// # Safety
-/// A non-NULL `pstVoid` points to at least `lSize` readable bytes that stay
-/// valid and unchanged while the returned slice is used (the C API's
-/// contract for the record bound with queueinit and friends).
-unsafe fn record(h: &SATvm) -> Result<&[u8]> {
-    if h.pstVoid.is_null() || h.lSize == 0 {
-        return Err(Error::new(CONDIT_IS_NIL, "no record bound (pstVoid NULL or lSize 0)"));
-    }
-    // SAFETY: non-NULL, with lSize readable bytes by the caller's contract.
-    Ok(unsafe { std::slice::from_raw_parts(h.pstVoid.cast::<u8>(), h.lSize) })
-}
-
 /// Appends the p->lSize bytes at p->pstVoid to queue p->tblName, attaching it
 /// on first use. Never waits: lock-free, no system call unless a consumer
 /// sleeps. m_lEffect = 1 on success. Thread-safe (one handle per thread).
@@ -211,26 +172,13 @@ unsafe fn record(h: &SATvm) -> Result<&[u8]> {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lPush(p: *mut SATvm) -> c_long {
     let body = |h: &mut SATvm| {
-        let (t, newly) = (h.tblName, &mut false);
         // SAFETY: the caller bound pstVoid to lSize bytes (queueinit and friends).
-        let rec = unsafe { record(h) }?;
-        let r = with_queue(t, || *newly = true, |q| q.push(rec));
-        if *newly {
-            state(h).note_attached(t);
-        }
-        r?;
+        let rec = unsafe { record(h.pstVoid, h.lSize) }?;
+        on_queue(h, |q| q.push(rec))?;
         Ok(1)
     };
     // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
     unsafe { call(p, body) }
-}
-
-pub(super) fn wait_mode(wait: Uenum) -> Result<Wait> {
-    match wait {
-        QUE_NORMAL => Ok(Wait::Forever),
-        QUE_NOWAIT => Ok(Wait::NoWait),
-        other => Err(Error::new(NOT_SUPPT_OPT, format!("wait flag {other}: use QUE_NORMAL (0) or QUE_NOWAIT (1)"))),
-    }
 }
 
 /// Removes the oldest record of queue p->tblName into `out` (p->lSize bytes,
@@ -257,61 +205,13 @@ pub(super) fn wait_mode(wait: Uenum) -> Result<Wait> {
 /// NOT_DURABLE (attaching a durable queue whose file was moved onto tmpfs).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lPop(p: *mut SATvm, out: *mut c_void, wait: Uenum) -> c_long {
+    let take = |h: &mut SATvm, buf: &mut [u8], wait| on_queue(h, |q| q.pop(buf, wait));
     let body = |h: &mut SATvm| {
-        if out.is_null() {
-            return Err(Error::new(CONDIT_IS_NIL, "NULL output buffer").into());
-        }
-        let wait = wait_mode(wait)?;
-        let len = h.lSize;
         // SAFETY: the caller provides `out` with at least p->lSize writable bytes.
-        let buf = unsafe { std::slice::from_raw_parts_mut(out.cast::<u8>(), len) };
-        on_queue(h, |q| q.pop(buf, wait))?;
-        Ok(1)
+        unsafe { pop_one(h, out, wait, Wait::Forever, Wait::NoWait, take) }
     };
     // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
     unsafe { call(p, body) }
-}
-
-/// A growing malloc'd array of records, handed to C (freed with free()).
-struct MallocArray {
-    ptr: *mut u8,
-    /// Records the block has room for.
-    cap: usize,
-    /// Records in it.
-    len: usize,
-}
-
-impl MallocArray {
-    /// Makes room for `more` records of `each` bytes after the current ones
-    /// and returns that room.
-    fn reserve(&mut self, more: usize, each: usize) -> Result<&mut [u8]> {
-        if self.len + more > self.cap {
-            let cap = (self.cap * 2).max(self.len + more).max(16);
-            let bytes = cap.checked_mul(each).ok_or_else(|| Error::new(MALLC_MEM_ERR, "array size overflows"))?;
-            // SAFETY: realloc of NULL or of our own malloc'd block.
-            let ptr = unsafe { libc::realloc(self.ptr.cast::<c_void>(), bytes) }.cast::<u8>();
-            if ptr.is_null() {
-                return Err(Error::new(MALLC_MEM_ERR, format!("cannot allocate {bytes} bytes")));
-            }
-            self.ptr = ptr;
-            self.cap = cap;
-        }
-        // SAFETY: len + more <= cap, and the block holds cap * each bytes.
-        Ok(unsafe { std::slice::from_raw_parts_mut(self.ptr.add(self.len * each), more * each) })
-    }
-
-    fn into_raw(self) -> *mut c_void {
-        let p = self.ptr.cast::<c_void>();
-        std::mem::forget(self);
-        p
-    }
-}
-
-impl Drop for MallocArray {
-    fn drop(&mut self) {
-        // SAFETY: NULL or our own malloc'd block.
-        unsafe { libc::free(self.ptr.cast::<c_void>()) };
-    }
 }
 
 /// Pops up to `expect` records of queue p->tblName into a new malloc'd
@@ -332,21 +232,10 @@ pub unsafe extern "C" fn lPopup(
     out_n: *mut usize,
     out: *mut *mut c_void,
 ) -> c_long {
-    let body = |h: &mut SATvm| {
-        if out_n.is_null() || out.is_null() {
-            return Err(Error::new(CONDIT_IS_NIL, "NULL out_n or out").into());
-        }
-        // SAFETY: both checked non-NULL; the caller provides them writable.
-        unsafe {
-            *out = std::ptr::null_mut();
-            *out_n = 0;
-        }
-        if expect == 0 || secs < 0 {
-            return Err(Error::new(CONDIT_IS_NIL, "expect must be >= 1 and secs >= 0").into());
-        }
+    let take = |h: &mut SATvm, array: &mut MallocArray| {
         let each = h.lSize;
         if each == 0 {
-            return Err(Error::new(RECD_TOO_LONG, "lSize 0").into());
+            return Err(Error::new(RECD_TOO_LONG, "lSize 0"));
         }
         let deadline = Instant::now().checked_add(Duration::from_secs(secs as u64));
         let wait = match (secs, deadline) {
@@ -354,39 +243,28 @@ pub unsafe extern "C" fn lPopup(
             (_, Some(t)) => Wait::Until(t),
             (_, None) => Wait::Forever,
         };
-        let mut array = MallocArray { ptr: std::ptr::null_mut(), cap: 0, len: 0 };
         // Records already taken are never dropped: every stop is reported
         // next to the array. They come in batches of up to 64 (one claim each).
-        let stop = on_queue(h, |q| {
+        on_queue(h, |q| {
             let mut lens = [0usize; 64];
-            while array.len < expect {
-                let chunk = (expect - array.len).min(lens.len());
-                let room = match array.reserve(chunk, each) {
+            while array.len() < expect {
+                let chunk = (expect - array.len()).min(lens.len());
+                let room = match array.reserve(chunk) {
                     Ok(room) => room,
                     Err(e) => return Ok(Some(e)),
                 };
                 let (n, err) = q.pop_into(room, each, &mut lens[..chunk], wait);
-                array.len += n;
+                array.added(n);
                 if err.is_some() {
                     return Ok(err);
                 }
             }
             Ok(None)
-        })?;
-        let n = array.len;
-        if n > 0 {
-            // SAFETY: checked non-NULL above.
-            unsafe {
-                *out_n = n;
-                *out = array.into_raw();
-            }
-        }
-        match stop {
-            None => Ok(n),
-            Some(e) if n > 0 && secs == 0 && e.code() == NO_DATA_FOUND => Ok(n),
-            Some(e) if n == 0 && e.code() == MQUE_WAIT_TMO => Err(Error::code_only(NO_DATA_FOUND).into()),
-            Some(e) => Err(Fail { error: e, effect: n }),
-        }
+        })
+    };
+    let body = |h: &mut SATvm| {
+        // SAFETY: C callers pass NULL or writable pointers as out_n and out.
+        unsafe { popup(h, expect, secs, out_n, out, take) }
     };
     // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
     unsafe { call(p, body) }
@@ -419,10 +297,7 @@ pub unsafe extern "C" fn lPushs(p: *mut SATvm, n: *mut usize, records: *mut *mut
         let (done, err) = on_queue(h, |q| Ok(q.push_many(bytes, each)))?;
         // SAFETY: checked non-NULL above.
         unsafe { *n = done };
-        match err {
-            None => Ok(done),
-            Some(error) => Err(Fail { error, effect: done }),
-        }
+        counted(done, err)
     };
     // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
     unsafe { call(p, body) }
@@ -445,12 +320,7 @@ pub unsafe extern "C" fn lQueueInfo(
     depth: *mut usize,
 ) -> c_long {
     let body = |h: &mut SATvm| {
-        let (t, newly) = (t, &mut false);
-        let r = with_queue(t, || *newly = true, |q| Ok((q.record_size(), q.capacity(), q.depth())));
-        if *newly {
-            state(h).note_attached(t);
-        }
-        let (size, cap, now) = r?;
+        let (size, cap, now) = on_table(h, t, |q| Ok((q.record_size(), q.capacity(), q.depth())))?;
         for (ptr, v) in [(record_size, size), (capacity, cap as usize), (depth, now as usize)] {
             // SAFETY: each pointer is NULL (skipped) or, by the caller's
             // contract, points to a writable size_t.

@@ -9,6 +9,7 @@
 //! error (`lGetTErrno`, `lGetEffect`).
 #![allow(non_snake_case, non_camel_case_types, clippy::missing_safety_doc)]
 
+mod common;
 mod durable;
 mod handle;
 mod lease;
@@ -20,7 +21,9 @@ pub use handle::{
     lAttchTable, lInitSATvm, pCloneSATvm, pGetSATvm, vCloneFree, vHoldConnect, vHoldRelease, vTblDisconnect,
 };
 pub use lease::{TvmLease, lAck, lExtendLease, lPopLease, lReject, lRelease};
-pub use local::{lCircleQueue, lDropTable, lPop, lPopup, lPush, lPushs, lTableQueue, lTvmDefField, lTvmDefQueue};
+pub use local::{
+    lCircleQueue, lDropTable, lPop, lPopup, lPush, lPushs, lQueueInfo, lTableQueue, lTvmDefField, lTvmDefQueue,
+};
 pub use net::{lAsyPush, lAsyWait, lTvmConnect, lTvmPop, lTvmPopup, lTvmPush, lTvmShare, vTvmDisconnect};
 
 use crate::error::{CONDIT_IS_NIL, Error, SVR_EXCEPTION};
@@ -87,9 +90,9 @@ thread_local! {
 }
 
 /// Why a call failed, and how many records it still affected.
-pub(crate) struct Fail {
-    pub error: Error,
-    pub effect: usize,
+struct Fail {
+    error: Error,
+    effect: usize,
 }
 
 impl From<Error> for Fail {
@@ -104,7 +107,7 @@ impl From<u32> for Fail {
     }
 }
 
-pub(crate) type CallResult = Result<usize, Fail>;
+type CallResult = Result<usize, Fail>;
 
 fn set_last(code: c_long, effect: usize) {
     LAST.with(|l| l.set((code, effect)));
@@ -116,7 +119,7 @@ fn set_last(code: c_long, effect: usize) {
 /// # Safety
 /// `p` is NULL or points to a valid SATvm that no other thread uses meanwhile.
 #[inline]
-pub(crate) unsafe fn call(p: *mut SATvm, body: impl FnOnce(&mut SATvm) -> CallResult) -> c_long {
+unsafe fn call(p: *mut SATvm, body: impl FnOnce(&mut SATvm) -> CallResult) -> c_long {
     // SAFETY: a non-NULL handle comes from pGetSATvm/pCloneSATvm (or is a
     // caller-owned SATvm), which C code passes to one thread at a time.
     let Some(h) = (unsafe { p.as_mut() }) else {
@@ -142,7 +145,7 @@ pub(crate) unsafe fn call(p: *mut SATvm, body: impl FnOnce(&mut SATvm) -> CallRe
 }
 
 /// Like [`call`] for functions without a handle: records the thread's last error.
-pub(crate) fn call_no_handle(body: impl FnOnce() -> CallResult) -> c_long {
+fn call_no_handle(body: impl FnOnce() -> CallResult) -> c_long {
     let outcome = catch_unwind(AssertUnwindSafe(body))
         .unwrap_or_else(|_| Err(Error::new(SVR_EXCEPTION, "internal panic (reported on stderr)").into()));
     match outcome {
@@ -158,7 +161,7 @@ pub(crate) fn call_no_handle(body: impl FnOnce() -> CallResult) -> c_long {
 }
 
 /// Runs a function without result, swallowing any panic (nothing to report to).
-pub(crate) fn quietly(body: impl FnOnce()) {
+fn quietly(body: impl FnOnce()) {
     let _ = catch_unwind(AssertUnwindSafe(body));
 }
 

@@ -3,11 +3,12 @@
 //! [`crate::client`]. The handle's connection lives behind m_pPriv, looked
 //! at only by these calls.
 
+use super::common::{MallocArray, counted, pop_one, popup, record, text};
 use super::handle::state_mut;
-use super::{CallResult, Fail, QUE_NORMAL, QUE_NOWAIT, SATvm, Uenum, call};
+use super::{CallResult, Fail, SATvm, TABLE, Uenum, call};
 use crate::client::{Addr, Client, PopWait};
 use crate::error::*;
-use std::ffi::{CStr, c_char, c_int, c_long, c_void};
+use std::ffi::{c_char, c_int, c_long, c_void};
 use std::time::Duration;
 
 /// The handle's client, or SERV_NOT_CONN.
@@ -18,18 +19,28 @@ fn client(h: &mut SATvm) -> Result<&mut Client> {
     state_mut(h).net.as_mut().ok_or_else(|| Error::new(SERV_NOT_CONN, "call lTvmConnect first"))
 }
 
-/// The bound record: `len` bytes at `ptr`.
+/// For a pop: the handle's client, queue and record size; SERV_NOT_CONN, or
+/// RECD_TOO_LONG for lSize 0 (no record fits).
+fn popping(h: &mut SATvm) -> Result<(&mut Client, TABLE, usize)> {
+    let (t, each) = (h.tblName, h.lSize);
+    let c = client(h)?;
+    if each == 0 {
+        return Err(Error::new(RECD_TOO_LONG, "lSize 0"));
+    }
+    Ok((c, t, each))
+}
+
+/// The body of lTvmPush and lAsyPush: hands the bound record and its queue
+/// to `send` on the handle's client. m_lEffect = 1 on success.
 ///
 /// # Safety
-/// A non-NULL `ptr` points to at least `len` readable bytes that stay valid
-/// and unchanged during the call (the C API's contract for the record
-/// bound with queueinit and friends).
-unsafe fn record<'a>(ptr: *const c_void, len: usize) -> Result<&'a [u8]> {
-    if ptr.is_null() || len == 0 {
-        return Err(Error::new(CONDIT_IS_NIL, "no record bound (pstVoid NULL or lSize 0)"));
-    }
-    // SAFETY: non-NULL, with len readable bytes by the caller's contract.
-    Ok(unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) })
+/// As [`record`], for the handle's `pstVoid` and `lSize`.
+unsafe fn push_with(h: &mut SATvm, send: impl FnOnce(&mut Client, TABLE, &[u8]) -> Result<()>) -> CallResult {
+    let t = h.tblName;
+    // SAFETY: the caller bound pstVoid to lSize bytes (queueinit and friends).
+    let rec = unsafe { record(h.pstVoid, h.lSize) }?;
+    send(client(h)?, t, rec)?;
+    Ok(1)
 }
 
 /// Connects handle p to a server speaking the Redis protocol: tvmq serve, a
@@ -59,8 +70,8 @@ pub unsafe extern "C" fn lTvmConnect(p: *mut SATvm, ip: *mut c_char, port: c_lon
         if ip.is_null() {
             return Err(Error::new(CONDIT_IS_NIL, "NULL ip").into());
         }
-        // SAFETY: non-NULL; C callers pass a NUL-terminated string.
-        let ip = unsafe { CStr::from_ptr(ip) }.to_string_lossy().into_owned();
+        // SAFETY: C callers pass a NUL-terminated string.
+        let ip = unsafe { text(ip) };
         if ip.is_empty() {
             return Err(Error::new(CONDIT_IS_NIL, "empty ip").into());
         }
@@ -134,10 +145,8 @@ pub unsafe extern "C" fn vTvmDisconnect(p: *mut SATvm) {
             return Ok(0);
         }
         let Some(c) = state_mut(h).net.take() else { return Ok(0) };
-        match c.close() {
-            (n, None) => Ok(n),
-            (n, Some(error)) => Err(Fail { error, effect: n }),
-        }
+        let (n, stop) = c.close();
+        counted(n, stop)
     };
     // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
     unsafe { call(p, body) };
@@ -158,11 +167,8 @@ pub unsafe extern "C" fn vTvmDisconnect(p: *mut SATvm) {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lTvmPush(p: *mut SATvm) -> c_long {
     let body = |h: &mut SATvm| {
-        let t = h.tblName;
         // SAFETY: the caller bound pstVoid to lSize bytes (queueinit and friends).
-        let rec = unsafe { record(h.pstVoid, h.lSize) }?;
-        client(h)?.push(t, rec)?;
-        Ok(1)
+        unsafe { push_with(h, Client::push) }
     };
     // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
     unsafe { call(p, body) }
@@ -184,76 +190,16 @@ pub unsafe extern "C" fn lTvmPush(p: *mut SATvm) -> c_long {
 /// SHM_ERR_EIDRM (tvmq serve: dropped while waiting), and those of lTvmPush.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lTvmPop(p: *mut SATvm, out: *mut c_void, wait: Uenum) -> c_long {
+    let take = |h: &mut SATvm, buf: &mut [u8], wait| {
+        let (c, t, _) = popping(h)?;
+        c.pop(t, buf, wait)
+    };
     let body = |h: &mut SATvm| {
-        if out.is_null() {
-            return Err(Error::new(CONDIT_IS_NIL, "NULL output buffer").into());
-        }
-        let wait = match wait {
-            QUE_NORMAL => PopWait::Forever,
-            QUE_NOWAIT => PopWait::NoWait,
-            other => {
-                return Err(
-                    Error::new(NOT_SUPPT_OPT, format!("wait flag {other}: use QUE_NORMAL or QUE_NOWAIT")).into()
-                );
-            }
-        };
-        let (t, len) = (h.tblName, h.lSize);
-        let c = client(h)?;
-        if len == 0 {
-            return Err(Error::new(RECD_TOO_LONG, "lSize 0").into());
-        }
         // SAFETY: the caller provides `out` with at least p->lSize writable bytes.
-        let buf = unsafe { std::slice::from_raw_parts_mut(out.cast::<u8>(), len) };
-        c.pop(t, buf, wait)?;
-        Ok(1)
+        unsafe { pop_one(h, out, wait, PopWait::Forever, PopWait::NoWait, take) }
     };
     // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
     unsafe { call(p, body) }
-}
-
-/// A growing malloc'd array of records, handed to C (freed with free()).
-struct MallocArray {
-    ptr: *mut u8,
-    cap: usize,
-    len: usize,
-    each: usize,
-}
-
-impl MallocArray {
-    /// Appends one record (`rec`, at most `each` bytes, zero-filled up to it).
-    fn push(&mut self, rec: &[u8]) -> Result<()> {
-        if self.len == self.cap {
-            let cap = (self.cap * 2).max(16);
-            let bytes = cap.checked_mul(self.each).ok_or_else(|| Error::new(MALLC_MEM_ERR, "array size overflows"))?;
-            // SAFETY: realloc of NULL or of our own malloc'd block.
-            let ptr = unsafe { libc::realloc(self.ptr.cast::<c_void>(), bytes) }.cast::<u8>();
-            if ptr.is_null() {
-                return Err(Error::new(MALLC_MEM_ERR, format!("cannot allocate {bytes} bytes")));
-            }
-            self.ptr = ptr;
-            self.cap = cap;
-        }
-        // SAFETY: len < cap, and the block holds cap * each bytes.
-        let slot = unsafe { std::slice::from_raw_parts_mut(self.ptr.add(self.len * self.each), self.each) };
-        let n = rec.len().min(self.each);
-        slot[..n].copy_from_slice(&rec[..n]);
-        slot[n..].fill(0);
-        self.len += 1;
-        Ok(())
-    }
-
-    fn into_raw(self) -> *mut c_void {
-        let p = self.ptr.cast::<c_void>();
-        std::mem::forget(self);
-        p
-    }
-}
-
-impl Drop for MallocArray {
-    fn drop(&mut self) {
-        // SAFETY: NULL or our own malloc'd block.
-        unsafe { libc::free(self.ptr.cast::<c_void>()) };
-    }
 }
 
 /// As lPopup, on the server: pops up to `expect` records of queue
@@ -279,38 +225,15 @@ pub unsafe extern "C" fn lTvmPopup(
     out_n: *mut usize,
     out: *mut *mut c_void,
 ) -> c_long {
+    let take = |h: &mut SATvm, array: &mut MallocArray| {
+        let (c, t, each) = popping(h)?;
+        // The count it returns is the array's length (the records the array took).
+        let (_, stop) = c.popup(t, each, expect, secs as u64, &mut |rec| array.push(rec));
+        Ok(stop)
+    };
     let body = |h: &mut SATvm| {
-        if out_n.is_null() || out.is_null() {
-            return Err(Error::new(CONDIT_IS_NIL, "NULL out_n or out").into());
-        }
-        // SAFETY: both checked non-NULL; the caller provides them writable.
-        unsafe {
-            *out = std::ptr::null_mut();
-            *out_n = 0;
-        }
-        if expect == 0 || secs < 0 {
-            return Err(Error::new(CONDIT_IS_NIL, "expect must be >= 1 and secs >= 0").into());
-        }
-        let (t, each) = (h.tblName, h.lSize);
-        let c = client(h)?;
-        if each == 0 {
-            return Err(Error::new(RECD_TOO_LONG, "lSize 0").into());
-        }
-        let mut array = MallocArray { ptr: std::ptr::null_mut(), cap: 0, len: 0, each };
-        let (n, stop) = c.popup(t, each, expect, secs as u64, &mut |rec| array.push(rec));
-        if n > 0 {
-            // SAFETY: checked non-NULL above.
-            unsafe {
-                *out_n = n;
-                *out = array.into_raw();
-            }
-        }
-        match stop {
-            None => Ok(n),
-            Some(e) if n > 0 && secs == 0 && e.code() == NO_DATA_FOUND => Ok(n),
-            Some(e) if n == 0 && e.code() == MQUE_WAIT_TMO => Err(Error::code_only(NO_DATA_FOUND).into()),
-            Some(error) => Err(Fail { error, effect: n }),
-        }
+        // SAFETY: C callers pass NULL or writable pointers as out_n and out.
+        unsafe { popup(h, expect, secs, out_n, out, take) }
     };
     // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
     unsafe { call(p, body) }
@@ -332,11 +255,8 @@ pub unsafe extern "C" fn lTvmPopup(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lAsyPush(p: *mut SATvm) -> c_long {
     let body = |h: &mut SATvm| {
-        let t = h.tblName;
         // SAFETY: the caller bound pstVoid to lSize bytes (queueinit and friends).
-        let rec = unsafe { record(h.pstVoid, h.lSize) }?;
-        client(h)?.push_async(t, rec)?;
-        Ok(1)
+        unsafe { push_with(h, Client::push_async) }
     };
     // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
     unsafe { call(p, body) }
@@ -355,10 +275,8 @@ pub unsafe extern "C" fn lAsyPush(p: *mut SATvm) -> c_long {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lAsyWait(p: *mut SATvm) -> c_long {
     let body = |h: &mut SATvm| -> CallResult {
-        match client(h)?.wait_async() {
-            (n, None) => Ok(n),
-            (n, Some(error)) => Err(Fail { error, effect: n }),
-        }
+        let (n, stop) = client(h)?.wait_async();
+        counted(n, stop)
     };
     // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
     unsafe { call(p, body) }
