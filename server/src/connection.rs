@@ -13,7 +13,7 @@
 
 use crate::cmd::blocking::Blocked;
 use crate::cmd::{self, Client, Ctx, Flow};
-use crate::shared::Shared;
+use crate::state::ServerState;
 use crate::stream::{self, Stream};
 use crate::worker::Worker;
 use resp::{Request, Status};
@@ -147,7 +147,7 @@ enum End {
 
 /// Serves one connection until it closes, the client QUITs, the protocol is
 /// broken, or the server stops.
-pub(crate) async fn serve<S: Stream>(mut s: S, shared: Arc<Shared>, worker: Rc<Worker>, peer: String) {
+pub(crate) async fn serve<S: Stream>(mut s: S, shared: Arc<ServerState>, worker: Rc<Worker>, peer: String) {
     let id = shared.stats.next_client_id.fetch_add(1, Ordering::Relaxed) + 1;
     let mut client = Client::new(id, shared.password.is_none(), peer);
     let end = run(&mut s, &shared, &worker, &mut client).await;
@@ -158,7 +158,7 @@ pub(crate) async fn serve<S: Stream>(mut s: S, shared: Arc<Shared>, worker: Rc<W
     }
 }
 
-async fn run<S: Stream>(s: &mut S, shared: &Arc<Shared>, worker: &Rc<Worker>, client: &mut Client) -> End {
+async fn run<S: Stream>(s: &mut S, shared: &Arc<ServerState>, worker: &Rc<Worker>, client: &mut Client) -> End {
     let stop = worker.stop.notified();
     tokio::pin!(stop);
     stop.as_mut().enable();
@@ -316,7 +316,7 @@ async fn sleep_or_never(d: Option<std::time::Duration>) {
 /// for after (up to [`BLOCKED_INPUT_MAX`]).
 async fn wait_blocked<S: Stream>(
     s: &mut S,
-    shared: &Arc<Shared>,
+    shared: &Arc<ServerState>,
     mut b: Blocked,
     client: &mut Client,
     input: &mut Input,
@@ -375,7 +375,7 @@ async fn wait_blocked<S: Stream>(
 }
 
 /// Counts a client out of `blocked_clients` however its wait ends.
-struct Unblock<'a>(&'a Shared);
+struct Unblock<'a>(&'a ServerState);
 
 impl Drop for Unblock<'_> {
     fn drop(&mut self) {

@@ -16,7 +16,8 @@
 //! | `keys` | key -> queue, caches, `--auto-create` and its id scheme |
 //! | `waiters` | blocked clients and the one watcher thread per queue that wakes them |
 //! | `reply` | error replies in the protocol's words |
-//! | `shared` | state every thread shares: counters, the stop signal |
+//! | `state` | `ServerState`, what every thread shares: options, queues, counters |
+//! | `shutdown` | the stop signal |
 //!
 //! A push goes from the read buffer straight into the shared-memory ring
 //! ([`tvm::Queue::push`]) and a pop from the ring straight into the output
@@ -41,7 +42,8 @@ mod connection;
 mod keys;
 mod listener;
 mod reply;
-mod shared;
+mod shutdown;
+mod state;
 mod stream;
 mod waiters;
 mod worker;
@@ -49,7 +51,7 @@ mod worker;
 pub use config::{AutoCreate, ServeArgs};
 pub use keys::{AUTO_ID_BASE, AUTO_ID_SPAN, auto_id};
 
-use shared::{Shared, Stats, WorkerStats};
+use state::{ServerState, Stats, WorkerStats};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -61,7 +63,7 @@ use tvm::error::{Error, SOCK_BIND_ERR, SVR_EXCEPTION};
 /// A running server (threads of this process). [`stop`](Self::stop) or
 /// dropping it stops it gracefully.
 pub struct Server {
-    shared: Arc<Shared>,
+    shared: Arc<ServerState>,
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -80,7 +82,7 @@ impl Server {
         let tcp_addr = listeners.tcp.as_ref().and_then(|l| l.local_addr().ok());
         let threads = args.worker_threads();
         let limits = resp::Limits { max_bulk_len: args.max_bulk_len, ..resp::Limits::default() };
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(ServerState {
             args: args.clone(),
             dir: dir.to_path_buf(),
             attachments: tvm::Attachments::new(dir.to_path_buf()),

@@ -16,7 +16,7 @@
 //! When the queue is dropped, or the server stops, every client on the list
 //! is woken, and its pop (or the stop) gives it an error reply.
 
-use crate::shared::Shutdown;
+use crate::shutdown::Shutdown;
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;

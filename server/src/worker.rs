@@ -4,7 +4,7 @@
 
 use crate::connection::{self, Pool};
 use crate::keys::WorkerKeys;
-use crate::shared::Shared;
+use crate::state::ServerState;
 use std::cell::Cell;
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -24,7 +24,7 @@ pub(crate) enum Accepted {
 
 /// What a worker's connections share: the key cache and the buffer pool.
 pub(crate) struct Worker {
-    /// Its number (its counters in [`Shared::worker_stats`]).
+    /// Its number (its counters in [`ServerState::worker_stats`]).
     pub index: usize,
     pub keys: WorkerKeys,
     pub pool: Pool,
@@ -38,14 +38,14 @@ pub(crate) struct Worker {
 
 /// Starts worker `index`.
 pub(crate) fn spawn(
-    shared: Arc<Shared>,
+    shared: Arc<ServerState>,
     index: usize,
     rx: UnboundedReceiver<Accepted>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new().name(format!("tvmq-worker-{index}")).spawn(move || main(shared, index, rx))
 }
 
-fn main(shared: Arc<Shared>, index: usize, mut rx: UnboundedReceiver<Accepted>) {
+fn main(shared: Arc<ServerState>, index: usize, mut rx: UnboundedReceiver<Accepted>) {
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -95,7 +95,7 @@ fn main(shared: Arc<Shared>, index: usize, mut rx: UnboundedReceiver<Accepted>) 
 /// Counts a connection out however it ends.
 struct Live {
     worker: Rc<Worker>,
-    shared: Arc<Shared>,
+    shared: Arc<ServerState>,
 }
 
 impl Drop for Live {
@@ -106,7 +106,7 @@ impl Drop for Live {
     }
 }
 
-fn start(shared: &Arc<Shared>, worker: &Rc<Worker>, c: Accepted) {
+fn start(shared: &Arc<ServerState>, worker: &Rc<Worker>, c: Accepted) {
     worker.live.set(worker.live.get() + 1);
     let live = Live { worker: worker.clone(), shared: shared.clone() };
     let (shared, worker) = (shared.clone(), worker.clone());

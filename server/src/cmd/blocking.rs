@@ -5,7 +5,7 @@
 use super::queue::{key_error, null_array, pop_bulk};
 use super::{Ctx, Flow};
 use crate::reply;
-use crate::shared::Shared;
+use crate::state::ServerState;
 use crate::waiters::{WaitList, Waiters};
 use resp::{Proto, Request};
 use std::sync::Arc;
@@ -110,7 +110,7 @@ impl Blocked {
 
     /// Puts the client (back) on the list of every queue it waits on,
     /// where a wake-up took it off.
-    pub fn register(&mut self, shared: &Shared) {
+    pub fn register(&mut self, shared: &ServerState) {
         for (i, (_, q)) in self.keys.iter().enumerate() {
             let on_list = self.lists[i].as_ref().is_some_and(|l| Waiters::contains(l, self.ticket));
             if !on_list {

@@ -11,7 +11,7 @@ pub(crate) mod table;
 
 use crate::keys::{LastKey, WorkerKeys};
 use crate::reply;
-use crate::shared::Shared;
+use crate::state::ServerState;
 use resp::{Proto, Request};
 use std::time::Instant;
 
@@ -53,7 +53,7 @@ impl Client {
 
 /// What a command needs: the server, the worker, the client.
 pub(crate) struct Ctx<'a> {
-    pub shared: &'a Shared,
+    pub shared: &'a ServerState,
     pub keys: &'a WorkerKeys,
     pub client: &'a mut Client,
 }

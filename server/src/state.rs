@@ -2,12 +2,12 @@
 //! the blocked clients and the shutdown signal.
 
 use crate::config::ServeArgs;
+use crate::shutdown::Shutdown;
 use crate::waiters::Waiters;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
-use tokio::sync::Notify;
 
 /// Server-wide counters, for INFO.
 #[derive(Default)]
@@ -59,40 +59,8 @@ impl WorkerStats {
     }
 }
 
-/// The stop signal: a flag, and a notification for whoever sleeps.
-#[derive(Default)]
-pub(crate) struct Shutdown {
-    flag: AtomicBool,
-    notify: Notify,
-}
-
-impl Shutdown {
-    /// Has the stop begun?
-    #[inline]
-    pub fn is_set(&self) -> bool {
-        self.flag.load(Ordering::Acquire)
-    }
-
-    /// Begins the stop and wakes everyone waiting for it.
-    pub fn set(&self) {
-        self.flag.store(true, Ordering::Release);
-        self.notify.notify_waiters();
-    }
-
-    /// Completes once the stop has begun.
-    pub async fn wait(&self) {
-        let notified = self.notify.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        if self.is_set() {
-            return;
-        }
-        notified.await;
-    }
-}
-
 /// State shared by the listener, the workers and the watchers.
-pub(crate) struct Shared {
+pub(crate) struct ServerState {
     pub args: ServeArgs,
     pub dir: PathBuf,
     /// The queues this server has attached, by id (names are looked up in
@@ -119,7 +87,7 @@ pub(crate) struct Shared {
     pub create_lock: parking_lot::Mutex<()>,
 }
 
-impl Shared {
+impl ServerState {
     /// Commands run, bytes read and written, by every worker.
     pub fn totals(&self) -> (u64, u64, u64) {
         self.worker_stats.iter().fold((0, 0, 0), |(c, i, o), w| {
