@@ -13,9 +13,9 @@
 
 use crate::cmd::blocking::Blocked;
 use crate::cmd::{self, Client, Ctx, Flow};
+use crate::local::{FLUSH_AT, POOL_MAX, Pool, READ_SIZE, WorkerLocal};
 use crate::state::ServerState;
 use crate::stream::{self, Stream};
-use crate::worker::Worker;
 use resp::{Request, Status};
 use std::io;
 use std::rc::Rc;
@@ -23,53 +23,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::task::Poll;
 
-/// Size of a pooled input buffer, and of one read.
-pub(crate) const READ_SIZE: usize = 64 * 1024;
-/// Replies are written out once they pass this many bytes.
-pub(crate) const FLUSH_AT: usize = 64 * 1024;
-/// A buffer larger than this is freed rather than pooled.
-const POOL_MAX: usize = 256 * 1024;
 /// Input read while blocked in BLPOP beyond which reading pauses.
 const BLOCKED_INPUT_MAX: usize = 64 * 1024;
 /// An input buffer grows by at most this much ahead of the bytes received.
 const GROW_STEP: usize = 1 << 20;
-
-/// Buffers a worker lends to its connections while they work: input
-/// buffers (kept initialised, [`READ_SIZE`] bytes) and output buffers
-/// (empty, their capacity kept).
-#[derive(Default)]
-pub(crate) struct Pool {
-    inputs: std::cell::RefCell<Vec<Vec<u8>>>,
-    outputs: std::cell::RefCell<Vec<Vec<u8>>>,
-}
-
-impl Pool {
-    /// Buffers of each kind kept at most (the rest are freed).
-    const KEEP: usize = 64;
-
-    fn take_input(&self) -> Vec<u8> {
-        self.inputs.borrow_mut().pop().unwrap_or_else(|| vec![0; READ_SIZE])
-    }
-
-    fn give_input(&self, buf: Vec<u8>) {
-        let mut bufs = self.inputs.borrow_mut();
-        if buf.len() == READ_SIZE && bufs.len() < Self::KEEP {
-            bufs.push(buf);
-        }
-    }
-
-    fn take_output(&self) -> Vec<u8> {
-        self.outputs.borrow_mut().pop().unwrap_or_else(|| Vec::with_capacity(FLUSH_AT + 4096))
-    }
-
-    fn give_output(&self, mut buf: Vec<u8>) {
-        let mut bufs = self.outputs.borrow_mut();
-        if buf.capacity() > 0 && buf.capacity() <= POOL_MAX && bufs.len() < Self::KEEP {
-            buf.clear();
-            bufs.push(buf);
-        }
-    }
-}
 
 /// The input buffer: `data[start..end]` is read and not yet consumed;
 /// `data` is initialised up to its length, reads go to `data[end..]`.
@@ -147,7 +104,7 @@ enum End {
 
 /// Serves one connection until it closes, the client QUITs, the protocol is
 /// broken, or the server stops.
-pub(crate) async fn serve<S: Stream>(mut s: S, shared: Arc<ServerState>, worker: Rc<Worker>, peer: String) {
+pub(crate) async fn serve<S: Stream>(mut s: S, shared: Arc<ServerState>, worker: Rc<WorkerLocal>, peer: String) {
     let id = shared.stats.next_client_id.fetch_add(1, Ordering::Relaxed) + 1;
     let mut client = Client::new(id, shared.password.is_none(), peer);
     let end = run(&mut s, &shared, &worker, &mut client).await;
@@ -158,7 +115,7 @@ pub(crate) async fn serve<S: Stream>(mut s: S, shared: Arc<ServerState>, worker:
     }
 }
 
-async fn run<S: Stream>(s: &mut S, shared: &Arc<ServerState>, worker: &Rc<Worker>, client: &mut Client) -> End {
+async fn run<S: Stream>(s: &mut S, shared: &Arc<ServerState>, worker: &Rc<WorkerLocal>, client: &mut Client) -> End {
     let stop = worker.stop.notified();
     tokio::pin!(stop);
     stop.as_mut().enable();

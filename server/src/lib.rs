@@ -10,7 +10,8 @@
 //! | [`config`] | the options ([`ServeArgs`]) |
 //! | `listener` | binding, accepting, `--maxclients`, handing connections to workers |
 //! | `worker` | one thread per core, each a tokio current-thread runtime |
-//! | `connection` | read, run every complete command, write the replies once; buffers and limits |
+//! | `connection` | read, run every complete command, write the replies once; limits |
+//! | `local` | what one worker's connections share: key cache, buffer pool, stop notice |
 //! | `stream` | TCP and unix sockets behind one trait; the I/O steps |
 //! | `cmd` | dispatch, then one file per family: `queue` (push, pop, LLEN), `blocking` (BLPOP), `server` (the rest), `table` (COMMAND) |
 //! | `keys` | key -> queue, caches, `--auto-create` and its id scheme |
@@ -41,6 +42,7 @@ pub mod config;
 mod connection;
 mod keys;
 mod listener;
+mod local;
 mod reply;
 mod shutdown;
 mod state;

@@ -2,8 +2,9 @@
 //! connections the listener hands it, start to end, so that a connection's
 //! commands run on one core with no locking and no task migration.
 
-use crate::connection::{self, Pool};
+use crate::connection;
 use crate::keys::WorkerKeys;
+use crate::local::{Pool, WorkerLocal};
 use crate::state::ServerState;
 use std::cell::Cell;
 use std::net::SocketAddr;
@@ -20,20 +21,6 @@ const PURGE_EVERY: Duration = Duration::from_secs(1);
 pub(crate) enum Accepted {
     Tcp(std::net::TcpStream, SocketAddr),
     Unix(std::os::unix::net::UnixStream),
-}
-
-/// What a worker's connections share: the key cache and the buffer pool.
-pub(crate) struct Worker {
-    /// Its number (its counters in [`ServerState::worker_stats`]).
-    pub index: usize,
-    pub keys: WorkerKeys,
-    pub pool: Pool,
-    /// Connections being served.
-    live: Cell<usize>,
-    /// The stop, told to this worker's connections by the worker (so that a
-    /// connection waiting for its client polls a notification no other
-    /// core touches).
-    pub stop: tokio::sync::Notify,
 }
 
 /// Starts worker `index`.
@@ -55,7 +42,7 @@ fn main(shared: Arc<ServerState>, index: usize, mut rx: UnboundedReceiver<Accept
         }
     };
     let local = tokio::task::LocalSet::new();
-    let worker = Rc::new(Worker {
+    let worker = Rc::new(WorkerLocal {
         index,
         keys: WorkerKeys::default(),
         pool: Pool::default(),
@@ -94,7 +81,7 @@ fn main(shared: Arc<ServerState>, index: usize, mut rx: UnboundedReceiver<Accept
 
 /// Counts a connection out however it ends.
 struct Live {
-    worker: Rc<Worker>,
+    worker: Rc<WorkerLocal>,
     shared: Arc<ServerState>,
 }
 
@@ -106,7 +93,7 @@ impl Drop for Live {
     }
 }
 
-fn start(shared: &Arc<ServerState>, worker: &Rc<Worker>, c: Accepted) {
+fn start(shared: &Arc<ServerState>, worker: &Rc<WorkerLocal>, c: Accepted) {
     worker.live.set(worker.live.get() + 1);
     let live = Live { worker: worker.clone(), shared: shared.clone() };
     let (shared, worker) = (shared.clone(), worker.clone());
