@@ -14,14 +14,17 @@
 use crate::cmd::blocking::Blocked;
 use crate::cmd::{self, Client, Ctx, Flow};
 use crate::local::{FLUSH_AT, POOL_MAX, Pool, READ_SIZE, WorkerLocal};
-use crate::state::ServerState;
+use crate::state::{ServerState, WorkerStats};
 use crate::stream::{self, Stream};
 use resp::{Request, Status};
 use std::io;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::task::Poll;
+use std::time::Duration;
+use tokio::sync::futures::Notified;
 
 /// Input read while blocked in BLPOP beyond which reading pauses.
 const BLOCKED_INPUT_MAX: usize = 64 * 1024;
@@ -136,45 +139,14 @@ async fn run<S: Stream>(s: &mut S, shared: &Arc<ServerState>, worker: &Rc<Worker
             if req.capacity() > 1024 {
                 req = Request::new();
             }
-            if shared.shutdown.is_set() {
-                return End::Stop;
-            }
-            let ready = async {
-                tokio::select! {
-                    biased;
-                    _ = &mut stop => Err(End::Stop),
-                    r = s.ready_to_read() => r.map_err(End::Error),
-                    _ = sleep_or_never(idle) => Err(End::Timeout),
-                }
-            };
-            if let Err(end) = ready.await {
+            if let Err(end) = wait_readable(s, shared, stop.as_mut(), idle).await {
                 return end;
             }
         }
         input.make_room(pool, needed);
-        let n = loop {
-            match stream::try_read(s, input.space()).await {
-                Poll::Ready(Ok(0)) => return End::Eof,
-                Poll::Ready(Ok(n)) => break n,
-                Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Poll::Ready(Err(e)) => return End::Error(e),
-                Poll::Pending => {
-                    if shared.shutdown.is_set() {
-                        return End::Stop;
-                    }
-                    let ready = async {
-                        tokio::select! {
-                            biased;
-                            _ = &mut stop => Err(End::Stop),
-                            r = s.ready_to_read() => r.map_err(End::Error),
-                            _ = sleep_or_never(idle) => Err(End::Timeout),
-                        }
-                    };
-                    if let Err(end) = ready.await {
-                        return end;
-                    }
-                }
-            }
+        let n = match read_some(s, shared, stop.as_mut(), idle, input.space()).await {
+            Ok(n) => n,
+            Err(end) => return end,
         };
         input.end += n;
         stats.add_input(n);
@@ -205,22 +177,19 @@ async fn run<S: Stream>(s: &mut S, shared: &Arc<ServerState>, worker: &Rc<Worker
                         break;
                     }
                     if let Some(b) = blocked.take() {
-                        stats.add_output(out.len());
-                        if let Err(e) = stream::write_all(s, &mut out, stall).await {
+                        if let Err(e) = flush(s, &mut out, stats, stall).await {
                             return End::Error(e);
                         }
                         match wait_blocked(s, shared, b, client, &mut input, &mut out, pool).await {
                             Ok(()) => {}
                             Err(end) => {
-                                stats.add_output(out.len());
-                                let _ = stream::write_all(s, &mut out, stall).await;
+                                let _ = flush(s, &mut out, stats, stall).await;
                                 return end;
                             }
                         }
                     }
                     if out.len() >= FLUSH_AT {
-                        stats.add_output(out.len());
-                        if let Err(e) = stream::write_all(s, &mut out, stall).await {
+                        if let Err(e) = flush(s, &mut out, stats, stall).await {
                             return End::Error(e);
                         }
                     }
@@ -242,8 +211,7 @@ async fn run<S: Stream>(s: &mut S, shared: &Arc<ServerState>, worker: &Rc<Worker
         }
         stats.add_commands(commands);
         if !out.is_empty() {
-            stats.add_output(out.len());
-            if let Err(e) = stream::write_all(s, &mut out, stall).await {
+            if let Err(e) = flush(s, &mut out, stats, stall).await {
                 return End::Error(e);
             }
         }
@@ -260,7 +228,53 @@ async fn run<S: Stream>(s: &mut S, shared: &Arc<ServerState>, worker: &Rc<Worker
     }
 }
 
-async fn sleep_or_never(d: Option<std::time::Duration>) {
+/// Waits until the client has sent something (or closed, or failed), unless
+/// the server stops, the worker tells its connections to stop, or the
+/// connection has been idle for `idle`.
+async fn wait_readable<S: Stream>(
+    s: &S,
+    shared: &ServerState,
+    stop: Pin<&mut Notified<'_>>,
+    idle: Option<Duration>,
+) -> Result<(), End> {
+    if shared.shutdown.is_set() {
+        return Err(End::Stop);
+    }
+    tokio::select! {
+        biased;
+        _ = stop => Err(End::Stop),
+        r = s.ready_to_read() => r.map_err(End::Error),
+        _ = sleep_or_never(idle) => Err(End::Timeout),
+    }
+}
+
+/// Reads into `buf` what the client sent, waiting as [`wait_readable`] does
+/// while nothing is there; the bytes read, never 0 (the EOF is `End::Eof`).
+async fn read_some<S: Stream>(
+    s: &mut S,
+    shared: &ServerState,
+    mut stop: Pin<&mut Notified<'_>>,
+    idle: Option<Duration>,
+    buf: &mut [u8],
+) -> Result<usize, End> {
+    loop {
+        match stream::try_read(s, buf).await {
+            Poll::Ready(Ok(0)) => return Err(End::Eof),
+            Poll::Ready(Ok(n)) => return Ok(n),
+            Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Poll::Ready(Err(e)) => return Err(End::Error(e)),
+            Poll::Pending => wait_readable(s, shared, stop.as_mut(), idle).await?,
+        }
+    }
+}
+
+/// Writes the replies in `out` (counting their bytes), then clears it.
+async fn flush<S: Stream>(s: &mut S, out: &mut Vec<u8>, stats: &WorkerStats, stall: Duration) -> io::Result<()> {
+    stats.add_output(out.len());
+    stream::write_all(s, out, stall).await
+}
+
+async fn sleep_or_never(d: Option<Duration>) {
     match d {
         Some(d) => tokio::time::sleep(d).await,
         None => std::future::pending().await,
