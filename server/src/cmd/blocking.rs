@@ -3,7 +3,7 @@
 //! waiting client is woken, and in which order).
 
 use super::queue::{key_error, null_array, pop_bulk};
-use super::{Ctx, Flow};
+use super::context::Ctx;
 use crate::reply;
 use crate::state::ServerState;
 use crate::waiters::{WaitList, Waiters};
@@ -52,14 +52,15 @@ pub(crate) struct Blocked {
     pub notify: Arc<Notify>,
 }
 
-/// BLPOP/BRPOP: pops at once if a queue has a record, else blocks.
-pub(crate) fn start(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) -> Flow {
+/// BLPOP/BRPOP: pops at once if a queue has a record (or writes the error)
+/// and gives `None`, else gives the client to block.
+pub(crate) fn start(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) -> Option<Blocked> {
     let n = req.len();
     let timeout = match parse_timeout(req.arg(buf, n - 1)) {
         Ok(t) => t,
         Err(text) => {
             resp::error(out, text);
-            return Flow::Next;
+            return None;
         }
     };
     let mut keys = Vec::with_capacity(n - 2);
@@ -69,7 +70,7 @@ pub(crate) fn start(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<
             Ok(q) => keys.push((key.to_vec(), q)),
             Err(e) => {
                 key_error(out, key, &e);
-                return Flow::Next;
+                return None;
             }
         }
     }
@@ -81,9 +82,9 @@ pub(crate) fn start(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<
         notify: Arc::new(Notify::new()),
     };
     if blocked.try_pop(ctx.client.proto, out) {
-        return Flow::Next;
+        return None;
     }
-    Flow::Block(blocked)
+    Some(blocked)
 }
 
 impl Blocked {

@@ -1,7 +1,8 @@
 //! Connection and server commands: PING, AUTH, HELLO, SELECT, CLIENT,
 //! CONFIG GET, COMMAND, INFO.
 
-use super::{Ctx, parse_int, table};
+use super::context::{Ctx, parse_int};
+use super::table;
 use crate::reply;
 use resp::{Proto, Request};
 use std::fmt::Write as _;
@@ -290,7 +291,7 @@ pub(crate) fn config(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec
 /// COMMAND [COUNT | DOCS | INFO | LIST | HELP].
 pub(crate) fn command(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) {
     let mut args = req.iter(buf).skip(1);
-    table::command(ctx, &mut args, out);
+    table::command(ctx.client.proto, &mut args, out);
 }
 
 /// INFO [section ...]: server, clients, stats and per-queue figures.
