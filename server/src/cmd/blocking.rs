@@ -2,8 +2,8 @@
 //! non-empty queue, or wait for one (see [`crate::waiters`] for how a
 //! waiting client is woken, and in which order).
 
-use super::queue::{key_error, null_array, pop_bulk};
 use super::context::Ctx;
+use super::queue::{key_error, null_array, pop_bulk};
 use crate::reply;
 use crate::state::ServerState;
 use crate::waiters::{WaitList, Waiters};

@@ -203,16 +203,17 @@ pub(crate) fn client(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec
         );
         resp::verbatim(out, c.proto, b"txt", line.as_bytes());
     } else if is(b"HELP") {
-        let lines: [&[u8]; 6] = [
-            b"CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-            b"ID: the id of this connection",
-            b"SETNAME <name>, GETNAME: the connection's name",
-            b"SETINFO <LIB-NAME|LIB-VER> <value>: the client library's name and version",
-            b"INFO: this connection",
-            b"HELP: this text",
-        ];
-        resp::array_header(out, lines.len());
-        lines.iter().for_each(|l| resp::simple(out, l));
+        reply::help(
+            out,
+            &[
+                b"CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                b"ID: the id of this connection",
+                b"SETNAME <name>, GETNAME: the connection's name",
+                b"SETINFO <LIB-NAME|LIB-VER> <value>: the client library's name and version",
+                b"INFO: this connection",
+                b"HELP: this text",
+            ],
+        );
     } else {
         reply::unknown_subcommand(out, sub, "CLIENT");
     }

@@ -322,16 +322,17 @@ pub(crate) fn command(proto: Proto, args: &mut dyn Iterator<Item = &[u8]>, out: 
             write_docs(out, proto, s);
         }
     } else if sub.eq_ignore_ascii_case(b"HELP") {
-        let lines: [&[u8]; 6] = [
-            b"COMMAND <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-            b"(no subcommand): every command's details",
-            b"COUNT: the number of commands",
-            b"DOCS [<command-name> ...]: documentation",
-            b"INFO [<command-name> ...]: details",
-            b"LIST: the names of the commands",
-        ];
-        resp::array_header(out, lines.len());
-        lines.iter().for_each(|l| resp::simple(out, l));
+        crate::reply::help(
+            out,
+            &[
+                b"COMMAND <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                b"(no subcommand): every command's details",
+                b"COUNT: the number of commands",
+                b"DOCS [<command-name> ...]: documentation",
+                b"INFO [<command-name> ...]: details",
+                b"LIST: the names of the commands",
+            ],
+        );
     } else {
         crate::reply::unknown_subcommand(out, sub, "COMMAND");
     }
