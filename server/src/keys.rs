@@ -26,7 +26,7 @@ pub const AUTO_ID_SPAN: u32 = 1 << 30;
 /// How many taken ids are stepped over before giving up.
 const PROBES: u32 = 64;
 /// The longest name a queue header keeps, in bytes.
-pub const MAX_NAME: usize = 63;
+pub(crate) const MAX_NAME: usize = 63;
 
 /// Why a key names no queue.
 #[derive(Debug)]
@@ -131,7 +131,7 @@ impl WorkerKeys {
     /// Forgets the queues dropped since they were cached, and detaches them
     /// from the server's table, so that their mappings are let go of (a
     /// connection that used one last keeps it until its next command).
-    pub fn purge_dropped(&self, shared: &ServerState) {
+    pub(crate) fn purge_dropped(&self, shared: &ServerState) {
         self.map.borrow_mut().retain(|_, q| {
             if q.is_dropped() {
                 shared.attachments.detach(q.id());
@@ -165,7 +165,7 @@ impl LastKey {
     /// same and the queue was not dropped (the hot path: a comparison and
     /// an atomic load), else the worker's cache, else a lookup.
     #[inline]
-    pub fn resolve(
+    pub(crate) fn resolve(
         &mut self,
         shared: &ServerState,
         worker: &WorkerKeys,

@@ -5,20 +5,23 @@
 //! `docs/protocol.md`; `docs/server.md` tells how to run it.
 //!
 //! # Shape
-//! | module | concern |
-//! |---|---|
-//! | [`config`] | the options ([`ServeArgs`]) |
-//! | `listener` | binding, accepting, `--maxclients`, handing connections to workers |
-//! | `worker` | one thread per core, each a tokio current-thread runtime |
-//! | `connection` | read, run every complete command, write the replies once; limits |
-//! | `local` | what one worker's connections share: key cache, buffer pool, stop notice |
-//! | `stream` | TCP and unix sockets behind one trait; the I/O steps |
-//! | `cmd` | dispatch, then one file per family: `queue` (push, pop, LLEN), `blocking` (BLPOP), `server` (the rest), `table` (COMMAND) |
-//! | `keys` | key -> queue, caches, `--auto-create` and its id scheme |
-//! | `waiters` | blocked clients and the one watcher thread per queue that wakes them |
-//! | `reply` | error replies in the protocol's words |
-//! | `state` | `ServerState`, what every thread shares: options, queues, counters |
-//! | `shutdown` | the stop signal |
+//! Each module uses only modules below it in this table (the crate root
+//! uses them all); no import goes upwards, so there is no cycle.
+//!
+//! | module | concern | uses |
+//! |---|---|---|
+//! | `listener` | binding, accepting, `--maxclients`, handing connections to workers | `worker`, `state` |
+//! | `worker` | one thread per core, each a tokio current-thread runtime | `connection`, `local`, `keys`, `state` |
+//! | `connection` | read, run every complete command, write the replies once; limits | `cmd`, `local`, `stream`, `state` |
+//! | `cmd` | dispatch, then one file per family: `queue` (push, pop, LLEN), `blocking` (BLPOP), `server` (the rest), `table` (the commands, COMMAND), `context` (what a command runs with) | `keys`, `waiters`, `reply`, `state` |
+//! | `local` | what one worker's connections share: key cache, buffer pool, stop notice | `keys` |
+//! | `keys` | key -> queue, caches, `--auto-create` and its id scheme | `state` |
+//! | `state` | `ServerState`, what every thread shares: options, queues, counters | `config`, `waiters`, `shutdown` |
+//! | `waiters` | blocked clients and the one watcher thread per queue that wakes them | `shutdown` |
+//! | `shutdown` | the stop signal | - |
+//! | `stream` | TCP and unix sockets behind one trait; the I/O steps | - |
+//! | `reply` | error replies in the protocol's words | - |
+//! | [`config`] | the options ([`ServeArgs`]) | - |
 //!
 //! A push goes from the read buffer straight into the shared-memory ring
 //! ([`tvm::Queue::push`]) and a pop from the ring straight into the output

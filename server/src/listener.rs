@@ -15,8 +15,8 @@ use tokio::sync::mpsc::UnboundedSender;
 
 /// The listening sockets, bound.
 pub(crate) struct Listeners {
-    pub tcp: Option<tokio::net::TcpListener>,
-    pub unix: Option<tokio::net::UnixListener>,
+    pub(crate) tcp: Option<tokio::net::TcpListener>,
+    pub(crate) unix: Option<tokio::net::UnixListener>,
 }
 
 /// Binds what the options ask for, inside `rt`.

@@ -52,13 +52,13 @@ impl Pool {
 /// What a worker's connections share: the key cache and the buffer pool.
 pub(crate) struct WorkerLocal {
     /// Its number (its counters in [`ServerState::worker_stats`](crate::state::ServerState::worker_stats)).
-    pub index: usize,
-    pub keys: WorkerKeys,
-    pub pool: Pool,
+    pub(crate) index: usize,
+    pub(crate) keys: WorkerKeys,
+    pub(crate) pool: Pool,
     /// Connections being served.
-    pub live: Cell<usize>,
+    pub(crate) live: Cell<usize>,
     /// The stop, told to this worker's connections by the worker (so that a
     /// connection waiting for its client polls a notification no other
     /// core touches).
-    pub stop: tokio::sync::Notify,
+    pub(crate) stop: tokio::sync::Notify,
 }

@@ -14,18 +14,18 @@ pub(crate) struct Shutdown {
 impl Shutdown {
     /// Has the stop begun?
     #[inline]
-    pub fn is_set(&self) -> bool {
+    pub(crate) fn is_set(&self) -> bool {
         self.flag.load(Ordering::Acquire)
     }
 
     /// Begins the stop and wakes everyone waiting for it.
-    pub fn set(&self) {
+    pub(crate) fn set(&self) {
         self.flag.store(true, Ordering::Release);
         self.notify.notify_waiters();
     }
 
     /// Completes once the stop has begun.
-    pub async fn wait(&self) {
+    pub(crate) async fn wait(&self) {
         let notified = self.notify.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();

@@ -43,13 +43,13 @@ pub(crate) struct Blocked {
     /// The keys as given (for the reply) and their queues, in order.
     keys: Vec<(Vec<u8>, Arc<Queue>)>,
     /// When to give up (None: never).
-    pub deadline: Option<Instant>,
+    pub(crate) deadline: Option<Instant>,
     /// The client's place in line.
     ticket: u64,
     /// The lists it is on (one per key, registered lazily).
     lists: Vec<Option<Arc<WaitList>>>,
     /// Where its wake-ups arrive.
-    pub notify: Arc<Notify>,
+    pub(crate) notify: Arc<Notify>,
 }
 
 /// BLPOP/BRPOP: pops at once if a queue has a record (or writes the error)
@@ -90,7 +90,7 @@ pub(crate) fn start(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<
 impl Blocked {
     /// Pops from the first queue that has a record, writing the reply
     /// (`[key, record]`, or the queue's error); false if all are empty.
-    pub fn try_pop(&mut self, proto: Proto, out: &mut Vec<u8>) -> bool {
+    pub(crate) fn try_pop(&mut self, proto: Proto, out: &mut Vec<u8>) -> bool {
         let _ = proto;
         for (key, q) in &self.keys {
             let mark = out.len();
@@ -111,7 +111,7 @@ impl Blocked {
 
     /// Puts the client (back) on the list of every queue it waits on,
     /// where a wake-up took it off.
-    pub fn register(&mut self, shared: &ServerState) {
+    pub(crate) fn register(&mut self, shared: &ServerState) {
         for (i, (_, q)) in self.keys.iter().enumerate() {
             let on_list = self.lists[i].as_ref().is_some_and(|l| Waiters::contains(l, self.ticket));
             if !on_list {
@@ -121,7 +121,7 @@ impl Blocked {
     }
 
     /// Writes the timeout reply: a null array (RESP2 `*-1`, RESP3 `_`).
-    pub fn timed_out(&self, proto: Proto, out: &mut Vec<u8>) {
+    pub(crate) fn timed_out(&self, proto: Proto, out: &mut Vec<u8>) {
         null_array(out, proto);
     }
 }

@@ -9,26 +9,26 @@ use std::time::Instant;
 /// One connection's state, as the commands see it.
 pub(crate) struct Client {
     /// CLIENT ID.
-    pub id: u64,
+    pub(crate) id: u64,
     /// RESP2, or RESP3 after HELLO 3.
-    pub proto: Proto,
+    pub(crate) proto: Proto,
     /// AUTH passed (or no password is required).
-    pub authed: bool,
+    pub(crate) authed: bool,
     /// CLIENT SETNAME.
-    pub name: Option<Vec<u8>>,
+    pub(crate) name: Option<Vec<u8>>,
     /// CLIENT SETINFO LIB-NAME / LIB-VER.
-    pub lib: [Option<Vec<u8>>; 2],
+    pub(crate) lib: [Option<Vec<u8>>; 2],
     /// The peer, for CLIENT INFO.
-    pub peer: String,
+    pub(crate) peer: String,
     /// The queue of the last key used.
-    pub last: LastKey,
+    pub(crate) last: LastKey,
     /// When the connection was accepted.
-    pub since: Instant,
+    pub(crate) since: Instant,
 }
 
 impl Client {
     /// A new client; `authed` when no password is required.
-    pub fn new(id: u64, authed: bool, peer: String) -> Client {
+    pub(crate) fn new(id: u64, authed: bool, peer: String) -> Client {
         Client {
             id,
             proto: Proto::Resp2,
@@ -44,9 +44,9 @@ impl Client {
 
 /// What a command needs: the server, the worker, the client.
 pub(crate) struct Ctx<'a> {
-    pub shared: &'a ServerState,
-    pub keys: &'a WorkerKeys,
-    pub client: &'a mut Client,
+    pub(crate) shared: &'a ServerState,
+    pub(crate) keys: &'a WorkerKeys,
+    pub(crate) client: &'a mut Client,
 }
 
 /// An integer as Redis's `string2ll` reads one (no `+`, no leading zero,

@@ -4,6 +4,10 @@
 //! (BLPOP, BRPOP), [`server`] (connection and server commands), with
 //! [`table`] naming and describing them all (for COMMAND too) and `context`
 //! what they run with.
+//!
+//! Inside, imports go one way: this dispatcher uses every family;
+//! `blocking` uses `queue`; `server` uses `table`; `blocking`, `queue` and
+//! `server` use `context`; `table` and `context` use no other command module.
 
 pub(crate) mod blocking;
 mod context;

@@ -29,7 +29,7 @@ pub(crate) enum Cmd {
 impl Cmd {
     /// The command named `name`, in any case, without allocating.
     #[inline]
-    pub fn lookup(name: &[u8]) -> Option<Cmd> {
+    pub(crate) fn lookup(name: &[u8]) -> Option<Cmd> {
         let is = |s: &[u8]| name.eq_ignore_ascii_case(s);
         let cmd = match name.len() {
             4 if is(b"PING") => Cmd::Ping,
@@ -55,7 +55,7 @@ impl Cmd {
     }
 
     /// Its entry in the command table.
-    pub fn spec(self) -> &'static Spec {
+    pub(crate) fn spec(self) -> &'static Spec {
         &COMMANDS[self as usize]
     }
 
@@ -68,18 +68,18 @@ impl Cmd {
 /// One command as COMMAND describes it.
 pub(crate) struct Spec {
     /// Lowercase name.
-    pub name: &'static str,
+    pub(crate) name: &'static str,
     /// Redis's arity: `n` exactly `n` arguments (the name included), `-n` at least `n`.
-    pub arity: i64,
-    pub flags: &'static [&'static str],
-    pub first_key: i64,
-    pub last_key: i64,
-    pub step: i64,
-    pub categories: &'static [&'static str],
-    pub summary: &'static str,
-    pub since: &'static str,
-    pub group: &'static str,
-    pub complexity: &'static str,
+    pub(crate) arity: i64,
+    pub(crate) flags: &'static [&'static str],
+    pub(crate) first_key: i64,
+    pub(crate) last_key: i64,
+    pub(crate) step: i64,
+    pub(crate) categories: &'static [&'static str],
+    pub(crate) summary: &'static str,
+    pub(crate) since: &'static str,
+    pub(crate) group: &'static str,
+    pub(crate) complexity: &'static str,
 }
 
 const fn spec(
