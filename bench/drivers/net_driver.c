@@ -106,6 +106,20 @@ static double now_ms(void)
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
+/* Runs worker on cfg.threads threads, one job each, released together at
+ * the start line; the milliseconds from the release to the last one's end. */
+static double run_threads(job_t *jobs, void *(*worker)(void *))
+{
+    for (int i = 0; i < cfg.threads; i++)
+        pthread_create(&jobs[i].tid, NULL, worker, &jobs[i]);
+    pthread_barrier_wait(&start_line);
+    g_cpu0 = cpu_ms(&g_csw0);
+    double t0 = now_ms();
+    for (int i = 0; i < cfg.threads; i++)
+        pthread_join(jobs[i].tid, NULL);
+    return now_ms() - t0;
+}
+
 static void usage(void)
 {
     fprintf(stderr, "usage: net_driver --host H --port P --op push|pop|asypush|echo --threads N --records R\n"
@@ -197,14 +211,7 @@ static double run_tvm(job_t *jobs)
             exit(1);
         }
     }
-    for (int i = 0; i < cfg.threads; i++)
-        pthread_create(&jobs[i].tid, NULL, tvm_worker, &jobs[i]);
-    pthread_barrier_wait(&start_line);
-    g_cpu0 = cpu_ms(&g_csw0);
-    double t0 = now_ms();
-    for (int i = 0; i < cfg.threads; i++)
-        pthread_join(jobs[i].tid, NULL);
-    double ms = now_ms() - t0;
+    double ms = run_threads(jobs, tvm_worker);
     for (int i = 0; i < cfg.threads; i++)
         vCloneFree(jobs[i].handle);
     vTvmDisconnect(g);
@@ -262,14 +269,7 @@ static double run_echo(job_t *jobs)
 {
     for (int i = 0; i < cfg.threads; i++)
         jobs[i].fd = tcp_connect();
-    for (int i = 0; i < cfg.threads; i++)
-        pthread_create(&jobs[i].tid, NULL, echo_worker, &jobs[i]);
-    pthread_barrier_wait(&start_line);
-    g_cpu0 = cpu_ms(&g_csw0);
-    double t0 = now_ms();
-    for (int i = 0; i < cfg.threads; i++)
-        pthread_join(jobs[i].tid, NULL);
-    double ms = now_ms() - t0;
+    double ms = run_threads(jobs, echo_worker);
     for (int i = 0; i < cfg.threads; i++)
         close(jobs[i].fd);
     return ms;

@@ -7,11 +7,11 @@
  *   6: as 1;  7: as 1, page cache dropped after the fill (POSIX_FADV_DONTNEED);
  *   8: fallocate, zeroed through a mapping, then mapping + msync;
  *   9/10: as 7, then read back with pread / through a mapping;
- *   11: fallocate, filled with 4 KiB pwrite()s (what tvmq does now), mapping + msync.
+ *   11: fallocate, filled with 4 KiB pwrite()s (what tvmq does), mapping + msync.
  * Build and run from the project root:
  *   gcc -O2 -o target/msync_folio bench/experiments/msync_folio.c
  *   for m in 1 11; do target/msync_folio $m 2000; done      (OUT=file on a disk)
- * Measured 2026-12-01 02:30 UTC here: mode 1 400 us per record (each msync wrote
+ * Measured here: mode 1 400 us per record (each msync wrote
  * the record's whole 1 MiB folio: 2,048 sectors), modes 4-11 140-157 us (8 sectors). */
 #define _GNU_SOURCE
 #include <stdio.h>

@@ -1,7 +1,9 @@
 //! chart.png: records/s against threads for push and for pop: tvmq, Boost
 //! mq, crossbeam and STVM's figures.
 
-use super::Cell;
+use crate::cell::{Cell, LatencyCell};
+use crate::latency::GAPS;
+use plotters::chart::SeriesLabelStyle;
 use plotters::prelude::*;
 use std::path::Path;
 
@@ -23,6 +25,33 @@ pub(crate) fn load_font() -> Result<(), String> {
         .map_err(|_| format!("{path}: not a usable font"))
 }
 
+/// Draws `points` as a line with a dot at each, named `name` in the legend.
+pub(crate) fn draw_line<DB: DrawingBackend, CT: CoordTranslate<From = (f64, f64)>>(
+    chart: &mut ChartContext<'_, DB, CT>,
+    name: &str,
+    color: RGBColor,
+    points: Vec<(f64, f64)>,
+) -> Result<(), String> {
+    let e = |e: &dyn std::fmt::Display| e.to_string();
+    chart
+        .draw_series(LineSeries::new(points.clone(), color.stroke_width(3)))
+        .map_err(|x| e(&x))?
+        .label(name)
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(3)));
+    chart.draw_series(points.iter().map(|&p| Circle::new(p, 4, color.filled()))).map_err(|x| e(&x))?;
+    Ok(())
+}
+
+/// The legend of `chart`, in a white, half-transparent box with a black
+/// border; its position and font are the caller's.
+pub(crate) fn legend<'a, 'b, DB: DrawingBackend + 'a, CT: CoordTranslate>(
+    chart: &'b mut ChartContext<'a, DB, CT>,
+) -> SeriesLabelStyle<'a, 'b, DB, CT> {
+    let mut style = chart.configure_series_labels();
+    style.background_style(WHITE.mix(0.8)).border_style(BLACK);
+    style
+}
+
 fn series(cells: &[Cell], test: &str, subject: &str) -> Vec<(f64, f64)> {
     let mut v: Vec<(f64, f64)> = cells
         .iter()
@@ -33,7 +62,7 @@ fn series(cells: &[Cell], test: &str, subject: &str) -> Vec<(f64, f64)> {
     v
 }
 
-pub fn draw(cells: &[Cell], path: &Path, stvm: &[Vec<(f64, f64)>; 2]) -> Result<(), String> {
+pub(crate) fn draw(cells: &[Cell], path: &Path, stvm: &[Vec<(f64, f64)>; 2]) -> Result<(), String> {
     load_font()?;
     let e = |e: &dyn std::fmt::Display| e.to_string();
     let root = BitMapBackend::new(path, (1200, 520)).into_drawing_area();
@@ -67,27 +96,16 @@ pub fn draw(cells: &[Cell], path: &Path, stvm: &[Vec<(f64, f64)>; 2]) -> Result<
             if points.is_empty() {
                 continue;
             }
-            chart
-                .draw_series(LineSeries::new(points.clone(), color.stroke_width(3)))
-                .map_err(|x| e(&x))?
-                .label(name)
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(3)));
-            chart.draw_series(points.iter().map(|&p| Circle::new(p, 4, color.filled()))).map_err(|x| e(&x))?;
+            draw_line(&mut chart, name, color, points)?;
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .position(SeriesLabelPosition::LowerRight)
-            .draw()
-            .map_err(|x| e(&x))?;
+        legend(&mut chart).position(SeriesLabelPosition::LowerRight).draw().map_err(|x| e(&x))?;
     }
     root.present().map_err(|x| e(&x))
 }
 
 /// latency.png: p50, p99, p99.9 and max of each subject, one panel per gap,
 /// on a logarithmic scale of microseconds.
-pub fn draw_latency(cells: &[super::latency::LatencyCell], path: &Path) -> Result<(), String> {
+pub(crate) fn draw_latency(cells: &[LatencyCell], path: &Path) -> Result<(), String> {
     load_font()?;
     let e = |e: &dyn std::fmt::Display| e.to_string();
     let root = BitMapBackend::new(path, (1500, 520)).into_drawing_area();
@@ -107,7 +125,7 @@ pub fn draw_latency(cells: &[super::latency::LatencyCell], path: &Path) -> Resul
         }
     }
     let top = cells.iter().filter_map(|c| c.percentiles()).map(|p| p[3]).fold(10.0, f64::max) * 2.0;
-    for (panel, gap) in root.split_evenly((1, 3)).iter().zip(super::latency::GAPS) {
+    for (panel, gap) in root.split_evenly((1, 3)).iter().zip(GAPS) {
         let mut chart = ChartBuilder::on(panel)
             .caption(format!("a record every {gap} us"), ("sans-serif", 20))
             .margin(12)
@@ -132,17 +150,9 @@ pub fn draw_latency(cells: &[super::latency::LatencyCell], path: &Path) -> Resul
             };
             let color = colors[i % colors.len()];
             let points: Vec<(f64, f64)> = p.iter().enumerate().map(|(k, &v)| (k as f64, v.max(0.05))).collect();
-            chart
-                .draw_series(LineSeries::new(points.clone(), color.stroke_width(3)))
-                .map_err(|x| e(&x))?
-                .label(*s)
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(3)));
-            chart.draw_series(points.iter().map(|&pt| Circle::new(pt, 4, color.filled()))).map_err(|x| e(&x))?;
+            draw_line(&mut chart, s, color, points)?;
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
+        legend(&mut chart)
             .position(SeriesLabelPosition::UpperLeft)
             .label_font(("sans-serif", 13))
             .draw()

@@ -16,18 +16,19 @@
 //! * `always`: push from 4 and 10 processes (this program started again
 //!   with `--durable-child`, released together; the wall time of them all).
 //!
-//! The summary after the table states each target of issue 12 with the
-//! ratio measured, and the seed's Q4M figures (with sync, on a hard disk)
-//! beside ours.
+//! The summary after the table states each target of the durable queues
+//! with the ratio measured, and the seed's Q4M figures (with sync, on a hard
+//! disk) beside ours.
 
-use super::inproc::threads;
-use super::net::ask;
-use super::{Cell, Ctx};
+use crate::cell::{self, Cell};
+use crate::ctx::Ctx;
+use crate::harness::{KillOnDrop, Server, ask, free_port, redis_benchmark, start_server};
+use crate::inproc::threads;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tvm::{Durability, Queue, Spec, Wait};
 
 const SIZE: usize = 304;
@@ -79,7 +80,7 @@ fn fresh(dir: &Path, id: u32, rows: u64, durability: Option<Durability>) -> Resu
 
 /// The child of the process cells: opens the queue, says "ready", waits
 /// for a line on stdin, pushes, exits. `spec` is `DIR:ID:COUNT`.
-pub fn child(spec: &str) -> Result<(), String> {
+pub(crate) fn child(spec: &str) -> Result<(), String> {
     let mut parts = spec.rsplitn(3, ':');
     let count: u64 = parts.next().and_then(|c| c.parse().ok()).ok_or("bad --durable-child count")?;
     let id: u32 = parts.next().and_then(|c| c.parse().ok()).ok_or("bad --durable-child id")?;
@@ -101,34 +102,23 @@ pub fn child(spec: &str) -> Result<(), String> {
 /// released together; milliseconds until the last one exits.
 fn run_processes(dir: &Path, id: u32, n: usize, per: u64) -> Result<f64, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let mut kids: Vec<Child> = Vec::new();
-    let kill_all = |kids: &mut Vec<Child>| {
-        for k in kids.iter_mut() {
-            let _ = k.kill();
-            let _ = k.wait();
-        }
-    };
+    // Killed on every way out; those waited for below are gone already.
+    let mut kids: Vec<KillOnDrop> = Vec::new();
     for _ in 0..n {
-        let spawned = Command::new(&exe)
+        let child = Command::new(&exe)
             .arg("bench")
             .arg("--durable-child")
             .arg(format!("{}:{id}:{per}", dir.display()))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .spawn();
-        match spawned {
-            Ok(c) => kids.push(c),
-            Err(e) => {
-                kill_all(&mut kids);
-                return Err(format!("cannot start a child: {e}"));
-            }
-        }
+            .spawn()
+            .map_err(|e| format!("cannot start a child: {e}"))?;
+        kids.push(KillOnDrop(child));
     }
     for k in kids.iter_mut() {
         let mut line = String::new();
         let read = k.stdout.take().map(|o| BufReader::new(o).read_line(&mut line));
         if !matches!(read, Some(Ok(_))) || line.trim() != "ready" {
-            kill_all(&mut kids);
             return Err("a child did not get ready".into());
         }
     }
@@ -150,50 +140,25 @@ fn run_processes(dir: &Path, id: u32, n: usize, per: u64) -> Result<f64, String>
 }
 
 /// redis-server with `appendonly yes`, `appendfsync always`, its files in `dir`.
-struct Redis {
-    port: u16,
-    child: Child,
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_redis(dir: &Path) -> Result<Redis, String> {
-    let port = super::net::free_port()?;
-    let child = Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
+fn start_redis(dir: &Path) -> Result<Server, String> {
+    let port = free_port()?;
+    let mut cmd = Command::new("redis-server");
+    cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
         .args(["--appendonly", "yes", "--appendfsync", "always", "--dir"])
-        .arg(dir)
-        .stdout(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("cannot start redis-server (apt-get install redis-server): {e}"))?;
-    let mut r = Redis { port, child };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !ask(port, "PING").is_ok_and(|p| p == "+PONG") {
-        if let Ok(Some(status)) = r.child.try_wait() {
-            return Err(format!("redis-server exited at start ({status})"));
-        }
-        if Instant::now() > deadline {
-            return Err("redis-server does not answer PING".into());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Ok(r)
+        .arg(dir);
+    let child = start_server(cmd, "redis-server", " (apt-get install redis-server)", port)?;
+    Ok(Server { port, _child: child })
 }
 
 /// redis-benchmark LPUSH, `clients` connections, `n` values of 304 bytes: milliseconds.
-fn redis_lpush(r: &Redis, clients: usize, n: u64) -> Result<f64, String> {
+fn redis_lpush(r: &Server, clients: usize, n: u64) -> Result<f64, String> {
     ask(r.port, "DEL mylist")?;
-    let out = Command::new("redis-benchmark")
-        .args(["-h", "127.0.0.1", "-p", &r.port.to_string(), "-t", "lpush", "--csv", "-d", "304"])
-        .args(["-c", &clients.to_string(), "-n", &n.to_string()])
-        .output()
-        .map_err(|e| format!("cannot run redis-benchmark (apt-get install redis-tools): {e}"))?;
-    let rps = super::net::redis_benchmark_rate(&out, "LPUSH")?;
+    let rps = redis_benchmark(
+        Command::new("redis-benchmark")
+            .args(["-h", "127.0.0.1", "-p", &r.port.to_string(), "-t", "lpush", "--csv", "-d", "304"])
+            .args(["-c", &clients.to_string(), "-n", &n.to_string()]),
+        "LPUSH",
+    )?;
     Ok(n as f64 / rps * 1000.0)
 }
 
@@ -205,15 +170,14 @@ fn disk_dir(ctx: &Ctx) -> Result<PathBuf, String> {
     Ok(dir)
 }
 
+/// `r`'s value, or `None` once its error is said.
+fn or_say<T>(r: Result<T, String>) -> Option<T> {
+    r.map_err(|e| eprintln!("durable: {e}")).ok()
+}
+
 /// Runs the durable cells.
-pub fn run(ctx: &mut Ctx) {
-    let dir = match disk_dir(ctx) {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!("durable: {e}");
-            return;
-        }
-    };
+pub(crate) fn run(ctx: &mut Ctx) {
+    let Some(dir) = or_say(disk_dir(ctx)) else { return };
     cells(ctx, &dir);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -224,9 +188,9 @@ fn cells(ctx: &mut Ctx, dir: &Path) {
     let records = if smoke { 20_000 } else { ctx.records().min(1_000_000) };
     // Each run of the push and pop cells fills and empties the ring BURSTS
     // times (pushes and pops timed apart): one fill of a million records
-    // takes about 30 ms, too short a measure here (one fill per run,
-    // 2026-12-01 05:48: plain pops at 1 thread spread over 17.7-30.3 M/s in
-    // 5 runs, hiding any difference of 10 %).
+    // takes about 30 ms, too short a measure here (with one fill per run,
+    // plain pops at 1 thread spread over 17.7-30.3 M/s in 5 runs, hiding
+    // any difference of 10 %).
     let bursts = if smoke { 1 } else { BURSTS };
     // The sustained cells fill and empty it SUSTAINED times in a row, so
     // that the flusher's syncs fall inside the measurement; one figure for
@@ -238,19 +202,13 @@ fn cells(ctx: &mut Ctx, dir: &Path) {
         // dirty_expire), the kernel writes its live pages back every few
         // seconds, which cleans them (a TLB shootdown per page) and makes
         // the next store to each fault again; a fill or emptying it falls
-        // on ran 5-15 times slower (2.5-8.0 M records/s against about 38 M,
-        // measured 2026-12-01 05:52). It strikes the plain and the
-        // interval queue alike but at random, and would decide the ratio.
+        // on ran 5-15 times slower (2.5-8.0 M records/s against about 38 M
+        // here). It strikes the plain and the interval queue alike but at
+        // random, and would decide the ratio.
         // docs/durability.md states it as a cost of queue files on disk.
         let pair = fresh(dir, PLAIN_ID, records, None)
             .and_then(|p| Ok((p, fresh(dir, INTERVAL_ID, records, Some(Durability::Interval(1000)))?)));
-        let (plain, interval) = match pair {
-            Ok(pair) => pair,
-            Err(e) => {
-                eprintln!("durable: {e}");
-                break;
-            }
-        };
+        let Some((plain, interval)) = or_say(pair) else { break };
         // Before the plain queue's run, the interval queue's pending sync
         // is finished (not timed): its writes would slow the plain queue's
         // threads in this process too.
@@ -302,13 +260,7 @@ fn cells(ctx: &mut Ctx, dir: &Path) {
     for n in [1usize, 4, 10] {
         let per = base;
         let total = per * n as u64;
-        let q = match fresh(dir, ALWAYS_ID, total, Some(Durability::Always)) {
-            Ok(q) => q,
-            Err(e) => {
-                eprintln!("durable: {e}");
-                return;
-            }
-        };
+        let Some(q) = or_say(fresh(dir, ALWAYS_ID, total, Some(Durability::Always))) else { return };
         let tests = [("push", ALWAYS), ("pop", ALWAYS), ("push", REDIS)];
         ctx.measure_group(SECTION, &tests, &n.to_string(), total, SIZE as u64, |_| {
             let mut v = vec![run_queue(&q, n, per, false)?, run_queue(&q, n, per, true)?];
@@ -321,13 +273,7 @@ fn cells(ctx: &mut Ctx, dir: &Path) {
     for n in [4usize, 10] {
         let per = base;
         let total = per * n as u64;
-        let q = match fresh(dir, ALWAYS_ID, total, Some(Durability::Always)) {
-            Ok(q) => q,
-            Err(e) => {
-                eprintln!("durable: {e}");
-                return;
-            }
-        };
+        let Some(q) = or_say(fresh(dir, ALWAYS_ID, total, Some(Durability::Always))) else { return };
         let tests = [("push, processes", ALWAYS)];
         ctx.measure_group(SECTION, &tests, &n.to_string(), total, SIZE as u64, |_| {
             let ms = run_processes(dir, ALWAYS_ID, n, per)?;
@@ -342,17 +288,13 @@ fn cells(ctx: &mut Ctx, dir: &Path) {
     let _ = Queue::drop_queue(dir, ALWAYS_ID);
 }
 
+/// The median rate of the durable cell `test`, `param`, `subject`.
 fn rate(cells: &[Cell], test: &str, param: &str, subject: &str) -> Option<f64> {
-    cells
-        .iter()
-        .find(|c| c.section == SECTION && c.test == test && c.param == param && c.subject == subject)
-        .filter(|c| c.error.is_none())
-        .and_then(|c| c.rates())
-        .map(|r| r.0)
+    cell::rate(cells, SECTION, test, param, subject)
 }
 
-/// The targets of issue 12 with what this run measured (empty without durable cells).
-pub fn summary(cells: &[Cell]) -> String {
+/// The durable queues' targets with what this run measured (empty without durable cells).
+pub(crate) fn summary(cells: &[Cell]) -> String {
     use std::fmt::Write as _;
     if !cells.iter().any(|c| c.section == SECTION) {
         return String::new();

@@ -2,8 +2,9 @@
 //! driver and the Boost.Interprocess driver. The queue directory reaches
 //! them through `TVMDBD`, set by the harness for the whole run.
 
-use super::{Ctx, fresh_queue, records_for_size};
-use std::path::Path;
+use crate::ctx::Ctx;
+use crate::harness::fresh_queue;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -111,13 +112,19 @@ fn even(records: u64) -> u64 {
     (records / 20 * 20).max(20)
 }
 
-pub fn seed_threads(ctx: &mut Ctx, bin: &Path, threads: &[usize]) {
+/// The seed programs' queue made anew for the cell's records (made even),
+/// and the paths of push_bench and pop_bench; `None` once said why not.
+fn seed_setup(ctx: &Ctx, bin: &Path) -> Option<(u64, PathBuf, PathBuf)> {
     let records = even(ctx.records());
     if let Err(e) = fresh_queue(&ctx.dir, SEED_QUEUE, records, SEED_SIZE) {
         eprintln!("seed programs: {e}");
-        return;
+        return None;
     }
-    let (push, pop) = (bin.join("push_bench"), bin.join("pop_bench"));
+    Some((records, bin.join("push_bench"), bin.join("pop_bench")))
+}
+
+pub(crate) fn seed_threads(ctx: &mut Ctx, bin: &Path, threads: &[usize]) {
+    let Some((records, push, pop)) = seed_setup(ctx, bin) else { return };
     for &n in threads {
         let total = records / n as u64 * n as u64;
         let args = strings(&[&n.to_string(), &records.to_string()]);
@@ -127,13 +134,8 @@ pub fn seed_threads(ctx: &mut Ctx, bin: &Path, threads: &[usize]) {
     }
 }
 
-pub fn seed_processes(ctx: &mut Ctx, bin: &Path, procs: &[usize]) {
-    let records = even(ctx.records());
-    if let Err(e) = fresh_queue(&ctx.dir, SEED_QUEUE, records, SEED_SIZE) {
-        eprintln!("seed programs: {e}");
-        return;
-    }
-    let (push, pop) = (bin.join("push_bench"), bin.join("pop_bench"));
+pub(crate) fn seed_processes(ctx: &mut Ctx, bin: &Path, procs: &[usize]) {
+    let Some((records, push, pop)) = seed_setup(ctx, bin) else { return };
     for &n in procs {
         let share = (records / n as u64).to_string();
         let pushes: Vec<_> = (0..n).map(|_| (push.as_path(), strings(&["1", &share]))).collect();
@@ -149,13 +151,8 @@ pub fn seed_processes(ctx: &mut Ctx, bin: &Path, procs: &[usize]) {
     }
 }
 
-pub fn seed_pushpop_processes(ctx: &mut Ctx, bin: &Path, mixes: &[(usize, usize)]) {
-    let records = even(ctx.records());
-    if let Err(e) = fresh_queue(&ctx.dir, SEED_QUEUE, records, SEED_SIZE) {
-        eprintln!("seed programs: {e}");
-        return;
-    }
-    let (push, pop) = (bin.join("push_bench"), bin.join("pop_bench"));
+pub(crate) fn seed_pushpop_processes(ctx: &mut Ctx, bin: &Path, mixes: &[(usize, usize)]) {
+    let Some((records, push, pop)) = seed_setup(ctx, bin) else { return };
     for &(p, c) in mixes {
         let programs = [
             (push.as_path(), strings(&[&p.to_string(), &records.to_string()])),
@@ -187,7 +184,7 @@ fn driver_args(
     args
 }
 
-pub fn driver_pushpop(ctx: &mut Ctx, driver: &Path, mixes: &[(usize, usize)]) {
+pub(crate) fn driver_pushpop(ctx: &mut Ctx, driver: &Path, mixes: &[(usize, usize)]) {
     let records = even(ctx.records());
     if let Err(e) = fresh_queue(&ctx.dir, SEED_QUEUE, records, SEED_SIZE) {
         eprintln!("C driver: {e}");
@@ -201,28 +198,19 @@ pub fn driver_pushpop(ctx: &mut Ctx, driver: &Path, mixes: &[(usize, usize)]) {
     }
 }
 
-pub fn driver_sizes(ctx: &mut Ctx, driver: &Path, sizes: &[u64]) {
-    for &size in sizes {
-        let records = records_for_size(ctx.records(), size);
-        if let Err(e) = fresh_queue(&ctx.dir, 22, records, size) {
-            eprintln!("record size {size}: {e}");
-            continue;
-        }
-        let push = driver_args(22, "push", 1, 0, records, size, 0);
-        let pop = driver_args(22, "pop", 1, 0, records, size, 0);
-        ctx.measure_group(
-            "record size",
-            &[("push", "tvmq"), ("pop", "tvmq")],
-            &format!("{size} B"),
-            records,
-            size,
-            |_| Ok(vec![driver_ms(&run_one(driver, push.clone())?)?, driver_ms(&run_one(driver, pop.clone())?)?]),
-        );
-    }
-    let _ = tvm::Queue::drop_queue(&ctx.dir, 22);
+pub(crate) fn driver_sizes(ctx: &mut Ctx, driver: &Path, sizes: &[u64]) {
+    ctx.size_sweep(
+        sizes,
+        22,
+        || Ok(()),
+        |records, size, pop| {
+            let op = if pop { "pop" } else { "push" };
+            driver_ms(&run_one(driver, driver_args(22, op, 1, 0, records, size, 0))?)
+        },
+    );
 }
 
-pub fn driver_batches(ctx: &mut Ctx, driver: &Path) {
+pub(crate) fn driver_batches(ctx: &mut Ctx, driver: &Path) {
     let records = even(ctx.records());
     if let Err(e) = fresh_queue(&ctx.dir, 23, records, SEED_SIZE) {
         eprintln!("batches: {e}");
@@ -262,7 +250,7 @@ fn with_boost_queue(driver: &Path, queue: u32, capacity: u64, f: impl FnOnce()) 
     let _ = run_one(driver, strings(&["remove", "--queue", &queue.to_string()]));
 }
 
-pub fn boost_threads(ctx: &mut Ctx, driver: &Path, threads: &[usize]) {
+pub(crate) fn boost_threads(ctx: &mut Ctx, driver: &Path, threads: &[usize]) {
     let records = even(ctx.records());
     let q = boost_queue(1);
     with_boost_queue(driver, q, records, || {
@@ -281,7 +269,7 @@ pub fn boost_threads(ctx: &mut Ctx, driver: &Path, threads: &[usize]) {
     });
 }
 
-pub fn boost_processes(ctx: &mut Ctx, driver: &Path, procs: &[usize]) {
+pub(crate) fn boost_processes(ctx: &mut Ctx, driver: &Path, procs: &[usize]) {
     let records = even(ctx.records());
     let q = boost_queue(2);
     with_boost_queue(driver, q, records, || {
@@ -302,7 +290,7 @@ pub fn boost_processes(ctx: &mut Ctx, driver: &Path, procs: &[usize]) {
     });
 }
 
-pub fn boost_pushpop(ctx: &mut Ctx, driver: &Path, mixes: &[(usize, usize)]) {
+pub(crate) fn boost_pushpop(ctx: &mut Ctx, driver: &Path, mixes: &[(usize, usize)]) {
     let records = even(ctx.records());
     let q = boost_queue(3);
     with_boost_queue(driver, q, records, || {

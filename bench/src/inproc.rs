@@ -2,7 +2,8 @@
 //! calls a C program makes), crossbeam's `ArrayQueue`, the bare ring loop,
 //! and the costs of creating, attaching and first touching a queue.
 
-use super::{Ctx, fresh_queue, records_for_size};
+use crate::ctx::Ctx;
+use crate::harness::fresh_queue;
 use crossbeam_queue::ArrayQueue;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -106,7 +107,7 @@ fn tvmq_run(t: u32, n: usize, per: u64, size: usize, pop: bool) -> Result<f64, S
     })
 }
 
-pub fn tvmq_threads(ctx: &mut Ctx, counts: &[usize]) {
+pub(crate) fn tvmq_threads(ctx: &mut Ctx, counts: &[usize]) {
     let records = ctx.records();
     if let Err(e) = fresh_queue(&ctx.dir, 21, records, SIZE as u64).and_then(|()| attach(21)) {
         eprintln!("tvmq: {e}");
@@ -125,7 +126,7 @@ pub fn tvmq_threads(ctx: &mut Ctx, counts: &[usize]) {
     }
 }
 
-pub fn tvmq_pushpop(ctx: &mut Ctx, mixes: &[(usize, usize)]) {
+pub(crate) fn tvmq_pushpop(ctx: &mut Ctx, mixes: &[(usize, usize)]) {
     let records = ctx.records() / 20 * 20;
     if let Err(e) = fresh_queue(&ctx.dir, 21, records, SIZE as u64).and_then(|()| attach(21)) {
         eprintln!("tvmq: {e}");
@@ -147,31 +148,11 @@ pub fn tvmq_pushpop(ctx: &mut Ctx, mixes: &[(usize, usize)]) {
     }
 }
 
-pub fn tvmq_sizes(ctx: &mut Ctx, sizes: &[u64]) {
-    for &size in sizes {
-        let records = records_for_size(ctx.records(), size);
-        if let Err(e) = fresh_queue(&ctx.dir, 22, records, size).and_then(|()| attach(22)) {
-            eprintln!("record size {size}: {e}");
-            continue;
-        }
-        ctx.measure_group(
-            "record size",
-            &[("push", "tvmq"), ("pop", "tvmq")],
-            &format!("{size} B"),
-            records,
-            size,
-            |_| {
-                Ok(vec![
-                    tvmq_run(22, 1, records, size as usize, false)?,
-                    tvmq_run(22, 1, records, size as usize, true)?,
-                ])
-            },
-        );
-    }
-    let _ = tvm::Queue::drop_queue(&ctx.dir, 22);
+pub(crate) fn tvmq_sizes(ctx: &mut Ctx, sizes: &[u64]) {
+    ctx.size_sweep(sizes, 22, || attach(22), |records, size, pop| tvmq_run(22, 1, records, size as usize, pop));
 }
 
-pub fn tvmq_batches(ctx: &mut Ctx) {
+pub(crate) fn tvmq_batches(ctx: &mut Ctx) {
     let records = ctx.records() / 64 * 64;
     if let Err(e) = fresh_queue(&ctx.dir, 23, records, SIZE as u64).and_then(|()| attach(23)) {
         eprintln!("batches: {e}");
@@ -215,7 +196,7 @@ pub fn tvmq_batches(ctx: &mut Ctx) {
     let _ = tvm::Queue::drop_queue(&ctx.dir, 23);
 }
 
-pub fn crossbeam_threads(ctx: &mut Ctx, counts: &[usize]) {
+pub(crate) fn crossbeam_threads(ctx: &mut Ctx, counts: &[usize]) {
     let records = ctx.records();
     for &n in counts {
         let per = records / n as u64;
@@ -247,7 +228,7 @@ pub fn crossbeam_threads(ctx: &mut Ctx, counts: &[usize]) {
     }
 }
 
-pub fn crossbeam_pushpop(ctx: &mut Ctx, mixes: &[(usize, usize)]) {
+pub(crate) fn crossbeam_pushpop(ctx: &mut Ctx, mixes: &[(usize, usize)]) {
     let records = ctx.records() / 20 * 20;
     for &(p, c) in mixes {
         ctx.measure_group(
@@ -293,7 +274,7 @@ pub fn crossbeam_pushpop(ctx: &mut Ctx, mixes: &[(usize, usize)]) {
 /// The hardware reference: one thread, a sequence word per slot, one CAS on the
 /// tail (head), a 304-byte copy and a store of the sequence, over the same
 /// amount of shared memory as the queue, touched beforehand (warm).
-pub fn bare_ring(ctx: &mut Ctx) {
+pub(crate) fn bare_ring(ctx: &mut Ctx) {
     let records = ctx.records() as usize;
     let stride = tvm::slot_stride(SIZE as u64) as usize;
     let file = match scratch_file(&ctx.dir, records * stride) {
@@ -385,7 +366,7 @@ fn scratch_file(dir: &std::path::Path, len: usize) -> Result<std::fs::File, Stri
 /// Creating a queue, attaching it (map + populate), and what first touches
 /// cost when pages are not populated at attach (pushes without populate minus
 /// pushes with it).
-pub fn setup_costs(ctx: &mut Ctx) {
+pub(crate) fn setup_costs(ctx: &mut Ctx) {
     let records = ctx.records();
     let dir = ctx.dir.clone();
     let rec = [b'x'; SIZE];

@@ -10,7 +10,9 @@
 //! `boost_mq latency` (Boost), both on the harness of
 //! `bench/drivers/latency.h`; they write one latency (ns) per record.
 
-use super::{Ctx, fresh_queue};
+use crate::cell::{IdleCell, LatencyCell};
+use crate::ctx::Ctx;
+use crate::harness::fresh_queue;
 use crossbeam_queue::ArrayQueue;
 use hdrhistogram::Histogram;
 use std::path::Path;
@@ -21,39 +23,9 @@ use std::time::{Duration, Instant};
 const SIZE: u64 = 304;
 const QUEUE: u32 = 30;
 /// The gaps between records, in microseconds.
-pub const GAPS: [u64; 3] = [10, 100, 1000];
+pub(crate) const GAPS: [u64; 3] = [10, 100, 1000];
 /// Spin time of the "tvmq spin" subject, in microseconds.
 const SPIN_US: &str = "1000";
-
-/// The latencies of one subject at one gap.
-pub struct LatencyCell {
-    pub subject: &'static str,
-    pub gap_us: u64,
-    /// Nanoseconds; the first 2 % of the records (warm-up) are left out.
-    pub hist: Option<Histogram<u64>>,
-    pub error: Option<String>,
-}
-
-impl LatencyCell {
-    /// (p50, p99, p99.9, max) in microseconds.
-    pub fn percentiles(&self) -> Option<[f64; 4]> {
-        let h = self.hist.as_ref()?;
-        let us = |ns: u64| ns as f64 / 1000.0;
-        Some([
-            us(h.value_at_quantile(0.50)),
-            us(h.value_at_quantile(0.99)),
-            us(h.value_at_quantile(0.999)),
-            us(h.max()),
-        ])
-    }
-}
-
-/// The CPU a consumer blocked on an empty queue used.
-pub struct IdleCell {
-    pub subject: &'static str,
-    pub cpu_pct: Option<f64>,
-    pub error: Option<String>,
-}
 
 fn records_for(gap_us: u64, smoke: bool) -> u64 {
     let seconds = if smoke { 0.05 } else { 2.0 };
@@ -142,7 +114,7 @@ fn crossbeam_run(gap_us: u64, records: u64) -> Result<Histogram<u64>, String> {
 type Subject = Box<dyn Fn(&Ctx, u64) -> Result<Histogram<u64>, String>>;
 
 /// Runs the latency part: every subject at every gap, then the idle test.
-pub fn run(ctx: &mut Ctx, driver: Option<&Path>, boost: Option<&Path>) {
+pub(crate) fn run(ctx: &mut Ctx, driver: Option<&Path>, boost: Option<&Path>) {
     let mut subjects: Vec<(&'static str, Subject)> = Vec::new();
     if let Some(d) = driver {
         let q = QUEUE.to_string();

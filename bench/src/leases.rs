@@ -5,9 +5,9 @@
 //! with `lPopLease` + `lAck` per record; the table gives both rates and
 //! their ratio (target: >= 0.5).
 
-use super::Ctx;
-use super::fresh_queue;
-use super::inproc::{Handle, attach, threads};
+use crate::ctx::Ctx;
+use crate::harness::fresh_queue;
+use crate::inproc::{Handle, attach, threads};
 use tvm::ffi::{self, QUE_NORMAL, TvmLease};
 
 const SIZE: usize = 304;
@@ -56,7 +56,7 @@ fn take(t: u32, n: usize, per: u64, lease: bool) -> Result<f64, String> {
     })
 }
 
-pub fn run(ctx: &mut Ctx, counts: &[usize]) {
+pub(crate) fn run(ctx: &mut Ctx, counts: &[usize]) {
     let records = ctx.records();
     let ready = fresh_queue(&ctx.dir, PLAIN, records, SIZE as u64)
         .and_then(|()| fresh_lease_queue(&ctx.dir, LEASED, records))

@@ -12,136 +12,28 @@
 //! before them pushed, and LLEN before and after proves that every RPOP
 //! popped a record (a nil reply is not a pop).
 
-use super::{Cell, Ctx};
+use crate::cell::{self, Cell, rate};
+use crate::ctx::Ctx;
+use crate::harness::ask;
+use crate::net_servers::{
+    REDIS, THREADS, TVMQ, Target, Via, benchmark, cpu_per_request, kilo, measuring, start_redis, start_tvmq,
+};
+use crate::{chart, net_client, report};
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 use tvm::error::{Error, SVR_EXCEPTION};
 
 /// The id of tvmq's `mylist` queue in the benchmark's directory (any id:
 /// the server finds it by name).
 const LIST_ID: u32 = 900_001;
-pub(super) const TVMQ: &str = "tvmq serve";
-/// tvmq serve's worker threads here: redis-benchmark takes most of one of
-/// this machine's two cores, so the server has about one (redis-server runs
-/// its commands on one thread too). `--threads` defaults to the cores.
-const THREADS: usize = 1;
-pub(super) const REDIS: &str = "redis-server";
-
-/// A server under test.
-pub(super) struct Target {
-    pub(super) name: &'static str,
-    pub(super) port: u16,
-    sock: PathBuf,
-    child: Child,
-}
-
-impl Drop for Target {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// How to reach a server: TCP or its unix socket.
-#[derive(Clone, Copy, PartialEq)]
-pub(super) enum Via {
-    Tcp,
-    Unix,
-}
-
-/// Requests per second of row `row` (`"LPUSH"`, ...) in what `redis-benchmark
-/// --csv` printed, or its error.
-pub(super) fn redis_benchmark_rate(out: &std::process::Output, row: &str) -> Result<f64, String> {
-    let text = String::from_utf8_lossy(&out.stdout);
-    if !out.status.success() || text.contains("rror") {
-        return Err(format!("redis-benchmark: {}{}", text.trim(), String::from_utf8_lossy(&out.stderr).trim()));
-    }
-    text.lines()
-        .find_map(|l| {
-            let mut f = l.split(',').map(|x| x.trim_matches('"'));
-            (f.next() == Some(row)).then(|| f.next().and_then(|r| r.parse().ok())).flatten()
-        })
-        .ok_or_else(|| format!("no {row} figure in redis-benchmark's output: {text}"))
-}
-
-pub(super) fn free_port() -> Result<u16, String> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-    l.local_addr().map(|a| a.port()).map_err(|e| e.to_string())
-}
-
-/// One command over a fresh connection, inline; the reply's first line.
-pub(super) fn ask(port: u16, line: &str) -> Result<String, String> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
-    s.write_all(format!("{line}\r\n").as_bytes()).map_err(|e| e.to_string())?;
-    let mut got = Vec::new();
-    let mut b = [0u8; 256];
-    while !got.ends_with(b"\r\n") {
-        let n = s.read(&mut b).map_err(|e| e.to_string())?;
-        if n == 0 {
-            break;
-        }
-        got.extend_from_slice(&b[..n]);
-    }
-    Ok(String::from_utf8_lossy(&got).trim_end().to_string())
-}
 
 fn llen(port: u16) -> Result<u64, String> {
     let r = ask(port, "LLEN mylist")?;
     r.strip_prefix(':').and_then(|n| n.parse().ok()).ok_or_else(|| format!("LLEN answered {r:?}"))
-}
-
-fn wait_ready(t: &mut Target) -> Result<(), String> {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if ask(t.port, "PING").is_ok_and(|r| r == "+PONG") {
-            return Ok(());
-        }
-        if let Ok(Some(status)) = t.child.try_wait() {
-            return Err(format!("{} exited at start ({status})", t.name));
-        }
-        if Instant::now() > deadline {
-            return Err(format!("{} does not answer PING", t.name));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn start_tvmq(dir: &Path, scratch: &Path) -> Result<Target, String> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let port = free_port()?;
-    let sock = scratch.join("tvmq.sock");
-    let child = Command::new(exe)
-        .arg("--dir")
-        .arg(dir)
-        .args(["serve", "--port", &port.to_string(), "--threads", &THREADS.to_string()])
-        .args(["--auto-create", "1000000x304", "--unixsocket"])
-        .arg(&sock)
-        .stdout(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("cannot start tvmq serve: {e}"))?;
-    let mut t = Target { name: TVMQ, port, sock, child };
-    wait_ready(&mut t)?;
-    Ok(t)
-}
-
-fn start_redis(scratch: &Path) -> Result<Target, String> {
-    let port = free_port()?;
-    let sock = scratch.join("redis.sock");
-    let child = Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-        .args(["--maxclients", "10000", "--unixsocket"])
-        .arg(&sock)
-        .stdout(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("cannot start redis-server (apt-get install redis-server): {e}"))?;
-    let mut t = Target { name: REDIS, port, sock, child };
-    wait_ready(&mut t)?;
-    Ok(t)
 }
 
 /// Empties `mylist`: tvmq's queue made anew for `rows` records of `size`
@@ -155,68 +47,6 @@ fn fresh_list(t: &Target, dir: &Path, rows: u64, size: u64) -> Result<(), String
     } else {
         ask(t.port, "DEL mylist").map(|_| ())
     }
-}
-
-/// CPU time a server spent per request: (section, param, CSV row, server,
-/// microseconds), one entry a run; `CELL` says which cell runs.
-static CPU: std::sync::Mutex<Vec<CpuFigure>> = std::sync::Mutex::new(Vec::new());
-
-/// (section, param, CSV row, server, microseconds per request).
-type CpuFigure = (String, String, String, &'static str, f64);
-
-thread_local! {
-    /// The section and parameter of the cell being measured.
-    static CELL: std::cell::RefCell<(String, String)> = const { std::cell::RefCell::new((String::new(), String::new())) };
-}
-
-pub(super) fn measuring(section: &str, param: &str) {
-    CELL.with(|c| *c.borrow_mut() = (section.to_string(), param.to_string()));
-}
-
-/// User plus system CPU time of process `pid`, in seconds.
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name (which is in parentheses): utime and stime are the 12th and 13th.
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let field = |i: usize| f.get(i).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0);
-    // utime and stime, in clock ticks (USER_HZ, 100 on Linux).
-    (field(11) + field(12)) / 100.0
-}
-
-/// Median CPU microseconds per request of `server` in a cell.
-fn cpu_per_request(section: &str, param: &str, row: &str, server: &str) -> Option<f64> {
-    let all = CPU.lock().ok()?;
-    let mut v: Vec<f64> =
-        all.iter().filter(|e| e.0 == section && e.1 == param && e.2 == row && e.3 == server).map(|e| e.4).collect();
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied()
-}
-
-/// Runs redis-benchmark; the requests per second of test `row` (its CSV
-/// name, e.g. "LPUSH", "PING_MBULK"), as milliseconds for `n` requests.
-/// Notes the server's CPU time per request too.
-pub(super) fn benchmark(t: &Target, via: Via, test: &str, row: &str, n: u64, extra: &[&str]) -> Result<f64, String> {
-    let cpu_before = cpu_seconds(t.child.id());
-    let mut cmd = Command::new("redis-benchmark");
-    match via {
-        Via::Tcp => cmd.args(["-h", "127.0.0.1", "-p", &t.port.to_string()]),
-        Via::Unix => cmd.arg("-s").arg(&t.sock),
-    };
-    let out = cmd
-        .args(["-t", test, "-n", &n.to_string(), "--csv"])
-        .args(extra)
-        .output()
-        .map_err(|e| format!("cannot run redis-benchmark (apt-get install redis-tools): {e}"))?;
-    let rps = redis_benchmark_rate(&out, row)?;
-    // `-t ping` runs PING_INLINE too: both count.
-    let requests = if test == "ping" { 2 * n } else { n };
-    let us = (cpu_seconds(t.child.id()) - cpu_before) * 1e6 / requests as f64;
-    let (section, param) = CELL.with(|c| c.borrow().clone());
-    if let Ok(mut all) = CPU.lock() {
-        all.push((section, param, row.to_string(), t.name, us));
-    }
-    Ok(n as f64 / rps * 1000.0)
 }
 
 /// A pipelined LPUSH then RPOP of `n` values of `size` bytes on `t`,
@@ -267,7 +97,7 @@ fn idle_memory(t: &Target, n: usize) -> Result<(u64, u64), String> {
         ask(t.port, "MEMORY PURGE")?;
         std::thread::sleep(Duration::from_millis(500));
     }
-    let before = rss_kib(t.child.id());
+    let before = rss_kib(t.pid());
     let mut conns = Vec::with_capacity(n);
     for _ in 0..n {
         conns.push(TcpStream::connect(("127.0.0.1", t.port)).map_err(|e| format!("connection {}: {e}", conns.len()))?);
@@ -282,13 +112,13 @@ fn idle_memory(t: &Target, n: usize) -> Result<(u64, u64), String> {
         c.read_exact(&mut b).map_err(|e| format!("{}: {e}", t.name))?;
     }
     std::thread::sleep(Duration::from_millis(500));
-    let with = rss_kib(t.child.id());
+    let with = rss_kib(t.pid());
     drop(conns);
     Ok((before, with))
 }
 
 /// Runs the network matrix and writes its report.
-pub fn run(ctx: &mut Ctx) -> Result<(), Error> {
+pub(crate) fn run(ctx: &mut Ctx) -> Result<(), Error> {
     let fail = |e: String| Error::new(SVR_EXCEPTION, e);
     let scratch = PathBuf::from(format!("/tmp/tvmq-bench-net-{}", std::process::id()));
     std::fs::create_dir_all(&scratch).map_err(|e| fail(e.to_string()))?;
@@ -380,7 +210,7 @@ fn matrix(ctx: &mut Ctx, scratch: &Path) -> Result<Memory, String> {
         fresh_list(t, &dir, 1000, 304)?;
     }
     if let Some(driver) = ctx.args.net_driver.clone() {
-        super::net_client::cells(ctx, both, &driver)?;
+        net_client::cells(ctx, both, &driver)?;
         let _ = tvm::Queue::drop_queue(&dir, 21);
     }
 
@@ -418,20 +248,6 @@ fn target(cells: &[Cell], c: &Cell, tvmq: f64, redis: f64) -> String {
     }
 }
 
-fn rate(cells: &[Cell], section: &str, test: &str, param: &str, subject: &str) -> Option<f64> {
-    cells
-        .iter()
-        .find(|c| {
-            c.section == section && c.test == test && c.param == param && c.subject == subject && c.error.is_none()
-        })
-        .and_then(|c| c.rates())
-        .map(|r| r.0)
-}
-
-pub(super) fn kilo(r: f64) -> String {
-    if r >= 1e6 { format!("{:.2} M/s", r / 1e6) } else { format!("{:.1} K/s", r / 1e3) }
-}
-
 fn table(cells: &[Cell], memory: &Memory, ctx: &Ctx) -> String {
     let mut t = String::new();
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
@@ -440,7 +256,7 @@ fn table(cells: &[Cell], memory: &Memory, ctx: &Ctx) -> String {
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).split_whitespace().nth(2).unwrap_or("").to_string())
         .unwrap_or_default();
-    let _ = writeln!(t, "tvmq bench --net on {}", super::report::machine());
+    let _ = writeln!(t, "tvmq bench --net on {}", report::machine());
     let _ = writeln!(
         t,
         "tvmq serve --threads {THREADS} (redis-benchmark takes most of one core), redis-server, redis-benchmark: all on this machine"
@@ -453,7 +269,7 @@ fn table(cells: &[Cell], memory: &Memory, ctx: &Ctx) -> String {
         if ctx.args.smoke { " (SMOKE RUN: small counts, figures not meaningful)" } else { "" }
     );
     let mut sections: Vec<&str> = Vec::new();
-    for c in cells.iter().filter(|c| c.section != super::net_client::SECTION) {
+    for c in cells.iter().filter(|c| c.section != net_client::SECTION) {
         if !sections.contains(&c.section) {
             sections.push(c.section);
         }
@@ -472,8 +288,7 @@ fn table(cells: &[Cell], memory: &Memory, ctx: &Ctx) -> String {
             }
         }
         for (test, param) in rows {
-            let find =
-                |subj| cells.iter().find(|c| c.section == s && c.test == test && c.param == param && c.subject == subj);
+            let find = |subj| cell::find(cells, s, &test, &param, subj);
             let text = |c: Option<&Cell>| match c {
                 Some(c) if c.error.is_some() => {
                     format!("error: {}", c.error.as_deref().unwrap_or("").chars().take(60).collect::<String>())
@@ -492,8 +307,7 @@ fn table(cells: &[Cell], memory: &Memory, ctx: &Ctx) -> String {
                 None => "-".into(),
             };
             let (a, b) = (find(TVMQ), find(REDIS));
-            let ra = a.and_then(|c| c.error.is_none().then(|| c.rates()).flatten()).map(|r| r.0);
-            let rb = b.and_then(|c| c.error.is_none().then(|| c.rates()).flatten()).map(|r| r.0);
+            let (ra, rb) = (rate(cells, s, &test, &param, TVMQ), rate(cells, s, &test, &param, REDIS));
             let (ratio, goal) = match (a, ra, rb) {
                 (Some(c), Some(x), Some(y)) => (format!("{:.2}x", x / y), target(cells, c, x, y)),
                 _ => ("-".into(), String::new()),
@@ -507,7 +321,7 @@ fn table(cells: &[Cell], memory: &Memory, ctx: &Ctx) -> String {
             let _ = writeln!(t, "{label:<20} | {:<30} | {:<30} | {ratio:<7} | {cpu:<15} | {goal}", text(a), text(b));
         }
     }
-    t.push_str(&super::net_client::table(cells));
+    t.push_str(&net_client::table(cells));
     let _ = writeln!(t, "\nResident memory (VmRSS), idle and with idle connections open (each sent one PING)");
     for (name, before, with) in memory {
         let n = if ctx.args.smoke { 500 } else { 5000 };
@@ -530,7 +344,7 @@ fn write(ctx: &Ctx, memory: &Memory) -> Result<(), Error> {
     let text = table(&ctx.cells, memory, ctx);
     print!("{text}");
     std::fs::write(out.join("table.txt"), &text).map_err(io)?;
-    let mut csv = super::report::csv(&ctx.cells);
+    let mut csv = report::csv(&ctx.cells);
     for (name, before, with) in memory {
         let _ = writeln!(
             csv,
@@ -550,7 +364,7 @@ fn write(ctx: &Ctx, memory: &Memory) -> Result<(), Error> {
 /// MB/s against value size for both (right).
 fn chart(cells: &[Cell], path: &Path) -> Result<(), String> {
     use plotters::prelude::*;
-    super::chart::load_font()?;
+    chart::load_font()?;
     let e = |x: &dyn std::fmt::Display| x.to_string();
     let root = BitMapBackend::new(path, (1400, 560)).into_drawing_area();
     root.fill(&WHITE).map_err(|x| e(&x))?;
@@ -558,7 +372,7 @@ fn chart(cells: &[Cell], path: &Path) -> Result<(), String> {
     let colors = [(TVMQ, RGBColor(200, 30, 30)), (REDIS, RGBColor(30, 90, 200))];
 
     let mut rows: Vec<(String, &str, &str)> = Vec::new();
-    for c in cells.iter().filter(|c| !c.section.starts_with("value size") && c.section != super::net_client::SECTION) {
+    for c in cells.iter().filter(|c| !c.section.starts_with("value size") && c.section != net_client::SECTION) {
         let label = format!("{} ({})", c.test, c.section.split(", ").last().unwrap_or(""));
         if !rows.iter().any(|r| r.0 == label) {
             rows.push((label, c.section, Box::leak(c.test.clone().into_boxed_str())));
@@ -627,18 +441,8 @@ fn chart(cells: &[Cell], path: &Path) -> Result<(), String> {
         .draw()
         .map_err(|x| e(&x))?;
     for (subject, color) in colors {
-        let pts = series(subject);
-        ch.draw_series(LineSeries::new(pts.clone(), color.stroke_width(3)))
-            .map_err(|x| e(&x))?
-            .label(subject)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(3)));
-        ch.draw_series(pts.iter().map(|&p| Circle::new(p, 4, color.filled()))).map_err(|x| e(&x))?;
+        chart::draw_line(&mut ch, subject, color, series(subject))?;
     }
-    ch.configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperLeft)
-        .draw()
-        .map_err(|x| e(&x))?;
+    chart::legend(&mut ch).position(SeriesLabelPosition::UpperLeft).draw().map_err(|x| e(&x))?;
     root.present().map_err(|x| e(&x))
 }

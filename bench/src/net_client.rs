@@ -11,51 +11,40 @@
 //! each run: on tvmq's side a queue with room for the run, on redis's side
 //! the list deleted. Each run must report every record done and no error.
 
-use super::net::{REDIS, TVMQ, Target, ask, free_port};
-use super::{Cell, Ctx};
+use crate::cell::{self, Cell};
+use crate::ctx::Ctx;
+use crate::harness::{KillOnDrop, Server, ask, free_port};
+use crate::net_servers::{self, REDIS, TVMQ, Target, Via, kilo, measuring};
 use std::fmt::Write as _;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 /// The client section's name in the table and the CSV.
-pub const SECTION: &str = "C client (tvm.h), TCP";
+pub(crate) const SECTION: &str = "C client (tvm.h), TCP";
 /// The floors, served by the driver itself.
 const ECHO: &str = "bare echo";
 const MINIMAL: &str = "minimal RESP server";
 /// The queue the driver uses (its key on the servers is "21").
 const QUEUE: u32 = 21;
 
-/// A driver serving a floor until dropped.
-struct Floor {
-    port: u16,
-    child: Child,
-}
-
-impl Drop for Floor {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn serve_floor(driver: &Path, op: &str) -> Result<Floor, String> {
+/// The driver serving a floor (`op`), until the server returned is dropped.
+fn serve_floor(driver: &Path, op: &str) -> Result<Server, String> {
     let port = free_port()?;
-    let mut child = Command::new(driver)
+    let child = Command::new(driver)
         .args(["--op", op, "--host", "127.0.0.1", "--port", &port.to_string()])
         .stdout(Stdio::piped())
         .spawn()
         .map_err(|e| format!("cannot start {} --op {op}: {e}", driver.display()))?;
+    let mut child = KillOnDrop(child);
     let mut line = String::new();
     if let Some(out) = child.stdout.take() {
         let _ = BufReader::new(out).read_line(&mut line);
     }
     if !line.starts_with("listening") {
-        let _ = child.kill();
-        let _ = child.wait();
         return Err(format!("{} --op {op} did not start: {line:?}", driver.display()));
     }
-    Ok(Floor { port, child })
+    Ok(Server { port, _child: child })
 }
 
 /// Queue 21 made anew on `t` for `rows` records.
@@ -96,7 +85,7 @@ fn drive(driver: &Path, port: u16, op: &str, threads: u32, records: u64, shared:
 }
 
 /// Runs the client's cells against `servers` (tvmq serve, redis-server).
-pub fn cells(ctx: &mut Ctx, servers: [&Target; 2], driver: &Path) -> Result<(), String> {
+pub(crate) fn cells(ctx: &mut Ctx, servers: [&Target; 2], driver: &Path) -> Result<(), String> {
     let dir = ctx.dir.clone();
     let smoke = ctx.args.smoke;
     let echo = serve_floor(driver, "echo-server")?;
@@ -104,7 +93,7 @@ pub fn cells(ctx: &mut Ctx, servers: [&Target; 2], driver: &Path) -> Result<(), 
     let sync_n = if smoke { 2_000 } else { 20_000 };
 
     // One thread, synchronous: the floors, then push and pop on each server.
-    super::net::measuring(SECTION, "1 thread");
+    measuring(SECTION, "1 thread");
     let tests = [
         ("round trip", ECHO),
         ("lTvmPush", MINIMAL),
@@ -150,7 +139,7 @@ pub fn cells(ctx: &mut Ctx, servers: [&Target; 2], driver: &Path) -> Result<(), 
     // Asynchronous pushes, one thread, beside redis-benchmark pipelining 64 on one connection.
     let n = if smoke { 20_480 } else { 500_224 };
     let tests = [("lAsyPush", TVMQ), ("lAsyPush", REDIS), ("redis-benchmark LPUSH -P 64 -c 1", REDIS)];
-    super::net::measuring(SECTION, "async");
+    measuring(SECTION, "async");
     ctx.measure_group(SECTION, &tests, "1 thread", n, 304, |_| {
         let mut ms = Vec::new();
         for t in servers {
@@ -160,23 +149,19 @@ pub fn cells(ctx: &mut Ctx, servers: [&Target; 2], driver: &Path) -> Result<(), 
         let redis = servers[1];
         fresh_queue(redis, &dir, n)?;
         let extra = ["-P", "64", "-c", "1", "-d", "304"];
-        ms.push(super::net::benchmark(redis, super::net::Via::Tcp, "lpush", "LPUSH", n, &extra)?);
+        ms.push(net_servers::benchmark(redis, Via::Tcp, "lpush", "LPUSH", n, &extra)?);
         Ok(ms)
     });
     drop((echo, minimal));
     Ok(())
 }
 
+/// The median rate of the client's cell `test`, `param`, `subject`.
 fn rate(cells: &[Cell], test: &str, param: &str, subject: &str) -> Option<f64> {
-    cells
-        .iter()
-        .find(|c| c.section == SECTION && c.test == test && c.param == param && c.subject == subject)
-        .filter(|c| c.error.is_none())
-        .and_then(|c| c.rates())
-        .map(|r| r.0)
+    cell::rate(cells, SECTION, test, param, subject)
 }
 
-/// The target for a row, given tvmq serve's figure in it.
+/// The target of a row, given tvmq serve's figure in it.
 fn target(cells: &[Cell], test: &str, param: &str, tvmq: Option<f64>) -> String {
     let check = |ok: bool| if ok { "met" } else { "MISSED" };
     let r = |t: &str, s: &str| rate(cells, t, param, s);
@@ -220,7 +205,7 @@ fn shown(c: Option<&Cell>) -> String {
             format!("error: {}", c.error.as_deref().unwrap_or("").chars().take(40).collect::<String>())
         }
         Some(c) => match c.rates() {
-            Some((med, lo, hi)) => format!("{} ({:.0}-{:.0} K)", super::net::kilo(med), lo / 1e3, hi / 1e3),
+            Some((med, lo, hi)) => format!("{} ({:.0}-{:.0} K)", kilo(med), lo / 1e3, hi / 1e3),
             None => "-".into(),
         },
         None => "-".into(),
@@ -228,7 +213,7 @@ fn shown(c: Option<&Cell>) -> String {
 }
 
 /// The client's section of the table.
-pub fn table(cells: &[Cell]) -> String {
+pub(crate) fn table(cells: &[Cell]) -> String {
     let mut t = String::new();
     if !cells.iter().any(|c| c.section == SECTION) {
         return t;
@@ -245,9 +230,7 @@ pub fn table(cells: &[Cell]) -> String {
         }
     }
     for (test, param) in rows {
-        let find = |s: &str| {
-            cells.iter().find(|c| c.section == SECTION && c.test == test && c.param == param && c.subject == s)
-        };
+        let find = |s: &str| cell::find(cells, SECTION, &test, &param, s);
         let floor = find(ECHO).map(|c| (ECHO, c)).or_else(|| find(MINIMAL).map(|c| (MINIMAL, c)));
         let floor_text = floor.map_or("-".to_string(), |(name, c)| format!("{name}: {}", shown(Some(c))));
         let goal = target(cells, &test, &param, rate(cells, &test, &param, TVMQ));

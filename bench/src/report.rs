@@ -1,8 +1,11 @@
 //! The benchmark's outputs: a table on the terminal (also saved as
 //! table.txt), results.csv, results.json and chart.png.
 
-use super::latency::{GAPS, IdleCell, LatencyCell};
-use super::{BenchArgs, Cell, Ctx};
+use crate::args::BenchArgs;
+use crate::cell::{self, Cell, IdleCell, LatencyCell, find};
+use crate::ctx::Ctx;
+use crate::latency::GAPS;
+use crate::{chart, durable};
 use std::fmt::Write as _;
 use tvm::error::{Error, SHM_ERR_ACCES};
 
@@ -104,10 +107,6 @@ fn pivot(cells: &[Cell], section: &str) -> (Vec<(String, String)>, Vec<&'static 
     (rows, subjects)
 }
 
-fn find<'a>(cells: &'a [Cell], section: &str, test: &str, param: &str, subject: &str) -> Option<&'a Cell> {
-    cells.iter().find(|c| c.section == section && c.test == test && c.param == param && c.subject == subject)
-}
-
 fn ratio(a: Option<f64>, b: Option<f64>) -> String {
     match (a, b) {
         (Some(a), Some(b)) if b > 0.0 => format!("{:.2}x", a / b),
@@ -158,11 +157,7 @@ fn table(cells: &[Cell], args: &BenchArgs, seconds: f64) -> String {
                 write!(line, " | {text:<24}").unwrap();
             }
             if comparable {
-                let rate = |s| {
-                    find(cells, section, &test, &param, s)
-                        .and_then(|c| c.error.is_none().then(|| c.rates()).flatten())
-                        .map(|r| r.0)
-                };
+                let rate = |s| cell::rate(cells, section, &test, &param, s);
                 let tvmq = rate("tvmq");
                 let stvm = stvm_rate(section, &test, &param);
                 let stvm_text = match (stvm, section, test.as_str(), param.as_str()) {
@@ -308,13 +303,13 @@ fn latency_table(lat: &[LatencyCell], idle: &[IdleCell]) -> (String, String) {
     (s, csv)
 }
 
-pub fn write(ctx: &Ctx, seconds: f64) -> Result<(), Error> {
+pub(crate) fn write(ctx: &Ctx, seconds: f64) -> Result<(), Error> {
     let (cells, args) = (&ctx.cells, &ctx.args);
     let out = &args.out;
     let io = |e: std::io::Error| Error::new(SHM_ERR_ACCES, format!("cannot write to {}: {e}", out.display()));
     std::fs::create_dir_all(out).map_err(io)?;
     let (lat_text, lat_csv) = latency_table(&ctx.latency, &ctx.idle);
-    let text = table(cells, args, seconds) + &super::durable::summary(cells) + &lat_text;
+    let text = table(cells, args, seconds) + &durable::summary(cells) + &lat_text;
     print!("{text}");
     std::fs::write(out.join("table.txt"), &text).map_err(io)?;
     std::fs::write(out.join("results.csv"), csv(cells)).map_err(io)?;
@@ -323,7 +318,7 @@ pub fn write(ctx: &Ctx, seconds: f64) -> Result<(), Error> {
     if !ctx.latency.is_empty() {
         std::fs::write(out.join("latency.csv"), lat_csv).map_err(io)?;
         wrote += &format!(", {}/latency.csv", out.display());
-        match super::chart::draw_latency(&ctx.latency, &out.join("latency.png")) {
+        match chart::draw_latency(&ctx.latency, &out.join("latency.png")) {
             Ok(()) => wrote += &format!(", {}/latency.png", out.display()),
             Err(e) => wrote += &format!(" (no latency chart: {e})"),
         }
@@ -332,7 +327,7 @@ pub fn write(ctx: &Ctx, seconds: f64) -> Result<(), Error> {
         println!("\nwrote {wrote}");
         return Ok(());
     }
-    match super::chart::draw(cells, &out.join("chart.png"), &stvm_series()) {
+    match chart::draw(cells, &out.join("chart.png"), &stvm_series()) {
         Ok(()) => println!("\nwrote {wrote}, {}/chart.png", out.display()),
         Err(e) => println!("\nwrote {wrote}; no chart: {e}"),
     }

@@ -13,63 +13,23 @@
 
 use crate::cmd::blocking::Blocked;
 use crate::cmd::{self, Client, Ctx, Flow};
-use crate::shared::Shared;
+use crate::local::{FLUSH_AT, POOL_MAX, Pool, READ_SIZE, WorkerLocal};
+use crate::state::{ServerState, WorkerStats};
 use crate::stream::{self, Stream};
-use crate::worker::Worker;
 use resp::{Request, Status};
 use std::io;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::task::Poll;
+use std::time::Duration;
+use tokio::sync::futures::Notified;
 
-/// Size of a pooled input buffer, and of one read.
-pub(crate) const READ_SIZE: usize = 64 * 1024;
-/// Replies are written out once they pass this many bytes.
-pub(crate) const FLUSH_AT: usize = 64 * 1024;
-/// A buffer larger than this is freed rather than pooled.
-const POOL_MAX: usize = 256 * 1024;
 /// Input read while blocked in BLPOP beyond which reading pauses.
 const BLOCKED_INPUT_MAX: usize = 64 * 1024;
 /// An input buffer grows by at most this much ahead of the bytes received.
 const GROW_STEP: usize = 1 << 20;
-
-/// Buffers a worker lends to its connections while they work: input
-/// buffers (kept initialised, [`READ_SIZE`] bytes) and output buffers
-/// (empty, their capacity kept).
-#[derive(Default)]
-pub(crate) struct Pool {
-    inputs: std::cell::RefCell<Vec<Vec<u8>>>,
-    outputs: std::cell::RefCell<Vec<Vec<u8>>>,
-}
-
-impl Pool {
-    /// Buffers of each kind kept at most (the rest are freed).
-    const KEEP: usize = 64;
-
-    fn take_input(&self) -> Vec<u8> {
-        self.inputs.borrow_mut().pop().unwrap_or_else(|| vec![0; READ_SIZE])
-    }
-
-    fn give_input(&self, buf: Vec<u8>) {
-        let mut bufs = self.inputs.borrow_mut();
-        if buf.len() == READ_SIZE && bufs.len() < Self::KEEP {
-            bufs.push(buf);
-        }
-    }
-
-    fn take_output(&self) -> Vec<u8> {
-        self.outputs.borrow_mut().pop().unwrap_or_else(|| Vec::with_capacity(FLUSH_AT + 4096))
-    }
-
-    fn give_output(&self, mut buf: Vec<u8>) {
-        let mut bufs = self.outputs.borrow_mut();
-        if buf.capacity() > 0 && buf.capacity() <= POOL_MAX && bufs.len() < Self::KEEP {
-            buf.clear();
-            bufs.push(buf);
-        }
-    }
-}
 
 /// The input buffer: `data[start..end]` is read and not yet consumed;
 /// `data` is initialised up to its length, reads go to `data[end..]`.
@@ -147,7 +107,7 @@ enum End {
 
 /// Serves one connection until it closes, the client QUITs, the protocol is
 /// broken, or the server stops.
-pub(crate) async fn serve<S: Stream>(mut s: S, shared: Arc<Shared>, worker: Rc<Worker>, peer: String) {
+pub(crate) async fn serve<S: Stream>(mut s: S, shared: Arc<ServerState>, worker: Rc<WorkerLocal>, peer: String) {
     let id = shared.stats.next_client_id.fetch_add(1, Ordering::Relaxed) + 1;
     let mut client = Client::new(id, shared.password.is_none(), peer);
     let end = run(&mut s, &shared, &worker, &mut client).await;
@@ -158,7 +118,7 @@ pub(crate) async fn serve<S: Stream>(mut s: S, shared: Arc<Shared>, worker: Rc<W
     }
 }
 
-async fn run<S: Stream>(s: &mut S, shared: &Arc<Shared>, worker: &Rc<Worker>, client: &mut Client) -> End {
+async fn run<S: Stream>(s: &mut S, shared: &Arc<ServerState>, worker: &Rc<WorkerLocal>, client: &mut Client) -> End {
     let stop = worker.stop.notified();
     tokio::pin!(stop);
     stop.as_mut().enable();
@@ -179,45 +139,14 @@ async fn run<S: Stream>(s: &mut S, shared: &Arc<Shared>, worker: &Rc<Worker>, cl
             if req.capacity() > 1024 {
                 req = Request::new();
             }
-            if shared.shutdown.is_set() {
-                return End::Stop;
-            }
-            let ready = async {
-                tokio::select! {
-                    biased;
-                    _ = &mut stop => Err(End::Stop),
-                    r = s.ready_to_read() => r.map_err(End::Error),
-                    _ = sleep_or_never(idle) => Err(End::Timeout),
-                }
-            };
-            if let Err(end) = ready.await {
+            if let Err(end) = wait_readable(s, shared, stop.as_mut(), idle).await {
                 return end;
             }
         }
         input.make_room(pool, needed);
-        let n = loop {
-            match stream::try_read(s, input.space()).await {
-                Poll::Ready(Ok(0)) => return End::Eof,
-                Poll::Ready(Ok(n)) => break n,
-                Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Poll::Ready(Err(e)) => return End::Error(e),
-                Poll::Pending => {
-                    if shared.shutdown.is_set() {
-                        return End::Stop;
-                    }
-                    let ready = async {
-                        tokio::select! {
-                            biased;
-                            _ = &mut stop => Err(End::Stop),
-                            r = s.ready_to_read() => r.map_err(End::Error),
-                            _ = sleep_or_never(idle) => Err(End::Timeout),
-                        }
-                    };
-                    if let Err(end) = ready.await {
-                        return end;
-                    }
-                }
-            }
+        let n = match read_some(s, shared, stop.as_mut(), idle, input.space()).await {
+            Ok(n) => n,
+            Err(end) => return end,
         };
         input.end += n;
         stats.add_input(n);
@@ -248,22 +177,19 @@ async fn run<S: Stream>(s: &mut S, shared: &Arc<Shared>, worker: &Rc<Worker>, cl
                         break;
                     }
                     if let Some(b) = blocked.take() {
-                        stats.add_output(out.len());
-                        if let Err(e) = stream::write_all(s, &mut out, stall).await {
+                        if let Err(e) = flush(s, &mut out, stats, stall).await {
                             return End::Error(e);
                         }
                         match wait_blocked(s, shared, b, client, &mut input, &mut out, pool).await {
                             Ok(()) => {}
                             Err(end) => {
-                                stats.add_output(out.len());
-                                let _ = stream::write_all(s, &mut out, stall).await;
+                                let _ = flush(s, &mut out, stats, stall).await;
                                 return end;
                             }
                         }
                     }
                     if out.len() >= FLUSH_AT {
-                        stats.add_output(out.len());
-                        if let Err(e) = stream::write_all(s, &mut out, stall).await {
+                        if let Err(e) = flush(s, &mut out, stats, stall).await {
                             return End::Error(e);
                         }
                     }
@@ -285,8 +211,7 @@ async fn run<S: Stream>(s: &mut S, shared: &Arc<Shared>, worker: &Rc<Worker>, cl
         }
         stats.add_commands(commands);
         if !out.is_empty() {
-            stats.add_output(out.len());
-            if let Err(e) = stream::write_all(s, &mut out, stall).await {
+            if let Err(e) = flush(s, &mut out, stats, stall).await {
                 return End::Error(e);
             }
         }
@@ -303,7 +228,53 @@ async fn run<S: Stream>(s: &mut S, shared: &Arc<Shared>, worker: &Rc<Worker>, cl
     }
 }
 
-async fn sleep_or_never(d: Option<std::time::Duration>) {
+/// Waits until the client has sent something (or closed, or failed), unless
+/// the server stops, the worker tells its connections to stop, or the
+/// connection has been idle for `idle`.
+async fn wait_readable<S: Stream>(
+    s: &S,
+    shared: &ServerState,
+    stop: Pin<&mut Notified<'_>>,
+    idle: Option<Duration>,
+) -> Result<(), End> {
+    if shared.shutdown.is_set() {
+        return Err(End::Stop);
+    }
+    tokio::select! {
+        biased;
+        _ = stop => Err(End::Stop),
+        r = s.ready_to_read() => r.map_err(End::Error),
+        _ = sleep_or_never(idle) => Err(End::Timeout),
+    }
+}
+
+/// Reads into `buf` what the client sent, waiting as [`wait_readable`] does
+/// while nothing is there; the bytes read, never 0 (the EOF is `End::Eof`).
+async fn read_some<S: Stream>(
+    s: &mut S,
+    shared: &ServerState,
+    mut stop: Pin<&mut Notified<'_>>,
+    idle: Option<Duration>,
+    buf: &mut [u8],
+) -> Result<usize, End> {
+    loop {
+        match stream::try_read(s, buf).await {
+            Poll::Ready(Ok(0)) => return Err(End::Eof),
+            Poll::Ready(Ok(n)) => return Ok(n),
+            Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Poll::Ready(Err(e)) => return Err(End::Error(e)),
+            Poll::Pending => wait_readable(s, shared, stop.as_mut(), idle).await?,
+        }
+    }
+}
+
+/// Writes the replies in `out` (counting their bytes), then clears it.
+async fn flush<S: Stream>(s: &mut S, out: &mut Vec<u8>, stats: &WorkerStats, stall: Duration) -> io::Result<()> {
+    stats.add_output(out.len());
+    stream::write_all(s, out, stall).await
+}
+
+async fn sleep_or_never(d: Option<Duration>) {
     match d {
         Some(d) => tokio::time::sleep(d).await,
         None => std::future::pending().await,
@@ -316,7 +287,7 @@ async fn sleep_or_never(d: Option<std::time::Duration>) {
 /// for after (up to [`BLOCKED_INPUT_MAX`]).
 async fn wait_blocked<S: Stream>(
     s: &mut S,
-    shared: &Arc<Shared>,
+    shared: &Arc<ServerState>,
     mut b: Blocked,
     client: &mut Client,
     input: &mut Input,
@@ -375,7 +346,7 @@ async fn wait_blocked<S: Stream>(
 }
 
 /// Counts a client out of `blocked_clients` however its wait ends.
-struct Unblock<'a>(&'a Shared);
+struct Unblock<'a>(&'a ServerState);
 
 impl Drop for Unblock<'_> {
     fn drop(&mut self) {

@@ -12,7 +12,7 @@
 //! probes the same ids in the same order, so two of them creating the same
 //! name at once end up with one queue.
 
-use crate::shared::Shared;
+use crate::state::ServerState;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -26,7 +26,7 @@ pub const AUTO_ID_SPAN: u32 = 1 << 30;
 /// How many taken ids are stepped over before giving up.
 const PROBES: u32 = 64;
 /// The longest name a queue header keeps, in bytes.
-pub const MAX_NAME: usize = 63;
+pub(crate) const MAX_NAME: usize = 63;
 
 /// Why a key names no queue.
 #[derive(Debug)]
@@ -48,7 +48,7 @@ pub fn auto_id(name: &str) -> u32 {
 }
 
 /// Resolves `key`, creating the queue if `create` and `--auto-create` allow.
-pub(crate) fn resolve(shared: &Shared, key: &[u8], create: bool) -> Result<Arc<Queue>, KeyError> {
+pub(crate) fn resolve(shared: &ServerState, key: &[u8], create: bool) -> Result<Arc<Queue>, KeyError> {
     let Ok(key) = std::str::from_utf8(key) else { return Err(KeyError::NoSuchQueue) };
     let auto = shared.args.auto_create.filter(|_| create);
     match shared.attachments.lookup(key) {
@@ -68,7 +68,7 @@ pub(crate) fn resolve(shared: &Shared, key: &[u8], create: bool) -> Result<Arc<Q
     }
 }
 
-fn create_id(shared: &Shared, id: u32, name: &str, rows: u64, size: u64) -> Result<Arc<Queue>, KeyError> {
+fn create_id(shared: &ServerState, id: u32, name: &str, rows: u64, size: u64) -> Result<Arc<Queue>, KeyError> {
     let _one_at_a_time = shared.create_lock.lock();
     let mut spec = Spec::new(rows, size);
     spec.name = name.to_string();
@@ -80,7 +80,7 @@ fn create_id(shared: &Shared, id: u32, name: &str, rows: u64, size: u64) -> Resu
     shared.attachments.get(id).map_err(KeyError::Queue)
 }
 
-fn create_named(shared: &Shared, name: &str, rows: u64, size: u64) -> Result<Arc<Queue>, KeyError> {
+fn create_named(shared: &ServerState, name: &str, rows: u64, size: u64) -> Result<Arc<Queue>, KeyError> {
     if name.is_empty() || name.len() > MAX_NAME || name.contains('\0') {
         return Err(KeyError::Queue(Error::new(
             MQUE_CRTE_BIG,
@@ -131,7 +131,7 @@ impl WorkerKeys {
     /// Forgets the queues dropped since they were cached, and detaches them
     /// from the server's table, so that their mappings are let go of (a
     /// connection that used one last keeps it until its next command).
-    pub fn purge_dropped(&self, shared: &Shared) {
+    pub(crate) fn purge_dropped(&self, shared: &ServerState) {
         self.map.borrow_mut().retain(|_, q| {
             if q.is_dropped() {
                 shared.attachments.detach(q.id());
@@ -165,9 +165,9 @@ impl LastKey {
     /// same and the queue was not dropped (the hot path: a comparison and
     /// an atomic load), else the worker's cache, else a lookup.
     #[inline]
-    pub fn resolve(
+    pub(crate) fn resolve(
         &mut self,
-        shared: &Shared,
+        shared: &ServerState,
         worker: &WorkerKeys,
         key: &[u8],
         create: bool,
@@ -181,7 +181,7 @@ impl LastKey {
     }
 
     #[cold]
-    fn miss(&mut self, shared: &Shared, worker: &WorkerKeys, key: &[u8], create: bool) -> Result<(), KeyError> {
+    fn miss(&mut self, shared: &ServerState, worker: &WorkerKeys, key: &[u8], create: bool) -> Result<(), KeyError> {
         self.queue = None;
         let q = match worker.get(key) {
             Some(q) => q,

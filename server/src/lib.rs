@@ -5,18 +5,23 @@
 //! `docs/protocol.md`; `docs/server.md` tells how to run it.
 //!
 //! # Shape
-//! | module | concern |
-//! |---|---|
-//! | [`config`] | the options ([`ServeArgs`]) |
-//! | `listener` | binding, accepting, `--maxclients`, handing connections to workers |
-//! | `worker` | one thread per core, each a tokio current-thread runtime |
-//! | `connection` | read, run every complete command, write the replies once; buffers and limits |
-//! | `stream` | TCP and unix sockets behind one trait; the I/O steps |
-//! | `cmd` | dispatch, then one file per family: `queue` (push, pop, LLEN), `blocking` (BLPOP), `server` (the rest), `table` (COMMAND) |
-//! | `keys` | key -> queue, caches, `--auto-create` and its id scheme |
-//! | `waiters` | blocked clients and the one watcher thread per queue that wakes them |
-//! | `reply` | error replies in the protocol's words |
-//! | `shared` | state every thread shares: counters, the stop signal |
+//! Each module uses only modules below it in this table (the crate root
+//! uses them all); no import goes upwards, so there is no cycle.
+//!
+//! | module | concern | uses |
+//! |---|---|---|
+//! | `listener` | binding, accepting, `--maxclients`, handing connections to workers | `worker`, `state` |
+//! | `worker` | one thread per core, each a tokio current-thread runtime | `connection`, `local`, `keys`, `state` |
+//! | `connection` | read, run every complete command, write the replies once; limits | `cmd`, `local`, `stream`, `state` |
+//! | `cmd` | dispatch, then one file per family: `queue` (push, pop, LLEN), `blocking` (BLPOP), `server` (the rest), `table` (the commands, COMMAND), `context` (what a command runs with) | `keys`, `waiters`, `reply`, `state` |
+//! | `local` | what one worker's connections share: key cache, buffer pool, stop notice | `keys` |
+//! | `keys` | key -> queue, caches, `--auto-create` and its id scheme | `state` |
+//! | `state` | `ServerState`, what every thread shares: options, queues, counters | `config`, `waiters`, `shutdown` |
+//! | `waiters` | blocked clients and the one watcher thread per queue that wakes them | `shutdown` |
+//! | `shutdown` | the stop signal | - |
+//! | `stream` | TCP and unix sockets behind one trait; the I/O steps | - |
+//! | `reply` | error replies in the protocol's words | - |
+//! | [`config`] | the options ([`ServeArgs`]) | - |
 //!
 //! A push goes from the read buffer straight into the shared-memory ring
 //! ([`tvm::Queue::push`]) and a pop from the ring straight into the output
@@ -40,8 +45,10 @@ pub mod config;
 mod connection;
 mod keys;
 mod listener;
+mod local;
 mod reply;
-mod shared;
+mod shutdown;
+mod state;
 mod stream;
 mod waiters;
 mod worker;
@@ -49,7 +56,7 @@ mod worker;
 pub use config::{AutoCreate, ServeArgs};
 pub use keys::{AUTO_ID_BASE, AUTO_ID_SPAN, auto_id};
 
-use shared::{Shared, Stats, WorkerStats};
+use state::{ServerState, Stats, WorkerStats};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -61,7 +68,7 @@ use tvm::error::{Error, SOCK_BIND_ERR, SVR_EXCEPTION};
 /// A running server (threads of this process). [`stop`](Self::stop) or
 /// dropping it stops it gracefully.
 pub struct Server {
-    shared: Arc<Shared>,
+    shared: Arc<ServerState>,
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -80,7 +87,7 @@ impl Server {
         let tcp_addr = listeners.tcp.as_ref().and_then(|l| l.local_addr().ok());
         let threads = args.worker_threads();
         let limits = resp::Limits { max_bulk_len: args.max_bulk_len, ..resp::Limits::default() };
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(ServerState {
             args: args.clone(),
             dir: dir.to_path_buf(),
             attachments: tvm::Attachments::new(dir.to_path_buf()),

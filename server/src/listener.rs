@@ -3,7 +3,7 @@
 //! to the worker serving the fewest, refusing those beyond `--maxclients`
 //! as Redis does, until the stop.
 
-use crate::shared::Shared;
+use crate::state::ServerState;
 use crate::worker::Accepted;
 use std::io;
 use std::net::SocketAddr;
@@ -15,8 +15,8 @@ use tokio::sync::mpsc::UnboundedSender;
 
 /// The listening sockets, bound.
 pub(crate) struct Listeners {
-    pub tcp: Option<tokio::net::TcpListener>,
-    pub unix: Option<tokio::net::UnixListener>,
+    pub(crate) tcp: Option<tokio::net::TcpListener>,
+    pub(crate) unix: Option<tokio::net::UnixListener>,
 }
 
 /// Binds what the options ask for, inside `rt`.
@@ -75,7 +75,7 @@ fn remove_stale_socket(path: &Path) -> io::Result<()> {
 pub(crate) fn accept_loop(
     rt: tokio::runtime::Runtime,
     listeners: Listeners,
-    shared: Arc<Shared>,
+    shared: Arc<ServerState>,
     workers: Vec<UnboundedSender<Accepted>>,
 ) {
     rt.block_on(async {
@@ -105,7 +105,7 @@ pub(crate) fn accept_loop(
 }
 
 /// Hands `c` to the worker with the fewest connections, or refuses it.
-fn dispatch(shared: &Shared, workers: &[UnboundedSender<Accepted>], c: Accepted) {
+fn dispatch(shared: &ServerState, workers: &[UnboundedSender<Accepted>], c: Accepted) {
     let st = &shared.stats;
     st.total_connections.fetch_add(1, Ordering::Relaxed);
     if st.connected.load(Ordering::Relaxed) >= shared.args.maxclients {

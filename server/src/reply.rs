@@ -1,6 +1,6 @@
 //! Error replies, in the words of `docs/protocol.md`: a queue error starts
 //! with its STVM code name, an unknown key and Redis's own errors with
-//! Redis's words.
+//! Redis's words; and the text of the HELP subcommands.
 
 use std::io::Write as _;
 use tvm::error::{self, DATA_SPC_FULL, Error, SHM_ERR_EIDRM};
@@ -67,6 +67,12 @@ pub(crate) fn not_an_integer(out: &mut Vec<u8>) {
 /// `-ERR syntax error`.
 pub(crate) fn syntax_error(out: &mut Vec<u8>) {
     resp::error(out, b"ERR syntax error");
+}
+
+/// A HELP subcommand's reply: its lines, as an array of simple strings.
+pub(crate) fn help(out: &mut Vec<u8>, lines: &[&[u8]]) {
+    resp::array_header(out, lines.len());
+    lines.iter().for_each(|l| resp::simple(out, l));
 }
 
 /// A queue error: `-<CODE_NAME> <what happened>`.

@@ -16,7 +16,7 @@
 //! When the queue is dropped, or the server stops, every client on the list
 //! is woken, and its pop (or the stop) gives it an error reply.
 
-use crate::shared::Shutdown;
+use crate::shutdown::Shutdown;
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -55,7 +55,7 @@ impl WaitList {
 
     /// Hands a wake-up that a client did not use (it popped from another
     /// queue, timed out or went away) to the next client, if records wait.
-    pub fn pass_on(&self) {
+    pub(crate) fn pass_on(&self) {
         if self.queue.depth() > 0 || self.queue.is_dropped() {
             Self::wake_oldest(&mut self.inner.lock());
         }
@@ -68,18 +68,18 @@ pub(crate) struct Waiters {
     lists: Mutex<HashMap<u32, Arc<WaitList>>>,
     tickets: AtomicU64,
     /// Watcher threads started (for INFO and tests).
-    pub watchers_started: AtomicU64,
+    pub(crate) watchers_started: AtomicU64,
 }
 
 impl Waiters {
     /// A new ticket: a client's place in line, kept while it stays blocked.
-    pub fn ticket(&self) -> u64 {
+    pub(crate) fn ticket(&self) -> u64 {
         self.tickets.fetch_add(1, Ordering::Relaxed)
     }
 
     /// Puts the client with `ticket` and `notify` on the list of `queue`,
     /// starting the queue's watcher if it has none.
-    pub fn register(
+    pub(crate) fn register(
         &self,
         queue: &Arc<Queue>,
         ticket: u64,
@@ -125,12 +125,12 @@ impl Waiters {
 
     /// Takes the client with `ticket` off `list`; false if it was not on it
     /// (a wake-up took it off).
-    pub fn unregister(list: &WaitList, ticket: u64) -> bool {
+    pub(crate) fn unregister(list: &WaitList, ticket: u64) -> bool {
         list.inner.lock().waiting.remove(&ticket).is_some()
     }
 
     /// Is the client with `ticket` on `list`?
-    pub fn contains(list: &WaitList, ticket: u64) -> bool {
+    pub(crate) fn contains(list: &WaitList, ticket: u64) -> bool {
         list.inner.lock().waiting.contains_key(&ticket)
     }
 
@@ -139,7 +139,7 @@ impl Waiters {
     }
 
     /// Forgets the lists of dropped queues that nobody waits on.
-    pub fn purge_dropped(&self) {
+    pub(crate) fn purge_dropped(&self) {
         self.lists.lock().retain(|_, l| {
             let inner = l.inner.lock();
             !(l.queue.is_dropped() && inner.waiting.is_empty() && !inner.watched)
@@ -147,7 +147,7 @@ impl Waiters {
     }
 
     /// Wakes every blocked client (the server stops).
-    pub fn wake_everyone(&self) {
+    pub(crate) fn wake_everyone(&self) {
         let lists: Vec<_> = self.lists.lock().values().cloned().collect();
         for l in lists {
             Self::wake_all(&mut l.inner.lock());

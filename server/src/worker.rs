@@ -2,9 +2,10 @@
 //! connections the listener hands it, start to end, so that a connection's
 //! commands run on one core with no locking and no task migration.
 
-use crate::connection::{self, Pool};
+use crate::connection;
 use crate::keys::WorkerKeys;
-use crate::shared::Shared;
+use crate::local::{Pool, WorkerLocal};
+use crate::state::ServerState;
 use std::cell::Cell;
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -22,30 +23,16 @@ pub(crate) enum Accepted {
     Unix(std::os::unix::net::UnixStream),
 }
 
-/// What a worker's connections share: the key cache and the buffer pool.
-pub(crate) struct Worker {
-    /// Its number (its counters in [`Shared::worker_stats`]).
-    pub index: usize,
-    pub keys: WorkerKeys,
-    pub pool: Pool,
-    /// Connections being served.
-    live: Cell<usize>,
-    /// The stop, told to this worker's connections by the worker (so that a
-    /// connection waiting for its client polls a notification no other
-    /// core touches).
-    pub stop: tokio::sync::Notify,
-}
-
 /// Starts worker `index`.
 pub(crate) fn spawn(
-    shared: Arc<Shared>,
+    shared: Arc<ServerState>,
     index: usize,
     rx: UnboundedReceiver<Accepted>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new().name(format!("tvmq-worker-{index}")).spawn(move || main(shared, index, rx))
 }
 
-fn main(shared: Arc<Shared>, index: usize, mut rx: UnboundedReceiver<Accepted>) {
+fn main(shared: Arc<ServerState>, index: usize, mut rx: UnboundedReceiver<Accepted>) {
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -55,7 +42,7 @@ fn main(shared: Arc<Shared>, index: usize, mut rx: UnboundedReceiver<Accepted>) 
         }
     };
     let local = tokio::task::LocalSet::new();
-    let worker = Rc::new(Worker {
+    let worker = Rc::new(WorkerLocal {
         index,
         keys: WorkerKeys::default(),
         pool: Pool::default(),
@@ -94,8 +81,8 @@ fn main(shared: Arc<Shared>, index: usize, mut rx: UnboundedReceiver<Accepted>) 
 
 /// Counts a connection out however it ends.
 struct Live {
-    worker: Rc<Worker>,
-    shared: Arc<Shared>,
+    worker: Rc<WorkerLocal>,
+    shared: Arc<ServerState>,
 }
 
 impl Drop for Live {
@@ -106,7 +93,7 @@ impl Drop for Live {
     }
 }
 
-fn start(shared: &Arc<Shared>, worker: &Rc<Worker>, c: Accepted) {
+fn start(shared: &Arc<ServerState>, worker: &Rc<WorkerLocal>, c: Accepted) {
     worker.live.set(worker.live.get() + 1);
     let live = Live { worker: worker.clone(), shared: shared.clone() };
     let (shared, worker) = (shared.clone(), worker.clone());

@@ -2,10 +2,10 @@
 //! non-empty queue, or wait for one (see [`crate::waiters`] for how a
 //! waiting client is woken, and in which order).
 
+use super::context::Ctx;
 use super::queue::{key_error, null_array, pop_bulk};
-use super::{Ctx, Flow};
 use crate::reply;
-use crate::shared::Shared;
+use crate::state::ServerState;
 use crate::waiters::{WaitList, Waiters};
 use resp::{Proto, Request};
 use std::sync::Arc;
@@ -43,23 +43,24 @@ pub(crate) struct Blocked {
     /// The keys as given (for the reply) and their queues, in order.
     keys: Vec<(Vec<u8>, Arc<Queue>)>,
     /// When to give up (None: never).
-    pub deadline: Option<Instant>,
+    pub(crate) deadline: Option<Instant>,
     /// The client's place in line.
     ticket: u64,
     /// The lists it is on (one per key, registered lazily).
     lists: Vec<Option<Arc<WaitList>>>,
     /// Where its wake-ups arrive.
-    pub notify: Arc<Notify>,
+    pub(crate) notify: Arc<Notify>,
 }
 
-/// BLPOP/BRPOP: pops at once if a queue has a record, else blocks.
-pub(crate) fn start(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) -> Flow {
+/// BLPOP/BRPOP: pops at once if a queue has a record (or writes the error)
+/// and gives `None`, else gives the client to block.
+pub(crate) fn start(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) -> Option<Blocked> {
     let n = req.len();
     let timeout = match parse_timeout(req.arg(buf, n - 1)) {
         Ok(t) => t,
         Err(text) => {
             resp::error(out, text);
-            return Flow::Next;
+            return None;
         }
     };
     let mut keys = Vec::with_capacity(n - 2);
@@ -69,7 +70,7 @@ pub(crate) fn start(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<
             Ok(q) => keys.push((key.to_vec(), q)),
             Err(e) => {
                 key_error(out, key, &e);
-                return Flow::Next;
+                return None;
             }
         }
     }
@@ -81,15 +82,15 @@ pub(crate) fn start(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<
         notify: Arc::new(Notify::new()),
     };
     if blocked.try_pop(ctx.client.proto, out) {
-        return Flow::Next;
+        return None;
     }
-    Flow::Block(blocked)
+    Some(blocked)
 }
 
 impl Blocked {
     /// Pops from the first queue that has a record, writing the reply
     /// (`[key, record]`, or the queue's error); false if all are empty.
-    pub fn try_pop(&mut self, proto: Proto, out: &mut Vec<u8>) -> bool {
+    pub(crate) fn try_pop(&mut self, proto: Proto, out: &mut Vec<u8>) -> bool {
         let _ = proto;
         for (key, q) in &self.keys {
             let mark = out.len();
@@ -110,7 +111,7 @@ impl Blocked {
 
     /// Puts the client (back) on the list of every queue it waits on,
     /// where a wake-up took it off.
-    pub fn register(&mut self, shared: &Shared) {
+    pub(crate) fn register(&mut self, shared: &ServerState) {
         for (i, (_, q)) in self.keys.iter().enumerate() {
             let on_list = self.lists[i].as_ref().is_some_and(|l| Waiters::contains(l, self.ticket));
             if !on_list {
@@ -120,7 +121,7 @@ impl Blocked {
     }
 
     /// Writes the timeout reply: a null array (RESP2 `*-1`, RESP3 `_`).
-    pub fn timed_out(&self, proto: Proto, out: &mut Vec<u8>) {
+    pub(crate) fn timed_out(&self, proto: Proto, out: &mut Vec<u8>) {
         null_array(out, proto);
     }
 }

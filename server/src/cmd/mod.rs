@@ -2,61 +2,24 @@
 //! authentication checked in Redis's order, then one function per command
 //! in the file of its family: [`queue`] (pushes, pops, LLEN), [`blocking`]
 //! (BLPOP, BRPOP), [`server`] (connection and server commands), with
-//! [`table`] describing them all for COMMAND.
+//! [`table`] naming and describing them all (for COMMAND too) and `context`
+//! what they run with.
+//!
+//! Inside, imports go one way: this dispatcher uses every family;
+//! `blocking` uses `queue`; `server` uses `table`; `blocking`, `queue` and
+//! `server` use `context`; `table` and `context` use no other command module.
 
 pub(crate) mod blocking;
+mod context;
 pub(crate) mod queue;
 pub(crate) mod server;
 pub(crate) mod table;
 
-use crate::keys::{LastKey, WorkerKeys};
+pub(crate) use context::{Client, Ctx};
+
 use crate::reply;
-use crate::shared::Shared;
-use resp::{Proto, Request};
-use std::time::Instant;
-
-/// One connection's state, as the commands see it.
-pub(crate) struct Client {
-    /// CLIENT ID.
-    pub id: u64,
-    /// RESP2, or RESP3 after HELLO 3.
-    pub proto: Proto,
-    /// AUTH passed (or no password is required).
-    pub authed: bool,
-    /// CLIENT SETNAME.
-    pub name: Option<Vec<u8>>,
-    /// CLIENT SETINFO LIB-NAME / LIB-VER.
-    pub lib: [Option<Vec<u8>>; 2],
-    /// The peer, for CLIENT INFO.
-    pub peer: String,
-    /// The queue of the last key used.
-    pub last: LastKey,
-    /// When the connection was accepted.
-    pub since: Instant,
-}
-
-impl Client {
-    /// A new client; `authed` when no password is required.
-    pub fn new(id: u64, authed: bool, peer: String) -> Client {
-        Client {
-            id,
-            proto: Proto::Resp2,
-            authed,
-            name: None,
-            lib: [None, None],
-            peer,
-            last: LastKey::default(),
-            since: Instant::now(),
-        }
-    }
-}
-
-/// What a command needs: the server, the worker, the client.
-pub(crate) struct Ctx<'a> {
-    pub shared: &'a Shared,
-    pub keys: &'a WorkerKeys,
-    pub client: &'a mut Client,
-}
+use resp::Request;
+use table::Cmd;
 
 /// What the connection does after a command.
 pub(crate) enum Flow {
@@ -66,67 +29,6 @@ pub(crate) enum Flow {
     Close,
     /// Nothing to pop yet: wait (the reply is written when it ends).
     Block(blocking::Blocked),
-}
-
-/// The commands served.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Cmd {
-    Ping,
-    Echo,
-    Rpush,
-    Lpush,
-    Lpop,
-    Rpop,
-    Blpop,
-    Brpop,
-    Llen,
-    Info,
-    Auth,
-    Hello,
-    Quit,
-    Select,
-    Client,
-    Config,
-    Command,
-}
-
-impl Cmd {
-    /// The command named `name`, in any case, without allocating.
-    #[inline]
-    pub fn lookup(name: &[u8]) -> Option<Cmd> {
-        let is = |s: &[u8]| name.eq_ignore_ascii_case(s);
-        let cmd = match name.len() {
-            4 if is(b"PING") => Cmd::Ping,
-            4 if is(b"ECHO") => Cmd::Echo,
-            4 if is(b"LPOP") => Cmd::Lpop,
-            4 if is(b"RPOP") => Cmd::Rpop,
-            4 if is(b"LLEN") => Cmd::Llen,
-            4 if is(b"INFO") => Cmd::Info,
-            4 if is(b"AUTH") => Cmd::Auth,
-            4 if is(b"QUIT") => Cmd::Quit,
-            5 if is(b"LPUSH") => Cmd::Lpush,
-            5 if is(b"RPUSH") => Cmd::Rpush,
-            5 if is(b"BLPOP") => Cmd::Blpop,
-            5 if is(b"BRPOP") => Cmd::Brpop,
-            5 if is(b"HELLO") => Cmd::Hello,
-            6 if is(b"SELECT") => Cmd::Select,
-            6 if is(b"CLIENT") => Cmd::Client,
-            6 if is(b"CONFIG") => Cmd::Config,
-            7 if is(b"COMMAND") => Cmd::Command,
-            _ => return None,
-        };
-        Some(cmd)
-    }
-
-    /// Its entry in the command table.
-    pub fn spec(self) -> &'static table::Spec {
-        &table::COMMANDS[self as usize]
-    }
-
-    /// Whether it may run before AUTH (Redis's `no-auth` flag).
-    fn no_auth(self) -> bool {
-        matches!(self, Cmd::Auth | Cmd::Hello | Cmd::Quit)
-    }
 }
 
 /// Runs the command in `req` (arguments in `buf`), appending its reply to
@@ -152,7 +54,7 @@ pub(crate) fn execute(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Ve
         Cmd::Rpush | Cmd::Lpush => queue::push(ctx, buf, req, out, spec.name),
         Cmd::Lpop | Cmd::Rpop => queue::pop(ctx, buf, req, out, spec.name),
         Cmd::Llen => queue::llen(ctx, buf, req, out),
-        Cmd::Blpop | Cmd::Brpop => return blocking::start(ctx, buf, req, out),
+        Cmd::Blpop | Cmd::Brpop => return blocking::start(ctx, buf, req, out).map_or(Flow::Next, Flow::Block),
         Cmd::Ping => server::ping(ctx, buf, req, out),
         Cmd::Echo => resp::bulk(out, req.arg(buf, 1)),
         Cmd::Info => server::info(ctx, buf, req, out),
@@ -195,68 +97,9 @@ fn unknown_command(out: &mut Vec<u8>, buf: &[u8], req: &Request) {
     out.extend_from_slice(b"\r\n");
 }
 
-/// An integer as Redis's `string2ll` reads one (no `+`, no leading zero,
-/// no blank, within i64).
-pub(crate) fn parse_int(s: &[u8]) -> Option<i64> {
-    if s.is_empty() || s.len() > 20 {
-        return None;
-    }
-    let (neg, digits) = match s {
-        [b'-', rest @ ..] => (true, rest),
-        _ => (false, s),
-    };
-    match digits {
-        [b'0'] if !neg => return Some(0),
-        [b'1'..=b'9', ..] => {}
-        _ => return None,
-    }
-    let mut v: i128 = 0;
-    for &d in digits {
-        if !d.is_ascii_digit() {
-            return None;
-        }
-        v = v * 10 + i128::from(d - b'0');
-    }
-    i64::try_from(if neg { -v } else { v }).ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn names_match_in_any_case_only_whole() {
-        assert_eq!(Cmd::lookup(b"lpush"), Some(Cmd::Lpush));
-        assert_eq!(Cmd::lookup(b"LpUsH"), Some(Cmd::Lpush));
-        assert_eq!(Cmd::lookup(b"lpushx"), None);
-        assert_eq!(Cmd::lookup(b""), None);
-        for (i, spec) in table::COMMANDS.iter().enumerate() {
-            let cmd = Cmd::lookup(spec.name.as_bytes()).expect(spec.name);
-            assert_eq!(cmd as usize, i, "the table is in the order of Cmd");
-        }
-    }
-
-    #[test]
-    fn integers_as_redis_reads_them() {
-        assert_eq!(parse_int(b"0"), Some(0));
-        assert_eq!(parse_int(b"-5"), Some(-5));
-        assert_eq!(parse_int(b"9223372036854775807"), Some(i64::MAX));
-        assert_eq!(parse_int(b"-9223372036854775808"), Some(i64::MIN));
-        for bad in [
-            &b""[..],
-            b"-",
-            b"-0",
-            b"01",
-            b"+1",
-            b" 1",
-            b"1 ",
-            b"9223372036854775808",
-            b"1a",
-            b"99999999999999999999999",
-        ] {
-            assert_eq!(parse_int(bad), None, "{:?}", String::from_utf8_lossy(bad));
-        }
-    }
 
     #[test]
     fn unknown_command_text_is_redis_s() {

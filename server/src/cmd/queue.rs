@@ -4,7 +4,7 @@
 //! tvmq queues are FIFO whichever end a command names: both pushes append
 //! at the tail and both pops take the oldest record (`docs/protocol.md`).
 
-use super::{Ctx, parse_int};
+use super::context::{Ctx, parse_int};
 use crate::keys::KeyError;
 use crate::reply;
 use resp::{Proto, Request};

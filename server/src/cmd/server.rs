@@ -1,7 +1,8 @@
 //! Connection and server commands: PING, AUTH, HELLO, SELECT, CLIENT,
 //! CONFIG GET, COMMAND, INFO.
 
-use super::{Ctx, parse_int, table};
+use super::context::{Ctx, parse_int};
+use super::table;
 use crate::reply;
 use resp::{Proto, Request};
 use std::fmt::Write as _;
@@ -202,16 +203,17 @@ pub(crate) fn client(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec
         );
         resp::verbatim(out, c.proto, b"txt", line.as_bytes());
     } else if is(b"HELP") {
-        let lines: [&[u8]; 6] = [
-            b"CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-            b"ID: the id of this connection",
-            b"SETNAME <name>, GETNAME: the connection's name",
-            b"SETINFO <LIB-NAME|LIB-VER> <value>: the client library's name and version",
-            b"INFO: this connection",
-            b"HELP: this text",
-        ];
-        resp::array_header(out, lines.len());
-        lines.iter().for_each(|l| resp::simple(out, l));
+        reply::help(
+            out,
+            &[
+                b"CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                b"ID: the id of this connection",
+                b"SETNAME <name>, GETNAME: the connection's name",
+                b"SETINFO <LIB-NAME|LIB-VER> <value>: the client library's name and version",
+                b"INFO: this connection",
+                b"HELP: this text",
+            ],
+        );
     } else {
         reply::unknown_subcommand(out, sub, "CLIENT");
     }
@@ -290,7 +292,7 @@ pub(crate) fn config(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec
 /// COMMAND [COUNT | DOCS | INFO | LIST | HELP].
 pub(crate) fn command(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) {
     let mut args = req.iter(buf).skip(1);
-    table::command(ctx, &mut args, out);
+    table::command(ctx.client.proto, &mut args, out);
 }
 
 /// INFO [section ...]: server, clients, stats and per-queue figures.

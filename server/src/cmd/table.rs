@@ -1,24 +1,85 @@
-//! The command table: what COMMAND, COMMAND INFO, COMMAND DOCS and COMMAND
-//! COUNT describe, in Redis 7's shapes, and the arity the dispatcher checks.
+//! The command table: the commands served ([`Cmd`]), what COMMAND, COMMAND
+//! INFO, COMMAND DOCS and COMMAND COUNT describe, in Redis 7's shapes, and
+//! the arity the dispatcher checks.
 
-use super::Ctx;
 use resp::Proto;
+
+/// The commands served.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Cmd {
+    Ping,
+    Echo,
+    Rpush,
+    Lpush,
+    Lpop,
+    Rpop,
+    Blpop,
+    Brpop,
+    Llen,
+    Info,
+    Auth,
+    Hello,
+    Quit,
+    Select,
+    Client,
+    Config,
+    Command,
+}
+
+impl Cmd {
+    /// The command named `name`, in any case, without allocating.
+    #[inline]
+    pub(crate) fn lookup(name: &[u8]) -> Option<Cmd> {
+        let is = |s: &[u8]| name.eq_ignore_ascii_case(s);
+        let cmd = match name.len() {
+            4 if is(b"PING") => Cmd::Ping,
+            4 if is(b"ECHO") => Cmd::Echo,
+            4 if is(b"LPOP") => Cmd::Lpop,
+            4 if is(b"RPOP") => Cmd::Rpop,
+            4 if is(b"LLEN") => Cmd::Llen,
+            4 if is(b"INFO") => Cmd::Info,
+            4 if is(b"AUTH") => Cmd::Auth,
+            4 if is(b"QUIT") => Cmd::Quit,
+            5 if is(b"LPUSH") => Cmd::Lpush,
+            5 if is(b"RPUSH") => Cmd::Rpush,
+            5 if is(b"BLPOP") => Cmd::Blpop,
+            5 if is(b"BRPOP") => Cmd::Brpop,
+            5 if is(b"HELLO") => Cmd::Hello,
+            6 if is(b"SELECT") => Cmd::Select,
+            6 if is(b"CLIENT") => Cmd::Client,
+            6 if is(b"CONFIG") => Cmd::Config,
+            7 if is(b"COMMAND") => Cmd::Command,
+            _ => return None,
+        };
+        Some(cmd)
+    }
+
+    /// Its entry in the command table.
+    pub(crate) fn spec(self) -> &'static Spec {
+        &COMMANDS[self as usize]
+    }
+
+    /// Whether it may run before AUTH (Redis's `no-auth` flag).
+    pub(crate) fn no_auth(self) -> bool {
+        matches!(self, Cmd::Auth | Cmd::Hello | Cmd::Quit)
+    }
+}
 
 /// One command as COMMAND describes it.
 pub(crate) struct Spec {
     /// Lowercase name.
-    pub name: &'static str,
+    pub(crate) name: &'static str,
     /// Redis's arity: `n` exactly `n` arguments (the name included), `-n` at least `n`.
-    pub arity: i64,
-    pub flags: &'static [&'static str],
-    pub first_key: i64,
-    pub last_key: i64,
-    pub step: i64,
-    pub categories: &'static [&'static str],
-    pub summary: &'static str,
-    pub since: &'static str,
-    pub group: &'static str,
-    pub complexity: &'static str,
+    pub(crate) arity: i64,
+    pub(crate) flags: &'static [&'static str],
+    pub(crate) first_key: i64,
+    pub(crate) last_key: i64,
+    pub(crate) step: i64,
+    pub(crate) categories: &'static [&'static str],
+    pub(crate) summary: &'static str,
+    pub(crate) since: &'static str,
+    pub(crate) group: &'static str,
+    pub(crate) complexity: &'static str,
 }
 
 const fn spec(
@@ -47,7 +108,7 @@ const fn spec(
 
 const NO_KEYS: (i64, i64, i64) = (0, 0, 0);
 
-/// In the order of [`super::Cmd`].
+/// In the order of [`Cmd`].
 pub(crate) static COMMANDS: [Spec; 17] = [
     spec(
         "ping",
@@ -190,7 +251,7 @@ pub(crate) static COMMANDS: [Spec; 17] = [
 
 /// The table entry named `name` (any case).
 pub(crate) fn find(name: &[u8]) -> Option<&'static Spec> {
-    super::Cmd::lookup(name).map(super::Cmd::spec)
+    Cmd::lookup(name).map(Cmd::spec)
 }
 
 /// Appends COMMAND's description of one command (Redis 7: ten elements).
@@ -224,8 +285,7 @@ pub(crate) fn write_docs(out: &mut Vec<u8>, proto: Proto, s: &Spec) {
 }
 
 /// COMMAND and its subcommands.
-pub(crate) fn command(ctx: &mut Ctx<'_>, args: &mut dyn Iterator<Item = &[u8]>, out: &mut Vec<u8>) {
-    let proto = ctx.client.proto;
+pub(crate) fn command(proto: Proto, args: &mut dyn Iterator<Item = &[u8]>, out: &mut Vec<u8>) {
     let Some(sub) = args.next() else {
         resp::array_header(out, COMMANDS.len());
         COMMANDS.iter().for_each(|s| write_info(out, proto, s));
@@ -262,17 +322,35 @@ pub(crate) fn command(ctx: &mut Ctx<'_>, args: &mut dyn Iterator<Item = &[u8]>, 
             write_docs(out, proto, s);
         }
     } else if sub.eq_ignore_ascii_case(b"HELP") {
-        let lines: [&[u8]; 6] = [
-            b"COMMAND <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-            b"(no subcommand): every command's details",
-            b"COUNT: the number of commands",
-            b"DOCS [<command-name> ...]: documentation",
-            b"INFO [<command-name> ...]: details",
-            b"LIST: the names of the commands",
-        ];
-        resp::array_header(out, lines.len());
-        lines.iter().for_each(|l| resp::simple(out, l));
+        crate::reply::help(
+            out,
+            &[
+                b"COMMAND <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                b"(no subcommand): every command's details",
+                b"COUNT: the number of commands",
+                b"DOCS [<command-name> ...]: documentation",
+                b"INFO [<command-name> ...]: details",
+                b"LIST: the names of the commands",
+            ],
+        );
     } else {
         crate::reply::unknown_subcommand(out, sub, "COMMAND");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_match_in_any_case_only_whole() {
+        assert_eq!(Cmd::lookup(b"lpush"), Some(Cmd::Lpush));
+        assert_eq!(Cmd::lookup(b"LpUsH"), Some(Cmd::Lpush));
+        assert_eq!(Cmd::lookup(b"lpushx"), None);
+        assert_eq!(Cmd::lookup(b""), None);
+        for (i, spec) in COMMANDS.iter().enumerate() {
+            let cmd = Cmd::lookup(spec.name.as_bytes()).expect(spec.name);
+            assert_eq!(cmd as usize, i, "the table is in the order of Cmd");
+        }
     }
 }

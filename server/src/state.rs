@@ -2,26 +2,26 @@
 //! the blocked clients and the shutdown signal.
 
 use crate::config::ServeArgs;
+use crate::shutdown::Shutdown;
 use crate::waiters::Waiters;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
-use tokio::sync::Notify;
 
 /// Server-wide counters, for INFO.
 #[derive(Default)]
 pub(crate) struct Stats {
     /// Connections open now.
-    pub connected: AtomicUsize,
+    pub(crate) connected: AtomicUsize,
     /// Connections accepted since the start.
-    pub total_connections: AtomicU64,
+    pub(crate) total_connections: AtomicU64,
     /// Connections refused by `--maxclients`.
-    pub rejected: AtomicU64,
+    pub(crate) rejected: AtomicU64,
     /// Clients blocked in BLPOP/BRPOP now.
-    pub blocked: AtomicUsize,
+    pub(crate) blocked: AtomicUsize,
     /// Client ids given out (CLIENT ID, HELLO).
-    pub next_client_id: AtomicU64,
+    pub(crate) next_client_id: AtomicU64,
 }
 
 /// A worker's own counters: written by its thread only (a load and a store,
@@ -42,86 +42,54 @@ impl WorkerStats {
 
     /// Counts commands run.
     #[inline]
-    pub fn add_commands(&self, n: u64) {
+    pub(crate) fn add_commands(&self, n: u64) {
         Self::add(&self.commands, n)
     }
 
     /// Counts bytes read.
     #[inline]
-    pub fn add_input(&self, n: usize) {
+    pub(crate) fn add_input(&self, n: usize) {
         Self::add(&self.input, n as u64)
     }
 
     /// Counts bytes written.
     #[inline]
-    pub fn add_output(&self, n: usize) {
+    pub(crate) fn add_output(&self, n: usize) {
         Self::add(&self.output, n as u64)
     }
 }
 
-/// The stop signal: a flag, and a notification for whoever sleeps.
-#[derive(Default)]
-pub(crate) struct Shutdown {
-    flag: AtomicBool,
-    notify: Notify,
-}
-
-impl Shutdown {
-    /// Has the stop begun?
-    #[inline]
-    pub fn is_set(&self) -> bool {
-        self.flag.load(Ordering::Acquire)
-    }
-
-    /// Begins the stop and wakes everyone waiting for it.
-    pub fn set(&self) {
-        self.flag.store(true, Ordering::Release);
-        self.notify.notify_waiters();
-    }
-
-    /// Completes once the stop has begun.
-    pub async fn wait(&self) {
-        let notified = self.notify.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        if self.is_set() {
-            return;
-        }
-        notified.await;
-    }
-}
-
 /// State shared by the listener, the workers and the watchers.
-pub(crate) struct Shared {
-    pub args: ServeArgs,
-    pub dir: PathBuf,
+pub(crate) struct ServerState {
+    pub(crate) args: ServeArgs,
+    pub(crate) dir: PathBuf,
     /// The queues this server has attached, by id (names are looked up in
     /// the queue headers).
-    pub attachments: tvm::Attachments,
-    pub limits: resp::Limits,
+    pub(crate) attachments: tvm::Attachments,
+    pub(crate) limits: resp::Limits,
     /// The most bytes of one command a connection buffers (twice
     /// `--max-bulk-len`, at least 1 MiB): beyond, it is closed.
-    pub query_limit: usize,
-    pub password: Option<Vec<u8>>,
-    pub stats: Stats,
-    pub shutdown: std::sync::Arc<Shutdown>,
-    pub waiters: Waiters,
-    pub started: Instant,
-    pub tcp_addr: Option<SocketAddr>,
-    pub unix_path: Option<PathBuf>,
-    pub threads: usize,
+    pub(crate) query_limit: usize,
+    pub(crate) password: Option<Vec<u8>>,
+    pub(crate) stats: Stats,
+    pub(crate) shutdown: std::sync::Arc<Shutdown>,
+    pub(crate) waiters: Waiters,
+    pub(crate) started: Instant,
+    pub(crate) tcp_addr: Option<SocketAddr>,
+    pub(crate) unix_path: Option<PathBuf>,
+    pub(crate) threads: usize,
     /// One per worker.
-    pub worker_stats: Vec<WorkerStats>,
+    pub(crate) worker_stats: Vec<WorkerStats>,
     /// Connections each worker serves (for the listener's choice).
-    pub worker_conns: Vec<AtomicUsize>,
+    pub(crate) worker_conns: Vec<AtomicUsize>,
     /// Serialises auto-creation inside this process (other processes are
     /// handled by creation failing with TBL_ARD_EXIST).
-    pub create_lock: parking_lot::Mutex<()>,
+    pub(crate) create_lock: parking_lot::Mutex<()>,
 }
 
-impl Shared {
+impl ServerState {
     /// Commands run, bytes read and written, by every worker.
-    pub fn totals(&self) -> (u64, u64, u64) {
+    pub(crate) fn totals(&self) -> (u64, u64, u64) {
         self.worker_stats.iter().fold((0, 0, 0), |(c, i, o), w| {
             (
                 c + w.commands.load(Ordering::Relaxed),
@@ -132,7 +100,7 @@ impl Shared {
     }
 
     /// The queue directory.
-    pub fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         &self.dir
     }
 }

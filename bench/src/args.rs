@@ -1,0 +1,81 @@
+//! The options of `tvmq bench`, and the parts of the matrix they choose.
+
+use clap::{Args, ValueEnum};
+use std::path::PathBuf;
+
+#[derive(Args, Clone)]
+pub struct BenchArgs {
+    /// Records per cell (the seed's default is 4,000,000)
+    #[arg(long, default_value_t = 4_000_000)]
+    pub(crate) records: u64,
+    /// Runs per cell; the table shows the median and the min-max
+    #[arg(long, default_value_t = 5)]
+    pub(crate) runs: usize,
+    /// Where results.csv, results.json, chart.png and table.txt go
+    #[arg(long, default_value = "target/bench")]
+    pub(crate) out: PathBuf,
+    /// Directory holding the seed programs push_bench and pop_bench, compiled unchanged
+    #[arg(long)]
+    pub(crate) seed_bin: Option<PathBuf>,
+    /// tvmq's C driver (bench/drivers/tvmq_driver.c, compiled)
+    #[arg(long)]
+    pub(crate) c_driver: Option<PathBuf>,
+    /// The Boost.Interprocess message_queue driver (bench/drivers/boost_mq.cpp, compiled)
+    #[arg(long)]
+    pub(crate) boost_driver: Option<PathBuf>,
+    /// The latency driver (bench/drivers/latency.c, compiled): tvmq and a pipe across processes
+    #[arg(long)]
+    pub(crate) latency_driver: Option<PathBuf>,
+    /// The network client's driver (bench/drivers/net_driver.c, compiled):
+    /// adds tvm.h's network calls to --net
+    #[arg(long)]
+    pub(crate) net_driver: Option<PathBuf>,
+    /// A quick run of every cell with small counts (keeps `make bench` from rotting)
+    #[arg(long)]
+    pub(crate) smoke: bool,
+    /// The network matrix instead (make bench-net): tvmq serve against a
+    /// redis-server it starts, driven by redis-benchmark; --out target/bench-net
+    #[arg(long)]
+    pub(crate) net: bool,
+    /// Run only these parts of the matrix (repeat or separate with commas; default: all)
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub(crate) only: Vec<Part>,
+    /// Where the durable part puts its queues and redis's append-only file:
+    /// a directory on a disk (not tmpfs)
+    #[arg(long, value_name = "DIR", default_value = "target")]
+    pub(crate) disk_dir: PathBuf,
+    /// (Internal) a child process of the durable part: DIR:ID:COUNT
+    #[arg(long, hide = true, value_name = "DIR:ID:COUNT")]
+    pub(crate) durable_child: Option<String>,
+}
+
+/// The parts of the matrix, in the order they run.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    /// Time to create and attach a queue, and first-touch faults
+    Setup,
+    /// Push then pop at 1, 2, 4, 10 threads (with every peer)
+    Threads,
+    /// 2, 4, 5 processes
+    Processes,
+    /// Push and pop at once: 1+1, 2+1, 2+2
+    Pushpop,
+    /// Record sizes from 20 B to 20 KB
+    Sizes,
+    /// lPushs / lPopup, 64 a call
+    Batches,
+    /// Push-to-pop latency across processes at a record every 10 us, 100 us, 1 ms; idle consumers' CPU
+    Latency,
+    /// Durable queues on the disk (--disk-dir): interval=1000 against plain, always against
+    /// redis-server appendfsync always
+    Durable,
+    /// Acknowledged consumption: lPopLease + lAck beside plain lPop (and lPush), 1, 2, 4, 10 threads
+    Leases,
+}
+
+impl BenchArgs {
+    /// Is `part` to be run?
+    pub(crate) fn wants(&self, part: Part) -> bool {
+        self.only.is_empty() || self.only.contains(&part)
+    }
+}

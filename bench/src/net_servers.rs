@@ -1,0 +1,139 @@
+//! The two servers of the network matrix, tvmq serve and redis-server,
+//! each started on a free loopback port and its own unix socket, and
+//! redis-benchmark run against them, noting the CPU time the server spent
+//! per request.
+
+use crate::harness::{KillOnDrop, free_port, redis_benchmark, start_server};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub(crate) const TVMQ: &str = "tvmq serve";
+/// tvmq serve's worker threads here: redis-benchmark takes most of one of
+/// this machine's two cores, so the server has about one (redis-server runs
+/// its commands on one thread too). `--threads` defaults to the cores.
+pub(crate) const THREADS: usize = 1;
+pub(crate) const REDIS: &str = "redis-server";
+
+/// A server under test, killed when dropped.
+pub(crate) struct Target {
+    pub(crate) name: &'static str,
+    pub(crate) port: u16,
+    sock: PathBuf,
+    child: KillOnDrop,
+}
+
+impl Target {
+    /// Starts server `name` on a free port, its unix socket at `sock`:
+    /// `command` makes its command line for the port and the socket;
+    /// `hint` follows the name if it cannot start.
+    fn start(
+        name: &'static str,
+        hint: &str,
+        sock: PathBuf,
+        command: impl FnOnce(u16, &Path) -> Command,
+    ) -> Result<Target, String> {
+        let port = free_port()?;
+        let child = start_server(command(port, &sock), name, hint, port)?;
+        Ok(Target { name, port, sock, child })
+    }
+
+    /// Its process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+/// How to reach a server: TCP or its unix socket.
+#[derive(Clone, Copy, PartialEq)]
+pub(crate) enum Via {
+    Tcp,
+    Unix,
+}
+
+/// tvmq serve (this program), its queues in `dir`, its socket in `scratch`.
+pub(crate) fn start_tvmq(dir: &Path, scratch: &Path) -> Result<Target, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    Target::start(TVMQ, "", scratch.join("tvmq.sock"), |port, sock| {
+        let mut cmd = Command::new(exe);
+        cmd.arg("--dir")
+            .arg(dir)
+            .args(["serve", "--port", &port.to_string(), "--threads", &THREADS.to_string()])
+            .args(["--auto-create", "1000000x304", "--unixsocket"])
+            .arg(sock);
+        cmd
+    })
+}
+
+/// redis-server without persistence, its socket in `scratch`.
+pub(crate) fn start_redis(scratch: &Path) -> Result<Target, String> {
+    Target::start(REDIS, " (apt-get install redis-server)", scratch.join("redis.sock"), |port, sock| {
+        let mut cmd = Command::new("redis-server");
+        cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(["--maxclients", "10000", "--unixsocket"])
+            .arg(sock);
+        cmd
+    })
+}
+
+/// CPU time a server spent per request: (section, param, CSV row, server,
+/// microseconds), one entry a run; `CELL` says which cell runs.
+static CPU: std::sync::Mutex<Vec<CpuFigure>> = std::sync::Mutex::new(Vec::new());
+
+/// (section, param, CSV row, server, microseconds per request).
+type CpuFigure = (String, String, String, &'static str, f64);
+
+thread_local! {
+    /// The section and parameter of the cell being measured.
+    static CELL: std::cell::RefCell<(String, String)> = const { std::cell::RefCell::new((String::new(), String::new())) };
+}
+
+/// Notes which cell runs, for the CPU figures of the redis-benchmark runs.
+pub(crate) fn measuring(section: &str, param: &str) {
+    CELL.with(|c| *c.borrow_mut() = (section.to_string(), param.to_string()));
+}
+
+/// User plus system CPU time of process `pid`, in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which is in parentheses): utime and stime are the 12th and 13th.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let field = |i: usize| f.get(i).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0);
+    // utime and stime, in clock ticks (USER_HZ, 100 on Linux).
+    (field(11) + field(12)) / 100.0
+}
+
+/// Median CPU microseconds per request of `server` in a cell.
+pub(crate) fn cpu_per_request(section: &str, param: &str, row: &str, server: &str) -> Option<f64> {
+    let all = CPU.lock().ok()?;
+    let mut v: Vec<f64> =
+        all.iter().filter(|e| e.0 == section && e.1 == param && e.2 == row && e.3 == server).map(|e| e.4).collect();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied()
+}
+
+/// Runs redis-benchmark; the requests per second of test `row` (its CSV
+/// name, e.g. "LPUSH", "PING_MBULK"), as milliseconds for `n` requests.
+/// Notes the server's CPU time per request too.
+pub(crate) fn benchmark(t: &Target, via: Via, test: &str, row: &str, n: u64, extra: &[&str]) -> Result<f64, String> {
+    let cpu_before = cpu_seconds(t.pid());
+    let mut cmd = Command::new("redis-benchmark");
+    match via {
+        Via::Tcp => cmd.args(["-h", "127.0.0.1", "-p", &t.port.to_string()]),
+        Via::Unix => cmd.arg("-s").arg(&t.sock),
+    };
+    let rps = redis_benchmark(cmd.args(["-t", test, "-n", &n.to_string(), "--csv"]).args(extra), row)?;
+    // `-t ping` runs PING_INLINE too: both count.
+    let requests = if test == "ping" { 2 * n } else { n };
+    let us = (cpu_seconds(t.pid()) - cpu_before) * 1e6 / requests as f64;
+    let (section, param) = CELL.with(|c| c.borrow().clone());
+    if let Ok(mut all) = CPU.lock() {
+        all.push((section, param, row.to_string(), t.name, us));
+    }
+    Ok(n as f64 / rps * 1000.0)
+}
+
+/// A rate as the network tables show it: M/s from a million, else K/s.
+pub(crate) fn kilo(r: f64) -> String {
+    if r >= 1e6 { format!("{:.2} M/s", r / 1e6) } else { format!("{:.1} K/s", r / 1e3) }
+}

@@ -1,0 +1,102 @@
+//! What a command runs with: the connection's state ([`Client`]), the
+//! server's and the worker's ([`Ctx`]), and how integer arguments are read.
+
+use crate::keys::{LastKey, WorkerKeys};
+use crate::state::ServerState;
+use resp::Proto;
+use std::time::Instant;
+
+/// One connection's state, as the commands see it.
+pub(crate) struct Client {
+    /// CLIENT ID.
+    pub(crate) id: u64,
+    /// RESP2, or RESP3 after HELLO 3.
+    pub(crate) proto: Proto,
+    /// AUTH passed (or no password is required).
+    pub(crate) authed: bool,
+    /// CLIENT SETNAME.
+    pub(crate) name: Option<Vec<u8>>,
+    /// CLIENT SETINFO LIB-NAME / LIB-VER.
+    pub(crate) lib: [Option<Vec<u8>>; 2],
+    /// The peer, for CLIENT INFO.
+    pub(crate) peer: String,
+    /// The queue of the last key used.
+    pub(crate) last: LastKey,
+    /// When the connection was accepted.
+    pub(crate) since: Instant,
+}
+
+impl Client {
+    /// A new client; `authed` when no password is required.
+    pub(crate) fn new(id: u64, authed: bool, peer: String) -> Client {
+        Client {
+            id,
+            proto: Proto::Resp2,
+            authed,
+            name: None,
+            lib: [None, None],
+            peer,
+            last: LastKey::default(),
+            since: Instant::now(),
+        }
+    }
+}
+
+/// What a command needs: the server, the worker, the client.
+pub(crate) struct Ctx<'a> {
+    pub(crate) shared: &'a ServerState,
+    pub(crate) keys: &'a WorkerKeys,
+    pub(crate) client: &'a mut Client,
+}
+
+/// An integer as Redis's `string2ll` reads one (no `+`, no leading zero,
+/// no blank, within i64).
+pub(crate) fn parse_int(s: &[u8]) -> Option<i64> {
+    if s.is_empty() || s.len() > 20 {
+        return None;
+    }
+    let (neg, digits) = match s {
+        [b'-', rest @ ..] => (true, rest),
+        _ => (false, s),
+    };
+    match digits {
+        [b'0'] if !neg => return Some(0),
+        [b'1'..=b'9', ..] => {}
+        _ => return None,
+    }
+    let mut v: i128 = 0;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        v = v * 10 + i128::from(d - b'0');
+    }
+    i64::try_from(if neg { -v } else { v }).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integers_as_redis_reads_them() {
+        assert_eq!(parse_int(b"0"), Some(0));
+        assert_eq!(parse_int(b"-5"), Some(-5));
+        assert_eq!(parse_int(b"9223372036854775807"), Some(i64::MAX));
+        assert_eq!(parse_int(b"-9223372036854775808"), Some(i64::MIN));
+        for bad in [
+            &b""[..],
+            b"-",
+            b"-0",
+            b"01",
+            b"+1",
+            b" 1",
+            b"1 ",
+            b"9223372036854775808",
+            b"1a",
+            b"99999999999999999999999",
+        ] {
+            assert_eq!(parse_int(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
+}
