@@ -49,11 +49,11 @@
 // Under loom only the ring is built, without the queue that uses all of it.
 #![cfg_attr(loom, allow(dead_code))]
 
+mod atomics;
 mod codes;
 pub mod error;
 mod lease;
 mod ring;
-mod sync;
 #[cfg(test)]
 mod test_support;
 
@@ -78,6 +78,8 @@ mod schema;
 #[cfg(not(loom))]
 mod shm;
 #[cfg(not(loom))]
+mod spec;
+#[cfg(not(loom))]
 mod wait;
 
 pub use error::{Error, Result};
@@ -91,11 +93,9 @@ pub use ring::{LocalRing, MAX_CAPACITY};
 #[cfg(not(loom))]
 pub use attach::Attachments;
 #[cfg(not(loom))]
-pub use durable::{Durability, DurableStats, RecoveryStats};
+pub use durable::{DurableStats, RecoveryStats};
 #[cfg(not(loom))]
-pub use file::{DEFAULT_LEASE_MS, DEFAULT_MAX_LEASES, LeaseSpec, MAX_LEASE_MS, MAX_LEASES};
-#[cfg(not(loom))]
-pub use file::{DEFAULT_UNBLOCK_TIMEOUT_MS, MAX_RECORD_SIZE, Spec, queue_dir, queue_ids, queue_path, slot_stride};
+pub use file::{queue_dir, queue_ids, queue_path, slot_stride};
 #[cfg(not(loom))]
 pub use queue::{Lease, LeaseState, LeaseStats, LeasedRecord};
 #[cfg(not(loom))]
@@ -104,3 +104,9 @@ pub use queue::{Process, Queue, QueueInfo, Repair, Stats, Strategy, Wait};
 pub use ring::Peeked;
 #[cfg(not(loom))]
 pub use schema::{Field, FieldKind, MAX_FIELD_NAME, MAX_FIELDS};
+#[cfg(not(loom))]
+pub use spec::{
+    DEFAULT_LEASE_MS, DEFAULT_MAX_LEASES, DEFAULT_UNBLOCK_TIMEOUT_MS, MAX_LEASE_MS, MAX_LEASES, MAX_RECORD_SIZE,
+};
+#[cfg(not(loom))]
+pub use spec::{Durability, LeaseSpec, Spec};

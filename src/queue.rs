@@ -15,15 +15,16 @@
 //! between publishing and waking delays a sleeper, never strands it.
 
 use crate::clock::{mono_ns, now_ns};
-use crate::durable::{Durability, Durable, DurableStats};
+use crate::durable::{Durable, DurableStats};
 use crate::error::*;
+use crate::file;
 use crate::file::layout::Control;
 use crate::file::map::{Access, QueueFile};
-use crate::file::{self, LeaseSpec, Spec};
 use crate::registry::{IntentSlots, Liveness, Registry};
 use crate::ring::{Announce, Backoff, Holder, IDLE, Ring, RingError, Stall, Verdict, intent_word};
 use crate::ring::{MapStorage, Peeked};
 use crate::schema::Field;
+use crate::spec::{Durability, LeaseSpec, Spec};
 use crate::wait;
 use std::cell::{Cell, RefCell};
 use std::path::Path;
@@ -1238,9 +1239,9 @@ mod tests {
     /// get it, once.
     #[test]
     fn a_record_taken_by_a_dying_lease_consumer_comes_back_without_further_pushes() {
-        use crate::file::LeaseSpec;
         use crate::lease::state::Owner;
         use crate::ring::{NeverRecover, Silent};
+        use crate::spec::LeaseSpec;
         let dir = TempDir::new("queue", "stranded");
         let mut spec = Spec::new(8, 8);
         spec.leases = Some(LeaseSpec { lease_ms: 60_000, max_leases: 4, ..LeaseSpec::default() });

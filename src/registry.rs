@@ -20,7 +20,7 @@
 //! count ([`Registry::reconcile`]).
 
 use crate::ring::{Holder, IDLE, covers};
-use crate::shm::{Shared, SharedMap, SharedRef};
+use crate::shm::{SharedMap, SharedRef, ShmSafe};
 use std::fs::File;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
@@ -62,9 +62,9 @@ pub struct ProcEntry {
 const _: () = assert!(std::mem::size_of::<ProcEntry>() == 128 + INTENTS * 128);
 
 // SAFETY: atomics, and reserved integers nobody writes: any bits are a value.
-unsafe impl Shared for IntentWord {}
+unsafe impl ShmSafe for IntentWord {}
 // SAFETY: as above.
-unsafe impl Shared for ProcEntry {}
+unsafe impl ShmSafe for ProcEntry {}
 
 /// Size of the table in the file.
 pub const TABLE_BYTES: usize = MAX_PROCS * std::mem::size_of::<ProcEntry>();

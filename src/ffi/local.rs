@@ -3,9 +3,10 @@
 use super::handle::{detach, state, with_queue};
 use super::{CallResult, Fail, QUE_NORMAL, QUE_NOWAIT, RC_SUCC, SATvm, TABLE, TCREATE, Uenum, call, call_no_handle};
 use crate::error::*;
-use crate::file::{Spec, queue_dir};
+use crate::file::queue_dir;
 use crate::queue::{Queue, Wait};
 use crate::schema::{Field, MAX_FIELDS, kind_of};
+use crate::spec::Spec;
 use std::cell::RefCell;
 use std::ffi::{CStr, c_char, c_long, c_void};
 use std::time::{Duration, Instant};

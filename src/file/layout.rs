@@ -16,6 +16,7 @@ use crate::error::*;
 use crate::registry::{MAX_PROCS, TABLE_BYTES};
 use crate::ring::{CachePadded, Cursors, MAX_CAPACITY, SLOT_HEADER_BYTES, one_lap};
 use crate::schema::{Field, MAX_FIELD_NAME, MAX_FIELDS, kind_of};
+use crate::spec::{Durability, MAX_INTERVAL_MS, MAX_LEASE_MS, MAX_LEASES, MAX_RECORD_SIZE, Spec};
 use std::mem::offset_of;
 use std::sync::atomic::{AtomicU32, AtomicU64};
 
@@ -31,8 +32,6 @@ pub(crate) const CONTROL_OFFSET: u64 = 4096;
 pub(crate) const TABLE_OFFSET: u64 = 8192;
 /// File offset of slot 0.
 pub(crate) const DATA_OFFSET: u64 = TABLE_OFFSET + TABLE_BYTES as u64;
-/// Largest record size (the slot keeps lengths in 32 bits).
-pub const MAX_RECORD_SIZE: u64 = 1 << 30;
 /// Bytes of a queue name and of a partition text in the header (the last
 /// one is always NUL: at most 63 and 31 bytes are kept).
 pub(crate) const NAME_BYTES: usize = 64;
@@ -103,8 +102,6 @@ pub(crate) const OPT_DURABLE: u64 = 2;
 pub(crate) const POLICY_ALWAYS: u64 = 1;
 /// [`DurableOptions::policy`]: a flusher syncs at most `interval_ms` after a change.
 pub(crate) const POLICY_INTERVAL: u64 = 2;
-/// Longest interval a durable queue may have (one hour).
-pub(crate) const MAX_INTERVAL_MS: u64 = 3_600_000;
 
 /// The durability policy of a queue, in [`Options::durable`] (64 bytes, the
 /// size of the array it replaced). All zero: not durable.
@@ -130,11 +127,6 @@ pub(crate) const OPT_LEASES: u64 = 4;
 /// `interval` queue's durable copy, written by its syncs with direct I/O:
 /// see [`image_offset`] and `crate::durable`).
 pub(crate) const OPT_IMAGE: u64 = 8;
-
-/// Longest lease (and release delay) a queue may default to: a year.
-pub const MAX_LEASE_MS: u64 = 365 * 24 * 3600 * 1000;
-/// Most leases a queue may have in flight (entries of its lease table).
-pub const MAX_LEASES: u64 = 1 << 20;
 
 /// The settings of acknowledged consumption, in [`Options::leases`] (all
 /// zero without [`OPT_LEASES`]).
@@ -182,7 +174,7 @@ pub(crate) struct Options {
 
 impl Options {
     /// The options of a new queue.
-    pub(crate) fn new(spec: &crate::file::Spec) -> Options {
+    pub(crate) fn new(spec: &Spec) -> Options {
         let mut o = Options::default();
         if let Some(us) = spec.spin_us {
             o.flags |= OPT_SPIN;
@@ -191,8 +183,8 @@ impl Options {
         if let Some(d) = spec.durability {
             o.flags |= OPT_DURABLE;
             o.durable = match d {
-                crate::Durability::Always => DurableOptions { policy: POLICY_ALWAYS, ..Default::default() },
-                crate::Durability::Interval(ms) => {
+                Durability::Always => DurableOptions { policy: POLICY_ALWAYS, ..Default::default() },
+                Durability::Interval(ms) => {
                     o.flags |= OPT_IMAGE;
                     DurableOptions { policy: POLICY_INTERVAL, interval_ms: u64::from(ms), ..Default::default() }
                 }
@@ -282,13 +274,13 @@ impl Options {
     }
 
     /// The durability policy of the queue, if it is durable (of a validated block).
-    pub(crate) fn durability(&self) -> Option<crate::Durability> {
+    pub(crate) fn durability(&self) -> Option<Durability> {
         if self.flags & OPT_DURABLE == 0 {
             return None;
         }
         match self.durable.policy {
-            POLICY_ALWAYS => Some(crate::Durability::Always),
-            _ => Some(crate::Durability::Interval(u32::try_from(self.durable.interval_ms).unwrap_or(u32::MAX))),
+            POLICY_ALWAYS => Some(Durability::Always),
+            _ => Some(Durability::Interval(u32::try_from(self.durable.interval_ms).unwrap_or(u32::MAX))),
         }
     }
 
@@ -470,19 +462,19 @@ pub(crate) struct Control {
 }
 
 // SAFETY: the control block is atomics only: any bits are a value.
-unsafe impl crate::shm::Shared for WakeWords {}
+unsafe impl crate::shm::ShmSafe for WakeWords {}
 // SAFETY: as above.
-unsafe impl crate::shm::Shared for StateWords {}
+unsafe impl crate::shm::ShmSafe for StateWords {}
 // SAFETY: as above.
-unsafe impl crate::shm::Shared for Counters {}
+unsafe impl crate::shm::ShmSafe for Counters {}
 // SAFETY: as above.
-unsafe impl crate::shm::Shared for SyncWords {}
+unsafe impl crate::shm::ShmSafe for SyncWords {}
 // SAFETY: as above.
-unsafe impl crate::shm::Shared for RecoveryWords {}
+unsafe impl crate::shm::ShmSafe for RecoveryWords {}
 // SAFETY: as above.
-unsafe impl crate::shm::Shared for Mark {}
+unsafe impl crate::shm::ShmSafe for Mark {}
 // SAFETY: as above.
-unsafe impl crate::shm::Shared for Control {}
+unsafe impl crate::shm::ShmSafe for Control {}
 const _: () = assert!(size_of::<SyncWords>() <= 128 && size_of::<RecoveryWords>() <= 128);
 const _: () = assert!(offset_of!(Control, marks) % 512 == 0 && CONTROL_OFFSET % 512 == 0);
 
@@ -533,6 +525,19 @@ pub(crate) fn file_size_for(rows: u64, record_size: u64, durable: bool, image: b
     lease_table_offset(rows, record_size)?.checked_add(crate::lease::table::table_bytes(leases, record_size)?)
 }
 
+impl Spec {
+    /// The size of the file this queue needs, or `None` if it overflows.
+    pub fn file_size(&self) -> Option<u64> {
+        file_size_for(
+            self.rows,
+            self.record_size,
+            self.durability.is_some(),
+            matches!(self.durability, Some(Durability::Interval(_))),
+            self.leases.as_ref().map_or(0, |l| l.max_leases),
+        )
+    }
+}
+
 /// Bytes of the image's first part, the copy of the control page that holds
 /// the consumed watermark (`Control::marks`).
 pub(crate) const IMAGE_MARKS_BYTES: u64 = 4096;
@@ -576,7 +581,7 @@ fn c_str(bytes: &[u8]) -> Option<&str> {
 
 impl Info {
     /// The header of a new queue (its geometry is assumed checked).
-    pub(crate) fn new(id: u32, spec: &crate::file::Spec, file_size: u64) -> Result<Info> {
+    pub(crate) fn new(id: u32, spec: &Spec, file_size: u64) -> Result<Info> {
         if spec.fields.len() > MAX_FIELDS {
             return Err(Error::new(FLD_DEF_SPILL, format!("{} fields: at most {MAX_FIELDS}", spec.fields.len())));
         }

@@ -41,7 +41,7 @@
 //! consumers taking the same record, and a consumer that dies between
 //! saving a record from the ring and releasing its slot.
 
-use crate::sync::{AtomicU32, AtomicU64, Ordering};
+use crate::atomics::{AtomicU32, AtomicU64, Ordering};
 
 /// What an entry holds, and who may change it (see the module doc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -19,7 +19,7 @@
 
 use super::state::{Entry, Owner, St, Word};
 use crate::ring::CachePadded;
-use crate::shm::{Shared, SharedMap, SharedRef};
+use crate::shm::{SharedMap, SharedRef, ShmSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Bytes of the table's control block.
@@ -103,15 +103,15 @@ pub(crate) struct LeaseControl {
 }
 
 // SAFETY: atomics and reserved integers only: any bits are a value.
-unsafe impl Shared for Entry {}
+unsafe impl ShmSafe for Entry {}
 // SAFETY: as above.
-unsafe impl Shared for Hints {}
+unsafe impl ShmSafe for Hints {}
 // SAFETY: as above.
-unsafe impl Shared for Sweeping {}
+unsafe impl ShmSafe for Sweeping {}
 // SAFETY: as above.
-unsafe impl Shared for LeaseCounters {}
+unsafe impl ShmSafe for LeaseCounters {}
 // SAFETY: as above.
-unsafe impl Shared for LeaseControl {}
+unsafe impl ShmSafe for LeaseControl {}
 
 /// A queue file's lease table, mapped.
 pub(crate) struct LeaseTable {

@@ -52,19 +52,19 @@
 //! positions with one CAS and then handle each slot as above.
 
 #[cfg(not(loom))]
-mod rebuild;
+mod passes;
 pub(crate) mod seal;
 mod storage;
 
 #[cfg(not(loom))]
-pub(crate) use rebuild::Rebuilt;
+pub(crate) use passes::Rebuilt;
 #[cfg(not(loom))]
 pub(crate) use storage::MapStorage;
 pub(crate) use storage::{CachePadded, HeapStorage, SlotHeader, Storage};
 #[cfg(not(loom))]
 pub(crate) use storage::{Cursors, SLOT_HEADER_BYTES};
 
-use crate::sync::{AtomicU32, AtomicU64, Ordering, fence, spin_hint, yield_now};
+use crate::atomics::{AtomicU32, AtomicU64, Ordering, fence, spin_hint, yield_now};
 
 /// `seq` bit: the slot holds a published record for its lap.
 pub const PUBLISHED: u64 = 1;

@@ -5,7 +5,7 @@
 //! The ring knows nothing else about memory: a storage hands out the
 //! cursors, each slot's header, and copies record bytes in and out of a slot.
 
-use crate::sync::{AtomicU32, AtomicU64};
+use crate::atomics::{AtomicU32, AtomicU64};
 
 /// Pads and aligns a value to 128 bytes (two cache lines, which the adjacent
 /// line prefetcher pairs) so that producers and consumers do not share a line.
@@ -89,20 +89,20 @@ pub unsafe trait Storage {
 
 // SAFETY: integers and atomics only; any bits are a value (see each type).
 #[cfg(not(loom))]
-unsafe impl<T: crate::shm::Shared> crate::shm::Shared for CachePadded<T> {}
+unsafe impl<T: crate::shm::ShmSafe> crate::shm::ShmSafe for CachePadded<T> {}
 // SAFETY: padded atomics.
 #[cfg(not(loom))]
-unsafe impl crate::shm::Shared for Cursors {}
+unsafe impl crate::shm::ShmSafe for Cursors {}
 // SAFETY: atomics.
 #[cfg(not(loom))]
-unsafe impl crate::shm::Shared for TailWords {}
+unsafe impl crate::shm::ShmSafe for TailWords {}
 // The file layout: the stranded word lives in the tail line's padding (zero
 // in files written before it existed: "none").
 #[cfg(not(loom))]
 const _: () = assert!(size_of::<Cursors>() == 256 && std::mem::offset_of!(Cursors, head) == 128);
 // SAFETY: atomics and a plain u32; any bits are a value (the ring validates them).
 #[cfg(not(loom))]
-unsafe impl crate::shm::Shared for SlotHeader {}
+unsafe impl crate::shm::ShmSafe for SlotHeader {}
 
 /// Bytes of the header before each slot's record.
 pub const SLOT_HEADER_BYTES: usize = size_of::<SlotHeader>();

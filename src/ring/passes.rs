@@ -1,5 +1,8 @@
-//! Durable rings: the consumed watermark that syncs record, and the rebuild
-//! of a ring from its slots after a machine crash.
+//! The passes over a durable ring's slots: sealing what was published
+//! since the last sync ([`Ring::seal_published`], which every `interval`
+//! sync runs first), finding the consumed watermark a sync records
+//! ([`Ring::released_until`]), and rebuilding the ring from its slots after
+//! a machine crash ([`Ring::rebuild`]).
 //!
 //! After a crash the file holds, page by page (even sector by sector), the
 //! state of different instants: the cursors are only hints. Producers
@@ -11,7 +14,7 @@
 
 use super::seal::seal;
 use super::{POS_MASK, PUBLISHED, Ring, SKIP, State, Storage};
-use crate::sync::Ordering;
+use crate::atomics::Ordering;
 #[cfg(not(loom))]
 use {super::MapStorage, std::sync::atomic::fence};
 
