@@ -22,18 +22,21 @@
 //! ```
 //!
 //! # Layers
-//! Each module uses only those above it, and only [`ffi`] and what is
+//! Each module uses only those above it (`scripts/check-layers.py`, part of
+//! `make lint`, reads this table and checks every `crate::` path of src/
+//! against it; test code is exempt), and only [`ffi`] and what is
 //! re-exported here is visible outside the crate:
 //!
 //! | module | concern |
 //! |---|---|
-//! | [`error`], `codes` | the STVM error codes and messages; the [`Error`] value; no I/O |
-//! | `sync`, `clock`, `shm` | loom-switchable atomics; wall time; a shared mapping and the views that keep it mapped |
+//! | `codes`, [`error`] | the STVM error codes and messages; the [`Error`] value; no I/O |
+//! | `atomics`, `clock`, `shm` | loom-switchable atomics; wall time, the monotonic clock and the boot id; a shared mapping and the views that keep it mapped |
 //! | `ring` | the lock-free algorithm over a `Storage` (heap or mapping); no files, no C |
 //! | `wait` | futex sleep and wake on a word of shared memory |
 //! | `registry` | which processes are attached; is a position's holder provably alive? |
 //! | `schema` | record layouts: [`Field`], [`FieldKind`] |
 //! | `lease` | acknowledged consumption: the lease entry's state machine (`state`) and the file's lease table (`table`) |
+//! | `spec` | what a queue is asked to be: [`Spec`], [`LeaseSpec`], [`Durability`], the limits and their validation; no I/O |
 //! | `file` | queue files: `layout` (bytes and validation), `dir` (directory policy), `create`, `map` |
 //! | `durable` | durable queues: group-committed syncs, the flusher, recovery after a machine restart |
 //! | `queue` | the safe API: [`Queue`] (and `queue::lease`: [`Queue::pop_lease`], [`Lease`]) |
