@@ -185,7 +185,7 @@ impl<S: Storage> Ring<S> {
         }
         // Publish by CAS: it fails only if a waiter declared our claim dead
         // and turned the slot into a skipped record. SeqCst orders it before
-        // the waiter-count load of a blocking wake-up (see `queue`).
+        // the waiter-count load of a blocking wake-up (see `queue::blocking`).
         match slot.seq.compare_exchange(claim.lap, claim.lap | PUBLISHED, Ordering::SeqCst, Ordering::Relaxed) {
             Ok(_) => Ok(()),
             Err(_) => Err(RingError::Robbed),

@@ -231,7 +231,7 @@ impl<S: Storage> Ring<S> {
     }
 
     /// True when no record is queued, read with the sequential consistency that
-    /// a sleeper needs after announcing itself (see `queue`).
+    /// a sleeper needs after announcing itself (see `queue::blocking`).
     pub fn is_empty_seqcst(&self) -> bool {
         let cursors = self.store.cursors();
         let head = cursors.head.0.load(Ordering::SeqCst);
@@ -239,7 +239,7 @@ impl<S: Storage> Ring<S> {
     }
 
     /// [`pushed`](Self::pushed), read with the sequential consistency that a
-    /// sleeper needs after announcing itself (see `queue`).
+    /// sleeper needs after announcing itself (see `queue::blocking`).
     pub fn pushed_seqcst(&self) -> u64 {
         self.count(self.store.cursors().tail.0.pos.load(Ordering::SeqCst))
     }
