@@ -48,6 +48,7 @@
 //! model checker.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 // Under loom only the ring is built, without the queue that uses all of it.
 #![cfg_attr(loom, allow(dead_code))]
@@ -57,6 +58,7 @@ mod codes;
 pub mod error;
 mod lease;
 mod ring;
+#[allow(unreachable_pub)]
 #[cfg(test)]
 mod test_support;
 
@@ -69,6 +71,9 @@ mod clock;
 #[cfg(not(loom))]
 mod durable;
 #[cfg(not(loom))]
+// Outside the rule that what is `pub` is re-exported: the C ABI's functions
+// are reached by their symbols.
+#[allow(unreachable_pub)]
 pub mod ffi;
 #[cfg(not(loom))]
 mod file;

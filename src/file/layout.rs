@@ -43,48 +43,48 @@ const FIELD_NAME_BYTES: usize = MAX_FIELD_NAME + 1;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct FieldDesc {
     /// NUL-padded name.
-    pub name: [u8; FIELD_NAME_BYTES],
-    pub offset: u32,
-    pub len: u32,
+    pub(crate) name: [u8; FIELD_NAME_BYTES],
+    pub(crate) offset: u32,
+    pub(crate) len: u32,
     /// A [`crate::schema::FieldKind`] number.
-    pub kind: u32,
-    pub reserved: u32,
+    pub(crate) kind: u32,
+    pub(crate) reserved: u32,
 }
 
 /// The immutable header at offset 0. Every field is checked on open.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Info {
-    pub magic: [u8; 8],
-    pub version: u32,
-    pub info_bytes: u32,
-    pub control_offset: u64,
-    pub table_offset: u64,
-    pub data_offset: u64,
+    pub(crate) magic: [u8; 8],
+    pub(crate) version: u32,
+    pub(crate) info_bytes: u32,
+    pub(crate) control_offset: u64,
+    pub(crate) table_offset: u64,
+    pub(crate) data_offset: u64,
     /// Exact size of the file.
-    pub file_size: u64,
-    pub record_size: u64,
+    pub(crate) file_size: u64,
+    pub(crate) record_size: u64,
     /// Exact number of records the queue holds.
-    pub capacity: u64,
+    pub(crate) capacity: u64,
     /// `(capacity + 1).next_power_of_two()`.
-    pub one_lap: u64,
+    pub(crate) one_lap: u64,
     /// Bytes per slot: 16 + record size rounded up to 8.
-    pub slot_stride: u64,
-    pub created_ns: u64,
+    pub(crate) slot_stride: u64,
+    pub(crate) created_ns: u64,
     /// How long a waiter waits for a slot whose holder cannot be proven dead
     /// or alive before recovering it.
-    pub unblock_timeout_ms: u64,
-    pub id: u32,
+    pub(crate) unblock_timeout_ms: u64,
+    pub(crate) id: u32,
     /// Permission bits the file was created with.
-    pub mode: u32,
+    pub(crate) mode: u32,
     /// Entries in the process table.
-    pub proc_slots: u32,
-    pub field_count: u32,
-    pub name: [u8; NAME_BYTES],
-    pub part: [u8; PART_BYTES],
-    pub fields: [FieldDesc; MAX_FIELDS],
+    pub(crate) proc_slots: u32,
+    pub(crate) field_count: u32,
+    pub(crate) name: [u8; NAME_BYTES],
+    pub(crate) part: [u8; PART_BYTES],
+    pub(crate) fields: [FieldDesc; MAX_FIELDS],
     /// FNV-1a 64 of every byte above.
-    pub checksum: u64,
+    pub(crate) checksum: u64,
 }
 
 const _: () = assert!(size_of::<Info>() as u64 + size_of::<Options>() as u64 <= INFO_BYTES);
@@ -109,13 +109,13 @@ pub(crate) const POLICY_INTERVAL: u64 = 2;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct DurableOptions {
     /// [`POLICY_ALWAYS`] or [`POLICY_INTERVAL`] (0 when not durable).
-    pub policy: u64,
+    pub(crate) policy: u64,
     /// For [`POLICY_INTERVAL`]: the longest time, in milliseconds, between a
     /// change and the sync that makes it durable (1..=[`MAX_INTERVAL_MS`]);
     /// 0 otherwise.
-    pub interval_ms: u64,
+    pub(crate) interval_ms: u64,
     /// Zero; room for later durability settings.
-    pub reserved: [u64; 6],
+    pub(crate) reserved: [u64; 6],
 }
 const _: () = assert!(size_of::<DurableOptions>() == 64);
 
@@ -134,19 +134,19 @@ pub(crate) const OPT_IMAGE: u64 = 8;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct LeaseOptions {
     /// Lease time of `lPopLease(..., 0, ...)`, in milliseconds, >= 1.
-    pub lease_ms: u64,
+    pub(crate) lease_ms: u64,
     /// Deliveries after which a record that is not acknowledged goes to the
     /// dead-letter queue (0: no limit), at most [`crate::lease::state::MAX_DELIVERIES`].
-    pub max_deliveries: u64,
+    pub(crate) max_deliveries: u64,
     /// Entries of the lease table: leases in flight at most, 1..=[`MAX_LEASES`].
-    pub max_leases: u64,
+    pub(crate) max_leases: u64,
     /// The dead-letter queue's id, when `has_dead_letter` is 1.
-    pub dead_letter: u32,
+    pub(crate) dead_letter: u32,
     /// 1: rejected records (and those past the delivery limit) go to queue
     /// `dead_letter`; 0: they are dropped (counted).
-    pub has_dead_letter: u32,
+    pub(crate) has_dead_letter: u32,
     /// Zero; reserved.
-    pub reserved: [u64; 4],
+    pub(crate) reserved: [u64; 4],
 }
 const _: () = assert!(size_of::<LeaseOptions>() == 64);
 
@@ -158,18 +158,18 @@ const _: () = assert!(size_of::<LeaseOptions>() == 64);
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Options {
     /// Which of the settings below are set ([`OPT_SPIN`]).
-    pub flags: u64,
+    pub(crate) flags: u64,
     /// Blocking pops spin this many microseconds before they yield and
     /// sleep; -1: they never sleep.
-    pub spin_us: i64,
+    pub(crate) spin_us: i64,
     /// The durability policy, set with [`OPT_DURABLE`] (all zero without it).
-    pub durable: DurableOptions,
+    pub(crate) durable: DurableOptions,
     /// The settings of acknowledged consumption ([`OPT_LEASES`]).
-    pub leases: LeaseOptions,
+    pub(crate) leases: LeaseOptions,
     /// Zero; room for later settings.
-    pub reserved: [u64; 13],
+    pub(crate) reserved: [u64; 13],
     /// FNV-1a 64 of the bytes above, or 0 when they are all zero.
-    pub checksum: u64,
+    pub(crate) checksum: u64,
 }
 
 impl Options {
@@ -316,10 +316,10 @@ const _: () = assert!(DATA_OFFSET % 4096 == 0);
 #[derive(Default)]
 pub(crate) struct WakeWords {
     /// Bumped by a producer before waking sleepers; sleepers wait on it.
-    pub futex: AtomicU32,
+    pub(crate) futex: AtomicU32,
     /// Threads announced as (about to be) asleep; producers skip the wake-up
     /// system call while it is 0.
-    pub waiters: AtomicU32,
+    pub(crate) waiters: AtomicU32,
 }
 
 /// Read on every call, written once: kept apart from the busy lines.
@@ -327,10 +327,10 @@ pub(crate) struct WakeWords {
 #[derive(Default)]
 pub(crate) struct StateWords {
     /// Non-zero once the queue has been dropped.
-    pub dropped: AtomicU32,
+    pub(crate) dropped: AtomicU32,
     /// Processes attached without an entry in the process table (it was
     /// full): while non-zero, no stalled holder can be proven dead.
-    pub unregistered: AtomicU32,
+    pub(crate) unregistered: AtomicU32,
 }
 
 /// Counters of rare events (not touched by normal pushes and pops).
@@ -338,15 +338,15 @@ pub(crate) struct StateWords {
 #[derive(Default)]
 pub(crate) struct Counters {
     /// Claims of dead producers turned into skipped (empty) records.
-    pub recovered_pushes: AtomicU64,
+    pub(crate) recovered_pushes: AtomicU64,
     /// Records of dead consumers delivered again.
-    pub recovered_pops: AtomicU64,
+    pub(crate) recovered_pops: AtomicU64,
     /// Calls that failed because their own slot had been recovered.
-    pub robbed: AtomicU64,
+    pub(crate) robbed: AtomicU64,
     /// Sleepers of dead processes taken off the waiter count.
-    pub reconciled_waiters: AtomicU64,
+    pub(crate) reconciled_waiters: AtomicU64,
     /// Time of the last recovery, nanoseconds since the Unix epoch.
-    pub last_recovery_ns: AtomicU64,
+    pub(crate) last_recovery_ns: AtomicU64,
 }
 
 /// The shared state of a durable queue's syncs (unused by other queues).
@@ -355,51 +355,51 @@ pub(crate) struct Counters {
 #[derive(Default)]
 pub(crate) struct SyncWords {
     /// 0: no sync in progress; else the pid of the process syncing.
-    pub lock: AtomicU32,
+    pub(crate) lock: AtomicU32,
     /// Bumped when a sync ends (or its syncer gives up); waiters sleep on it.
-    pub futex: AtomicU32,
+    pub(crate) futex: AtomicU32,
     /// Threads (of every process) asleep waiting for a sync.
-    pub waiters: AtomicU32,
+    pub(crate) waiters: AtomicU32,
     /// `interval` queues: set by a flusher that found pushes or pops no
     /// sync covers (or by a failed sync), cleared as a sync begins: the
     /// flushers time their syncs from it.
-    pub dirty: AtomicU32,
+    pub(crate) dirty: AtomicU32,
     /// Syncs started: a change made before this count was read is covered
     /// by sync number `started + 1` and every later one.
-    pub started: AtomicU64,
+    pub(crate) started: AtomicU64,
     /// The highest sync number that has completed.
-    pub done: AtomicU64,
+    pub(crate) done: AtomicU64,
     /// When the lock was taken, nanoseconds since the Unix epoch.
-    pub locked_ns: AtomicU64,
+    pub(crate) locked_ns: AtomicU64,
     /// When the last sync completed, nanoseconds since the Unix epoch.
-    pub last_sync_ns: AtomicU64,
+    pub(crate) last_sync_ns: AtomicU64,
     /// How long the last sync took, nanoseconds.
-    pub last_sync_took_ns: AtomicU64,
+    pub(crate) last_sync_took_ns: AtomicU64,
     /// Syncs that failed (the system call returned an error).
-    pub failures: AtomicU64,
+    pub(crate) failures: AtomicU64,
     /// When `dirty` was last set: the last time a flusher found the queue
     /// unchanged before it found the change (so no later than the oldest
     /// change not yet synced), nanoseconds since the Unix epoch.
-    pub dirty_ns: AtomicU64,
+    pub(crate) dirty_ns: AtomicU64,
     /// The boot id (`/proc/sys/kernel/random/boot_id`) of the machine on which
     /// processes last attached: another value at attach means the machine
     /// restarted since, and the ring is rebuilt from its slots.
-    pub boot_id: [AtomicU64; 2],
+    pub(crate) boot_id: [AtomicU64; 2],
     /// Calls that needed a sync (each counted once): the syncer of an
     /// `always` queue gathers callers by it (see `Durable::gather`).
-    pub arrivals: AtomicU32,
+    pub(crate) arrivals: AtomicU32,
     /// `arrivals` when the last sync started.
-    pub batch_start: AtomicU32,
+    pub(crate) batch_start: AtomicU32,
     /// Callers waiting for a sync when the last one ended, its syncer included.
-    pub callers: AtomicU32,
+    pub(crate) callers: AtomicU32,
     /// `interval` queues, whose producers do not seal their records: the
     /// position count from which the next sync seals what was published
     /// (the last sync sealed every published record below it).
-    pub sealed: AtomicU64,
+    pub(crate) sealed: AtomicU64,
     /// `interval` queues: the position count from which the next sync
     /// copies into the image the slots consumers released (the last sync
     /// copied every released slot below it).
-    pub released: AtomicU64,
+    pub(crate) released: AtomicU64,
 }
 
 /// What the last recovery after a machine restart found (durable queues).
@@ -407,22 +407,22 @@ pub(crate) struct SyncWords {
 #[derive(Default)]
 pub(crate) struct RecoveryWords {
     /// When it ran, nanoseconds since the Unix epoch (0: never).
-    pub at_ns: AtomicU64,
+    pub(crate) at_ns: AtomicU64,
     /// Records kept (valid and not consumed).
-    pub kept: AtomicU64,
+    pub(crate) kept: AtomicU64,
     /// Slots dropped because their checksum did not match (torn writes, or
     /// a record whose write had not reached the disk).
-    pub torn: AtomicU64,
+    pub(crate) torn: AtomicU64,
     /// Valid records dropped because they lie below the consumed watermark.
-    pub stale: AtomicU64,
+    pub(crate) stale: AtomicU64,
     /// Kept records moved to a later position (more than a lap behind the newest).
-    pub moved: AtomicU64,
+    pub(crate) moved: AtomicU64,
     /// Positions between kept records that held nothing: now empty records.
-    pub holes: AtomicU64,
+    pub(crate) holes: AtomicU64,
     /// Recoveries run on this file.
-    pub runs: AtomicU64,
+    pub(crate) runs: AtomicU64,
     /// The consumed watermark the recovery started from.
-    pub watermark: AtomicU64,
+    pub(crate) watermark: AtomicU64,
 }
 
 /// One copy of the consumed watermark, alone in a 512-byte sector (a
@@ -433,32 +433,32 @@ pub(crate) struct RecoveryWords {
 #[derive(Default)]
 pub(crate) struct Mark {
     /// Generation: the valid copy with the higher one is the current one.
-    pub generation: AtomicU64,
+    pub(crate) generation: AtomicU64,
     /// Every position numbered below this has been consumed (its slot
     /// released) as of the sync that wrote the copy.
-    pub consumed: AtomicU64,
+    pub(crate) consumed: AtomicU64,
     /// Positions claimed by producers at that sync (`tail`, counted).
-    pub pushed: AtomicU64,
+    pub(crate) pushed: AtomicU64,
     /// When the sync started, nanoseconds since the Unix epoch.
-    pub synced_ns: AtomicU64,
+    pub(crate) synced_ns: AtomicU64,
     /// FNV-1a 64 of the four words above (and the queue's creation time).
-    pub check: AtomicU64,
+    pub(crate) check: AtomicU64,
 }
 
 /// The mutable shared state at [`CONTROL_OFFSET`].
 #[repr(C)]
 #[derive(Default)]
 pub(crate) struct Control {
-    pub cursors: Cursors,
-    pub wake: CachePadded<WakeWords>,
-    pub state: CachePadded<StateWords>,
-    pub counters: CachePadded<Counters>,
+    pub(crate) cursors: Cursors,
+    pub(crate) wake: CachePadded<WakeWords>,
+    pub(crate) state: CachePadded<StateWords>,
+    pub(crate) counters: CachePadded<Counters>,
     /// Durable queues only (zero elsewhere).
-    pub sync: CachePadded<SyncWords>,
+    pub(crate) sync: CachePadded<SyncWords>,
     /// Durable queues only (zero elsewhere).
-    pub recovery: CachePadded<RecoveryWords>,
+    pub(crate) recovery: CachePadded<RecoveryWords>,
     /// Durable queues only (zero elsewhere): the consumed watermark, twice.
-    pub marks: [Mark; 2],
+    pub(crate) marks: [Mark; 2],
 }
 
 // SAFETY: the control block is atomics only: any bits are a value.

@@ -14,7 +14,7 @@ impl<S: Storage> Ring<S> {
     /// in order, claiming their positions [`MAX_CLAIM`] at a time with one
     /// CAS of `tail` (as far as there is room). Returns how many went in, and
     /// the error that stopped it early (`Full` when the ring filled up).
-    pub fn push_batch(
+    pub(crate) fn push_batch(
         &self,
         records: &[u8],
         each: usize,
@@ -134,7 +134,7 @@ impl<S: Storage> Ring<S> {
     /// one CAS of `head`; record `i` goes to `out[i * each..]` and its length
     /// to `lens[i]`. Returns how many were taken, and the error that stopped
     /// it early (`Empty` when there were fewer).
-    pub fn pop_batch(
+    pub(crate) fn pop_batch(
         &self,
         out: &mut [u8],
         each: usize,

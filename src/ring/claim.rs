@@ -26,7 +26,7 @@ const CONSUMER_FIRST_STEP: u32 = 5;
 impl<S: Storage> Ring<S> {
     /// Appends `data` (1..=record_size bytes), announcing through `ann`.
     #[inline]
-    pub fn push(&self, data: &[u8], ann: &impl Announce, stall: &mut impl Stall) -> Result<(), RingError> {
+    pub(crate) fn push(&self, data: &[u8], ann: &impl Announce, stall: &mut impl Stall) -> Result<(), RingError> {
         debug_assert!(!data.is_empty() && data.len() <= self.record_size);
         let result = self.claim_push(ann, stall).and_then(|claim| self.fill(claim, data));
         ann.idle();
@@ -195,7 +195,7 @@ impl<S: Storage> Ring<S> {
     /// Removes the oldest record into `out` (at least `record_size` bytes) and
     /// returns its length, announcing through `ann`.
     #[inline]
-    pub fn pop(&self, out: &mut [u8], ann: &impl Announce, stall: &mut impl Stall) -> Result<usize, RingError> {
+    pub(crate) fn pop(&self, out: &mut [u8], ann: &impl Announce, stall: &mut impl Stall) -> Result<usize, RingError> {
         debug_assert!(out.len() >= self.record_size);
         let result = loop {
             match self.claim_pop(ann, stall).and_then(|claim| self.take(claim, out, ann.robbable())) {

@@ -7,7 +7,7 @@ use crate::atomics::yield_now;
 
 /// Who holds a slot that is taking too long.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Holder {
+pub(crate) enum Holder {
     /// A producer claimed the position and has not published it.
     Producer,
     /// A consumer took the record and has not released the slot.
@@ -16,7 +16,7 @@ pub enum Holder {
 
 /// What to do about a slot held for too long.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Keep waiting (the policy may have slept).
     Wait,
     /// The holder is dead (or unknown past the unblock timeout): recover.
@@ -27,7 +27,7 @@ pub enum Verdict {
 
 /// Policy for slots whose holder does not finish: decides between waiting
 /// and recovering, and is told about recoveries.
-pub trait Stall {
+pub(crate) trait Stall {
     /// Called repeatedly, once spinning and yielding are exhausted, while a
     /// slot stays held. `stalled` identifies what is waited for (the slot's
     /// `seq`: a new value means progress); `at` is the number (a count, see
@@ -43,7 +43,7 @@ pub trait Stall {
 /// proves the holder dead when no live participant's announcement covers
 /// the position. Announcing before the claiming CAS leaves no instant at
 /// which a participant holds a position it has not announced.
-pub trait Announce {
+pub(crate) trait Announce {
     /// About to claim, as `role`, up to [`MAX_CLAIM`] positions from the one
     /// numbered `first` (a count, see [`Ring::count`]).
     fn claiming(&self, role: Holder, first: u64);
@@ -61,27 +61,27 @@ pub trait Announce {
 
 /// An intent word (where an [`Announce`] keeps its announcement) that
 /// announces nothing.
-pub const IDLE: u64 = u64::MAX;
+pub(crate) const IDLE: u64 = u64::MAX;
 /// Intent word bit: the claim is a consumer's (else a producer's).
 const CONSUMER_CLAIM: u64 = 1 << 63;
 
 /// The intent word announcing a claim, as `role`, from position number `first`.
 #[inline]
-pub fn intent_word(role: Holder, first: u64) -> u64 {
+pub(crate) fn intent_word(role: Holder, first: u64) -> u64 {
     (first & !CONSUMER_CLAIM) | if role == Holder::Consumer { CONSUMER_CLAIM } else { 0 }
 }
 
 /// Does intent word `word` cover position number `at` held as `role`? A
 /// claim covers up to [`MAX_CLAIM`] positions from its first.
 #[inline]
-pub fn covers(word: u64, role: Holder, at: u64) -> bool {
+pub(crate) fn covers(word: u64, role: Holder, at: u64) -> bool {
     let first = word & !CONSUMER_CLAIM;
     word != IDLE && (word & CONSUMER_CLAIM != 0) == (role == Holder::Consumer) && first <= at && at - first < MAX_CLAIM
 }
 
 /// Announces nothing: for participants whose stalls need no proof (tests,
 /// benchmarks, a single process).
-pub struct Silent;
+pub(crate) struct Silent;
 
 impl Announce for Silent {
     #[inline]
@@ -91,7 +91,7 @@ impl Announce for Silent {
 }
 
 /// A [`Stall`] policy that never recovers: waits forever for every holder.
-pub struct NeverRecover;
+pub(crate) struct NeverRecover;
 
 impl Stall for NeverRecover {
     fn decide(&mut self, _: u64, _: Holder, _: u64) -> Verdict {

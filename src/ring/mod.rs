@@ -77,7 +77,7 @@ mod storage;
 mod tests;
 
 pub(crate) use backoff::Backoff;
-pub use holder::{Announce, Holder, IDLE, NeverRecover, Silent, Stall, Verdict, covers, intent_word};
+pub(crate) use holder::{Announce, Holder, IDLE, NeverRecover, Silent, Stall, Verdict, covers, intent_word};
 pub use local::LocalRing;
 #[cfg(not(loom))]
 pub(crate) use passes::Rebuilt;
@@ -92,23 +92,23 @@ pub(crate) use storage::{Cursors, SLOT_HEADER_BYTES};
 use crate::atomics::{AtomicU64, Ordering};
 
 /// `seq` bit: the slot holds a published record for its lap.
-pub const PUBLISHED: u64 = 1;
+pub(crate) const PUBLISHED: u64 = 1;
 /// `seq` bit: the published record is empty (its producer died); step over it.
-pub const SKIP: u64 = 1 << 63;
+pub(crate) const SKIP: u64 = 1 << 63;
 /// Positions and laps live in the low 63 bits (bit 63 is [`SKIP`]); at a
 /// billion operations a second they wrap after centuries.
-pub const POS_MASK: u64 = !SKIP;
+pub(crate) const POS_MASK: u64 = !SKIP;
 
 /// Most positions one CAS claims (batches claim in chunks of this). An
 /// announcement covers this many positions from its first.
-pub const MAX_CLAIM: u64 = 64;
+pub(crate) const MAX_CLAIM: u64 = 64;
 
 /// Largest capacity: keeps `one_lap` well inside the 63-bit position space.
 pub const MAX_CAPACITY: u64 = 1 << 40;
 
 /// Why a ring operation failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RingError {
+pub(crate) enum RingError {
     /// Push: `capacity` records are queued.
     Full,
     /// Pop: no record is queued.
@@ -154,7 +154,7 @@ enum Turn {
 }
 
 /// The ring over a [`Storage`].
-pub struct Ring<S> {
+pub(crate) struct Ring<S> {
     store: S,
     /// Number of slots (exact capacity), `1..=MAX_CAPACITY`.
     cap: u64,
@@ -187,7 +187,7 @@ impl<S: Storage> Ring<S> {
     ///
     /// # Panics
     /// If `capacity` is 0 or above [`MAX_CAPACITY`], or `record_size` is 0.
-    pub fn new(store: S, capacity: u64, record_size: usize) -> Ring<S> {
+    pub(crate) fn new(store: S, capacity: u64, record_size: usize) -> Ring<S> {
         assert!((1..=MAX_CAPACITY).contains(&capacity), "capacity out of range");
         assert!(record_size > 0, "record size is 0");
         let head = store.cursors().head.0.load(Ordering::Acquire);
@@ -203,12 +203,12 @@ impl<S: Storage> Ring<S> {
     }
 
     /// Number of slots.
-    pub fn capacity(&self) -> u64 {
+    pub(crate) fn capacity(&self) -> u64 {
         self.cap
     }
 
     /// Largest record.
-    pub fn record_size(&self) -> usize {
+    pub(crate) fn record_size(&self) -> usize {
         self.record_size
     }
 
@@ -232,7 +232,7 @@ impl<S: Storage> Ring<S> {
 
     /// True when no record is queued, read with the sequential consistency that
     /// a sleeper needs after announcing itself (see `queue::blocking`).
-    pub fn is_empty_seqcst(&self) -> bool {
+    pub(crate) fn is_empty_seqcst(&self) -> bool {
         let cursors = self.store.cursors();
         let head = cursors.head.0.load(Ordering::SeqCst);
         cursors.tail.0.pos.load(Ordering::SeqCst) == head
@@ -240,28 +240,28 @@ impl<S: Storage> Ring<S> {
 
     /// [`pushed`](Self::pushed), read with the sequential consistency that a
     /// sleeper needs after announcing itself (see `queue::blocking`).
-    pub fn pushed_seqcst(&self) -> u64 {
+    pub(crate) fn pushed_seqcst(&self) -> u64 {
         self.count(self.store.cursors().tail.0.pos.load(Ordering::SeqCst))
     }
 
     /// Records claimed by producers so far (pushes, including in-flight ones).
-    pub fn pushed(&self) -> u64 {
+    pub(crate) fn pushed(&self) -> u64 {
         self.count(self.store.cursors().tail.0.pos.load(Ordering::Acquire))
     }
 
     /// Records claimed by consumers so far.
-    pub fn popped(&self) -> u64 {
+    pub(crate) fn popped(&self) -> u64 {
         self.count(self.store.cursors().head.0.load(Ordering::Acquire))
     }
 
     /// Records in the queue (pushed - popped), clamped to `0..=capacity`.
-    pub fn depth(&self) -> u64 {
+    pub(crate) fn depth(&self) -> u64 {
         let popped = self.popped();
         self.pushed().saturating_sub(popped).min(self.cap)
     }
 
     /// Number of positions before `pos`: `lap number * capacity + index`.
-    pub fn count(&self, pos: u64) -> u64 {
+    pub(crate) fn count(&self, pos: u64) -> u64 {
         let pos = pos & POS_MASK;
         let index = pos & (self.one_lap - 1);
         (pos >> self.one_lap.trailing_zeros()).wrapping_mul(self.cap).wrapping_add(index)
@@ -309,6 +309,6 @@ impl<S: Storage> Ring<S> {
 }
 
 /// The lap length for a capacity: the smallest power of two above it.
-pub fn one_lap(capacity: u64) -> u64 {
+pub(crate) fn one_lap(capacity: u64) -> u64 {
     (capacity + 1).next_power_of_two()
 }

@@ -21,7 +21,7 @@ impl Ring<MapStorage> {
     /// [`count`](Self::count)). Only for inspection: records can be popped
     /// meanwhile; a copy whose slot changed while it was made is reported as
     /// [`Peeked::Busy`], never as a torn record.
-    pub fn peek(&self, max: usize) -> Vec<(u64, Peeked)> {
+    pub(crate) fn peek(&self, max: usize) -> Vec<(u64, Peeked)> {
         let cursors = self.store.cursors();
         let mut pos = cursors.head.0.load(Ordering::Acquire);
         let tail = cursors.tail.0.pos.load(Ordering::Acquire);

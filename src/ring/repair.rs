@@ -58,7 +58,7 @@ impl<S: Storage> Ring<S> {
     /// `exclusive` (no other process attached), `tail` is moved past every
     /// such record at once, the free slots on the way becoming empty
     /// records, so that everything recovered shows in the depth now.
-    pub fn repair(&self, mut dead: impl FnMut(Holder, u64) -> bool, exclusive: bool) -> (u64, u64) {
+    pub(crate) fn repair(&self, mut dead: impl FnMut(Holder, u64) -> bool, exclusive: bool) -> (u64, u64) {
         let cursors = self.store.cursors();
         let (mut producers, mut consumers) = (0, 0);
         for index in 0..self.cap as usize {
