@@ -691,7 +691,6 @@ mod gather_tests {
     use crate::queue::Queue;
     use crate::spec::Spec;
 
-    /// With syncs made slow (2 ms, so that wake-ups are quick beside them),
     /// An `interval` queue's sync writes into its image no page below the
     /// watermark it writes: after the ring drained, only the watermark's.
     #[test]
@@ -726,8 +725,8 @@ mod gather_tests {
         let bytes = written.lock().unwrap().clone();
         // After the pushes: the pages of 3,000 slots of 304 bytes (about
         // 980 kB) and the watermark's page. After the pops: the watermark's
-        // page and at most the page where the consumed prefix ends (before
-        // the change: every page the consumers released, 980 kB again).
+        // page and at most the page where the consumed prefix ends (not
+        // every page the consumers released, which would be 980 kB again).
         for (k, b) in bytes.iter().enumerate() {
             if k % 2 == 0 {
                 assert!(*b >= 3000 * 304, "sync {k} after pushes wrote {b} bytes");
@@ -738,6 +737,7 @@ mod gather_tests {
         assert_eq!(bytes.len(), 6);
     }
 
+    /// With syncs made slow (2 ms, so that wake-ups are quick beside them),
     /// 4 threads pushing one record at a time share nearly every sync: the
     /// syncer gathers them. Without the gathering they take turns in two
     /// groups, about 2 records per sync.

@@ -103,8 +103,8 @@ pub(crate) const POLICY_ALWAYS: u64 = 1;
 /// [`DurableOptions::policy`]: a flusher syncs at most `interval_ms` after a change.
 pub(crate) const POLICY_INTERVAL: u64 = 2;
 
-/// The durability policy of a queue, in [`Options::durable`] (64 bytes, the
-/// size of the array it replaced). All zero: not durable.
+/// The durability policy of a queue, in [`Options::durable`] (64 bytes,
+/// fixed by the layout of [`Options`]). All zero: not durable.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct DurableOptions {

@@ -57,8 +57,7 @@ impl Queue {
 }
 
 /// An `always` queue's pop is done: sync. Out of line, so that the pop
-/// path of other queues stays as small as before durable queues (one test
-/// of an `Option`).
+/// path of other queues stays small (one test of an `Option`).
 #[inline(never)]
 fn sync_popped(d: &Durable) -> Result<()> {
     d.sync()

@@ -11,10 +11,9 @@ fn queue(dir: &TempDir) -> Arc<Queue> {
     Arc::new(Queue::open(dir.path(), 1).unwrap())
 }
 
-/// The lease crash test's loss (CI, 2026-12-01, record 10322 of 100,000
-/// never delivered), made deterministic: a lease consumer dies between
-/// taking a record's slot and saving the record in its lease entry, and
-/// no producer pushes again. Another process's repair publishes the
+/// A lease consumer dies between taking a record's slot and saving the
+/// record in its lease entry, and no producer pushes again (made
+/// deterministic here; the lease crash test meets it by chance). Another process's repair publishes the
 /// record again one lap later, beyond the tail; a consumer must still
 /// get it, once.
 #[test]

@@ -208,11 +208,10 @@ fn repair_recovers_what_nobody_waits_on() {
     assert_eq!(pop(&r), Err(RingError::Empty));
 }
 
-/// The lease crash test's loss (CI, 2026-12-01): a ring filled once, no
-/// producer after; a consumer dies holding a record, which a repair
-/// (not alone) publishes again one lap later, beyond the tail. It must
-/// still be popped once the records before it are, and not be taken for
-/// room by the passing.
+/// A ring filled once, no producer after; a consumer dies holding a
+/// record, which a repair (not alone) publishes again one lap later,
+/// beyond the tail. It must still be popped once the records before it
+/// are, and not be taken for room by the passing.
 #[test]
 fn a_record_published_again_beyond_the_tail_is_reached_without_pushes() {
     let cap = 300u64;
