@@ -321,7 +321,7 @@ impl LeaseTable {
     }
 
     /// Notes a record waiting for another delivery from `at` on. SeqCst: a
-    /// sleeper that announced itself and then checks [`ready_due`] either
+    /// sleeper that announced itself and then checks [`ready_due`](Self::ready_due) either
     /// sees it or is woken by the caller (who wakes after this).
     pub(crate) fn ready_at(&self, at: u64) {
         self.control.hints.0.next_ready_ns.fetch_min(at, Ordering::SeqCst);

@@ -51,7 +51,7 @@ pub enum Wait {
     Until(Instant),
 }
 
-/// What a [`Queue::repair`] did.
+/// What a [`Queue::repair`](super::Queue::repair) did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Repair {
     /// Unpublished claims of dead producers turned into skipped records.
@@ -88,10 +88,10 @@ pub struct QueueInfo {
     /// Size of the file, in bytes.
     pub file_size: u64,
     /// How long a stalled slot whose holder cannot be told dead or alive is
-    /// waited for before it is recovered (as created; see [`Queue::unblock_timeout`]).
+    /// waited for before it is recovered (as created; see [`Queue::unblock_timeout`](super::Queue::unblock_timeout)).
     pub unblock_timeout_ms: u64,
     /// How long blocking pops spin before they sleep, as created (`None`:
-    /// the default; -1: never sleep). See [`Queue::wait_strategy`] for what
+    /// the default; -1: never sleep). See [`Queue::wait_strategy`](super::Queue::wait_strategy) for what
     /// this process uses.
     pub spin_us: Option<i64>,
     /// The record layout, if the queue was created with one.

@@ -51,7 +51,7 @@ impl Backoff {
         }
     }
 
-    /// Spinning and yielding are exhausted: time to ask the [`Stall`] policy.
+    /// Spinning and yielding are exhausted: time to ask the [`Stall`](super::Stall) policy.
     pub(crate) fn is_completed(&self) -> bool {
         self.step > YIELD_LIMIT
     }

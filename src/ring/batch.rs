@@ -11,7 +11,7 @@ const PREFETCH_AHEAD_BATCH: usize = 12;
 
 impl<S: Storage> Ring<S> {
     /// Appends the records of `records` (each `each` bytes, 1..=record_size)
-    /// in order, claiming their positions [`MAX_CLAIM`] at a time with one
+    /// in order, claiming their positions [`MAX_CLAIM`](super::MAX_CLAIM) at a time with one
     /// CAS of `tail` (as far as there is room). Returns how many went in, and
     /// the error that stopped it early (`Full` when the ring filled up).
     pub(crate) fn push_batch(
@@ -130,7 +130,7 @@ impl<S: Storage> Ring<S> {
     }
 
     /// Pops up to `lens.len()` records into `out` (`each >= record_size` bytes
-    /// per record), claiming their positions [`MAX_CLAIM`] at a time with
+    /// per record), claiming their positions [`MAX_CLAIM`](super::MAX_CLAIM) at a time with
     /// one CAS of `head`; record `i` goes to `out[i * each..]` and its length
     /// to `lens[i]`. Returns how many were taken, and the error that stopped
     /// it early (`Empty` when there were fewer).

@@ -31,7 +31,7 @@ pub(crate) trait Stall {
     /// Called repeatedly, once spinning and yielding are exhausted, while a
     /// slot stays held. `stalled` identifies what is waited for (the slot's
     /// `seq`: a new value means progress); `at` is the number (a count, see
-    /// [`Ring::count`]) of the position whose `holder` has not finished.
+    /// [`Ring::count`](super::Ring::count)) of the position whose `holder` has not finished.
     fn decide(&mut self, stalled: u64, holder: Holder, at: u64) -> Verdict;
     /// A slot held by `holder` was recovered by this call.
     fn recovered(&mut self, _holder: Holder) {}
@@ -45,7 +45,7 @@ pub(crate) trait Stall {
 /// which a participant holds a position it has not announced.
 pub(crate) trait Announce {
     /// About to claim, as `role`, up to [`MAX_CLAIM`] positions from the one
-    /// numbered `first` (a count, see [`Ring::count`]).
+    /// numbered `first` (a count, see [`Ring::count`](super::Ring::count)).
     fn claiming(&self, role: Holder, first: u64);
     /// Holds and claims nothing any more.
     fn idle(&self);

@@ -21,7 +21,7 @@ impl LocalRing {
     /// A ring of exactly `capacity` records of up to `record_size` bytes.
     ///
     /// # Panics
-    /// If `capacity` is 0 or above [`MAX_CAPACITY`], or `record_size` is 0.
+    /// If `capacity` is 0 or above [`MAX_CAPACITY`](super::MAX_CAPACITY), or `record_size` is 0.
     pub fn new(capacity: usize, record_size: usize) -> LocalRing {
         LocalRing(Ring::new(HeapStorage::new(capacity, record_size), capacity as u64, record_size))
     }

@@ -14,7 +14,7 @@ use crate::atomics::{AtomicU32, AtomicU64};
 pub(crate) struct CachePadded<T>(pub T);
 
 /// The two positions. Invariant: `head <= tail <= head + capacity`, counted in
-/// records (positions are `lap + index` and compare through [`Ring::count`]).
+/// records (positions are `lap + index` and compare through [`Ring::count`](super::Ring::count)).
 #[repr(C)]
 #[derive(Default)]
 pub(crate) struct Cursors {
@@ -50,7 +50,7 @@ pub(crate) struct TailWords {
 #[derive(Default)]
 pub(crate) struct SlotHeader {
     /// `lap` (free for that lap's producer) or `lap | PUBLISHED` (holds that
-    /// lap's record), plus [`SKIP`] on an empty record. Only ever moves
+    /// lap's record), plus [`SKIP`](super::SKIP) on an empty record. Only ever moves
     /// forward, and only by CAS after the slot has been claimed.
     pub(crate) seq: AtomicU64,
     /// Durable queues: the record's checksum (see `ring::seal`), written
