@@ -39,7 +39,9 @@ run: seed
 # Everything CI checks.
 test: build lint header test-rust loom test-c examples test-python test-readme test-install bench-smoke bench-net-smoke
 
+# The library's layers (the table in src/lib.rs): scripts/check-layers.py.
 lint:
+	python3 scripts/check-layers.py
 	$(CARGO) fmt --check
 	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --release --no-deps --workspace -q

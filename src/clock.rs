@@ -1,4 +1,6 @@
-//! Wall-clock time as the queue files store it.
+//! Wall-clock time as the queue files store it, the monotonic clock of
+//! lease deadlines, and this boot's id (which tells a durable queue that
+//! the machine restarted).
 
 /// Nanoseconds since the Unix epoch (0 if the clock is before it).
 pub(crate) fn now_ns() -> u64 {
@@ -44,4 +46,16 @@ pub(crate) fn mono_res_ns() -> u64 {
 #[inline]
 pub(crate) fn mono_after(now: u64, dur_ns: u64) -> u64 {
     if dur_ns == 0 { now } else { now.saturating_add(mono_res_ns()).saturating_add(dur_ns) }
+}
+
+/// This boot's id as two words (`None` if it cannot be read).
+pub(crate) fn boot_id() -> Option<[u64; 2]> {
+    let text = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let hex: String = text.trim().chars().filter(|c| *c != '-').collect();
+    if hex.len() != 32 {
+        return None;
+    }
+    let hi = u64::from_str_radix(&hex[..16], 16).ok()?;
+    let lo = u64::from_str_radix(&hex[16..], 16).ok()?;
+    Some([hi, lo])
 }

@@ -22,18 +22,21 @@
 //! ```
 //!
 //! # Layers
-//! Each module uses only those above it, and only [`ffi`] and what is
+//! Each module uses only those above it (`scripts/check-layers.py`, part of
+//! `make lint`, reads this table and checks every `crate::` path of src/
+//! against it; test code is exempt), and only [`ffi`] and what is
 //! re-exported here is visible outside the crate:
 //!
 //! | module | concern |
 //! |---|---|
-//! | [`error`], `codes` | the STVM error codes and messages; the [`Error`] value; no I/O |
-//! | `sync`, `clock`, `shm` | loom-switchable atomics; wall time; a shared mapping and the views that keep it mapped |
+//! | `codes`, [`error`] | the STVM error codes and messages; the [`Error`] value; no I/O |
+//! | `atomics`, `clock`, `shm` | loom-switchable atomics; wall time, the monotonic clock and the boot id; a shared mapping and the views that keep it mapped |
 //! | `ring` | the lock-free algorithm over a `Storage` (heap or mapping); no files, no C |
 //! | `wait` | futex sleep and wake on a word of shared memory |
 //! | `registry` | which processes are attached; is a position's holder provably alive? |
 //! | `schema` | record layouts: [`Field`], [`FieldKind`] |
 //! | `lease` | acknowledged consumption: the lease entry's state machine (`state`) and the file's lease table (`table`) |
+//! | `spec` | what a queue is asked to be: [`Spec`], [`LeaseSpec`], [`Durability`], the limits and their validation; no I/O |
 //! | `file` | queue files: `layout` (bytes and validation), `dir` (directory policy), `create`, `map` |
 //! | `durable` | durable queues: group-committed syncs, the flusher, recovery after a machine restart |
 //! | `queue` | the safe API: [`Queue`] (and `queue::lease`: [`Queue::pop_lease`], [`Lease`]) |
@@ -45,15 +48,17 @@
 //! model checker.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 // Under loom only the ring is built, without the queue that uses all of it.
 #![cfg_attr(loom, allow(dead_code))]
 
+mod atomics;
 mod codes;
 pub mod error;
 mod lease;
 mod ring;
-mod sync;
+#[allow(unreachable_pub)]
 #[cfg(test)]
 mod test_support;
 
@@ -66,6 +71,9 @@ mod clock;
 #[cfg(not(loom))]
 mod durable;
 #[cfg(not(loom))]
+// Outside the rule that what is `pub` is re-exported: the C ABI's functions
+// are reached by their symbols.
+#[allow(unreachable_pub)]
 pub mod ffi;
 #[cfg(not(loom))]
 mod file;
@@ -77,6 +85,8 @@ mod registry;
 mod schema;
 #[cfg(not(loom))]
 mod shm;
+#[cfg(not(loom))]
+mod spec;
 #[cfg(not(loom))]
 mod wait;
 
@@ -91,11 +101,9 @@ pub use ring::{LocalRing, MAX_CAPACITY};
 #[cfg(not(loom))]
 pub use attach::Attachments;
 #[cfg(not(loom))]
-pub use durable::{Durability, DurableStats, RecoveryStats};
+pub use durable::{DurableStats, RecoveryStats};
 #[cfg(not(loom))]
-pub use file::{DEFAULT_LEASE_MS, DEFAULT_MAX_LEASES, LeaseSpec, MAX_LEASE_MS, MAX_LEASES};
-#[cfg(not(loom))]
-pub use file::{DEFAULT_UNBLOCK_TIMEOUT_MS, MAX_RECORD_SIZE, Spec, queue_dir, queue_ids, queue_path, slot_stride};
+pub use file::{queue_dir, queue_ids, queue_path, slot_stride};
 #[cfg(not(loom))]
 pub use queue::{Lease, LeaseState, LeaseStats, LeasedRecord};
 #[cfg(not(loom))]
@@ -104,3 +112,9 @@ pub use queue::{Process, Queue, QueueInfo, Repair, Stats, Strategy, Wait};
 pub use ring::Peeked;
 #[cfg(not(loom))]
 pub use schema::{Field, FieldKind, MAX_FIELD_NAME, MAX_FIELDS};
+#[cfg(not(loom))]
+pub use spec::{
+    DEFAULT_LEASE_MS, DEFAULT_MAX_LEASES, DEFAULT_UNBLOCK_TIMEOUT_MS, MAX_LEASE_MS, MAX_LEASES, MAX_RECORD_SIZE,
+};
+#[cfg(not(loom))]
+pub use spec::{Durability, LeaseSpec, Spec};

@@ -20,58 +20,58 @@
 //! count ([`Registry::reconcile`]).
 
 use crate::ring::{Holder, IDLE, covers};
-use crate::shm::{Shared, SharedMap, SharedRef};
+use crate::shm::{SharedMap, SharedRef, ShmSafe};
 use std::fs::File;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Entries in the table: at most this many processes announce at once.
-pub const MAX_PROCS: usize = 256;
+pub(crate) const MAX_PROCS: usize = 256;
 
 /// Intent words per entry: threads of one process that can announce.
-pub const INTENTS: usize = 32;
+pub(crate) const INTENTS: usize = 32;
 
 /// One intent word on cache lines of its own: its thread writes it on every
 /// push and pop, and words sharing a line would make threads of one process
 /// slow each other down (false sharing).
 #[repr(C, align(128))]
-pub struct IntentWord(pub AtomicU64);
+pub(crate) struct IntentWord(pub AtomicU64);
 
 /// One process's entry (4224 bytes, in the queue file).
 #[repr(C)]
-pub struct ProcEntry {
+pub(crate) struct ProcEntry {
     /// Pid of the holder, for display (0: never held or left cleanly).
     /// Liveness is decided by the lock, never by this pid.
-    pub pid: AtomicU32,
+    pub(crate) pid: AtomicU32,
     /// Bumped by each new holder.
-    pub generation: AtomicU32,
+    pub(crate) generation: AtomicU32,
     /// The holder's threads currently counted in the queue's waiter count.
-    pub waiters: AtomicU32,
+    pub(crate) waiters: AtomicU32,
     /// The holder's threads that use the queue without an intent word (more
     /// than [`INTENTS`]): while non-zero, this process may hold any position.
-    pub anonymous: AtomicU32,
+    pub(crate) anonymous: AtomicU32,
     /// When the holder registered, nanoseconds since the Unix epoch.
-    pub since_ns: AtomicU64,
+    pub(crate) since_ns: AtomicU64,
     _reserved: [u64; 13],
     /// One word per announcing thread: an intent word (see
     /// [`crate::ring::intent_word`]), [`IDLE`] when it announces nothing.
-    pub intents: [IntentWord; INTENTS],
+    pub(crate) intents: [IntentWord; INTENTS],
 }
 
 const _: () = assert!(std::mem::size_of::<ProcEntry>() == 128 + INTENTS * 128);
 
 // SAFETY: atomics, and reserved integers nobody writes: any bits are a value.
-unsafe impl Shared for IntentWord {}
+unsafe impl ShmSafe for IntentWord {}
 // SAFETY: as above.
-unsafe impl Shared for ProcEntry {}
+unsafe impl ShmSafe for ProcEntry {}
 
 /// Size of the table in the file.
-pub const TABLE_BYTES: usize = MAX_PROCS * std::mem::size_of::<ProcEntry>();
+pub(crate) const TABLE_BYTES: usize = MAX_PROCS * std::mem::size_of::<ProcEntry>();
 
 /// Is the holder of a position alive?
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Liveness {
+pub(crate) enum Liveness {
     /// Proven dead: no live process announces the position.
     Dead,
     /// A live process announces it.
@@ -83,14 +83,14 @@ pub enum Liveness {
 
 /// This process's intent words of one entry, handed out to its threads.
 #[derive(Default)]
-pub struct IntentSlots {
+pub(crate) struct IntentSlots {
     /// Bit i set: intent word i belongs to a thread.
     used: AtomicU64,
 }
 
 impl IntentSlots {
     /// A free word's index, if any.
-    pub fn acquire(&self) -> Option<usize> {
+    pub(crate) fn acquire(&self) -> Option<usize> {
         let mut used = self.used.load(Ordering::Relaxed);
         loop {
             let free = (!used).trailing_zeros() as usize;
@@ -105,13 +105,13 @@ impl IntentSlots {
     }
 
     /// Gives word `index` back (its thread is gone).
-    pub fn release(&self, index: usize) {
+    pub(crate) fn release(&self, index: usize) {
         self.used.fetch_and(!(1 << index), Ordering::AcqRel);
     }
 }
 
 /// This process's view of a queue file's process table.
-pub struct Registry {
+pub(crate) struct Registry {
     table: SharedRef<[ProcEntry; MAX_PROCS]>,
     /// File offset of entry 0: entry `i`'s lock byte is the first byte of
     /// entry `i`, at `table_offset + i * size_of::<ProcEntry>()`.
@@ -132,7 +132,7 @@ struct Mine {
 impl Registry {
     /// A view of the table at `table_offset` in `map`, a mapping of `file`,
     /// without registering. `None` if the table does not fit in the mapping.
-    pub fn new(map: &SharedMap, table_offset: usize, file: Arc<File>) -> Option<Registry> {
+    pub(crate) fn new(map: &SharedMap, table_offset: usize, file: Arc<File>) -> Option<Registry> {
         let table = map.view::<[ProcEntry; MAX_PROCS]>(table_offset)?;
         Some(Registry { table, table_offset: table_offset as u64, file, mine: None })
     }
@@ -154,7 +154,7 @@ impl Registry {
     /// it got one (false when every entry is held by a live process) and how
     /// many sleepers of the entry's dead previous holder were taken off the
     /// waiter count.
-    pub fn register(&mut self, global_waiters: &AtomicU32) -> (bool, u32) {
+    pub(crate) fn register(&mut self, global_waiters: &AtomicU32) -> (bool, u32) {
         if self.mine.is_some() {
             return (true, 0);
         }
@@ -180,7 +180,7 @@ impl Registry {
 
     /// Clears every entry (after a machine restart, when nobody can be
     /// attached: what the table holds is from before it).
-    pub fn reset_all(&self) {
+    pub(crate) fn reset_all(&self) {
         for index in 0..MAX_PROCS {
             let entry = self.entry(index);
             entry.pid.store(0, Ordering::SeqCst);
@@ -192,7 +192,7 @@ impl Registry {
 
     /// This process's entry and the registration number it took it with
     /// (None if not registered): how lease entries name their holder.
-    pub fn me(&self) -> Option<(usize, u32)> {
+    pub(crate) fn me(&self) -> Option<(usize, u32)> {
         self.mine.map(|m| (m.index, m.generation))
     }
 
@@ -201,7 +201,7 @@ impl Registry {
     /// proof of its end (the entry's lock is free, or the entry has been
     /// taken again since); `None`: cannot tell. One `fcntl` (none for this
     /// process's own entry).
-    pub fn registration_alive(&self, index: usize, low8: u32) -> Option<bool> {
+    pub(crate) fn registration_alive(&self, index: usize, low8: u32) -> Option<bool> {
         if index >= MAX_PROCS {
             return Some(false);
         }
@@ -220,13 +220,13 @@ impl Registry {
 
     /// Intent word `slot` of this process's entry (None if not registered).
     #[inline]
-    pub fn intent_word(&self, slot: usize) -> Option<&AtomicU64> {
+    pub(crate) fn intent_word(&self, slot: usize) -> Option<&AtomicU64> {
         self.mine.map(|m| &self.entry(m.index).intents[slot % INTENTS].0)
     }
 
     /// Notes that a thread of this process uses the queue without an intent
     /// word: from now on, stalls on positions nobody announces are "unknown".
-    pub fn add_anonymous(&self) {
+    pub(crate) fn add_anonymous(&self) {
         if let Some(m) = self.mine {
             self.entry(m.index).anonymous.fetch_add(1, Ordering::SeqCst);
         }
@@ -235,7 +235,7 @@ impl Registry {
     /// Is the `role` holder of position number `at` alive? One `fcntl` per
     /// registered entry. `unregistered`: processes are attached without an
     /// entry (they cannot announce).
-    pub fn holder(&self, role: Holder, at: u64, unregistered: bool) -> Liveness {
+    pub(crate) fn holder(&self, role: Holder, at: u64, unregistered: bool) -> Liveness {
         let mut unknown = unregistered;
         for index in 0..MAX_PROCS {
             let entry = self.entry(index);
@@ -265,7 +265,7 @@ impl Registry {
     /// Counts one of our threads into the waiter count before it sleeps. The
     /// global count goes first, so that a kill between the two steps leaves it
     /// too high (a spare wake-up), never too low (a missed one).
-    pub fn enter_wait(&self, global_waiters: &AtomicU32) {
+    pub(crate) fn enter_wait(&self, global_waiters: &AtomicU32) {
         global_waiters.fetch_add(1, Ordering::SeqCst);
         if let Some(m) = self.mine {
             self.entry(m.index).waiters.fetch_add(1, Ordering::SeqCst);
@@ -274,7 +274,7 @@ impl Registry {
 
     /// Undoes [`enter_wait`](Self::enter_wait), in the opposite order. The
     /// global count never goes below zero (a repair may have reset it).
-    pub fn leave_wait(&self, global_waiters: &AtomicU32) {
+    pub(crate) fn leave_wait(&self, global_waiters: &AtomicU32) {
         if let Some(m) = self.mine {
             self.entry(m.index).waiters.fetch_sub(1, Ordering::SeqCst);
         }
@@ -282,13 +282,13 @@ impl Registry {
     }
 
     /// This process's threads counted as asleep.
-    pub fn own_waiters(&self) -> u32 {
+    pub(crate) fn own_waiters(&self) -> u32 {
         self.mine.map_or(0, |m| self.entry(m.index).waiters.load(Ordering::SeqCst))
     }
 
     /// Takes the sleepers of dead processes off the waiter count. Returns how
     /// many were removed. Costs one `fcntl` per entry that has sleepers.
-    pub fn reconcile(&self, global_waiters: &AtomicU32) -> u32 {
+    pub(crate) fn reconcile(&self, global_waiters: &AtomicU32) -> u32 {
         let mut removed = 0;
         for index in 0..MAX_PROCS {
             let entry = self.entry(index);
@@ -307,7 +307,7 @@ impl Registry {
 
     /// Processes that died without detaching (their entry still names a pid
     /// but nobody holds its lock): `(index, pid)`. One `fcntl` per named entry.
-    pub fn unclean_deaths(&self) -> Vec<(usize, u32)> {
+    pub(crate) fn unclean_deaths(&self) -> Vec<(usize, u32)> {
         (0..MAX_PROCS)
             .filter(|&i| self.mine.is_none_or(|m| m.index != i))
             .filter_map(|i| {
@@ -318,21 +318,21 @@ impl Registry {
     }
 
     /// Marks dead entries as dealt with (after a repair), if still unheld.
-    pub fn forget(&self, deaths: &[(usize, u32)]) {
+    pub(crate) fn forget(&self, deaths: &[(usize, u32)]) {
         for &(index, pid) in deaths {
             let _ = self.entry(index).pid.compare_exchange(pid, 0, Ordering::SeqCst, Ordering::Relaxed);
         }
     }
 
     /// Live processes other than this one.
-    pub fn others_alive(&self) -> usize {
+    pub(crate) fn others_alive(&self) -> usize {
         (0..MAX_PROCS)
             .filter(|&i| self.mine.is_none_or(|m| m.index != i) && held(self.fd(), self.lock_offset(i)) == Some(true))
             .count()
     }
 
     /// Live entries: `(index, pid, since_ns, waiters)`; one `fcntl` each.
-    pub fn live(&self) -> Vec<(usize, u32, u64, u32)> {
+    pub(crate) fn live(&self) -> Vec<(usize, u32, u64, u32)> {
         (0..MAX_PROCS)
             .filter(|&i| self.mine.is_some_and(|m| m.index == i) || held(self.fd(), self.lock_offset(i)) == Some(true))
             .map(|i| {

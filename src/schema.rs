@@ -85,7 +85,7 @@ impl Field {
 }
 
 /// The kind numbered `code`, or `FTYPE_NOT_DEF` naming the field.
-pub fn kind_of(name: &str, code: u32) -> Result<FieldKind> {
+pub(crate) fn kind_of(name: &str, code: u32) -> Result<FieldKind> {
     FieldKind::from_code(code)
         .ok_or_else(|| Error::new(FTYPE_NOT_DEF, format!("field {name:?}: kind {code} (use 1, 2 or 4)")))
 }

@@ -7,7 +7,7 @@
 //! checked (bounds and alignment) when they are made; reading through them
 //! costs nothing more than a reference.
 //!
-//! Only types marked [`Shared`] can be viewed: types that are valid for any
+//! Only types marked [`ShmSafe`] can be viewed: types that are valid for any
 //! bit pattern and that are only changed through atomics, because another
 //! process can write any bytes at any time.
 
@@ -24,14 +24,14 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 /// Every bit pattern is a valid value of the type, it has no padding whose
 /// reading matters, and it has no interior mutability other than atomics (so
 /// that concurrent changes by other threads or processes are not data races).
-pub(crate) unsafe trait Shared: Sync {}
+pub(crate) unsafe trait ShmSafe: Sync {}
 
 // SAFETY: atomics of plain integers: any bits are a value, changes are atomic.
-unsafe impl Shared for AtomicU32 {}
+unsafe impl ShmSafe for AtomicU32 {}
 // SAFETY: as above.
-unsafe impl Shared for AtomicU64 {}
-// SAFETY: an array of Shared values is Shared (same properties, element-wise).
-unsafe impl<T: Shared, const N: usize> Shared for [T; N] {}
+unsafe impl ShmSafe for AtomicU64 {}
+// SAFETY: an array of ShmSafe values is ShmSafe (same properties, element-wise).
+unsafe impl<T: ShmSafe, const N: usize> ShmSafe for [T; N] {}
 
 /// A memory mapping of a whole file, shared by every view made from it.
 #[derive(Clone)]
@@ -65,7 +65,7 @@ impl SharedMap {
 
     /// A view of the `T` at `offset`, or `None` if it does not fit in the
     /// mapping or is misaligned (the mapping itself is page aligned).
-    pub(crate) fn view<T: Shared>(&self, offset: usize) -> Option<SharedRef<T>> {
+    pub(crate) fn view<T: ShmSafe>(&self, offset: usize) -> Option<SharedRef<T>> {
         if !self.fits(offset, size_of::<T>(), align_of::<T>()) {
             return None;
         }
@@ -104,14 +104,14 @@ pub(crate) struct SharedRef<T> {
     ptr: NonNull<T>,
 }
 
-impl<T: Shared> std::ops::Deref for SharedRef<T> {
+impl<T: ShmSafe> std::ops::Deref for SharedRef<T> {
     type Target = T;
 
     #[inline]
     fn deref(&self) -> &T {
         // SAFETY: `ptr` was checked in bounds and aligned when the view was
         // made, `self.map` keeps the mapping alive, and any bytes are a valid
-        // `T` that is only changed through atomics (`Shared`).
+        // `T` that is only changed through atomics (`ShmSafe`).
         unsafe { self.ptr.as_ref() }
     }
 }
@@ -122,12 +122,12 @@ impl<T> Clone for SharedRef<T> {
     }
 }
 
-// SAFETY: a SharedRef is a shared reference to a `Shared` (hence `Sync`)
+// SAFETY: a SharedRef is a shared reference to a `ShmSafe` (hence `Sync`)
 // value plus an `Arc` of the mapping: sending it or sharing it between
 // threads is sending or sharing `&T`, which `T: Sync` allows.
-unsafe impl<T: Shared> Send for SharedRef<T> {}
+unsafe impl<T: ShmSafe> Send for SharedRef<T> {}
 // SAFETY: as above.
-unsafe impl<T: Shared> Sync for SharedRef<T> {}
+unsafe impl<T: ShmSafe> Sync for SharedRef<T> {}
 
 #[cfg(test)]
 mod tests {

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 /// How a sleep ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Woken {
+pub(crate) enum Woken {
     /// Woken, or the word had already changed, or a signal: re-check.
     Maybe,
     /// The timeout passed.
@@ -21,7 +21,7 @@ pub enum Woken {
 }
 
 /// Sleeps while `*word == expected`, at most `timeout` (`None`: no limit).
-pub fn wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) -> Woken {
+pub(crate) fn wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) -> Woken {
     let ts = timeout.map(|d| libc::timespec {
         tv_sec: d.as_secs().min(libc::time_t::MAX as u64) as libc::time_t,
         tv_nsec: d.subsec_nanos() as libc::c_long,
@@ -38,7 +38,7 @@ pub fn wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) -> Woken
 }
 
 /// Wakes up to `n` sleepers on `word`; returns how many were woken.
-pub fn wake(word: &AtomicU32, n: u32) -> u32 {
+pub(crate) fn wake(word: &AtomicU32, n: u32) -> u32 {
     let n = n.min(i32::MAX as u32);
     // SAFETY: `word` is a live AtomicU32; FUTEX_WAKE does not access memory.
     let rc = unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, n, 0usize, 0usize, 0u32) };

@@ -7,23 +7,23 @@
 //! | `slot` | CRC16 hash slots, MOVED/ASK parsing |
 //! | `conn` | one socket: connect with a timeout, write, read and parse replies |
 //! | `router` | the commands in flight, per node; cluster routing and redirections; error words to codes |
-//! | `shared` | one connection shared by many handles (combining, auto-pipelining) |
+//! | `pipeline` | one connection shared by many handles (combining, auto-pipelining) |
 //! | this file | [`Client`]: a handle's view (push, pop, popup, asynchronous pushes, held values) |
 //!
 //! Conventions (docs/protocol.md): the key of queue `t` is its decimal id;
 //! a record is one bulk string; `RPUSH` pushes, `LPOP`/`BLPOP` pop.
 
 mod conn;
+mod pipeline;
 mod router;
-mod shared;
 mod slot;
 
 pub(crate) use conn::Addr;
 
 use crate::error::*;
 use conn::ReplyWait;
+use pipeline::Pipeline;
 use router::{Answer, Flavor, Kind, Outcome, Router, Tally};
-use shared::Shared;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -87,7 +87,7 @@ enum Link {
     /// The handle's own connection(s).
     Own(Router),
     /// A connection shared with other handles.
-    Shared(Arc<Shared>),
+    Shared(Arc<Pipeline>),
     /// Transient, while the link changes.
     Gone,
 }
@@ -141,7 +141,7 @@ impl Client {
     pub(crate) fn share(&mut self) -> Client {
         if let Link::Own(_) = self.link {
             if let Link::Own(router) = std::mem::replace(&mut self.link, Link::Gone) {
-                self.link = Link::Shared(Arc::new(Shared::new(router)));
+                self.link = Link::Shared(Arc::new(Pipeline::new(router)));
             }
         }
         let link = match &self.link {

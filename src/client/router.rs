@@ -4,7 +4,7 @@
 //! answer, or the tally of asynchronous pushes).
 //!
 //! A router is used by one thread at a time: a handle's own, or the flusher
-//! of a shared connection ([`super::shared`]).
+//! of a shared connection ([`super::pipeline`]).
 
 use super::conn::{Addr, Conn, ReplyWait};
 use super::slot::{Redirect, SLOTS, key_slot, parse_redirect};

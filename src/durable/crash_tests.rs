@@ -17,8 +17,9 @@
 
 use super::*;
 use crate::file::layout::{DATA_OFFSET, TABLE_OFFSET};
-use crate::file::{Spec, queue_path};
+use crate::file::queue_path;
 use crate::queue::{Queue, Wait};
+use crate::spec::Spec;
 use crate::test_support::{TempDir, splitmix64};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64};

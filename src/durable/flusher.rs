@@ -18,7 +18,8 @@
 //! attaches if none is left (the kernel's own writeback of the live pages
 //! does not reach the image that recovery reads: see `super::image`).
 
-use super::{Durability, Durable};
+use super::Durable;
+use crate::spec::Durability;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;

@@ -79,63 +79,11 @@ use crate::file::layout::{CONTROL_OFFSET, Control, DATA_OFFSET, Mark, SyncWords,
 use crate::file::map::QueueFile;
 use crate::ring::{MapStorage, Ring};
 use crate::shm::{SharedMap, SharedRef};
+use crate::spec::Durability;
 use crate::wait;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-
-/// How a durable queue makes its changes reach stable storage.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Durability {
-    /// A push returns only once its record is on stable storage; a pop only
-    /// once its consumption is. Concurrent callers share syncs.
-    Always,
-    /// Changes reach stable storage at most this many milliseconds
-    /// (1..=3,600,000) after they are made: a push may be lost, and a pop
-    /// delivered again, if the machine stops within that time.
-    Interval(u32),
-}
-
-impl Durability {
-    /// Parses `always` or `interval=MS`.
-    pub fn parse(s: &str) -> Result<Durability> {
-        let bad = || {
-            Error::new(
-                CONDIT_IS_NIL,
-                format!("durability {s:?}: use always or interval=MS (MS from 1 to {})", MAX_INTERVAL),
-            )
-        };
-        match s.trim() {
-            "always" => Ok(Durability::Always),
-            other => {
-                let ms = other.strip_prefix("interval=").ok_or_else(bad)?;
-                match ms.trim().parse::<u32>() {
-                    Ok(ms) if (1..=MAX_INTERVAL).contains(&ms) => Ok(Durability::Interval(ms)),
-                    _ => Err(bad()),
-                }
-            }
-        }
-    }
-
-    /// The window within which a change can be lost by a machine crash.
-    pub fn window(&self) -> Duration {
-        match self {
-            Durability::Always => Duration::ZERO,
-            Durability::Interval(ms) => Duration::from_millis(u64::from(*ms)),
-        }
-    }
-}
-
-const MAX_INTERVAL: u32 = crate::file::layout::MAX_INTERVAL_MS as u32;
-
-impl std::fmt::Display for Durability {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Durability::Always => write!(f, "always"),
-            Durability::Interval(ms) => write!(f, "interval={ms}"),
-        }
-    }
-}
 
 /// The durability state of a durable queue, for `tvmq stat`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -695,7 +643,7 @@ pub(crate) fn stats(control: &Control, policy: Durability, created_ns: u64) -> D
         failures: w.failures.load(Ordering::Relaxed),
         dirty: w.dirty.load(Ordering::Relaxed) != 0,
         watermark: best_mark(control, created_ns).map_or(0, |m| m.1),
-        recovery_pending: recover::boot_id().is_some_and(|b| b != recover::stored_boot_id(control)),
+        recovery_pending: crate::clock::boot_id().is_some_and(|b| b != recover::stored_boot_id(control)),
         last_recovery: (at != 0).then(|| RecoveryStats {
             at_ns: at,
             kept: r.kept.load(Ordering::Relaxed),
@@ -724,18 +672,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn policies_parse_and_print() {
-        assert_eq!(Durability::parse("always").unwrap(), Durability::Always);
-        assert_eq!(Durability::parse("interval=1000").unwrap(), Durability::Interval(1000));
-        for bad in ["", "never", "interval=", "interval=0", "interval=-5", "interval=3600001", "interval=x"] {
-            assert_eq!(Durability::parse(bad).unwrap_err().code(), CONDIT_IS_NIL, "{bad:?}");
-        }
-        for d in [Durability::Always, Durability::Interval(7)] {
-            assert_eq!(Durability::parse(&d.to_string()).unwrap(), d);
-        }
-    }
-
-    #[test]
     fn a_torn_watermark_copy_leaves_the_other() {
         let c = Control::default();
         write_mark(&c.marks[0], 1, 10, 20, 5, 99);
@@ -751,10 +687,10 @@ mod tests {
 mod gather_tests {
     use super::crash_tests::DiskDir;
     use super::*;
-    use crate::file::{Spec, queue_path};
+    use crate::file::queue_path;
     use crate::queue::Queue;
+    use crate::spec::Spec;
 
-    /// With syncs made slow (2 ms, so that wake-ups are quick beside them),
     /// An `interval` queue's sync writes into its image no page below the
     /// watermark it writes: after the ring drained, only the watermark's.
     #[test]
@@ -789,8 +725,8 @@ mod gather_tests {
         let bytes = written.lock().unwrap().clone();
         // After the pushes: the pages of 3,000 slots of 304 bytes (about
         // 980 kB) and the watermark's page. After the pops: the watermark's
-        // page and at most the page where the consumed prefix ends (before
-        // the change: every page the consumers released, 980 kB again).
+        // page and at most the page where the consumed prefix ends (not
+        // every page the consumers released, which would be 980 kB again).
         for (k, b) in bytes.iter().enumerate() {
             if k % 2 == 0 {
                 assert!(*b >= 3000 * 304, "sync {k} after pushes wrote {b} bytes");
@@ -801,6 +737,7 @@ mod gather_tests {
         assert_eq!(bytes.len(), 6);
     }
 
+    /// With syncs made slow (2 ms, so that wake-ups are quick beside them),
     /// 4 threads pushing one record at a time share nearly every sync: the
     /// syncer gathers them. Without the gathering they take turns in two
     /// groups, about 2 records per sync.

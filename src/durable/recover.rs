@@ -16,7 +16,7 @@
 //! and the result written back into it.
 
 use super::{best_mark, msync, write_mark};
-use crate::clock::now_ns;
+use crate::clock::{boot_id, now_ns};
 use crate::error::*;
 use crate::file::layout::{CONTROL_OFFSET, Control};
 use crate::file::map::QueueFile;
@@ -28,31 +28,10 @@ use std::sync::atomic::Ordering;
 /// recovery: the last byte of the control page, which no other lock uses.
 const RECOVERY_LOCK: i64 = CONTROL_OFFSET as i64 + 4095;
 
-/// This boot's id as two words (`None` if it cannot be read).
-pub(crate) fn boot_id() -> Option<[u64; 2]> {
-    let text = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
-    let hex: String = text.trim().chars().filter(|c| *c != '-').collect();
-    if hex.len() != 32 {
-        return None;
-    }
-    let hi = u64::from_str_radix(&hex[..16], 16).ok()?;
-    let lo = u64::from_str_radix(&hex[16..], 16).ok()?;
-    Some([hi, lo])
-}
-
 /// The boot id stored in the control block.
 pub(crate) fn stored_boot_id(control: &Control) -> [u64; 2] {
     let b = &control.sync.0.boot_id;
     [b[0].load(Ordering::Acquire), b[1].load(Ordering::Acquire)]
-}
-
-/// Writes this boot's id into `control` (a new queue's, before its file is
-/// published), so that its first attach needs no recovery.
-pub(crate) fn stamp_new(control: &Control) {
-    if let Some(id) = boot_id() {
-        control.sync.0.boot_id[0].store(id[0], Ordering::Relaxed);
-        control.sync.0.boot_id[1].store(id[1], Ordering::Relaxed);
-    }
 }
 
 /// An exclusive lock of [`RECOVERY_LOCK`] on the open file description of

@@ -2,151 +2,25 @@
 //! removing one, and cleaning up after creations whose process died.
 
 use super::dir::{check_dir, open_checked, queue_path};
-use super::layout::{
-    CONTROL_OFFSET, Control, Info, MAX_LEASE_MS, MAX_LEASES, MAX_RECORD_SIZE, OPTIONS_OFFSET, Options, SyncWords,
-    file_size_for,
-};
+use super::layout::{CONTROL_OFFSET, Control, Info, OPTIONS_OFFSET, Options, SyncWords};
 use super::{cpath, io_error, is_tmpfs};
 use crate::error::*;
-use crate::ring::MAX_CAPACITY;
-use crate::schema::Field;
+use crate::spec::Spec;
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
 use std::sync::atomic::AtomicU64;
 
-/// Unblock timeout written into new queues unless told otherwise.
-pub const DEFAULT_UNBLOCK_TIMEOUT_MS: u64 = 10_000;
-/// Lease time of a queue with leases unless told otherwise (SQS's default
-/// visibility timeout).
-pub const DEFAULT_LEASE_MS: u64 = 30_000;
-/// Leases in flight at most on a queue with leases unless told otherwise.
-pub const DEFAULT_MAX_LEASES: u64 = 1024;
-
-/// The settings of a queue with acknowledged consumption ([`Spec::leases`]):
-/// see [`crate::Queue::pop_lease`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LeaseSpec {
-    /// Lease time of a pop that gives none, in milliseconds (1 to a year;
-    /// default [`DEFAULT_LEASE_MS`]).
-    pub lease_ms: u64,
-    /// A record delivered this many times without being acknowledged goes
-    /// to the dead-letter queue (0, the default: no limit; at most 65,535).
-    pub max_deliveries: u32,
-    /// The queue that rejected records, and those past the delivery limit,
-    /// go to (it must exist when they do); `None`: they are dropped, counted.
-    pub dead_letter: Option<u32>,
-    /// Most leases in flight at once (the size of the file's lease table;
-    /// default [`DEFAULT_MAX_LEASES`], at most 1,048,576): like a consumer
-    /// prefetch, a pop beyond it fails with `LEASE_LIMIT`.
-    pub max_leases: u64,
-}
-
-impl Default for LeaseSpec {
-    fn default() -> LeaseSpec {
-        LeaseSpec { lease_ms: DEFAULT_LEASE_MS, max_deliveries: 0, dead_letter: None, max_leases: DEFAULT_MAX_LEASES }
-    }
-}
-
-/// What [`crate::Queue::create`] makes.
-#[derive(Clone, Debug)]
-pub struct Spec {
-    /// Exact capacity in records, >= 1.
-    pub rows: u64,
-    /// Largest record in bytes, >= 1.
-    pub record_size: u64,
-    /// The queue's name (at most 63 bytes are kept).
-    pub name: String,
-    /// Free text stored with the queue (at most 31 bytes are kept).
-    pub part: String,
-    /// The record layout, if any.
-    pub fields: Vec<Field>,
-    /// Permission bits of the file (0600 unless told otherwise).
-    pub mode: u32,
-    /// How long a stalled slot whose holder cannot be told dead or alive is
-    /// waited for before it is recovered.
-    pub unblock_timeout_ms: u64,
-    /// How long a blocking pop spins (in microseconds) on an empty queue
-    /// before it yields and then sleeps; `Some(-1)`: it never sleeps. `None`:
-    /// the library's default (a few microseconds of spinning and yielding).
-    /// A process can override it with `$TVMQ_SPIN_US`.
-    pub spin_us: Option<i64>,
-    /// `Some`: a durable queue (see [`crate::Durability`]), whose directory
-    /// must be on a filesystem that persists (not tmpfs or ramfs). `None`:
-    /// as fast as memory; survives process crashes, not a machine crash.
-    pub durability: Option<crate::Durability>,
-    /// Acknowledged consumption: `Some` gives the queue a lease table
-    /// ([`crate::Queue::pop_lease`] and the other lease calls); `None`, the
-    /// default, makes a plain queue.
-    pub leases: Option<LeaseSpec>,
-}
-
-impl Spec {
-    /// A queue of `rows` records of up to `record_size` bytes, mode 0600.
-    pub fn new(rows: u64, record_size: u64) -> Spec {
-        Spec {
-            rows,
-            record_size,
-            name: String::new(),
-            part: String::new(),
-            fields: Vec::new(),
-            mode: 0o600,
-            unblock_timeout_ms: DEFAULT_UNBLOCK_TIMEOUT_MS,
-            spin_us: None,
-            durability: None,
-            leases: None,
-        }
-    }
-
-    /// The size of the file this queue needs, or `None` if it overflows.
-    pub fn file_size(&self) -> Option<u64> {
-        file_size_for(
-            self.rows,
-            self.record_size,
-            self.durability.is_some(),
-            matches!(self.durability, Some(crate::Durability::Interval(_))),
-            self.leases.as_ref().map_or(0, |l| l.max_leases),
-        )
-    }
-}
-
 /// Creates queue `id` in `dir`, atomically: the file appears complete or not
 /// at all.
 pub(crate) fn create(dir: &Path, id: u32, spec: &Spec) -> Result<()> {
-    if spec.rows == 0 || spec.record_size == 0 {
-        return Err(Error::new(CONDIT_IS_NIL, "rows and record size must both be at least 1"));
-    }
-    if spec.rows > MAX_CAPACITY {
-        return Err(Error::new(MQUE_CRTE_BIG, format!("{} rows: at most {MAX_CAPACITY}", spec.rows)));
-    }
-    if spec.record_size > MAX_RECORD_SIZE {
-        return Err(Error::new(MQUE_CRTE_BIG, format!("record size {}: at most {MAX_RECORD_SIZE}", spec.record_size)));
-    }
+    spec.check_geometry()?;
     let size = spec
         .file_size()
         .filter(|&s| s <= i64::MAX as u64)
         .ok_or_else(|| Error::new(MQUE_CRTE_BIG, "rows x record size overflows"))?;
-    if spec.mode & !0o777 != 0 {
-        return Err(Error::new(
-            CONDIT_IS_NIL,
-            format!("mode {:o}: only permission bits (0..=0777) are allowed", spec.mode),
-        ));
-    }
-    if spec.spin_us.is_some_and(|us| us < -1) {
-        return Err(Error::new(CONDIT_IS_NIL, "spin time: -1 (never sleep) or a number of microseconds >= 0"));
-    }
-    if let Some(crate::Durability::Interval(ms)) = spec.durability {
-        if !(1..=super::layout::MAX_INTERVAL_MS).contains(&u64::from(ms)) {
-            return Err(Error::new(CONDIT_IS_NIL, format!("durable interval {ms} ms: from 1 to 3600000")));
-        }
-    }
-    if spec.durability.is_some() && spec.leases.is_some() {
-        return Err(Error::new(NOT_SUPPT_OPT, "a durable queue cannot have leases (not supported yet)"));
-    }
-    if let Some(l) = &spec.leases {
-        check_leases(id, l)?;
-    }
+    spec.check_settings(id)?;
     let info = Info::new(id, spec, size)?;
     let options = Options::new(spec);
 
@@ -196,26 +70,6 @@ pub(crate) fn create(dir: &Path, id: u32, spec: &Spec) -> Result<()> {
         let _ = std::fs::remove_file(&tmp);
     }
     result
-}
-
-fn check_leases(id: u32, l: &LeaseSpec) -> Result<()> {
-    if !(1..=MAX_LEASE_MS).contains(&l.lease_ms) {
-        return Err(Error::new(CONDIT_IS_NIL, format!("lease time {} ms: 1 to {MAX_LEASE_MS}", l.lease_ms)));
-    }
-    if l.max_leases == 0 {
-        return Err(Error::new(CONDIT_IS_NIL, "maximum of leases in flight: at least 1"));
-    }
-    if l.max_leases > MAX_LEASES {
-        return Err(Error::new(MQUE_CRTE_BIG, format!("{} leases in flight: at most {MAX_LEASES}", l.max_leases)));
-    }
-    if l.max_deliveries > crate::lease::state::MAX_DELIVERIES {
-        let most = crate::lease::state::MAX_DELIVERIES;
-        return Err(Error::new(CONDIT_IS_NIL, format!("maximum deliveries {}: at most {most}", l.max_deliveries)));
-    }
-    if l.dead_letter == Some(id) {
-        return Err(Error::new(CONDIT_IS_NIL, format!("queue {id} cannot be its own dead-letter queue")));
-    }
-    Ok(())
 }
 
 /// `.queue-<id>.tmp.`: the name of a queue file being created starts with
@@ -289,7 +143,7 @@ fn fill_new_file(file: &File, tmp: &Path, info: &Info, options: &Options, mode: 
     if durable {
         // This boot's id: the queue's first attach needs no recovery.
         let control = Control::default();
-        crate::durable::recover::stamp_new(&control);
+        stamp_boot_id(&control);
         let words = &control.sync.0.boot_id;
         let at = CONTROL_OFFSET
             + std::mem::offset_of!(Control, sync) as u64
@@ -302,6 +156,15 @@ fn fill_new_file(file: &File, tmp: &Path, info: &Info, options: &Options, mode: 
             .map_err(|e| io_error(SYNC_FAILED, "cannot write", tmp, e))?;
     }
     Ok(())
+}
+
+/// Writes this boot's id into `control` (a new queue's, before its file is
+/// published), so that its first attach needs no recovery.
+fn stamp_boot_id(control: &Control) {
+    if let Some(id) = crate::clock::boot_id() {
+        control.sync.0.boot_id[0].store(id[0], std::sync::atomic::Ordering::Relaxed);
+        control.sync.0.boot_id[1].store(id[1], std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// Writes zeros over the whole file. On tmpfs, `fallocate` reserves pages but

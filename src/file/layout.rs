@@ -16,6 +16,7 @@ use crate::error::*;
 use crate::registry::{MAX_PROCS, TABLE_BYTES};
 use crate::ring::{CachePadded, Cursors, MAX_CAPACITY, SLOT_HEADER_BYTES, one_lap};
 use crate::schema::{Field, MAX_FIELD_NAME, MAX_FIELDS, kind_of};
+use crate::spec::{Durability, MAX_INTERVAL_MS, MAX_LEASE_MS, MAX_LEASES, MAX_RECORD_SIZE, Spec};
 use std::mem::offset_of;
 use std::sync::atomic::{AtomicU32, AtomicU64};
 
@@ -31,8 +32,6 @@ pub(crate) const CONTROL_OFFSET: u64 = 4096;
 pub(crate) const TABLE_OFFSET: u64 = 8192;
 /// File offset of slot 0.
 pub(crate) const DATA_OFFSET: u64 = TABLE_OFFSET + TABLE_BYTES as u64;
-/// Largest record size (the slot keeps lengths in 32 bits).
-pub const MAX_RECORD_SIZE: u64 = 1 << 30;
 /// Bytes of a queue name and of a partition text in the header (the last
 /// one is always NUL: at most 63 and 31 bytes are kept).
 pub(crate) const NAME_BYTES: usize = 64;
@@ -44,48 +43,48 @@ const FIELD_NAME_BYTES: usize = MAX_FIELD_NAME + 1;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct FieldDesc {
     /// NUL-padded name.
-    pub name: [u8; FIELD_NAME_BYTES],
-    pub offset: u32,
-    pub len: u32,
+    pub(crate) name: [u8; FIELD_NAME_BYTES],
+    pub(crate) offset: u32,
+    pub(crate) len: u32,
     /// A [`crate::schema::FieldKind`] number.
-    pub kind: u32,
-    pub reserved: u32,
+    pub(crate) kind: u32,
+    pub(crate) reserved: u32,
 }
 
 /// The immutable header at offset 0. Every field is checked on open.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Info {
-    pub magic: [u8; 8],
-    pub version: u32,
-    pub info_bytes: u32,
-    pub control_offset: u64,
-    pub table_offset: u64,
-    pub data_offset: u64,
+    pub(crate) magic: [u8; 8],
+    pub(crate) version: u32,
+    pub(crate) info_bytes: u32,
+    pub(crate) control_offset: u64,
+    pub(crate) table_offset: u64,
+    pub(crate) data_offset: u64,
     /// Exact size of the file.
-    pub file_size: u64,
-    pub record_size: u64,
+    pub(crate) file_size: u64,
+    pub(crate) record_size: u64,
     /// Exact number of records the queue holds.
-    pub capacity: u64,
+    pub(crate) capacity: u64,
     /// `(capacity + 1).next_power_of_two()`.
-    pub one_lap: u64,
+    pub(crate) one_lap: u64,
     /// Bytes per slot: 16 + record size rounded up to 8.
-    pub slot_stride: u64,
-    pub created_ns: u64,
+    pub(crate) slot_stride: u64,
+    pub(crate) created_ns: u64,
     /// How long a waiter waits for a slot whose holder cannot be proven dead
     /// or alive before recovering it.
-    pub unblock_timeout_ms: u64,
-    pub id: u32,
+    pub(crate) unblock_timeout_ms: u64,
+    pub(crate) id: u32,
     /// Permission bits the file was created with.
-    pub mode: u32,
+    pub(crate) mode: u32,
     /// Entries in the process table.
-    pub proc_slots: u32,
-    pub field_count: u32,
-    pub name: [u8; NAME_BYTES],
-    pub part: [u8; PART_BYTES],
-    pub fields: [FieldDesc; MAX_FIELDS],
+    pub(crate) proc_slots: u32,
+    pub(crate) field_count: u32,
+    pub(crate) name: [u8; NAME_BYTES],
+    pub(crate) part: [u8; PART_BYTES],
+    pub(crate) fields: [FieldDesc; MAX_FIELDS],
     /// FNV-1a 64 of every byte above.
-    pub checksum: u64,
+    pub(crate) checksum: u64,
 }
 
 const _: () = assert!(size_of::<Info>() as u64 + size_of::<Options>() as u64 <= INFO_BYTES);
@@ -103,22 +102,20 @@ pub(crate) const OPT_DURABLE: u64 = 2;
 pub(crate) const POLICY_ALWAYS: u64 = 1;
 /// [`DurableOptions::policy`]: a flusher syncs at most `interval_ms` after a change.
 pub(crate) const POLICY_INTERVAL: u64 = 2;
-/// Longest interval a durable queue may have (one hour).
-pub(crate) const MAX_INTERVAL_MS: u64 = 3_600_000;
 
-/// The durability policy of a queue, in [`Options::durable`] (64 bytes, the
-/// size of the array it replaced). All zero: not durable.
+/// The durability policy of a queue, in [`Options::durable`] (64 bytes,
+/// fixed by the layout of [`Options`]). All zero: not durable.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct DurableOptions {
     /// [`POLICY_ALWAYS`] or [`POLICY_INTERVAL`] (0 when not durable).
-    pub policy: u64,
+    pub(crate) policy: u64,
     /// For [`POLICY_INTERVAL`]: the longest time, in milliseconds, between a
     /// change and the sync that makes it durable (1..=[`MAX_INTERVAL_MS`]);
     /// 0 otherwise.
-    pub interval_ms: u64,
+    pub(crate) interval_ms: u64,
     /// Zero; room for later durability settings.
-    pub reserved: [u64; 6],
+    pub(crate) reserved: [u64; 6],
 }
 const _: () = assert!(size_of::<DurableOptions>() == 64);
 
@@ -131,30 +128,25 @@ pub(crate) const OPT_LEASES: u64 = 4;
 /// see [`image_offset`] and `crate::durable`).
 pub(crate) const OPT_IMAGE: u64 = 8;
 
-/// Longest lease (and release delay) a queue may default to: a year.
-pub const MAX_LEASE_MS: u64 = 365 * 24 * 3600 * 1000;
-/// Most leases a queue may have in flight (entries of its lease table).
-pub const MAX_LEASES: u64 = 1 << 20;
-
 /// The settings of acknowledged consumption, in [`Options::leases`] (all
 /// zero without [`OPT_LEASES`]).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct LeaseOptions {
     /// Lease time of `lPopLease(..., 0, ...)`, in milliseconds, >= 1.
-    pub lease_ms: u64,
+    pub(crate) lease_ms: u64,
     /// Deliveries after which a record that is not acknowledged goes to the
     /// dead-letter queue (0: no limit), at most [`crate::lease::state::MAX_DELIVERIES`].
-    pub max_deliveries: u64,
+    pub(crate) max_deliveries: u64,
     /// Entries of the lease table: leases in flight at most, 1..=[`MAX_LEASES`].
-    pub max_leases: u64,
+    pub(crate) max_leases: u64,
     /// The dead-letter queue's id, when `has_dead_letter` is 1.
-    pub dead_letter: u32,
+    pub(crate) dead_letter: u32,
     /// 1: rejected records (and those past the delivery limit) go to queue
     /// `dead_letter`; 0: they are dropped (counted).
-    pub has_dead_letter: u32,
+    pub(crate) has_dead_letter: u32,
     /// Zero; reserved.
-    pub reserved: [u64; 4],
+    pub(crate) reserved: [u64; 4],
 }
 const _: () = assert!(size_of::<LeaseOptions>() == 64);
 
@@ -166,23 +158,23 @@ const _: () = assert!(size_of::<LeaseOptions>() == 64);
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Options {
     /// Which of the settings below are set ([`OPT_SPIN`]).
-    pub flags: u64,
+    pub(crate) flags: u64,
     /// Blocking pops spin this many microseconds before they yield and
     /// sleep; -1: they never sleep.
-    pub spin_us: i64,
+    pub(crate) spin_us: i64,
     /// The durability policy, set with [`OPT_DURABLE`] (all zero without it).
-    pub durable: DurableOptions,
+    pub(crate) durable: DurableOptions,
     /// The settings of acknowledged consumption ([`OPT_LEASES`]).
-    pub leases: LeaseOptions,
+    pub(crate) leases: LeaseOptions,
     /// Zero; room for later settings.
-    pub reserved: [u64; 13],
+    pub(crate) reserved: [u64; 13],
     /// FNV-1a 64 of the bytes above, or 0 when they are all zero.
-    pub checksum: u64,
+    pub(crate) checksum: u64,
 }
 
 impl Options {
     /// The options of a new queue.
-    pub(crate) fn new(spec: &crate::file::Spec) -> Options {
+    pub(crate) fn new(spec: &Spec) -> Options {
         let mut o = Options::default();
         if let Some(us) = spec.spin_us {
             o.flags |= OPT_SPIN;
@@ -191,8 +183,8 @@ impl Options {
         if let Some(d) = spec.durability {
             o.flags |= OPT_DURABLE;
             o.durable = match d {
-                crate::Durability::Always => DurableOptions { policy: POLICY_ALWAYS, ..Default::default() },
-                crate::Durability::Interval(ms) => {
+                Durability::Always => DurableOptions { policy: POLICY_ALWAYS, ..Default::default() },
+                Durability::Interval(ms) => {
                     o.flags |= OPT_IMAGE;
                     DurableOptions { policy: POLICY_INTERVAL, interval_ms: u64::from(ms), ..Default::default() }
                 }
@@ -282,13 +274,13 @@ impl Options {
     }
 
     /// The durability policy of the queue, if it is durable (of a validated block).
-    pub(crate) fn durability(&self) -> Option<crate::Durability> {
+    pub(crate) fn durability(&self) -> Option<Durability> {
         if self.flags & OPT_DURABLE == 0 {
             return None;
         }
         match self.durable.policy {
-            POLICY_ALWAYS => Some(crate::Durability::Always),
-            _ => Some(crate::Durability::Interval(u32::try_from(self.durable.interval_ms).unwrap_or(u32::MAX))),
+            POLICY_ALWAYS => Some(Durability::Always),
+            _ => Some(Durability::Interval(u32::try_from(self.durable.interval_ms).unwrap_or(u32::MAX))),
         }
     }
 
@@ -324,10 +316,10 @@ const _: () = assert!(DATA_OFFSET % 4096 == 0);
 #[derive(Default)]
 pub(crate) struct WakeWords {
     /// Bumped by a producer before waking sleepers; sleepers wait on it.
-    pub futex: AtomicU32,
+    pub(crate) futex: AtomicU32,
     /// Threads announced as (about to be) asleep; producers skip the wake-up
     /// system call while it is 0.
-    pub waiters: AtomicU32,
+    pub(crate) waiters: AtomicU32,
 }
 
 /// Read on every call, written once: kept apart from the busy lines.
@@ -335,10 +327,10 @@ pub(crate) struct WakeWords {
 #[derive(Default)]
 pub(crate) struct StateWords {
     /// Non-zero once the queue has been dropped.
-    pub dropped: AtomicU32,
+    pub(crate) dropped: AtomicU32,
     /// Processes attached without an entry in the process table (it was
     /// full): while non-zero, no stalled holder can be proven dead.
-    pub unregistered: AtomicU32,
+    pub(crate) unregistered: AtomicU32,
 }
 
 /// Counters of rare events (not touched by normal pushes and pops).
@@ -346,15 +338,15 @@ pub(crate) struct StateWords {
 #[derive(Default)]
 pub(crate) struct Counters {
     /// Claims of dead producers turned into skipped (empty) records.
-    pub recovered_pushes: AtomicU64,
+    pub(crate) recovered_pushes: AtomicU64,
     /// Records of dead consumers delivered again.
-    pub recovered_pops: AtomicU64,
+    pub(crate) recovered_pops: AtomicU64,
     /// Calls that failed because their own slot had been recovered.
-    pub robbed: AtomicU64,
+    pub(crate) robbed: AtomicU64,
     /// Sleepers of dead processes taken off the waiter count.
-    pub reconciled_waiters: AtomicU64,
+    pub(crate) reconciled_waiters: AtomicU64,
     /// Time of the last recovery, nanoseconds since the Unix epoch.
-    pub last_recovery_ns: AtomicU64,
+    pub(crate) last_recovery_ns: AtomicU64,
 }
 
 /// The shared state of a durable queue's syncs (unused by other queues).
@@ -363,51 +355,51 @@ pub(crate) struct Counters {
 #[derive(Default)]
 pub(crate) struct SyncWords {
     /// 0: no sync in progress; else the pid of the process syncing.
-    pub lock: AtomicU32,
+    pub(crate) lock: AtomicU32,
     /// Bumped when a sync ends (or its syncer gives up); waiters sleep on it.
-    pub futex: AtomicU32,
+    pub(crate) futex: AtomicU32,
     /// Threads (of every process) asleep waiting for a sync.
-    pub waiters: AtomicU32,
+    pub(crate) waiters: AtomicU32,
     /// `interval` queues: set by a flusher that found pushes or pops no
     /// sync covers (or by a failed sync), cleared as a sync begins: the
     /// flushers time their syncs from it.
-    pub dirty: AtomicU32,
+    pub(crate) dirty: AtomicU32,
     /// Syncs started: a change made before this count was read is covered
     /// by sync number `started + 1` and every later one.
-    pub started: AtomicU64,
+    pub(crate) started: AtomicU64,
     /// The highest sync number that has completed.
-    pub done: AtomicU64,
+    pub(crate) done: AtomicU64,
     /// When the lock was taken, nanoseconds since the Unix epoch.
-    pub locked_ns: AtomicU64,
+    pub(crate) locked_ns: AtomicU64,
     /// When the last sync completed, nanoseconds since the Unix epoch.
-    pub last_sync_ns: AtomicU64,
+    pub(crate) last_sync_ns: AtomicU64,
     /// How long the last sync took, nanoseconds.
-    pub last_sync_took_ns: AtomicU64,
+    pub(crate) last_sync_took_ns: AtomicU64,
     /// Syncs that failed (the system call returned an error).
-    pub failures: AtomicU64,
+    pub(crate) failures: AtomicU64,
     /// When `dirty` was last set: the last time a flusher found the queue
     /// unchanged before it found the change (so no later than the oldest
     /// change not yet synced), nanoseconds since the Unix epoch.
-    pub dirty_ns: AtomicU64,
+    pub(crate) dirty_ns: AtomicU64,
     /// The boot id (`/proc/sys/kernel/random/boot_id`) of the machine on which
     /// processes last attached: another value at attach means the machine
     /// restarted since, and the ring is rebuilt from its slots.
-    pub boot_id: [AtomicU64; 2],
+    pub(crate) boot_id: [AtomicU64; 2],
     /// Calls that needed a sync (each counted once): the syncer of an
     /// `always` queue gathers callers by it (see `Durable::gather`).
-    pub arrivals: AtomicU32,
+    pub(crate) arrivals: AtomicU32,
     /// `arrivals` when the last sync started.
-    pub batch_start: AtomicU32,
+    pub(crate) batch_start: AtomicU32,
     /// Callers waiting for a sync when the last one ended, its syncer included.
-    pub callers: AtomicU32,
+    pub(crate) callers: AtomicU32,
     /// `interval` queues, whose producers do not seal their records: the
     /// position count from which the next sync seals what was published
     /// (the last sync sealed every published record below it).
-    pub sealed: AtomicU64,
+    pub(crate) sealed: AtomicU64,
     /// `interval` queues: the position count from which the next sync
     /// copies into the image the slots consumers released (the last sync
     /// copied every released slot below it).
-    pub released: AtomicU64,
+    pub(crate) released: AtomicU64,
 }
 
 /// What the last recovery after a machine restart found (durable queues).
@@ -415,22 +407,22 @@ pub(crate) struct SyncWords {
 #[derive(Default)]
 pub(crate) struct RecoveryWords {
     /// When it ran, nanoseconds since the Unix epoch (0: never).
-    pub at_ns: AtomicU64,
+    pub(crate) at_ns: AtomicU64,
     /// Records kept (valid and not consumed).
-    pub kept: AtomicU64,
+    pub(crate) kept: AtomicU64,
     /// Slots dropped because their checksum did not match (torn writes, or
     /// a record whose write had not reached the disk).
-    pub torn: AtomicU64,
+    pub(crate) torn: AtomicU64,
     /// Valid records dropped because they lie below the consumed watermark.
-    pub stale: AtomicU64,
+    pub(crate) stale: AtomicU64,
     /// Kept records moved to a later position (more than a lap behind the newest).
-    pub moved: AtomicU64,
+    pub(crate) moved: AtomicU64,
     /// Positions between kept records that held nothing: now empty records.
-    pub holes: AtomicU64,
+    pub(crate) holes: AtomicU64,
     /// Recoveries run on this file.
-    pub runs: AtomicU64,
+    pub(crate) runs: AtomicU64,
     /// The consumed watermark the recovery started from.
-    pub watermark: AtomicU64,
+    pub(crate) watermark: AtomicU64,
 }
 
 /// One copy of the consumed watermark, alone in a 512-byte sector (a
@@ -441,48 +433,48 @@ pub(crate) struct RecoveryWords {
 #[derive(Default)]
 pub(crate) struct Mark {
     /// Generation: the valid copy with the higher one is the current one.
-    pub generation: AtomicU64,
+    pub(crate) generation: AtomicU64,
     /// Every position numbered below this has been consumed (its slot
     /// released) as of the sync that wrote the copy.
-    pub consumed: AtomicU64,
+    pub(crate) consumed: AtomicU64,
     /// Positions claimed by producers at that sync (`tail`, counted).
-    pub pushed: AtomicU64,
+    pub(crate) pushed: AtomicU64,
     /// When the sync started, nanoseconds since the Unix epoch.
-    pub synced_ns: AtomicU64,
+    pub(crate) synced_ns: AtomicU64,
     /// FNV-1a 64 of the four words above (and the queue's creation time).
-    pub check: AtomicU64,
+    pub(crate) check: AtomicU64,
 }
 
 /// The mutable shared state at [`CONTROL_OFFSET`].
 #[repr(C)]
 #[derive(Default)]
 pub(crate) struct Control {
-    pub cursors: Cursors,
-    pub wake: CachePadded<WakeWords>,
-    pub state: CachePadded<StateWords>,
-    pub counters: CachePadded<Counters>,
+    pub(crate) cursors: Cursors,
+    pub(crate) wake: CachePadded<WakeWords>,
+    pub(crate) state: CachePadded<StateWords>,
+    pub(crate) counters: CachePadded<Counters>,
     /// Durable queues only (zero elsewhere).
-    pub sync: CachePadded<SyncWords>,
+    pub(crate) sync: CachePadded<SyncWords>,
     /// Durable queues only (zero elsewhere).
-    pub recovery: CachePadded<RecoveryWords>,
+    pub(crate) recovery: CachePadded<RecoveryWords>,
     /// Durable queues only (zero elsewhere): the consumed watermark, twice.
-    pub marks: [Mark; 2],
+    pub(crate) marks: [Mark; 2],
 }
 
 // SAFETY: the control block is atomics only: any bits are a value.
-unsafe impl crate::shm::Shared for WakeWords {}
+unsafe impl crate::shm::ShmSafe for WakeWords {}
 // SAFETY: as above.
-unsafe impl crate::shm::Shared for StateWords {}
+unsafe impl crate::shm::ShmSafe for StateWords {}
 // SAFETY: as above.
-unsafe impl crate::shm::Shared for Counters {}
+unsafe impl crate::shm::ShmSafe for Counters {}
 // SAFETY: as above.
-unsafe impl crate::shm::Shared for SyncWords {}
+unsafe impl crate::shm::ShmSafe for SyncWords {}
 // SAFETY: as above.
-unsafe impl crate::shm::Shared for RecoveryWords {}
+unsafe impl crate::shm::ShmSafe for RecoveryWords {}
 // SAFETY: as above.
-unsafe impl crate::shm::Shared for Mark {}
+unsafe impl crate::shm::ShmSafe for Mark {}
 // SAFETY: as above.
-unsafe impl crate::shm::Shared for Control {}
+unsafe impl crate::shm::ShmSafe for Control {}
 const _: () = assert!(size_of::<SyncWords>() <= 128 && size_of::<RecoveryWords>() <= 128);
 const _: () = assert!(offset_of!(Control, marks) % 512 == 0 && CONTROL_OFFSET % 512 == 0);
 
@@ -533,6 +525,19 @@ pub(crate) fn file_size_for(rows: u64, record_size: u64, durable: bool, image: b
     lease_table_offset(rows, record_size)?.checked_add(crate::lease::table::table_bytes(leases, record_size)?)
 }
 
+impl Spec {
+    /// The size of the file this queue needs, or `None` if it overflows.
+    pub fn file_size(&self) -> Option<u64> {
+        file_size_for(
+            self.rows,
+            self.record_size,
+            self.durability.is_some(),
+            matches!(self.durability, Some(Durability::Interval(_))),
+            self.leases.as_ref().map_or(0, |l| l.max_leases),
+        )
+    }
+}
+
 /// Bytes of the image's first part, the copy of the control page that holds
 /// the consumed watermark (`Control::marks`).
 pub(crate) const IMAGE_MARKS_BYTES: u64 = 4096;
@@ -576,7 +581,7 @@ fn c_str(bytes: &[u8]) -> Option<&str> {
 
 impl Info {
     /// The header of a new queue (its geometry is assumed checked).
-    pub(crate) fn new(id: u32, spec: &crate::file::Spec, file_size: u64) -> Result<Info> {
+    pub(crate) fn new(id: u32, spec: &Spec, file_size: u64) -> Result<Info> {
         if spec.fields.len() > MAX_FIELDS {
             return Err(Error::new(FLD_DEF_SPILL, format!("{} fields: at most {MAX_FIELDS}", spec.fields.len())));
         }

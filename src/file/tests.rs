@@ -3,11 +3,12 @@
 //! the record-size rules of the file-backed queue.
 
 use crate::error::*;
-use crate::file::layout::{CONTROL_OFFSET, Control, DATA_OFFSET, INFO_BYTES, Info, MAX_RECORD_SIZE, TABLE_OFFSET};
+use crate::file::layout::{CONTROL_OFFSET, Control, DATA_OFFSET, INFO_BYTES, Info, TABLE_OFFSET};
 use crate::file::layout::{OPTIONS_OFFSET, Options};
 use crate::file::layout::{file_size, slot_stride};
 use crate::file::queue_path;
 use crate::ring::{Cursors, MAX_CAPACITY, PUBLISHED, SKIP, one_lap};
+use crate::spec::MAX_RECORD_SIZE;
 use crate::test_support::{TempDir, child_env, child_test};
 use crate::{Field, FieldKind, Queue, Spec, Wait};
 use std::fs;

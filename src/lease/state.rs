@@ -41,12 +41,12 @@
 //! consumers taking the same record, and a consumer that dies between
 //! saving a record from the ring and releasing its slot.
 
-use crate::sync::{AtomicU32, AtomicU64, Ordering};
+use crate::atomics::{AtomicU32, AtomicU64, Ordering};
 
 /// What an entry holds, and who may change it (see the module doc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
-pub enum St {
+pub(crate) enum St {
     /// Unused: a consumer may claim it.
     Free = 0,
     /// Claimed by its owner for a record it is taking from the ring; the
@@ -82,7 +82,7 @@ impl St {
     }
 
     /// Does the entry hold a record (committed: saved from the ring)?
-    pub fn holds_record(self) -> bool {
+    pub(crate) fn holds_record(self) -> bool {
         !matches!(self, St::Free | St::Filling)
     }
 }
@@ -91,23 +91,23 @@ impl St {
 /// table and the low 8 bits of that entry's registration number, so that a
 /// later process registered in the same entry is not taken for it. 0: nobody.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Owner(pub u32);
+pub(crate) struct Owner(pub u32);
 
 impl Owner {
     /// Nobody.
-    pub const NONE: Owner = Owner(0);
+    pub(crate) const NONE: Owner = Owner(0);
     /// Most process-table entries an owner can name.
-    pub const MAX_ENTRIES: usize = 256;
+    pub(crate) const MAX_ENTRIES: usize = 256;
 
     /// The process registered in table entry `index` (< 256) as its
     /// `registration`-th holder.
-    pub fn new(index: usize, registration: u32) -> Owner {
+    pub(crate) fn new(index: usize, registration: u32) -> Owner {
         debug_assert!(index < Self::MAX_ENTRIES);
         Owner((((index as u32) + 1) << 8) | (registration & 0xff))
     }
 
     /// `(table entry, low 8 bits of the registration)`, `None` for nobody.
-    pub fn entry(self) -> Option<(usize, u32)> {
+    pub(crate) fn entry(self) -> Option<(usize, u32)> {
         (self.0 >> 8).checked_sub(1).map(|i| (i as usize, self.0 & 0xff))
     }
 }
@@ -119,9 +119,9 @@ const DELIV_SHIFT: u32 = OWNER_SHIFT + OWNER_BITS;
 const DELIV_BITS: u32 = 16;
 const GEN_SHIFT: u32 = DELIV_SHIFT + DELIV_BITS;
 /// Generations wrap at this many bits.
-pub const GEN_BITS: u32 = 64 - GEN_SHIFT;
+pub(crate) const GEN_BITS: u32 = 64 - GEN_SHIFT;
 /// Deliveries count up to this and stay there.
-pub const MAX_DELIVERIES: u32 = (1 << DELIV_BITS) - 1;
+pub(crate) const MAX_DELIVERIES: u32 = (1 << DELIV_BITS) - 1;
 const _: () = assert!(GEN_BITS == 28);
 // The largest owner, (MAX_ENTRIES << 8) | 0xff, fits the field.
 const _: () = assert!(((Owner::MAX_ENTRIES as u32 + 1) << 8) <= 1 << OWNER_BITS);
@@ -130,12 +130,12 @@ const _: () = assert!(((Owner::MAX_ENTRIES as u32 + 1) << 8) <= 1 << OWNER_BITS)
 /// corrupted word names some state, owner and generation; it cannot make
 /// anyone read outside the table).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Word(pub u64);
+pub(crate) struct Word(pub u64);
 
 impl Word {
     /// The word of these fields (the generation is cut to [`GEN_BITS`], the
     /// deliveries saturate at [`MAX_DELIVERIES`]).
-    pub fn new(st: St, owner: Owner, deliveries: u32, gen_: u32) -> Word {
+    pub(crate) fn new(st: St, owner: Owner, deliveries: u32, gen_: u32) -> Word {
         let gen_ = u64::from(gen_) & ((1 << GEN_BITS) - 1);
         let deliveries = u64::from(deliveries.min(MAX_DELIVERIES));
         let owner = u64::from(owner.0) & ((1 << OWNER_BITS) - 1);
@@ -143,22 +143,22 @@ impl Word {
     }
 
     /// The state.
-    pub fn st(self) -> St {
+    pub(crate) fn st(self) -> St {
         St::from_bits(self.0)
     }
 
     /// Who acts on the entry or holds its lease.
-    pub fn owner(self) -> Owner {
+    pub(crate) fn owner(self) -> Owner {
         Owner(((self.0 >> OWNER_SHIFT) & ((1 << OWNER_BITS) - 1)) as u32)
     }
 
     /// Deliveries of the record so far (1 on its first).
-    pub fn deliveries(self) -> u32 {
+    pub(crate) fn deliveries(self) -> u32 {
         ((self.0 >> DELIV_SHIFT) & u64::from(MAX_DELIVERIES)) as u32
     }
 
     /// The generation.
-    pub fn generation(self) -> u32 {
+    pub(crate) fn generation(self) -> u32 {
         (self.0 >> GEN_SHIFT) as u32
     }
 
@@ -167,60 +167,60 @@ impl Word {
     }
 
     /// `Free -> Filling`: claimed by `me` for a record of the ring.
-    pub fn claimed(self, me: Owner) -> Word {
+    pub(crate) fn claimed(self, me: Owner) -> Word {
         Word::new(St::Filling, me, 0, self.next_gen())
     }
 
     /// `Filling -> Leased`: the record is saved; its first delivery.
-    pub fn committed(self) -> Word {
+    pub(crate) fn committed(self) -> Word {
         Word::new(St::Leased, self.owner(), 1, self.generation())
     }
 
     /// `Ready -> Taking`: taken up by `me` for a new delivery.
-    pub fn taken(self, me: Owner) -> Word {
+    pub(crate) fn taken(self, me: Owner) -> Word {
         Word::new(St::Taking, me, self.deliveries(), self.next_gen())
     }
 
     /// `Taking -> Leased`: delivered once more, to the taker.
-    pub fn delivered(self) -> Word {
+    pub(crate) fn delivered(self) -> Word {
         Word::new(St::Leased, self.owner(), self.deliveries().saturating_add(1), self.generation())
     }
 
     /// `Leased -> Busy`: its holder is extending or releasing it.
-    pub fn held(self) -> Word {
+    pub(crate) fn held(self) -> Word {
         Word::new(St::Busy, self.owner(), self.deliveries(), self.generation())
     }
 
     /// `Busy -> Leased`: extended (a new generation: tokens of the old
     /// deadline are stale).
-    pub fn extended(self) -> Word {
+    pub(crate) fn extended(self) -> Word {
         Word::new(St::Leased, self.owner(), self.deliveries(), self.next_gen())
     }
 
     /// `-> Ready`: waiting to be delivered again; nobody holds it.
-    pub fn ready(self) -> Word {
+    pub(crate) fn ready(self) -> Word {
         Word::new(St::Ready, Owner::NONE, self.deliveries(), self.generation())
     }
 
     /// `-> Doomed`: bound for the dead-letter queue; nobody is moving it.
-    pub fn doomed(self) -> Word {
+    pub(crate) fn doomed(self) -> Word {
         Word::new(St::Doomed, Owner::NONE, self.deliveries(), self.generation())
     }
 
     /// `-> Dead`: `me` is moving it to the dead-letter queue.
-    pub fn dying(self, me: Owner) -> Word {
+    pub(crate) fn dying(self, me: Owner) -> Word {
         Word::new(St::Dead, me, self.deliveries(), self.generation())
     }
 
     /// `Dead -> Leased`: the dead-letter queue refused it; its holder `me`
     /// keeps its lease (same generation: its token stays good).
-    pub fn kept(self) -> Word {
+    pub(crate) fn kept(self) -> Word {
         Word::new(St::Leased, self.owner(), self.deliveries(), self.generation())
     }
 
     /// `-> Free`: done with (acknowledged, consumed, dead-lettered, or no
     /// record after all).
-    pub fn free(self) -> Word {
+    pub(crate) fn free(self) -> Word {
         Word::new(St::Free, Owner::NONE, 0, self.generation())
     }
 
@@ -228,7 +228,7 @@ impl Word {
     /// limit (`max_deliveries`, 0: none): `None` when nothing is to be done
     /// (no owner, or a `Leased` entry whose ring slot must be released
     /// first, which the caller does).
-    pub fn orphaned(self, max_deliveries: u32) -> Option<Word> {
+    pub(crate) fn orphaned(self, max_deliveries: u32) -> Option<Word> {
         match self.st() {
             St::Free | St::Ready | St::Doomed => None,
             St::Filling => Some(self.free()),
@@ -241,7 +241,7 @@ impl Word {
     /// holder died, released): `Ready` for another delivery, or `Doomed`
     /// when the record has been delivered `max_deliveries` times (0: no
     /// limit).
-    pub fn undelivered(self, max_deliveries: u32) -> Word {
+    pub(crate) fn undelivered(self, max_deliveries: u32) -> Word {
         if max_deliveries > 0 && self.deliveries() >= max_deliveries { self.doomed() } else { self.ready() }
     }
 }
@@ -251,7 +251,7 @@ impl Word {
 /// `pos` names that position, if any, and whether that entry's owner is
 /// alive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SlotAction {
+pub(crate) enum SlotAction {
     /// The consumer is a lease consumer still at work: wait for it.
     Wait,
     /// The record is saved in the lease entry: release the slot only.
@@ -264,7 +264,7 @@ pub enum SlotAction {
 /// See [`SlotAction`]. `entry`: the state of the entry whose `pos` names the
 /// slot's position and whether its owner is alive, or `None` if no entry
 /// names it (a plain pop's slot).
-pub fn slot_action(entry: Option<(Word, bool)>) -> SlotAction {
+pub(crate) fn slot_action(entry: Option<(Word, bool)>) -> SlotAction {
     match entry {
         Some((w, _)) if w.st().holds_record() => SlotAction::Release,
         Some((w, true)) if w.st() == St::Filling => SlotAction::Wait,
@@ -279,29 +279,29 @@ pub fn slot_action(entry: Option<(Word, bool)>) -> SlotAction {
 /// publishes it, and read after the state word.
 #[repr(C)]
 #[derive(Default)]
-pub struct Entry {
+pub(crate) struct Entry {
     /// The [`Word`].
-    pub state: AtomicU64,
+    pub(crate) state: AtomicU64,
     /// Position number (in the ring's count) of the record, written when
     /// the position is announced, before it is claimed.
-    pub pos: AtomicU64,
+    pub(crate) pos: AtomicU64,
     /// `Leased`: when the lease runs out; `Ready`: when the record may be
     /// delivered again (monotonic clock, nanoseconds).
-    pub deadline_ns: AtomicU64,
+    pub(crate) deadline_ns: AtomicU64,
     /// When the current delivery began (monotonic nanoseconds).
-    pub leased_ns: AtomicU64,
+    pub(crate) leased_ns: AtomicU64,
     /// Length of the record, 1..=record size.
-    pub len: AtomicU32,
+    pub(crate) len: AtomicU32,
     /// Zero; reserved.
-    pub reserved: AtomicU32,
+    pub(crate) reserved: AtomicU32,
     /// Zero; reserved.
-    pub reserved2: [AtomicU64; 3],
+    pub(crate) reserved2: [AtomicU64; 3],
 }
 
 impl Entry {
     /// The state word.
     #[inline]
-    pub fn word(&self) -> Word {
+    pub(crate) fn word(&self) -> Word {
         Word(self.state.load(Ordering::Acquire))
     }
 
@@ -309,7 +309,7 @@ impl Entry {
     /// `to`, or the word found. SeqCst: ordered with the ring's CASes and
     /// with the sleepers' checks.
     #[inline]
-    pub fn change(&self, from: Word, to: Word) -> Result<Word, Word> {
+    pub(crate) fn change(&self, from: Word, to: Word) -> Result<Word, Word> {
         self.state.compare_exchange(from.0, to.0, Ordering::SeqCst, Ordering::Acquire).map(|_| to).map_err(Word)
     }
 }

@@ -19,7 +19,7 @@
 
 use super::state::{Entry, Owner, St, Word};
 use crate::ring::CachePadded;
-use crate::shm::{Shared, SharedMap, SharedRef};
+use crate::shm::{SharedMap, SharedRef, ShmSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Bytes of the table's control block.
@@ -53,13 +53,13 @@ pub(crate) fn table_bytes(entries: u64, record_size: u64) -> Option<u64> {
 pub(crate) struct Hints {
     /// The periodic sweep (for holders that died) is due at this instant;
     /// never while no entry is in use.
-    pub next_sweep_ns: AtomicU64,
+    pub(crate) next_sweep_ns: AtomicU64,
     /// No lease runs out before this instant (the earliest deadline known).
-    pub next_deadline_ns: AtomicU64,
+    pub(crate) next_deadline_ns: AtomicU64,
     /// No record waiting for another delivery is due before this instant.
     /// These hints err early, never late, except for races that the next
     /// sweep corrects.
-    pub next_ready_ns: AtomicU64,
+    pub(crate) next_ready_ns: AtomicU64,
 }
 
 /// Who sweeps.
@@ -67,9 +67,9 @@ pub(crate) struct Hints {
 #[derive(Default)]
 pub(crate) struct Sweeping {
     /// The sweeping process's [`Owner`] (0: nobody).
-    pub sweeper: AtomicU64,
+    pub(crate) sweeper: AtomicU64,
     /// When the last sweep ended (monotonic nanoseconds).
-    pub last_ns: AtomicU64,
+    pub(crate) last_ns: AtomicU64,
 }
 
 /// Counters of lease events (none is touched by a delivery that is
@@ -78,40 +78,40 @@ pub(crate) struct Sweeping {
 #[derive(Default)]
 pub(crate) struct LeaseCounters {
     /// Records delivered again (to any consumer).
-    pub redelivered: AtomicU64,
+    pub(crate) redelivered: AtomicU64,
     /// Leases that ran out.
-    pub expired: AtomicU64,
+    pub(crate) expired: AtomicU64,
     /// Leases (and takings) of holders that died.
-    pub orphaned: AtomicU64,
+    pub(crate) orphaned: AtomicU64,
     /// Leases released by their holders.
-    pub released: AtomicU64,
+    pub(crate) released: AtomicU64,
     /// Records moved to the dead-letter queue.
-    pub dead_lettered: AtomicU64,
+    pub(crate) dead_lettered: AtomicU64,
     /// Records rejected or past the delivery limit with no dead-letter queue: dropped.
-    pub dropped: AtomicU64,
+    pub(crate) dropped: AtomicU64,
     /// Late calls refused with `LEASE_EXPIRED`.
-    pub late: AtomicU64,
+    pub(crate) late: AtomicU64,
 }
 
 /// The control block at the start of the table.
 #[repr(C)]
 #[derive(Default)]
 pub(crate) struct LeaseControl {
-    pub hints: CachePadded<Hints>,
-    pub sweeping: CachePadded<Sweeping>,
-    pub counters: CachePadded<LeaseCounters>,
+    pub(crate) hints: CachePadded<Hints>,
+    pub(crate) sweeping: CachePadded<Sweeping>,
+    pub(crate) counters: CachePadded<LeaseCounters>,
 }
 
 // SAFETY: atomics and reserved integers only: any bits are a value.
-unsafe impl Shared for Entry {}
+unsafe impl ShmSafe for Entry {}
 // SAFETY: as above.
-unsafe impl Shared for Hints {}
+unsafe impl ShmSafe for Hints {}
 // SAFETY: as above.
-unsafe impl Shared for Sweeping {}
+unsafe impl ShmSafe for Sweeping {}
 // SAFETY: as above.
-unsafe impl Shared for LeaseCounters {}
+unsafe impl ShmSafe for LeaseCounters {}
 // SAFETY: as above.
-unsafe impl Shared for LeaseControl {}
+unsafe impl ShmSafe for LeaseControl {}
 
 /// A queue file's lease table, mapped.
 pub(crate) struct LeaseTable {
@@ -135,20 +135,20 @@ unsafe impl Sync for LeaseTable {}
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Swept {
     /// Records made ready for another delivery now (sleepers may want them).
-    pub ready: u64,
+    pub(crate) ready: u64,
     /// Entries bound for the dead-letter queue (the caller moves them).
-    pub doomed: u64,
+    pub(crate) doomed: u64,
 }
 
 /// A leased or waiting record as [`LeaseTable::snapshot`] copies it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Snapshot {
-    pub entry: usize,
-    pub word: Word,
-    pub pos: u64,
-    pub deadline_ns: u64,
-    pub leased_ns: u64,
-    pub record: Vec<u8>,
+    pub(crate) entry: usize,
+    pub(crate) word: Word,
+    pub(crate) pos: u64,
+    pub(crate) deadline_ns: u64,
+    pub(crate) leased_ns: u64,
+    pub(crate) record: Vec<u8>,
 }
 
 impl LeaseTable {
@@ -321,7 +321,7 @@ impl LeaseTable {
     }
 
     /// Notes a record waiting for another delivery from `at` on. SeqCst: a
-    /// sleeper that announced itself and then checks [`ready_due`] either
+    /// sleeper that announced itself and then checks [`ready_due`](Self::ready_due) either
     /// sees it or is woken by the caller (who wakes after this).
     pub(crate) fn ready_at(&self, at: u64) {
         self.control.hints.0.next_ready_ns.fetch_min(at, Ordering::SeqCst);

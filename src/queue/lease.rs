@@ -16,11 +16,11 @@
 use super::{Idle, Intent, NO_WORD, Patience, Queue, Wait};
 use crate::clock::{mono_after, mono_ns};
 use crate::error::*;
-use crate::file::LeaseSpec;
 use crate::lease::state::{Owner, SlotAction, St, Word, slot_action};
 use crate::lease::table::LeaseTable;
 use crate::registry::INTENTS;
 use crate::ring::{Announce, Holder, RingError};
+use crate::spec::LeaseSpec;
 use parking_lot::Mutex;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

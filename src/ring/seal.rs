@@ -41,7 +41,7 @@ fn word(b: &[u8]) -> u64 {
 /// The identity key of a queue: a hash of its id and creation time, so that
 /// a slot copied from another queue (or an older queue of the same id) does
 /// not pass.
-pub fn queue_key(id: u32, created_ns: u64) -> u64 {
+pub(crate) fn queue_key(id: u32, created_ns: u64) -> u64 {
     fold(u64::from(id) ^ P2, created_ns ^ P3) ^ P0
 }
 
@@ -49,7 +49,7 @@ pub fn queue_key(id: u32, created_ns: u64) -> u64 {
 /// index`) in the queue of `key`. Never 0, so that a zeroed header is never
 /// a valid one.
 #[inline]
-pub fn seal(key: u64, pos: u64, data: &[u8]) -> u32 {
+pub(crate) fn seal(key: u64, pos: u64, data: &[u8]) -> u32 {
     let len = data.len() as u64;
     let mut a = key ^ P0;
     let mut b = pos.rotate_left(17) ^ len ^ P1;

@@ -5,35 +5,35 @@
 //! The ring knows nothing else about memory: a storage hands out the
 //! cursors, each slot's header, and copies record bytes in and out of a slot.
 
-use crate::sync::{AtomicU32, AtomicU64};
+use crate::atomics::{AtomicU32, AtomicU64};
 
 /// Pads and aligns a value to 128 bytes (two cache lines, which the adjacent
 /// line prefetcher pairs) so that producers and consumers do not share a line.
 #[repr(C, align(128))]
 #[derive(Default)]
-pub struct CachePadded<T>(pub T);
+pub(crate) struct CachePadded<T>(pub T);
 
 /// The two positions. Invariant: `head <= tail <= head + capacity`, counted in
-/// records (positions are `lap + index` and compare through [`Ring::count`]).
+/// records (positions are `lap + index` and compare through [`Ring::count`](super::Ring::count)).
 #[repr(C)]
 #[derive(Default)]
-pub struct Cursors {
+pub(crate) struct Cursors {
     /// The producers' line: `tail`, and beside it the rarely written
     /// `stranded`.
-    pub tail: CachePadded<TailWords>,
+    pub(crate) tail: CachePadded<TailWords>,
     /// Next position a consumer will claim. Moves only by CAS, past a slot
     /// whose record is published.
-    pub head: CachePadded<AtomicU64>,
+    pub(crate) head: CachePadded<AtomicU64>,
 }
 
 /// The words of the producers' cache line.
 #[repr(C)]
 #[derive(Default)]
-pub struct TailWords {
+pub(crate) struct TailWords {
     /// Next position a producer will claim. Moves only by CAS, by the
     /// producer that owns the position it moves past (or by a consumer
     /// passing positions on the way to a stranded record, see below).
-    pub pos: AtomicU64,
+    pub(crate) pos: AtomicU64,
     /// One more than the count (see `Ring::count`) of the furthest record a
     /// recovery published again one lap later (0: none yet). Such a record
     /// may lie beyond `pos`, where no consumer looks: a consumer that finds
@@ -42,23 +42,23 @@ pub struct TailWords {
     /// rebuild of a durable ring clears it; a value more than a lap past the
     /// head cannot be one and is ignored (a corrupted file). Beside `pos` because the
     /// consumers that read it, finding the ring empty, have just read `pos`.
-    pub stranded: AtomicU64,
+    pub(crate) stranded: AtomicU64,
 }
 
 /// The fixed 16-byte header of each slot; `record_size` data bytes follow.
 #[repr(C)]
 #[derive(Default)]
-pub struct SlotHeader {
+pub(crate) struct SlotHeader {
     /// `lap` (free for that lap's producer) or `lap | PUBLISHED` (holds that
-    /// lap's record), plus [`SKIP`] on an empty record. Only ever moves
+    /// lap's record), plus [`SKIP`](super::SKIP) on an empty record. Only ever moves
     /// forward, and only by CAS after the slot has been claimed.
-    pub seq: AtomicU64,
+    pub(crate) seq: AtomicU64,
     /// Durable queues: the record's checksum (see `ring::seal`), written
     /// by the producer before publishing. Zero and unused elsewhere.
-    pub check: AtomicU32,
+    pub(crate) check: AtomicU32,
     /// Length of the published record, 1..=record_size. Written by the
     /// producer before publishing; validated by the consumer before use.
-    pub len: AtomicU32,
+    pub(crate) len: AtomicU32,
 }
 
 /// Where the cursors and slots live.
@@ -67,7 +67,7 @@ pub struct SlotHeader {
 /// `slot(i)` must be valid for every `i < capacity`, and `write`/`read` must
 /// stay inside slot `i`'s `record_size` data bytes. Nothing else is required:
 /// the ring never trusts values read from the storage without checking them.
-pub unsafe trait Storage {
+pub(crate) unsafe trait Storage {
     fn cursors(&self) -> &Cursors;
     fn slot(&self, index: usize) -> &SlotHeader;
     /// Copies `src` into slot `index`'s data, `offset` bytes from its start.
@@ -89,28 +89,28 @@ pub unsafe trait Storage {
 
 // SAFETY: integers and atomics only; any bits are a value (see each type).
 #[cfg(not(loom))]
-unsafe impl<T: crate::shm::Shared> crate::shm::Shared for CachePadded<T> {}
+unsafe impl<T: crate::shm::ShmSafe> crate::shm::ShmSafe for CachePadded<T> {}
 // SAFETY: padded atomics.
 #[cfg(not(loom))]
-unsafe impl crate::shm::Shared for Cursors {}
+unsafe impl crate::shm::ShmSafe for Cursors {}
 // SAFETY: atomics.
 #[cfg(not(loom))]
-unsafe impl crate::shm::Shared for TailWords {}
+unsafe impl crate::shm::ShmSafe for TailWords {}
 // The file layout: the stranded word lives in the tail line's padding (zero
 // in files written before it existed: "none").
 #[cfg(not(loom))]
 const _: () = assert!(size_of::<Cursors>() == 256 && std::mem::offset_of!(Cursors, head) == 128);
 // SAFETY: atomics and a plain u32; any bits are a value (the ring validates them).
 #[cfg(not(loom))]
-unsafe impl crate::shm::Shared for SlotHeader {}
+unsafe impl crate::shm::ShmSafe for SlotHeader {}
 
 /// Bytes of the header before each slot's record.
-pub const SLOT_HEADER_BYTES: usize = size_of::<SlotHeader>();
+pub(crate) const SLOT_HEADER_BYTES: usize = size_of::<SlotHeader>();
 #[cfg(not(loom))]
 const _: () = assert!(SLOT_HEADER_BYTES == 16);
 
 /// A ring in this process's heap: for tests, model checking and benchmarks.
-pub struct HeapStorage {
+pub(crate) struct HeapStorage {
     cursors: Cursors,
     slots: Box<[SlotHeader]>,
     data: Box<[Cell]>,
@@ -124,7 +124,7 @@ struct Cell(loom::cell::UnsafeCell<Box<[u8]>>);
 
 impl HeapStorage {
     /// Zeroed cursors and slots for `capacity` records of `record_size` bytes.
-    pub fn new(capacity: usize, record_size: usize) -> HeapStorage {
+    pub(crate) fn new(capacity: usize, record_size: usize) -> HeapStorage {
         HeapStorage {
             cursors: Cursors::default(),
             slots: (0..capacity).map(|_| SlotHeader::default()).collect(),

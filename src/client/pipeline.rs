@@ -58,8 +58,8 @@ struct State {
     callers: usize,
 }
 
-/// A connection shared by several handles.
-pub(crate) struct Shared {
+/// A connection shared by several handles, their commands pipelined together.
+pub(crate) struct Pipeline {
     st: Mutex<State>,
     cv: Condvar,
 }
@@ -68,9 +68,9 @@ fn broken() -> Error {
     Error::new(SVR_EXCEPTION, "the shared connection failed (internal panic, reported on stderr)")
 }
 
-impl Shared {
-    pub(crate) fn new(router: Router) -> Shared {
-        Shared {
+impl Pipeline {
+    pub(crate) fn new(router: Router) -> Pipeline {
+        Pipeline {
             st: Mutex::new(State {
                 router: Some(router),
                 broken: false,

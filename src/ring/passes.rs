@@ -1,5 +1,8 @@
-//! Durable rings: the consumed watermark that syncs record, and the rebuild
-//! of a ring from its slots after a machine crash.
+//! The passes over a durable ring's slots: sealing what was published
+//! since the last sync ([`Ring::seal_published`], which every `interval`
+//! sync runs first), finding the consumed watermark a sync records
+//! ([`Ring::released_until`]), and rebuilding the ring from its slots after
+//! a machine crash ([`Ring::rebuild`]).
 //!
 //! After a crash the file holds, page by page (even sector by sector), the
 //! state of different instants: the cursors are only hints. Producers
@@ -11,7 +14,7 @@
 
 use super::seal::seal;
 use super::{POS_MASK, PUBLISHED, Ring, SKIP, State, Storage};
-use crate::sync::Ordering;
+use crate::atomics::Ordering;
 #[cfg(not(loom))]
 use {super::MapStorage, std::sync::atomic::fence};
 
@@ -24,20 +27,20 @@ const SEAL_LAPS: u64 = 64;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Rebuilt {
     /// Records kept.
-    pub kept: u64,
+    pub(crate) kept: u64,
     /// Published slots whose checksum did not match (torn, or not written).
-    pub torn: u64,
+    pub(crate) torn: u64,
     /// Valid records below the consumed watermark (consumed before the
     /// last sync), dropped.
-    pub stale: u64,
+    pub(crate) stale: u64,
     /// Kept records moved to a later position, because newer records lie
     /// more than a lap ahead of them.
-    pub moved: u64,
+    pub(crate) moved: u64,
     /// Positions between kept records that are now empty records.
-    pub holes: u64,
+    pub(crate) holes: u64,
     /// The new head and tail, counted (see [`Ring::count`]).
-    pub head: u64,
-    pub tail: u64,
+    pub(crate) head: u64,
+    pub(crate) tail: u64,
 }
 
 impl<S: Storage> Ring<S> {

@@ -1,0 +1,180 @@
+//! What a pop does while the queue is empty (spin, yield, sleep on the
+//! futex of the file), and the wake-ups of pushes.
+//!
+//! # Blocking without lost wake-ups
+//! A consumer that finds the queue empty announces itself (`waiters += 1`,
+//! SeqCst), reads the futex word, checks again that no producer has claimed
+//! a position (`tail == head`, SeqCst loads), and sleeps only if the word is
+//! unchanged. A producer claims its position (a SeqCst CAS of `tail`),
+//! publishes, then reads `waiters` (SeqCst): if it is 0, the consumer's
+//! re-check must have seen the claim (and waits for the record instead of
+//! sleeping), so the wake-up system call is skipped; otherwise it bumps the
+//! word and wakes.
+//! Sleeps are cut into slices of [`SLEEP_SLICE`] so that a producer killed
+//! between publishing and waking delays a sleeper, never strands it.
+
+use super::{Queue, Strategy, Wait};
+use crate::clock::{mono_ns, now_ns};
+use crate::error::*;
+use crate::ring::Backoff;
+use crate::wait;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// Where the spinning of a pop on an empty queue starts (8 pauses), before it
+/// yields and then sleeps.
+const EMPTY_POLL_FIRST_STEP: u32 = 3;
+
+/// Longest single futex sleep; a sleeper re-checks the queue at least this often.
+const SLEEP_SLICE: Duration = Duration::from_millis(200);
+
+/// A pop's state while it finds nothing to take (see [`Queue::idle`]).
+pub(super) struct Idle {
+    wait: Wait,
+    /// Polling an empty queue reads `tail`, which producers are moving:
+    /// start with pauses long enough not to slow them down.
+    spins: Backoff,
+    spin_until: Option<Instant>,
+}
+
+impl Idle {
+    pub(super) fn new(wait: Wait) -> Idle {
+        Idle { wait, spins: Backoff::starting_at(EMPTY_POLL_FIRST_STEP), spin_until: None }
+    }
+}
+
+impl Queue {
+    /// Nothing to take: spins, yields or sleeps as `idle`'s wait and this
+    /// process's strategy say, then returns for another look; or returns
+    /// the error that ends the pop (`NO_DATA_FOUND`, `MQUE_WAIT_TMO`).
+    #[inline]
+    pub(super) fn idle(&self, idle: &mut Idle) -> Result<()> {
+        let deadline = match idle.wait {
+            Wait::NoWait => return Err(Error::code_only(NO_DATA_FOUND)),
+            Wait::Forever => None,
+            Wait::Until(t) => Some(t),
+        };
+        if deadline.is_some_and(|t| Instant::now() >= t) {
+            return Err(Error::code_only(MQUE_WAIT_TMO));
+        }
+        match self.strategy {
+            Strategy::Default => {}
+            Strategy::Spin(d) => {
+                if Instant::now() < *idle.spin_until.get_or_insert_with(|| Instant::now() + d) {
+                    std::hint::spin_loop();
+                    return Ok(());
+                }
+            }
+            Strategy::NeverSleep => {
+                std::hint::spin_loop();
+                return Ok(());
+            }
+        }
+        // A record is often only microseconds away: spin and yield a
+        // little before paying for a sleep and the producer's wake-up.
+        if !idle.spins.is_completed() {
+            idle.spins.snooze();
+            return Ok(());
+        }
+        self.sleep(deadline, || self.nothing_to_take());
+        Ok(())
+    }
+
+    /// True when a pop would find nothing: no record queued (and, with
+    /// leases, none due for another delivery), read with the sequential
+    /// consistency a sleeper needs after announcing itself.
+    fn nothing_to_take(&self) -> bool {
+        self.ring.is_empty_seqcst() && self.leases.as_ref().is_none_or(|l| !l.table.ready_due(mono_ns()))
+    }
+
+    /// Sleeps until a push may have happened, the deadline, or one slice
+    /// (shorter when a lease runs out or a waiting record comes due before).
+    /// `still` is the condition to sleep on, made of SeqCst loads of the
+    /// cursors (a push moves `tail` by a SeqCst CAS before it reads the waiter
+    /// count).
+    fn sleep(&self, deadline: Option<Instant>, still: impl Fn() -> bool) {
+        let wake = &self.control().wake.0;
+        self.registry.enter_wait(&wake.waiters);
+        let seen = wake.futex.load(Ordering::SeqCst);
+        // Re-check after announcing ourselves: a push that the check misses
+        // comes after our announcement, so it will see `waiters > 0`.
+        if still() && !self.is_dropped() {
+            let mut slice =
+                deadline.map_or(SLEEP_SLICE, |t| t.saturating_duration_since(Instant::now()).min(SLEEP_SLICE));
+            if let Some(l) = &self.leases {
+                let alarm = l.table.next_event_ns().saturating_sub(mono_ns());
+                slice = slice.min(Duration::from_nanos(alarm.max(100_000)));
+            }
+            if !slice.is_zero() {
+                wait::wait(&wake.futex, seen, Some(slice));
+            }
+        }
+        self.registry.leave_wait(&wake.waiters);
+    }
+
+    /// Pushes so far on this queue, by every process: a count that only grows
+    /// (the positions producers have claimed, recoveries included). A cursor
+    /// for [`wait_for_push`](Self::wait_for_push).
+    pub fn push_count(&self) -> u64 {
+        self.ring.pushed()
+    }
+
+    /// Sleeps until the queue's push count differs from `seen` (a value of
+    /// [`push_count`](Self::push_count)), the queue is dropped, or `timeout`
+    /// passes, whichever comes first, and returns the push count then. It
+    /// takes nothing: it is for a watcher that tells others (a server's
+    /// blocked clients, say) that records may have arrived. It sleeps as a
+    /// blocking pop does, on the futex that producers of every process wake,
+    /// with no busy loop; a producer's wake-up can go to another sleeper of
+    /// the queue (which then takes the record), so a watcher may also wake
+    /// only at the end of a sleep slice (200 ms).
+    pub fn wait_for_push(&self, seen: u64, timeout: Duration) -> u64 {
+        let deadline = Instant::now().checked_add(timeout);
+        loop {
+            let now = self.ring.pushed();
+            if now != seen || self.is_dropped() || deadline.is_some_and(|t| Instant::now() >= t) {
+                return now;
+            }
+            self.sleep(deadline, || self.ring.pushed_seqcst() == seen);
+        }
+    }
+
+    /// Wakes one sleeper, if any announced itself (see the module doc for
+    /// why a SeqCst load after the claim suffices).
+    #[inline]
+    pub(super) fn wake_one(&self) {
+        self.wake(1)
+    }
+
+    /// Wakes up to `n` sleepers, if any announced themselves.
+    #[inline]
+    pub(super) fn wake(&self, n: u32) {
+        // SeqCst: ordered after our claiming CAS of `tail` (module doc).
+        if self.control().wake.0.waiters.load(Ordering::SeqCst) != 0 {
+            self.wake_slow(n);
+        }
+    }
+
+    #[cold]
+    fn wake_slow(&self, n: u32) {
+        let wake = &self.control().wake.0;
+        wake.futex.fetch_add(1, Ordering::SeqCst);
+        if wait::wake(&wake.futex, n) == 0 {
+            // Nobody was asleep although `waiters > 0`: a sleeper may have
+            // been killed. Look for dead ones, at most every 100 ms.
+            let now = now_ns();
+            let last = self.last_reconcile_ns.load(Ordering::Relaxed);
+            if now.saturating_sub(last) > 100_000_000
+                && self.last_reconcile_ns.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+            {
+                self.count_reconciled(self.registry.reconcile(&wake.waiters));
+            }
+        }
+    }
+
+    pub(super) fn count_reconciled(&self, n: u32) {
+        if n > 0 {
+            self.control().counters.0.reconciled_waiters.fetch_add(u64::from(n), Ordering::Relaxed);
+        }
+    }
+}

@@ -1,0 +1,369 @@
+//! The safe Rust API of a queue: create, open, push, pop (blocking or not),
+//! batches, drop. Built from the ring, the queue file, the process registry
+//! and futex waits; the C layer, the CLI and the server use nothing else.
+//!
+//! By concern: this file opens, attaches and repairs a queue; `types` holds
+//! the values the API takes and gives ([`Wait`], [`Strategy`], [`QueueInfo`],
+//! [`Repair`]), `data` the data path (push, pop, batches), `blocking` the
+//! waits of pops on an empty queue and the wake-ups of pushes, `durability`
+//! the glue to durable queues, `stats` the counters, `participant` how the
+//! queue takes part in the ring (its announcements and its
+//! [`Stall`](crate::ring::Stall) policy), [`lease`] acknowledged consumption.
+
+use crate::clock::now_ns;
+use crate::durable::Durable;
+use crate::error::*;
+use crate::file;
+use crate::file::layout::Control;
+use crate::file::map::{Access, QueueFile};
+use crate::registry::{IntentSlots, Liveness, Registry};
+use crate::ring::{Holder, MapStorage, Ring};
+use crate::spec::{Durability, Spec};
+use crate::wait;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+mod blocking;
+mod data;
+mod durability;
+mod lease;
+mod participant;
+mod stats;
+#[cfg(test)]
+mod tests;
+mod types;
+
+use blocking::Idle;
+pub use lease::{Lease, LeaseState, LeaseStats, LeasedRecord};
+use participant::{Intent, NO_WORD, Patience};
+pub use stats::{Process, Stats};
+pub use types::{QueueInfo, Repair, Strategy, Wait};
+
+/// An open queue: a queue file mapped into this process and registered in
+/// its process table. Share it between threads (`&Queue` or `Arc<Queue>`);
+/// other processes open the same file. Every record pushed is popped exactly
+/// once, by any mix of threads and processes, in each producer's order, and
+/// a process killed at any instant loses nothing that was acknowledged (see
+/// [`Queue::repair`]).
+///
+/// ```
+/// # let dir = std::env::temp_dir().join(format!("tvmq-doc-queue-{}", std::process::id()));
+/// # std::fs::create_dir_all(&dir).unwrap();
+/// use std::sync::Arc;
+/// use tvm::{Queue, Spec, Wait};
+///
+/// Queue::create(&dir, 7, &Spec::new(1000, 64))?;
+/// let q = Arc::new(Queue::open(&dir, 7)?);
+/// let producer = {
+///     let q = q.clone();
+///     std::thread::spawn(move || (0..100u32).for_each(|i| q.push(&i.to_le_bytes()).unwrap()))
+/// };
+/// let mut out = [0u8; 64];
+/// for i in 0..100u32 {
+///     let n = q.pop(&mut out, Wait::Forever)?;    // sleeps (no busy loop) while empty
+///     assert_eq!(&out[..n], &i.to_le_bytes());   // one producer: its order
+/// }
+/// producer.join().unwrap();
+/// assert_eq!(q.pop(&mut out, Wait::NoWait).unwrap_err().code(), tvm::error::NO_DATA_FOUND);
+/// # drop(q);
+/// # Queue::drop_queue(&dir, 7)?;
+/// # std::fs::remove_dir_all(&dir).unwrap();
+/// # Ok::<(), tvm::Error>(())
+/// ```
+pub struct Queue {
+    ring: Ring<MapStorage>,
+    registry: Registry,
+    /// This process's intent words, handed out to its threads (see `Intent`).
+    slots: Arc<IntentSlots>,
+    /// Registered in the process table (false: the table was full, or inspect-only).
+    registered: bool,
+    unblock_timeout: Duration,
+    /// How a blocking pop waits on an empty queue.
+    strategy: Strategy,
+    /// When this process last reconciled waiter counts (ns since epoch).
+    last_reconcile_ns: AtomicU64,
+    /// False for a read-only [`Queue::inspect`] view: push and pop refuse.
+    writable: bool,
+    /// The process that opened it (a fork child holds a copy it must not act on).
+    opener: u32,
+    /// The lease table and settings, for a queue with leases (boxed: one
+    /// word here, so that the fields plain pushes and pops use keep their
+    /// places).
+    leases: Option<Box<lease::Leases>>,
+    info: QueueInfo,
+    /// Durable queues: the sync machinery (shared with the flusher thread).
+    durable: Option<Arc<Durable>>,
+    /// The same, for `always` queues only: the pushes and pops of plain and
+    /// `interval` queues test this and find nothing to do.
+    always: Option<Arc<Durable>>,
+    file: QueueFile,
+}
+
+impl std::fmt::Debug for Queue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Queue")
+            .field("id", &self.info.id)
+            .field("name", &self.info.name)
+            .field("path", &self.path())
+            .finish()
+    }
+}
+
+impl Drop for Queue {
+    fn drop(&mut self) {
+        if self.writable && !self.registered && self.opener == std::process::id() {
+            self.control().state.0.unregistered.fetch_sub(1, Ordering::SeqCst);
+        }
+        if let Some(d) = &self.durable {
+            // What this process changed reaches the disk now, not at the
+            // next flush of a process that may never come.
+            if d.is_dirty() && self.opener == std::process::id() {
+                let _ = d.sync();
+            }
+        }
+    }
+}
+
+impl Queue {
+    /// Creates queue `id` in `dir`, atomically: the file appears complete or
+    /// not at all, mode `spec.mode`, in a directory that is created (0700)
+    /// if it is the default one.
+    ///
+    /// Errors: `CONDIT_IS_NIL` (0 rows or record size, a mode beyond 0777),
+    /// `TBL_ARD_EXIST`, `MQUE_CRTE_BIG` (too big for the index, the record
+    /// size limit or the free space), `FLD_DEF_SPILL` / `FTYPE_NOT_DEF` (a bad
+    /// field), `SHM_ERR_ACCES`.
+    pub fn create(dir: &Path, id: u32, spec: &Spec) -> Result<()> {
+        file::create::create(dir, id, spec)
+    }
+
+    /// Removes queue `id` from `dir`: marks it dropped in the shared control
+    /// block, so that attached processes stop using it and its sleepers wake
+    /// with `SHM_ERR_EIDRM`, then unlinks the file (the mappings stay valid
+    /// until their processes let go of them). A corrupted file or one of
+    /// another layout version is removed without being mapped. Needs write
+    /// permission on the file.
+    ///
+    /// Errors: `TBL_NOT_FOUND`, `SHM_ERR_ACCES`, `TBL_NOT_FOUND` when the
+    /// queue was re-created while being dropped (the new one is kept).
+    pub fn drop_queue(dir: &Path, id: u32) -> Result<()> {
+        match QueueFile::open(dir, id, Access::ReadWrite { populate: false }) {
+            Ok(f) => {
+                let wake = &f.control().wake.0;
+                f.control().state.0.dropped.store(1, Ordering::SeqCst);
+                // A sleeper re-checks `dropped` after waking: bump the word it
+                // sleeps on, then wake every sleeper of every process.
+                wake.futex.fetch_add(1, Ordering::SeqCst);
+                wait::wake(&wake.futex, u32::MAX);
+                file::create::remove(dir, id, f.file())
+            }
+            Err(e) if matches!(e.code(), SHM_ERR_INVAL | VER_NOT_MATCH) => file::create::remove_unmapped(dir, id),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Removes the temporary files that creations of queue `id` in `dir`
+    /// left behind when their process died; returns how many.
+    pub fn remove_stale_temporaries(dir: &Path, id: u32) -> usize {
+        file::create::remove_stale_temporaries(dir, id)
+    }
+
+    /// Opens queue `id` of `dir` for pushing and popping: validates the file,
+    /// maps it (populating its pages unless `TVMQ_POPULATE=0`), and registers
+    /// this process in its process table.
+    pub fn open(dir: &Path, id: u32) -> Result<Queue> {
+        let populate = std::env::var("TVMQ_POPULATE").map_or(true, |v| v != "0");
+        Self::open_with(dir, id, populate)
+    }
+
+    /// [`open`](Self::open), saying whether to map every page now
+    /// (`populate`) or let the first touch of each page fault it in.
+    pub fn open_with(dir: &Path, id: u32, populate: bool) -> Result<Queue> {
+        Self::from_file(QueueFile::open(dir, id, Access::ReadWrite { populate })?, true)
+    }
+
+    /// Opens queue `id` of `dir` read-only, for inspection: no registration;
+    /// push and pop fail.
+    pub fn inspect(dir: &Path, id: u32) -> Result<Queue> {
+        Self::from_file(QueueFile::open(dir, id, Access::ReadOnly)?, false)
+    }
+
+    fn from_file(file: QueueFile, register: bool) -> Result<Queue> {
+        let info = QueueInfo::from_header(file.info(), file.options());
+        let mut ring = Ring::new(file.storage()?, info.capacity, info.record_size as usize);
+        let mut registry = file.registry()?;
+        let mut durable = None;
+        if let (Some(policy), true) = (info.durability, register) {
+            if crate::file::is_volatile_fs(file.file()) && !crate::durable::hooked(file.path()) {
+                // Created on a disk (create refuses tmpfs), then moved or copied here.
+                return Err(Error::new(
+                    NOT_DURABLE,
+                    format!(
+                        "{} is a durable queue's file on tmpfs or ramfs, which a restart empties: move it back \
+                         to a directory on a disk (`tvmq stat` and `tvmq peek` can still read it here)",
+                        file.path().display()
+                    ),
+                ));
+            }
+            let key = crate::ring::seal::queue_key(info.id, info.created_ns);
+            // After a machine restart, the first to attach rebuilds the ring
+            // from its slots (before anyone registers or uses it).
+            if crate::durable::recover::attach(&file, &ring, key, || registry.reset_all())?.is_some() {
+                ring = Ring::new(file.storage()?, info.capacity, info.record_size as usize);
+            }
+            let d = Arc::new(Durable::new(&file, policy)?);
+            if d.is_dirty() {
+                // Left by a process that died before its flusher ran.
+                d.sync()?;
+            }
+            if let Durability::Interval(_) = policy {
+                crate::durable::flusher::register(&d);
+            }
+            durable = Some(d);
+        }
+        let control = file.control();
+        let (registered, reconciled) = if register { registry.register(&control.wake.0.waiters) } else { (false, 0) };
+        if register && !registered {
+            // Attached without an entry: nobody can prove a stall of ours dead.
+            control.state.0.unregistered.fetch_add(1, Ordering::SeqCst);
+        }
+        if reconciled > 0 {
+            control.counters.0.reconciled_waiters.fetch_add(u64::from(reconciled), Ordering::Relaxed);
+        }
+        let deaths = if register { registry.unclean_deaths() } else { Vec::new() };
+        let unblock_timeout = std::env::var("TVMQ_UNBLOCK_TIMEOUT_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map_or(Duration::from_millis(info.unblock_timeout_ms), Duration::from_millis);
+        let leases = match (file.lease_table()?, &info.leases) {
+            (Some(table), Some(settings)) => Some(Box::new(lease::Leases::new(table, settings.clone(), registry.me()))),
+            _ => None,
+        };
+        let queue = Queue {
+            ring,
+            registry,
+            slots: Arc::new(IntentSlots::default()),
+            registered,
+            unblock_timeout,
+            strategy: Strategy::choose(std::env::var("TVMQ_SPIN_US").ok().as_deref(), info.spin_us),
+            last_reconcile_ns: AtomicU64::new(0),
+            writable: register,
+            opener: std::process::id(),
+            leases,
+            info,
+            always: durable.clone().filter(|d| d.policy() == Durability::Always),
+            durable,
+            file,
+        };
+        if !deaths.is_empty() {
+            // A process died attached: what it held and nobody waits on is
+            // recovered now rather than left for a later lap.
+            queue.repair();
+            queue.registry.forget(&deaths);
+        }
+        Ok(queue)
+    }
+
+    /// Recovers what dead processes left that nobody waits on: their
+    /// sleepers in the waiter count, the records they had taken but not
+    /// released (delivered again), their unpublished claims (skipped). A
+    /// holder is robbed only when proven dead, or when its owner is unknown
+    /// and no other process is attached. Done at attach when a process died
+    /// attached, and by `tvmq repair`. Safe while others work.
+    pub fn repair(&self) -> Repair {
+        let wake = &self.control().wake.0;
+        let mut reconciled = self.registry.reconcile(&wake.waiters);
+        let alone = self.registry.others_alive() == 0;
+        if alone && self.registry.own_waiters() == 0 {
+            // Nobody else is attached and none of our threads sleeps: any
+            // remaining count was left by a kill between the two steps of
+            // announcing a sleep. (A thread of ours entering its sleep right
+            // now may lose its wake-up; it re-checks after one sleep slice.)
+            reconciled += wake.waiters.swap(0, Ordering::SeqCst);
+            // Likewise processes counted as attached without an entry.
+            let own = u32::from(self.writable && !self.registered);
+            self.control().state.0.unregistered.store(own, Ordering::SeqCst);
+        }
+        self.count_reconciled(reconciled);
+        let unregistered = self.unregistered();
+        let dead = |holder, at| {
+            let dead = match self.registry.holder(holder, at, unregistered) {
+                Liveness::Dead => true,
+                Liveness::Unknown => alone,
+                Liveness::Alive => false,
+            };
+            // A lease consumer's slot: waited for, or released (its record
+            // is in the lease table), never published again.
+            dead && !(holder == Holder::Consumer && self.lease_slot_verdict(at).is_some())
+        };
+        let (pushes, pops) = self.ring.repair(dead, alone);
+        self.lease_repair();
+        let s = &self.control().counters.0;
+        s.recovered_pushes.fetch_add(pushes, Ordering::Relaxed);
+        s.recovered_pops.fetch_add(pops, Ordering::Relaxed);
+        if pushes + pops > 0 {
+            s.last_recovery_ns.store(now_ns(), Ordering::Relaxed);
+        }
+        Repair { recovered_pushes: pushes, recovered_pops: pops, reconciled_waiters: reconciled, alone }
+    }
+
+    /// What the queue is (its validated header).
+    pub fn info(&self) -> &QueueInfo {
+        &self.info
+    }
+
+    /// The queue id.
+    pub fn id(&self) -> u32 {
+        self.info.id
+    }
+
+    /// The queue's name.
+    pub fn name(&self) -> &str {
+        &self.info.name
+    }
+
+    /// Largest record, in bytes.
+    #[inline]
+    pub fn record_size(&self) -> usize {
+        self.ring.record_size()
+    }
+
+    /// Exact capacity, in records.
+    pub fn capacity(&self) -> u64 {
+        self.ring.capacity()
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        self.file.path()
+    }
+
+    /// Processes attached without an entry in the process table.
+    fn unregistered(&self) -> bool {
+        self.control().state.0.unregistered.load(Ordering::Acquire) != 0
+    }
+
+    /// How this process's blocking pops wait on this queue (the queue's
+    /// setting, or `$TVMQ_SPIN_US` read when the queue was opened).
+    pub fn wait_strategy(&self) -> Strategy {
+        self.strategy
+    }
+
+    /// How long a stalled slot of unknown holder is waited for.
+    pub fn unblock_timeout(&self) -> Duration {
+        self.unblock_timeout
+    }
+
+    #[inline]
+    fn control(&self) -> &Control {
+        self.file.control()
+    }
+
+    /// True once the queue has been dropped.
+    #[inline]
+    pub fn is_dropped(&self) -> bool {
+        self.control().state.0.dropped.load(Ordering::Acquire) != 0
+    }
+}

@@ -1,0 +1,207 @@
+//! How a queue takes part in the ring: where its threads announce the
+//! positions they claim ([`Intent`], one intent word per thread in the
+//! process's entry, given out by [`ThreadIntents`]), and its [`Stall`]
+//! policy ([`Patience`]).
+
+use super::{Queue, lease};
+use crate::clock::now_ns;
+use crate::error::*;
+use crate::registry::{IntentSlots, Liveness};
+use crate::ring::{Announce, Holder, IDLE, Stall, Verdict, intent_word};
+use std::cell::{Cell, RefCell};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// A thread's intent word in its process's entry, where the ring announces
+/// the positions it claims (see [`crate::ring::Announce`]). `None`: the
+/// thread announces nothing (no entry, or more threads than words).
+pub(super) struct Intent<'a>(pub(super) Option<&'a AtomicU64>);
+
+impl Announce for Intent<'_> {
+    #[inline]
+    fn claiming(&self, role: Holder, first: u64) {
+        if let Some(word) = self.0 {
+            // Release: visible to whoever sees the claim that follows.
+            word.store(intent_word(role, first), Ordering::Release);
+        }
+    }
+
+    #[inline]
+    fn idle(&self) {
+        if let Some(word) = self.0 {
+            word.store(IDLE, Ordering::Release);
+        }
+    }
+
+    /// A thread with an intent word is proven alive by it while it holds a
+    /// slot (`Registry::holder` answers `Alive` whenever an entry announces
+    /// the position, even one whose lock cannot be read), so `Patience`
+    /// and `repair` never recover its slots.
+    #[inline]
+    fn robbable(&self) -> bool {
+        self.0.is_none()
+    }
+}
+
+/// Which intent word this thread holds in a queue (by its process-local
+/// slot allocator); given back when the thread ends.
+struct ThreadIntent {
+    slots: Arc<IntentSlots>,
+    slot: usize,
+}
+
+impl Drop for ThreadIntent {
+    fn drop(&mut self) {
+        if self.slot != NO_WORD {
+            self.slots.release(self.slot);
+        }
+    }
+}
+
+/// A thread that uses the queue without an intent word (more than
+/// `registry::INTENTS` threads of this process use it).
+pub(super) const NO_WORD: usize = usize::MAX;
+
+/// This thread's intent words, in every queue it used.
+struct ThreadIntents {
+    /// The queue used last (its allocator's address) and this thread's word
+    /// there: the common case costs a comparison. It always names a queue
+    /// that `all` keeps alive, so its address cannot be reused meanwhile.
+    last: Cell<(*const IntentSlots, usize)>,
+    all: RefCell<Vec<ThreadIntent>>,
+}
+
+impl ThreadIntents {
+    #[cold]
+    fn find_or_take(&self, q: &Queue) -> usize {
+        let Ok(mut all) = self.all.try_borrow_mut() else { return NO_WORD };
+        let slot = match all.iter().find(|t| Arc::ptr_eq(&t.slots, &q.slots)) {
+            Some(t) => t.slot,
+            None => {
+                // First use by this thread: forget the words of queues since
+                // dropped, then take one (or note that we announce nothing).
+                all.retain(|t| Arc::strong_count(&t.slots) > 1);
+                let slot = q.slots.acquire().unwrap_or(NO_WORD);
+                if slot == NO_WORD {
+                    q.registry.add_anonymous();
+                }
+                all.push(ThreadIntent { slots: q.slots.clone(), slot });
+                slot
+            }
+        };
+        self.last.set((Arc::as_ptr(&q.slots), slot));
+        slot
+    }
+}
+
+thread_local! {
+    static THREAD_INTENTS: ThreadIntents =
+        const { ThreadIntents { last: Cell::new((std::ptr::null(), NO_WORD)), all: RefCell::new(Vec::new()) } };
+}
+
+/// The [`Stall`] policy of a queue: a position whose holder is proven dead
+/// (no live process announces it) is recovered at once; one whose holder
+/// cannot be told is recovered after the unblock timeout; a live holder is
+/// never robbed.
+pub(super) struct Patience<'a> {
+    queue: &'a Queue,
+    /// What we wait for (a slot's seq) and since when.
+    pub(super) stalled: Option<(u64, Instant)>,
+}
+
+impl<'a> Patience<'a> {
+    #[inline]
+    pub(super) fn new(queue: &'a Queue) -> Self {
+        Patience { queue, stalled: None }
+    }
+}
+
+impl Stall for Patience<'_> {
+    fn decide(&mut self, stalled: u64, holder: Holder, at: u64) -> Verdict {
+        if self.queue.is_dropped() {
+            return Verdict::Abort(SHM_ERR_EIDRM);
+        }
+        let now = Instant::now();
+        let since = match self.stalled {
+            Some((s, t)) if s == stalled => t,
+            _ => {
+                self.stalled = Some((stalled, now));
+                now
+            }
+        };
+        let waited = now - since;
+        let recover = match self.queue.registry.holder(holder, at, self.queue.unregistered()) {
+            Liveness::Dead => true,
+            Liveness::Unknown => waited >= self.queue.unblock_timeout,
+            Liveness::Alive => false,
+        };
+        if recover {
+            // A lease consumer's slot is judged by its lease entry: waited
+            // for while it fills it, released once the record is saved there.
+            let lease = if holder == Holder::Consumer { self.queue.lease_slot_verdict(at) } else { None };
+            match lease {
+                None => return Verdict::Recover,
+                Some(lease::LeaseSlot::Released) => return Verdict::Wait, // free now: the next look takes it
+                Some(lease::LeaseSlot::Wait) => {}
+            }
+        }
+        // The holder is alive (or cannot be told): let it run.
+        if waited < Duration::from_millis(1) {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        Verdict::Wait
+    }
+
+    fn recovered(&mut self, holder: Holder) {
+        let s = &self.queue.control().counters.0;
+        match holder {
+            Holder::Producer => s.recovered_pushes.fetch_add(1, Ordering::Relaxed),
+            Holder::Consumer => s.recovered_pops.fetch_add(1, Ordering::Relaxed),
+        };
+        s.last_recovery_ns.store(now_ns(), Ordering::Relaxed);
+    }
+}
+
+impl Queue {
+    /// This thread's intent word (see [`Intent`]), given out on first use.
+    #[inline]
+    pub(super) fn intent(&self) -> Intent<'_> {
+        if !self.registered {
+            return Intent(None);
+        }
+        self.intent_at(self.thread_slot())
+    }
+
+    /// This thread's intent word and its number in the process's entry
+    /// ([`NO_WORD`] without one): [`intent`](Self::intent) and the number
+    /// (for lease pops; kept apart so that plain pushes and pops carry the
+    /// word only).
+    #[inline]
+    pub(super) fn intent_slot(&self) -> (Intent<'_>, usize) {
+        if !self.registered {
+            return (Intent(None), NO_WORD);
+        }
+        let slot = self.thread_slot();
+        (self.intent_at(slot), slot)
+    }
+
+    /// The number of this thread's intent word in the entry of a registered
+    /// queue ([`NO_WORD`]: none), given out on first use.
+    #[inline(always)]
+    fn thread_slot(&self) -> usize {
+        let key = Arc::as_ptr(&self.slots);
+        THREAD_INTENTS.with(|t| {
+            let (last, slot) = t.last.get();
+            if last == key { slot } else { t.find_or_take(self) }
+        })
+    }
+
+    /// Intent word number `slot` of this process's entry ([`NO_WORD`]: none).
+    #[inline(always)]
+    fn intent_at(&self, slot: usize) -> Intent<'_> {
+        Intent(if slot == NO_WORD { None } else { self.registry.intent_word(slot) })
+    }
+}
