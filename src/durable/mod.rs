@@ -68,7 +68,7 @@
 //! push alone costs one page or two (its slot), and one flush.
 
 #[cfg(test)]
-mod crash_tests;
+mod power_loss_tests;
 pub(crate) mod flusher;
 pub(crate) mod image;
 pub(crate) mod recover;
@@ -749,7 +749,7 @@ mod tests {
 
 #[cfg(test)]
 mod gather_tests {
-    use super::crash_tests::DiskDir;
+    use super::power_loss_tests::DiskDir;
     use super::*;
     use crate::file::{Spec, queue_path};
     use crate::queue::Queue;
