@@ -67,10 +67,10 @@
 //! slots with `msync(MS_SYNC)`, whose cache flush makes both durable. A
 //! push alone costs one page or two (its slot), and one flush.
 
-#[cfg(test)]
-mod power_loss_tests;
 pub(crate) mod flusher;
 pub(crate) mod image;
+#[cfg(test)]
+mod power_loss_tests;
 pub(crate) mod recover;
 
 use crate::clock::now_ns;
@@ -749,10 +749,10 @@ mod tests {
 
 #[cfg(test)]
 mod gather_tests {
-    use super::power_loss_tests::DiskDir;
     use super::*;
     use crate::file::{Spec, queue_path};
     use crate::queue::Queue;
+    use crate::test_support::DiskDir;
 
     /// With syncs made slow (2 ms, so that wake-ups are quick beside them),
     /// An `interval` queue's sync writes into its image no page below the
