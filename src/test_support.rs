@@ -634,7 +634,8 @@ impl Ledger {
     /// Checks the records of `producers`, counting as delivered those the
     /// ledger counted and those of `extra` (popped by the test itself), and
     /// as held those in the in-flight buffers of `holders` (consumers
-    /// killed), which `parse` reads. Every acknowledged record must be
+    /// killed), which `parse` reads (given the whole buffer, [`INFLIGHT`]
+    /// bytes, longer than most records). Every acknowledged record must be
     /// delivered once or held, none twice; with `in_progress`, none past
     /// the first `in_progress` records after a producer's acknowledged ones
     /// (its pushes under way when it died). Past its acknowledged records

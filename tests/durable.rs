@@ -173,7 +173,8 @@ fn kill9_of_every_process_loses_no_acknowledged_push() {
             // Every acknowledged push delivered once or in a consumer's
             // hands; at most the one push in progress when a producer died
             // delivered beyond.
-            let audit = ledger.audit(0..PRODUCERS, PRODUCERS..PRODUCERS + CONSUMERS, parse, rest, Some(1));
+            let held = |buf: &[u8]| parse(&buf[..RECORD]);
+            let audit = ledger.audit(0..PRODUCERS, PRODUCERS..PRODUCERS + CONSUMERS, held, rest, Some(1));
             assert!(audit.problems.is_empty(), "{name}: {:#?}", &audit.problems[..audit.problems.len().min(20)]);
             eprintln!(
                 "round {round} {name}: {} acknowledged pushes, {} left in the queue, {found:?}",
