@@ -100,11 +100,11 @@ bench-net: net-driver
 bench-net-smoke: net-driver
 	$(TVMQ) bench --net --smoke --net-driver $(BENCHBIN)/net_driver --out target/bench-net-smoke >/dev/null
 
-# The long soak (10 minutes, then the durable crash model with 20,000 images a
-# policy and 30 kill -9 rounds); `make test` runs the short ones.
+# The long soak (10 minutes, then the power-loss model of durable queues with
+# 20,000 images a policy and 30 kill -9 rounds); `make test` runs the short ones.
 soak:
 	TVMQ_SOAK_SECONDS=600 $(CARGO) test --release -p tvmq --test soak -- --nocapture
-	TVMQ_CRASH_IMAGES=20000 $(CARGO) test --release -p tvmq --lib crash_images -- --nocapture
+	TVMQ_POWER_LOSS_IMAGES=20000 $(CARGO) test --release -p tvmq --lib power_loss -- --nocapture
 	TVMQ_DURABLE_ROUNDS=30 $(CARGO) test --release -p tvmq --test durable -- --nocapture
 
 # Model checking of the ring with loom (seconds; not in `make test` because it rebuilds everything under --cfg loom).

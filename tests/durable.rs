@@ -8,21 +8,19 @@
 //! - refusals: a durable queue on tmpfs, and a corrupted durable file, give
 //!   clear errors.
 //!
-//! How a popped record is accounted for (as in `tests/crash.rs`): a
-//! producer publishes how many of its records were acknowledged (numbered in
-//! order); a consumer pops into its in-flight buffer in a shared file, then
-//! counts the record in a shared array (one byte per record), so that a
-//! consumer killed between the pop and the count leaves the record where
-//! the checker finds it.
+//! How a popped record is accounted for (as in `tests/kill.rs`, with the
+//! [`common::Ledger`]): a producer publishes how many of its records were
+//! acknowledged (numbered in order); a consumer pops into its in-flight
+//! buffer in a shared file, then counts the record in a shared array (one
+//! byte per record), so that a consumer killed between the pop and the
+//! count leaves the record where the checker finds it.
 
 mod common;
-use common::{child_env, child_test};
-use memmap2::{MmapMut, MmapOptions};
+use common::{Children, DiskDir, Ledger, child_env, child_test, env_num, record};
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use tvm::error::*;
 use tvm::{Durability, Queue, Spec, Wait};
@@ -34,84 +32,10 @@ const PRODUCERS: u32 = 3;
 const CONSUMERS: u32 = 2;
 const MAX_SEQ: u64 = 1 << 16;
 
-/// A directory on the project's disk, removed on drop.
-struct DiskDir(PathBuf);
-
-impl DiskDir {
-    fn new(tag: &str) -> DiskDir {
-        let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("target")
-            .join(format!("tvmq-test-durable-{}-{tag}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).expect("create test dir");
-        DiskDir(p)
-    }
-}
-
-impl Drop for DiskDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// Record `seq` of producer `proc`: [proc][seq][bytes of both].
-fn record(proc: u32, seq: u32) -> Vec<u8> {
-    let mut r = Vec::with_capacity(RECORD);
-    r.extend_from_slice(&proc.to_le_bytes());
-    r.extend_from_slice(&seq.to_le_bytes());
-    while r.len() < RECORD {
-        r.push((proc.wrapping_mul(31) ^ seq.wrapping_mul(7) ^ r.len() as u32) as u8);
-    }
-    r
-}
-
-fn parse(rec: &[u8]) -> Option<(u32, u32)> {
-    let proc = u32::from_le_bytes(rec.get(0..4)?.try_into().ok()?);
-    let seq = u32::from_le_bytes(rec.get(4..8)?.try_into().ok()?);
-    (proc < PRODUCERS && u64::from(seq) < MAX_SEQ && record(proc, seq) == rec).then_some((proc, seq))
-}
-
-/// Per process, in the shared `stats` file.
-#[repr(C)]
-struct Slot {
-    acked: AtomicU64,
-    inflight: [AtomicU8; RECORD],
-    _pad: [u8; 64 - 8 - RECORD % 64],
-}
-
-struct Shared {
-    stats: MmapMut,
-    seen: MmapMut,
-}
-
-fn map(path: &Path, len: u64) -> MmapMut {
-    let f = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path).expect("open");
-    f.set_len(len).expect("size");
-    // SAFETY: a file of this test's, shared with its children only.
-    unsafe { MmapOptions::new().map_mut(&f) }.expect("map")
-}
-
-impl Shared {
-    fn open(dir: &Path) -> Shared {
-        let n = u64::from(PRODUCERS + CONSUMERS);
-        Shared {
-            stats: map(&dir.join("stats"), n * std::mem::size_of::<Slot>() as u64),
-            seen: map(&dir.join("seen"), u64::from(PRODUCERS) * MAX_SEQ),
-        }
-    }
-
-    fn slot(&self, i: u32) -> &Slot {
-        assert!(i < PRODUCERS + CONSUMERS);
-        // SAFETY: in bounds; Slot is atomics and bytes, any content valid.
-        unsafe { &*self.stats.as_ptr().cast::<Slot>().add(i as usize) }
-    }
-
-    fn seen(&self, proc: u32, seq: u32) -> &AtomicU8 {
-        let at = proc as usize * MAX_SEQ as usize + seq as usize;
-        assert!(at < self.seen.len());
-        // SAFETY: in bounds; a byte of a shared mapping.
-        unsafe { &*self.seen.as_ptr().add(at).cast::<AtomicU8>() }
-    }
+/// `(proc, seq)` of an intact record of this test.
+fn parse(rec: &[u8]) -> Option<(u32, u64)> {
+    let (proc, seq) = record::decode(rec).ok()?;
+    (rec.len() == RECORD && proc < PRODUCERS && seq < MAX_SEQ).then_some((proc, seq))
 }
 
 /// A child: producer `me` (< PRODUCERS) or consumer, until killed.
@@ -121,30 +45,30 @@ fn durable_child() {
     let dir = PathBuf::from(child_env("TVMQ_DURABLE_DIR"));
     let queues = PathBuf::from(child_env("TVMQ_DURABLE_QUEUES"));
     let me: u32 = child_env("TVMQ_DURABLE_ME").parse().expect("number");
-    let shared = Shared::open(&dir);
+    let ledger = Ledger::open(&dir, PRODUCERS + CONSUMERS, MAX_SEQ);
     let q = Queue::open(&queues, QUEUE).expect("open");
-    let slot = shared.slot(me);
+    let slot = ledger.proc(me);
     if me < PRODUCERS {
-        let mut seq = slot.acked.load(Ordering::SeqCst) as u32;
-        while u64::from(seq) < MAX_SEQ {
-            match q.push(&record(me, seq)) {
+        let mut seq = slot.acked.load(Ordering::SeqCst);
+        while seq < MAX_SEQ {
+            match q.push(&record::new(me, seq, RECORD)) {
                 Ok(()) => {
                     seq += 1;
-                    slot.acked.store(u64::from(seq), Ordering::SeqCst);
+                    slot.acked.store(seq, Ordering::SeqCst);
                 }
                 Err(e) if e.code() == DATA_SPC_FULL => std::thread::sleep(Duration::from_micros(200)),
                 Err(e) => panic!("push: {e}"),
             }
         }
     } else {
-        // SAFETY: the in-flight buffer is this process's alone while it lives
-        // (the checker reads it once every process is dead).
-        let buf = unsafe { std::slice::from_raw_parts_mut(slot.inflight.as_ptr() as *mut u8, RECORD) };
+        // SAFETY: this process's own entry (the checker reads it once every
+        // process is dead).
+        let buf = unsafe { slot.inflight_mut(RECORD) };
         loop {
             match q.pop(buf, Wait::Until(Instant::now() + Duration::from_millis(50))) {
                 Ok(_) => {
                     let (p, s) = parse(buf).expect("an intact record");
-                    shared.seen(p, s).fetch_add(1, Ordering::SeqCst);
+                    ledger.deliver(p, s);
                     buf.fill(0);
                 }
                 Err(e) if e.code() == MQUE_WAIT_TMO || e.code() == NO_DATA_FOUND => {}
@@ -186,7 +110,7 @@ fn create_durable(dir: &Path, id: u32, rows: u64, size: u64, policy: Durability)
 }
 
 /// Pops everything left in queue QUEUE of `dir`.
-fn drain(dir: &Path) -> (Vec<(u32, u32)>, Option<tvm::RecoveryStats>) {
+fn drain(dir: &Path) -> (Vec<(u32, u64)>, Option<tvm::RecoveryStats>) {
     let q = Queue::open(dir, QUEUE).expect("reopen");
     let mut out = [0u8; RECORD];
     let mut got = Vec::new();
@@ -205,7 +129,7 @@ fn drain(dir: &Path) -> (Vec<(u32, u32)>, Option<tvm::RecoveryStats>) {
 
 #[test]
 fn kill9_of_every_process_loses_no_acknowledged_push() {
-    let rounds: u32 = std::env::var("TVMQ_DURABLE_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
+    let rounds: u32 = env_num("TVMQ_DURABLE_ROUNDS", 3);
     for round in 0..rounds {
         let work = DiskDir::new(&format!("kill9-{round}"));
         let queues = work.0.join("queues");
@@ -213,36 +137,25 @@ fn kill9_of_every_process_loses_no_acknowledged_push() {
         std::fs::create_dir_all(&queues).unwrap();
         std::fs::create_dir_all(&restarted).unwrap();
         create_durable(&queues, QUEUE, CAPACITY, RECORD as u64, Durability::Always);
-        let shared = Shared::open(&work.0);
-        let mut kids: Vec<Child> = (0..PRODUCERS + CONSUMERS)
-            .map(|me| {
-                child_test("durable_child")
-                    .env("TVMQ_DURABLE_DIR", &work.0)
-                    .env("TVMQ_DURABLE_QUEUES", &queues)
-                    .env("TVMQ_DURABLE_ME", me.to_string())
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::inherit())
-                    .spawn()
-                    .expect("spawn")
-            })
-            .collect();
+        let ledger = Ledger::open(&work.0, PRODUCERS + CONSUMERS, MAX_SEQ);
+        let mut kids = Children::start((PRODUCERS + CONSUMERS) as usize, PRODUCERS + CONSUMERS, &work.0, |_, me| {
+            let mut cmd = child_test("durable_child");
+            cmd.env("TVMQ_DURABLE_DIR", &work.0)
+                .env("TVMQ_DURABLE_QUEUES", &queues)
+                .env("TVMQ_DURABLE_ME", me.to_string());
+            (format!("{} {me}", if me < PRODUCERS { "producer" } else { "consumer" }), cmd)
+        });
         // Until every producer has pushed a little, then a bit more.
         let deadline = Instant::now() + Duration::from_secs(20);
-        while (0..PRODUCERS).any(|p| shared.slot(p).acked.load(Ordering::SeqCst) < 50) {
+        while (0..PRODUCERS).any(|p| ledger.proc(p).acked.load(Ordering::SeqCst) < 50) {
             assert!(Instant::now() < deadline, "the producers do not push");
-            for k in kids.iter_mut() {
-                assert!(k.try_wait().unwrap().is_none(), "a child died on its own");
-            }
+            // A child that died on its own fails the test.
+            kids.check(true);
             std::thread::sleep(Duration::from_millis(10));
         }
         std::thread::sleep(Duration::from_millis(100 + 150 * u64::from(round)));
-        for k in kids.iter_mut() {
-            // SAFETY: kill(2) of our own child, which has not been reaped yet.
-            unsafe { libc::kill(k.id() as i32, libc::SIGKILL) };
-        }
-        for k in kids.iter_mut() {
-            let _ = k.wait();
-        }
+        kids.kill_all();
+        drop(kids);
         // The machine-restart view: a copy of the file, its boot id cleared.
         let file = tvm::queue_path(&queues, QUEUE);
         let copy = tvm::queue_path(&restarted, QUEUE);
@@ -257,39 +170,15 @@ fn kill9_of_every_process_loses_no_acknowledged_push() {
         assert_eq!(found.torn, 0, "nothing torn: every page is the latest ({found:?})");
 
         for (name, rest) in [("after the kill", &left), ("after the rebuild", &rebuilt)] {
-            let mut count = vec![0u8; (PRODUCERS as u64 * MAX_SEQ) as usize];
-            for p in 0..PRODUCERS {
-                for s in 0..MAX_SEQ as u32 {
-                    count[(p as u64 * MAX_SEQ + u64::from(s)) as usize] = shared.seen(p, s).load(Ordering::SeqCst);
-                }
-            }
-            for &(p, s) in rest.iter() {
-                count[(p as u64 * MAX_SEQ + u64::from(s)) as usize] += 1;
-            }
-            let inflight: Vec<(u32, u32)> = (PRODUCERS..PRODUCERS + CONSUMERS)
-                .filter_map(|c| {
-                    let b: Vec<u8> = shared.slot(c).inflight.iter().map(|x| x.load(Ordering::SeqCst)).collect();
-                    parse(&b)
-                })
-                .collect();
-            let mut acked_total = 0;
-            for p in 0..PRODUCERS {
-                let acked = shared.slot(p).acked.load(Ordering::SeqCst);
-                acked_total += acked;
-                for s in 0..MAX_SEQ as u32 {
-                    let n = count[(p as u64 * MAX_SEQ + u64::from(s)) as usize];
-                    assert!(n <= 1, "{name}: record ({p}, {s}) delivered {n} times");
-                    let in_flight = inflight.contains(&(p, s));
-                    if u64::from(s) < acked {
-                        assert!(n == 1 || in_flight, "{name}: acknowledged push ({p}, {s}) lost");
-                    } else {
-                        // At most the one push in progress when the producer died.
-                        assert!(n == 0 || u64::from(s) == acked, "{name}: ({p}, {s}) was never pushed");
-                    }
-                }
-            }
+            // Every acknowledged push delivered once or in a consumer's
+            // hands; at most the one push in progress when a producer died
+            // delivered beyond.
+            let held = |buf: &[u8]| parse(&buf[..RECORD]);
+            let audit = ledger.audit(0..PRODUCERS, PRODUCERS..PRODUCERS + CONSUMERS, held, rest, Some(1));
+            assert!(audit.problems.is_empty(), "{name}: {:#?}", &audit.problems[..audit.problems.len().min(20)]);
             eprintln!(
-                "round {round} {name}: {acked_total} acknowledged pushes, {} left in the queue, {found:?}",
+                "round {round} {name}: {} acknowledged pushes, {} left in the queue, {found:?}",
+                audit.acked,
                 rest.len()
             );
         }

@@ -4,7 +4,7 @@
 //! re-executes this test binary once per child process, running its ignored
 //! `child` test (`common::child_test`), which fails when it is run on its
 //! own. A child runs the producer and consumer threads listed in its
-//! environment:
+//! environment (records: `common::record`):
 //!
 //! * producer `p` pushes records `(p, 0..per_producer)`: a 16-byte header
 //!   (producer, sequence number, checksum) and a payload of 1 to (record
@@ -20,18 +20,16 @@
 //! producer's records in order as seen by each consumer, and the counters.
 
 mod common;
-use common::{TempDir, child_env, child_test, splitmix64};
+use common::record::{self, HDR};
+use common::{Children, TempDir, child_env, child_test, code_name, splitmix64, write_atomic};
 use std::collections::HashMap;
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use tvm::error::{DATA_SPC_FULL, MQUE_WAIT_TMO, NO_DATA_FOUND, name};
+use tvm::error::{DATA_SPC_FULL, MQUE_WAIT_TMO, NO_DATA_FOUND};
 use tvm::{Queue, Spec, Wait};
 
 const QID: u32 = 21;
-/// Bytes of the record header: producer (4), sequence (8), checksum (4).
-const HDR: usize = 16;
 /// Producer id of the end-of-stream records.
 const SENTINEL: u32 = u32::MAX;
 /// Hang guard for a whole scenario (never reached when things work).
@@ -48,42 +46,15 @@ fn record_len(p: u32, s: u64, size: usize) -> usize {
     HDR + 1 + (mix(p, s) % (size - HDR) as u64) as usize
 }
 
-fn fnv32(parts: &[&[u8]]) -> u32 {
-    let mut h = 0x811c_9dc5u32;
-    for part in parts {
-        for &b in *part {
-            h = (h ^ u32::from(b)).wrapping_mul(0x0100_0193);
-        }
-    }
-    h
-}
-
-fn fill_payload(p: u32, s: u64, out: &mut [u8]) {
-    let mut x = mix(p, s) | 1;
-    for b in out {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        *b = (x >> 24) as u8;
-    }
-}
-
 /// Writes record `(p, s)` into `buf` (at least `size` bytes); returns its length.
 fn encode(p: u32, s: u64, size: usize, buf: &mut [u8]) -> usize {
     let len = record_len(p, s, size);
-    buf[0..4].copy_from_slice(&p.to_le_bytes());
-    buf[4..12].copy_from_slice(&s.to_le_bytes());
-    fill_payload(p, s, &mut buf[HDR..len]);
-    let ck = fnv32(&[&buf[..12], &buf[HDR..len]]);
-    buf[12..16].copy_from_slice(&ck.to_le_bytes());
+    record::encode(p, s, &mut buf[..len]);
     len
 }
 
 fn encode_sentinel(buf: &mut [u8]) -> usize {
-    buf[0..4].copy_from_slice(&SENTINEL.to_le_bytes());
-    buf[4..12].copy_from_slice(&0u64.to_le_bytes());
-    let ck = fnv32(&[&buf[..12]]);
-    buf[12..16].copy_from_slice(&ck.to_le_bytes());
+    record::encode(SENTINEL, 0, &mut buf[..HDR]);
     HDR
 }
 
@@ -94,14 +65,12 @@ fn verify(rec: &[u8], n: usize, nproducers: u32, per: u64) -> Result<(u32, u64),
     if n < HDR || n > size {
         return Err(format!("length {n} outside {HDR}..={size}"));
     }
-    let p = u32::from_le_bytes(rec[0..4].try_into().unwrap());
-    let s = u64::from_le_bytes(rec[4..12].try_into().unwrap());
-    let ck = u32::from_le_bytes(rec[12..16].try_into().unwrap());
+    let (p, s) = record::id(rec).expect("a record-size buffer");
     if let Some(i) = rec[n..].iter().position(|&b| b != 0) {
         return Err(format!("record ({p}, {s}) of {n} bytes: tail byte {} is {:#x}, not 0", n + i, rec[n + i]));
     }
     if p == SENTINEL {
-        if n != HDR || s != 0 || ck != fnv32(&[&rec[..12]]) {
+        if n != HDR || s != 0 || record::decode(&rec[..n]).is_err() {
             return Err(format!("torn sentinel (len {n}, seq {s})"));
         }
         return Ok((p, s));
@@ -113,22 +82,7 @@ fn verify(rec: &[u8], n: usize, nproducers: u32, per: u64) -> Result<(u32, u64),
     if n != want {
         return Err(format!("record ({p}, {s}): length {n}, pushed {want}"));
     }
-    if ck != fnv32(&[&rec[..12], &rec[HDR..n]]) {
-        return Err(format!("record ({p}, {s}): checksum mismatch (torn)"));
-    }
-    let mut expect = vec![0u8; n - HDR];
-    fill_payload(p, s, &mut expect);
-    if expect != rec[HDR..n] {
-        return Err(format!("record ({p}, {s}): payload differs"));
-    }
-    Ok((p, s))
-}
-
-/// Writes a small file atomically (tmp + rename), so readers never see half.
-fn write_atomic(path: &Path, data: &[u8]) {
-    let tmp = path.with_extension("tmp");
-    fs::write(&tmp, data).expect("write report");
-    fs::rename(&tmp, path).expect("rename report");
+    record::decode(&rec[..n])
 }
 
 fn parse_summary(text: &str) -> HashMap<String, String> {
@@ -137,10 +91,6 @@ fn parse_summary(text: &str) -> HashMap<String, String> {
 
 fn num(m: &HashMap<String, String>, key: &str) -> u64 {
     m.get(key).unwrap_or_else(|| panic!("summary lacks {key}: {m:?}")).parse().unwrap()
-}
-
-fn code_name(code: u32) -> String {
-    format!("{code} {}", name(i64::from(code)).unwrap_or("?"))
 }
 
 fn retry_pause(misses: &mut u32) {
@@ -334,56 +284,11 @@ fn consume(q: &Queue, cfg: &ChildCfg, c: u32) {
 /// Length of a record popped by `pop_many` (which does not report lengths),
 /// as its header says; `verify` then checks content and zeroed tail.
 fn implied_len(rec: &[u8]) -> usize {
-    let p = u32::from_le_bytes(rec[0..4].try_into().unwrap());
-    let s = u64::from_le_bytes(rec[4..12].try_into().unwrap());
+    let (p, s) = record::id(rec).expect("a record-size buffer");
     if p == SENTINEL { HDR } else { record_len(p, s, rec.len()).min(rec.len()) }
 }
 
 // ---------------------------------------------------------------- the parent
-
-/// Child processes of one scenario; killed (by their own pid) if the test fails.
-struct Kids {
-    kids: Vec<(String, Child, PathBuf)>,
-}
-
-impl Kids {
-    fn log(path: &Path) -> String {
-        fs::read_to_string(path).unwrap_or_default()
-    }
-
-    /// Panics with the child's output if any child has failed.
-    fn check(&mut self) {
-        for (name, child, log) in &mut self.kids {
-            if let Some(status) = child.try_wait().expect("try_wait") {
-                assert!(status.success(), "child {name} failed ({status}); its output:\n{}", Kids::log(log));
-            }
-        }
-    }
-
-    fn wait_all(&mut self, deadline: Instant) {
-        for (name, child, log) in &mut self.kids {
-            loop {
-                if let Some(status) = child.try_wait().expect("try_wait") {
-                    assert!(status.success(), "child {name} failed ({status}); its output:\n{}", Kids::log(log));
-                    break;
-                }
-                assert!(Instant::now() < deadline, "child {name} did not finish; its output:\n{}", Kids::log(log));
-                std::thread::sleep(Duration::from_millis(2));
-            }
-        }
-    }
-}
-
-impl Drop for Kids {
-    fn drop(&mut self) {
-        for (_, child, _) in &mut self.kids {
-            if child.try_wait().ok().flatten().is_none() {
-                let _ = child.kill();
-                let _ = child.wait();
-            }
-        }
-    }
-}
 
 struct Scenario {
     tag: &'static str,
@@ -402,9 +307,9 @@ fn join(ids: &[u32]) -> String {
     ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
 }
 
-fn wait_for(what: &str, kids: &mut Kids, deadline: Instant, mut cond: impl FnMut() -> bool) {
+fn wait_for(what: &str, kids: &mut Children, deadline: Instant, mut cond: impl FnMut() -> bool) {
     while !cond() {
-        kids.check();
+        kids.check(false);
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(1));
     }
@@ -422,26 +327,19 @@ fn run(sc: Scenario) {
         fs::write(dir.join("go"), b"").unwrap();
     }
     let deadline = Instant::now() + SCENARIO_DEADLINE;
-    let mut kids = Kids { kids: Vec::new() };
-    for (k, (ps, cs)) in sc.children.iter().enumerate() {
-        let name = format!("#{k} (producers [{}], consumers [{}])", join(ps), join(cs));
-        let log = dir.join(format!("child-{k}.log"));
-        let out = fs::File::create(&log).unwrap();
-        let child = child_test("child")
-            .env("TVMQ_CHILD_DIR", dir)
+    // The child processes, killed (by their own pid) if the test fails.
+    let mut kids = Children::start(sc.children.len(), sc.children.len() as u32, dir, |k, _| {
+        let (ps, cs) = &sc.children[k];
+        let mut cmd = child_test("child");
+        cmd.env("TVMQ_CHILD_DIR", dir)
             .env("TVMDBD", dir)
             .env("TVMQ_CHILD_PRODUCERS", join(ps))
             .env("TVMQ_CHILD_CONSUMERS", join(cs))
             .env("TVMQ_CHILD_NPRODUCERS", nproducers.to_string())
             .env("TVMQ_CHILD_PER", sc.per_producer.to_string())
-            .env("TVMQ_CHILD_STRICT", if sc.strict { "1" } else { "0" })
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().unwrap())
-            .stderr(out)
-            .spawn()
-            .expect("spawn child");
-        kids.kids.push((name, child, log));
-    }
+            .env("TVMQ_CHILD_STRICT", if sc.strict { "1" } else { "0" });
+        (format!("child #{k} (producers [{}], consumers [{}])", join(ps), join(cs)), cmd)
+    });
 
     let q = Queue::open(dir, QID).expect("parent: open queue");
     if sc.gate {
@@ -459,12 +357,13 @@ fn run(sc: Scenario) {
     for _ in &consumers {
         while let Err(e) = q.push(&buf[..len]) {
             assert_eq!(e.code(), DATA_SPC_FULL, "parent: pushing a sentinel: {e}");
-            kids.check();
+            kids.check(false);
             assert!(Instant::now() < deadline, "timed out pushing sentinels");
             std::thread::sleep(Duration::from_micros(200));
         }
     }
-    kids.wait_all(deadline);
+    kids.wait_all(|| deadline, true, String::new);
+    drop(kids);
 
     // Producers' reports.
     let mut full_total = 0;

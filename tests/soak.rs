@@ -51,20 +51,18 @@
 //! directory's files grew by more than [`HANDLE_SLACK`] (leaked handles of
 //! queue B, which every B worker maps and unmaps again at each drop).
 
-use memmap2::{MmapOptions, MmapRaw};
 mod common;
-use common::{TempDir, child_env, child_test, splitmix64};
+use common::{Children, Rng, SharedArray, TempDir, child_env, child_test, code_name, record, write_atomic};
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use tvm::error::{DATA_SPC_FULL, Error, MQUE_WAIT_TMO, NO_DATA_FOUND, SHM_ERR_EIDRM, TBL_NOT_FOUND, name};
+use tvm::error::{DATA_SPC_FULL, Error, MQUE_WAIT_TMO, NO_DATA_FOUND, SHM_ERR_EIDRM, TBL_NOT_FOUND};
 use tvm::{Queue, Spec, Wait};
 
 /// The queue that stays.
@@ -73,8 +71,10 @@ const QA: u32 = 1;
 const QB: u32 = 2;
 const A_ROWS: u64 = 512;
 const A_SIZE: u64 = 256;
-/// Header of a tagged record: tag byte, 0, length (u16), sequence (u64), checksum (u32).
-const HDR: usize = 16;
+/// Header of a tagged record (a `common::record` whose stream is the tag
+/// byte, 0 and the length as u16): tag byte, 0, length (u16), sequence
+/// (u64), checksum (u32).
+const HDR: usize = record::HDR;
 /// Ledger words per A producer.
 const W: u64 = 1 << 15;
 /// How long a producer waits for an acknowledged record to be delivered
@@ -96,54 +96,6 @@ const ENV_PRODUCERS: &str = "TVMQ_SOAK_PRODUCERS";
 const ENV_SEED: &str = "TVMQ_SOAK_SEED";
 
 // ---------------------------------------------------------------- helpers
-
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(splitmix64(seed) | 1)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    /// Uniform in `lo..=hi`.
-    fn range(&mut self, lo: usize, hi: usize) -> usize {
-        lo + self.below((hi - lo + 1) as u64) as usize
-    }
-    fn one_in(&mut self, n: u64) -> bool {
-        self.below(n) == 0
-    }
-    fn millis(&mut self, lo: usize, hi: usize) -> Duration {
-        Duration::from_millis(self.range(lo, hi) as u64)
-    }
-}
-
-fn fnv32(parts: &[&[u8]]) -> u32 {
-    let mut h = 0x811c_9dc5u32;
-    for part in parts {
-        for &b in *part {
-            h = (h ^ u32::from(b)).wrapping_mul(0x0100_0193);
-        }
-    }
-    h
-}
-
-fn code_name(code: u32) -> String {
-    format!("{code} {}", name(i64::from(code)).unwrap_or("?"))
-}
-
-/// Writes a small file atomically (tmp + rename), so readers never see half.
-fn write_atomic(path: &Path, data: &[u8]) {
-    let tmp = path.with_extension("tmp");
-    fs::write(&tmp, data).expect("write report");
-    fs::rename(&tmp, path).expect("rename report");
-}
 
 fn pause(d: Duration) {
     std::thread::sleep(d);
@@ -174,16 +126,6 @@ fn tag(kind: u8, on_b: bool, p: u32) -> u8 {
     kind | if on_b { ON_B } else { 0 } | p as u8
 }
 
-fn fill_payload(tag: u8, s: u64, out: &mut [u8]) {
-    let mut x = splitmix64((u64::from(tag) << 56) ^ s) | 1;
-    for b in out {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        *b = (x >> 24) as u8;
-    }
-}
-
 /// Byte `i` (>= 2) of a short record; never 0.
 fn short_byte(tag: u8, len: usize, i: usize) -> u8 {
     ((usize::from(tag) * 31 + len * 17 + i * 7) % 255 + 1) as u8
@@ -191,15 +133,8 @@ fn short_byte(tag: u8, len: usize, i: usize) -> u8 {
 
 /// Tagged record `(p, s)` of `len` (> HDR) bytes into `out[..len]`.
 fn encode_tagged(on_b: bool, p: u32, s: u64, len: usize, out: &mut [u8]) {
-    let out = &mut out[..len];
-    out[0] = tag(TAGGED, on_b, p);
-    out[1] = 0;
-    out[2..4].copy_from_slice(&(len as u16).to_le_bytes());
-    out[4..12].copy_from_slice(&s.to_le_bytes());
-    let (head, payload) = out.split_at_mut(HDR);
-    fill_payload(head[0], s, payload);
-    let ck = fnv32(&[&head[..12], payload]);
-    head[12..16].copy_from_slice(&ck.to_le_bytes());
+    let stream = u32::from(tag(TAGGED, on_b, p)) | (len as u32) << 16;
+    record::encode(stream, s, &mut out[..len]);
 }
 
 /// Short record of producer `p`, `len` (1..=HDR) bytes, into `out[..len]`.
@@ -280,16 +215,10 @@ fn decode(rec: &[u8], reported: Option<usize>, size: usize, on_b: bool, producer
         }
         return Ok(Rec::Short(p));
     }
-    let s = u64::from_le_bytes(rec[4..12].try_into().unwrap());
-    let ck = u32::from_le_bytes(rec[12..16].try_into().unwrap());
-    if rec[1] != 0 || ck != fnv32(&[&rec[..12], &rec[HDR..len]]) {
-        return Err(format!("record ({p}, {s}) of {len} bytes: checksum mismatch (torn): {}", hex(rec)));
+    if rec[1] != 0 {
+        return Err(format!("record of producer {p}, {len} bytes: byte 1 is not 0 (torn): {}", hex(rec)));
     }
-    let mut want = vec![0u8; len - HDR];
-    fill_payload(t, s, &mut want);
-    if want != rec[HDR..len] {
-        return Err(format!("record ({p}, {s}) of {len} bytes: payload differs: {}", hex(rec)));
-    }
+    let (_, s) = record::decode(&rec[..len]).map_err(|why| format!("producer {p}: {why}: {}", hex(rec)))?;
     Ok(Rec::Tagged(p, s))
 }
 
@@ -302,13 +231,18 @@ fn fmt_len(n: Option<usize>) -> String {
 /// Counters of a worker, one cache line each, published every few operations.
 const MAX_WORKERS: usize = 32;
 const LINE: usize = 8;
-const OPS: usize = 0;
-const A_PUSHED: usize = 1;
-const A_POPPED: usize = 2;
-const B_PUSHED: usize = 3;
-const B_POPPED: usize = 4;
-const UNEXPECTED: usize = 5;
-const DROPS: usize = 6;
+
+/// A worker's counters: each the word of its line at its number.
+#[derive(Clone, Copy)]
+enum Counter {
+    Ops,
+    APushed,
+    APopped,
+    BPushed,
+    BPopped,
+    Unexpected,
+    Drops,
+}
 /// First word of the ledger (word 0 is the phase, then the counter lines).
 const LEDGER_AT: usize = (1 + MAX_WORKERS) * LINE;
 
@@ -332,8 +266,7 @@ fn describe(v: u64) -> String {
 /// The file `soak.shm` of the test directory, mapped by every process: the
 /// phase (0 running, 1 stopping), the workers' counters, the ledger.
 struct Shared {
-    map: MmapRaw,
-    words: usize,
+    words: SharedArray<AtomicU64>,
 }
 
 impl Shared {
@@ -343,18 +276,13 @@ impl Shared {
     }
 
     fn open(path: &Path) -> Shared {
-        let f = fs::OpenOptions::new().read(true).write(true).open(path).expect("open the shared file");
-        let len = f.metadata().expect("stat the shared file").len() as usize;
+        let len = fs::metadata(path).expect("stat the shared file").len() as usize;
         // Populated now, so that touching the ledger later does not grow RSS.
-        let map = MmapOptions::new().populate().map_raw(&f).expect("map the shared file");
-        Shared { map, words: len / 8 }
+        Shared { words: SharedArray::map(path, len / 8, true) }
     }
 
     fn word(&self, i: usize) -> &AtomicU64 {
-        assert!(i < self.words);
-        // SAFETY: the mapping is page aligned and holds `words` u64s; it is
-        // shared memory accessed only through atomics, and lives as long as self.
-        unsafe { &*self.map.as_ptr().cast::<AtomicU64>().add(i) }
+        self.words.get(i)
     }
 
     fn running(&self) -> bool {
@@ -365,12 +293,12 @@ impl Shared {
         self.word(0).store(1, SeqCst);
     }
 
-    fn counter(&self, worker: usize, field: usize) -> &AtomicU64 {
-        assert!(worker < MAX_WORKERS && field < LINE);
-        self.word((1 + worker) * LINE + field)
+    fn counter(&self, worker: usize, field: Counter) -> &AtomicU64 {
+        assert!(worker < MAX_WORKERS && (field as usize) < LINE);
+        self.word((1 + worker) * LINE + field as usize)
     }
 
-    fn total(&self, field: usize) -> u64 {
+    fn total(&self, field: Counter) -> u64 {
         (0..MAX_WORKERS).map(|w| self.counter(w, field).load(Relaxed)).sum()
     }
 
@@ -552,13 +480,13 @@ impl Report {
 
     fn publish(&self, sh: &Shared, id: usize) {
         for (field, v) in [
-            (OPS, self.ops),
-            (A_PUSHED, self.a_pushed),
-            (A_POPPED, self.a_popped),
-            (B_PUSHED, self.b_pushed),
-            (B_POPPED, self.b_popped),
-            (UNEXPECTED, self.unexpected),
-            (DROPS, self.drops),
+            (Counter::Ops, self.ops),
+            (Counter::APushed, self.a_pushed),
+            (Counter::APopped, self.a_popped),
+            (Counter::BPushed, self.b_pushed),
+            (Counter::BPopped, self.b_popped),
+            (Counter::Unexpected, self.unexpected),
+            (Counter::Drops, self.drops),
         ] {
             sh.counter(id, field).store(v, Relaxed);
         }
@@ -1052,43 +980,6 @@ fn child() {
 
 // ---------------------------------------------------------------- the parent
 
-/// The child processes; killed (by their own pid) if the test fails.
-struct Kids(Vec<(String, Child, PathBuf)>);
-
-impl Kids {
-    fn log(path: &Path) -> String {
-        fs::read_to_string(path).unwrap_or_default()
-    }
-
-    /// Panics with the child's output if a child has exited (`running`) or failed.
-    fn check(&mut self, running: bool) {
-        for (name, child, log) in &mut self.0 {
-            if let Some(status) = child.try_wait().expect("try_wait") {
-                assert!(
-                    status.success() && !running,
-                    "{name} exited ({status}) before the end; its output:\n{}",
-                    Kids::log(log)
-                );
-            }
-        }
-    }
-
-    fn all_exited(&mut self) -> bool {
-        self.0.iter_mut().all(|(_, c, _)| c.try_wait().expect("try_wait").is_some())
-    }
-}
-
-impl Drop for Kids {
-    fn drop(&mut self) {
-        for (_, child, _) in &mut self.0 {
-            if child.try_wait().ok().flatten().is_none() {
-                let _ = child.kill();
-                let _ = child.wait();
-            }
-        }
-    }
-}
-
 #[derive(Debug, Clone, Copy, Default)]
 struct Mem {
     rss_kib: u64,
@@ -1115,7 +1006,7 @@ fn mib(kib: u64) -> f64 {
     kib as f64 / 1024.0
 }
 
-fn wait_until(deadline: Instant, kids: &mut Kids, mut cond: impl FnMut(&mut Kids) -> bool) -> bool {
+fn wait_until(deadline: Instant, kids: &mut Children, mut cond: impl FnMut(&mut Children) -> bool) -> bool {
     loop {
         if cond(kids) {
             return true;
@@ -1147,22 +1038,15 @@ fn soak() {
     assert!(all.len() <= MAX_WORKERS && a_producers <= 32 && b_producers <= 32);
     Shared::create(&dir.join(SHARED_FILE), a_producers);
 
-    let mut kids = Kids(Vec::new());
-    for (k, workers) in plan.iter().enumerate().skip(1) {
-        let log = dir.join(format!("child{k}.log"));
-        let out = fs::File::create(&log).unwrap();
-        let child = child_test("child")
-            .env(ENV_DIR, &dir)
-            .env(ENV_WORKERS, format_workers(workers))
+    // The child processes, killed (by their own pid) if the test fails.
+    let mut kids = Children::start(CHILDREN, CHILDREN as u32, &dir, |k, _| {
+        let mut cmd = child_test("child");
+        cmd.env(ENV_DIR, &dir)
+            .env(ENV_WORKERS, format_workers(&plan[k + 1]))
             .env(ENV_PRODUCERS, format!("{a_producers},{b_producers}"))
-            .env(ENV_SEED, seed.to_string())
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().unwrap())
-            .stderr(out)
-            .spawn()
-            .expect("spawn child");
-        kids.0.push((format!("child{k}"), child, log));
-    }
+            .env(ENV_SEED, seed.to_string());
+        (format!("child{}", k + 1), cmd)
+    });
     let ctx = Arc::new(Ctx::open(&dir, a_producers, b_producers, seed));
     let threads: Vec<(Worker, JoinHandle<()>)> = plan[0]
         .iter()
@@ -1179,15 +1063,15 @@ fn soak() {
 
     // The run: sample and print while the workers work.
     let mut procs: Vec<(String, u32)> = vec![("parent".into(), std::process::id())];
-    procs.extend(kids.0.iter().map(|(n, c, _)| (n.clone(), c.id())));
+    procs.extend(kids.kids.iter().map(|k| (k.name.clone(), k.child.id())));
     let sample_all = || procs.iter().map(|(_, pid)| sample(*pid, &dir)).collect::<Vec<Mem>>();
     let print_row = |t: Duration, mems: &[Mem], note: &str| {
         let rss: String = mems.iter().map(|m| format!("{:>9.1}", mib(m.rss_kib))).collect();
         println!(
             "{:>7.1} {:>13} {:>7}  {rss}  {note}",
             t.as_secs_f64(),
-            ctx.shared.total(OPS),
-            ctx.shared.total(DROPS)
+            ctx.shared.total(Counter::Ops),
+            ctx.shared.total(Counter::Drops)
         );
     };
     println!(

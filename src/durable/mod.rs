@@ -67,10 +67,10 @@
 //! slots with `msync(MS_SYNC)`, whose cache flush makes both durable. A
 //! push alone costs one page or two (its slot), and one flush.
 
-#[cfg(test)]
-mod crash_tests;
 pub(crate) mod flusher;
 pub(crate) mod image;
+#[cfg(test)]
+mod power_loss_tests;
 pub(crate) mod recover;
 
 use crate::clock::now_ns;
@@ -685,11 +685,11 @@ mod tests {
 
 #[cfg(test)]
 mod gather_tests {
-    use super::crash_tests::DiskDir;
     use super::*;
     use crate::file::queue_path;
     use crate::queue::Queue;
     use crate::spec::Spec;
+    use crate::test_support::DiskDir;
 
     /// An `interval` queue's sync writes into its image no page below the
     /// watermark it writes: after the ring drained, only the watermark's.

@@ -13,7 +13,7 @@ fn queue(dir: &TempDir) -> Arc<Queue> {
 
 /// A lease consumer dies between taking a record's slot and saving the
 /// record in its lease entry, and no producer pushes again (made
-/// deterministic here; the lease crash test meets it by chance). Another process's repair publishes the
+/// deterministic here; the lease kill test meets it by chance). Another process's repair publishes the
 /// record again one lap later, beyond the tail; a consumer must still
 /// get it, once.
 #[test]

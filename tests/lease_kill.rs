@@ -1,4 +1,4 @@
-//! Lease crash test: consumer processes take records with `pop_lease`,
+//! Lease kill test: consumer processes take records with `pop_lease`,
 //! "process" them, and acknowledge them, while the test kills them with
 //! SIGKILL at random moments (at least 150 kills) and replaces them; a few
 //! deliveries are stalled on purpose past a short lease, and their late
@@ -20,15 +20,12 @@
 //! - per record: acknowledgements (with the delivery count acknowledged) and
 //!   stalls whose late acknowledgement was refused.
 //!
-//! `TVMQ_LEASE_CRASH_KILLS` (default 150) and `TVMQ_LEASE_CRASH_SECONDS`
-//! (default 20, the longest the killing goes on) size the run.
+//! `TVMQ_LEASE_KILLS` (default 150) and `TVMQ_LEASE_KILL_SECONDS` (default
+//! 20, the longest the killing goes on) size the run.
 
 mod common;
-use common::{child_env, child_test};
-use memmap2::{MmapMut, MmapOptions};
-use std::fs::OpenOptions;
+use common::{Children, KillPlan, Rng, Shareable, SharedArray, Unexpected, child_env, child_test, record};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tvm::error::*;
@@ -38,7 +35,7 @@ const QUEUE: u32 = 1;
 const RECORDS: u32 = 100_000;
 const RECORD: usize = 16;
 const CONSUMERS: usize = 3;
-const MAX_PROCS: usize = 1024;
+const MAX_PROCS: u32 = 1024;
 /// Lease of an ordinary delivery: long (a dead holder's leases come back at
 /// once through the registry, not when they run out), so that no ordinary
 /// delivery runs out on a busy machine.
@@ -56,9 +53,8 @@ struct ProcState {
     stalling: AtomicU32,
     /// `seq + 1 | deliveries << 32` of the record held (0: none).
     holding: AtomicU64,
-    /// Errors no caller should see here (count, last code).
-    unexpected: AtomicU64,
-    last_error: AtomicU64,
+    /// Errors no caller should see here.
+    unexpected: Unexpected,
     /// Late acknowledgements refused with LEASE_EXPIRED after a stall.
     late_refused: AtomicU64,
     /// Late acknowledgements that succeeded (must not happen).
@@ -79,79 +75,54 @@ struct RecState {
     _pad: AtomicU32,
 }
 
-fn map(path: &Path, len: usize) -> MmapMut {
-    let f =
-        OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path).expect("open shared file");
-    f.set_len(len as u64).expect("size shared file");
-    // SAFETY: a file of this test's, shared with its children only.
-    unsafe { MmapOptions::new().map_mut(&f) }.expect("map shared file")
-}
+// SAFETY: repr(C) of atomics, and padding never read.
+unsafe impl Shareable for ProcState {}
+// SAFETY: repr(C) of atomics only.
+unsafe impl Shareable for RecState {}
 
+/// The shared files of a run.
 struct Shared {
-    procs: MmapMut,
-    recs: MmapMut,
+    procs: SharedArray<ProcState>,
+    recs: SharedArray<RecState>,
 }
 
 impl Shared {
     fn open(dir: &Path) -> Shared {
         Shared {
-            procs: map(&dir.join("procs"), MAX_PROCS * size_of::<ProcState>()),
-            recs: map(&dir.join("recs"), RECORDS as usize * size_of::<RecState>()),
+            procs: SharedArray::map(&dir.join("procs"), MAX_PROCS as usize, false),
+            recs: SharedArray::map(&dir.join("recs"), RECORDS as usize, false),
         }
     }
 
-    fn proc(&self, me: usize) -> &ProcState {
-        assert!(me < MAX_PROCS);
-        // SAFETY: in bounds; atomics only, any content valid.
-        unsafe { &*self.procs.as_ptr().cast::<ProcState>().add(me) }
+    fn proc(&self, me: u32) -> &ProcState {
+        self.procs.get(me as usize)
     }
 
     fn rec(&self, seq: u32) -> &RecState {
-        assert!(seq < RECORDS, "record {seq} out of range");
-        // SAFETY: in bounds; atomics only, any content valid.
-        unsafe { &*self.recs.as_ptr().cast::<RecState>().add(seq as usize) }
+        self.recs.get(seq as usize)
     }
-}
-
-fn record(seq: u32) -> [u8; RECORD] {
-    let mut r = [0u8; RECORD];
-    r[..4].copy_from_slice(&seq.to_le_bytes());
-    r[4..8].copy_from_slice(&(!seq).to_le_bytes());
-    r
 }
 
 fn seq_of(rec: &[u8]) -> Option<u32> {
-    let seq = u32::from_le_bytes(rec.get(..4)?.try_into().ok()?);
-    (rec.len() == RECORD && rec == record(seq) && seq < RECORDS).then_some(seq)
+    let (_, seq) = record::decode(rec).ok()?;
+    (rec.len() == RECORD && seq < u64::from(RECORDS)).then_some(seq as u32)
 }
 
 fn unexpected(p: &ProcState, e: &Error) {
-    p.unexpected.fetch_add(1, Ordering::SeqCst);
-    p.last_error.store(u64::from(e.code()), Ordering::SeqCst);
+    p.unexpected.note(e.code());
 }
 
-/// A tiny deterministic generator.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self, below: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % below
-    }
-}
-
-fn consumer(dir: &Path, shared: &Shared, me: usize) {
+fn consumer(dir: &Path, shared: &Shared, me: u32) {
     let p = shared.proc(me);
     let q = match Queue::open(dir, QUEUE) {
         Ok(q) => q,
         Err(e) => return unexpected(p, &e),
     };
     let stop = dir.join("stop");
-    let mut rng = Rng(0x2545_f491_4f6c_dd1d ^ ((me as u64 + 1) * 0x9e37_79b9));
+    let mut rng = Rng::new(0x2545_f491_4f6c_dd1d ^ ((u64::from(me) + 1) * 0x9e37_79b9));
     let mut out = [0u8; RECORD];
     loop {
-        let stall = rng.next(1500) == 0;
+        let stall = rng.one_in(1500);
         p.stalling.store(u32::from(stall), Ordering::SeqCst);
         p.popping.store(1, Ordering::SeqCst);
         let wait = Wait::Until(Instant::now() + Duration::from_millis(20));
@@ -174,7 +145,7 @@ fn consumer(dir: &Path, shared: &Shared, me: usize) {
         p.popping.store(0, Ordering::SeqCst);
         // "Processing": mostly nothing, sometimes a little, rarely a stall
         // past the lease.
-        match rng.next(4) {
+        match rng.below(4) {
             _ if stall => std::thread::sleep(STALL),
             0 => std::thread::sleep(Duration::from_micros(100)),
             1 => std::thread::yield_now(),
@@ -199,25 +170,14 @@ fn consumer(dir: &Path, shared: &Shared, me: usize) {
     }
 }
 
-/// Child process entry: a consumer of `lease_crash_test`.
+/// Child process entry: a consumer of `lease_kill_test`.
 #[test]
-#[ignore = "child process of lease_crash_test: started by it"]
-fn lease_crash_child() {
-    let dir = PathBuf::from(child_env("TVMQ_LEASE_CRASH_DIR"));
-    let me: usize = child_env("TVMQ_LEASE_CRASH_ME").parse().expect("process number");
+#[ignore = "child process of lease_kill_test: started by it"]
+fn lease_kill_child() {
+    let dir = PathBuf::from(child_env("TVMQ_LEASE_KILL_DIR"));
+    let me: u32 = child_env("TVMQ_LEASE_KILL_ME").parse().expect("process number");
     let shared = Shared::open(&dir);
     consumer(&dir, &shared, me);
-}
-
-fn spawn(dir: &Path, me: usize) -> (Child, usize) {
-    let child = child_test("lease_crash_child")
-        .env("TVMQ_LEASE_CRASH_DIR", dir)
-        .env("TVMQ_LEASE_CRASH_ME", me.to_string())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn child");
-    (child, me)
 }
 
 /// What a killed consumer left: the record it held and that delivery's
@@ -230,62 +190,53 @@ enum Left {
 }
 
 #[test]
-fn lease_crash_test() {
-    let kills_wanted: usize = std::env::var("TVMQ_LEASE_CRASH_KILLS").ok().and_then(|v| v.parse().ok()).unwrap_or(150);
-    let seconds: u64 = std::env::var("TVMQ_LEASE_CRASH_SECONDS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
-    let dir = PathBuf::from(format!("/dev/shm/tvmq-lease-crash-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+fn lease_kill_test() {
+    let plan = KillPlan::from_env("TVMQ_LEASE_KILL", 150, 20);
+    let tmp = common::TempDir::new("lease-kill", "run");
+    let dir = tmp.path();
     let mut spec = Spec::new(u64::from(RECORDS), RECORD as u64);
     spec.leases = Some(LeaseSpec { lease_ms: 20_000, max_leases: 64, ..LeaseSpec::default() });
-    Queue::create(&dir, QUEUE, &spec).unwrap();
-    let shared = Shared::open(&dir);
+    Queue::create(dir, QUEUE, &spec).unwrap();
+    let shared = Shared::open(dir);
     {
-        let q = Queue::open(&dir, QUEUE).unwrap();
+        let q = Queue::open(dir, QUEUE).unwrap();
         for seq in 0..RECORDS {
-            q.push(&record(seq)).unwrap();
+            q.push(&record::new(0, u64::from(seq), RECORD)).unwrap();
         }
     }
 
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    let mut next_me = 0usize;
-    let mut procs: Vec<(Child, usize)> = (0..CONSUMERS).map(|i| spawn(&dir, i)).collect();
-    next_me += CONSUMERS;
-    let mut left: Vec<Left> = Vec::new();
+    let mut kids = Children::start(CONSUMERS, MAX_PROCS, dir, |_, me| {
+        let mut cmd = child_test("lease_kill_child");
+        cmd.env("TVMQ_LEASE_KILL_DIR", dir).env("TVMQ_LEASE_KILL_ME", me.to_string());
+        (format!("consumer {me}"), cmd)
+    });
     let started = Instant::now();
-    while left.len() < kills_wanted && started.elapsed() < Duration::from_secs(seconds) {
-        std::thread::sleep(Duration::from_millis(5 + rng.next(40)));
-        let victim = rng.next(procs.len() as u64) as usize;
-        let (child, me) = &mut procs[victim];
-        let _ = child.kill();
-        let _ = child.wait();
-        let p = shared.proc(*me);
-        let held = p.holding.load(Ordering::SeqCst);
-        left.push(if held != 0 {
-            let stalling = p.stalling.load(Ordering::SeqCst) == 1;
-            Left::Held { seq: (held as u32) - 1, deliveries: (held >> 32) as u32, stalling }
-        } else if p.popping.load(Ordering::SeqCst) == 1 {
-            Left::InPop
-        } else {
-            Left::Nothing
-        });
-        procs[victim] = spawn(&dir, next_me);
-        next_me += 1;
-        assert!(next_me < MAX_PROCS, "too many processes for the shared file");
-    }
+    let killed = kids.kill_randomly(&mut Rng::new(0x9e37_79b9_7f4a_7c15), (5, 44), &plan);
     let killing = started.elapsed();
+    // What each killed consumer left (a dead process's entry stays as it was).
+    let left: Vec<Left> = killed
+        .iter()
+        .map(|&(_, me)| {
+            let p = shared.proc(me);
+            let held = p.holding.load(Ordering::SeqCst);
+            if held != 0 {
+                let stalling = p.stalling.load(Ordering::SeqCst) == 1;
+                Left::Held { seq: (held as u32) - 1, deliveries: (held >> 32) as u32, stalling }
+            } else if p.popping.load(Ordering::SeqCst) == 1 {
+                Left::InPop
+            } else {
+                Left::Nothing
+            }
+        })
+        .collect();
     // Stop: the consumers drain what is left and exit.
     std::fs::write(dir.join("stop"), b"").unwrap();
-    for (child, me) in procs.iter_mut() {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while child.try_wait().ok().flatten().is_none() {
-            assert!(Instant::now() < deadline, "consumer {me} did not stop");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
+    kids.wait_all(|| Instant::now() + Duration::from_secs(60), false, String::new);
+    let next_me = kids.started;
+    drop(kids);
     // What is still queued or leased (a consumer may have stopped while the
     // last stalled records were waiting): taken here, counted the same way.
-    let q = Queue::open(&dir, QUEUE).unwrap();
+    let q = Queue::open(dir, QUEUE).unwrap();
     q.repair();
     let mut out = [0u8; RECORD];
     let mut drained = 0u64;
@@ -316,14 +267,7 @@ fn lease_crash_test() {
     let (mut unexpected_errors, mut late_refused, mut late_accepted) = (0, 0, 0);
     for me in 0..next_me {
         let p = shared.proc(me);
-        let u = p.unexpected.load(Ordering::SeqCst);
-        if u > 0 {
-            problems.push(format!(
-                "consumer {me}: {u} unexpected error(s), last code {}",
-                p.last_error.load(Ordering::SeqCst)
-            ));
-        }
-        unexpected_errors += u;
+        unexpected_errors += p.unexpected.report(&format!("consumer {me}"), &mut problems);
         late_refused += p.late_refused.load(Ordering::SeqCst);
         late_accepted += p.late_accepted.load(Ordering::SeqCst);
     }
@@ -376,7 +320,7 @@ fn lease_crash_test() {
     }
     let kills_holding = left.iter().filter(|l| matches!(l, Left::Held { .. })).count();
     println!(
-        "lease crash test: {} kills in {:.1} s ({kills_holding} holding a lease, {in_pop_kills} inside pop_lease); \
+        "lease kill test: {} kills in {:.1} s ({kills_holding} holding a lease, {in_pop_kills} inside pop_lease); \
          {next_me} processes; {RECORDS} records, {twice_delivered} delivered more than once ({redelivered} \
          redeliveries: {} stalls past the lease, {unexplained} by kills inside pop_lease), {in_hands} acknowledged \
          by a consumer killed before it counted it, {drained} drained at the end; queue counters: {stats:?}",
@@ -384,7 +328,6 @@ fn lease_crash_test() {
         killing.as_secs_f64(),
         late_refused,
     );
-    let _ = std::fs::remove_dir_all(&dir);
     assert!(
         problems.is_empty(),
         "{} problem(s), first ones: {:#?}",
@@ -410,7 +353,7 @@ fn lease_crash_test() {
     assert!(stats.orphaned <= kills_holding as u64 + in_pop_kills, "more orphaned leases than kills");
     assert_eq!((stats.in_flight, stats.waiting, stats.released), (0, 0, 0));
     assert_eq!(q.depth(), 0);
-    assert!(left.len() >= kills_wanted, "only {} kills in {seconds} s", left.len());
-    assert!(kills_holding >= kills_wanted / 4, "too few kills hit a consumer holding a lease: {kills_holding}");
+    assert!(left.len() >= plan.kills, "only {} kills in {} s", left.len(), plan.seconds);
+    assert!(kills_holding >= plan.kills / 4, "too few kills hit a consumer holding a lease: {kills_holding}");
     assert!(late_refused > 0, "no stall happened");
 }
