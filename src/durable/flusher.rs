@@ -10,9 +10,9 @@
 //! a quarter of the interval); the sync lock makes one process do it at a
 //! time, so nobody has to be elected and a dead process leaves no gap. It
 //! wakes every sixteenth of the shortest interval among its queues (250 us
-//! to 250 ms), so a change reaches the disk within the interval unless a
-//! sync takes much longer than the one before it. A
-//! process exiting normally syncs what it left dirty (`atexit`), and so
+//! to 250 ms; attaching a queue wakes it), so a change reaches the disk
+//! within the interval unless a sync takes much longer than the one before
+//! it. A process exiting normally syncs what it left dirty (`atexit`), and so
 //! does a `Queue` dropped; a killed process's last changes are synced by the
 //! flushers of the other attached processes, or by the next process that
 //! attaches if none is left (the kernel's own writeback of the live pages
@@ -21,11 +21,17 @@
 use super::Durable;
 use crate::spec::Durability;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::Duration;
 
 /// The `interval` queues this process has attached.
 static QUEUES: Mutex<Vec<Weak<Durable>>> = Mutex::new(Vec::new());
+/// Set by `register`: the flusher takes a new queue's tick at once instead
+/// of finishing a sleep sized for the queues it knew (up to `MAX_TICK`,
+/// longer than a short interval).
+static WOKEN: Mutex<bool> = Mutex::new(false);
+/// Signalled with `WOKEN`.
+static WAKE: Condvar = Condvar::new();
 /// The process whose flusher thread runs (a forked child starts its own).
 static RUNNING_IN: AtomicU32 = AtomicU32::new(0);
 /// The `atexit` handler is registered.
@@ -39,6 +45,10 @@ pub(crate) fn register(d: &Arc<Durable>) {
     if let Ok(mut q) = QUEUES.lock() {
         q.retain(|w| w.strong_count() > 0);
         q.push(Arc::downgrade(d));
+    }
+    if let Ok(mut woken) = WOKEN.lock() {
+        *woken = true;
+        WAKE.notify_all();
     }
     let me = std::process::id();
     if RUNNING_IN.swap(me, Ordering::SeqCst) != me {
@@ -84,7 +94,17 @@ fn run() {
         if RUNNING_IN.load(Ordering::Relaxed) != me {
             return; // a forked child's copy of this thread does not exist; never here
         }
-        std::thread::sleep(tick);
+        sleep(tick);
+    }
+}
+
+/// Sleeps for `tick`, or less if `register` adds a queue meanwhile.
+fn sleep(tick: Duration) {
+    let Ok(woken) = WOKEN.lock() else {
+        return std::thread::sleep(tick);
+    };
+    if let Ok((mut woken, _)) = WAKE.wait_timeout_while(woken, tick, |w| !*w) {
+        *woken = false;
     }
 }
 

@@ -113,13 +113,6 @@ fn run(policy: Durability, dir: &Path, seed: u64) -> (Vec<Event>, usize) {
     });
     hooks().lock().unwrap().push((path.clone(), hook));
     let q = Arc::new(Queue::open(dir, 1).unwrap());
-    if let Durability::Interval(_) = policy {
-        // The process's flusher may be asleep for its longest tick (250 ms),
-        // taken while no queue of a short interval was attached (another
-        // test's): it takes this queue's tick only when it wakes, and a run
-        // shorter than that would see next to no syncs.
-        std::thread::sleep(Duration::from_millis(300));
-    }
     let stop = Arc::new(AtomicBool::new(false));
     const PRODUCERS: u32 = 3;
     const PER_PRODUCER: u32 = 500;
