@@ -93,7 +93,7 @@ pub use attach::Attachments;
 #[cfg(not(loom))]
 pub use durable::{Durability, DurableStats, RecoveryStats};
 #[cfg(not(loom))]
-pub use file::{DEFAULT_LEASE_MS, DEFAULT_MAX_LEASES, LeaseSpec, MAX_LEASE_MS, MAX_LEASES};
+pub use file::{DEFAULT_LEASE_MS, DEFAULT_MAX_LEASES, LeaseSpec, MAX_LEASE_MS, MAX_LEASES, MAX_NAME, MAX_PART};
 #[cfg(not(loom))]
 pub use file::{DEFAULT_UNBLOCK_TIMEOUT_MS, MAX_RECORD_SIZE, Spec, queue_dir, queue_ids, queue_path, slot_stride};
 #[cfg(not(loom))]

@@ -102,7 +102,7 @@ impl Durability {
         let bad = || {
             Error::new(
                 CONDIT_IS_NIL,
-                format!("durability {s:?}: use always or interval=MS (MS from 1 to {})", MAX_INTERVAL),
+                format!("durability {s:?} is not a policy: use always or interval=MS (MS from 1 to {})", MAX_INTERVAL),
             )
         };
         match s.trim() {
@@ -604,7 +604,7 @@ impl Durable {
             // SAFETY: a plain system call on a descriptor we own.
             if unsafe { libc::sync_file_range(self.file.as_raw_fd(), from, n, flags) } != 0 {
                 let e = std::io::Error::last_os_error();
-                return Err(Error::new(SYNC_FAILED, format!("sync_file_range: {e}")));
+                return Err(Error::new(SYNC_FAILED, format!("sync_file_range failed: {e}")));
             }
         }
         msync_from(base, len, DATA_OFFSET as usize)
@@ -628,7 +628,7 @@ fn msync_from(base: *mut u8, len: usize, from: usize) -> Result<()> {
     let rc = unsafe { libc::msync(base.add(from).cast(), len - from, libc::MS_SYNC) };
     if rc != 0 {
         let e = std::io::Error::last_os_error();
-        return Err(Error::new(SYNC_FAILED, format!("msync: {e}")));
+        return Err(Error::new(SYNC_FAILED, format!("msync failed: {e}")));
     }
     Ok(())
 }

@@ -272,6 +272,40 @@ pub unsafe extern "C" fn lPop(p: *mut SATvm, out: *mut c_void, wait: Uenum) -> c
     unsafe { call(p, body) }
 }
 
+/// Removes the oldest record of queue p->tblName into `out`, as lPop with
+/// QUE_NORMAL does, but waits at most `timeout_ms` milliseconds: 0 returns
+/// NO_DATA_FOUND at once when the queue is empty (as QUE_NOWAIT), more
+/// returns MQUE_WAIT_TMO when nothing came in that time. A caller that must
+/// act while it waits (a binding that checks for Ctrl-C, a loop that checks
+/// a stop flag) calls it in a loop of short waits; no record is taken
+/// unless the call returns RC_SUCC. m_lEffect = 1 on success. Thread-safe
+/// (one handle per thread).
+/// Errors: those of lPop; MQUE_WAIT_TMO (nothing came within timeout_ms);
+/// CONDIT_IS_NIL (NULL handle/out, negative timeout_ms).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lPopWait(p: *mut SATvm, out: *mut c_void, timeout_ms: c_long) -> c_long {
+    let body = |h: &mut SATvm| {
+        if out.is_null() {
+            return Err(Error::new(CONDIT_IS_NIL, "NULL output buffer").into());
+        }
+        let Ok(ms) = u64::try_from(timeout_ms) else {
+            return Err(Error::new(CONDIT_IS_NIL, format!("a wait of {timeout_ms} ms: give 0 or more")).into());
+        };
+        let wait = match Instant::now().checked_add(Duration::from_millis(ms)) {
+            _ if ms == 0 => Wait::NoWait,
+            Some(t) => Wait::Until(t),
+            None => Wait::Forever,
+        };
+        let len = h.lSize;
+        // SAFETY: the caller provides `out` with at least p->lSize writable bytes.
+        let buf = unsafe { std::slice::from_raw_parts_mut(out.cast::<u8>(), len) };
+        on_queue(h, |q| q.pop(buf, wait))?;
+        Ok(1)
+    };
+    // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
+    unsafe { call(p, body) }
+}
+
 /// A growing malloc'd array of records, handed to C (freed with free()).
 struct MallocArray {
     ptr: *mut u8,

@@ -118,27 +118,42 @@ pub(crate) fn create(dir: &Path, id: u32, spec: &Spec) -> Result<()> {
         return Err(Error::new(CONDIT_IS_NIL, "rows and record size must both be at least 1"));
     }
     if spec.rows > MAX_CAPACITY {
-        return Err(Error::new(MQUE_CRTE_BIG, format!("{} rows: at most {MAX_CAPACITY}", spec.rows)));
+        return Err(Error::new(
+            MQUE_CRTE_BIG,
+            format!("{} rows are more than a queue holds: at most {MAX_CAPACITY}", spec.rows),
+        ));
     }
     if spec.record_size > MAX_RECORD_SIZE {
-        return Err(Error::new(MQUE_CRTE_BIG, format!("record size {}: at most {MAX_RECORD_SIZE}", spec.record_size)));
+        return Err(Error::new(
+            MQUE_CRTE_BIG,
+            format!(
+                "a record size of {} bytes is more than a queue allows: at most {MAX_RECORD_SIZE}",
+                spec.record_size
+            ),
+        ));
     }
-    let size = spec
-        .file_size()
-        .filter(|&s| s <= i64::MAX as u64)
-        .ok_or_else(|| Error::new(MQUE_CRTE_BIG, "rows x record size overflows"))?;
+    let size = spec.file_size().filter(|&s| s <= i64::MAX as u64).ok_or_else(|| {
+        let what = format!("{} rows of {} bytes make a file too large to address", spec.rows, spec.record_size);
+        Error::new(MQUE_CRTE_BIG, what)
+    })?;
     if spec.mode & !0o777 != 0 {
         return Err(Error::new(
             CONDIT_IS_NIL,
-            format!("mode {:o}: only permission bits (0..=0777) are allowed", spec.mode),
+            format!("mode {:o} is not a permission mode: only the bits of 0777 are allowed", spec.mode),
         ));
     }
     if spec.spin_us.is_some_and(|us| us < -1) {
-        return Err(Error::new(CONDIT_IS_NIL, "spin time: -1 (never sleep) or a number of microseconds >= 0"));
+        return Err(Error::new(
+            CONDIT_IS_NIL,
+            "the spin time must be -1 (never sleep) or a number of microseconds >= 0",
+        ));
     }
     if let Some(crate::Durability::Interval(ms)) = spec.durability {
         if !(1..=super::layout::MAX_INTERVAL_MS).contains(&u64::from(ms)) {
-            return Err(Error::new(CONDIT_IS_NIL, format!("durable interval {ms} ms: from 1 to 3600000")));
+            return Err(Error::new(
+                CONDIT_IS_NIL,
+                format!("a durable interval of {ms} ms is out of range: 1 to 3600000 ms"),
+            ));
         }
     }
     if spec.durability.is_some() && spec.leases.is_some() {
@@ -200,20 +215,33 @@ pub(crate) fn create(dir: &Path, id: u32, spec: &Spec) -> Result<()> {
 
 fn check_leases(id: u32, l: &LeaseSpec) -> Result<()> {
     if !(1..=MAX_LEASE_MS).contains(&l.lease_ms) {
-        return Err(Error::new(CONDIT_IS_NIL, format!("lease time {} ms: 1 to {MAX_LEASE_MS}", l.lease_ms)));
+        return Err(Error::new(
+            CONDIT_IS_NIL,
+            format!("a lease time of {} ms is out of range: 1 to {MAX_LEASE_MS} ms", l.lease_ms),
+        ));
     }
     if l.max_leases == 0 {
-        return Err(Error::new(CONDIT_IS_NIL, "maximum of leases in flight: at least 1"));
+        return Err(Error::new(
+            CONDIT_IS_NIL,
+            "a maximum of 0 leases in flight lets no record be leased: give at least 1",
+        ));
     }
     if l.max_leases > MAX_LEASES {
-        return Err(Error::new(MQUE_CRTE_BIG, format!("{} leases in flight: at most {MAX_LEASES}", l.max_leases)));
+        return Err(Error::new(
+            MQUE_CRTE_BIG,
+            format!("{} leases in flight are more than a queue holds: at most {MAX_LEASES}", l.max_leases),
+        ));
     }
     if l.max_deliveries > crate::lease::state::MAX_DELIVERIES {
         let most = crate::lease::state::MAX_DELIVERIES;
-        return Err(Error::new(CONDIT_IS_NIL, format!("maximum deliveries {}: at most {most}", l.max_deliveries)));
+        return Err(Error::new(
+            CONDIT_IS_NIL,
+            format!("a maximum of {} deliveries is out of range: at most {most}", l.max_deliveries),
+        ));
     }
     if l.dead_letter == Some(id) {
-        return Err(Error::new(CONDIT_IS_NIL, format!("queue {id} cannot be its own dead-letter queue")));
+        // An option that cannot be honoured, not a missing argument.
+        return Err(Error::new(NOT_SUPPT_OPT, format!("queue {id} cannot be its own dead-letter queue")));
     }
     Ok(())
 }
@@ -373,7 +401,7 @@ pub(crate) fn remove(dir: &Path, id: u32, opened: &File) -> Result<()> {
         return Err(Error::new(TBL_NOT_FOUND, format!("queue {id} was replaced while being dropped")));
     }
     std::fs::remove_file(&path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => Error::new(TBL_NOT_FOUND, format!("no queue file {}", path.display())),
+        std::io::ErrorKind::NotFound => super::dir::no_queue(&path),
         _ => io_error(SHM_ERR_ACCES, "cannot remove", &path, e),
     })
 }

@@ -37,6 +37,10 @@ pub const MAX_RECORD_SIZE: u64 = 1 << 30;
 /// one is always NUL: at most 63 and 31 bytes are kept).
 pub(crate) const NAME_BYTES: usize = 64;
 pub(crate) const PART_BYTES: usize = 32;
+/// Longest queue name kept in the header, in bytes (a longer one is cut).
+pub const MAX_NAME: usize = NAME_BYTES - 1;
+/// Longest partition text kept in the header, in bytes (a longer one is cut).
+pub const MAX_PART: usize = PART_BYTES - 1;
 const FIELD_NAME_BYTES: usize = MAX_FIELD_NAME + 1;
 
 /// One field of a record layout, as stored in the file.
@@ -578,7 +582,10 @@ impl Info {
     /// The header of a new queue (its geometry is assumed checked).
     pub(crate) fn new(id: u32, spec: &crate::file::Spec, file_size: u64) -> Result<Info> {
         if spec.fields.len() > MAX_FIELDS {
-            return Err(Error::new(FLD_DEF_SPILL, format!("{} fields: at most {MAX_FIELDS}", spec.fields.len())));
+            return Err(Error::new(
+                FLD_DEF_SPILL,
+                format!("{} fields are too many for a queue: at most {MAX_FIELDS}", spec.fields.len()),
+            ));
         }
         let empty = FieldDesc { name: [0; FIELD_NAME_BYTES], offset: 0, len: 0, kind: 0, reserved: 0 };
         let mut fields = [empty; MAX_FIELDS];
@@ -719,10 +726,10 @@ impl Info {
         for f in &self.fields[..self.field_count as usize] {
             let name =
                 c_str(&f.name).ok_or_else(|| Error::new(SHM_ERR_INVAL, "field name is not NUL-terminated UTF-8"))?;
-            let kind = kind_of(name, f.kind).map_err(|e| Error::new(SHM_ERR_INVAL, e.to_string()))?;
+            let kind = kind_of(name, f.kind).map_err(|e| Error::new(SHM_ERR_INVAL, e.what().to_string()))?;
             Field { name: name.to_string(), offset: f.offset, len: f.len, kind }
                 .check(self.record_size)
-                .map_err(|e| Error::new(SHM_ERR_INVAL, e.to_string()))?;
+                .map_err(|e| Error::new(SHM_ERR_INVAL, e.what().to_string()))?;
         }
         if c_str(&self.name).is_none() || c_str(&self.part).is_none() {
             return bad("queue name is not NUL-terminated UTF-8".into());

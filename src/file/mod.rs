@@ -10,7 +10,7 @@ pub(crate) mod map;
 
 pub use create::{DEFAULT_LEASE_MS, DEFAULT_MAX_LEASES, DEFAULT_UNBLOCK_TIMEOUT_MS, LeaseSpec, Spec};
 pub use dir::{queue_dir, queue_ids, queue_path};
-pub use layout::{MAX_LEASE_MS, MAX_LEASES, MAX_RECORD_SIZE, slot_stride};
+pub use layout::{MAX_LEASE_MS, MAX_LEASES, MAX_NAME, MAX_PART, MAX_RECORD_SIZE, slot_stride};
 
 use crate::error::*;
 use std::ffi::CString;
