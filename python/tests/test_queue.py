@@ -145,6 +145,8 @@ def test_timeouts():
     with pytest.raises(tvmq.Timeout):
         q.pop_many(2, timeout=0.25)
     assert 0.24 < time.monotonic() - t < 2
+    with pytest.raises(tvmq.Empty):
+        q.pop(timeout=0)  # no wait at all
     q.push(b"late")
     assert q.pop_many(2, timeout=0.2) == [b"late".ljust(8, b"\0")]  # what came, at the deadline
     q.push(b"late")

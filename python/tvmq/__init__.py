@@ -405,16 +405,17 @@ class Queue:
     def pop(self, timeout: Optional[float] = None, wait: bool = True) -> bytes:
         """Removes the oldest record and returns its ``record_size`` bytes (a
         shorter record is followed by zero bytes). ``wait=False``: raises
-        :class:`Empty` at once when the queue is empty. Otherwise waits for a
-        record, forever (``timeout=None``) or up to ``timeout`` seconds (then
-        :class:`Timeout`). Ctrl-C interrupts the wait (``KeyboardInterrupt``)."""
+        :class:`Empty` at once when the queue is empty (so does ``timeout=0``).
+        Otherwise waits for a record, forever (``timeout=None``) or up to
+        ``timeout`` seconds (then :class:`Timeout`). Ctrl-C interrupts the
+        wait (``KeyboardInterrupt``)."""
         _raise_pending()
         if timeout is not None:
             _check_timeout(timeout)
         got = self._pop_one(0)
         if got is not None:
             return got
-        if not wait:
+        if not wait or timeout == 0:
             raise self._empty("lPop")
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
