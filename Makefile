@@ -68,7 +68,7 @@ test-python: examples
 	@bash scripts/test-python.sh
 
 # The README's C and Python snippets, run as written (its Rust ones are doc tests).
-test-readme: test-python
+test-readme: test-python seed
 	@bash scripts/test-readme.sh
 
 bench-drivers: build
@@ -107,16 +107,21 @@ soak:
 	TVMQ_POWER_LOSS_IMAGES=20000 $(CARGO) test --release -p tvmq --lib power_loss -- --nocapture
 	TVMQ_DURABLE_ROUNDS=30 $(CARGO) test --release -p tvmq --test durable -- --nocapture
 
-# Model checking of the ring with loom (seconds; not in `make test` because it rebuilds everything under --cfg loom).
+# Model checking of the ring and the lease table with loom (seconds, after it
+# rebuilds everything under --cfg loom in target/loom); part of `make test`.
 loom:
 	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test --release -p tvmq --lib loom -- --test-threads=1
 
 # ---- make install / make uninstall -----------------------------------------
 # Installs libtvm.so with its soname (libtvm.so.0 -> libtvm.so.0.x.y), libtvm.a,
-# tvm.h and tmain.h, the tvmq command with its manual page and completions,
-# and pkg-config files (tvm.pc; tvm-static.pc to link libtvm.a). DESTDIR is
-# prepended to every path for packagers. `make uninstall` removes exactly the
-# files listed in INSTALLED.
+# tvm.h and tmain.h, the tvmq command with its manual pages (tvmq(1) and one
+# per subcommand, tvmq-create(1) ...) and completions, and pkg-config files
+# (tvm.pc; tvm-static.pc to link libtvm.a). DESTDIR is prepended to every path
+# for packagers. `make uninstall` removes exactly the files listed in
+# INSTALLED. A PREFIX outside the loader's path (not /usr/local/lib or
+# /usr/lib) needs, for programs linked against libtvm.so, one of: sudo
+# ldconfig $(PREFIX)/lib (system-wide), LD_LIBRARY_PATH=$(PREFIX)/lib, or
+# -Wl,-rpath,$(PREFIX)/lib when linking (README: "Using it from C").
 PREFIX      ?= /usr/local
 DESTDIR     ?=
 VERSION     := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
@@ -126,8 +131,12 @@ I_LIB       := $(PREFIX)/lib
 I_INC       := $(PREFIX)/include
 I_BIN       := $(PREFIX)/bin
 I_SHARE     := $(PREFIX)/share
+# The pages `tvmq man --out` writes: tvmq.1 and tvmq-<subcommand>.1 (a cli
+# test checks this list against it).
+MANPAGES    := tvmq tvmq-create tvmq-drop tvmq-list tvmq-stat tvmq-peek tvmq-sync tvmq-repair tvmq-bench \
+               tvmq-serve tvmq-completions tvmq-man
 INSTALLED   := $(I_LIB)/libtvm.so.$(VERSION) $(I_LIB)/libtvm.so.$(SOMAJOR) $(I_LIB)/libtvm.so $(I_LIB)/libtvm.a \
-               $(I_INC)/tvm.h $(I_INC)/tmain.h $(I_BIN)/tvmq $(I_SHARE)/man/man1/tvmq.1 \
+               $(I_INC)/tvm.h $(I_INC)/tmain.h $(I_BIN)/tvmq $(patsubst %,$(I_SHARE)/man/man1/%.1,$(MANPAGES)) \
                $(I_SHARE)/bash-completion/completions/tvmq $(I_SHARE)/zsh/site-functions/_tvmq \
                $(I_SHARE)/fish/vendor_completions.d/tvmq.fish \
                $(I_LIB)/pkgconfig/tvm.pc $(I_LIB)/pkgconfig/tvm-static.pc
@@ -141,7 +150,7 @@ install: build
 	install -m 0644 $(LIBDIR)/libtvm.a $(DESTDIR)$(I_LIB)/libtvm.a
 	install -m 0644 include/tvm.h include/tmain.h $(DESTDIR)$(I_INC)/
 	install -m 0755 $(TVMQ) $(DESTDIR)$(I_BIN)/tvmq
-	$(TVMQ) man > $(DESTDIR)$(I_SHARE)/man/man1/tvmq.1
+	$(TVMQ) man --out $(DESTDIR)$(I_SHARE)/man/man1 >/dev/null
 	$(TVMQ) completions bash > $(DESTDIR)$(I_SHARE)/bash-completion/completions/tvmq
 	$(TVMQ) completions zsh > $(DESTDIR)$(I_SHARE)/zsh/site-functions/_tvmq
 	$(TVMQ) completions fish > $(DESTDIR)$(I_SHARE)/fish/vendor_completions.d/tvmq.fish

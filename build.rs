@@ -36,10 +36,19 @@ fn main() {
         writeln!(rust, "    c{message:?},").unwrap();
     }
     rust.push_str("];\n");
+    rust.push_str("/// NUL-terminated names for `sGetTErrName`, indexed by code.\n");
+    rust.push_str("pub static C_NAMES: [&std::ffi::CStr; ");
+    writeln!(rust, "{}] = [", CODES.len()).unwrap();
+    for (name, _) in CODES {
+        writeln!(rust, "    c{name:?},").unwrap();
+    }
+    rust.push_str("];\n");
     write_if_changed(&out.join("codes_gen.rs"), &rust);
 
     // C side: the error codes as #defines, then the hand-written macros.
-    let mut defines = String::from("\n/* Error codes (m_lErrno, lGetTErrno). sGetTError(code) gives the message. */\n");
+    let mut defines = String::from(
+        "\n/* Error codes (m_lErrno, lGetTErrno). sGetTError(code) gives the message, sGetTErrName(code) the name. */\n",
+    );
     for (code, (name, message)) in CODES.iter().enumerate() {
         writeln!(defines, "#define {name:<14} {code:>3}  /* {message} */").unwrap();
     }

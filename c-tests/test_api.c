@@ -1173,6 +1173,60 @@ static void error_text(void)
     }
 }
 
+/* sGetTErrName: every code's #define name, the same constant string each
+ * call; NULL for anything that is no code. */
+static void error_names(void)
+{
+    for (long c = 0; c < TVM_CODE_COUNT; c++) {
+        const char *n = sGetTErrName(c);
+        if (n == NULL || strcmp(n, code_name(c)) != 0)
+            fail_at(__FILE__, __LINE__, "sGetTErrName(%ld) = \"%s\", want \"%s\"", c, n ? n : "(null)",
+                    code_name(c));
+        else if (sGetTErrName(c) != n)
+            fail_at(__FILE__, __LINE__, "sGetTErrName(%ld) is not a constant string", c);
+    }
+    static const long odd[] = { -1, -103, TVM_CODE_COUNT, 255, 65536, INT_MIN, LONG_MIN, LONG_MAX };
+    for (size_t i = 0; i < sizeof(odd) / sizeof(odd[0]); i++)
+        if (sGetTErrName(odd[i]) != NULL)
+            fail_at(__FILE__, __LINE__, "sGetTErrName(%ld) = \"%s\", want NULL", odd[i], sGetTErrName(odd[i]));
+}
+
+/* lPopWait: 0 ms is QUE_NOWAIT, more waits that long at most (MQUE_WAIT_TMO),
+ * a record there or arriving is taken as lPop takes it. */
+static void pop_wait(void)
+{
+    SATvm *p = G();
+    const TABLE t = 46;
+    rec64 out;
+
+    make_queue(t, 4, sizeof(rec64));
+    queuevoid(p, out, sizeof(out), t);
+    CHECK_FAIL(lPopWait(p, &out, 0), p, NO_DATA_FOUND);
+    long long t0 = mono_ms();
+    CHECK_FAIL(lPopWait(p, &out, 150), p, MQUE_WAIT_TMO);
+    CHECK_RANGE(mono_ms() - t0, 140, 1500);
+    CHECK_FAIL(lPopWait(p, &out, -1), p, CONDIT_IS_NIL);
+    CHECK_FAIL(lPopWait(p, NULL, 10), p, CONDIT_IS_NIL);
+    CHECK_FAIL_NOH(lPopWait(NULL, &out, 10), CONDIT_IS_NIL);
+
+    CHECK(push_n(p, t, 1));
+    queuevoid(p, out, sizeof(out), t);
+    p->m_lEffect = 0;
+    t0 = mono_ms();
+    CHECK_SUCC(lPopWait(p, &out, 5000), p);
+    CHECK_RANGE(mono_ms() - t0, 0, 250);
+    CHECK_EQU(p->m_lEffect, 1);
+    CHECK_EQ(out.n, 1);
+    CHECK_STR(out.text, "record 1");
+    CHECK_EQ(depth(t), 0);
+
+    /* A buffer shorter than the records: refused, the record stays. */
+    CHECK(push_n(p, t, 1));
+    queuevoid(p, out, sizeof(out) - 1, t);
+    CHECK_FAIL(lPopWait(p, &out, 10), p, RECD_TOO_LONG);
+    CHECK_EQ(depth(t), 1);
+}
+
 /* lGetTErrno / vSetTErrno / lGetEffect in one thread (per-thread: test_mt). */
 static void errno_effect(void)
 {
@@ -1566,6 +1620,6 @@ TEST_MAIN(T(handle_global), T(handle_clone), T(handle_hold), T(null_handle), T(a
           T(disconnect), T(create_capacity), T(create_errors), T(create_names), T(table_queue),
           T(table_queue_errors), T(drop), T(drop_by_other_process), T(push), T(push_attaches),
           T(pop), T(pop_sizes), T(pop_fifo), T(popup), T(popup_timeout), T(popup_args),
-          T(pushs), T(error_text), T(errno_effect), T(tick), T(macros), T(files),
+          T(pushs), T(error_text), T(error_names), T(pop_wait), T(errno_effect), T(tick), T(macros), T(files),
           T(odd_record_sizes), T(queue_ids), T(many_queues), T(long_names), T(missing_dir),
           T(sync_queue))

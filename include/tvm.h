@@ -25,7 +25,7 @@
 #include <stddef.h>
 #include <stdbool.h>
 
-/* Error codes (m_lErrno, lGetTErrno). sGetTError(code) gives the message. */
+/* Error codes (m_lErrno, lGetTErrno). sGetTError(code) gives the message, sGetTErrName(code) the name. */
 #define TVM_DONE_SUCC    0  /* success */
 #define SVR_EXCEPTION    1  /* internal error in the library */
 #define IDX_FIELD_NIL    2  /* index field is not defined */
@@ -340,6 +340,15 @@ extern "C" {
 char *sGetTError(long code);
 
 /**
+ * Returns the name of an error code, as its #define spells it
+ * ("TBL_NOT_FOUND" for 44): a constant, NUL-terminated string that the
+ * caller must not modify or free; NULL for a value that is no code
+ * (negative, or above the last). Never fails; thread-safe. Bindings in
+ * other languages name the codes with it rather than keep a copy of the list.
+ */
+const char *sGetTErrName(long code);
+
+/**
  * Returns the calling thread's last error code (0 after a success).
  */
 long lGetTErrno(void);
@@ -582,6 +591,20 @@ long lPush(struct SATvm *p);
  * NOT_DURABLE (attaching a durable queue whose file was moved onto tmpfs).
  */
 long lPop(struct SATvm *p, void *out, Uenum wait);
+
+/**
+ * Removes the oldest record of queue p->tblName into `out`, as lPop with
+ * QUE_NORMAL does, but waits at most `timeout_ms` milliseconds: 0 returns
+ * NO_DATA_FOUND at once when the queue is empty (as QUE_NOWAIT), more
+ * returns MQUE_WAIT_TMO when nothing came in that time. A caller that must
+ * act while it waits (a binding that checks for Ctrl-C, a loop that checks
+ * a stop flag) calls it in a loop of short waits; no record is taken
+ * unless the call returns RC_SUCC. m_lEffect = 1 on success. Thread-safe
+ * (one handle per thread).
+ * Errors: those of lPop; MQUE_WAIT_TMO (nothing came within timeout_ms);
+ * CONDIT_IS_NIL (NULL handle/out, negative timeout_ms).
+ */
+long lPopWait(struct SATvm *p, void *out, long timeout_ms);
 
 /**
  * Pops up to `expect` records of queue p->tblName into a new malloc'd

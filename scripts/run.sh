@@ -1,13 +1,24 @@
 #!/usr/bin/env bash
 # `make run`: create queue 21 (ROWS records of 304 bytes), run the seed
 # programs push then pop at each thread count, print a table.
-# Uses $TVMDBD like the library (default /dev/shm/tvmq-<uid>).
+# It works in a queue directory of its own under /dev/shm, removed at the
+# end (also on failure and on Ctrl-C): the user's $TVMDBD and default
+# directory, and their queue 21, are never touched.
 set -euo pipefail
 : "${TVMQ:?}" "${SEEDBIN:?}" "${ROWS:=4000000}" "${THREADS:=1 2 4 10}"
 
-"$TVMQ" drop 21 >/dev/null 2>&1 || true
-"$TVMQ" create 21 --rows "$ROWS" --size 304 --name QUEUE_USER_INFO
-trap '"$TVMQ" drop 21 >/dev/null 2>&1 || true' EXIT
+TVMDBD=$(mktemp -d /dev/shm/tvmq-run.XXXXXX)
+export TVMDBD
+cleanup() {
+    "$TVMQ" drop 21 >/dev/null 2>&1 || true   # wakes anything still blocked on it
+    rm -rf "$TVMDBD"
+}
+trap cleanup EXIT
+trap 'echo "make run: interrupted" >&2; exit 130' INT
+trap 'exit 143' TERM
+
+"$TVMQ" create 21 --rows "$ROWS" --size 304 --name QUEUE_USER_INFO >/dev/null
+echo "queue 21 in $TVMDBD (a directory of this run's own, removed at the end)"
 
 # cost_time:[N] -> N, failing loudly on anything else.
 cost() {

@@ -16,7 +16,8 @@ fail() { echo "test-install: $*" >&2; exit 1; }
 make -s install PREFIX=$prefix DESTDIR=$stage >/dev/null
 root=$stage$prefix
 for f in lib/libtvm.so lib/libtvm.so.0 lib/libtvm.a include/tvm.h include/tmain.h bin/tvmq \
-         share/man/man1/tvmq.1 share/bash-completion/completions/tvmq share/zsh/site-functions/_tvmq \
+         share/man/man1/tvmq.1 share/man/man1/tvmq-create.1 share/man/man1/tvmq-serve.1 \
+         share/bash-completion/completions/tvmq share/zsh/site-functions/_tvmq \
          share/fish/vendor_completions.d/tvmq.fish lib/pkgconfig/tvm.pc lib/pkgconfig/tvm-static.pc; do
     [ -e "$root/$f" ] || fail "$f was not installed"
 done
@@ -37,6 +38,12 @@ for p in push_bench pop_bench; do
     gcc -O2 -Wall -o "$bin/$p-static" "$SEED/$p.c" $(pkg-config --cflags --libs tvm-static)
 done
 ldd "$bin/push_bench" | grep -q "libtvm.so.0 => $root/lib/libtvm.so.0" || fail "dynamic build does not use the installed libtvm.so.0"
+# As the README says: without the rpath, a prefix outside the loader's path is
+# found only with LD_LIBRARY_PATH (or ldconfig).
+# shellcheck disable=SC2046
+gcc -O2 -Wall -o "$bin/push_bench-norpath" "$SEED/push_bench.c" $(pkg-config --cflags --libs tvm)
+if out=$("$bin/push_bench-norpath" 1 1 2>&1); then fail "push_bench without rpath found libtvm.so.0 by itself"; fi
+[[ "$out" == *"libtvm.so.0: cannot open shared object file"* ]] || fail "push_bench without rpath: $out"
 if ldd "$bin/push_bench-static" | grep -q libtvm; then fail "static build still needs libtvm.so"; fi
 
 export TVMDBD=$queues
@@ -49,7 +56,9 @@ for kind in "" -static; do
     depth=$("$root/bin/tvmq" stat 21 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["depth"])')
     [ "$depth" = 0 ] || fail "after pop_bench$kind the queue holds $depth"
 done
+out=$(LD_LIBRARY_PATH=$root/lib "$bin/push_bench-norpath" 1 10); [[ "$out" == *cost_time* ]] || fail "LD_LIBRARY_PATH: $out"
 man -l "$root/share/man/man1/tvmq.1" 2>/dev/null | grep -q peek || grep -q peek "$root/share/man/man1/tvmq.1" || fail "man page"
+grep -q 'dead\\-letter' "$root/share/man/man1/tvmq-create.1" || fail "tvmq-create(1) lacks --dead-letter"
 
 make -s uninstall PREFIX=$prefix DESTDIR=$stage >/dev/null
 left=$(find "$stage" -type f -o -type l)

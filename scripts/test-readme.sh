@@ -4,7 +4,8 @@
 # run with the package installed by `make test-python`; its ```rust blocks are
 # doc tests of the library (src/lib.rs includes the README under cfg(doctest)),
 # run by `make test-rust`. The ```sh commands are those scripts/test-install.sh
-# and scripts/test-python.sh run.
+# and scripts/test-python.sh run. Then what the README says of `make run`: it
+# keeps to a queue directory of its own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=$PWD/target/readme
@@ -36,4 +37,30 @@ done
 grep -q "7 hello from C" "$OUT"/c-1.out
 grep -q "7 hello from Python" "$OUT"/python-1.out
 grep -q "empty: 24 NO_DATA_FOUND" "$OUT"/python-1.out
-echo "test-readme: $count C and Python snippets of the README ran as written (the Rust ones are doc tests)"
+
+# `make run` (scripts/run.sh) works in a directory of its own: a queue 21 in
+# $TVMDBD is left as it was, and nothing of the run's stays in /dev/shm, also
+# when it is interrupted (Ctrl-C) or fails.
+TVMQ=$LIB/tvmq
+"$TVMQ" create 21 --rows 8 --size 16 --name USERS_OWN >/dev/null
+TVMQ_LIB=$LIB/libtvm.so "$PWD/target/py/bin/python" -c 'import tvmq; tvmq.Queue(21).push(b"mine")'
+run_dir() { sed -n 's/^queue 21 in \(\/dev\/shm\/tvmq-run\.[A-Za-z0-9]*\) .*/\1/p' "$1"; }
+kept() {
+    [ "$("$TVMQ" stat 21 | awk '$1 == "name" { print $2 }')" = USERS_OWN ] &&
+    [ "$("$TVMQ" stat 21 | awk '$1 == "depth" { print $2 }')" = 1 ] || { echo "make run touched the user's queue 21 ($1)" >&2; exit 1; }
+}
+TVMQ=$TVMQ SEEDBIN=$PWD/target/seed ROWS=20000 THREADS="1 2" bash scripts/run.sh > "$OUT/run.out"
+d=$(run_dir "$OUT/run.out"); [ -n "$d" ] && [ ! -e "$d" ] || { echo "make run left ${d:-its directory} behind" >&2; exit 1; }
+grep -q "^2 " "$OUT/run.out"
+kept "a whole run"
+fake=$OUT/fake-seed; mkdir -p "$fake"
+printf '#!/bin/sh\nexec sleep 30\n' > "$fake/push_bench"; chmod +x "$fake/push_bench"
+timeout -s INT 1 env TVMQ="$TVMQ" SEEDBIN="$fake" ROWS=1000 THREADS=1 bash scripts/run.sh > "$OUT/run-int.out" 2>&1 || true
+d=$(run_dir "$OUT/run-int.out"); [ -n "$d" ] && [ ! -e "$d" ] || { echo "make run interrupted left ${d:-its directory} behind" >&2; exit 1; }
+printf '#!/bin/sh\necho error; exit 3\n' > "$fake/push_bench"
+if TVMQ=$TVMQ SEEDBIN=$fake ROWS=1000 THREADS=1 bash scripts/run.sh > "$OUT/run-fail.out" 2>&1; then
+    echo "make run did not fail with a failing program" >&2; exit 1
+fi
+d=$(run_dir "$OUT/run-fail.out"); [ -n "$d" ] && [ ! -e "$d" ] || { echo "make run failing left ${d:-its directory} behind" >&2; exit 1; }
+kept "interrupted and failed runs"
+echo "test-readme: $count C and Python snippets of the README ran as written (the Rust ones are doc tests); make run kept to its own directory"

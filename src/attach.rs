@@ -172,7 +172,7 @@ impl Attachments {
             return Ok(id);
         }
         if key.is_empty() {
-            return Err(Error::new(TBL_NOT_FOUND, "empty queue name"));
+            return Err(Error::new(TBL_NOT_FOUND, "an empty queue name names no queue"));
         }
         let dir = self.dir();
         let cached = self.lock().names.get(key).copied();

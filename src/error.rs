@@ -14,6 +14,12 @@ include!(concat!(env!("OUT_DIR"), "/codes_gen.rs"));
 pub const UNKNOWN_MESSAGE: &CStr = c"unknown error code";
 
 /// An error: an STVM code and a message saying what went wrong.
+///
+/// It displays as what happened, then the code's name: the specific detail
+/// when there is one (`queue 33 cannot be its own dead-letter queue
+/// (NOT_SUPPT_OPT)`), else the code's standard message (`queue is full: no
+/// space for insert data (DATA_SPC_FULL)`). A detail therefore says what
+/// happened on its own, in the terms of the call that failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Error {
     code: u32,
@@ -29,7 +35,8 @@ impl Error {
         Error { code, detail: Cow::Borrowed("") }
     }
 
-    /// An error with a specific detail (shown after the standard message).
+    /// An error with a specific detail: a sentence saying what happened, shown
+    /// instead of the code's standard message.
     pub fn new(code: u32, detail: impl Into<Cow<'static, str>>) -> Error {
         Error { code, detail: detail.into() }
     }
@@ -43,6 +50,12 @@ impl Error {
     pub fn detail(&self) -> &str {
         &self.detail
     }
+
+    /// What happened, without the code's name: the detail, or the code's
+    /// standard message when there is none.
+    pub fn what(&self) -> &str {
+        if self.detail.is_empty() { message(i64::from(self.code)) } else { &self.detail }
+    }
 }
 
 impl From<u32> for Error {
@@ -54,11 +67,7 @@ impl From<u32> for Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let name = name(i64::from(self.code)).unwrap_or("UNKNOWN");
-        if self.detail.is_empty() {
-            write!(f, "{} ({name})", message(i64::from(self.code)))
-        } else {
-            write!(f, "{}: {} ({name})", message(i64::from(self.code)), self.detail)
-        }
+        write!(f, "{} ({name})", self.what())
     }
 }
 
@@ -76,6 +85,11 @@ pub fn message(code: i64) -> &'static str {
 /// The code's macro name (`"TBL_NOT_FOUND"`), if it is one.
 pub fn name(code: i64) -> Option<&'static str> {
     entry(code).map(|e| e.0)
+}
+
+/// NUL-terminated macro name for C (`c"TBL_NOT_FOUND"`), if the code is one.
+pub fn c_name(code: i64) -> Option<&'static CStr> {
+    usize::try_from(code).ok().and_then(|i| C_NAMES.get(i).copied())
 }
 
 /// NUL-terminated message for C; never fails.
@@ -118,6 +132,7 @@ mod tests {
         for (i, (_, msg)) in CODES.iter().enumerate() {
             assert!(!msg.is_empty());
             assert_eq!(c_message(i as i64).to_str().unwrap(), *msg);
+            assert_eq!(c_name(i as i64).unwrap().to_str().unwrap(), CODES[i].0);
         }
     }
 
@@ -127,13 +142,17 @@ mod tests {
             assert_eq!(message(code), "unknown error code");
             assert_eq!(c_message(code), UNKNOWN_MESSAGE);
             assert_eq!(name(code), None);
+            assert_eq!(c_name(code), None);
         }
     }
 
     #[test]
     fn display_names_the_code() {
-        let e = Error::new(TBL_NOT_FOUND, "queue 21 in /tmp");
-        assert_eq!(e.to_string(), "queue not found: queue 21 in /tmp (TBL_NOT_FOUND)");
+        // What happened first, in the caller's terms; the code's name last.
+        let e = Error::new(TBL_NOT_FOUND, "no queue 21 in /tmp");
+        assert_eq!(e.to_string(), "no queue 21 in /tmp (TBL_NOT_FOUND)");
+        assert_eq!(e.what(), "no queue 21 in /tmp");
+        assert_eq!(Error::code_only(DATA_SPC_FULL).what(), "queue is full: no space for insert data");
         assert_eq!(
             Error::code_only(DATA_SPC_FULL).to_string(),
             "queue is full: no space for insert data (DATA_SPC_FULL)"

@@ -114,7 +114,8 @@ pub use ring::Peeked;
 pub use schema::{Field, FieldKind, MAX_FIELD_NAME, MAX_FIELDS};
 #[cfg(not(loom))]
 pub use spec::{
-    DEFAULT_LEASE_MS, DEFAULT_MAX_LEASES, DEFAULT_UNBLOCK_TIMEOUT_MS, MAX_LEASE_MS, MAX_LEASES, MAX_RECORD_SIZE,
+    DEFAULT_LEASE_MS, DEFAULT_MAX_LEASES, DEFAULT_UNBLOCK_TIMEOUT_MS, MAX_LEASE_MS, MAX_LEASES, MAX_NAME, MAX_PART,
+    MAX_RECORD_SIZE,
 };
 #[cfg(not(loom))]
 pub use spec::{Durability, LeaseSpec, Spec};

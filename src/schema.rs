@@ -69,7 +69,10 @@ impl Field {
     /// and bytes that lie inside the record (`FLD_DEF_SPILL` otherwise).
     pub fn check(&self, record_size: u64) -> Result<()> {
         if self.name.is_empty() || self.name.len() > MAX_FIELD_NAME || self.name.contains('\0') {
-            return Err(Error::new(FLD_DEF_SPILL, format!("field name {:?}: 1 to {MAX_FIELD_NAME} bytes", self.name)));
+            return Err(Error::new(
+                FLD_DEF_SPILL,
+                format!("field name {:?} must be 1 to {MAX_FIELD_NAME} bytes, without NUL", self.name),
+            ));
         }
         if self.len == 0 || u64::from(self.offset) + u64::from(self.len) > record_size {
             return Err(Error::new(
@@ -87,7 +90,7 @@ impl Field {
 /// The kind numbered `code`, or `FTYPE_NOT_DEF` naming the field.
 pub(crate) fn kind_of(name: &str, code: u32) -> Result<FieldKind> {
     FieldKind::from_code(code)
-        .ok_or_else(|| Error::new(FTYPE_NOT_DEF, format!("field {name:?}: kind {code} (use 1, 2 or 4)")))
+        .ok_or_else(|| Error::new(FTYPE_NOT_DEF, format!("field {name:?} has an unknown kind {code} (use 1, 2 or 4)")))
 }
 
 #[cfg(test)]

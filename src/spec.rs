@@ -25,6 +25,10 @@ pub(crate) const MAX_INTERVAL_MS: u64 = 3_600_000;
 pub const MAX_LEASE_MS: u64 = 365 * 24 * 3600 * 1000;
 /// Most leases a queue may have in flight (entries of its lease table).
 pub const MAX_LEASES: u64 = 1 << 20;
+/// Longest queue name kept in the header, in bytes (a longer one is cut).
+pub const MAX_NAME: usize = 63;
+/// Longest partition text kept in the header, in bytes (a longer one is cut).
+pub const MAX_PART: usize = 31;
 
 /// The settings of a queue with acknowledged consumption ([`Spec::leases`]):
 /// see [`crate::Queue::pop_lease`].
@@ -107,12 +111,18 @@ impl Spec {
             return Err(Error::new(CONDIT_IS_NIL, "rows and record size must both be at least 1"));
         }
         if self.rows > MAX_CAPACITY {
-            return Err(Error::new(MQUE_CRTE_BIG, format!("{} rows: at most {MAX_CAPACITY}", self.rows)));
+            return Err(Error::new(
+                MQUE_CRTE_BIG,
+                format!("{} rows are more than a queue holds: at most {MAX_CAPACITY}", self.rows),
+            ));
         }
         if self.record_size > MAX_RECORD_SIZE {
             return Err(Error::new(
                 MQUE_CRTE_BIG,
-                format!("record size {}: at most {MAX_RECORD_SIZE}", self.record_size),
+                format!(
+                    "a record size of {} bytes is more than a queue allows: at most {MAX_RECORD_SIZE}",
+                    self.record_size
+                ),
             ));
         }
         Ok(())
@@ -125,15 +135,21 @@ impl Spec {
         if self.mode & !0o777 != 0 {
             return Err(Error::new(
                 CONDIT_IS_NIL,
-                format!("mode {:o}: only permission bits (0..=0777) are allowed", self.mode),
+                format!("mode {:o} is not a permission mode: only the bits of 0777 are allowed", self.mode),
             ));
         }
         if self.spin_us.is_some_and(|us| us < -1) {
-            return Err(Error::new(CONDIT_IS_NIL, "spin time: -1 (never sleep) or a number of microseconds >= 0"));
+            return Err(Error::new(
+                CONDIT_IS_NIL,
+                "the spin time must be -1 (never sleep) or a number of microseconds >= 0",
+            ));
         }
         if let Some(Durability::Interval(ms)) = self.durability {
             if !(1..=MAX_INTERVAL_MS).contains(&u64::from(ms)) {
-                return Err(Error::new(CONDIT_IS_NIL, format!("durable interval {ms} ms: from 1 to 3600000")));
+                return Err(Error::new(
+                    CONDIT_IS_NIL,
+                    format!("a durable interval of {ms} ms is out of range: 1 to 3600000 ms"),
+                ));
             }
         }
         if self.durability.is_some() && self.leases.is_some() {
@@ -150,26 +166,33 @@ impl LeaseSpec {
     /// Checks the lease settings of queue `id`.
     fn check(&self, id: u32) -> Result<()> {
         if !(1..=MAX_LEASE_MS).contains(&self.lease_ms) {
-            return Err(Error::new(CONDIT_IS_NIL, format!("lease time {} ms: 1 to {MAX_LEASE_MS}", self.lease_ms)));
+            return Err(Error::new(
+                CONDIT_IS_NIL,
+                format!("a lease time of {} ms is out of range: 1 to {MAX_LEASE_MS} ms", self.lease_ms),
+            ));
         }
         if self.max_leases == 0 {
-            return Err(Error::new(CONDIT_IS_NIL, "maximum of leases in flight: at least 1"));
+            return Err(Error::new(
+                CONDIT_IS_NIL,
+                "a maximum of 0 leases in flight lets no record be leased: give at least 1",
+            ));
         }
         if self.max_leases > MAX_LEASES {
             return Err(Error::new(
                 MQUE_CRTE_BIG,
-                format!("{} leases in flight: at most {MAX_LEASES}", self.max_leases),
+                format!("{} leases in flight are more than a queue holds: at most {MAX_LEASES}", self.max_leases),
             ));
         }
         if self.max_deliveries > MAX_DELIVERIES {
             let most = MAX_DELIVERIES;
             return Err(Error::new(
                 CONDIT_IS_NIL,
-                format!("maximum deliveries {}: at most {most}", self.max_deliveries),
+                format!("a maximum of {} deliveries is out of range: at most {most}", self.max_deliveries),
             ));
         }
         if self.dead_letter == Some(id) {
-            return Err(Error::new(CONDIT_IS_NIL, format!("queue {id} cannot be its own dead-letter queue")));
+            // An option that cannot be honoured, not a missing argument.
+            return Err(Error::new(NOT_SUPPT_OPT, format!("queue {id} cannot be its own dead-letter queue")));
         }
         Ok(())
     }
@@ -193,7 +216,7 @@ impl Durability {
         let bad = || {
             Error::new(
                 CONDIT_IS_NIL,
-                format!("durability {s:?}: use always or interval=MS (MS from 1 to {})", MAX_INTERVAL),
+                format!("durability {s:?} is not a policy: use always or interval=MS (MS from 1 to {})", MAX_INTERVAL),
             )
         };
         match s.trim() {

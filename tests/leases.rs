@@ -287,7 +287,7 @@ fn lease_settings_are_checked_at_creation() {
         (LeaseSpec { max_leases: 0, ..LeaseSpec::default() }, CONDIT_IS_NIL),
         (LeaseSpec { max_leases: tvm::MAX_LEASES + 1, ..LeaseSpec::default() }, MQUE_CRTE_BIG),
         (LeaseSpec { max_deliveries: 65_536, ..LeaseSpec::default() }, CONDIT_IS_NIL),
-        (LeaseSpec { dead_letter: Some(9), ..LeaseSpec::default() }, CONDIT_IS_NIL),
+        (LeaseSpec { dead_letter: Some(9), ..LeaseSpec::default() }, NOT_SUPPT_OPT),
     ];
     for (l, want) in bad {
         let mut spec = Spec::new(4, SIZE);

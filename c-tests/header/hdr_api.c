@@ -122,6 +122,9 @@ static void type_checks(void)
     void (*f_seterr)(long) = vSetTErrno;
     size_t (*f_eff)(void) = lGetEffect;
     unsigned long long (*f_tick)(void) = get_tick_time;
+    /* tvmq's additions. */
+    long (*f_popwait)(SATvm *, void *, long) = lPopWait;
+    const char *(*f_name)(long) = sGetTErrName;
 
     /* Use them all so that -Wall has nothing to say. */
     EXPECT(p_size && p_table && p_errno && p_effect && p_void && p_t && p_u);
@@ -129,6 +132,7 @@ static void type_checks(void)
     EXPECT(f_get && f_clone && f_free && f_hold && f_rel && f_attach && f_init);
     EXPECT(f_disc && f_circle && f_tq && f_drop && f_push && f_pop && f_popup);
     EXPECT(f_pushs && f_err && f_geterr && f_seterr && f_eff && f_tick);
+    EXPECT(f_popwait && f_name);
     EXPECT_EQ(sizeof(TABLE), sizeof(unsigned int));
     EXPECT_EQ(sizeof(CREATE), sizeof(long));
 }

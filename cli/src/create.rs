@@ -27,14 +27,14 @@ pub struct CreateArgs {
     /// Largest record in bytes
     #[arg(long, value_name = "BYTES", required_unless_present = "def", conflicts_with = "def")]
     size: Option<u64>,
-    /// Queue name (default: the id)
-    #[arg(long, conflicts_with = "def")]
+    /// Queue name, at most 63 bytes (default: the id)
+    #[arg(long, conflicts_with = "def", value_parser = parse_name)]
     name: Option<String>,
     /// Create the queues of an STVM queue definition file (ids, rows, record layouts)
     #[arg(long, value_name = "FILE")]
     def: Option<PathBuf>,
-    /// Partition text stored with the queue
-    #[arg(long, default_value = "")]
+    /// Partition text stored with the queue, at most 31 bytes
+    #[arg(long, default_value = "", value_parser = parse_part)]
     part: String,
     /// Permission bits of the queue file, in octal
     #[arg(long, default_value = "0600", value_parser = parse_mode)]
@@ -106,6 +106,26 @@ fn parse_spin(s: &str) -> Result<i64, String> {
         .ok_or_else(|| format!("{s:?}: -1 (never sleep) or a number of microseconds >= 0"))
 }
 
+/// A text the queue's header keeps whole: at most `max` bytes, no NUL (the
+/// library cuts a longer one, as STVM programs expect; a command refuses it).
+fn fits(what: &str, s: &str, max: usize) -> Result<String, String> {
+    if s.contains('\0') {
+        return Err(format!("a {what} cannot contain a NUL byte"));
+    }
+    if s.len() > max {
+        return Err(format!("a {what} of {} bytes is longer than the {max} a queue keeps", s.len()));
+    }
+    Ok(s.to_string())
+}
+
+fn parse_name(s: &str) -> Result<String, String> {
+    fits("queue name", s, tvm::MAX_NAME)
+}
+
+fn parse_part(s: &str) -> Result<String, String> {
+    fits("partition text", s, tvm::MAX_PART)
+}
+
 fn parse_mode(s: &str) -> Result<u32, String> {
     u32::from_str_radix(s.trim_start_matches("0o"), 8)
         .ok()
@@ -168,8 +188,7 @@ fn create_from_file(dir: &Path, path: &Path, base: &Spec) -> Result<(), Error> {
         .map_err(|e| Error::new(SQL_SYNTX_ERR, format!("{}:{}:{}: {}", path.display(), e.line, e.column, e.message)))?;
     for q in &queues {
         create_one(dir, q.id, &q.spec(base)).map_err(|e| {
-            let why = if e.detail().is_empty() { tvm::error::message(i64::from(e.code())) } else { e.detail() };
-            Error::new(e.code(), format!("{}:{}: queue {} ({}): {why}", path.display(), q.line, q.id, q.name))
+            Error::new(e.code(), format!("{}:{}: queue {} ({}): {}", path.display(), q.line, q.id, q.name, e.what()))
         })?;
     }
     Ok(())

@@ -307,7 +307,19 @@ pub fn parse(text: &str) -> Result<Vec<QueueDef>, DefError> {
             "create" => {
                 p.at += 1;
                 p.keyword("queue")?;
+                let (nl, nc) = p.place();
                 let name = p.word("the queue's name")?;
+                if name.len() > tvm::MAX_NAME {
+                    return Err(DefError {
+                        line: nl,
+                        column: nc,
+                        message: format!(
+                            "queue name {name:?} is {} bytes: a queue keeps at most {}",
+                            name.len(),
+                            tvm::MAX_NAME
+                        ),
+                    });
+                }
                 let Some(id) = table else {
                     return Err(DefError {
                         line: t.line,
@@ -412,6 +424,7 @@ mod tests {
 
     #[test]
     fn errors_name_line_and_column() {
+        let long_name = format!("set TABLE=1\nset TABLESPACE=5\ncreate queue {} (a long);", "Q".repeat(64));
         let cases = [
             ("set TABLE=1\nset TABLESPACE=5\ncreate queue Q (a float);", 3, 19, "unknown type"),
             ("set TABLE=1\ncreate queue Q (a long);", 2, 1, "TABLESPACE"),
@@ -426,6 +439,7 @@ mod tests {
             ("/* never closed", 1, 1, "unterminated"),
             ("", 1, 1, "no \"create queue\""),
             ("set TABLE=1\nset TABLESPACE=5\ncreate queue A (a long);\ncreate queue B (b long);", 4, 1, "already used"),
+            (&long_name, 3, 14, "a queue keeps at most 63"),
         ];
         for (text, line, column, words) in cases {
             let e = parse(text).unwrap_err();

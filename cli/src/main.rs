@@ -12,7 +12,7 @@ mod inspect;
 mod leases;
 
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use tvm::Error;
 
@@ -103,9 +103,102 @@ enum Command {
         /// The shell
         shell: Shell,
     },
-    /// Print the manual page (roff), made from the same definitions as --help
-    #[command(after_help = "Example:\n  tvmq man | man -l -")]
-    Man,
+    /// Print the manual page of tvmq or of one subcommand (roff), made from
+    /// the same definitions as --help; --out writes them all
+    #[command(
+        after_help = "Examples:\n  tvmq man | man -l -\n  tvmq man create | man -l -        # tvmq-create(1)\n  \
+        tvmq man --out /usr/local/share/man/man1   # tvmq.1, tvmq-create.1, ... (make install does this)"
+    )]
+    Man {
+        /// The subcommand whose page to print (create: tvmq-create(1)); none: tvmq(1)
+        #[arg(value_name = "SUBCOMMAND")]
+        command: Option<String>,
+        /// Write every page (tvmq.1 and tvmq-<subcommand>.1) into this directory and list them
+        #[arg(long, value_name = "DIR", conflicts_with = "command")]
+        out: Option<PathBuf>,
+    },
+}
+
+/// Where the queue directory comes from, for what errors say about it.
+#[derive(Clone, Copy, PartialEq)]
+enum DirFrom {
+    Flag,
+    Env,
+    Default,
+}
+
+/// The queue directory must be a directory, and exist unless `missing_ok`
+/// (create makes it; the default one is made by the first create, so
+/// until then it holds no queues). A mistyped $TVMDBD or --dir is an error,
+/// never an empty list or a server that knows no queue.
+fn require_dir(dir: &Path, from: DirFrom, missing_ok: bool) -> Result<(), Error> {
+    let origin = match from {
+        DirFrom::Flag => " (given with --dir)",
+        DirFrom::Env => " (named by $TVMDBD)",
+        DirFrom::Default => "",
+    };
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(Error::new(
+            tvm::error::SHM_ERR_INVAL,
+            format!("queue directory {}{origin} is not a directory", dir.display()),
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if missing_ok || from == DirFrom::Default {
+                Ok(())
+            } else {
+                Err(Error::new(
+                    tvm::error::TBL_NOT_FOUND,
+                    format!("queue directory {}{origin} does not exist", dir.display()),
+                ))
+            }
+        }
+        Err(e) => Err(Error::new(
+            tvm::error::SHM_ERR_ACCES,
+            format!("cannot reach queue directory {}{origin}: {e}", dir.display()),
+        )),
+    }
+}
+
+/// The manual pages: tvmq(1), then tvmq-<subcommand>(1) for each
+/// subcommand, with their file names.
+fn man_pages() -> Vec<(String, clap_mangen::Man)> {
+    let mut cmd = Cli::command().disable_help_subcommand(true);
+    cmd.build();
+    let mut pages: Vec<clap::Command> = vec![cmd.clone()];
+    pages.extend(cmd.get_subcommands().filter(|s| !s.is_hide_set()).cloned());
+    pages
+        .into_iter()
+        .map(|c| {
+            let man = clap_mangen::Man::new(c);
+            (man.get_filename(), man)
+        })
+        .collect()
+}
+
+fn man(command: Option<&str>, out: Option<&Path>) -> Result<(), Error> {
+    let failed = |what: String| Error::new(tvm::error::SVR_EXCEPTION, what);
+    let pages = man_pages();
+    if let Some(dir) = out {
+        for (file, page) in &pages {
+            let path = dir.join(file);
+            let mut bytes = Vec::new();
+            page.render(&mut bytes).map_err(|e| failed(format!("cannot render {file}: {e}")))?;
+            std::fs::write(&path, bytes).map_err(|e| failed(format!("cannot write {}: {e}", path.display())))?;
+            println!("{}", path.display());
+        }
+        return Ok(());
+    }
+    let file = command.map_or("tvmq.1".to_string(), |c| format!("tvmq-{c}.1"));
+    let Some((_, page)) = pages.iter().find(|(f, _)| *f == file) else {
+        let names: Vec<&str> =
+            pages.iter().skip(1).filter_map(|(f, _)| f.strip_prefix("tvmq-")?.strip_suffix(".1")).collect();
+        return Err(Error::new(
+            tvm::error::NOT_SUPPT_OPT,
+            format!("tvmq has no subcommand {:?}: its pages are those of {}", command.unwrap_or(""), names.join(", ")),
+        ));
+    };
+    page.render(&mut std::io::stdout()).map_err(|e| failed(format!("cannot write the manual page: {e}")))
 }
 
 #[derive(ValueEnum, Clone, Copy)]
@@ -142,7 +235,27 @@ fn main() -> ExitCode {
         // thread is started; no handler is installed.
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     }
+    let from = match (&cli.dir, std::env::var_os("TVMDBD")) {
+        (Some(_), _) => DirFrom::Flag,
+        (None, Some(d)) if !d.is_empty() => DirFrom::Env,
+        _ => DirFrom::Default,
+    };
     let dir = cli.dir.unwrap_or_else(tvm::queue_dir);
+    let needs_dir = match &cli.command {
+        Command::Create(_) => Some(true),
+        Command::Drop { .. }
+        | Command::List { .. }
+        | Command::Stat { .. }
+        | Command::Peek { .. }
+        | Command::Sync { .. }
+        | Command::Repair { .. }
+        | Command::Serve(_) => Some(false),
+        Command::Bench(_) | Command::Completions { .. } | Command::Man { .. } => None,
+    };
+    if let Some(Err(e)) = needs_dir.map(|missing_ok| require_dir(&dir, from, missing_ok)) {
+        eprintln!("tvmq: {e}");
+        return ExitCode::FAILURE;
+    }
     let result: Result<(), Error> = match cli.command {
         Command::Create(args) => create::run(&dir, &args),
         Command::Drop { id } => tvm::Queue::drop_queue(&dir, id).map(|()| println!("dropped queue {id}")),
@@ -162,9 +275,7 @@ fn main() -> ExitCode {
             clap_complete::generate(shell, &mut Cli::command(), "tvmq", &mut std::io::stdout());
             Ok(())
         }
-        Command::Man => clap_mangen::Man::new(Cli::command())
-            .render(&mut std::io::stdout())
-            .map_err(|e| Error::new(tvm::error::SVR_EXCEPTION, format!("cannot write the manual page: {e}"))),
+        Command::Man { command, out } => man(command.as_deref(), out.as_deref()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -67,6 +67,21 @@ fn fails(r: &Run, words: &[&str]) {
     }
 }
 
+/// A failed run whose one line of stderr says what happened first, in the
+/// command's terms (`first`), and ends with the code's name.
+#[track_caller]
+fn fails_with(r: &Run, first: &str, code: &str) {
+    fails(r, &[]);
+    let line = r.stderr.trim_end();
+    assert!(line.starts_with(&format!("tvmq: {first}")), "expected {first:?} first: {line}");
+    assert!(line.ends_with(&format!("({code})")), "expected ({code}) last: {line}");
+}
+
+/// `tvmq args...` with $TVMDBD = `env_dir` and no --dir.
+fn tvmq_env(env_dir: &Path, args: &[&str]) -> Run {
+    Command::new(env!("CARGO_BIN_EXE_tvmq")).args(args).env("TVMDBD", env_dir).output().expect("run tvmq").into()
+}
+
 /// The value of a `stat` line `key   value`.
 #[track_caller]
 fn stat_value<'a>(stat: &'a str, key: &str) -> &'a str {
@@ -223,10 +238,11 @@ fn tvmdbd_is_the_default_directory_and_dir_overrides_it() {
 fn missing_queue_is_one_line_error() {
     let tmp = TempDir::new("cli", "missing");
     let dir = tmp.path();
-    fails(&tvmq(dir, &["stat", "99"]), &["not found", "99"]);
-    fails(&tvmq(dir, &["drop", "99"]), &["not found", "99"]);
+    fails_with(&tvmq(dir, &["stat", "99"]), "queue 99 does not exist (no file ", "TBL_NOT_FOUND");
+    fails_with(&tvmq(dir, &["drop", "99"]), "queue 99 does not exist (no file ", "TBL_NOT_FOUND");
     let nowhere = dir.join("no-such-dir");
-    fails(&tvmq(&nowhere, &["stat", "1"]), &["not found"]);
+    let first = format!("queue directory {} (given with --dir) does not exist", nowhere.display());
+    fails_with(&tvmq(&nowhere, &["stat", "1"]), &first, "TBL_NOT_FOUND");
 }
 
 #[test]
@@ -234,8 +250,16 @@ fn existing_queue_is_one_line_error() {
     let tmp = TempDir::new("cli", "exists");
     let dir = tmp.path();
     ok(&tvmq(dir, &["create", "21", "--rows", "10", "--size", "8"]));
-    fails(&tvmq(dir, &["create", "21", "--rows", "10", "--size", "8"]), &["already exists", "21"]);
-    fails(&tvmq(dir, &["create", "21", "--rows", "99", "--size", "99"]), &["already exists"]);
+    fails_with(
+        &tvmq(dir, &["create", "21", "--rows", "10", "--size", "8"]),
+        "queue 21 already exists",
+        "TBL_ARD_EXIST",
+    );
+    fails_with(
+        &tvmq(dir, &["create", "21", "--rows", "99", "--size", "99"]),
+        "queue 21 already exists",
+        "TBL_ARD_EXIST",
+    );
     let stat = tvmq(dir, &["stat", "21"]);
     assert_eq!(stat_value(ok(&stat), "capacity"), "10 records", "the existing queue is untouched");
 }
@@ -244,9 +268,21 @@ fn existing_queue_is_one_line_error() {
 fn zero_rows_or_size_is_one_line_error() {
     let tmp = TempDir::new("cli", "zero");
     let dir = tmp.path();
-    fails(&tvmq(dir, &["create", "21", "--rows", "0", "--size", "8"]), &["rows"]);
-    fails(&tvmq(dir, &["create", "21", "--rows", "8", "--size", "0"]), &["size"]);
-    fails(&tvmq(dir, &["create", "21", "--rows", "18446744073709551615", "--size", "8"]), &["MQUE_CRTE_BIG"]);
+    fails_with(
+        &tvmq(dir, &["create", "21", "--rows", "0", "--size", "8"]),
+        "--rows and --size must be",
+        "CONDIT_IS_NIL",
+    );
+    fails_with(
+        &tvmq(dir, &["create", "21", "--rows", "8", "--size", "0"]),
+        "--rows and --size must be",
+        "CONDIT_IS_NIL",
+    );
+    fails_with(
+        &tvmq(dir, &["create", "21", "--rows", "18446744073709551615", "--size", "8"]),
+        "18446744073709551615 rows are more than a queue holds",
+        "MQUE_CRTE_BIG",
+    );
     assert_eq!(fs::read_dir(dir).unwrap().count(), 0, "a failed create left files");
 }
 
@@ -268,7 +304,8 @@ fn damaged_queue_file_is_one_line_error_for_stat_and_a_row_for_list() {
     ok(&tvmq(dir, &["create", "5", "--rows", "10", "--size", "8"]));
     ok(&tvmq(dir, &["create", "6", "--rows", "10", "--size", "8"]));
     fs::OpenOptions::new().write(true).open(queue_path(dir, 5)).unwrap().set_len(100).unwrap();
-    fails(&tvmq(dir, &["stat", "5"]), &["SHM_ERR_INVAL"]);
+    let first = format!("{} is truncated", queue_path(dir, 5).display());
+    fails_with(&tvmq(dir, &["stat", "5"]), &first, "SHM_ERR_INVAL");
     let list = tvmq(dir, &["list"]);
     let out = ok(&list);
     let lines: Vec<&str> = out.lines().skip(1).collect();
@@ -356,14 +393,76 @@ fn durable_create_stat_sync_and_refusals() {
     assert!(json["durability"].is_null());
     // Refusals: tmpfs, a bad policy, a missing queue.
     let shm = TempDir::new("cli", "durable");
-    fails(
+    fails_with(
         &tvmq(shm.path(), &["create", "5", "--rows", "10", "--size", "8", "--durable", "always"]),
-        &["tmpfs", "NOT_DURABLE"],
+        &format!("{} is on tmpfs or ramfs", shm.path().display()),
+        "NOT_DURABLE",
     );
     fails(
         &tvmq(&disk.0, &["create", "8", "--rows", "10", "--size", "8", "--durable", "sometimes"]),
         &["always", "interval"],
     );
     fails(&tvmq(&disk.0, &["create", "8", "--rows", "10", "--size", "8", "--durable", "interval=0"]), &["interval"]);
-    fails(&tvmq(&disk.0, &["sync", "9"]), &["not found"]);
+    fails_with(&tvmq(&disk.0, &["sync", "9"]), "queue 9 does not exist", "TBL_NOT_FOUND");
+}
+
+#[test]
+fn errors_say_what_happened_first() {
+    let tmp = TempDir::new("cli", "first-words");
+    let dir = tmp.path();
+    // An option that cannot be honoured is not a missing argument.
+    fails_with(
+        &tvmq(dir, &["create", "33", "--rows", "10", "--size", "8", "--dead-letter", "33"]),
+        "queue 33 cannot be its own dead-letter queue",
+        "NOT_SUPPT_OPT",
+    );
+    // A syncing of a queue in memory says so, once.
+    ok(&tvmq(dir, &["create", "74", "--rows", "10", "--size", "8"]));
+    let r = tvmq(dir, &["sync", "74"]);
+    fails_with(&r, "queue 74 cannot be synced to stable storage: its file ", "NOT_DURABLE");
+    assert_eq!(r.stderr.matches("tmpfs").count(), 1, "{}", r.stderr);
+    // A name the queue cannot keep whole is refused, not cut.
+    let long = "n".repeat(tvm::MAX_NAME + 1);
+    let r = tvmq(dir, &["create", "75", "--rows", "10", "--size", "8", "--name", &long]);
+    assert_eq!(r.status.code(), Some(2), "a usage error");
+    fails(&r, &["a queue name of 64 bytes is longer than the 63 a queue keeps"]);
+    assert!(!queue_path(dir, 75).exists());
+    let name = "n".repeat(tvm::MAX_NAME);
+    ok(&tvmq(dir, &["create", "75", "--rows", "10", "--size", "8", "--name", &name]));
+    assert_eq!(stat_value(ok(&tvmq(dir, &["stat", "75"])), "name"), name);
+    let r = tvmq(dir, &["create", "76", "--rows", "10", "--size", "8", "--part", &"p".repeat(tvm::MAX_PART + 1)]);
+    fails(&r, &["a partition text of 32 bytes is longer than the 31 a queue keeps"]);
+    // A record longer than the queue's, through the Rust API: the sizes, then the code.
+    let q = Queue::open(dir, 75).unwrap();
+    let e = q.push(&[0; 9]).unwrap_err();
+    assert_eq!(e.to_string(), "a record of 9 bytes is longer than queue 75's records (at most 8) (RECD_TOO_LONG)");
+}
+
+#[test]
+fn a_queue_directory_that_is_missing_or_a_file_is_an_error_for_every_command() {
+    let tmp = TempDir::new("cli", "bad-dir");
+    let file = tmp.path().join("a-file");
+    fs::write(&file, b"").unwrap();
+    let missing = tmp.path().join("mistyped");
+    let commands: [&[&str]; 8] = [
+        &["list"],
+        &["list", "--json"],
+        &["stat", "1"],
+        &["peek", "1"],
+        &["drop", "1"],
+        &["sync", "1"],
+        &["repair", "1"],
+        &["serve", "--port", "0"],
+    ];
+    for args in commands {
+        let first = format!("queue directory {} (named by $TVMDBD) does not exist", missing.display());
+        fails_with(&tvmq_env(&missing, args), &first, "TBL_NOT_FOUND");
+        let first = format!("queue directory {} (named by $TVMDBD) is not a directory", file.display());
+        fails_with(&tvmq_env(&file, args), &first, "SHM_ERR_INVAL");
+    }
+    let first = format!("queue directory {} (named by $TVMDBD) is not a directory", file.display());
+    fails_with(&tvmq_env(&file, &["create", "1", "--rows", "1", "--size", "1"]), &first, "SHM_ERR_INVAL");
+    // create makes a missing directory, as the library does.
+    ok(&tvmq_env(&missing, &["create", "1", "--rows", "1", "--size", "1"]));
+    assert_eq!(list_rows(ok(&tvmq_env(&missing, &["list"]))).len(), 1);
 }

@@ -175,8 +175,11 @@ fn list_and_stat_json_have_their_keys() {
         assert!(s.get(key).is_some(), "stat --json has no {key:?}: {s}");
     }
     assert_eq!(s["mode"], "0600");
-    let empty = json(&tvmq(&tmp.path().join("none"), &["list", "--json"]));
+    // An empty directory lists no queues; a missing one is an error (a mistyped --dir).
+    std::fs::create_dir(tmp.path().join("empty")).unwrap();
+    let empty = json(&tvmq(&tmp.path().join("empty"), &["list", "--json"]));
     assert_eq!(empty["queues"], Value::Array(vec![]));
+    assert!(!tvmq(&tmp.path().join("none"), &["list", "--json"]).status.success());
 }
 
 #[test]
@@ -221,4 +224,59 @@ fn output_into_a_closed_pipe_ends_quietly() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.is_empty(), "no message, no backtrace: {err}");
     assert!(!err.contains("panicked"));
+}
+
+/// The long options of a `--help` text's "Options:" section.
+fn options(help: &str) -> Vec<String> {
+    help.lines()
+        .skip_while(|l| !l.starts_with("Options:"))
+        .map(str::trim_start)
+        .filter(|l| l.starts_with("--") || (l.starts_with('-') && l.get(2..4) == Some(", ")))
+        .filter_map(|l| l.split_whitespace().find(|w| w.starts_with("--")))
+        .map(|w| w.trim_end_matches(',').to_string())
+        .collect()
+}
+
+#[test]
+fn a_manual_page_per_subcommand_with_its_options_all_installed() {
+    let tmp = TempDir::new("cli-eco", "man");
+    let out = tmp.path().join("man1");
+    std::fs::create_dir(&out).unwrap();
+    let listed = ok(&tvmq(tmp.path(), &["man", "--out", out.to_str().unwrap()]));
+    let mut files: Vec<String> =
+        listed.lines().map(|l| Path::new(l).file_name().unwrap().to_string_lossy().into_owned()).collect();
+    assert_eq!(files[0], "tvmq.1");
+    // make install installs (and make uninstall removes) exactly these.
+    let makefile = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../Makefile")).unwrap();
+    let at = makefile.find("\nMANPAGES").expect("MANPAGES in the Makefile");
+    let mut listed_in_make = Vec::new();
+    for line in makefile[at + 1..].lines() {
+        let words = line.trim_start_matches("MANPAGES").trim_start().trim_start_matches(":=");
+        listed_in_make.extend(words.split_whitespace().filter(|w| *w != "\\").map(|w| format!("{w}.1")));
+        if !line.ends_with('\\') {
+            break;
+        }
+    }
+    files.sort();
+    listed_in_make.sort();
+    assert_eq!(files, listed_in_make, "the Makefile's MANPAGES and `tvmq man --out`");
+    for file in &files {
+        let page = std::fs::read_to_string(out.join(file)).unwrap().replace("\\-", "-");
+        let sub = file.strip_suffix(".1").unwrap().strip_prefix("tvmq-");
+        let args: Vec<&str> = sub.into_iter().collect();
+        let help = {
+            let o = Command::new(env!("CARGO_BIN_EXE_tvmq")).args(&args).arg("--help").output().unwrap();
+            String::from_utf8(o.stdout).unwrap()
+        };
+        let opts = options(&help);
+        assert!(opts.len() >= 2, "{file}: {help}");
+        for o in opts {
+            assert!(page.contains(&o), "{file} lacks {o}");
+        }
+        if let Some(sub) = sub {
+            assert!(page.contains(&format!(".TH tvmq-{sub} 1")), "{file}");
+            assert_eq!(ok(&tvmq(tmp.path(), &["man", sub])), std::fs::read_to_string(out.join(file)).unwrap());
+        }
+    }
+    assert!(!tvmq(tmp.path(), &["man", "nothing"]).status.success());
 }

@@ -4,7 +4,10 @@ orders_producer / orders_consumer, in other processes)."""
 
 import ctypes
 import os
+import re
+import shutil
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -54,24 +57,98 @@ def test_errors_carry_the_code():
         tvmq.Queue.create(22, rows=2, record_size=8)
     with pytest.raises(tvmq.NotFound) as e:
         tvmq.Queue(99)
-    assert e.value.code == 44 and "not found" in str(e.value)
+    assert (e.value.code, e.value.name) == (44, "TBL_NOT_FOUND")
+    assert str(e.value).startswith("lAttchTable: no queue 99 in "), str(e.value)
     with pytest.raises(tvmq.TvmError) as e:
         q.push(b"123456789")  # longer than the record size: refused, never cut
-    assert e.value.code == 74
+    assert (e.value.code, e.value.name) == (74, "RECD_TOO_LONG")
+    assert str(e.value).startswith("lPush: a record of 9 bytes is longer than queue 22's records (at most 8)")
+    with pytest.raises(tvmq.TvmError) as e:
+        q.push(b"")
+    assert e.value.name == "CONDIT_IS_NIL" and str(e.value).startswith("lPush: an empty record"), str(e.value)
     q.push(b"x")
     q.push(b"y")
-    with pytest.raises(tvmq.Full):
+    with pytest.raises(tvmq.Full) as e:
         q.push(b"z")
+    assert e.value.name == "DATA_SPC_FULL"
+
+
+def test_every_code_has_the_name_of_the_header():
+    # The names come from libtvm (sGetTErrName), made from the table that
+    # tvm.h's #defines are made from: they must agree, every one.
+    header = os.environ.get("TVMQ_HEADER") or os.path.join(os.path.dirname(__file__), "..", "..", "include", "tvm.h")
+    with open(header) as f:
+        defines = dict(re.findall(r"^#define ([A-Z][A-Z0-9_]+)\s+(\d+)\s+/\*", f.read(), re.M))
+    codes = tvmq.codes()
+    assert len(codes) >= 108
+    assert codes == {name: int(code) for name, code in defines.items() if name in codes}
+    assert set(codes) <= set(defines)
+    for name, code in codes.items():
+        assert tvmq.code_name(code) == name
+    for name, code in [("RECD_TOO_LONG", 74), ("SHM_ERR_EIDRM", 8), ("NOT_DURABLE", 103), ("LEASE_INVALID", 107)]:
+        assert tvmq.code_name(code) == name
+        assert tvmq.TvmError(code, tvmq.code_name(code), "m").name == name
+    for code in (-1, len(codes), 10**6, 2**70):
+        assert tvmq.code_name(code) == f"code {code}"
+
+
+def test_a_dropped_queue_is_named():
+    # A consumer waiting when the queue is dropped wakes with SHM_ERR_EIDRM.
+    import threading
+
+    tvmq.Queue.create(26, rows=2, record_size=8)
+    caught = []
+
+    def wait():
+        with tvmq.Queue(26) as q:
+            try:
+                q.pop(timeout=10)
+            except tvmq.TvmError as e:
+                caught.append(e)
+
+    t = threading.Thread(target=wait)
+    t.start()
+    time.sleep(0.35)
+    tvmq.Queue.drop_queue(26)
+    t.join(5)
+    assert [(e.code, e.name) for e in caught] == [(8, "SHM_ERR_EIDRM")]
+    with pytest.raises(tvmq.NotFound):
+        tvmq.Queue(26)
+
+
+@pytest.mark.skipif(not os.environ.get("TVMQ_BIN"), reason="TVMQ_BIN (the tvmq command) is not set")
+def test_a_durable_file_on_tmpfs_is_named(queue_dir):
+    # A durable queue made on a disk, its file then moved to /dev/shm.
+    disk = tempfile.mkdtemp(prefix="tvmq-pytest-disk-", dir=os.environ.get("TVMQ_DISK_DIR", os.getcwd()))
+    try:
+        tvmq_bin = os.environ["TVMQ_BIN"]
+        subprocess.run([tvmq_bin, "--dir", disk, "create", "27", "--rows", "4", "--size", "8", "--durable", "always"],
+                       check=True, capture_output=True)
+        shutil.copy(os.path.join(disk, "queue-27.tvmq"), os.path.join(queue_dir, "queue-27.tvmq"))
+    except subprocess.CalledProcessError as e:
+        pytest.skip(f"no durable queue here: {e.stderr.decode().strip()}")
+    finally:
+        subprocess.run(["rm", "-rf", disk], check=True)
+    with pytest.raises(tvmq.TvmError) as e:
+        tvmq.Queue(27)
+    assert (e.value.code, e.value.name) == (103, "NOT_DURABLE")
 
 
 def test_timeouts():
     q = tvmq.Queue.create(23, rows=2, record_size=8)
     t = time.monotonic()
+    with pytest.raises(tvmq.Timeout) as e:
+        q.pop(timeout=0.3)  # in milliseconds, not rounded to seconds
+    assert 0.29 < time.monotonic() - t < 2
+    assert e.value.name == "MQUE_WAIT_TMO" and "nothing came to queue 23 within 0.3 s" in str(e.value)
+    t = time.monotonic()
     with pytest.raises(tvmq.Timeout):
-        q.pop(timeout=0.5)  # rounded up to 1 s, as lPopup counts
-    assert 0.9 < time.monotonic() - t < 5
-    with pytest.raises(tvmq.Timeout):
-        q.pop_many(2, timeout=1)
+        q.pop_many(2, timeout=0.25)
+    assert 0.24 < time.monotonic() - t < 2
+    with pytest.raises(tvmq.Empty):
+        q.pop(timeout=0)  # no wait at all
+    q.push(b"late")
+    assert q.pop_many(2, timeout=0.2) == [b"late".ljust(8, b"\0")]  # what came, at the deadline
     q.push(b"late")
     assert q.pop(timeout=1)[:4] == b"late"
 

@@ -15,6 +15,14 @@ of a ``ctypes.Structure`` laid out as the C programs' struct::
 Errors raise :class:`TvmError` (or a subclass) carrying the tvm code, its
 name and the message; an empty queue is :class:`Empty`, a full one
 :class:`Full`, a timeout :class:`Timeout`, a missing queue :class:`NotFound`.
+Every code's name comes from libtvm itself (``sGetTErrName``, made from the
+table tvm.h's ``#define`` lines are made from): :func:`code_name`, :func:`codes`.
+
+Waits (``pop``, ``pop_struct``, ``pop_many`` with a timeout) return to Python
+every 100 ms at most, so Ctrl-C raises ``KeyboardInterrupt`` within about
+that time. No record is lost to it: if the interrupt comes just as a record
+was taken, the call returns the record and the next ``pop`` raises the
+``KeyboardInterrupt`` before taking anything.
 
 A ``Queue`` object owns one libtvm handle: use it from one thread at a time
 (give each thread its own ``Queue``; the queue itself is shared safely).
@@ -26,8 +34,9 @@ import ctypes
 import ctypes.util
 import math
 import os
+import time
 from pathlib import Path
-from typing import Iterator, List, Optional, Sequence, Type, TypeVar, Union
+from typing import Dict, Iterator, List, Optional, Sequence, Type, TypeVar, Union
 
 __all__ = [
     "Queue",
@@ -38,6 +47,8 @@ __all__ = [
     "NotFound",
     "Exists",
     "load_library",
+    "code_name",
+    "codes",
     "RC_SUCC",
     "QUE_NORMAL",
     "QUE_NOWAIT",
@@ -48,14 +59,8 @@ QUE_NORMAL = 0
 QUE_NOWAIT = 1
 _FIELD_CHAR, _FIELD_LONG, _FIELD_DOUB = 1, 2, 4
 
-# The codes the exceptions below stand for (the STVM numbers of tvm.h).
-_CODES = {
-    "DATA_SPC_FULL": 4,
-    "NO_DATA_FOUND": 24,
-    "TBL_NOT_FOUND": 44,
-    "TBL_ARD_EXIST": 87,
-    "MQUE_WAIT_TMO": 97,
-}
+# The longest a wait stays in C before Python may run a signal handler.
+_SLICE_MS = 100
 
 Record = Union[bytes, bytearray, memoryview, ctypes.Structure]
 S = TypeVar("S", bound=ctypes.Structure)
@@ -108,15 +113,20 @@ class Exists(TvmError):
     """The queue already exists (``TBL_ARD_EXIST``)."""
 
 
-_BY_CODE = {
-    _CODES["NO_DATA_FOUND"]: Empty,
-    _CODES["DATA_SPC_FULL"]: Full,
-    _CODES["MQUE_WAIT_TMO"]: Timeout,
-    _CODES["TBL_NOT_FOUND"]: NotFound,
-    _CODES["TBL_ARD_EXIST"]: Exists,
+# The exceptions of particular codes, by the codes' names.
+_BY_NAME = {
+    "NO_DATA_FOUND": Empty,
+    "DATA_SPC_FULL": Full,
+    "MQUE_WAIT_TMO": Timeout,
+    "TBL_NOT_FOUND": NotFound,
+    "TBL_ARD_EXIST": Exists,
 }
 
 _lib: Optional[ctypes.CDLL] = None
+_codes: Dict[str, int] = {}
+# An interrupt that came just as a pop took a record: the record was
+# returned, and the next pop raises this before taking anything.
+_pending: Optional[BaseException] = None
 
 
 def _candidates() -> List[str]:
@@ -147,11 +157,18 @@ def load_library() -> ctypes.CDLL:
             errors.append(f"{path}: {e}")
     else:
         raise OSError("libtvm not found (set TVMQ_LIB to libtvm.so): " + "; ".join(errors))
+    for needed in ("sGetTErrName", "lPopWait"):
+        if not hasattr(lib, needed):
+            raise OSError(
+                f"the libtvm at {path} has no {needed}: it is older than this package; "
+                "set TVMQ_LIB to a current build's libtvm.so (target/release/libtvm.so) or install it again"
+            )
     long_, size_t, uint = ctypes.c_long, ctypes.c_size_t, ctypes.c_uint
     sig = {
         "pCloneSATvm": (ctypes.c_void_p, []),
         "vCloneFree": (None, [_H]),
         "sGetTError": (ctypes.c_char_p, [long_]),
+        "sGetTErrName": (ctypes.c_char_p, [long_]),
         "lAttchTable": (long_, [_H, uint]),
         "lCircleQueue": (long_, [_H, uint, size_t, size_t, ctypes.c_char_p, ctypes.c_char_p]),
         "lTableQueue": (long_, [_H, uint, size_t, _DEF]),
@@ -161,6 +178,7 @@ def load_library() -> ctypes.CDLL:
         "lPush": (long_, [_H]),
         "lPushs": (long_, [_H, ctypes.POINTER(size_t), ctypes.POINTER(ctypes.c_void_p)]),
         "lPop": (long_, [_H, ctypes.c_void_p, uint]),
+        "lPopWait": (long_, [_H, ctypes.c_void_p, long_]),
         "lPopup": (long_, [_H, size_t, ctypes.c_long, ctypes.POINTER(size_t), ctypes.POINTER(ctypes.c_void_p)]),
         "lQueueInfo": (long_, [_H, uint, ctypes.POINTER(size_t), ctypes.POINTER(size_t), ctypes.POINTER(size_t)]),
         "lGetTErrno": (long_, []),
@@ -169,8 +187,34 @@ def load_library() -> ctypes.CDLL:
         f = getattr(lib, name)
         f.restype = res
         f.argtypes = args
+    code = 0
+    while True:
+        name = lib.sGetTErrName(code)
+        if name is None:
+            break
+        _codes[name.decode()] = code
+        code += 1
     _lib = lib
     return lib
+
+
+def codes() -> Dict[str, int]:
+    """Every tvm error code by name (``{"TVM_DONE_SUCC": 0, ...}``), as
+    libtvm names them: the same table tvm.h's ``#define`` lines come from."""
+    load_library()
+    return dict(_codes)
+
+
+def code_name(code: int) -> str:
+    """The name of tvm code ``code`` (``"RECD_TOO_LONG"`` for 74), or
+    ``"code N"`` for a number that is no tvm code."""
+    name = load_library().sGetTErrName(code) if -(2**63) <= code < 2**63 else None
+    return name.decode() if name is not None else f"code {code}"
+
+
+def _code(name: str) -> int:
+    load_library()
+    return _codes[name]
 
 
 _libc = ctypes.CDLL(None)
@@ -178,11 +222,26 @@ _libc.free.argtypes = [ctypes.c_void_p]
 _libc.free.restype = None
 
 
-def _error(code: int, call: str) -> TvmError:
+def _error(code: int, call: str, message: Optional[str] = None) -> TvmError:
+    """The exception of tvm code ``code`` from ``call``: ``message`` says
+    what happened, else the code's standard message."""
     lib = load_library()
-    message = (lib.sGetTError(code) or b"unknown error").decode("utf-8", "replace")
-    names = {v: k for k, v in _CODES.items()}
-    return _BY_CODE.get(code, TvmError)(code, names.get(code, f"code {code}"), message, call)
+    if message is None:
+        message = (lib.sGetTError(code) or b"unknown error").decode("utf-8", "replace")
+    name = code_name(code)
+    return _BY_NAME.get(name, TvmError)(code, name, message, call)
+
+
+def _raise_pending() -> None:
+    """Raises the interrupt a previous pop deferred, if any."""
+    global _pending
+    if _pending is not None:
+        e, _pending = _pending, None
+        raise e
+
+
+def _queue_dir() -> str:
+    return os.environ.get("TVMDBD") or f"/dev/shm/tvmq-{os.geteuid()}"
 
 
 def _field_kind(ctype) -> int:
@@ -207,7 +266,10 @@ class Queue:
         if not ptr:
             raise MemoryError("pCloneSATvm")
         self._h = ctypes.cast(ptr, _H)
-        self._check(lib.lAttchTable(self._h, self.id), "lAttchTable")
+        if lib.lAttchTable(self._h, self.id) != RC_SUCC:
+            code = self._h.contents.m_lErrno
+            what = f"no queue {self.id} in {_queue_dir()}" if code_name(code) == "TBL_NOT_FOUND" else None
+            raise _error(code, "lAttchTable", what)
         size = ctypes.c_size_t()
         cap = ctypes.c_size_t()
         self._check(lib.lQueueInfo(self._h, self.id, ctypes.byref(size), ctypes.byref(cap), None), "lQueueInfo")
@@ -301,10 +363,20 @@ class Queue:
         h.tblName = self.id
         h.pstVoid = ctypes.cast(buf, ctypes.c_void_p).value if buf is not None else None
 
+    def _check_record(self, size: int, call: str) -> None:
+        """A record the queue cannot take, refused here with a message that
+        names its size (libtvm would give only the code)."""
+        if size == 0:
+            raise _error(_code("CONDIT_IS_NIL"), call, "an empty record (0 bytes) cannot be pushed")
+        if size > self.record_size:
+            what = f"a record of {size} bytes is longer than queue {self.id}'s records (at most {self.record_size})"
+            raise _error(_code("RECD_TOO_LONG"), call, what)
+
     def push(self, record: Record) -> None:
         """Appends one record: ``bytes`` of 1 to ``record_size`` bytes, or a
         ``ctypes.Structure``. Never waits: a full queue raises :class:`Full`."""
         data = bytes(record)
+        self._check_record(len(data), "lPush")
         buf = ctypes.create_string_buffer(data, len(data))
         self._bind(len(data), buf)
         self._check(load_library().lPush(self._h), "lPush")
@@ -318,6 +390,7 @@ class Queue:
             return 0
         datas = [bytes(r) for r in records]
         each = max(len(d) for d in datas)
+        self._check_record(each, "lPushs")
         block = ctypes.create_string_buffer(b"".join(d.ljust(each, b"\0") for d in datas), each * len(datas))
         n = ctypes.c_size_t(len(datas))
         p = ctypes.c_void_p(ctypes.addressof(block))
@@ -332,16 +405,53 @@ class Queue:
     def pop(self, timeout: Optional[float] = None, wait: bool = True) -> bytes:
         """Removes the oldest record and returns its ``record_size`` bytes (a
         shorter record is followed by zero bytes). ``wait=False``: raises
-        :class:`Empty` at once when the queue is empty. Otherwise waits for a
-        record, forever (``timeout=None``) or up to ``timeout`` seconds,
-        rounded up to whole seconds as the C API's ``lPopup`` counts them
-        (then :class:`Timeout`)."""
-        if not wait or timeout is not None:
-            records = self.pop_many(1, timeout=timeout if wait else 0)
-            return records[0]
+        :class:`Empty` at once when the queue is empty (so does ``timeout=0``).
+        Otherwise waits for a record, forever (``timeout=None``) or up to
+        ``timeout`` seconds (then :class:`Timeout`). Ctrl-C interrupts the
+        wait (``KeyboardInterrupt``)."""
+        _raise_pending()
+        if timeout is not None:
+            _check_timeout(timeout)
+        got = self._pop_one(0)
+        if got is not None:
+            return got
+        if not wait or timeout == 0:
+            raise self._empty("lPop")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = _SLICE_MS if deadline is None else math.ceil(1000 * (deadline - time.monotonic()))
+            if left <= 0:
+                raise _error(_code("MQUE_WAIT_TMO"), "lPopWait", f"nothing came to queue {self.id} within {timeout} s")
+            got = self._pop_one(min(left, _SLICE_MS))
+            if got is not None:
+                return got
+
+    def _empty(self, call: str) -> TvmError:
+        return _error(_code("NO_DATA_FOUND"), call, f"queue {self.id} is empty")
+
+    def _pop_one(self, ms: int) -> Optional[bytes]:
+        """One ``lPopWait`` of at most ``ms`` milliseconds: the record, or
+        None if nothing came. An exception a signal handler raises as the
+        call returns (Python runs them between steps) does not lose a record
+        the call took: the record is returned and the exception kept for the
+        next pop."""
+        global _pending
+        h = self._h.contents
         self._bind(self.record_size, None)
-        self._check(load_library().lPop(self._h, self._buf, QUE_NORMAL), "lPop")
-        return self._buf.raw
+        h.m_lEffect = 0
+        try:
+            rc = load_library().lPopWait(self._h, self._buf, ms)
+            if rc == RC_SUCC:
+                return self._buf.raw
+        except BaseException as e:
+            if h.m_lErrno == 0 and h.m_lEffect == 1:
+                _pending = e
+                return self._buf.raw
+            raise
+        code = h.m_lErrno
+        if code_name(code) in ("NO_DATA_FOUND", "MQUE_WAIT_TMO"):
+            return None
+        raise _error(code, "lPopWait")
 
     def pop_struct(self, struct: Type[S], timeout: Optional[float] = None, wait: bool = True) -> S:
         """:meth:`pop`, returning an instance of the ``ctypes.Structure`` ``struct``."""
@@ -350,26 +460,67 @@ class Queue:
         return struct.from_buffer_copy(raw[:size].ljust(size, b"\0"))
 
     def pop_many(self, max: int, timeout: Optional[float] = 0) -> List[bytes]:
-        """Removes up to ``max`` records in one call (``lPopup``).
+        """Removes up to ``max`` records (``lPopup``: up to 64 with one claim).
         ``timeout=0``: what is there now (:class:`Empty` if nothing).
-        ``timeout=T``: waits up to T seconds (rounded up to whole seconds) for
-        ``max`` records and returns what came; :class:`Timeout` if none."""
+        ``timeout=T``: waits up to T seconds for ``max`` records and returns
+        what came; :class:`Timeout` if none. Ctrl-C interrupts the wait; the
+        records already taken are returned, and the next pop raises the
+        ``KeyboardInterrupt``."""
+        global _pending
         if max < 1:
             raise ValueError("max must be at least 1")
-        secs = 0 if not timeout else max_secs(timeout)
+        _raise_pending()
+        timeout = _check_timeout(timeout or 0)
+        deadline = time.monotonic() + timeout
+        records: List[bytes] = []
+        try:
+            while len(records) < max and _pending is None:
+                records += self._popup(max - len(records))
+                left = math.ceil(1000 * (deadline - time.monotonic()))
+                if len(records) == max or left <= 0 or _pending is not None:
+                    break
+                one = self._pop_one(min(left, _SLICE_MS))
+                if one is not None:
+                    records.append(one)
+        except BaseException as e:
+            if not records:
+                raise
+            _pending = e
+        if records:
+            return records
+        if timeout == 0:
+            raise self._empty("lPopup")
+        raise _error(_code("MQUE_WAIT_TMO"), "lPopup", f"nothing came to queue {self.id} within {timeout} s")
+
+    def _popup(self, max: int) -> List[bytes]:
+        """What ``lPopup`` takes now, without waiting (up to ``max``)."""
+        global _pending
         n = ctypes.c_size_t()
         out = ctypes.c_void_p()
         self._bind(self.record_size, None)
-        rc = load_library().lPopup(self._h, max, secs, ctypes.byref(n), ctypes.byref(out))
-        try:
-            records = [ctypes.string_at(out.value + i * self.record_size, self.record_size) for i in range(n.value)]
-        finally:
+        size = self.record_size
+        taken: List[bytes] = []
+
+        def take() -> None:
+            # Copies the array the call returned (once, in one piece), then frees it.
+            if not taken and out.value:
+                taken.append(ctypes.string_at(out.value, n.value * size))
             if out.value:
                 _libc.free(out.value)
+                out.value = None
+
+        try:
+            rc = load_library().lPopup(self._h, max, 0, ctypes.byref(n), ctypes.byref(out))
+            take()
+        except BaseException as e:
+            take()
+            if not taken:
+                raise
+            _pending = e
+            rc = RC_SUCC
+        records = [taken[0][i * size : (i + 1) * size] for i in range(len(taken[0]) // size)] if taken else []
         code = self._h.contents.m_lErrno
-        if rc != RC_SUCC and not (records and code == _CODES["MQUE_WAIT_TMO"]):
-            if code == _CODES["NO_DATA_FOUND"] and secs > 0:
-                code = _CODES["MQUE_WAIT_TMO"]
+        if rc != RC_SUCC and code_name(code) not in ("NO_DATA_FOUND", "MQUE_WAIT_TMO"):
             raise _error(code, "lPopup")
         return records
 
@@ -387,7 +538,7 @@ class Queue:
 
     @property
     def depth(self) -> int:
-        """The records queued now (a snapshot: others push and pop meanwhile)."""
+        """The records queued now, a property (a snapshot: others push and pop meanwhile)."""
         d = ctypes.c_size_t()
         self._check(load_library().lQueueInfo(self._h, self.id, None, None, ctypes.byref(d)), "lQueueInfo")
         return d.value
@@ -414,8 +565,8 @@ class Queue:
         return f"tvmq.Queue({self.id}, record_size={self.record_size}, capacity={self.capacity})"
 
 
-def max_secs(timeout: float) -> int:
-    """Seconds for lPopup: a positive timeout rounded up to whole seconds."""
+def _check_timeout(timeout: float) -> float:
+    """A timeout in seconds, checked: a number >= 0."""
     if timeout < 0 or math.isnan(timeout):
         raise ValueError("timeout must be a number of seconds >= 0")
-    return max(1, math.ceil(timeout))
+    return timeout

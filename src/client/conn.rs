@@ -148,7 +148,7 @@ impl Conn {
             Sock::Tcp(s) => s.set_read_timeout(want),
             Sock::Unix(s) => s.set_read_timeout(want),
         };
-        r.map_err(|e| Error::new(SOCK_READ_ERR, format!("setting the read timeout: {e}")))?;
+        r.map_err(|e| Error::new(SOCK_READ_ERR, format!("cannot set the read timeout: {e}")))?;
         self.read_timeout = want;
         Ok(())
     }
@@ -174,7 +174,7 @@ impl Conn {
                     _ => SOCK_SEND_ERR,
                 };
                 self.wbuf.clear();
-                return Err(Error::new(code, format!("sending to the server: {e}")));
+                return Err(Error::new(code, format!("cannot send to the server: {e}")));
             }
             off += n as usize;
         }
@@ -223,7 +223,7 @@ impl Conn {
                 Some(libc::ECONNRESET | libc::EPIPE | libc::ENOTCONN) => SOCK_IO_RESET,
                 _ => SOCK_READ_ERR,
             };
-            return Err(Error::new(code, format!("reading from the server: {e}")));
+            return Err(Error::new(code, format!("cannot read from the server: {e}")));
         }
     }
 

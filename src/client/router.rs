@@ -165,7 +165,7 @@ pub(crate) fn server_error(text: &[u8]) -> Error {
         _ if text.starts_with("ERR no such queue") => TBL_NOT_FOUND,
         _ => SVR_EXCEPTION,
     };
-    Error::new(code, format!("server: {text}"))
+    Error::new(code, format!("the server answered: {text}"))
 }
 
 fn answer(reply: Reply<'_>) -> Answer {
@@ -307,7 +307,7 @@ impl Router {
         if node.conn.is_none() {
             node.conn = Some(Conn::open(&node.addr, self.timeout)?);
         }
-        node.conn.as_mut().ok_or_else(|| Error::new(SVR_EXCEPTION, "no connection"))
+        node.conn.as_mut().ok_or_else(|| Error::new(SVR_EXCEPTION, "no connection to the server"))
     }
 
     /// Appends a command for key `key` (written by `encode`) to the
@@ -337,8 +337,8 @@ impl Router {
             return Err(e);
         }
         let Some(conn) = self.nodes[i].conn.as_mut() else {
-            self.fail(kind, Error::new(SVR_EXCEPTION, "no connection"));
-            return Err(Error::new(SVR_EXCEPTION, "no connection"));
+            self.fail(kind, Error::new(SVR_EXCEPTION, "no connection to the server"));
+            return Err(Error::new(SVR_EXCEPTION, "no connection to the server"));
         };
         let start = conn.wbuf.len();
         encode(&mut conn.wbuf);

@@ -60,7 +60,7 @@ impl Image {
             return Ok(None);
         }
         let info = file.info();
-        let bad = || Error::new(SHM_ERR_INVAL, "queue geometry overflows");
+        let bad = || Error::new(SHM_ERR_INVAL, "the queue's geometry overflows its image");
         let offset = image_offset(info.capacity, info.record_size).ok_or_else(bad)?;
         let stride = stride_for(info.record_size, true);
         let slots_len = (info.capacity * stride).div_ceil(PAGE) * PAGE;
@@ -161,10 +161,10 @@ impl Image {
                 if e.kind() == std::io::ErrorKind::Interrupted {
                     continue;
                 }
-                return Err(Error::new(SYNC_FAILED, format!("writing the queue's image: {e}")));
+                return Err(Error::new(SYNC_FAILED, format!("cannot write the queue's image: {e}")));
             }
             if n == 0 {
-                return Err(Error::new(SYNC_FAILED, "writing the queue's image: no progress"));
+                return Err(Error::new(SYNC_FAILED, "cannot write the queue's image: the write made no progress"));
             }
             done += n as u64;
         }
@@ -180,7 +180,7 @@ impl Image {
             let mut v = vec![0u8; len as usize];
             file.file()
                 .read_exact_at(&mut v, at)
-                .map_err(|e| Error::new(SHM_ERR_INVAL, format!("reading the queue's image: {e}")))?;
+                .map_err(|e| Error::new(SHM_ERR_INVAL, format!("cannot read the queue's image: {e}")))?;
             Ok(v)
         };
         let marks_at = CONTROL_OFFSET + std::mem::offset_of!(Control, marks) as u64;

@@ -552,7 +552,7 @@ impl Durable {
             // SAFETY: a plain system call on a descriptor we own.
             if unsafe { libc::sync_file_range(self.file.as_raw_fd(), from, n, flags) } != 0 {
                 let e = std::io::Error::last_os_error();
-                return Err(Error::new(SYNC_FAILED, format!("sync_file_range: {e}")));
+                return Err(Error::new(SYNC_FAILED, format!("sync_file_range failed: {e}")));
             }
         }
         msync_from(base, len, DATA_OFFSET as usize)
@@ -576,7 +576,7 @@ fn msync_from(base: *mut u8, len: usize, from: usize) -> Result<()> {
     let rc = unsafe { libc::msync(base.add(from).cast(), len - from, libc::MS_SYNC) };
     if rc != 0 {
         let e = std::io::Error::last_os_error();
-        return Err(Error::new(SYNC_FAILED, format!("msync: {e}")));
+        return Err(Error::new(SYNC_FAILED, format!("msync failed: {e}")));
     }
     Ok(())
 }

@@ -44,9 +44,10 @@ pub(super) fn wait_mode<W>(wait: Uenum, forever: W, nowait: W) -> Result<W> {
     }
 }
 
-/// The body of lPop and lTvmPop around their ways of taking a record:
-/// checks `out`, decodes the wait flag (as [`wait_mode`]), then has `take`
-/// fill the `h.lSize` bytes at `out`. m_lEffect = 1 on success.
+/// The body of lPop, lPopWait and lTvmPop around their ways of taking a
+/// record: checks `out`, decodes the wait (`wait`: [`wait_mode`] or a
+/// timeout), then has `take` fill the `h.lSize` bytes at `out`. m_lEffect
+/// = 1 on success.
 ///
 /// # Safety
 /// A non-NULL `out` points to at least `h.lSize` writable bytes (the C
@@ -54,15 +55,13 @@ pub(super) fn wait_mode<W>(wait: Uenum, forever: W, nowait: W) -> Result<W> {
 pub(super) unsafe fn pop_one<W, R>(
     h: &mut SATvm,
     out: *mut c_void,
-    wait: Uenum,
-    forever: W,
-    nowait: W,
+    wait: impl FnOnce() -> Result<W>,
     take: impl FnOnce(&mut SATvm, &mut [u8], W) -> Result<R>,
 ) -> CallResult {
     if out.is_null() {
         return Err(Error::new(CONDIT_IS_NIL, "NULL output buffer").into());
     }
-    let wait = wait_mode(wait, forever, nowait)?;
+    let wait = wait()?;
     let len = h.lSize;
     // SAFETY: the caller provides `out` with at least p->lSize writable bytes.
     let buf = unsafe { std::slice::from_raw_parts_mut(out.cast::<u8>(), len) };

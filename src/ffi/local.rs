@@ -1,6 +1,6 @@
 //! The local (shared-memory) calls of the C API: create, drop, push, pop.
 
-use super::common::{MallocArray, counted, pop_one, popup, record, text};
+use super::common::{MallocArray, counted, pop_one, popup, record, text, wait_mode};
 use super::handle::{detach, on_queue, on_table};
 use super::{CallResult, Fail, RC_SUCC, SATvm, TABLE, TCREATE, Uenum, call, call_no_handle};
 use crate::error::*;
@@ -209,7 +209,38 @@ pub unsafe extern "C" fn lPop(p: *mut SATvm, out: *mut c_void, wait: Uenum) -> c
     let take = |h: &mut SATvm, buf: &mut [u8], wait| on_queue(h, |q| q.pop(buf, wait));
     let body = |h: &mut SATvm| {
         // SAFETY: the caller provides `out` with at least p->lSize writable bytes.
-        unsafe { pop_one(h, out, wait, Wait::Forever, Wait::NoWait, take) }
+        unsafe { pop_one(h, out, || wait_mode(wait, Wait::Forever, Wait::NoWait), take) }
+    };
+    // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
+    unsafe { call(p, body) }
+}
+
+/// Removes the oldest record of queue p->tblName into `out`, as lPop with
+/// QUE_NORMAL does, but waits at most `timeout_ms` milliseconds: 0 returns
+/// NO_DATA_FOUND at once when the queue is empty (as QUE_NOWAIT), more
+/// returns MQUE_WAIT_TMO when nothing came in that time. A caller that must
+/// act while it waits (a binding that checks for Ctrl-C, a loop that checks
+/// a stop flag) calls it in a loop of short waits; no record is taken
+/// unless the call returns RC_SUCC. m_lEffect = 1 on success. Thread-safe
+/// (one handle per thread).
+/// Errors: those of lPop; MQUE_WAIT_TMO (nothing came within timeout_ms);
+/// CONDIT_IS_NIL (NULL handle/out, negative timeout_ms).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lPopWait(p: *mut SATvm, out: *mut c_void, timeout_ms: c_long) -> c_long {
+    let wait = || {
+        let Ok(ms) = u64::try_from(timeout_ms) else {
+            return Err(Error::new(CONDIT_IS_NIL, format!("a wait of {timeout_ms} ms: give 0 or more")));
+        };
+        Ok(match Instant::now().checked_add(Duration::from_millis(ms)) {
+            _ if ms == 0 => Wait::NoWait,
+            Some(t) => Wait::Until(t),
+            None => Wait::Forever,
+        })
+    };
+    let take = |h: &mut SATvm, buf: &mut [u8], wait| on_queue(h, |q| q.pop(buf, wait));
+    let body = |h: &mut SATvm| {
+        // SAFETY: the caller provides `out` with at least p->lSize writable bytes.
+        unsafe { pop_one(h, out, wait, take) }
     };
     // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
     unsafe { call(p, body) }

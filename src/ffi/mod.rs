@@ -22,13 +22,14 @@ pub use handle::{
 };
 pub use lease::{TvmLease, lAck, lExtendLease, lPopLease, lReject, lRelease};
 pub use local::{
-    lCircleQueue, lDropTable, lPop, lPopup, lPush, lPushs, lQueueInfo, lTableQueue, lTvmDefField, lTvmDefQueue,
+    lCircleQueue, lDropTable, lPop, lPopWait, lPopup, lPush, lPushs, lQueueInfo, lTableQueue, lTvmDefField,
+    lTvmDefQueue,
 };
 pub use net::{lAsyPush, lAsyWait, lTvmConnect, lTvmPop, lTvmPopup, lTvmPush, lTvmShare, vTvmDisconnect};
 
 use crate::error::{CONDIT_IS_NIL, Error, SVR_EXCEPTION};
 use std::cell::Cell;
-use std::ffi::{c_char, c_long, c_uint, c_ulonglong, c_void};
+use std::ffi::{CStr, c_char, c_long, c_uint, c_ulonglong, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 /// Queue identifier (STVM programs use small numbers such as 21).
@@ -173,6 +174,18 @@ pub extern "C" fn sGetTError(code: c_long) -> *mut c_char {
     #[allow(clippy::useless_conversion)] // c_long is 32 bits on some targets
     let code = i64::from(code);
     crate::error::c_message(code).as_ptr() as *mut c_char
+}
+
+/// Returns the name of an error code, as its #define spells it
+/// ("TBL_NOT_FOUND" for 44): a constant, NUL-terminated string that the
+/// caller must not modify or free; NULL for a value that is no code
+/// (negative, or above the last). Never fails; thread-safe. Bindings in
+/// other languages name the codes with it rather than keep a copy of the list.
+#[unsafe(no_mangle)]
+pub extern "C" fn sGetTErrName(code: c_long) -> *const c_char {
+    #[allow(clippy::useless_conversion)] // c_long is 32 bits on some targets
+    let code = i64::from(code);
+    crate::error::c_name(code).map_or(std::ptr::null(), CStr::as_ptr)
 }
 
 /// Returns the calling thread's last error code (0 after a success).

@@ -3,7 +3,7 @@
 //! [`crate::client`]. The handle's connection lives behind m_pPriv, looked
 //! at only by these calls.
 
-use super::common::{MallocArray, counted, pop_one, popup, record, text};
+use super::common::{MallocArray, counted, pop_one, popup, record, text, wait_mode};
 use super::handle::state_mut;
 use super::{CallResult, Fail, SATvm, TABLE, Uenum, call};
 use crate::client::{Addr, Client, PopWait};
@@ -196,7 +196,7 @@ pub unsafe extern "C" fn lTvmPop(p: *mut SATvm, out: *mut c_void, wait: Uenum) -
     };
     let body = |h: &mut SATvm| {
         // SAFETY: the caller provides `out` with at least p->lSize writable bytes.
-        unsafe { pop_one(h, out, wait, PopWait::Forever, PopWait::NoWait, take) }
+        unsafe { pop_one(h, out, || wait_mode(wait, PopWait::Forever, PopWait::NoWait), take) }
     };
     // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
     unsafe { call(p, body) }

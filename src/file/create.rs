@@ -16,10 +16,10 @@ use std::sync::atomic::AtomicU64;
 /// at all.
 pub(crate) fn create(dir: &Path, id: u32, spec: &Spec) -> Result<()> {
     spec.check_geometry()?;
-    let size = spec
-        .file_size()
-        .filter(|&s| s <= i64::MAX as u64)
-        .ok_or_else(|| Error::new(MQUE_CRTE_BIG, "rows x record size overflows"))?;
+    let size = spec.file_size().filter(|&s| s <= i64::MAX as u64).ok_or_else(|| {
+        let what = format!("{} rows of {} bytes make a file too large to address", spec.rows, spec.record_size);
+        Error::new(MQUE_CRTE_BIG, what)
+    })?;
     spec.check_settings(id)?;
     let info = Info::new(id, spec, size)?;
     let options = Options::new(spec);
@@ -236,7 +236,7 @@ pub(crate) fn remove(dir: &Path, id: u32, opened: &File) -> Result<()> {
         return Err(Error::new(TBL_NOT_FOUND, format!("queue {id} was replaced while being dropped")));
     }
     std::fs::remove_file(&path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => Error::new(TBL_NOT_FOUND, format!("no queue file {}", path.display())),
+        std::io::ErrorKind::NotFound => super::dir::no_queue(&path),
         _ => io_error(SHM_ERR_ACCES, "cannot remove", &path, e),
     })
 }

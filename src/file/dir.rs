@@ -37,17 +37,33 @@ pub(crate) fn parse_file_name(name: &str) -> Option<u32> {
 }
 
 /// The ids of the queue files in `dir`, sorted. A missing directory holds
-/// no queues.
+/// no queues; a path that is not a directory is `SHM_ERR_INVAL`, one that
+/// cannot be read `SHM_ERR_ACCES`.
 pub fn queue_ids(dir: &Path) -> Result<Vec<u32>> {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => return Err(not_a_directory(dir)),
         Err(e) => return Err(io_error(SHM_ERR_ACCES, "cannot read queue directory", dir, e)),
     };
     let mut ids: Vec<u32> =
         entries.filter_map(|e| e.ok()).filter_map(|e| e.file_name().to_str().and_then(parse_file_name)).collect();
     ids.sort_unstable();
     Ok(ids)
+}
+
+/// `TBL_NOT_FOUND` for the queue file `path`, which does not exist.
+pub(crate) fn no_queue(path: &Path) -> Error {
+    let id = path.file_name().and_then(|n| n.to_str()).and_then(parse_file_name);
+    match id {
+        Some(id) => Error::new(TBL_NOT_FOUND, format!("queue {id} does not exist (no file {})", path.display())),
+        None => Error::new(TBL_NOT_FOUND, format!("no queue file {}", path.display())),
+    }
+}
+
+/// `SHM_ERR_INVAL`: the queue directory's path names something else.
+fn not_a_directory(dir: &Path) -> Error {
+    Error::new(SHM_ERR_INVAL, format!("queue directory {} is not a directory", dir.display()))
 }
 
 /// Checks (and, for the default directory, creates) the queue directory.
@@ -78,7 +94,7 @@ pub(crate) fn check_dir(dir: &Path, create: bool) -> Result<u32> {
         return Err(Error::new(SHM_ERR_ACCES, format!("{} is a symbolic link: refused", dir.display())));
     }
     if !meta.is_dir() {
-        return Err(Error::new(SHM_ERR_INVAL, format!("{} is not a directory", dir.display())));
+        return Err(not_a_directory(dir));
     }
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
@@ -104,7 +120,7 @@ pub(crate) fn open_checked(dir: &Path, path: &Path, write: bool) -> Result<File>
     if fd < 0 {
         let e = std::io::Error::last_os_error();
         return Err(match e.raw_os_error() {
-            Some(libc::ENOENT) => Error::new(TBL_NOT_FOUND, format!("no queue file {}", path.display())),
+            Some(libc::ENOENT) => no_queue(path),
             Some(libc::ELOOP) => Error::new(SHM_ERR_ACCES, format!("{} is a symbolic link: refused", path.display())),
             Some(libc::EACCES | libc::EPERM) => io_error(SHM_ERR_ACCES, "cannot open", path, e),
             _ => io_error(SHM_ERR_INVAL, "cannot open", path, e),
@@ -152,5 +168,17 @@ mod tests {
     #[test]
     fn a_missing_directory_holds_no_queues() {
         assert_eq!(queue_ids(Path::new("/nonexistent/tvmq-dir")).unwrap(), Vec::<u32>::new());
+    }
+
+    #[test]
+    fn a_file_is_not_a_queue_directory() {
+        let file = std::env::temp_dir().join(format!("tvmq-not-a-dir-{}", std::process::id()));
+        std::fs::write(&file, b"").unwrap();
+        for e in [queue_ids(&file).unwrap_err(), check_dir(&file, true).unwrap_err()] {
+            assert_eq!(e.code(), SHM_ERR_INVAL);
+            assert!(e.to_string().starts_with("queue directory "), "{e}");
+            assert!(e.to_string().ends_with(" is not a directory (SHM_ERR_INVAL)"), "{e}");
+        }
+        std::fs::remove_file(&file).unwrap();
     }
 }

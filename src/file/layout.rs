@@ -16,7 +16,7 @@ use crate::error::*;
 use crate::registry::{MAX_PROCS, TABLE_BYTES};
 use crate::ring::{CachePadded, Cursors, MAX_CAPACITY, SLOT_HEADER_BYTES, one_lap};
 use crate::schema::{Field, MAX_FIELD_NAME, MAX_FIELDS, kind_of};
-use crate::spec::{Durability, MAX_INTERVAL_MS, MAX_LEASE_MS, MAX_LEASES, MAX_RECORD_SIZE, Spec};
+use crate::spec::{Durability, MAX_INTERVAL_MS, MAX_LEASE_MS, MAX_LEASES, MAX_NAME, MAX_PART, MAX_RECORD_SIZE, Spec};
 use std::mem::offset_of;
 use std::sync::atomic::{AtomicU32, AtomicU64};
 
@@ -34,8 +34,8 @@ pub(crate) const TABLE_OFFSET: u64 = 8192;
 pub(crate) const DATA_OFFSET: u64 = TABLE_OFFSET + TABLE_BYTES as u64;
 /// Bytes of a queue name and of a partition text in the header (the last
 /// one is always NUL: at most 63 and 31 bytes are kept).
-pub(crate) const NAME_BYTES: usize = 64;
-pub(crate) const PART_BYTES: usize = 32;
+pub(crate) const NAME_BYTES: usize = MAX_NAME + 1;
+pub(crate) const PART_BYTES: usize = MAX_PART + 1;
 const FIELD_NAME_BYTES: usize = MAX_FIELD_NAME + 1;
 
 /// One field of a record layout, as stored in the file.
@@ -583,7 +583,10 @@ impl Info {
     /// The header of a new queue (its geometry is assumed checked).
     pub(crate) fn new(id: u32, spec: &Spec, file_size: u64) -> Result<Info> {
         if spec.fields.len() > MAX_FIELDS {
-            return Err(Error::new(FLD_DEF_SPILL, format!("{} fields: at most {MAX_FIELDS}", spec.fields.len())));
+            return Err(Error::new(
+                FLD_DEF_SPILL,
+                format!("{} fields are too many for a queue: at most {MAX_FIELDS}", spec.fields.len()),
+            ));
         }
         let empty = FieldDesc { name: [0; FIELD_NAME_BYTES], offset: 0, len: 0, kind: 0, reserved: 0 };
         let mut fields = [empty; MAX_FIELDS];
@@ -724,10 +727,10 @@ impl Info {
         for f in &self.fields[..self.field_count as usize] {
             let name =
                 c_str(&f.name).ok_or_else(|| Error::new(SHM_ERR_INVAL, "field name is not NUL-terminated UTF-8"))?;
-            let kind = kind_of(name, f.kind).map_err(|e| Error::new(SHM_ERR_INVAL, e.to_string()))?;
+            let kind = kind_of(name, f.kind).map_err(|e| Error::new(SHM_ERR_INVAL, e.what().to_string()))?;
             Field { name: name.to_string(), offset: f.offset, len: f.len, kind }
                 .check(self.record_size)
-                .map_err(|e| Error::new(SHM_ERR_INVAL, e.to_string()))?;
+                .map_err(|e| Error::new(SHM_ERR_INVAL, e.what().to_string()))?;
         }
         if c_str(&self.name).is_none() || c_str(&self.part).is_none() {
             return bad("queue name is not NUL-terminated UTF-8".into());

@@ -48,8 +48,9 @@ fn open_validated(dir: &Path, id: u32, write: bool) -> Result<(File, Info, Optio
     }
     let mut raw = [0u8; INFO_BYTES as usize];
     file.read_exact_at(&mut raw, 0).map_err(|e| io_error(SHM_ERR_INVAL, "cannot read", &path, e))?;
-    let info = Info::from_bytes(&raw).ok_or_else(|| Error::new(SHM_ERR_INVAL, "short header"))?;
-    let options = Options::from_header(&raw).ok_or_else(|| Error::new(SHM_ERR_INVAL, "short header"))?;
+    let short = || Error::new(SHM_ERR_INVAL, format!("{}: its header is too short", path.display()));
+    let info = Info::from_bytes(&raw).ok_or_else(short)?;
+    let options = Options::from_header(&raw).ok_or_else(short)?;
     // The durable flag changes the slot stride and the lease settings the
     // file's end; a corrupted flag fails one of the checks.
     options
@@ -57,7 +58,7 @@ fn open_validated(dir: &Path, id: u32, write: bool) -> Result<(File, Info, Optio
         .and_then(|()| {
             info.validate(len, Some(id), options.durability().is_some(), options.image(), options.lease_entries())
         })
-        .map_err(|e| Error::new(e.code(), format!("{}: {}", path.display(), e.detail())))?;
+        .map_err(|e| Error::new(e.code(), format!("{}: {}", path.display(), e.what())))?;
     Ok((file, info, options, len, path))
 }
 
@@ -71,7 +72,8 @@ impl QueueFile {
     /// queue file of ours with a valid header.
     pub(crate) fn open(dir: &Path, id: u32, access: Access) -> Result<QueueFile> {
         let (file, info, options, len, path) = open_validated(dir, id, access != Access::ReadOnly)?;
-        let len = usize::try_from(len).map_err(|_| Error::new(MQUE_CRTE_BIG, "file too large to map"))?;
+        let len = usize::try_from(len)
+            .map_err(|_| Error::new(MQUE_CRTE_BIG, format!("{} is too large to map", path.display())))?;
         let map = SharedMap::map(&file, len, access != Access::ReadOnly)
             .map_err(|e| io_error(SHM_ERR_NOMEM, "cannot map", &path, e))?;
         if access == (Access::ReadWrite { populate: true }) {

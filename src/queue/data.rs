@@ -39,15 +39,30 @@ impl Queue {
     #[inline]
     fn check_push(&self, record: &[u8]) -> Result<()> {
         if record.is_empty() {
-            return Err(Error::new(CONDIT_IS_NIL, "record of 0 bytes"));
+            return Err(Error::new(CONDIT_IS_NIL, "an empty record (0 bytes) cannot be pushed"));
         }
         if record.len() > self.record_size() {
             return Err(Error::new(
                 RECD_TOO_LONG,
-                format!("record of {} bytes, queue records hold at most {}", record.len(), self.record_size()),
+                format!(
+                    "a record of {} bytes is longer than queue {}'s records (at most {})",
+                    record.len(),
+                    self.id(),
+                    self.record_size()
+                ),
             ));
         }
         self.check_usable()
+    }
+
+    /// `RECD_TOO_LONG` for a buffer shorter than the queue's records.
+    #[cold]
+    pub(crate) fn short_buffer(&self, len: usize) -> Error {
+        let size = self.record_size();
+        Error::new(
+            RECD_TOO_LONG,
+            format!("a buffer of {len} bytes is shorter than queue {}'s records ({size} bytes)", self.id()),
+        )
     }
 
     #[inline]
@@ -67,7 +82,7 @@ impl Queue {
     /// failure (`DATA_SPC_FULL` when the queue fills up), returned alongside.
     pub fn push_many(&self, records: &[u8], each: usize) -> (usize, Option<Error>) {
         if each == 0 || records.len() < each {
-            return (0, Some(Error::new(CONDIT_IS_NIL, "no records (size 0 or empty buffer)")));
+            return (0, Some(Error::new(CONDIT_IS_NIL, "no records to push (record size 0 or an empty buffer)")));
         }
         if let Err(e) = self.check_push(&records[..each]) {
             return (0, Some(e));
@@ -137,7 +152,7 @@ impl Queue {
     fn record_buffer<'a>(&self, out: &'a mut [u8]) -> Result<&'a mut [u8]> {
         let size = self.record_size();
         if out.len() < size {
-            return Err(Error::new(RECD_TOO_LONG, format!("buffer of {} bytes, queue records need {size}", out.len())));
+            return Err(self.short_buffer(out.len()));
         }
         Ok(&mut out[..size])
     }
@@ -177,7 +192,11 @@ impl Queue {
     /// `NoWait`, `MQUE_WAIT_TMO` at the deadline).
     pub fn pop_into(&self, out: &mut [u8], each: usize, lens: &mut [usize], wait: Wait) -> (usize, Option<Error>) {
         if each < self.record_size() {
-            let msg = format!("slots of {each} bytes, queue records need {}", self.record_size());
+            let msg = format!(
+                "slots of {each} bytes are shorter than queue {}'s records ({} bytes)",
+                self.id(),
+                self.record_size()
+            );
             return (0, Some(Error::new(RECD_TOO_LONG, msg)));
         }
         let max = lens.len().min(out.len() / each);

@@ -33,7 +33,11 @@ impl Queue {
         if self.file.is_volatile() {
             return Err(Error::new(
                 NOT_DURABLE,
-                format!("{} is on tmpfs or ramfs, which a restart empties", self.path().display()),
+                format!(
+                    "queue {} cannot be synced to stable storage: its file {} is in memory (tmpfs or ramfs)",
+                    self.id(),
+                    self.path().display()
+                ),
             ));
         }
         if !self.writable {

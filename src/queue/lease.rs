@@ -280,7 +280,7 @@ impl Queue {
         let l = self.leases()?;
         let size = self.record_size();
         if out.len() < size {
-            return Err(Error::new(RECD_TOO_LONG, format!("buffer of {} bytes, queue records need {size}", out.len())));
+            return Err(self.short_buffer(out.len()));
         }
         let out = &mut out[..size];
         let me = self.holder(l)?;
@@ -547,10 +547,9 @@ impl Queue {
             return Ok(q.clone());
         }
         let dir = self.path().parent().unwrap_or(std::path::Path::new("."));
-        let q = Arc::new(
-            Queue::open(dir, id)
-                .map_err(|e| Error::new(e.code(), format!("dead-letter queue {id} of queue {}: {e}", self.id())))?,
-        );
+        let q = Arc::new(Queue::open(dir, id).map_err(|e| {
+            Error::new(e.code(), format!("dead-letter queue {id} of queue {}: {}", self.id(), e.what()))
+        })?);
         *held = Some(q.clone());
         Ok(q)
     }
