@@ -75,33 +75,22 @@ pub(crate) fn help(out: &mut Vec<u8>, lines: &[&[u8]]) {
     lines.iter().for_each(|l| resp::simple(out, l));
 }
 
-/// A queue error: `-<CODE_NAME> <what happened>`.
+/// A queue error: `-<CODE_NAME> queue <id>: <what happened>` (the detail
+/// of the error, or the code's standard message when it has none).
 pub(crate) fn queue_error(out: &mut Vec<u8>, id: u32, e: &Error) {
     let name = error::name(i64::from(e.code())).unwrap_or("SVR_EXCEPTION");
     match e.code() {
         DATA_SPC_FULL => error_fmt(out, format_args!("{name} queue {id} is full: no space for insert data")),
         SHM_ERR_EIDRM => error_fmt(out, format_args!("{name} queue {id} was dropped")),
-        code => {
-            let message = error::message(i64::from(code));
-            if e.detail().is_empty() {
-                error_fmt(out, format_args!("{name} queue {id}: {message}"))
-            } else {
-                error_fmt(out, format_args!("{name} queue {id}: {message}: {}", e.detail()))
-            }
-        }
+        _ => error_fmt(out, format_args!("{name} queue {id}: {}", e.what())),
     }
 }
 
 /// An error that is not about one queue (auto-creation, lookups):
-/// `-<CODE_NAME> <message>: <detail>`.
+/// `-<CODE_NAME> <what happened>`.
 pub(crate) fn plain_error(out: &mut Vec<u8>, e: &Error) {
     let name = error::name(i64::from(e.code())).unwrap_or("SVR_EXCEPTION");
-    let message = error::message(i64::from(e.code()));
-    if e.detail().is_empty() {
-        error_fmt(out, format_args!("{name} {message}"))
-    } else {
-        error_fmt(out, format_args!("{name} {message}: {}", e.detail()))
-    }
+    error_fmt(out, format_args!("{name} {}", e.what()))
 }
 
 #[cfg(test)]
