@@ -4,7 +4,9 @@
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
+mod help_text;
 use common::TempDir;
+use help_text::options;
 use serde_json::Value;
 use std::fmt::Write as _;
 use std::path::Path;
@@ -224,17 +226,6 @@ fn output_into_a_closed_pipe_ends_quietly() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.is_empty(), "no message, no backtrace: {err}");
     assert!(!err.contains("panicked"));
-}
-
-/// The long options of a `--help` text's "Options:" section.
-fn options(help: &str) -> Vec<String> {
-    help.lines()
-        .skip_while(|l| !l.starts_with("Options:"))
-        .map(str::trim_start)
-        .filter(|l| l.starts_with("--") || (l.starts_with('-') && l.get(2..4) == Some(", ")))
-        .filter_map(|l| l.split_whitespace().find(|w| w.starts_with("--")))
-        .map(|w| w.trim_end_matches(',').to_string())
-        .collect()
 }
 
 #[test]

@@ -10,16 +10,11 @@ fn help(args: &[&str]) -> String {
     String::from_utf8(out.stdout).expect("UTF-8")
 }
 
-/// The long options of a `--help` text's "Options:" section.
+mod help_text;
+
+/// The long options of a `--help` text's "Options:" section, but `--help`.
 fn options(help: &str) -> Vec<String> {
-    help.lines()
-        .skip_while(|l| !l.starts_with("Options:"))
-        .map(str::trim_start)
-        .filter(|l| l.starts_with("--") || (l.starts_with('-') && l.get(2..4) == Some(", ")))
-        .filter_map(|l| l.split_whitespace().find(|w| w.starts_with("--")))
-        .map(|w| w.trim_end_matches(',').to_string())
-        .filter(|o| o != "--help")
-        .collect()
+    help_text::options(help).into_iter().filter(|o| o != "--help").collect()
 }
 
 /// The subcommands `tvmq --help` lists (but `help`).
