@@ -53,8 +53,8 @@ header: build
 	fi
 
 test-rust:
-	$(CARGO) test --release --workspace --all-targets
-	$(CARGO) test --release --workspace --doc
+	$(CARGO) test --profile ci --workspace --all-targets
+	$(CARGO) test --profile ci --workspace --doc
 
 test-c: seed
 	@LIBDIR=$(LIBDIR) SEED=$(SEED) SEEDBIN=$(SEEDBIN) TVMQ=$(TVMQ) bash c-tests/run.sh
@@ -110,7 +110,7 @@ soak:
 # Model checking of the ring and the lease table with loom (seconds, after it
 # rebuilds everything under --cfg loom in target/loom); part of `make test`.
 loom:
-	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test --release -p tvmq --lib loom -- --test-threads=1
+	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test --profile ci -p tvmq --lib loom -- --test-threads=1
 
 # ---- make install / make uninstall -----------------------------------------
 # Installs libtvm.so with its soname (libtvm.so.0 -> libtvm.so.0.x.y), libtvm.a,

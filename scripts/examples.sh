@@ -16,7 +16,8 @@ for p in queue_demo orders_producer orders_consumer; do
     gcc "${CFLAGS[@]}" -o "$OUT/$p" "examples/c/$p.c" "${LINK[@]}"
 done
 g++ -std=c++17 "${CFLAGS[@]}" -o "$OUT/queue_cpp" examples/cpp/queue.cpp "${LINK[@]}"
-cargo build -q --release -p tvmq --examples
+cargo build -q --profile ci -p tvmq --examples
+EXAMPLES=$PWD/target/ci/examples   # the profile make test builds its tests with (Cargo.toml)
 
 TVMDBD=$(mktemp -d /dev/shm/tvmq-examples.XXXXXX)
 export TVMDBD
@@ -30,10 +31,10 @@ step "orders: consumer and producer in two processes"
 wait "$consumer"; cat "$OUT/consumer.out"
 grep -q "consumer: 20000 orders in order" "$OUT/consumer.out"
 step "C++"; "$OUT/queue_cpp"
-step "Rust: basic"; "$LIB/examples/basic"
+step "Rust: basic"; "$EXAMPLES/basic"
 step "Rust: consumer and producer in two processes"
-"$LIB/examples/consumer" > "$OUT/rust-consumer.out" & consumer=$!
-"$LIB/examples/producer" 20000
+"$EXAMPLES/consumer" > "$OUT/rust-consumer.out" & consumer=$!
+"$EXAMPLES/producer" 20000
 wait "$consumer"; cat "$OUT/rust-consumer.out"
 grep -q "consumer: 20000 records in order" "$OUT/rust-consumer.out"
 echo "examples: all built and ran"
