@@ -83,10 +83,12 @@ pub unsafe extern "C" fn lTableQueue(p: *mut SATvm, t: TABLE, rows: usize, def: 
     unsafe { call(p, body) }
 }
 
-/// Used by the QUEUE macro: declares the record struct of the queue being
-/// created by lTableQueue. Not for direct use.
+/// Used by the QUEUE macro: declares the queue being created by
+/// lTableQueue: its name (QUEUE passes its first argument as written, as
+/// STVM names queues), its partition text and its record size. Not for
+/// direct use.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn lTvmDefQueue(t: TABLE, part: *const c_char, type_name: *const c_char, size: usize) -> c_long {
+pub unsafe extern "C" fn lTvmDefQueue(t: TABLE, part: *const c_char, name: *const c_char, size: usize) -> c_long {
     call_no_handle(|| {
         define(|d| {
             if d.table != t {
@@ -99,8 +101,8 @@ pub unsafe extern "C" fn lTvmDefQueue(t: TABLE, part: *const c_char, type_name: 
                 return Err(Error::new(CONDIT_IS_NIL, "record struct of size 0"));
             }
             // SAFETY: the QUEUE macro passes a string literal and the caller's part string.
-            let (type_name, part) = unsafe { (text(type_name), text(part)) };
-            d.declared = Some((type_name, part, size as u64));
+            let (name, part) = unsafe { (text(name), text(part)) };
+            d.declared = Some((name, part, size as u64));
             Ok(())
         })
     })

@@ -15,6 +15,7 @@ mod handle;
 mod lease;
 mod local;
 mod net;
+mod stvm;
 
 pub use durable::lSyncQueue;
 pub use handle::{
@@ -26,6 +27,10 @@ pub use local::{
     lTvmDefQueue,
 };
 pub use net::{lAsyPush, lAsyWait, lTvmConnect, lTvmPop, lTvmPopup, lTvmPush, lTvmShare, vTvmDisconnect};
+pub use stvm::{
+    bTableIsExist, lCount, lDumpTable, lExportFile, lGetRowSize, lGetTblRow, lGetTblValid, lImportFile, lResetLock,
+    lTruncate, pInitSATvm, vCloneQueue, vForceDisconnect, vInitSATvm,
+};
 
 use crate::error::{CONDIT_IS_NIL, Error, SVR_EXCEPTION};
 use std::cell::Cell;
@@ -47,6 +52,15 @@ pub const RC_SUCC: c_long = 0;
 pub const RC_FAIL: c_long = -1;
 /// STVM's "not found" return value (= NO_DATA_FOUND).
 pub const RC_NOTFOUND: c_long = 24;
+/// STVM's "matches" return value (of its table calls; no queue call returns it).
+pub const RC_MATCH: c_long = 2;
+/// STVM's "does not match" return value (of its table calls; no queue call returns it).
+pub const RC_MISMA: c_long = 1;
+/// STVM's "go on" return value (of its table calls; no queue call returns it).
+pub const RC_CONTU: c_long = -5;
+/// STVM's "connection closed" return value (of its server; no call of
+/// tvmq returns it: a closed connection gives RC_FAIL with SOCK_IO_RESET).
+pub const RC_CLOSE: c_long = -9;
 /// lPop/lTvmPop: block until a record arrives.
 pub const QUE_NORMAL: Uenum = 0;
 /// lPop/lTvmPop: return NO_DATA_FOUND at once when the queue is empty.
