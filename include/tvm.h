@@ -808,6 +808,43 @@ long lAsyPush(struct SATvm *p);
 long lAsyWait(struct SATvm *p);
 
 /**
+ * As lDropTable, on the server: drops queue t (DEL). On tvmq serve the
+ * queue's file goes (clients blocked on it get SHM_ERR_EIDRM; with
+ * --auto-create a later push makes a new one); on Redis the list goes (a
+ * later push makes a new one, as Redis does for any list). A queue that
+ * does not exist is no error (a Redis list that was emptied does not
+ * exist either): RC_SUCC with m_lEffect = 0; 1 when it existed.
+ * Errors: CONDIT_IS_NIL, SERV_NOT_CONN, and the SOCK_* codes of lTvmPush.
+ */
+long lTvmDropTable(struct SATvm *p, TABLE t);
+
+/**
+ * As lResetLock, on tvmq serve: its repair of queue t (TVMQ.REPAIR, as
+ * `tvmq repair`), m_lEffect = the records recovered. A redis-server has no
+ * lock to reset: RMT_NOT_SUPPT, nothing sent.
+ * Errors: CONDIT_IS_NIL, SERV_NOT_CONN, RMT_NOT_SUPPT, TBL_NOT_FOUND, and
+ * the SOCK_* codes of lTvmPush.
+ */
+long lTvmResetLock(struct SATvm *p, TABLE t);
+
+/**
+ * As lCount, on the server: sets `*n` (and m_lEffect) to how many records
+ * queue p->tblName holds (LLEN; 0 for a Redis list that does not exist).
+ * Errors: CONDIT_IS_NIL (NULL handle or n), SERV_NOT_CONN, TBL_NOT_FOUND
+ * (tvmq serve), and the SOCK_* codes of lTvmPush.
+ */
+long lTvmCount(struct SATvm *p, size_t *n);
+
+/**
+ * As lTruncate, on the server: removes the records queue t holds (LLEN,
+ * then LTRIM of that many from the head: records pushed meanwhile stay;
+ * the queue itself stays). m_lEffect = the records counted.
+ * Errors: CONDIT_IS_NIL, SERV_NOT_CONN, TBL_NOT_FOUND (tvmq serve), and the
+ * SOCK_* codes of lTvmPush.
+ */
+long lTvmTruncate(struct SATvm *p, TABLE t);
+
+/**
  * Attaches queue t for handle p (as lAttchTable), for a handle made with
  * pCloneSATvm: in tvmq attachments belong to the process, so a clone
  * already reaches every attached queue and this only makes sure t is

@@ -26,7 +26,10 @@ pub use local::{
     lCircleQueue, lDropTable, lPop, lPopWait, lPopup, lPush, lPushs, lQueueInfo, lTableQueue, lTvmDefField,
     lTvmDefQueue,
 };
-pub use net::{lAsyPush, lAsyWait, lTvmConnect, lTvmPop, lTvmPopup, lTvmPush, lTvmShare, vTvmDisconnect};
+pub use net::{
+    lAsyPush, lAsyWait, lTvmConnect, lTvmCount, lTvmDropTable, lTvmPop, lTvmPopup, lTvmPush, lTvmResetLock, lTvmShare,
+    lTvmTruncate, vTvmDisconnect,
+};
 pub use stvm::{
     bTableIsExist, lCount, lDumpTable, lExportFile, lGetRowSize, lGetTblRow, lGetTblValid, lImportFile, lResetLock,
     lTruncate, pInitSATvm, vCloneQueue, vForceDisconnect, vInitSATvm,
