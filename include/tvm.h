@@ -269,9 +269,131 @@
 #define FIELD_DOUB 4
 
 /**
+ * lCreateQueueEx: the queue is not durable (the default).
+ */
+#define TVM_DURABLE_NONE 0
+
+/**
+ * lCreateQueueEx: a durable queue whose pushes and pops return once on
+ * stable storage (`tvmq create --durable always`).
+ */
+#define TVM_DURABLE_ALWAYS 1
+
+/**
+ * lCreateQueueEx: a durable queue synced within `durable_interval_ms`
+ * (`tvmq create --durable interval=MS`).
+ */
+#define TVM_DURABLE_INTERVAL 2
+
+/**
+ * Return type of a record-layout function passed to lTableQueue.
+ */
+typedef long CREATE;
+
+/**
  * Queue identifier (STVM programs use small numbers such as 21).
  */
 typedef unsigned int TABLE;
+
+/**
+ * A record-layout function: `CREATE f(TABLE t)`, written with QUEUE/FIELD/FINISH.
+ */
+typedef CREATE (*TCREATE)(TABLE);
+
+/**
+ * Everything `tvmq create` offers, for lCreateQueueEx. Fill it with
+ * lInitQueueOptions(&o, sizeof(o)) (the defaults of `tvmq create`), then
+ * set what you need. Later versions of tvmq only add members at the end:
+ * a program built against this tvm.h keeps working with them.
+ */
+typedef struct TvmQueueOptions {
+  /**
+   * sizeof(TvmQueueOptions) as the program was compiled (set by
+   * lInitQueueOptions): how many bytes of the struct the library reads.
+   */
+  size_t size;
+  /**
+   * Exact capacity in records (`--rows`), at least 1.
+   */
+  size_t rows;
+  /**
+   * Largest record in bytes (`--size`), at least 1; 0 with `def`: the
+   * size of the struct that `def`'s QUEUE names.
+   */
+  size_t record_size;
+  /**
+   * The queue's name (`--name`, at most 63 bytes kept); NULL: from
+   * `def`'s QUEUE (its first argument as written), else none.
+   */
+  const char *name;
+  /**
+   * Partition text (`--part`, at most 31 bytes kept); NULL: from `def`,
+   * else none.
+   */
+  const char *part;
+  /**
+   * The record layout: a function written with QUEUE, FIELD and FINISH,
+   * as lTableQueue takes (NULL: no field list).
+   */
+  TCREATE def;
+  /**
+   * Permission bits of the file (`--mode`), default 0600; only the bits
+   * of 0777.
+   */
+  unsigned int mode;
+  /**
+   * TVM_DURABLE_NONE (default), TVM_DURABLE_ALWAYS or
+   * TVM_DURABLE_INTERVAL (`--durable`).
+   */
+  unsigned int durable;
+  /**
+   * With TVM_DURABLE_INTERVAL: the interval in milliseconds, 1 to 3600000.
+   */
+  unsigned int durable_interval_ms;
+  /**
+   * True: pops spin `spin_us` microseconds on an empty queue before they
+   * sleep (-1: never sleep) (`--spin-us`); false (default): the
+   * library's few microseconds.
+   */
+  bool has_spin;
+  /**
+   * See `has_spin`: -1, or 0 and more.
+   */
+  long spin_us;
+  /**
+   * How long a stalled slot whose holder cannot be identified is waited
+   * for before it is recovered (`--unblock-timeout-ms`), default 10000.
+   */
+  unsigned long long unblock_timeout_ms;
+  /**
+   * True: the queue has leases (lPopLease and the other lease calls) with
+   * the four settings below (`--lease-ms` and friends); false (default):
+   * a plain queue, the four are ignored.
+   */
+  bool leases;
+  /**
+   * Leases: default lease time in milliseconds (1 to a year; default 30000).
+   */
+  unsigned long long lease_ms;
+  /**
+   * Leases: deliveries without an ack after which a record goes to the
+   * dead-letter queue (0, the default: no limit; at most 65535).
+   */
+  unsigned int max_deliveries;
+  /**
+   * Leases: true when `dead_letter` names the dead-letter queue (default
+   * false: rejected records are dropped, counted).
+   */
+  bool has_dead_letter;
+  /**
+   * Leases: the dead-letter queue's id (not the queue itself).
+   */
+  TABLE dead_letter;
+  /**
+   * Leases: most leases in flight (1 to 1048576; default 1024).
+   */
+  unsigned long long max_leases;
+} TvmQueueOptions;
 
 /**
  * Unsigned enumeration value (error codes, wait flags).
@@ -336,16 +458,6 @@ typedef struct TvmLease {
 } TvmLease;
 
 /**
- * Return type of a record-layout function passed to lTableQueue.
- */
-typedef long CREATE;
-
-/**
- * A record-layout function: `CREATE f(TABLE t)`, written with QUEUE/FIELD/FINISH.
- */
-typedef CREATE (*TCREATE)(TABLE);
-
-/**
  * lPop/lTvmPop: block until a record arrives.
  */
 #define QUE_NORMAL 0
@@ -394,6 +506,35 @@ size_t lGetEffect(void);
  * Returns the current time in milliseconds since the Unix epoch.
  */
 unsigned long long get_tick_time(void);
+
+/**
+ * Fills `*opt` with the defaults of `tvmq create` (no rows, no record
+ * size: set them) and sets opt->size = `size`, which must be
+ * sizeof(TvmQueueOptions) as the program sees it. Thread-safe.
+ * Errors (RC_FAIL, lGetTErrno()): CONDIT_IS_NIL (NULL opt, or `size`
+ * smaller than the first version of the struct: nothing written).
+ */
+long lInitQueueOptions(struct TvmQueueOptions *opt, size_t size);
+
+/**
+ * Creates queue t as `*opt` says: any kind of queue `tvmq create` makes
+ * (durable, with leases, with a wait strategy, mode, unblock timeout,
+ * name, partition, field list), with the same checks (the library's, which
+ * `tvmq create` uses too). The file is created atomically in $TVMDBD.
+ * opt->size must be set (lInitQueueOptions sets it): the library reads
+ * that many bytes; members of a later tvm.h that this library does not
+ * know must be zero (NOT_SUPPT_OPT otherwise). Thread-safe (one handle per
+ * thread); `def` runs on the calling thread.
+ * Errors: CONDIT_IS_NIL (NULL handle or opt, size too small, rows 0,
+ * record_size 0 without def, values out of range: mode, spin, interval,
+ * lease time, max leases, max deliveries), NOT_SUPPT_OPT (an unknown
+ * durable value or later member; a durable queue with leases; a queue as
+ * its own dead-letter queue), TBL_ARD_EXIST, MQUE_CRTE_BIG (too big),
+ * NOT_DURABLE (a durable queue in a directory on tmpfs: set $TVMDBD to a
+ * disk), SHM_ERR_ACCES, and those of lTableQueue's `def` (TABLE_NOT_DEF,
+ * FTYPE_NOT_DEF, FLD_DEF_SPILL).
+ */
+long lCreateQueueEx(struct SATvm *p, TABLE t, const struct TvmQueueOptions *opt);
 
 /**
  * Makes everything pushed and popped on queue t so far (by every thread of

@@ -10,6 +10,7 @@
 #![allow(non_snake_case, non_camel_case_types, clippy::missing_safety_doc)]
 
 mod common;
+mod create;
 mod durable;
 mod handle;
 mod lease;
@@ -17,6 +18,9 @@ mod local;
 mod net;
 mod stvm;
 
+pub use create::{
+    TVM_DURABLE_ALWAYS, TVM_DURABLE_INTERVAL, TVM_DURABLE_NONE, TvmQueueOptions, lCreateQueueEx, lInitQueueOptions,
+};
 pub use durable::lSyncQueue;
 pub use handle::{
     lAttchTable, lInitSATvm, pCloneSATvm, pGetSATvm, vCloneFree, vHoldConnect, vHoldRelease, vTblDisconnect,
