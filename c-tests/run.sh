@@ -148,6 +148,14 @@ t_header_seed_style() {
     compile_and_run hdr_seedstyle_cxx17 g++ -std=c++17 -Wall -Werror -x c++ -- c-tests/header/hdr_seedstyle.c
 }
 
+# STVM's own declarations of its other queue calls, and its constants,
+# agree with tvm.h's (no conflicting types, no warning).
+t_header_stvm_decl() {
+    compile_and_run hdr_stvm_decl_gnu17 gcc -std=gnu17 -Wall -Wextra -Werror -- c-tests/header/hdr_stvm_decl.c &&
+    compile_and_run hdr_stvm_decl_c99 gcc -std=c99 -Wall -Wextra -Werror -- c-tests/header/hdr_stvm_decl.c &&
+    compile_and_run hdr_stvm_decl_cxx17 g++ -std=c++17 -Wall -Werror -x c++ -- c-tests/header/hdr_stvm_decl.c
+}
+
 # The program links against libtvm.a alone (no libtvm.so at run time).
 t_static_link() {
     local out=$OUT/hdr_api_static msgs
@@ -251,6 +259,7 @@ run_test header_c99_wall_werror t_header_c99
 run_test header_cxx17_wall_werror t_header_cxx17
 run_test header_tmain t_header_tmain
 run_test header_seed_style_uint64_decl t_header_seed_style
+run_test header_stvm_declarations t_header_stvm_decl
 run_test header_static_link t_static_link
 run_test seeds_compile_wall_werror t_seeds_compile
 
