@@ -273,7 +273,7 @@ run_test seed_concurrent_2_push_2_pop t_seed_concurrent 5 400000 pop_bench:2:400
 run_test seed_concurrent_2x2_processes t_seed_concurrent 3 200000 \
     pop_bench:1:100000 push_bench:1:100000 pop_bench:1:100000 push_bench:1:100000
 
-for prog in test_api test_mt test_wake test_hostile test_lease test_stvm; do
+for prog in test_api test_mt test_wake test_hostile test_lease test_stvm test_export; do
     echo "== $prog"
     if ! build_prog "$prog" >"$LOGDIR/build-$prog.log" 2>&1; then
         echo "FAIL  build_$prog"
