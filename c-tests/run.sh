@@ -292,7 +292,8 @@ done
 #    stopped, whatever happens: its pid is in $PIDFILE) and against tvmq
 #    serve: the seeds' network twins (net_push.c, net_pop.c: every record
 #    exactly once, per-producer order) and every call and error code
-#    (test_net.c, with fake servers of its own).
+#    (test_net.c, with fake servers of its own), and lTvmCount,
+#    lTvmTruncate, lTvmDropTable, lTvmResetLock on both (net_admin.c).
 # ---------------------------------------------------------------------------
 NET_ROWS=${NET_ROWS:-20000}          # records of a synchronous twin run
 NET_ASYNC_ROWS=${NET_ASYNC_ROWS:-100000}
@@ -339,6 +340,10 @@ run_net_twins() {
     run_test "net_${label}_shared_connection_10_threads" t_net_twin "$port" 127.0.0.1 shared shared 10 "$NET_ROWS"
     run_test "net_${label}_unix_socket_nowait_2_threads" t_net_twin "$port" "$sock" sync nowait 2 "$NET_ROWS"
 }
+
+# t_net_admin PORT redis|tvmq: lTvmCount, lTvmTruncate, lTvmDropTable,
+# lTvmResetLock against the server on PORT (net_admin.c).
+t_net_admin() { run_bounded "$OUT/net_admin" 127.0.0.1 "$1" "$2"; }
 
 # A port P for a cluster node: P and its cluster bus port P + 10000 both free.
 cluster_port() {
@@ -488,7 +493,7 @@ else
         FAILED=$((FAILED + 1))
         FAILED_NAMES+=(network_redis_start)
     else
-        for prog in net_push net_pop test_net; do
+        for prog in net_push net_pop test_net net_admin; do
             if ! build_prog "$prog" >"$LOGDIR/build-$prog.log" 2>&1; then
                 echo "FAIL  build_$prog"
                 sed -e 's/^/      | /' "$LOGDIR/build-$prog.log" | head -n 40
@@ -511,6 +516,9 @@ else
             for t in $("$OUT/test_net" --list); do
                 run_test "test_net.$t" t_api test_net "$t"
             done
+        fi
+        if [ -x "$OUT/net_admin" ]; then
+            run_test net_redis_count_truncate_drop_reset t_net_admin "$REDIS_PORT" redis
         fi
     fi
     kill -KILL "$REDIS_PID" 2>/dev/null
@@ -536,6 +544,9 @@ elif [ -x "$OUT/net_push" ] && [ -x "$OUT/net_pop" ]; then
         FAILED_NAMES+=(network_tvmq_serve_start)
     else
         run_net_twins tvmq "$TVMQ_PORT" "$TVMQ_SOCK"
+        if [ -x "$OUT/net_admin" ]; then
+            run_test net_tvmq_count_truncate_drop_reset t_net_admin "$TVMQ_PORT" tvmq
+        fi
     fi
     kill -TERM "$TVMQ_PID" 2>/dev/null
     wait "$TVMQ_PID" 2>/dev/null
