@@ -136,7 +136,9 @@ fn spec_of(o: &TvmQueueOptions) -> Result<Spec> {
     let mut spec = Spec::new(o.rows as u64, o.record_size as u64);
     spec.mode = o.mode;
     spec.unblock_timeout_ms = o.unblock_timeout_ms;
-    spec.spin_us = o.has_spin.then_some(i64::from(o.spin_us));
+    #[allow(clippy::useless_conversion)] // c_long is 32 bits on some targets
+    let spin = i64::from(o.spin_us);
+    spec.spin_us = o.has_spin.then_some(spin);
     spec.durability = match o.durable {
         TVM_DURABLE_NONE => None,
         TVM_DURABLE_ALWAYS => Some(Durability::Always),

@@ -490,3 +490,106 @@ mod tests {
         assert_eq!(split(b"a::b::", b"::"), vec![&b"a"[..], b"b", b""]);
     }
 }
+
+#[cfg(test)]
+mod queue_tests {
+    use super::*;
+    use crate::queue::Wait;
+    use crate::spec::Spec;
+    use crate::test_support::TempDir;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+    #[test]
+    fn binary_round_trip_truncate_and_a_full_import() {
+        let dir = TempDir::new("transfer", "binary");
+        Queue::create(dir.path(), 1, &Spec::new(100, 16)).unwrap();
+        Queue::create(dir.path(), 2, &Spec::new(3, 16)).unwrap();
+        let q = Queue::open(dir.path(), 1).unwrap();
+        for i in 0..10u8 {
+            q.push(&vec![i; usize::from(i) + 1]).unwrap();
+        }
+        let mut file = Vec::new();
+        assert_eq!(q.export(&mut file, &ExportFormat::Binary).unwrap(), 10);
+        assert_eq!(q.depth(), 10, "nothing consumed");
+        assert_eq!(q.export(&mut Vec::new(), &ExportFormat::Text("|".into())).unwrap_err().code(), FIELD_NOT_DEF);
+        assert_eq!(q.truncate().unwrap(), 10);
+        assert_eq!(q.depth(), 0);
+        assert_eq!(q.import(&mut &file[..], ""), (10, None));
+        let mut out = [0u8; 16];
+        for i in 0..10u8 {
+            let n = q.pop(&mut out, Wait::NoWait).unwrap();
+            assert_eq!(&out[..n], &vec![i; usize::from(i) + 1][..]);
+        }
+        let small = Queue::open(dir.path(), 2).unwrap();
+        let (n, stop) = small.import(&mut &file[..], "");
+        assert_eq!((n, stop.map(|e| e.code())), (3, Some(DATA_SPC_FULL)));
+        let cut = &file[..file.len() - 3];
+        let (_, stop) = q.import(&mut &cut[..], "");
+        assert_eq!(stop.map(|e| e.code()), Some(SHM_ERR_INVAL));
+    }
+
+    /// With a consumer and a producer working throughout (paced, so that
+    /// they cannot lap the export), each export is a run of consecutive
+    /// records (one instant), never one with a gap.
+    #[test]
+    fn an_export_is_one_instant_while_a_consumer_runs() {
+        let dir = TempDir::new("transfer", "instant");
+        Queue::create(dir.path(), 1, &Spec::new(40_000, 8)).unwrap();
+        let q = Arc::new(Queue::open(dir.path(), 1).unwrap());
+        for i in 0..20_000u64 {
+            q.push(&i.to_le_bytes()).unwrap();
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let next = Arc::new(AtomicU64::new(20_000));
+        let consumer = {
+            let (q, stop) = (q.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut out = [0u8; 8];
+                let mut want = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    for _ in 0..10 {
+                        if q.pop(&mut out, Wait::NoWait).is_ok() {
+                            assert_eq!(u64::from_le_bytes(out), want);
+                            want += 1;
+                        }
+                    }
+                    std::thread::sleep(std::time::Duration::from_micros(100));
+                }
+            })
+        };
+        let producer = {
+            let (q, stop, next) = (q.clone(), stop.clone(), next.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    for _ in 0..10 {
+                        let i = next.load(Ordering::Relaxed);
+                        if q.push(&i.to_le_bytes()).is_ok() {
+                            next.store(i + 1, Ordering::Relaxed);
+                        }
+                    }
+                    std::thread::sleep(std::time::Duration::from_micros(100));
+                }
+            })
+        };
+        for _ in 0..20 {
+            let mut file = Vec::new();
+            let n = q.export(&mut file, &ExportFormat::Binary).unwrap();
+            let mut copy = Vec::new();
+            let mut r = &file[..];
+            let mut magic = [0u8; 8];
+            r.read_exact(&mut magic).unwrap();
+            let (_, _, _, _) = (read_u32(&mut r), read_u64(&mut r), read_u64(&mut r), read_u32(&mut r));
+            for _ in 0..n {
+                let len = read_u32(&mut r).unwrap() as usize;
+                let mut rec = [0u8; 8];
+                r.read_exact(&mut rec[..len]).unwrap();
+                copy.push(u64::from_le_bytes(rec));
+            }
+            assert!(copy.windows(2).all(|w| w[1] == w[0] + 1), "a gap in an export");
+        }
+        stop.store(true, Ordering::Relaxed);
+        consumer.join().unwrap();
+        producer.join().unwrap();
+    }
+}
