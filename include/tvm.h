@@ -1102,8 +1102,9 @@ long lTruncate(struct SATvm *p, TABLE t);
  * Records of a queue with leases that are leased, or waiting to be
  * delivered again, are not exported. lGetEffect() = the records written.
  * Thread-safe. Returns RC_SUCC or RC_FAIL (lGetTErrno() says why).
- * Errors: CONDIT_IS_NIL (NULL or empty file), the codes of lAttchTable,
- * FILE_NOTFOUND / SHM_ERR_ACCES (the file cannot be created), MQUE_WAIT_ERR,
+ * Errors: CONDIT_IS_NIL (NULL or empty file; a `sep` with a letter, digit,
+ * '+', '-', '.', backslash or line end, which a field's text can hold),
+ * the codes of lAttchTable, FILE_NOTFOUND / SHM_ERR_ACCES (the file cannot be created), MQUE_WAIT_ERR,
  * IDX_DATA_MISM (a field text cannot show: a FIELD_LONG not of 1, 2, 4 or
  * 8 bytes, a FIELD_DOUB not of 4 or 8), SVR_EXCEPTION (writing failed).
  */
@@ -1119,7 +1120,8 @@ long lExportFile(TABLE t, char *file, char *sep);
  * DATA_SPC_FULL and lGetEffect() = the records pushed before (they stay).
  * lGetEffect() = the records pushed. Thread-safe. Returns RC_SUCC or
  * RC_FAIL (lGetTErrno() says why).
- * Errors: CONDIT_IS_NIL (NULL or empty file; text with no `sep`),
+ * Errors: CONDIT_IS_NIL (NULL or empty file; text with no `sep`, or a
+ * `sep` lExportFile refuses),
  * FILE_NOTFOUND, SHM_ERR_ACCES, DATA_SPC_FULL, RECD_TOO_LONG (the export's
  * records are longer than t's: nothing pushed), FIELD_NOT_DEF (text into a
  * queue without field list), FLD_NOT_EXIST (a line with another number of

@@ -38,6 +38,25 @@ pub enum ExportFormat {
     Text(String),
 }
 
+/// Checks a text separator: not empty, and made of no byte a field's text
+/// can hold unescaped (letters, digits, `+`, `-`, `.`, a backslash, line
+/// ends), so that every line splits back into its fields.
+fn check_sep(sep: &str) -> Result<()> {
+    if sep.is_empty() {
+        return Err(Error::new(CONDIT_IS_NIL, "an empty separator"));
+    }
+    if let Some(c) = sep.bytes().find(|c| c.is_ascii_alphanumeric() || b"+-.\\\n\r".contains(c)) {
+        return Err(Error::new(
+            CONDIT_IS_NIL,
+            format!(
+                "separator {sep:?}: {:?} can be part of a field's text (use punctuation such as | , ; or a tab)",
+                char::from(c)
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn io_error(what: &str, e: &std::io::Error) -> Error {
     Error::new(SVR_EXCEPTION, format!("{what}: {e}"))
 }
@@ -89,7 +108,8 @@ impl Queue {
     /// queue with leases, records leased or waiting to be delivered again
     /// are not in the ring and not exported. Returns the records written.
     /// Errors: `FIELD_NOT_DEF` (text for a queue without fields),
-    /// `CONDIT_IS_NIL` (empty separator), `IDX_DATA_MISM` (a field of a
+    /// `CONDIT_IS_NIL` (a separator empty, or with a letter, digit, `+`,
+    /// `-`, `.`, backslash or line end, which a field's text can hold), `IDX_DATA_MISM` (a field of a
     /// length text cannot show), `MQUE_WAIT_ERR`, `SVR_EXCEPTION` (writing
     /// failed), `SHM_ERR_INVAL` (corrupted queue).
     pub fn export(&self, w: &mut impl Write, format: &ExportFormat) -> Result<u64> {
@@ -103,9 +123,7 @@ impl Queue {
                         format!("queue {} has no field list: export it in binary form", self.id()),
                     ));
                 }
-                if sep.is_empty() {
-                    return Err(Error::new(CONDIT_IS_NIL, "an empty separator"));
-                }
+                check_sep(sep)?;
                 for f in fields {
                     text_width(f)?;
                 }
@@ -216,7 +234,10 @@ impl Queue {
             ));
         }
         let nfields = read_u32(r)?;
-        for _ in 0..nfields.min(crate::schema::MAX_FIELDS as u32 + 1) {
+        if nfields as usize > crate::schema::MAX_FIELDS {
+            return Err(bad_file(format!("{nfields} fields in its header")));
+        }
+        for _ in 0..nfields {
             let mut len = [0u8; 1];
             read_exact(r, &mut len)?;
             let mut name = vec![0u8; usize::from(len[0]) + 12];
@@ -249,9 +270,7 @@ impl Queue {
                 format!("queue {} has no field list: only a binary export can be imported into it", self.id()),
             ));
         }
-        if sep.is_empty() {
-            return Err(Error::new(CONDIT_IS_NIL, "an empty separator"));
-        }
+        check_sep(sep)?;
         let mut line = Vec::new();
         let mut rec = vec![0u8; self.record_size()];
         let mut number = 0u64;
@@ -488,6 +507,12 @@ mod tests {
         assert_eq!(parse_line(b"a|1|2|99999999999|4", &fields(), b"|", &mut back).unwrap_err().code(), IDX_DATA_MISM);
         assert_eq!(parse_line(b"123456789|1|2|3|4", &fields(), b"|", &mut back).unwrap_err().code(), IDX_DATA_MISM);
         assert_eq!(split(b"a::b::", b"::"), vec![&b"a"[..], b"b", b""]);
+        for good in ["|", ",", "::", "\t", ";"] {
+            assert!(check_sep(good).is_ok(), "{good:?}");
+        }
+        for bad in ["", "x", "1", "-", ".", "\\", "\n", "a|"] {
+            assert_eq!(check_sep(bad).unwrap_err().code(), CONDIT_IS_NIL, "{bad:?}");
+        }
     }
 }
 

@@ -69,8 +69,9 @@ pub(crate) enum SnapshotError {
 impl Ring<MapStorage> {
     /// Copies every record present in the ring at one instant, oldest
     /// first, handing each to `visit`, without taking any: the records of
-    /// positions `head..tail` read together (head read before and after
-    /// tail, unchanged). Producers and consumers may go on meanwhile: a
+    /// positions `head..tail` read together (the head read before and after
+    /// the tail, until it did not move meanwhile; after 10,000 tries under
+    /// a storm of pops, the last reading). Producers and consumers may go on meanwhile: a
     /// record still being written is waited for (an empty one left by a
     /// dead producer is skipped), and a record consumed after the instant is
     /// still copied, from its slot, as long as no producer of the next lap
