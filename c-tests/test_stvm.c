@@ -419,6 +419,12 @@ static void export_import_errors(void)
     CHECK_FAIL_NOH(lImportFile(79, file, (char *)"|"), FIELD_NOT_DEF);
     /* Bad text into a queue with fields: the line is named, nothing pushed. */
     make_all_kinds();
+    /* A separator a field's text can hold is refused. */
+    char other[1024];
+    path_in_dir(other, sizeof(other), "sep.txt");
+    CHECK_FAIL_NOH(lExportFile(QUEUE_ALL_KINDS, other, (char *)"x"), CONDIT_IS_NIL);
+    CHECK_FAIL_NOH(lExportFile(QUEUE_ALL_KINDS, other, (char *)"-"), CONDIT_IS_NIL);
+    CHECK_FAIL_NOH(lImportFile(QUEUE_ALL_KINDS, file, (char *)"1"), CONDIT_IS_NIL);
     CHECK_FAIL_NOH(lImportFile(QUEUE_ALL_KINDS, file, (char *)"|"), FLD_NOT_EXIST);
     f = fopen(file, "w");
     REQUIRE(f != NULL);
