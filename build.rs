@@ -52,6 +52,13 @@ fn main() {
     for (code, (name, message)) in CODES.iter().enumerate() {
         writeln!(defines, "#define {name:<14} {code:>3}  /* {message} */").unwrap();
     }
+    let version = env::var("CARGO_PKG_VERSION").expect("cargo sets CARGO_PKG_VERSION");
+    writeln!(
+        defines,
+        "\n/* The version of tvmq's libtvm that this header comes with (STVM's TVM_VERSION names its own). */"
+    )
+    .unwrap();
+    writeln!(defines, "#define TVM_VERSION \"{version}\"").unwrap();
     let macros = fs::read_to_string(root.join("src/ffi/tvm_macros.h")).expect("read src/ffi/tvm_macros.h");
 
     let mut config = cbindgen::Config::from_file(root.join("cbindgen.toml")).expect("read cbindgen.toml");

@@ -14,7 +14,9 @@
 #    processes (test_mt.c), no futex wake when nobody sleeps (test_wake.c),
 #    acknowledged consumption: every lease call and code (test_lease.c),
 #    NULL and garbage arguments to every function and queue files corrupted
-#    while attached (test_hostile.c).
+#    while attached (test_hostile.c), STVM's other queue calls and
+#    lCreateQueueEx for every kind of queue (test_stvm.c), an export and
+#    import of 1 M records while a producer and a consumer run (test_export.c).
 # 4. network: the lTvm* calls (test_net.c), the seeds' network twins
 #    (net_push.c, net_pop.c) and a Redis Cluster (net_cluster.sh), against a
 #    redis-server started here ($REDIS_SERVER, $REDIS_CLI: found on PATH)
@@ -146,6 +148,14 @@ t_header_seed_style() {
     compile_and_run hdr_seedstyle_cxx17 g++ -std=c++17 -Wall -Werror -x c++ -- c-tests/header/hdr_seedstyle.c
 }
 
+# STVM's own declarations of its other queue calls, and its constants,
+# agree with tvm.h's (no conflicting types, no warning).
+t_header_stvm_decl() {
+    compile_and_run hdr_stvm_decl_gnu17 gcc -std=gnu17 -Wall -Wextra -Werror -- c-tests/header/hdr_stvm_decl.c &&
+    compile_and_run hdr_stvm_decl_c99 gcc -std=c99 -Wall -Wextra -Werror -- c-tests/header/hdr_stvm_decl.c &&
+    compile_and_run hdr_stvm_decl_cxx17 g++ -std=c++17 -Wall -Werror -x c++ -- c-tests/header/hdr_stvm_decl.c
+}
+
 # The program links against libtvm.a alone (no libtvm.so at run time).
 t_static_link() {
     local out=$OUT/hdr_api_static msgs
@@ -249,6 +259,7 @@ run_test header_c99_wall_werror t_header_c99
 run_test header_cxx17_wall_werror t_header_cxx17
 run_test header_tmain t_header_tmain
 run_test header_seed_style_uint64_decl t_header_seed_style
+run_test header_stvm_declarations t_header_stvm_decl
 run_test header_static_link t_static_link
 run_test seeds_compile_wall_werror t_seeds_compile
 
@@ -262,7 +273,7 @@ run_test seed_concurrent_2_push_2_pop t_seed_concurrent 5 400000 pop_bench:2:400
 run_test seed_concurrent_2x2_processes t_seed_concurrent 3 200000 \
     pop_bench:1:100000 push_bench:1:100000 pop_bench:1:100000 push_bench:1:100000
 
-for prog in test_api test_mt test_wake test_hostile test_lease; do
+for prog in test_api test_mt test_wake test_hostile test_lease test_stvm test_export; do
     echo "== $prog"
     if ! build_prog "$prog" >"$LOGDIR/build-$prog.log" 2>&1; then
         echo "FAIL  build_$prog"
@@ -281,7 +292,8 @@ done
 #    stopped, whatever happens: its pid is in $PIDFILE) and against tvmq
 #    serve: the seeds' network twins (net_push.c, net_pop.c: every record
 #    exactly once, per-producer order) and every call and error code
-#    (test_net.c, with fake servers of its own).
+#    (test_net.c, with fake servers of its own), and lTvmCount,
+#    lTvmTruncate, lTvmDropTable, lTvmResetLock on both (net_admin.c).
 # ---------------------------------------------------------------------------
 NET_ROWS=${NET_ROWS:-20000}          # records of a synchronous twin run
 NET_ASYNC_ROWS=${NET_ASYNC_ROWS:-100000}
@@ -328,6 +340,10 @@ run_net_twins() {
     run_test "net_${label}_shared_connection_10_threads" t_net_twin "$port" 127.0.0.1 shared shared 10 "$NET_ROWS"
     run_test "net_${label}_unix_socket_nowait_2_threads" t_net_twin "$port" "$sock" sync nowait 2 "$NET_ROWS"
 }
+
+# t_net_admin PORT redis|tvmq: lTvmCount, lTvmTruncate, lTvmDropTable,
+# lTvmResetLock against the server on PORT (net_admin.c).
+t_net_admin() { run_bounded "$OUT/net_admin" 127.0.0.1 "$1" "$2"; }
 
 # A port P for a cluster node: P and its cluster bus port P + 10000 both free.
 cluster_port() {
@@ -477,7 +493,7 @@ else
         FAILED=$((FAILED + 1))
         FAILED_NAMES+=(network_redis_start)
     else
-        for prog in net_push net_pop test_net; do
+        for prog in net_push net_pop test_net net_admin; do
             if ! build_prog "$prog" >"$LOGDIR/build-$prog.log" 2>&1; then
                 echo "FAIL  build_$prog"
                 sed -e 's/^/      | /' "$LOGDIR/build-$prog.log" | head -n 40
@@ -500,6 +516,9 @@ else
             for t in $("$OUT/test_net" --list); do
                 run_test "test_net.$t" t_api test_net "$t"
             done
+        fi
+        if [ -x "$OUT/net_admin" ]; then
+            run_test net_redis_count_truncate_drop_reset t_net_admin "$REDIS_PORT" redis
         fi
     fi
     kill -KILL "$REDIS_PID" 2>/dev/null
@@ -525,6 +544,9 @@ elif [ -x "$OUT/net_push" ] && [ -x "$OUT/net_pop" ]; then
         FAILED_NAMES+=(network_tvmq_serve_start)
     else
         run_net_twins tvmq "$TVMQ_PORT" "$TVMQ_SOCK"
+        if [ -x "$OUT/net_admin" ]; then
+            run_test net_tvmq_count_truncate_drop_reset t_net_admin "$TVMQ_PORT" tvmq
+        fi
     fi
     kill -TERM "$TVMQ_PID" 2>/dev/null
     wait "$TVMQ_PID" 2>/dev/null

@@ -135,6 +135,9 @@
 #define LEASE_LIMIT    106  /* too many leases in flight on the queue (its maximum of leases is reached) */
 #define LEASE_INVALID  107  /* not a lease of this queue: a token of another queue, or a garbage token */
 
+/* The version of tvmq's libtvm that this header comes with (STVM's TVM_VERSION names its own). */
+#define TVM_VERSION "0.1.0"
+
 /* ---- Binding a record to a handle ------------------------------------- */
 
 /* Bind struct variable v to handle p for queue t: size = sizeof(v), v zeroed. */
@@ -195,10 +198,13 @@
  *
  * QUEUE and FIELD return RC_FAIL from that function on an error (the code is
  * in lGetTErrno()); FINISH returns RC_SUCC. A ';' after them is allowed.
+ * As in STVM, QUEUE names the queue after its first argument as written:
+ * QUEUE(QUEUE_USER_INFO, "", dbUser) names it "QUEUE_USER_INFO", QUEUE(21,
+ * "", dbUser) names it "21" (tvmq list, name lookups, the server's keys).
  */
 #define QUEUE(t, part, s)                                                     \
     {                                                                         \
-        if (RC_SUCC != lTvmDefQueue((TABLE)(t), (part), #s, sizeof(s)))       \
+        if (RC_SUCC != lTvmDefQueue((TABLE)(t), (part), #t, sizeof(s)))       \
             return RC_FAIL;                                                   \
     }
 #define DEFINE(t, part, s) QUEUE(t, part, s)
@@ -227,6 +233,27 @@
 #define RC_NOTFOUND 24
 
 /**
+ * STVM's "matches" return value (of its table calls; no queue call returns it).
+ */
+#define RC_MATCH 2
+
+/**
+ * STVM's "does not match" return value (of its table calls; no queue call returns it).
+ */
+#define RC_MISMA 1
+
+/**
+ * STVM's "go on" return value (of its table calls; no queue call returns it).
+ */
+#define RC_CONTU -5
+
+/**
+ * STVM's "connection closed" return value (of its server; no call of
+ * tvmq returns it: a closed connection gives RC_FAIL with SOCK_IO_RESET).
+ */
+#define RC_CLOSE -9
+
+/**
  * FIELD kind: characters.
  */
 #define FIELD_CHAR 1
@@ -242,9 +269,131 @@
 #define FIELD_DOUB 4
 
 /**
+ * lCreateQueueEx: the queue is not durable (the default).
+ */
+#define TVM_DURABLE_NONE 0
+
+/**
+ * lCreateQueueEx: a durable queue whose pushes and pops return once on
+ * stable storage (`tvmq create --durable always`).
+ */
+#define TVM_DURABLE_ALWAYS 1
+
+/**
+ * lCreateQueueEx: a durable queue synced within `durable_interval_ms`
+ * (`tvmq create --durable interval=MS`).
+ */
+#define TVM_DURABLE_INTERVAL 2
+
+/**
+ * Return type of a record-layout function passed to lTableQueue.
+ */
+typedef long CREATE;
+
+/**
  * Queue identifier (STVM programs use small numbers such as 21).
  */
 typedef unsigned int TABLE;
+
+/**
+ * A record-layout function: `CREATE f(TABLE t)`, written with QUEUE/FIELD/FINISH.
+ */
+typedef CREATE (*TCREATE)(TABLE);
+
+/**
+ * Everything `tvmq create` offers, for lCreateQueueEx. Fill it with
+ * lInitQueueOptions(&o, sizeof(o)) (the defaults of `tvmq create`), then
+ * set what you need. Later versions of tvmq only add members at the end:
+ * a program built against this tvm.h keeps working with them.
+ */
+typedef struct TvmQueueOptions {
+  /**
+   * sizeof(TvmQueueOptions) as the program was compiled (set by
+   * lInitQueueOptions): how many bytes of the struct the library reads.
+   */
+  size_t size;
+  /**
+   * Exact capacity in records (`--rows`), at least 1.
+   */
+  size_t rows;
+  /**
+   * Largest record in bytes (`--size`), at least 1; 0 with `def`: the
+   * size of the struct that `def`'s QUEUE names.
+   */
+  size_t record_size;
+  /**
+   * The queue's name (`--name`, at most 63 bytes kept); NULL: from
+   * `def`'s QUEUE (its first argument as written), else none.
+   */
+  const char *name;
+  /**
+   * Partition text (`--part`, at most 31 bytes kept); NULL: from `def`,
+   * else none.
+   */
+  const char *part;
+  /**
+   * The record layout: a function written with QUEUE, FIELD and FINISH,
+   * as lTableQueue takes (NULL: no field list).
+   */
+  TCREATE def;
+  /**
+   * Permission bits of the file (`--mode`), default 0600; only the bits
+   * of 0777.
+   */
+  unsigned int mode;
+  /**
+   * TVM_DURABLE_NONE (default), TVM_DURABLE_ALWAYS or
+   * TVM_DURABLE_INTERVAL (`--durable`).
+   */
+  unsigned int durable;
+  /**
+   * With TVM_DURABLE_INTERVAL: the interval in milliseconds, 1 to 3600000.
+   */
+  unsigned int durable_interval_ms;
+  /**
+   * True: pops spin `spin_us` microseconds on an empty queue before they
+   * sleep (-1: never sleep) (`--spin-us`); false (default): the
+   * library's few microseconds.
+   */
+  bool has_spin;
+  /**
+   * See `has_spin`: -1, or 0 and more.
+   */
+  long spin_us;
+  /**
+   * How long a stalled slot whose holder cannot be identified is waited
+   * for before it is recovered (`--unblock-timeout-ms`), default 10000.
+   */
+  unsigned long long unblock_timeout_ms;
+  /**
+   * True: the queue has leases (lPopLease and the other lease calls) with
+   * the four settings below (`--lease-ms` and friends); false (default):
+   * a plain queue, the four are ignored.
+   */
+  bool leases;
+  /**
+   * Leases: default lease time in milliseconds (1 to a year; default 30000).
+   */
+  unsigned long long lease_ms;
+  /**
+   * Leases: deliveries without an ack after which a record goes to the
+   * dead-letter queue (0, the default: no limit; at most 65535).
+   */
+  unsigned int max_deliveries;
+  /**
+   * Leases: true when `dead_letter` names the dead-letter queue (default
+   * false: rejected records are dropped, counted).
+   */
+  bool has_dead_letter;
+  /**
+   * Leases: the dead-letter queue's id (not the queue itself).
+   */
+  TABLE dead_letter;
+  /**
+   * Leases: most leases in flight (1 to 1048576; default 1024).
+   */
+  unsigned long long max_leases;
+} TvmQueueOptions;
 
 /**
  * Unsigned enumeration value (error codes, wait flags).
@@ -309,16 +458,6 @@ typedef struct TvmLease {
 } TvmLease;
 
 /**
- * Return type of a record-layout function passed to lTableQueue.
- */
-typedef long CREATE;
-
-/**
- * A record-layout function: `CREATE f(TABLE t)`, written with QUEUE/FIELD/FINISH.
- */
-typedef CREATE (*TCREATE)(TABLE);
-
-/**
  * lPop/lTvmPop: block until a record arrives.
  */
 #define QUE_NORMAL 0
@@ -367,6 +506,35 @@ size_t lGetEffect(void);
  * Returns the current time in milliseconds since the Unix epoch.
  */
 unsigned long long get_tick_time(void);
+
+/**
+ * Fills `*opt` with the defaults of `tvmq create` (no rows, no record
+ * size: set them) and sets opt->size = `size`, which must be
+ * sizeof(TvmQueueOptions) as the program sees it. Thread-safe.
+ * Errors (RC_FAIL, lGetTErrno()): CONDIT_IS_NIL (NULL opt, or `size`
+ * smaller than the first version of the struct: nothing written).
+ */
+long lInitQueueOptions(struct TvmQueueOptions *opt, size_t size);
+
+/**
+ * Creates queue t as `*opt` says: any kind of queue `tvmq create` makes
+ * (durable, with leases, with a wait strategy, mode, unblock timeout,
+ * name, partition, field list), with the same checks (the library's, which
+ * `tvmq create` uses too). The file is created atomically in $TVMDBD.
+ * opt->size must be set (lInitQueueOptions sets it): the library reads
+ * that many bytes; members of a later tvm.h that this library does not
+ * know must be zero (NOT_SUPPT_OPT otherwise). Thread-safe (one handle per
+ * thread); `def` runs on the calling thread.
+ * Errors: CONDIT_IS_NIL (NULL handle or opt, size too small, rows 0,
+ * record_size 0 without def, values out of range: mode, spin, interval,
+ * lease time, max leases, max deliveries), NOT_SUPPT_OPT (an unknown
+ * durable value or later member; a durable queue with leases; a queue as
+ * its own dead-letter queue), TBL_ARD_EXIST, MQUE_CRTE_BIG (too big),
+ * NOT_DURABLE (a durable queue in a directory on tmpfs: set $TVMDBD to a
+ * disk), SHM_ERR_ACCES, and those of lTableQueue's `def` (TABLE_NOT_DEF,
+ * FTYPE_NOT_DEF, FLD_DEF_SPILL).
+ */
+long lCreateQueueEx(struct SATvm *p, TABLE t, const struct TvmQueueOptions *opt);
 
 /**
  * Makes everything pushed and popped on queue t so far (by every thread of
@@ -532,10 +700,12 @@ long lCircleQueue(struct SATvm *p, TABLE t, size_t rows, size_t size, char *name
 long lTableQueue(struct SATvm *p, TABLE t, size_t rows, TCREATE def);
 
 /**
- * Used by the QUEUE macro: declares the record struct of the queue being
- * created by lTableQueue. Not for direct use.
+ * Used by the QUEUE macro: declares the queue being created by
+ * lTableQueue: its name (QUEUE passes its first argument as written, as
+ * STVM names queues), its partition text and its record size. Not for
+ * direct use.
  */
-long lTvmDefQueue(TABLE t, const char *part, const char *type_name, size_t size);
+long lTvmDefQueue(TABLE t, const char *part, const char *name, size_t size);
 
 /**
  * Used by the FIELD macro: adds one field to the queue being created by
@@ -777,6 +947,199 @@ long lAsyPush(struct SATvm *p);
  * Errors: CONDIT_IS_NIL, SERV_NOT_CONN, and those of lTvmPush.
  */
 long lAsyWait(struct SATvm *p);
+
+/**
+ * As lDropTable, on the server: drops queue t (DEL). On tvmq serve the
+ * queue's file goes (clients blocked on it get SHM_ERR_EIDRM; with
+ * --auto-create a later push makes a new one); on Redis the list goes (a
+ * later push makes a new one, as Redis does for any list). A queue that
+ * does not exist is no error (a Redis list that was emptied does not
+ * exist either): RC_SUCC with m_lEffect = 0; 1 when it existed.
+ * Errors: CONDIT_IS_NIL, SERV_NOT_CONN, and the SOCK_* codes of lTvmPush.
+ */
+long lTvmDropTable(struct SATvm *p, TABLE t);
+
+/**
+ * As lResetLock, on tvmq serve: its repair of queue t (TVMQ.REPAIR, as
+ * `tvmq repair`), m_lEffect = the records recovered. A redis-server has no
+ * lock to reset: RMT_NOT_SUPPT, nothing sent.
+ * Errors: CONDIT_IS_NIL, SERV_NOT_CONN, RMT_NOT_SUPPT, TBL_NOT_FOUND, and
+ * the SOCK_* codes of lTvmPush.
+ */
+long lTvmResetLock(struct SATvm *p, TABLE t);
+
+/**
+ * As lCount, on the server: sets `*n` (and m_lEffect) to how many records
+ * queue p->tblName holds (LLEN; 0 for a Redis list that does not exist).
+ * Errors: CONDIT_IS_NIL (NULL handle or n), SERV_NOT_CONN, TBL_NOT_FOUND
+ * (tvmq serve), and the SOCK_* codes of lTvmPush.
+ */
+long lTvmCount(struct SATvm *p, size_t *n);
+
+/**
+ * As lTruncate, on the server: removes the records queue t holds (LLEN,
+ * then LTRIM of that many from the head: records pushed meanwhile stay;
+ * the queue itself stays). m_lEffect = the records counted.
+ * Errors: CONDIT_IS_NIL, SERV_NOT_CONN, TBL_NOT_FOUND (tvmq serve), and the
+ * SOCK_* codes of lTvmPush.
+ */
+long lTvmTruncate(struct SATvm *p, TABLE t);
+
+/**
+ * Attaches queue t for handle p (as lAttchTable), for a handle made with
+ * pCloneSATvm: in tvmq attachments belong to the process, so a clone
+ * already reaches every attached queue and this only makes sure t is
+ * attached. Errors (in m_lErrno / lGetTErrno, no return value): those of
+ * lAttchTable. NULL p: nothing, lGetTErrno() = CONDIT_IS_NIL.
+ */
+void vCloneQueue(struct SATvm *p, TABLE t);
+
+/**
+ * Returns the process-wide handle (pGetSATvm()) with queue t attached and
+ * bound to it (tblName = t); NULL when t cannot be attached (lGetTErrno()
+ * says why: TBL_NOT_FOUND and the other codes of lAttchTable). As in STVM,
+ * the handle is the process's: give each thread its own with pCloneSATvm().
+ */
+void *pInitSATvm(TABLE t);
+
+/**
+ * Initialises a handle the caller allocated (say, `SATvm h;` on the
+ * stack): every member, the private ones included, set to zero. Call it
+ * before any other call on such a handle, and never on a handle in use: a
+ * connection it holds would be forgotten (vTvmDisconnect it first), and a
+ * handle of pCloneSATvm() must still be freed with vCloneFree(). NULL: nothing.
+ */
+void vInitSATvm(struct SATvm *p);
+
+/**
+ * tvmq's repair of queue t (STVM resets the table's lock; a tvmq queue has
+ * no lock): recovers what dead processes left that nobody waits on, as
+ * `tvmq repair` does: sleepers of dead processes taken off the waiter
+ * count, records taken by a dead consumer and not released delivered again,
+ * claims of a dead producer skipped. Safe while other processes work: only
+ * holders proven dead (or of unknown identity when no other process is
+ * attached) are recovered. m_lEffect = the records recovered (pushes and
+ * pops). Thread-safe (one handle per thread).
+ * Errors: CONDIT_IS_NIL (NULL handle), and those of lAttchTable.
+ */
+long lResetLock(struct SATvm *p, TABLE t);
+
+/**
+ * Returns queue t's capacity in records (exactly the `rows` it was created
+ * with), attaching it on first use; 0 when it cannot be attached
+ * (lGetTErrno() says why: TBL_NOT_FOUND and the codes of lAttchTable).
+ * Thread-safe.
+ */
+size_t lGetTblRow(TABLE t);
+
+/**
+ * Returns how many records queue t holds now (a snapshot: others push and
+ * pop meanwhile), attaching it on first use; 0 when it cannot be attached
+ * (lGetTErrno() then says why; it is 0 after a success). Thread-safe.
+ */
+size_t lGetTblValid(TABLE t);
+
+/**
+ * Returns queue t's record size in bytes, attaching it on first use;
+ * RC_FAIL when it cannot be attached (lGetTErrno() says why). Thread-safe.
+ */
+long lGetRowSize(TABLE t);
+
+/**
+ * Returns true when queue t exists and can be attached (it is then
+ * attached to the process); false otherwise, with lGetTErrno() saying why
+ * (TBL_NOT_FOUND: no such queue; SHM_ERR_ACCES, SHM_ERR_INVAL,
+ * VER_NOT_MATCH: a file that cannot be used). Thread-safe.
+ */
+bool bTableIsExist(TABLE t);
+
+/**
+ * Detaches queue t from the process at once, as vTblDisconnect: in tvmq a
+ * detach is always safe (threads in the middle of a call on t finish it on
+ * their own reference; the next call attaches t again), so the force of
+ * STVM's call changes nothing. NULL p: nothing, lGetTErrno() = CONDIT_IS_NIL.
+ */
+void vForceDisconnect(struct SATvm *p, TABLE t);
+
+/**
+ * Sets `*n` (and m_lEffect) to how many records queue p->tblName holds
+ * now (a snapshot), attaching it on first use. Thread-safe (one handle per
+ * thread).
+ * Errors: CONDIT_IS_NIL (NULL handle or n), and those of lAttchTable.
+ */
+long lCount(struct SATvm *p, size_t *n);
+
+/**
+ * Empties queue t: removes the records it holds when the call starts, by
+ * taking them as a consumer would (each record goes exactly once: to a
+ * consumer running meanwhile, or to nowhere). Processes attached to t are
+ * not disturbed: their pushes and pops go on, nobody is woken, nobody gets
+ * an error (STVM's lTruncate locks the table instead). On a queue with
+ * leases, records waiting to be delivered again go too; records leased by
+ * consumers stay theirs (ack, release, reject work as before). On a
+ * durable queue the removals are as durable as pops. m_lEffect = how many
+ * records it removed. Thread-safe (one handle per thread).
+ * Errors: CONDIT_IS_NIL (NULL handle), those of lAttchTable, and those of
+ * lPop other than NO_DATA_FOUND (SHM_ERR_EIDRM: dropped meanwhile).
+ */
+long lTruncate(struct SATvm *p, TABLE t);
+
+/**
+ * Writes a copy of the records queue t holds at one instant into `file`
+ * (created, or emptied, mode 0600; a symbolic link is refused), oldest
+ * first, taking none: producers and consumers may go on meanwhile.
+ * With a queue that has a field list (lTableQueue) and a non-empty `sep`,
+ * STVM's form: one text line per record, its fields separated by `sep`
+ * (FIELD_CHAR as text up to its first NUL, a backslash, control byte or
+ * byte of `sep` in it written \xHH; FIELD_LONG and FIELD_DOUB as decimal
+ * numbers). Otherwise (no field list, or `sep` NULL or ""), the binary
+ * form: a header naming the queue's geometry, then each record byte for
+ * byte (README, "Export and import", gives both formats). Memory: a 64 KB
+ * buffer, whatever the queue's size. The copy is that of one instant even
+ * while consumers take records, unless producers write a whole lap of the
+ * ring over records not yet copied (consumers ahead of the export on a
+ * nearly full queue): then MQUE_WAIT_ERR, and the file is incomplete.
+ * Records of a queue with leases that are leased, or waiting to be
+ * delivered again, are not exported. lGetEffect() = the records written.
+ * Thread-safe. Returns RC_SUCC or RC_FAIL (lGetTErrno() says why).
+ * Errors: CONDIT_IS_NIL (NULL or empty file; a `sep` with a letter, digit,
+ * '+', '-', '.', backslash or line end, which a field's text can hold),
+ * the codes of lAttchTable, FILE_NOTFOUND / SHM_ERR_ACCES (the file cannot be created), MQUE_WAIT_ERR,
+ * IDX_DATA_MISM (a field text cannot show: a FIELD_LONG not of 1, 2, 4 or
+ * 8 bytes, a FIELD_DOUB not of 4 or 8), SVR_EXCEPTION (writing failed).
+ */
+long lExportFile(TABLE t, char *file, char *sep);
+
+/**
+ * Pushes the records of an export (lExportFile, lDumpTable, `tvmq
+ * export`) from `file` into queue t, after those it holds: a binary export
+ * (recognised by its header) whatever `sep`, otherwise text lines whose
+ * fields are separated by `sep` (t must have a field list). Records are
+ * pushed as lPush does, so consumers may take them at once. It stops at the
+ * first record that does not go in: when t fills, RC_FAIL with
+ * DATA_SPC_FULL and lGetEffect() = the records pushed before (they stay).
+ * lGetEffect() = the records pushed. Thread-safe. Returns RC_SUCC or
+ * RC_FAIL (lGetTErrno() says why).
+ * Errors: CONDIT_IS_NIL (NULL or empty file; text with no `sep`, or a
+ * `sep` lExportFile refuses),
+ * FILE_NOTFOUND, SHM_ERR_ACCES, DATA_SPC_FULL, RECD_TOO_LONG (the export's
+ * records are longer than t's: nothing pushed), FIELD_NOT_DEF (text into a
+ * queue without field list), FLD_NOT_EXIST (a line with another number of
+ * fields), IDX_DATA_MISM (a field's text does not fit it), VER_NOT_MATCH /
+ * SHM_ERR_INVAL (not an export this version reads, or cut short: the
+ * records before the damage are pushed), and those of lPush.
+ */
+long lImportFile(TABLE t, char *file, char *sep);
+
+/**
+ * Writes the binary export of queue t (see lExportFile) into the file
+ * `<queue directory>/<t>.sdb` ($TVMDBD/21.sdb for queue 21), a copy of its
+ * records at one instant, taking none; `tvmq import 21 $TVMDBD/21.sdb` or
+ * lImportFile loads it back. m_lEffect = the records written. Thread-safe
+ * (one handle per thread).
+ * Errors: CONDIT_IS_NIL (NULL handle), and those of lExportFile.
+ */
+long lDumpTable(struct SATvm *p, TABLE t);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -105,7 +105,7 @@ pub use durable::{DurableStats, RecoveryStats};
 #[cfg(not(loom))]
 pub use file::{queue_dir, queue_ids, queue_path, slot_stride};
 #[cfg(not(loom))]
-pub use queue::{Lease, LeaseState, LeaseStats, LeasedRecord};
+pub use queue::{ExportFormat, Lease, LeaseState, LeaseStats, LeasedRecord};
 #[cfg(not(loom))]
 pub use queue::{Process, Queue, QueueInfo, Repair, Stats, Strategy, Wait};
 #[cfg(not(loom))]

@@ -10,6 +10,7 @@ mod create;
 mod def;
 mod inspect;
 mod leases;
+mod transfer;
 
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use std::path::{Path, PathBuf};
@@ -86,6 +87,11 @@ enum Command {
         /// Queue id
         id: u32,
     },
+    /// Write a copy of a queue's records, at one instant, to a file (text
+    /// lines or binary), consuming none
+    Export(transfer::ExportArgs),
+    /// Append the records of an export (text or binary) to a queue
+    Import(transfer::ImportArgs),
     /// Measure tvmq against crossbeam, the bare ring (and, given by `make
     /// bench`, the seed programs, the C driver and Boost.Interprocess)
     #[command(
@@ -249,6 +255,8 @@ fn main() -> ExitCode {
         | Command::Peek { .. }
         | Command::Sync { .. }
         | Command::Repair { .. }
+        | Command::Export(_)
+        | Command::Import(_)
         | Command::Serve(_) => Some(false),
         Command::Bench(_) | Command::Completions { .. } | Command::Man { .. } => None,
     };
@@ -265,6 +273,8 @@ fn main() -> ExitCode {
         Command::Bench(args) => tvmq_bench::run(&args),
         Command::Repair { id } => inspect::repair(&dir, id),
         Command::Sync { id } => inspect::sync(&dir, id),
+        Command::Export(args) => transfer::export(&dir, &args),
+        Command::Import(args) => transfer::import(&dir, &args),
         Command::Serve(args) => tvmq_server::run(&dir, &args),
         Command::Completions { shell } => {
             let shell = match shell {

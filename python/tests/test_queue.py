@@ -183,6 +183,43 @@ def test_structures_and_their_fields():
         ]
 
 
+def test_creation_options_of_tvmq_create():
+    q = tvmq.Queue.create(26, rows=4, record_size=16, part="p", mode=0o640, spin_us=100, unblock_timeout_ms=500)
+    assert (q.capacity, q.record_size) == (4, 16)
+    assert os.stat(os.path.join(os.environ["TVMDBD"], "queue-26.tvmq")).st_mode & 0o777 == 0o640
+    tvmq.Queue.create(27, rows=4, record_size=16, lease_ms=1000, max_deliveries=3)
+    tvmq_bin = os.environ.get("TVMQ_BIN")
+    if tvmq_bin:
+        out = subprocess.run([tvmq_bin, "stat", "27"], check=True, capture_output=True, text=True).stdout
+        assert "leases           1000 ms by default" in out
+        out = subprocess.run([tvmq_bin, "stat", "26"], check=True, capture_output=True, text=True).stdout
+        assert "spin 100 us, then sleep" in out and "unblock timeout  500 ms" in out
+    with pytest.raises(tvmq.TvmError) as e:
+        tvmq.Queue.create(28, rows=4, record_size=16, durable="always")  # $TVMDBD is on tmpfs
+    assert e.value.name == "NOT_DURABLE"
+    with pytest.raises(tvmq.TvmError) as e:
+        tvmq.Queue.create(28, rows=4, record_size=16, lease_ms=10, dead_letter=28)
+    assert e.value.name == "NOT_SUPPT_OPT"
+    with pytest.raises(TypeError):
+        tvmq.Queue.create(28, rows=4, record_size=16, colour="red")
+
+
+def test_truncate_export_and_import(tmp_path):
+    q = tvmq.Queue.create_for(29, rows=8, struct=Order, lease_ms=5000)
+    for i in range(5):
+        q.push(Order(i, b"T|%d" % i, i / 4))
+    assert q.export(str(tmp_path / "o.txt")) == 5
+    assert (tmp_path / "o.txt").read_text().splitlines()[1] == "1|T\\x7c1|0.25"
+    assert q.export(str(tmp_path / "o.bin"), sep=None) == 5
+    assert q.truncate() == 5 and q.depth == 0
+    assert q.import_file(str(tmp_path / "o.txt")) == 5
+    assert [q.pop_struct(Order).symbol for _ in range(5)] == [b"T|%d" % i for i in range(5)]
+    small = tvmq.Queue.create(30, rows=3, record_size=32)
+    with pytest.raises(tvmq.Full) as e:
+        small.import_file(str(tmp_path / "o.bin"))
+    assert e.value.count == 3
+
+
 @pytest.mark.skipif(not EXAMPLES, reason="TVMQ_EXAMPLES_BIN (the built C examples) is not set")
 def test_c_producer_python_consumer():
     producer = subprocess.Popen([os.path.join(EXAMPLES, "orders_producer"), "5000"], stdout=subprocess.PIPE)

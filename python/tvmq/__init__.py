@@ -82,6 +82,30 @@ _H = ctypes.POINTER(_SATvm)
 _DEF = ctypes.CFUNCTYPE(ctypes.c_long, ctypes.c_uint)
 
 
+class _Options(ctypes.Structure):
+    # tvm.h's TvmQueueOptions (lInitQueueOptions fills it with the defaults).
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("rows", ctypes.c_size_t),
+        ("record_size", ctypes.c_size_t),
+        ("name", ctypes.c_char_p),
+        ("part", ctypes.c_char_p),
+        ("def_", _DEF),
+        ("mode", ctypes.c_uint),
+        ("durable", ctypes.c_uint),
+        ("durable_interval_ms", ctypes.c_uint),
+        ("has_spin", ctypes.c_bool),
+        ("spin_us", ctypes.c_long),
+        ("unblock_timeout_ms", ctypes.c_ulonglong),
+        ("leases", ctypes.c_bool),
+        ("lease_ms", ctypes.c_ulonglong),
+        ("max_deliveries", ctypes.c_uint),
+        ("has_dead_letter", ctypes.c_bool),
+        ("dead_letter", ctypes.c_uint),
+        ("max_leases", ctypes.c_ulonglong),
+    ]
+
+
 class TvmError(Exception):
     """A libtvm call failed: ``code`` is the tvm code, ``name`` its macro name."""
 
@@ -157,7 +181,7 @@ def load_library() -> ctypes.CDLL:
             errors.append(f"{path}: {e}")
     else:
         raise OSError("libtvm not found (set TVMQ_LIB to libtvm.so): " + "; ".join(errors))
-    for needed in ("sGetTErrName", "lPopWait"):
+    for needed in ("sGetTErrName", "lPopWait", "lCreateQueueEx"):
         if not hasattr(lib, needed):
             raise OSError(
                 f"the libtvm at {path} has no {needed}: it is older than this package; "
@@ -182,6 +206,12 @@ def load_library() -> ctypes.CDLL:
         "lPopup": (long_, [_H, size_t, ctypes.c_long, ctypes.POINTER(size_t), ctypes.POINTER(ctypes.c_void_p)]),
         "lQueueInfo": (long_, [_H, uint, ctypes.POINTER(size_t), ctypes.POINTER(size_t), ctypes.POINTER(size_t)]),
         "lGetTErrno": (long_, []),
+        "lGetEffect": (size_t, []),
+        "lInitQueueOptions": (long_, [ctypes.POINTER(_Options), size_t]),
+        "lCreateQueueEx": (long_, [_H, uint, ctypes.POINTER(_Options)]),
+        "lTruncate": (long_, [_H, uint]),
+        "lExportFile": (long_, [uint, ctypes.c_char_p, ctypes.c_char_p]),
+        "lImportFile": (long_, [uint, ctypes.c_char_p, ctypes.c_char_p]),
     }
     for name, (res, args) in sig.items():
         f = getattr(lib, name)
@@ -282,54 +312,112 @@ class Queue:
     # -- creation and removal ------------------------------------------------
 
     @classmethod
-    def create(cls, id: int, rows: int, record_size: int, name: Optional[str] = None) -> "Queue":
+    def create(
+        cls,
+        id: int,
+        rows: int,
+        record_size: int,
+        name: Optional[str] = None,
+        **options,
+    ) -> "Queue":
         """Creates queue ``id`` holding exactly ``rows`` records of up to
-        ``record_size`` bytes (``lCircleQueue``), and opens it. Raises
-        :class:`Exists` if it exists."""
+        ``record_size`` bytes, and opens it. Raises :class:`Exists` if it
+        exists. The keyword options are those of ``tvmq create`` (and of
+        ``lCreateQueueEx``): ``part`` (text), ``mode`` (0o600),
+        ``unblock_timeout_ms``, ``spin_us`` (-1: never sleep), ``durable``
+        (``"always"`` or ``"interval=MS"``; the queue directory must be on a
+        disk), and leases: ``lease_ms``, ``max_deliveries``, ``dead_letter``,
+        ``max_leases`` (any of them gives the queue leases)."""
+        return cls._create(id, rows, record_size, name if name is not None else str(id), None, options)
+
+    @classmethod
+    def _create(cls, id: int, rows: int, record_size: int, name: Optional[str], define, options) -> "Queue":
         lib = load_library()
+        o = _Options()
+        if lib.lInitQueueOptions(ctypes.byref(o), ctypes.sizeof(o)) != RC_SUCC:
+            raise _error(lib.lGetTErrno(), "lInitQueueOptions")
+        o.rows, o.record_size = rows, record_size
+        keep = []  # the encoded strings live as long as the call
+        if name is not None:
+            keep.append(name.encode())
+            o.name = keep[-1]
+        unknown = set(options) - {
+            "part", "mode", "unblock_timeout_ms", "spin_us", "durable",
+            "lease_ms", "max_deliveries", "dead_letter", "max_leases",
+        }
+        if unknown:
+            raise TypeError(f"unknown option(s) {sorted(unknown)}")
+        if "part" in options:
+            keep.append(str(options["part"]).encode())
+            o.part = keep[-1]
+        if "mode" in options:
+            o.mode = options["mode"]
+        if "unblock_timeout_ms" in options:
+            o.unblock_timeout_ms = options["unblock_timeout_ms"]
+        if options.get("spin_us") is not None:
+            o.has_spin, o.spin_us = True, options["spin_us"]
+        durable = options.get("durable")
+        if durable is not None:
+            if durable == "always":
+                o.durable = 1
+            elif isinstance(durable, str) and durable.startswith("interval="):
+                o.durable, o.durable_interval_ms = 2, int(durable[len("interval="):])
+            else:
+                raise ValueError(f"durable={durable!r}: use 'always' or 'interval=MS'")
+        lease_keys = ("lease_ms", "max_deliveries", "dead_letter", "max_leases")
+        if any(options.get(k) is not None for k in lease_keys):
+            o.leases = True
+            if options.get("lease_ms") is not None:
+                o.lease_ms = options["lease_ms"]
+            if options.get("max_deliveries") is not None:
+                o.max_deliveries = options["max_deliveries"]
+            if options.get("dead_letter") is not None:
+                o.has_dead_letter, o.dead_letter = True, options["dead_letter"]
+            if options.get("max_leases") is not None:
+                o.max_leases = options["max_leases"]
+        failure: List[BaseException] = []
+        if define is not None:
+            def guarded(table: int) -> int:
+                try:
+                    return define(table)
+                except BaseException as e:  # never let an exception cross into C
+                    failure.append(e)
+                    return -1
+
+            o.def_ = _DEF(guarded)
         h = ctypes.cast(lib.pCloneSATvm(), _H)
         try:
-            nm = (name if name is not None else str(id)).encode()
-            if lib.lCircleQueue(h, id, rows, record_size, nm, None) != RC_SUCC:
-                raise _error(h.contents.m_lErrno, "lCircleQueue")
+            rc = lib.lCreateQueueEx(h, id, ctypes.byref(o))
+            if failure:
+                raise failure[0]
+            if rc != RC_SUCC:
+                raise _error(h.contents.m_lErrno, "lCreateQueueEx")
         finally:
             lib.vCloneFree(h)
         return cls(id)
 
     @classmethod
-    def create_for(cls, id: int, rows: int, struct: Type[ctypes.Structure], name: Optional[str] = None) -> "Queue":
+    def create_for(
+        cls, id: int, rows: int, struct: Type[ctypes.Structure], name: Optional[str] = None, **options
+    ) -> "Queue":
         """Creates queue ``id`` for records of the ``ctypes.Structure``
-        ``struct`` (``lTableQueue``): the record size is ``sizeof(struct)``
+        ``struct`` (as ``lTableQueue``): the record size is ``sizeof(struct)``
         and its fields are stored with the queue (``tvmq peek`` decodes
-        records by them: arrays of chars as text, integers, doubles)."""
+        records by them: arrays of chars as text, integers, doubles). The
+        keyword options are those of :meth:`create`."""
         lib = load_library()
         qname = (name or struct.__name__).encode()
-        failure: List[BaseException] = []
 
         def define(table: int) -> int:
-            try:
-                if lib.lTvmDefQueue(table, b"", qname, ctypes.sizeof(struct)) != RC_SUCC:
-                    return -1
-                for fname, ctype, *_ in struct._fields_:
-                    member = getattr(struct, fname)
-                    if lib.lTvmDefField(fname.encode(), member.offset, member.size, _field_kind(ctype)) != RC_SUCC:
-                        return -1
-                return RC_SUCC
-            except BaseException as e:  # never let an exception cross into C
-                failure.append(e)
+            if lib.lTvmDefQueue(table, b"", qname, ctypes.sizeof(struct)) != RC_SUCC:
                 return -1
+            for fname, ctype, *_ in struct._fields_:
+                member = getattr(struct, fname)
+                if lib.lTvmDefField(fname.encode(), member.offset, member.size, _field_kind(ctype)) != RC_SUCC:
+                    return -1
+            return RC_SUCC
 
-        callback = _DEF(define)
-        h = ctypes.cast(lib.pCloneSATvm(), _H)
-        try:
-            rc = lib.lTableQueue(h, id, rows, callback)
-            if failure:
-                raise failure[0]
-            if rc != RC_SUCC:
-                raise _error(h.contents.m_lErrno, "lTableQueue")
-        finally:
-            lib.vCloneFree(h)
-        return cls(id)
+        return cls._create(id, rows, 0, None, define, options)
 
     @classmethod
     def open(cls, id: int) -> "Queue":
@@ -350,6 +438,35 @@ class Queue:
     def drop(self) -> None:
         """Removes this queue (see :meth:`drop_queue`)."""
         Queue.drop_queue(self.id)
+
+    def truncate(self) -> int:
+        """Removes the records queued now, by popping them (``lTruncate``):
+        attached processes go on undisturbed. Returns how many it removed."""
+        self._check(load_library().lTruncate(self._h, self.id), "lTruncate")
+        return self._h.contents.m_lEffect
+
+    def export(self, path: str, sep: Optional[str] = "|") -> int:
+        """Writes a copy of the records queued at one instant to ``path``,
+        consuming none (``lExportFile``): text lines with fields separated
+        by ``sep`` for a queue with a field list, else (or with ``sep=None``)
+        the binary form. Returns how many records it wrote."""
+        lib = load_library()
+        s = sep.encode() if sep is not None else None
+        if lib.lExportFile(self.id, str(path).encode(), s) != RC_SUCC:
+            raise _error(lib.lGetTErrno(), "lExportFile")
+        return lib.lGetEffect()
+
+    def import_file(self, path: str, sep: Optional[str] = "|") -> int:
+        """Appends the records of an export (``lImportFile``; text or binary).
+        Returns how many went in; a full queue raises :class:`Full` after
+        pushing what fitted (its ``count`` attribute says how many)."""
+        lib = load_library()
+        s = sep.encode() if sep is not None else None
+        if lib.lImportFile(self.id, str(path).encode(), s) != RC_SUCC:
+            e = _error(lib.lGetTErrno(), "lImportFile")
+            e.count = lib.lGetEffect()
+            raise e
+        return lib.lGetEffect()
 
     # -- records -------------------------------------------------------------
 

@@ -34,7 +34,7 @@ fn redis_cli_ping_push_pop_llen() {
     assert_eq!(cli(addr, &["CONFIG", "GET", "save"]), "save");
     assert_eq!(cli(addr, &["CONFIG", "GET", "appendonly"]), "appendonly\nno");
     assert!(cli(addr, &["INFO"]).contains("queue_21:name=QUEUE_USER_INFO,record_size=16,capacity=100"));
-    assert_eq!(cli(addr, &["COMMAND", "COUNT"]), "17");
+    assert_eq!(cli(addr, &["COMMAND", "COUNT"]), "20");
     server.stop();
 }
 
@@ -183,9 +183,9 @@ fn command_docs_and_info_for_redis_cli_interactive_mode() {
     let (V::Arr(docs) | V::Map(docs)) = c.cmd(&[b"COMMAND", b"DOCS"]) else {
         panic!("COMMAND DOCS is a map (flattened in RESP2)")
     };
-    assert_eq!(docs.len(), 2 * 17);
+    assert_eq!(docs.len(), 2 * 20);
     let V::Arr(all) = c.cmd(&[b"COMMAND"]) else { panic!("COMMAND is an array") };
-    assert_eq!(all.len(), 17);
+    assert_eq!(all.len(), 20);
     assert!(all.iter().all(|e| matches!(e, V::Arr(f) if f.len() == 10)));
     assert_eq!(c.cmd(&[b"CLIENT", b"SETINFO", b"lib-name", b"redis-rs"]), V::Simple("OK".into()));
     assert!(matches!(c.cmd(&[b"CLIENT", b"ID"]), V::Int(n) if n > 0));
@@ -202,5 +202,32 @@ fn command_docs_and_info_for_redis_cli_interactive_mode() {
         })
         .unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains("PONG"));
+    server.stop();
+}
+
+#[test]
+fn del_ltrim_and_repair_behind_the_network_twins() {
+    let dir = TempDir::new("server", "admin");
+    create(&dir, 21, "", 100, 8);
+    create(&dir, 22, "", 100, 8);
+    let server = start(&dir, &[]);
+    let addr = server.tcp_addr().unwrap();
+    assert_eq!(cli(addr, &["RPUSH", "21", "a", "b", "c", "d", "e"]), "5");
+    // LTRIM key N -1: the first N go, the oldest remaining comes next.
+    assert_eq!(cli(addr, &["LTRIM", "21", "2", "-1"]), "OK");
+    assert_eq!(cli(addr, &["LLEN", "21"]), "3");
+    assert_eq!(cli(addr, &["LPOP", "21"]), "c");
+    // An empty range: every record goes; the queue stays.
+    assert_eq!(cli(addr, &["LTRIM", "21", "1", "0"]), "OK");
+    assert_eq!(cli(addr, &["LLEN", "21"]), "0");
+    assert_eq!(cli(addr, &["RPUSH", "21", "f"]), "1");
+    assert!(cli(addr, &["LTRIM", "21", "0", "0"]).starts_with("NOT_SUPPT_OPT"));
+    assert_eq!(cli(addr, &["LTRIM", "missing", "1", "0"]), "OK");
+    assert_eq!(cli(addr, &["TVMQ.REPAIR", "21"]), "0");
+    // DEL drops the queues that exist.
+    assert_eq!(cli(addr, &["DEL", "21", "22", "missing"]), "2");
+    assert!(!dir.path().join("queue-21.tvmq").exists());
+    assert_eq!(cli(addr, &["DEL", "21"]), "0");
+    assert!(cli(addr, &["RPUSH", "21", "x"]).starts_with("ERR no such queue"));
     server.stop();
 }

@@ -13,6 +13,7 @@
 //! Conventions (docs/protocol.md): the key of queue `t` is its decimal id;
 //! a record is one bulk string; `RPUSH` pushes, `LPOP`/`BLPOP` pop.
 
+mod admin;
 mod conn;
 mod pipeline;
 mod router;

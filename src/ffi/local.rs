@@ -2,7 +2,7 @@
 
 use super::common::{MallocArray, counted, pop_one, popup, record, text, wait_mode};
 use super::handle::{detach, on_queue, on_table};
-use super::{CallResult, Fail, RC_SUCC, SATvm, TABLE, TCREATE, Uenum, call, call_no_handle};
+use super::{CREATE, CallResult, Fail, RC_SUCC, SATvm, TABLE, TCREATE, Uenum, call, call_no_handle};
 use crate::error::*;
 use crate::file::queue_dir;
 use crate::queue::{Queue, Wait};
@@ -58,24 +58,11 @@ thread_local! {
 pub unsafe extern "C" fn lTableQueue(p: *mut SATvm, t: TABLE, rows: usize, def: TCREATE) -> c_long {
     let body = |_: &mut SATvm| {
         let def = def.ok_or_else(|| Error::new(CONDIT_IS_NIL, "no definition function"))?;
-        DEFINING.with(|d| *d.borrow_mut() = Some(Definition { table: t, declared: None, fields: Vec::new() }));
-        // SAFETY: `def` is a C function of type CREATE(TABLE), as TCREATE says.
-        let rc = unsafe { def(t) };
-        let Some(d) = DEFINING.with(|d| d.borrow_mut().take()) else {
-            return Err(Error::new(SVR_EXCEPTION, "definition state lost").into());
-        };
-        if rc != RC_SUCC {
-            let code = super::lGetTErrno();
-            let code = if code > 0 { code as u32 } else { TABLE_NOT_DEF };
-            return Err(Error::new(code, "the definition function failed").into());
-        }
-        let Some((name, part, size)) = d.declared else {
-            return Err(Error::new(TABLE_NOT_DEF, "the definition function has no QUEUE(...)").into());
-        };
+        let (name, part, size, fields) = define_with(t, def)?;
         let mut spec = Spec::new(rows as u64, size);
         spec.name = name;
         spec.part = part;
-        spec.fields = d.fields;
+        spec.fields = fields;
         Queue::create(&queue_dir(), t, &spec)?;
         Ok(0)
     };
@@ -83,10 +70,35 @@ pub unsafe extern "C" fn lTableQueue(p: *mut SATvm, t: TABLE, rows: usize, def: 
     unsafe { call(p, body) }
 }
 
-/// Used by the QUEUE macro: declares the record struct of the queue being
-/// created by lTableQueue. Not for direct use.
+/// Runs a QUEUE/FIELD/FINISH function for queue t: the name and partition
+/// its QUEUE declares, its struct's size and its fields.
+pub(super) fn define_with(
+    t: TABLE,
+    def: unsafe extern "C" fn(TABLE) -> CREATE,
+) -> Result<(String, String, u64, Vec<Field>)> {
+    DEFINING.with(|d| *d.borrow_mut() = Some(Definition { table: t, declared: None, fields: Vec::new() }));
+    // SAFETY: `def` is a C function of type CREATE(TABLE), as TCREATE says.
+    let rc = unsafe { def(t) };
+    let Some(d) = DEFINING.with(|d| d.borrow_mut().take()) else {
+        return Err(Error::new(SVR_EXCEPTION, "definition state lost"));
+    };
+    if rc != RC_SUCC {
+        let code = super::lGetTErrno();
+        let code = if code > 0 { code as u32 } else { TABLE_NOT_DEF };
+        return Err(Error::new(code, "the definition function failed"));
+    }
+    let Some((name, part, size)) = d.declared else {
+        return Err(Error::new(TABLE_NOT_DEF, "the definition function has no QUEUE(...)"));
+    };
+    Ok((name, part, size, d.fields))
+}
+
+/// Used by the QUEUE macro: declares the queue being created by
+/// lTableQueue: its name (QUEUE passes its first argument as written, as
+/// STVM names queues), its partition text and its record size. Not for
+/// direct use.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn lTvmDefQueue(t: TABLE, part: *const c_char, type_name: *const c_char, size: usize) -> c_long {
+pub unsafe extern "C" fn lTvmDefQueue(t: TABLE, part: *const c_char, name: *const c_char, size: usize) -> c_long {
     call_no_handle(|| {
         define(|d| {
             if d.table != t {
@@ -99,8 +111,8 @@ pub unsafe extern "C" fn lTvmDefQueue(t: TABLE, part: *const c_char, type_name: 
                 return Err(Error::new(CONDIT_IS_NIL, "record struct of size 0"));
             }
             // SAFETY: the QUEUE macro passes a string literal and the caller's part string.
-            let (type_name, part) = unsafe { (text(type_name), text(part)) };
-            d.declared = Some((type_name, part, size as u64));
+            let (name, part) = unsafe { (text(name), text(part)) };
+            d.declared = Some((name, part, size as u64));
             Ok(())
         })
     })

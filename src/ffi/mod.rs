@@ -10,12 +10,17 @@
 #![allow(non_snake_case, non_camel_case_types, clippy::missing_safety_doc)]
 
 mod common;
+mod create;
 mod durable;
 mod handle;
 mod lease;
 mod local;
 mod net;
+mod stvm;
 
+pub use create::{
+    TVM_DURABLE_ALWAYS, TVM_DURABLE_INTERVAL, TVM_DURABLE_NONE, TvmQueueOptions, lCreateQueueEx, lInitQueueOptions,
+};
 pub use durable::lSyncQueue;
 pub use handle::{
     lAttchTable, lInitSATvm, pCloneSATvm, pGetSATvm, vCloneFree, vHoldConnect, vHoldRelease, vTblDisconnect,
@@ -25,7 +30,14 @@ pub use local::{
     lCircleQueue, lDropTable, lPop, lPopWait, lPopup, lPush, lPushs, lQueueInfo, lTableQueue, lTvmDefField,
     lTvmDefQueue,
 };
-pub use net::{lAsyPush, lAsyWait, lTvmConnect, lTvmPop, lTvmPopup, lTvmPush, lTvmShare, vTvmDisconnect};
+pub use net::{
+    lAsyPush, lAsyWait, lTvmConnect, lTvmCount, lTvmDropTable, lTvmPop, lTvmPopup, lTvmPush, lTvmResetLock, lTvmShare,
+    lTvmTruncate, vTvmDisconnect,
+};
+pub use stvm::{
+    bTableIsExist, lCount, lDumpTable, lExportFile, lGetRowSize, lGetTblRow, lGetTblValid, lImportFile, lResetLock,
+    lTruncate, pInitSATvm, vCloneQueue, vForceDisconnect, vInitSATvm,
+};
 
 use crate::error::{CONDIT_IS_NIL, Error, SVR_EXCEPTION};
 use std::cell::Cell;
@@ -47,6 +59,15 @@ pub const RC_SUCC: c_long = 0;
 pub const RC_FAIL: c_long = -1;
 /// STVM's "not found" return value (= NO_DATA_FOUND).
 pub const RC_NOTFOUND: c_long = 24;
+/// STVM's "matches" return value (of its table calls; no queue call returns it).
+pub const RC_MATCH: c_long = 2;
+/// STVM's "does not match" return value (of its table calls; no queue call returns it).
+pub const RC_MISMA: c_long = 1;
+/// STVM's "go on" return value (of its table calls; no queue call returns it).
+pub const RC_CONTU: c_long = -5;
+/// STVM's "connection closed" return value (of its server; no call of
+/// tvmq returns it: a closed connection gives RC_FAIL with SOCK_IO_RESET).
+pub const RC_CLOSE: c_long = -9;
 /// lPop/lTvmPop: block until a record arrives.
 pub const QUE_NORMAL: Uenum = 0;
 /// lPop/lTvmPop: return NO_DATA_FOUND at once when the queue is empty.

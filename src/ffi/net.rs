@@ -281,3 +281,61 @@ pub unsafe extern "C" fn lAsyWait(p: *mut SATvm) -> c_long {
     // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
     unsafe { call(p, body) }
 }
+
+/// As lDropTable, on the server: drops queue t (DEL). On tvmq serve the
+/// queue's file goes (clients blocked on it get SHM_ERR_EIDRM; with
+/// --auto-create a later push makes a new one); on Redis the list goes (a
+/// later push makes a new one, as Redis does for any list). A queue that
+/// does not exist is no error (a Redis list that was emptied does not
+/// exist either): RC_SUCC with m_lEffect = 0; 1 when it existed.
+/// Errors: CONDIT_IS_NIL, SERV_NOT_CONN, and the SOCK_* codes of lTvmPush.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lTvmDropTable(p: *mut SATvm, t: TABLE) -> c_long {
+    let body = |h: &mut SATvm| -> CallResult { Ok(usize::from(client(h)?.drop_queue(t)?)) };
+    // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
+    unsafe { call(p, body) }
+}
+
+/// As lResetLock, on tvmq serve: its repair of queue t (TVMQ.REPAIR, as
+/// `tvmq repair`), m_lEffect = the records recovered. A redis-server has no
+/// lock to reset: RMT_NOT_SUPPT, nothing sent.
+/// Errors: CONDIT_IS_NIL, SERV_NOT_CONN, RMT_NOT_SUPPT, TBL_NOT_FOUND, and
+/// the SOCK_* codes of lTvmPush.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lTvmResetLock(p: *mut SATvm, t: TABLE) -> c_long {
+    let body = |h: &mut SATvm| -> CallResult { Ok(client(h)?.repair(t)? as usize) };
+    // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
+    unsafe { call(p, body) }
+}
+
+/// As lCount, on the server: sets `*n` (and m_lEffect) to how many records
+/// queue p->tblName holds (LLEN; 0 for a Redis list that does not exist).
+/// Errors: CONDIT_IS_NIL (NULL handle or n), SERV_NOT_CONN, TBL_NOT_FOUND
+/// (tvmq serve), and the SOCK_* codes of lTvmPush.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lTvmCount(p: *mut SATvm, n: *mut usize) -> c_long {
+    let body = |h: &mut SATvm| -> CallResult {
+        if n.is_null() {
+            return Err(Error::new(CONDIT_IS_NIL, "NULL count").into());
+        }
+        let t = h.tblName;
+        let depth = client(h)?.count(t)? as usize;
+        // SAFETY: checked non-NULL; the caller provides a writable size_t.
+        unsafe { *n = depth };
+        Ok(depth)
+    };
+    // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
+    unsafe { call(p, body) }
+}
+
+/// As lTruncate, on the server: removes the records queue t holds (LLEN,
+/// then LTRIM of that many from the head: records pushed meanwhile stay;
+/// the queue itself stays). m_lEffect = the records counted.
+/// Errors: CONDIT_IS_NIL, SERV_NOT_CONN, TBL_NOT_FOUND (tvmq serve), and the
+/// SOCK_* codes of lTvmPush.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lTvmTruncate(p: *mut SATvm, t: TABLE) -> c_long {
+    let body = |h: &mut SATvm| -> CallResult { Ok(client(h)?.truncate(t)? as usize) };
+    // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
+    unsafe { call(p, body) }
+}

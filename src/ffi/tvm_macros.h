@@ -58,10 +58,13 @@
  *
  * QUEUE and FIELD return RC_FAIL from that function on an error (the code is
  * in lGetTErrno()); FINISH returns RC_SUCC. A ';' after them is allowed.
+ * As in STVM, QUEUE names the queue after its first argument as written:
+ * QUEUE(QUEUE_USER_INFO, "", dbUser) names it "QUEUE_USER_INFO", QUEUE(21,
+ * "", dbUser) names it "21" (tvmq list, name lookups, the server's keys).
  */
 #define QUEUE(t, part, s)                                                     \
     {                                                                         \
-        if (RC_SUCC != lTvmDefQueue((TABLE)(t), (part), #s, sizeof(s)))       \
+        if (RC_SUCC != lTvmDefQueue((TABLE)(t), (part), #t, sizeof(s)))       \
             return RC_FAIL;                                                   \
     }
 #define DEFINE(t, part, s) QUEUE(t, part, s)

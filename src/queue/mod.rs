@@ -33,12 +33,14 @@ mod participant;
 mod stats;
 #[cfg(test)]
 mod tests;
+mod transfer;
 mod types;
 
 use blocking::Idle;
 pub use lease::{Lease, LeaseState, LeaseStats, LeasedRecord};
 use participant::{Intent, NO_WORD, Patience};
 pub use stats::{Process, Stats};
+pub use transfer::ExportFormat;
 pub use types::{QueueInfo, Repair, Strategy, Wait};
 
 /// An open queue: a queue file mapped into this process and registered in

@@ -84,6 +84,8 @@ pub(crate) use passes::Rebuilt;
 #[cfg(not(loom))]
 pub use peek::Peeked;
 #[cfg(not(loom))]
+pub(crate) use peek::SnapshotError;
+#[cfg(not(loom))]
 pub(crate) use storage::MapStorage;
 pub(crate) use storage::{CachePadded, HeapStorage, SlotHeader, Storage};
 #[cfg(not(loom))]

@@ -1,7 +1,7 @@
 //! Commands: the name looked up without allocating, the arity and the
 //! authentication checked in Redis's order, then one function per command
 //! in the file of its family: [`queue`] (pushes, pops, LLEN), [`blocking`]
-//! (BLPOP, BRPOP), [`server`] (connection and server commands), with
+//! (BLPOP, BRPOP), `admin` (DEL, LTRIM, TVMQ.REPAIR), [`server`] (connection and server commands), with
 //! [`table`] naming and describing them all (for COMMAND too) and `context`
 //! what they run with.
 //!
@@ -9,6 +9,7 @@
 //! `blocking` uses `queue`; `server` uses `table`; `blocking`, `queue` and
 //! `server` use `context`; `table` and `context` use no other command module.
 
+mod admin;
 pub(crate) mod blocking;
 mod context;
 pub(crate) mod queue;
@@ -68,6 +69,9 @@ pub(crate) fn execute(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Ve
         Cmd::Client => server::client(ctx, buf, req, out),
         Cmd::Config => server::config(ctx, buf, req, out),
         Cmd::Command => server::command(ctx, buf, req, out),
+        Cmd::Del => admin::del(ctx, buf, req, out),
+        Cmd::Ltrim => admin::ltrim(ctx, buf, req, out),
+        Cmd::Repair => admin::repair(ctx, buf, req, out),
     }
     Flow::Next
 }

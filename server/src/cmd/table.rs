@@ -24,6 +24,9 @@ pub(crate) enum Cmd {
     Client,
     Config,
     Command,
+    Del,
+    Ltrim,
+    Repair,
 }
 
 impl Cmd {
@@ -49,6 +52,9 @@ impl Cmd {
             6 if is(b"CLIENT") => Cmd::Client,
             6 if is(b"CONFIG") => Cmd::Config,
             7 if is(b"COMMAND") => Cmd::Command,
+            3 if is(b"DEL") => Cmd::Del,
+            5 if is(b"LTRIM") => Cmd::Ltrim,
+            11 if is(b"TVMQ.REPAIR") => Cmd::Repair,
             _ => return None,
         };
         Some(cmd)
@@ -109,7 +115,7 @@ const fn spec(
 const NO_KEYS: (i64, i64, i64) = (0, 0, 0);
 
 /// In the order of [`Cmd`].
-pub(crate) static COMMANDS: [Spec; 17] = [
+pub(crate) static COMMANDS: [Spec; 20] = [
     spec(
         "ping",
         -1,
@@ -246,6 +252,33 @@ pub(crate) static COMMANDS: [Spec; 17] = [
         &["@slow", "@connection"],
         "Returns details about the commands: COMMAND, COMMAND COUNT, COMMAND DOCS, COMMAND INFO, COMMAND LIST.",
         "server",
+    ),
+    spec(
+        "del",
+        -2,
+        &["write"],
+        (1, -1, 1),
+        &["@keyspace", "@write", "@slow"],
+        "Drops queues (blocked clients get SHM_ERR_EIDRM). Returns how many existed.",
+        "generic",
+    ),
+    spec(
+        "ltrim",
+        4,
+        &["write"],
+        (1, 1, 1),
+        &["@write", "@list", "@slow"],
+        "Removes the oldest records of a queue, by popping them: LTRIM key N -1 keeps all but the first N, LTRIM key 1 0 none.",
+        "list",
+    ),
+    spec(
+        "tvmq.repair",
+        2,
+        &["write"],
+        (1, 1, 1),
+        &["@write", "@slow"],
+        "Recovers what dead processes left in a queue (as tvmq repair). Returns the records recovered.",
+        "list",
     ),
 ];
 

@@ -1,0 +1,55 @@
+//! The network twins of STVM's queue administration: lTvmCount (LLEN),
+//! lTvmTruncate (LLEN then LTRIM), lTvmDropTable (DEL), lTvmResetLock
+//! (TVMQ.REPAIR, tvmq serve only).
+
+use super::router::{Answer, Flavor};
+use super::{Client, Key, unexpected};
+use crate::client::conn::ReplyWait;
+use crate::error::*;
+
+impl Client {
+    /// One command on queue `t`'s key whose answer is an integer or OK
+    /// (OK: 0).
+    fn int_command(&mut self, t: u32, name: &[u8], args: &[&[u8]]) -> Result<i64> {
+        let key = Key::of(t);
+        let mut parts: Vec<&[u8]> = vec![name, key.as_bytes()];
+        parts.extend_from_slice(args);
+        match self.exec(key, ReplyWait::Normal, |w| resp::command(w, &parts))? {
+            Answer::Int(n) => Ok(n),
+            Answer::Ok => Ok(0),
+            a => Err(unexpected(&String::from_utf8_lossy(name), &a)),
+        }
+    }
+
+    /// Records in queue `t` (LLEN).
+    pub(crate) fn count(&mut self, t: u32) -> Result<u64> {
+        Ok(self.int_command(t, b"LLEN", &[])?.max(0) as u64)
+    }
+
+    /// Removes the records queue `t` holds: LLEN, then LTRIM of that many
+    /// from the head (records pushed meanwhile stay; a consumer popping
+    /// meanwhile can make it remove some of them, never more than counted).
+    /// Returns how many were counted.
+    pub(crate) fn truncate(&mut self, t: u32) -> Result<u64> {
+        let n = self.count(t)?;
+        if n > 0 {
+            let start = n.to_string();
+            self.int_command(t, b"LTRIM", &[start.as_bytes(), b"-1"])?;
+        }
+        Ok(n)
+    }
+
+    /// Drops queue `t` (DEL): true when it existed.
+    pub(crate) fn drop_queue(&mut self, t: u32) -> Result<bool> {
+        Ok(self.int_command(t, b"DEL", &[])? > 0)
+    }
+
+    /// tvmq serve's repair of queue `t` (TVMQ.REPAIR): the records
+    /// recovered. A Redis has no lock to reset: RMT_NOT_SUPPT, nothing sent.
+    pub(crate) fn repair(&mut self, t: u32) -> Result<u64> {
+        if self.flavor != Flavor::Other {
+            return Err(Error::new(RMT_NOT_SUPPT, "a Redis list has no lock to reset (tvmq serve repairs its queues)"));
+        }
+        Ok(self.int_command(t, b"TVMQ.REPAIR", &[])?.max(0) as u64)
+    }
+}
