@@ -71,6 +71,8 @@ mod clock;
 #[cfg(not(loom))]
 mod durable;
 #[cfg(not(loom))]
+mod escape;
+#[cfg(not(loom))]
 // Outside the rule that what is `pub` is re-exported: the C ABI's functions
 // are reached by their symbols.
 #[allow(unreachable_pub)]
@@ -103,7 +105,9 @@ pub use attach::Attachments;
 #[cfg(not(loom))]
 pub use durable::{DurableStats, RecoveryStats};
 #[cfg(not(loom))]
-pub use file::{queue_dir, queue_ids, queue_path, slot_stride};
+pub use escape::escape_name;
+#[cfg(not(loom))]
+pub use file::{check_queue_dir, queue_dir, queue_ids, queue_path, slot_stride};
 #[cfg(not(loom))]
 pub use queue::{Lease, LeaseState, LeaseStats, LeasedRecord};
 #[cfg(not(loom))]
