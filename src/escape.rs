@@ -44,7 +44,9 @@ pub fn escape_name(name: &[u8]) -> Cow<'_, str> {
 }
 
 fn needs_escape(c: char) -> bool {
-    c == '\\' || c.is_control() || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    c == '\\'
+        || c.is_control()
+        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
 #[cfg(test)]

@@ -30,6 +30,7 @@
 //! | module | concern |
 //! |---|---|
 //! | `codes`, [`error`] | the STVM error codes and messages; the [`Error`] value; no I/O |
+//! | `escape` | names made safe to print: [`escape_name`]; no I/O |
 //! | `atomics`, `clock`, `shm` | loom-switchable atomics; wall time, the monotonic clock and the boot id; a shared mapping and the views that keep it mapped |
 //! | `ring` | the lock-free algorithm over a `Storage` (heap or mapping); no files, no C |
 //! | `wait` | futex sleep and wake on a word of shared memory |

@@ -260,7 +260,9 @@ mod tests {
         assert!(open("::ffff:127.0.0.1", &[]).is_none());
         assert!(open("0.0.0.0", &["--requirepass", "x"]).is_none());
         assert!(open("0.0.0.0", &["--protected-mode", "no"]).is_none());
-        assert!(Cli::parse_from(["serve", "--bind", "0.0.0.0"]).serve.protected_mode_refusal(Some("x".as_ref())).is_none());
+        assert!(
+            Cli::parse_from(["serve", "--bind", "0.0.0.0"]).serve.protected_mode_refusal(Some("x".as_ref())).is_none()
+        );
         assert!(Cli::try_parse_from(["serve", "--protected-mode", "maybe"]).is_err());
     }
 

@@ -64,9 +64,8 @@ fn bind_unix(path: &Path, perm: u32) -> io::Result<(tokio::net::UnixListener, (u
     let mode = std::fs::Permissions::from_mode(perm);
     std::fs::File::from(socket.as_fd().try_clone_to_owned()?).set_permissions(mode.clone())?;
     socket.bind(path)?;
-    let id = std::fs::set_permissions(path, mode)
-        .and_then(|()| std::fs::symlink_metadata(path))
-        .map(|m| (m.dev(), m.ino()));
+    let id =
+        std::fs::set_permissions(path, mode).and_then(|()| std::fs::symlink_metadata(path)).map(|m| (m.dev(), m.ino()));
     let id = match id {
         Ok(id) => id,
         Err(e) => {

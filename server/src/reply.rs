@@ -144,9 +144,6 @@ mod tests {
         assert_eq!(text(|o| no_such_queue(o, b"ab\0cd")), "-ERR no such queue 'ab\\x00cd'\r\n");
         let long = text(|o| no_such_queue(o, &[b'k'; 10_000]));
         assert_eq!(long, format!("-ERR no such queue '{}...'\r\n", "k".repeat(KEY_ECHO_MAX)));
-        assert_eq!(
-            text(|o| invalid_key(o, b"", "empty")),
-            "-ERR invalid key '' (0 bytes): empty\r\n"
-        );
+        assert_eq!(text(|o| invalid_key(o, b"", "empty")), "-ERR invalid key '' (0 bytes): empty\r\n");
     }
 }

@@ -121,7 +121,12 @@ pub fn check_queue_dir(dir: &Path, writable: bool) -> Result<()> {
     // SAFETY: `c` is a NUL-terminated path that outlives the call.
     if unsafe { libc::faccessat(libc::AT_FDCWD, c.as_ptr(), mode, libc::AT_EACCESS) } != 0 {
         let need = if writable { "list and create files in" } else { "list" };
-        return Err(io_error(SHM_ERR_ACCES, &format!("cannot {need} queue directory"), dir, std::io::Error::last_os_error()));
+        return Err(io_error(
+            SHM_ERR_ACCES,
+            &format!("cannot {need} queue directory"),
+            dir,
+            std::io::Error::last_os_error(),
+        ));
     }
     Ok(())
 }
