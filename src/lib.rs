@@ -30,6 +30,7 @@
 //! | module | concern |
 //! |---|---|
 //! | `codes`, [`error`] | the STVM error codes and messages; the [`Error`] value; no I/O |
+//! | `escape` | names made safe to print: [`escape_name`]; no I/O |
 //! | `atomics`, `clock`, `shm` | loom-switchable atomics; wall time, the monotonic clock and the boot id; a shared mapping and the views that keep it mapped |
 //! | `ring` | the lock-free algorithm over a `Storage` (heap or mapping); no files, no C |
 //! | `wait` | futex sleep and wake on a word of shared memory |
@@ -71,6 +72,8 @@ mod clock;
 #[cfg(not(loom))]
 mod durable;
 #[cfg(not(loom))]
+mod escape;
+#[cfg(not(loom))]
 // Outside the rule that what is `pub` is re-exported: the C ABI's functions
 // are reached by their symbols.
 #[allow(unreachable_pub)]
@@ -103,7 +106,9 @@ pub use attach::Attachments;
 #[cfg(not(loom))]
 pub use durable::{DurableStats, RecoveryStats};
 #[cfg(not(loom))]
-pub use file::{queue_dir, queue_ids, queue_path, slot_stride};
+pub use escape::escape_name;
+#[cfg(not(loom))]
+pub use file::{check_queue_dir, queue_dir, queue_ids, queue_path, slot_stride};
 #[cfg(not(loom))]
 pub use queue::{ExportFormat, Lease, LeaseState, LeaseStats, LeasedRecord};
 #[cfg(not(loom))]

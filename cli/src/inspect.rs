@@ -37,7 +37,7 @@ pub fn list(dir: &Path, as_json: bool) -> Result<(), Error> {
                 let i = q.info();
                 println!(
                     "{id:>10}  {:<16} {:>10} {:>12} {:>12}  {}",
-                    i.name,
+                    tvm::escape_name(i.name.as_bytes()),
                     i.record_size,
                     i.capacity,
                     q.depth(),
@@ -198,7 +198,7 @@ pub fn stat(dir: &Path, id: u32, as_json: bool) -> Result<(), Error> {
         return Ok(());
     }
     println!("queue            {id}");
-    println!("name             {}", i.name);
+    println!("name             {}", tvm::escape_name(i.name.as_bytes()));
     println!("partition        {}", i.part);
     println!("file             {}", q.path().display());
     println!("layout version   {}", i.version);

@@ -2,8 +2,9 @@
 //! in-process API ([`crate::Server::start`]) takes them.
 
 use clap::Args;
+use std::ffi::OsString;
 use std::net::IpAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// The default TCP port: STVM's.
@@ -14,6 +15,13 @@ pub const DEFAULT_MAXCLIENTS: usize = 10_000;
 pub const DEFAULT_WRITE_TIMEOUT_SECS: u64 = 10;
 /// The default `--max-bulk-len`: 64 MiB.
 pub const DEFAULT_MAX_BULK_LEN: usize = 64 * 1024 * 1024;
+/// The default `--unixsocketperm`: the owner only.
+pub const DEFAULT_UNIXSOCKETPERM: u32 = 0o700;
+/// The environment variable read for the password when neither
+/// `--requirepass` nor `--requirepass-file` is given.
+pub const PASSWORD_ENV: &str = "TVMQ_REQUIREPASS";
+/// The longest password file read, in bytes.
+const MAX_PASSWORD_FILE: u64 = 64 * 1024;
 
 /// The options of `tvmq serve`. [`ServeArgs::default`] gives the command
 /// line's defaults.
@@ -28,12 +36,22 @@ pub struct ServeArgs {
     /// Do not listen on TCP (serve only --unixsocket)
     #[arg(long, requires = "unixsocket")]
     pub no_tcp: bool,
-    /// Also listen on this unix socket (removed when the server stops)
+    /// Also listen on this unix socket (removed when the server stops, if it is still the server's)
     #[arg(long, value_name = "PATH")]
     pub unixsocket: Option<PathBuf>,
-    /// Require AUTH with this password before anything else (compared in constant time)
-    #[arg(long, value_name = "SECRET")]
+    /// Mode of the unix socket, in octal (Redis's unixsocketperm); 700: its owner only
+    #[arg(long, default_value = "700", value_name = "OCTAL", value_parser = parse_octal_mode)]
+    pub unixsocketperm: u32,
+    /// Require AUTH with this password before anything else; other users see it in ps: prefer
+    /// --requirepass-file or $TVMQ_REQUIREPASS
+    #[arg(long, value_name = "SECRET", conflicts_with = "requirepass_file")]
     pub requirepass: Option<String>,
+    /// Require AUTH with the password on the first line of this file (its newline stripped)
+    #[arg(long, value_name = "FILE")]
+    pub requirepass_file: Option<PathBuf>,
+    /// Refuse to listen on a non-loopback address without a password (no: allow it)
+    #[arg(long, default_value = "yes", value_name = "yes|no", value_parser = parse_yes_no, action = clap::ArgAction::Set)]
+    pub protected_mode: bool,
     /// Connections served at once; more are told "-ERR max number of clients reached" and closed
     #[arg(long, default_value_t = DEFAULT_MAXCLIENTS, value_name = "N")]
     pub maxclients: usize,
@@ -61,7 +79,10 @@ impl Default for ServeArgs {
             port: DEFAULT_PORT,
             no_tcp: false,
             unixsocket: None,
+            unixsocketperm: DEFAULT_UNIXSOCKETPERM,
             requirepass: None,
+            requirepass_file: None,
+            protected_mode: true,
             maxclients: DEFAULT_MAXCLIENTS,
             auto_create: None,
             threads: 0,
@@ -86,6 +107,93 @@ impl ServeArgs {
     /// How long a write may make no progress before the client is dropped.
     pub fn write_stall(&self) -> Duration {
         Duration::from_secs(self.write_timeout.max(1))
+    }
+
+    /// The password clients must give: `--requirepass`, else the first line
+    /// of `--requirepass-file`, else `env` (the value of
+    /// [`PASSWORD_ENV`], which [`crate::Server::start`] reads), else none.
+    /// An empty one is an error, wherever it comes from.
+    pub fn password(&self, env: Option<OsString>) -> Result<Option<Vec<u8>>, String> {
+        let (secret, from) = if let Some(p) = &self.requirepass {
+            (p.as_bytes().to_vec(), "--requirepass".to_string())
+        } else if let Some(path) = &self.requirepass_file {
+            (read_password_file(path)?, format!("--requirepass-file {}", path.display()))
+        } else if let Some(v) = env {
+            (std::os::unix::ffi::OsStringExt::into_vec(v), format!("${PASSWORD_ENV}"))
+        } else {
+            return Ok(None);
+        };
+        if secret.is_empty() {
+            return Err(format!("{from}: the password is empty; give a non-empty one, or none to need no AUTH"));
+        }
+        Ok(Some(secret))
+    }
+
+    /// Does the server make clients prove who they are before serving
+    /// them (a password, from any source)? Protected mode asks this.
+    pub fn authenticates_clients(&self, env: Option<&std::ffi::OsStr>) -> bool {
+        self.requirepass.is_some() || self.requirepass_file.is_some() || env.is_some()
+    }
+
+    /// Protected mode's refusal: listening on a non-loopback address
+    /// while not [authenticating clients](Self::authenticates_clients),
+    /// unless `--protected-mode no`. The message says how to proceed.
+    pub fn protected_mode_refusal(&self, env: Option<&std::ffi::OsStr>) -> Option<String> {
+        if !self.protected_mode || self.no_tcp || is_loopback(self.bind) || self.authenticates_clients(env) {
+            return None;
+        }
+        Some(format!(
+            "protected mode: refusing to listen on {} without a password, where anyone who reaches the port could \
+             read and write every queue; give one (--requirepass-file FILE, ${PASSWORD_ENV} or --requirepass), \
+             or listen on loopback (--bind 127.0.0.1) or a unix socket (--unixsocket PATH --no-tcp), \
+             or, on a network you trust, say --protected-mode no",
+            self.bind
+        ))
+    }
+}
+
+/// Is `ip` a loopback address (an IPv4-mapped one included)?
+fn is_loopback(ip: IpAddr) -> bool {
+    ip.to_canonical().is_loopback()
+}
+
+/// The first line of a password file, its line end stripped. A file that
+/// others than its owner may read gives a warning on stderr.
+fn read_password_file(path: &Path) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    use std::os::unix::fs::PermissionsExt;
+    let what = |e: std::io::Error| format!("--requirepass-file {}: {e}", path.display());
+    let file = std::fs::File::open(path).map_err(what)?;
+    let mode = file.metadata().map_err(what)?.permissions().mode();
+    if mode & 0o077 != 0 {
+        eprintln!(
+            "tvmq serve: warning: --requirepass-file {} is readable by others than its owner (mode {:o}); \
+             chmod 600 it",
+            path.display(),
+            mode & 0o777
+        );
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_PASSWORD_FILE).read_to_end(&mut bytes).map_err(what)?;
+    let line = bytes.split(|&b| b == b'\n').next().unwrap_or_default();
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    Ok(line.to_vec())
+}
+
+/// Parses `yes` or `no` (Redis's spelling of its boolean settings).
+pub fn parse_yes_no(s: &str) -> Result<bool, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "yes" => Ok(true),
+        "no" => Ok(false),
+        _ => Err(format!("{s:?}: expected yes or no")),
+    }
+}
+
+/// Parses a file mode in octal (`700`, `0770`).
+pub fn parse_octal_mode(s: &str) -> Result<u32, String> {
+    match u32::from_str_radix(s, 8) {
+        Ok(m) if m <= 0o777 => Ok(m),
+        _ => Err(format!("{s:?}: expected a mode in octal, 0 to 777 (e.g. 700, 770)")),
     }
 }
 
@@ -124,6 +232,47 @@ mod tests {
     #[test]
     fn default_is_what_the_command_line_gives() {
         assert_eq!(Cli::parse_from(["serve"]).serve, ServeArgs::default());
+    }
+
+    #[test]
+    fn passwords_come_from_one_place_and_are_never_empty() {
+        let none = ServeArgs::default();
+        assert_eq!(none.password(None), Ok(None));
+        assert_eq!(none.password(Some("s3".into())), Ok(Some(b"s3".to_vec())));
+        assert!(none.password(Some("".into())).is_err());
+        let given = ServeArgs { requirepass: Some("a".into()), ..ServeArgs::default() };
+        assert_eq!(given.password(Some("b".into())), Ok(Some(b"a".to_vec())), "the option wins");
+        assert!(ServeArgs { requirepass: Some(String::new()), ..ServeArgs::default() }.password(None).is_err());
+        assert!(Cli::try_parse_from(["serve", "--requirepass", "a", "--requirepass-file", "f"]).is_err());
+    }
+
+    #[test]
+    fn protected_mode() {
+        let open = |bind: &str, extra: &[&str]| {
+            let mut all = vec!["serve", "--bind", bind];
+            all.extend_from_slice(extra);
+            Cli::parse_from(all).serve.protected_mode_refusal(None)
+        };
+        assert!(open("0.0.0.0", &[]).is_some());
+        assert!(open("::", &[]).is_some());
+        assert!(open("127.0.0.1", &[]).is_none());
+        assert!(open("::1", &[]).is_none());
+        assert!(open("::ffff:127.0.0.1", &[]).is_none());
+        assert!(open("0.0.0.0", &["--requirepass", "x"]).is_none());
+        assert!(open("0.0.0.0", &["--protected-mode", "no"]).is_none());
+        assert!(
+            Cli::parse_from(["serve", "--bind", "0.0.0.0"]).serve.protected_mode_refusal(Some("x".as_ref())).is_none()
+        );
+        assert!(Cli::try_parse_from(["serve", "--protected-mode", "maybe"]).is_err());
+    }
+
+    #[test]
+    fn socket_modes_are_octal() {
+        assert_eq!(parse_octal_mode("700"), Ok(0o700));
+        assert_eq!(parse_octal_mode("0770"), Ok(0o770));
+        for bad in ["", "8", "1777", "rwx", "-1"] {
+            assert!(parse_octal_mode(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -10,6 +10,13 @@
 //! from it; a client that reads none of its replies for `--write-timeout`
 //! is closed. Between batches an idle connection holds no buffer at all:
 //! buffers come from, and go back to, the worker's pool.
+//!
+//! Until it has authenticated (when a password is required), a connection
+//! may send only small commands ([`PREAUTH_LIMITS`]), checked on their
+//! length headers before the bytes they announce are read; a wrong
+//! password is answered after [`AUTH_FAILURE_DELAY`] (this connection's
+//! task sleeps, the worker serves the others), and the
+//! [`MAX_AUTH_FAILURES`]th closes the connection.
 
 use crate::cmd::blocking::Blocked;
 use crate::cmd::{self, Client, Ctx, Flow};
@@ -25,6 +32,20 @@ use std::sync::atomic::Ordering;
 use std::task::Poll;
 use std::time::Duration;
 use tokio::sync::futures::Notified;
+
+/// What a client that has not authenticated may send, close to Redis's
+/// bounds: at most 10 arguments a command, each at most 16 KiB, a line
+/// (inline command, length header) at most 16 KiB. Beyond: an error reply
+/// (`-ERR Protocol error: unauthenticated multibulk length`, `... bulk
+/// length`), then the connection is closed.
+pub(crate) const PREAUTH_LIMITS: resp::Limits =
+    resp::Limits { max_bulk_len: 16 * 1024, max_args: 10, max_inline_len: 16 * 1024, max_depth: 1 };
+/// The most bytes of one command an unauthenticated connection buffers.
+const PREAUTH_QUERY_LIMIT: usize = PREAUTH_LIMITS.max_args * (PREAUTH_LIMITS.max_bulk_len + 32) + 32;
+/// How long a wrong password waits for its answer.
+pub(crate) const AUTH_FAILURE_DELAY: Duration = Duration::from_millis(100);
+/// Wrong passwords after which a connection is closed.
+pub(crate) const MAX_AUTH_FAILURES: u32 = 10;
 
 /// Input read while blocked in BLPOP beyond which reading pauses.
 const BLOCKED_INPUT_MAX: usize = 64 * 1024;
@@ -160,8 +181,17 @@ async fn run<S: Stream>(s: &mut S, shared: &Arc<ServerState>, worker: &Rc<Worker
         let mut blocked: Option<Blocked> = None;
         loop {
             let data = input.pending();
-            match resp::parse_request(data, &shared.limits, &mut req) {
+            let authed = client.authed;
+            let limits = if authed { &shared.limits } else { &PREAUTH_LIMITS };
+            match resp::parse_request(data, limits, &mut req) {
                 Ok(Status::Complete { consumed }) => {
+                    let failures = client.auth_failures;
+                    if !authed && req.len() > PREAUTH_LIMITS.max_args {
+                        // An inline command (its arguments are not counted as it is parsed).
+                        preauth_refusal(shared, &mut out, b"ERR Protocol error: unauthenticated multibulk length");
+                        end = Some(End::Close);
+                        break;
+                    }
                     if !req.is_empty() {
                         commands += 1;
                         let mut ctx = Ctx { shared, keys: &worker.keys, client: &mut *client };
@@ -173,6 +203,15 @@ async fn run<S: Stream>(s: &mut S, shared: &Arc<ServerState>, worker: &Rc<Worker
                     }
                     input.start += consumed;
                     needed = 0;
+                    if client.auth_failures != failures {
+                        if let Err(end) = pause(shared, stop.as_mut(), AUTH_FAILURE_DELAY).await {
+                            return end;
+                        }
+                        if client.auth_failures >= MAX_AUTH_FAILURES {
+                            resp::error(&mut out, b"ERR too many wrong passwords: closing the connection");
+                            end = Some(End::Close);
+                        }
+                    }
                     if end.is_some() {
                         break;
                     }
@@ -196,14 +235,18 @@ async fn run<S: Stream>(s: &mut S, shared: &Arc<ServerState>, worker: &Rc<Worker
                 }
                 Ok(Status::Incomplete { needed: more }) => {
                     needed = more;
-                    if input.len().saturating_add(more) > shared.query_limit {
+                    let limit = if authed { shared.query_limit } else { PREAUTH_QUERY_LIMIT };
+                    if input.len().saturating_add(more) > limit {
                         resp::error(&mut out, b"ERR Protocol error: query buffer limit reached");
                         end = Some(End::Close);
                     }
                     break;
                 }
                 Err(e) => {
-                    e.write_reply(&mut out);
+                    match (authed, preauth_text(e, data, &shared.limits)) {
+                        (false, Some(text)) => preauth_refusal(shared, &mut out, text),
+                        _ => e.write_reply(&mut out),
+                    }
                     end = Some(End::Close);
                     break;
                 }
@@ -225,6 +268,40 @@ async fn run<S: Stream>(s: &mut S, shared: &Arc<ServerState>, worker: &Rc<Worker
         if shared.shutdown.is_set() {
             return End::Stop;
         }
+    }
+}
+
+/// The reply to a protocol error of an unauthenticated client that only
+/// [`PREAUTH_LIMITS`] make an error (the same bytes parse, or wait for
+/// more, under the server's own limits): Redis's words for it.
+#[cold]
+fn preauth_text(e: resp::ProtocolError, data: &[u8], limits: &resp::Limits) -> Option<&'static [u8]> {
+    use resp::ProtocolError as P;
+    if resp::parse_request(data, limits, &mut Request::new()) == Err(e) {
+        return None;
+    }
+    Some(match e {
+        P::InvalidMultibulkLength => b"ERR Protocol error: unauthenticated multibulk length",
+        P::InvalidBulkLength => b"ERR Protocol error: unauthenticated bulk length",
+        _ => b"ERR Protocol error: unauthenticated request too big",
+    })
+}
+
+/// Writes `text` as the last reply to an unauthenticated client that sent
+/// too much, and counts it.
+#[cold]
+fn preauth_refusal(shared: &ServerState, out: &mut Vec<u8>, text: &[u8]) {
+    shared.stats.unauthenticated_closed.fetch_add(1, Ordering::Relaxed);
+    resp::error(out, text);
+}
+
+/// Sleeps `d` (a wrong password's delay), unless the server stops.
+async fn pause(shared: &ServerState, stop: Pin<&mut Notified<'_>>, d: Duration) -> Result<(), End> {
+    tokio::select! {
+        biased;
+        _ = stop => Err(End::Stop),
+        _ = shared.shutdown.wait() => Err(End::Stop),
+        _ = tokio::time::sleep(d) => Ok(()),
     }
 }
 

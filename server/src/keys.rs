@@ -12,6 +12,19 @@
 //! probes the same ids in the same order, so two of them creating the same
 //! name at once end up with one queue.
 
+/// Why `key` can be no queue's key (empty, longer than a name, a NUL,
+/// not UTF-8), checked before any lookup; a decimal id always passes.
+pub(crate) fn check_key_name(key: &[u8]) -> Result<(), KeyError> {
+    let why = match key {
+        [] => "a key is 1 to 63 bytes, this one is empty",
+        k if k.len() > MAX_NAME => "a key is 1 to 63 bytes",
+        k if k.contains(&0) => "a key holds no NUL byte",
+        k if std::str::from_utf8(k).is_err() => "a key is UTF-8 text",
+        _ => return Ok(()),
+    };
+    Err(KeyError::InvalidName(why))
+}
+
 use crate::state::ServerState;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -35,6 +48,8 @@ pub(crate) enum KeyError {
     NoSuchQueue,
     /// A queue error (several queues with that name, creation failed, ...).
     Queue(Error),
+    /// No queue can have this key: `-ERR invalid key '<key>': <why>`.
+    InvalidName(&'static str),
 }
 
 /// FNV-1a, 32 bits.
@@ -49,6 +64,7 @@ pub fn auto_id(name: &str) -> u32 {
 
 /// Resolves `key`, creating the queue if `create` and `--auto-create` allow.
 pub(crate) fn resolve(shared: &ServerState, key: &[u8], create: bool) -> Result<Arc<Queue>, KeyError> {
+    check_key_name(key)?;
     let Ok(key) = std::str::from_utf8(key) else { return Err(KeyError::NoSuchQueue) };
     let auto = shared.args.auto_create.filter(|_| create);
     match shared.attachments.lookup(key) {

@@ -63,7 +63,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 use std::thread::JoinHandle;
 use std::time::Instant;
-use tvm::error::{Error, SOCK_BIND_ERR, SVR_EXCEPTION};
+use tvm::error::{BOOT_PARM_ERR, Error, SOCK_BIND_ERR, SVR_EXCEPTION};
 
 /// A running server (threads of this process). [`stop`](Self::stop) or
 /// dropping it stops it gracefully.
@@ -73,16 +73,27 @@ pub struct Server {
 }
 
 impl Server {
-    /// Binds the sockets and starts the acceptor and the workers. Errors:
-    /// `SOCK_BIND_ERR` (address in use, bad unix socket path),
-    /// `SVR_EXCEPTION` (threads or runtimes that cannot start).
+    /// Checks the options and the directory, binds the sockets and starts
+    /// the acceptor and the workers. The password is `--requirepass`, else
+    /// `--requirepass-file`'s, else `$TVMQ_REQUIREPASS`'s. Errors:
+    /// `BOOT_PARM_ERR` (an empty password, an unreadable password file,
+    /// protected mode's refusal), those of [`tvm::check_queue_dir`] (a
+    /// directory this process cannot use; it must be writable with
+    /// `--auto-create`), `SOCK_BIND_ERR` (address in use, bad unix socket
+    /// path), `SVR_EXCEPTION` (threads or runtimes that cannot start).
     pub fn start(dir: &Path, args: &ServeArgs) -> Result<Server, Error> {
+        let env = std::env::var_os(config::PASSWORD_ENV);
+        if let Some(refusal) = args.protected_mode_refusal(env.as_deref()) {
+            return Err(Error::new(BOOT_PARM_ERR, refusal));
+        }
+        let password = args.password(env).map_err(|e| Error::new(BOOT_PARM_ERR, e))?;
+        tvm::check_queue_dir(dir, args.auto_create.is_some())?;
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(|e| Error::new(SVR_EXCEPTION, format!("cannot start a runtime: {e}")))?;
         let addr = (!args.no_tcp).then(|| SocketAddr::new(args.bind, args.port));
-        let listeners = listener::bind(&rt, addr, args.unixsocket.as_deref())
+        let listeners = listener::bind(&rt, addr, args.unixsocket.as_deref(), args.unixsocketperm)
             .map_err(|e| Error::new(SOCK_BIND_ERR, e.to_string()))?;
         let tcp_addr = listeners.tcp.as_ref().and_then(|l| l.local_addr().ok());
         let threads = args.worker_threads();
@@ -93,13 +104,15 @@ impl Server {
             attachments: tvm::Attachments::new(dir.to_path_buf()),
             limits,
             query_limit: args.max_bulk_len.saturating_mul(2).max(1 << 20),
-            password: args.requirepass.as_ref().map(|p| p.as_bytes().to_vec()),
+            password,
+            auth_log: parking_lot::Mutex::default(),
             stats: Stats::default(),
             shutdown: Arc::default(),
             waiters: waiters::Waiters::default(),
             started: Instant::now(),
             tcp_addr,
             unix_path: args.unixsocket.clone(),
+            unix_id: listeners.unix_id,
             threads,
             worker_stats: (0..threads).map(|_| WorkerStats::default()).collect(),
             worker_conns: (0..threads).map(|_| AtomicUsize::new(0)).collect(),
@@ -167,7 +180,7 @@ impl Server {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
-        listener::remove_socket(self.shared.unix_path.as_ref());
+        listener::remove_socket(self.shared.unix_path.as_deref(), self.shared.unix_id);
     }
 }
 

@@ -7,7 +7,7 @@ use crate::state::ServerState;
 use crate::worker::Accepted;
 use std::io;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -17,13 +17,17 @@ use tokio::sync::mpsc::UnboundedSender;
 pub(crate) struct Listeners {
     pub(crate) tcp: Option<tokio::net::TcpListener>,
     pub(crate) unix: Option<tokio::net::UnixListener>,
+    /// The device and inode of the unix socket's file.
+    pub(crate) unix_id: Option<(u64, u64)>,
 }
 
-/// Binds what the options ask for, inside `rt`.
+/// Binds what the options ask for, inside `rt`; the unix socket's file
+/// gets mode `perm`.
 pub(crate) fn bind(
     rt: &tokio::runtime::Runtime,
     addr: Option<SocketAddr>,
     unix: Option<&Path>,
+    perm: u32,
 ) -> io::Result<Listeners> {
     rt.block_on(async {
         let tcp = match addr {
@@ -36,18 +40,46 @@ pub(crate) fn bind(
             }
             None => None,
         };
-        let unix = match unix {
+        let (unix, unix_id) = match unix {
             Some(path) => {
                 remove_stale_socket(path)?;
-                Some(
-                    tokio::net::UnixListener::bind(path)
-                        .map_err(|e| io::Error::new(e.kind(), format!("cannot bind {}: {e}", path.display())))?,
-                )
+                let (l, id) = bind_unix(path, perm)
+                    .map_err(|e| io::Error::new(e.kind(), format!("cannot bind {}: {e}", path.display())))?;
+                (Some(l), Some(id))
             }
-            None => None,
+            None => (None, None),
         };
-        Ok(Listeners { tcp, unix })
+        Ok(Listeners { tcp, unix, unix_id })
     })
+}
+
+/// Binds a unix socket at `path` whose file has mode `perm` from the
+/// moment it appears: the socket's mode is set before the bind (Linux
+/// gives the file that mode, narrowed by the umask), then the file's
+/// exactly. Returns the file's device and inode.
+fn bind_unix(path: &Path, perm: u32) -> io::Result<(tokio::net::UnixListener, (u64, u64))> {
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let socket = tokio::net::UnixSocket::new_stream()?;
+    let mode = std::fs::Permissions::from_mode(perm);
+    std::fs::File::from(socket.as_fd().try_clone_to_owned()?).set_permissions(mode.clone())?;
+    socket.bind(path)?;
+    let id =
+        std::fs::set_permissions(path, mode).and_then(|()| std::fs::symlink_metadata(path)).map(|m| (m.dev(), m.ino()));
+    let id = match id {
+        Ok(id) => id,
+        Err(e) => {
+            let _ = std::fs::remove_file(path);
+            return Err(e);
+        }
+    };
+    match socket.listen(1024) {
+        Ok(l) => Ok((l, id)),
+        Err(e) => {
+            let _ = std::fs::remove_file(path);
+            Err(e)
+        }
+    }
 }
 
 /// Removes a socket file a previous server left (as Redis does); refuses
@@ -79,7 +111,7 @@ pub(crate) fn accept_loop(
     workers: Vec<UnboundedSender<Accepted>>,
 ) {
     rt.block_on(async {
-        let Listeners { tcp, unix } = listeners;
+        let Listeners { tcp, unix, .. } = listeners;
         loop {
             let accepted = tokio::select! {
                 biased;
@@ -137,9 +169,14 @@ fn refuse(c: Accepted) {
     };
 }
 
-/// Removes the unix socket file when the server stops.
-pub(crate) fn remove_socket(path: Option<&PathBuf>) {
-    if let Some(p) = path {
-        let _ = std::fs::remove_file(p);
+/// Removes the unix socket file when the server stops, if it is still the
+/// file this server bound (`id`: its device and inode): another server may
+/// have replaced a socket it found dead, or someone put a file there.
+pub(crate) fn remove_socket(path: Option<&Path>, id: Option<(u64, u64)>) {
+    use std::os::unix::fs::MetadataExt;
+    if let (Some(p), Some(id)) = (path, id) {
+        if std::fs::symlink_metadata(p).is_ok_and(|m| (m.dev(), m.ino()) == id) {
+            let _ = std::fs::remove_file(p);
+        }
     }
 }

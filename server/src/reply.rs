@@ -44,9 +44,26 @@ pub(crate) fn c_str(bytes: &[u8], max: usize) -> &[u8] {
     &bytes[..end]
 }
 
+/// The longest part of a key an error reply echoes, in bytes.
+pub(crate) const KEY_ECHO_MAX: usize = 64;
+
+/// A key as an error reply quotes it: at most [`KEY_ECHO_MAX`] bytes of
+/// it, escaped ([`tvm::escape_name`]: no control character, no NUL), with
+/// `...` when it was cut.
+pub(crate) fn quoted_key(key: &[u8]) -> String {
+    let cut = &key[..key.len().min(KEY_ECHO_MAX)];
+    let dots = if cut.len() < key.len() { "..." } else { "" };
+    format!("'{}{dots}'", tvm::escape_name(cut))
+}
+
 /// `-ERR no such queue '<key>'` (code TBL_NOT_FOUND for clients).
 pub(crate) fn no_such_queue(out: &mut Vec<u8>, key: &[u8]) {
-    error_quoting(out, b"ERR no such queue ", key, b"");
+    error_fmt(out, format_args!("ERR no such queue {}", quoted_key(key)));
+}
+
+/// `-ERR invalid key '<key>': <why>`.
+pub(crate) fn invalid_key(out: &mut Vec<u8>, key: &[u8], why: &str) {
+    error_fmt(out, format_args!("ERR invalid key {} ({} bytes): {why}", quoted_key(key), key.len()));
 }
 
 /// `-ERR wrong number of arguments for '<cmd>' command`, the name lowercase.
@@ -121,9 +138,12 @@ mod tests {
     }
 
     #[test]
-    fn keys_are_quoted_like_redis_prints_them() {
-        assert_eq!(text(|o| no_such_queue(o, b"my\r\nlist")), "-ERR no such queue 'my  list'\r\n");
-        assert_eq!(text(|o| no_such_queue(o, b"ab\0cd")), "-ERR no such queue 'ab'\r\n");
-        assert_eq!(text(|o| no_such_queue(o, &[b'k'; 300])).len(), "-ERR no such queue ''\r\n".len() + 128);
+    fn keys_are_quoted_escaped_and_cut() {
+        assert_eq!(text(|o| no_such_queue(o, b"mylist")), "-ERR no such queue 'mylist'\r\n");
+        assert_eq!(text(|o| no_such_queue(o, b"my\r\nlist\x1b")), "-ERR no such queue 'my\\x0d\\x0alist\\x1b'\r\n");
+        assert_eq!(text(|o| no_such_queue(o, b"ab\0cd")), "-ERR no such queue 'ab\\x00cd'\r\n");
+        let long = text(|o| no_such_queue(o, &[b'k'; 10_000]));
+        assert_eq!(long, format!("-ERR no such queue '{}...'\r\n", "k".repeat(KEY_ECHO_MAX)));
+        assert_eq!(text(|o| invalid_key(o, b"", "empty")), "-ERR invalid key '' (0 bytes): empty\r\n");
     }
 }

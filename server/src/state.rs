@@ -22,7 +22,22 @@ pub(crate) struct Stats {
     pub(crate) blocked: AtomicUsize,
     /// Client ids given out (CLIENT ID, HELLO).
     pub(crate) next_client_id: AtomicU64,
+    /// Wrong passwords given (AUTH, HELLO ... AUTH).
+    pub(crate) auth_failures: AtomicU64,
+    /// Connections closed for sending more than an unauthenticated client may.
+    pub(crate) unauthenticated_closed: AtomicU64,
 }
+
+/// The rate-limited report of failed AUTHs on stderr: when it last
+/// printed, and the count it printed then.
+#[derive(Default)]
+pub(crate) struct AuthLog {
+    last: Option<Instant>,
+    reported: u64,
+}
+
+/// At most one line about failed AUTHs per this long.
+const AUTH_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A worker's own counters: written by its thread only (a load and a store,
 /// no locked instruction), on a cache line of their own, summed by INFO.
@@ -71,12 +86,16 @@ pub(crate) struct ServerState {
     /// `--max-bulk-len`, at least 1 MiB): beyond, it is closed.
     pub(crate) query_limit: usize,
     pub(crate) password: Option<Vec<u8>>,
+    pub(crate) auth_log: parking_lot::Mutex<AuthLog>,
     pub(crate) stats: Stats,
     pub(crate) shutdown: std::sync::Arc<Shutdown>,
     pub(crate) waiters: Waiters,
     pub(crate) started: Instant,
     pub(crate) tcp_addr: Option<SocketAddr>,
     pub(crate) unix_path: Option<PathBuf>,
+    /// The device and inode of the socket file this server bound, so that
+    /// the stop removes that file only, not one another server put there.
+    pub(crate) unix_id: Option<(u64, u64)>,
     pub(crate) threads: usize,
     /// One per worker.
     pub(crate) worker_stats: Vec<WorkerStats>,
@@ -102,5 +121,21 @@ impl ServerState {
     /// The queue directory.
     pub(crate) fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Counts a wrong password from `peer`, and says so on stderr at most
+    /// once a second (with the count since the last line).
+    pub(crate) fn auth_failed(&self, peer: &str) {
+        self.stats.auth_failures.fetch_add(1, Ordering::Relaxed);
+        let mut log = self.auth_log.lock();
+        if log.last.is_none_or(|t| t.elapsed() >= AUTH_LOG_EVERY) {
+            let total = self.stats.auth_failures.load(Ordering::Relaxed);
+            eprintln!(
+                "tvmq serve: {} wrong password(s) since the last report ({total} since the start), the latest from {peer}",
+                total.saturating_sub(log.reported)
+            );
+            log.last = Some(Instant::now());
+            log.reported = total;
+        }
     }
 }

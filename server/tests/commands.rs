@@ -171,7 +171,7 @@ fn auto_create_makes_named_and_numbered_queues() {
     create(&dir, tvmq_server::auto_id("other"), "squatter", 5, 5);
     assert_eq!(c.cmd(&[b"RPUSH", b"other", b"x"]), V::Int(1));
     assert_eq!(tvm::Queue::open(dir.path(), tvmq_server::auto_id("other") + 1).unwrap().name(), "other");
-    assert_eq!(c.cmd(&[b"RPUSH", &[b'n'; 64][..], b"x"]).err_text().split(' ').next(), Some("MQUE_CRTE_BIG"));
+    assert!(c.cmd(&[b"RPUSH", &[b'n'; 64][..], b"x"]).err_text().starts_with("ERR invalid key 'nnn"), "64 bytes");
     server.stop();
 }
 

@@ -107,6 +107,30 @@ pub(crate) fn check_dir(dir: &Path, create: bool) -> Result<u32> {
     Ok(meta.uid())
 }
 
+/// Checks that `dir` can serve as a queue directory before a long-running
+/// program (`tvmq serve`) relies on it: the checks of every create (a
+/// directory, not a link planted in place of the default one, which must be
+/// ours; the default one is created, mode 0700, if missing), then that this
+/// process may list it and, when `writable`, create files in it. Errors:
+/// `TBL_NOT_FOUND` (missing), `SHM_ERR_INVAL` (not a directory),
+/// `SHM_ERR_ACCES` (link, another owner, no permission).
+pub fn check_queue_dir(dir: &Path, writable: bool) -> Result<()> {
+    check_dir(dir, dir == default_dir())?;
+    let c = cpath(dir)?;
+    let mode = libc::R_OK | libc::X_OK | if writable { libc::W_OK } else { 0 };
+    // SAFETY: `c` is a NUL-terminated path that outlives the call.
+    if unsafe { libc::faccessat(libc::AT_FDCWD, c.as_ptr(), mode, libc::AT_EACCESS) } != 0 {
+        let need = if writable { "list and create files in" } else { "list" };
+        return Err(io_error(
+            SHM_ERR_ACCES,
+            &format!("cannot {need} queue directory"),
+            dir,
+            std::io::Error::last_os_error(),
+        ));
+    }
+    Ok(())
+}
+
 /// Opens a queue file without following links or blocking, and checks that
 /// it is a regular file owned by us or by the directory's owner.
 pub(crate) fn open_checked(dir: &Path, path: &Path, write: bool) -> Result<File> {

@@ -8,7 +8,7 @@ pub(crate) mod dir;
 pub(crate) mod layout;
 pub(crate) mod map;
 
-pub use dir::{queue_dir, queue_ids, queue_path};
+pub use dir::{check_queue_dir, queue_dir, queue_ids, queue_path};
 pub use layout::slot_stride;
 
 use crate::error::*;

@@ -14,6 +14,8 @@ pub(crate) struct Client {
     pub(crate) proto: Proto,
     /// AUTH passed (or no password is required).
     pub(crate) authed: bool,
+    /// Wrong passwords this connection gave.
+    pub(crate) auth_failures: u32,
     /// CLIENT SETNAME.
     pub(crate) name: Option<Vec<u8>>,
     /// CLIENT SETINFO LIB-NAME / LIB-VER.
@@ -33,6 +35,7 @@ impl Client {
             id,
             proto: Proto::Resp2,
             authed,
+            auth_failures: 0,
             name: None,
             lib: [None, None],
             peer,

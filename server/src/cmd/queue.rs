@@ -33,6 +33,7 @@ pub(crate) fn key_error(out: &mut Vec<u8>, key: &[u8], e: &KeyError) {
     match e {
         KeyError::NoSuchQueue => reply::no_such_queue(out, key),
         KeyError::Queue(e) => reply::plain_error(out, e),
+        KeyError::InvalidName(why) => reply::invalid_key(out, key, why),
     }
 }
 

@@ -56,8 +56,15 @@ pub(crate) fn auth(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u
         ctx.client.authed = true;
         resp::simple(out, b"OK");
     } else {
-        resp::error(out, WRONGPASS);
+        wrong_password(ctx, out);
     }
+}
+
+/// Counts a wrong password (the connection delays its answer) and answers.
+fn wrong_password(ctx: &mut Ctx<'_>, out: &mut Vec<u8>) {
+    ctx.client.auth_failures += 1;
+    ctx.shared.auth_failed(&ctx.client.peer);
+    resp::error(out, WRONGPASS);
 }
 
 /// HELLO [protover [AUTH username password] [SETNAME clientname]].
@@ -89,7 +96,7 @@ pub(crate) fn hello(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<
     }
     if let Some((user, pass)) = auth {
         if !check_auth(ctx, Some(user), pass) {
-            return resp::error(out, WRONGPASS);
+            return wrong_password(ctx, out);
         }
         ctx.client.authed = true;
     }
@@ -340,13 +347,16 @@ pub(crate) fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u
         let _ = write!(
             t,
             "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\nrejected_connections:{}\r\n\
-             total_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nqueue_watchers_started:{}\r\n\r\n",
+             total_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nqueue_watchers_started:{}\r\n\
+             auth_failures:{}\r\nunauthenticated_closed:{}\r\n\r\n",
             st.total_connections.load(Ordering::Relaxed),
             commands,
             st.rejected.load(Ordering::Relaxed),
             input,
             output,
             sh.waiters.watchers_started.load(Ordering::Relaxed),
+            st.auth_failures.load(Ordering::Relaxed),
+            st.unauthenticated_closed.load(Ordering::Relaxed),
         );
     }
     if wants("queues") {
@@ -357,7 +367,7 @@ pub(crate) fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u
             let _ = write!(
                 t,
                 "queue_{id}:name={},record_size={},capacity={},depth={},pushed={},popped={},waiters={}\r\n",
-                q.name().replace([',', '\r', '\n', ' '], "_"),
+                tvm::escape_name(q.name().as_bytes()).replace([',', ' '], "_"),
                 q.record_size(),
                 q.capacity(),
                 s.depth,

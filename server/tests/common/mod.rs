@@ -39,17 +39,60 @@ pub fn args(extra: &[&str]) -> ServeArgs {
 pub struct ChildServer {
     pub child: Child,
     pub addr: SocketAddr,
+    /// Its stderr lines so far, when [`Spawn::capture_stderr`] asked for them.
+    pub stderr: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+/// How [`ChildServer::spawn`] starts the child.
+#[derive(Default)]
+pub struct Spawn<'a> {
+    /// Environment variables set for it.
+    pub env: &'a [(&'a str, &'a str)],
+    /// The umask it runs with (through `sh -c 'umask ...; exec ...'`).
+    pub umask: Option<u32>,
+    /// Keep its stderr lines (else they go to the test's stderr).
+    pub capture_stderr: bool,
+}
+
+/// The command that runs [`server_child`] serving `dir` with `extra`.
+pub fn server_child_command(dir: &Path, extra: &[&str], how: &Spawn<'_>) -> Command {
+    let mut cmd = match how.umask {
+        None => child_test("common::server_child"),
+        Some(mask) => {
+            let inner = child_test("common::server_child");
+            let mut sh = Command::new("sh");
+            sh.arg("-c").arg(format!("umask {mask:03o}; exec \"$@\"")).arg("sh").arg(inner.get_program());
+            sh.args(inner.get_args());
+            sh
+        }
+    };
+    cmd.env("TVMQ_TEST_DIR", dir).env("TVMQ_TEST_ARGS", extra.join("\u{1f}"));
+    for (k, v) in how.env {
+        cmd.env(k, v);
+    }
+    cmd
 }
 
 impl ChildServer {
     /// Starts it and waits for its "listening on" line.
     pub fn start(dir: &TempDir, extra: &[&str]) -> ChildServer {
-        let mut cmd = child_test("common::server_child");
-        cmd.env("TVMQ_TEST_DIR", dir.path())
-            .env("TVMQ_TEST_ARGS", extra.join("\u{1f}"))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+        Self::spawn(dir, extra, &Spawn::default())
+    }
+
+    /// Starts it as `how` says and waits for its "listening on" line.
+    pub fn spawn(dir: &TempDir, extra: &[&str], how: &Spawn<'_>) -> ChildServer {
+        let mut cmd = server_child_command(dir.path(), extra, how);
+        cmd.stdout(Stdio::piped()).stderr(if how.capture_stderr { Stdio::piped() } else { Stdio::inherit() });
         let mut child = cmd.spawn().expect("start the server child");
+        let stderr_lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        if let Some(err) = child.stderr.take() {
+            let lines = stderr_lines.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(err).lines().map_while(Result::ok) {
+                    lines.lock().unwrap().push(line);
+                }
+            });
+        }
         let stdout = child.stdout.take().expect("its stdout");
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
@@ -61,7 +104,7 @@ impl ChildServer {
             }
         });
         let addr = rx.recv_timeout(Duration::from_secs(20)).expect("the server child says where it listens");
-        ChildServer { child, addr: addr.parse().expect("a socket address") }
+        ChildServer { child, addr: addr.parse().expect("a socket address"), stderr: stderr_lines }
     }
 
     pub fn pid(&self) -> u32 {
