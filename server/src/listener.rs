@@ -17,6 +17,8 @@ use tokio::sync::mpsc::UnboundedSender;
 pub(crate) struct Listeners {
     pub(crate) tcp: Option<tokio::net::TcpListener>,
     pub(crate) unix: Option<tokio::net::UnixListener>,
+    /// `--tls-port`: TCP too, the handshake done by the worker.
+    pub(crate) tls: Option<tokio::net::TcpListener>,
 }
 
 /// Binds what the options ask for, inside `rt`.
@@ -24,18 +26,11 @@ pub(crate) fn bind(
     rt: &tokio::runtime::Runtime,
     addr: Option<SocketAddr>,
     unix: Option<&Path>,
+    tls: Option<SocketAddr>,
 ) -> io::Result<Listeners> {
     rt.block_on(async {
-        let tcp = match addr {
-            Some(addr) => {
-                let socket =
-                    if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
-                socket.set_reuseaddr(true)?;
-                socket.bind(addr).map_err(|e| io::Error::new(e.kind(), format!("cannot bind {addr}: {e}")))?;
-                Some(socket.listen(1024)?)
-            }
-            None => None,
-        };
+        let tcp = addr.map(bind_tcp).transpose()?;
+        let tls = tls.map(bind_tcp).transpose()?;
         let unix = match unix {
             Some(path) => {
                 remove_stale_socket(path)?;
@@ -46,8 +41,15 @@ pub(crate) fn bind(
             }
             None => None,
         };
-        Ok(Listeners { tcp, unix })
+        Ok(Listeners { tcp, unix, tls })
     })
+}
+
+fn bind_tcp(addr: SocketAddr) -> io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr).map_err(|e| io::Error::new(e.kind(), format!("cannot bind {addr}: {e}")))?;
+    socket.listen(1024)
 }
 
 /// Removes a socket file a previous server left (as Redis does); refuses
@@ -79,7 +81,7 @@ pub(crate) fn accept_loop(
     workers: Vec<UnboundedSender<Accepted>>,
 ) {
     rt.block_on(async {
-        let Listeners { tcp, unix } = listeners;
+        let Listeners { tcp, unix, tls } = listeners;
         loop {
             let accepted = tokio::select! {
                 biased;
@@ -89,6 +91,9 @@ pub(crate) fn accept_loop(
                 }
                 r = async { match &unix { Some(l) => l.accept().await, None => std::future::pending().await } } => {
                     r.and_then(|(s, _)| Ok(Accepted::Unix(s.into_std()?)))
+                }
+                r = async { match &tls { Some(l) => l.accept().await, None => std::future::pending().await } } => {
+                    r.and_then(|(s, peer)| Ok(Accepted::Tls(s.into_std()?, peer)))
                 }
             };
             match accepted {
@@ -126,7 +131,8 @@ fn dispatch(shared: &ServerState, workers: &[UnboundedSender<Accepted>], c: Acce
     }
 }
 
-/// Redis's reply to a client beyond maxclients, then the close.
+/// Redis's reply to a client beyond maxclients, then the close (a TLS
+/// client, which would read the reply as a broken record, is only closed).
 fn refuse(c: Accepted) {
     use std::io::Write;
     const TEXT: &[u8] = b"-ERR max number of clients reached\r\n";
@@ -134,6 +140,7 @@ fn refuse(c: Accepted) {
     let _ = match c {
         Accepted::Tcp(mut s, _) => s.write(TEXT),
         Accepted::Unix(mut s) => s.write(TEXT),
+        Accepted::Tls(..) => Ok(0),
     };
 }
 

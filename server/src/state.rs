@@ -22,6 +22,10 @@ pub(crate) struct Stats {
     pub(crate) blocked: AtomicUsize,
     /// Client ids given out (CLIENT ID, HELLO).
     pub(crate) next_client_id: AtomicU64,
+    /// TLS handshakes that failed or timed out.
+    pub(crate) tls_handshake_failures: AtomicU64,
+    /// When (seconds since the start) a failed handshake was last logged.
+    pub(crate) tls_failure_logged: AtomicU64,
 }
 
 /// A worker's own counters: written by its thread only (a load and a store,
@@ -85,6 +89,9 @@ pub(crate) struct ServerState {
     /// Serialises auto-creation inside this process (other processes are
     /// handled by creation failing with TBL_ARD_EXIST).
     pub(crate) create_lock: parking_lot::Mutex<()>,
+    /// `--tls-port`: the handshake's configuration, and where it listens.
+    pub(crate) tls: Option<crate::tls::Acceptor>,
+    pub(crate) tls_addr: Option<SocketAddr>,
 }
 
 impl ServerState {
