@@ -114,7 +114,10 @@ pub(crate) async fn serve<S: Stream>(mut s: S, shared: Arc<ServerState>, worker:
     if let End::Error(e) = end {
         // UnexpectedEof: a TLS client gone without its close notice (as
         // redis-cli goes), an EOF like any other.
-        if !matches!(e.kind(), io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe | io::ErrorKind::UnexpectedEof) {
+        if !matches!(
+            e.kind(),
+            io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe | io::ErrorKind::UnexpectedEof
+        ) {
             eprintln!("tvmq serve: client {} ({}): {e}", client.id, client.peer);
         }
     }

@@ -48,9 +48,9 @@ pub(crate) fn acceptor(args: &ServeArgs) -> Result<Option<Acceptor>, Error> {
         Some(ca_file) => {
             let mut roots = rustls::RootCertStore::empty();
             for ca in certificates(ca_file, "--tls-ca-cert-file")? {
-                roots.add(ca).map_err(|e| {
-                    Error::new(BOOT_PARM_ERR, format!("--tls-ca-cert-file {}: {e}", ca_file.display()))
-                })?;
+                roots
+                    .add(ca)
+                    .map_err(|e| Error::new(BOOT_PARM_ERR, format!("--tls-ca-cert-file {}: {e}", ca_file.display())))?;
             }
             let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
                 .build()
