@@ -9,8 +9,8 @@ use super::tls::{FdIo, Tls};
 use crate::error::*;
 use resp::{Limits, Reply};
 use rustls::ClientConnection;
-use std::io::{Read, Write};
 use std::fmt;
+use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
@@ -366,6 +366,17 @@ impl Conn {
     }
 }
 
+impl Drop for Conn {
+    /// TLS: tells the server the stream ends here (its close notice), if
+    /// the socket takes it at once.
+    fn drop(&mut self) {
+        if let Some(tls) = self.tls.as_deref_mut() {
+            tls.send_close_notify();
+            let _ = tls.write_tls(&mut FdIo { fd: self.fd, flags: libc::MSG_DONTWAIT });
+        }
+    }
+}
+
 /// Sends every TLS byte the session has ready.
 /// Errors: as [`Conn::flush`].
 fn send_tls(fd: RawFd, tls: &mut ClientConnection) -> Result<()> {
@@ -391,11 +402,17 @@ fn handshake(fd: RawFd, mut tls: ClientConnection, addr: &Addr) -> Result<Client
         }
         match tls.read_tls(&mut FdIo { fd, flags: 0 }) {
             Ok(0) => {
-                return Err(Error::new(SOCK_COM_EXCP, format!("TLS handshake with {addr}: the server closed the connection")));
+                return Err(Error::new(
+                    SOCK_COM_EXCP,
+                    format!("TLS handshake with {addr}: the server closed the connection"),
+                ));
             }
             Ok(_) => {}
             Err(e) if timed_out(&e) => {
-                return Err(Error::new(SOCK_CONN_TMO, format!("TLS handshake with {addr}: no answer within the timeout")));
+                return Err(Error::new(
+                    SOCK_CONN_TMO,
+                    format!("TLS handshake with {addr}: no answer within the timeout"),
+                ));
             }
             Err(e) => return Err(io_error(SOCK_CONN_ERR, "TLS handshake with", addr, &e)),
         }

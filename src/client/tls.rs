@@ -190,8 +190,8 @@ impl ServerCertVerifier for NoVerification {
     }
 }
 
-/// The socket as rustls reads and writes it: `recv` with `flags`
-/// (MSG_DONTWAIT for a peek), `send` with MSG_NOSIGNAL. Errors keep their
+/// The socket as rustls reads and writes it: `recv` and `send` with
+/// `flags` (MSG_DONTWAIT: not waiting), `send` with MSG_NOSIGNAL too. Errors keep their
 /// errno, for the caller's codes.
 pub(crate) struct FdIo {
     pub(crate) fd: RawFd,
@@ -221,7 +221,7 @@ impl std::io::Write for FdIo {
         loop {
             // SAFETY: `buf` is a live slice of `buf.len()` readable bytes; fd
             // as in `read`.
-            let n = unsafe { libc::send(self.fd, buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL) };
+            let n = unsafe { libc::send(self.fd, buf.as_ptr().cast(), buf.len(), self.flags | libc::MSG_NOSIGNAL) };
             if n >= 0 {
                 return Ok(n as usize);
             }

@@ -81,7 +81,13 @@ pub unsafe extern "C" fn lTvmConnect(p: *mut SATvm, ip: *mut c_char, port: c_lon
 ///
 /// # Safety
 /// `ip` is NULL or a NUL-terminated string.
-unsafe fn connect(h: &mut SATvm, ip: *const c_char, port: c_long, timeout_secs: c_int, tls: Option<Arc<Tls>>) -> CallResult {
+unsafe fn connect(
+    h: &mut SATvm,
+    ip: *const c_char,
+    port: c_long,
+    timeout_secs: c_int,
+    tls: Option<Arc<Tls>>,
+) -> CallResult {
     if ip.is_null() {
         return Err(Error::new(CONDIT_IS_NIL, "NULL ip").into());
     }
@@ -163,7 +169,9 @@ unsafe fn tls_options(t: *const TvmTls) -> Result<TlsOptions> {
     // SAFETY: as above; the struct is plain data.
     let t = unsafe { t.read() };
     // SAFETY: NULL or NUL-terminated, as the caller's contract says.
-    let path = |p: *const c_char| (!p.is_null()).then(|| PathBuf::from(OsStr::from_bytes(unsafe { CStr::from_ptr(p) }.to_bytes())));
+    let path = |p: *const c_char| {
+        (!p.is_null()).then(|| PathBuf::from(OsStr::from_bytes(unsafe { CStr::from_ptr(p) }.to_bytes())))
+    };
     Ok(TlsOptions {
         ca_file: path(t.ca_file),
         cert_file: path(t.cert_file),
