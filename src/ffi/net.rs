@@ -168,9 +168,13 @@ unsafe fn tls_options(t: *const TvmTls) -> Result<TlsOptions> {
     }
     // SAFETY: as above; the struct is plain data.
     let t = unsafe { t.read() };
-    // SAFETY: NULL or NUL-terminated, as the caller's contract says.
     let path = |p: *const c_char| {
-        (!p.is_null()).then(|| PathBuf::from(OsStr::from_bytes(unsafe { CStr::from_ptr(p) }.to_bytes())))
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: non-NULL, and NUL-terminated by the caller's contract.
+        let bytes = unsafe { CStr::from_ptr(p) }.to_bytes();
+        Some(PathBuf::from(OsStr::from_bytes(bytes)))
     };
     Ok(TlsOptions {
         ca_file: path(t.ca_file),
