@@ -121,7 +121,13 @@ fn start(shared: &Arc<ServerState>, worker: &Rc<WorkerLocal>, c: Accepted) {
                     // nothing (or too little) holds its --maxclients slot
                     // no longer than --tls-handshake-timeout.
                     let limit = shared.args.tls_handshake();
-                    match tokio::time::timeout(limit, acceptor.accept(s)).await {
+                    let handshake = tokio::select! {
+                        biased;
+                        // The stop does not wait for handshakes.
+                        _ = shared.shutdown.wait() => return,
+                        r = tokio::time::timeout(limit, acceptor.accept(s)) => r,
+                    };
+                    match handshake {
                         Ok(Ok(s)) => connection::serve(s, shared, worker, peer.to_string()).await,
                         Ok(Err(e)) => handshake_failed(&shared, &peer, &e.to_string()),
                         Err(_) => handshake_failed(&shared, &peer, &format!("no handshake within {limit:?}")),
