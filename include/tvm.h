@@ -322,7 +322,9 @@ typedef CREATE (*TCREATE)(TABLE);
  * The options of lTvmConnectTls. Zero it, set `size`, then the fields
  * wanted:
  *
- *     TvmTls tls = { sizeof(TvmTls) };
+ *     TvmTls tls;
+ *     memset(&tls, 0, sizeof(tls));
+ *     tls.size = sizeof(tls);
  *     tls.ca_file = "/etc/tvmq/ca.crt";
  *
  * Every string is NUL-terminated (a file path or a host name) and is read
