@@ -20,7 +20,10 @@
 # 4. network: the lTvm* calls (test_net.c), the seeds' network twins
 #    (net_push.c, net_pop.c) and a Redis Cluster (net_cluster.sh), against a
 #    redis-server started here ($REDIS_SERVER, $REDIS_CLI: found on PATH)
-#    and against `$TVMQ serve`.
+#    and against `$TVMQ serve`; TLS (test_tls.c) against `$TVMQ serve
+#    --tls-port` and `redis-server --tls-port` (skipped, saying why, when
+#    that redis-server has no TLS), certificates made by
+#    scripts/tls-certs.sh.
 # 5. security: file permissions with a second user (security.sh; needs
 #    root, else one SKIP line, counted in the summary).
 #
@@ -550,6 +553,93 @@ elif [ -x "$OUT/net_push" ] && [ -x "$OUT/net_pop" ]; then
     fi
     kill -TERM "$TVMQ_PID" 2>/dev/null
     wait "$TVMQ_PID" 2>/dev/null
+fi
+
+# TLS: lTvmConnectTls (test_tls.c) against two `$TVMQ serve --tls-port` (one
+# requiring client certificates) and a `redis-server --tls-port`, with
+# certificates made here by scripts/tls-certs.sh (the openssl command).
+echo "== network: TLS"
+TLSDIR=$NETDIR/tls
+if ! "$TVMQ" serve --help 2>/dev/null | grep -q -- --tls-port; then
+    echo "SKIP  network_tls  ($TVMQ serve has no --tls-port)"
+    SKIPPED=$((SKIPPED + 1))
+elif ! command -v openssl >/dev/null; then
+    echo "FAIL  network_tls  (the openssl command is needed to make the test certificates: apt-get install openssl)"
+    FAILED=$((FAILED + 1))
+    FAILED_NAMES+=(network_tls)
+elif ! bash "$ROOT/scripts/tls-certs.sh" "$TLSDIR" >"$LOGDIR/tls-certs.log" 2>&1; then
+    echo "FAIL  network_tls_certificates  ($(tail -3 "$LOGDIR/tls-certs.log"))"
+    FAILED=$((FAILED + 1))
+    FAILED_NAMES+=(network_tls_certificates)
+elif ! build_prog test_tls >"$LOGDIR/build-test_tls.log" 2>&1; then
+    echo "FAIL  build_test_tls"
+    sed -e 's/^/      | /' "$LOGDIR/build-test_tls.log" | head -n 40
+    FAILED=$((FAILED + 1))
+    FAILED_NAMES+=(build_test_tls)
+else
+    TLS_PIDS=()
+    TLS_OK=1
+    TLS_CERTS=(--tls-cert-file "$TLSDIR/server.crt" --tls-key-file "$TLSDIR/server.key")
+    for kind in plain mtls; do
+        port=$(free_port)
+        extra=()
+        [ $kind = mtls ] && extra=(--tls-ca-cert-file "$TLSDIR/ca.crt")
+        mkdir -p "$NETDIR/tls-$kind"
+        "$TVMQ" serve --port 0 --tls-port "$port" "${TLS_CERTS[@]}" "${extra[@]}" --dir "$NETDIR/tls-$kind" \
+            --auto-create 10000x64 >"$NETDIR/tls-$kind.log" 2>&1 &
+        TLS_PIDS+=($!)
+        echo "$!" >>"$PIDFILE"
+        if [ $kind = plain ]; then TLS_TVMQ_PORT=$port; else TLS_MTLS_PORT=$port; fi
+    done
+    export TLS_DIR=$TLSDIR TLS_TVMQ_PORT TLS_MTLS_PORT
+    for port in "$TLS_TVMQ_PORT" "$TLS_MTLS_PORT"; do
+        ok=0
+        for _ in $(seq 100); do
+            "$REDIS_CLI" --tls --cacert "$TLSDIR/ca.crt" --cert "$TLSDIR/client.crt" --key "$TLSDIR/client.key" \
+                -p "$port" ping 2>/dev/null | grep -q PONG && { ok=1; break; }
+            sleep 0.05
+        done
+        if [ $ok = 0 ]; then
+            echo "FAIL  network_tls_tvmq_serve_start  (port $port: $(tail -3 "$NETDIR"/tls-*.log))"
+            FAILED=$((FAILED + 1))
+            FAILED_NAMES+=(network_tls_tvmq_serve_start)
+            TLS_OK=0
+        fi
+    done
+    # redis-server: only if it was built with TLS (else the Redis tests are
+    # skipped, saying why).
+    REDIS_TLS_PORT=$(free_port)
+    mkdir -p "$NETDIR/redis-tls"
+    "$REDIS_SERVER" --port 0 --tls-port "$REDIS_TLS_PORT" --bind 127.0.0.1 "${TLS_CERTS[@]}" \
+        --tls-ca-cert-file "$TLSDIR/ca.crt" --tls-auth-clients optional --save '' --appendonly no \
+        --dir "$NETDIR/redis-tls" >"$NETDIR/redis-tls.log" 2>&1 &
+    REDIS_TLS_PID=$!
+    echo "$REDIS_TLS_PID" >>"$PIDFILE"
+    redis_tls=0
+    for _ in $(seq 100); do
+        "$REDIS_CLI" --tls --cacert "$TLSDIR/ca.crt" -p "$REDIS_TLS_PORT" ping 2>/dev/null | grep -q PONG && { redis_tls=1; break; }
+        kill -0 "$REDIS_TLS_PID" 2>/dev/null || break
+        sleep 0.05
+    done
+    if [ $redis_tls = 1 ]; then
+        export TLS_REDIS_PORT=$REDIS_TLS_PORT
+    else
+        unset TLS_REDIS_PORT
+        echo "SKIP  test_tls.redis_server_calls  (redis-server --tls-port is unavailable: $(grep -m1 -i -e tls -e error "$NETDIR/redis-tls.log"))"
+        SKIPPED=$((SKIPPED + 1))
+    fi
+    if [ $TLS_OK = 1 ]; then
+        for t in $("$OUT/test_tls" --list); do
+            [ $t = redis_server_calls ] && [ $redis_tls = 0 ] && continue
+            run_test "test_tls.$t" t_api test_tls "$t"
+        done
+    fi
+    kill -KILL "$REDIS_TLS_PID" 2>/dev/null
+    wait "$REDIS_TLS_PID" 2>/dev/null
+    for pid in "${TLS_PIDS[@]}"; do
+        kill -TERM "$pid" 2>/dev/null
+        wait "$pid" 2>/dev/null
+    done
 fi
 
 # security.sh prints run.sh's PASS/FAIL lines itself (or one SKIP line when

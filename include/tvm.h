@@ -458,6 +458,56 @@ typedef struct TvmLease {
 } TvmLease;
 
 /**
+ * The options of lTvmConnectTls. Zero it, set `size`, then the fields
+ * wanted:
+ *
+ *     TvmTls tls;
+ *     memset(&tls, 0, sizeof(tls));
+ *     tls.size = sizeof(tls);
+ *     tls.ca_file = "/etc/tvmq/ca.crt";
+ *
+ * Every string is NUL-terminated (a file path or a host name) and is read
+ * during the call only. Files are PEM.
+ */
+typedef struct TvmTls {
+  /**
+   * sizeof(TvmTls) as the program was compiled. Later versions of the
+   * library add fields at the end only: a program built with an older
+   * tvm.h keeps working, and one built with a newer tvm.h is accepted by
+   * an older library as long as the fields that library does not know
+   * are zero (otherwise BOOT_PARM_ERR: an option would be ignored).
+   */
+  size_t size;
+  /**
+   * The CAs that sign the server's certificate. NULL: the system's
+   * bundle ($SSL_CERT_FILE, else /etc/ssl/certs/ca-certificates.crt or
+   * the other usual paths).
+   */
+  const char *ca_file;
+  /**
+   * The client certificate chain (leaf first), for a server that
+   * requires one (tvmq serve --tls-ca-cert-file, Redis's
+   * tls-auth-clients); NULL: none. Goes with key_file.
+   */
+  const char *cert_file;
+  /**
+   * cert_file's private key (PKCS#8, PKCS#1 or SEC1); NULL: none.
+   */
+  const char *key_file;
+  /**
+   * The name the server's certificate must carry, also sent as SNI.
+   * NULL: the host given to lTvmConnectTls (a name or an IP address).
+   * Set it when connecting by an address the certificate does not name.
+   */
+  const char *server_name;
+  /**
+   * Non-zero: accept any server certificate. Tests only: whoever is on
+   * the path can then read and change everything, the password included.
+   */
+  int insecure;
+} TvmTls;
+
+/**
  * lPop/lTvmPop: block until a record arrives.
  */
 #define QUE_NORMAL 0
@@ -835,6 +885,32 @@ long lQueueInfo(struct SATvm *p, TABLE t, size_t *record_size, size_t *capacity,
  * the other SOCK_* codes (the server did not answer the first command).
  */
 long lTvmConnect(struct SATvm *p, char *ip, long port, int timeout_secs);
+
+/**
+ * As lTvmConnect, with TLS: connects handle p to a server speaking the
+ * Redis protocol over TLS (tvmq serve --tls-port, redis-server
+ * --tls-port), checking its certificate as `tls` says (see TvmTls). The
+ * timeout bounds the handshake as it bounds the connection. The handle
+ * keeps the configuration: its reconnections, the connection of its
+ * blocking pops, the handles sharing its connection (lTvmShare) and the
+ * other nodes of a Redis Cluster use the same certificates (a cluster's
+ * nodes are checked against server_name, else the address the cluster
+ * gives for them). The files are read during this call only.
+ * Threads: as lTvmConnect (one thread at a time per handle); no global
+ * initialisation is needed, and threads may connect at the same time.
+ * Errors: CONDIT_IS_NIL (NULL p, ip or tls; empty ip), BOOT_PARM_ERR
+ * (tls->size too small or unknown fields set; cert_file without key_file
+ * or the reverse; a file with no usable certificate or key; a key that is
+ * not the certificate's; a server name that is not one), FIL_NOT_EXIST (a
+ * file that does not exist), RMT_NOT_SUPPT (ip is a unix socket path: TLS
+ * is for TCP), SOCK_COM_EXCP (the handshake failed: a server certificate
+ * no trusted CA signed, not for this name, or expired; a server that does
+ * not speak TLS; a server that refused the client certificate or wants
+ * one: with TLS 1.3 it says so after the handshake, at the first command,
+ * which this call sends), and those of lTvmConnect (SOCK_CONN_TMO: no
+ * answer, or no complete handshake, within the timeout).
+ */
+long lTvmConnectTls(struct SATvm *p, const char *ip, long port, int timeout_secs, const struct TvmTls *tls);
 
 /**
  * Makes handle p use the connection of handle `src` (already connected):

@@ -5,7 +5,9 @@
 //!
 //! Cells: LPUSH and RPOP pipelined (`-P 64 -c 4`), LPUSH synchronous (`-c 1`)
 //! beside PING_MBULK `-c 1`, LPUSH with 50 clients, the same over unix
-//! sockets, a value-size sweep, and the resident memory of each server with
+//! sockets, TLS beside plain TCP (LPUSH and RPOP at `-P 16 -c 4` and `-c 1`,
+//! and a connection per request, `-k 0`, for the handshake), a value-size
+//! sweep, and the resident memory of each server with
 //! 5,000 idle connections. tvmq's queue `mylist` is created before each
 //! cell with room for what the cell pushes (records of the cell's value
 //! size), and redis's list deleted; RPOP cells pop what the LPUSH cell
@@ -16,7 +18,7 @@ use crate::cell::{self, Cell, rate};
 use crate::ctx::Ctx;
 use crate::harness::ask;
 use crate::net_servers::{
-    REDIS, THREADS, TVMQ, Target, Via, benchmark, cpu_per_request, kilo, measuring, start_redis, start_tvmq,
+    REDIS, THREADS, TVMQ, Target, Via, benchmark, cpu_per_request, kilo, make_certs, measuring, start_redis, start_tvmq,
 };
 use crate::{chart, net_client, report};
 use std::fmt::Write as _;
@@ -71,6 +73,76 @@ fn push_then_pop(t: &Target, dir: &Path, via: Via, n: u64, size: u64, pop: bool)
         return Err(format!("{}: {left} of {n} records left after {n} RPOPs (nil replies are not pops)", t.name));
     }
     Ok(vec![push, popped])
+}
+
+/// The sections of the TLS cells (their param says TCP or TLS): pipelined,
+/// one client, a connection per request.
+const TLS_PIPELINED: &str = "TLS beside TCP, pipelined";
+const TLS_ONE: &str = "TLS beside TCP, one client";
+const TLS_CONNECT: &str = "TLS beside TCP, a connection per request";
+
+/// LPUSH then RPOP of `n` values of 304 bytes with redis-benchmark options
+/// `opts`, the pops checked to take exactly what the pushes left.
+fn push_pop_with(t: &Target, dir: &Path, via: Via, n: u64, opts: &[&str]) -> Result<Vec<f64>, String> {
+    fresh_list(t, dir, n + 4096, 304)?;
+    let mut extra = opts.to_vec();
+    extra.extend(["-d", "304"]);
+    let push = benchmark(t, via, "lpush", "LPUSH", n, &extra)?;
+    let depth = llen(t.port)?;
+    if depth != n {
+        return Err(format!("{}: LPUSH left {depth} records, not {n}", t.name));
+    }
+    let popped = benchmark(t, via, "rpop", "RPOP", n, &extra)?;
+    let left = llen(t.port)?;
+    if left != 0 {
+        return Err(format!("{}: {left} of {n} records left after {n} RPOPs", t.name));
+    }
+    Ok(vec![push, popped])
+}
+
+/// The TLS cells, each beside the same over plain TCP: what encryption
+/// costs (LPUSH and RPOP pipelined, `-P 16 -c 4`, and one at a time, `-c 1`)
+/// and what a handshake costs (PING over a new connection each time, `-k 0`).
+fn tls_cells(ctx: &mut Ctx, both: [&Target; 2], dir: &Path, smoke: bool) {
+    let scale = |n: u64| if smoke { (n / 100).max(2048) / 64 * 64 } else { n };
+    for via in [Via::Tcp, Via::Tls] {
+        let param = if via == Via::Tls { "TLS" } else { "TCP" };
+        let n = scale(640_000);
+        measuring(TLS_PIPELINED, param);
+        let tests = [
+            ("LPUSH -P 16 -c 4", TVMQ),
+            ("RPOP -P 16 -c 4", TVMQ),
+            ("LPUSH -P 16 -c 4", REDIS),
+            ("RPOP -P 16 -c 4", REDIS),
+        ];
+        ctx.measure_group(TLS_PIPELINED, &tests, param, n, 304, |_| {
+            let mut ms = Vec::new();
+            for t in both {
+                ms.extend(push_pop_with(t, dir, via, n, &["-P", "16", "-c", "4"])?);
+            }
+            Ok(ms)
+        });
+        let n = if smoke { 2000 } else { 40_000 };
+        let tests = [("LPUSH -c 1", TVMQ), ("RPOP -c 1", TVMQ), ("LPUSH -c 1", REDIS), ("RPOP -c 1", REDIS)];
+        measuring(TLS_ONE, param);
+        ctx.measure_group(TLS_ONE, &tests, param, n, 304, |_| {
+            let mut ms = Vec::new();
+            for t in both {
+                ms.extend(push_pop_with(t, dir, via, n, &["-c", "1"])?);
+            }
+            Ok(ms)
+        });
+        let n = if smoke { 200 } else { 5000 };
+        let tests = [("PING_MBULK -c 1 -k 0", TVMQ), ("PING_MBULK -c 1 -k 0", REDIS)];
+        measuring(TLS_CONNECT, param);
+        ctx.measure_group(TLS_CONNECT, &tests, param, n, 0, |_| {
+            let mut ms = Vec::new();
+            for t in both {
+                ms.push(benchmark(t, via, "ping_mbulk", "PING_MBULK", n, &["-c", "1", "-k", "0"])?);
+            }
+            Ok(ms)
+        });
+    }
 }
 
 /// `n` rounded down to a multiple of 256 (64 pipelined x 4 clients), so that
@@ -135,8 +207,19 @@ fn matrix(ctx: &mut Ctx, scratch: &Path) -> Result<Memory, String> {
     let dir = ctx.dir.clone();
     let smoke = ctx.args.smoke;
     let scale = |n: u64| whole(if smoke { (n / 100).max(2560) } else { n });
-    let tvmq = start_tvmq(&dir, scratch)?;
-    let redis = start_redis(scratch)?;
+    // TLS listeners too, when the test certificates can be made (else the
+    // TLS cells say why).
+    let certs = make_certs(scratch);
+    let tvmq = start_tvmq(&dir, scratch, certs.as_deref().ok())?;
+    // A redis-server built without TLS refuses --tls-port: then without.
+    let redis = match start_redis(scratch, certs.as_deref().ok()) {
+        Ok(r) => r,
+        Err(e) if certs.is_ok() => {
+            eprintln!("redis-server with --tls-port: {e}; its TLS cells are left out");
+            start_redis(scratch, None)?
+        }
+        Err(e) => return Err(e),
+    };
     let both = [&tvmq, &redis];
     // Warm up both (connections, first faults of tvmq's queue and redis's allocator).
     for t in both {
@@ -174,6 +257,11 @@ fn matrix(ctx: &mut Ctx, scratch: &Path) -> Result<Memory, String> {
             Ok(ms)
         });
     }
+
+    if let Err(e) = &certs {
+        eprintln!("the TLS cells: {e}");
+    }
+    tls_cells(ctx, both, &dir, smoke);
 
     let n = scale(500_000);
     measuring("50 clients, TCP", "");
@@ -231,6 +319,18 @@ fn target(cells: &[Cell], c: &Cell, tvmq: f64, redis: f64) -> String {
     let ratio = tvmq / redis;
     let check = |ok: bool| if ok { "met" } else { "MISSED" };
     match (c.section, c.test.as_str()) {
+        (s, _) if s.starts_with("TLS") && c.param != "TLS" => String::new(),
+        (s, t) if s.starts_with("TLS") => {
+            let tcp = |subject| rate(cells, s, t, "TCP", subject).unwrap_or(f64::NAN);
+            let (a, b) = (tcp(TVMQ), tcp(REDIS));
+            if t.contains("-k 0") {
+                // A connection per request: the difference is the handshake's cost.
+                let ms = |tls: f64, tcp: f64| 1e3 / tls - 1e3 / tcp;
+                format!("handshake: +{:.2} ms tvmq, +{:.2} ms redis a connection", ms(tvmq, a), ms(redis, b))
+            } else {
+                format!("TLS/TCP: {:.2}x tvmq, {:.2}x redis", tvmq / a, redis / b)
+            }
+        }
         (s, "LPUSH -P 64 -c 4" | "RPOP -P 64 -c 4") if s.ends_with("TCP") => {
             format!(">= 2x redis: {} ({ratio:.2}x)", check(ratio >= 2.0))
         }
@@ -372,7 +472,10 @@ fn chart(cells: &[Cell], path: &Path) -> Result<(), String> {
     let colors = [(TVMQ, RGBColor(200, 30, 30)), (REDIS, RGBColor(30, 90, 200))];
 
     let mut rows: Vec<(String, &str, &str)> = Vec::new();
-    for c in cells.iter().filter(|c| !c.section.starts_with("value size") && c.section != net_client::SECTION) {
+    let charted = |c: &&Cell| {
+        !c.section.starts_with("value size") && !c.section.starts_with("TLS") && c.section != net_client::SECTION
+    };
+    for c in cells.iter().filter(charted) {
         let label = format!("{} ({})", c.test, c.section.split(", ").last().unwrap_or(""));
         if !rows.iter().any(|r| r.0 == label) {
             rows.push((label, c.section, Box::leak(c.test.clone().into_boxed_str())));

@@ -1,7 +1,7 @@
 //! The two servers of the network matrix, tvmq serve and redis-server,
-//! each started on a free loopback port and its own unix socket, and
-//! redis-benchmark run against them, noting the CPU time the server spent
-//! per request.
+//! each started on a free loopback port, its own unix socket and (when the
+//! test certificates could be made) a TLS port, and redis-benchmark run
+//! against them, noting the CPU time the server spent per request.
 
 use crate::harness::{KillOnDrop, free_port, redis_benchmark, start_server};
 use std::path::{Path, PathBuf};
@@ -19,6 +19,8 @@ pub(crate) struct Target {
     pub(crate) name: &'static str,
     pub(crate) port: u16,
     sock: PathBuf,
+    /// The TLS port, and the CA file that signed its certificate.
+    tls: Option<(u16, PathBuf)>,
     child: KillOnDrop,
 }
 
@@ -30,11 +32,16 @@ impl Target {
         name: &'static str,
         hint: &str,
         sock: PathBuf,
-        command: impl FnOnce(u16, &Path) -> Command,
+        certs: Option<&Path>,
+        command: impl FnOnce(u16, &Path, Option<(u16, &Path)>) -> Command,
     ) -> Result<Target, String> {
         let port = free_port()?;
-        let child = start_server(command(port, &sock), name, hint, port)?;
-        Ok(Target { name, port, sock, child })
+        let tls = match certs {
+            Some(dir) => Some((free_port()?, dir.to_path_buf())),
+            None => None,
+        };
+        let child = start_server(command(port, &sock, tls.as_ref().map(|(p, d)| (*p, d.as_path()))), name, hint, port)?;
+        Ok(Target { name, port, sock, tls: tls.map(|(p, d)| (p, d.join("ca.crt"))), child })
     }
 
     /// Its process id.
@@ -43,34 +50,72 @@ impl Target {
     }
 }
 
-/// How to reach a server: TCP or its unix socket.
+/// How to reach a server: TCP, its unix socket, or TLS.
 #[derive(Clone, Copy, PartialEq)]
 pub(crate) enum Via {
     Tcp,
     Unix,
+    Tls,
 }
 
-/// tvmq serve (this program), its queues in `dir`, its socket in `scratch`.
-pub(crate) fn start_tvmq(dir: &Path, scratch: &Path) -> Result<Target, String> {
+/// Test certificates in `scratch/certs`, made by scripts/tls-certs.sh (the
+/// openssl command), for the TLS cells.
+pub(crate) fn make_certs(scratch: &Path) -> Result<PathBuf, String> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/tls-certs.sh");
+    let dir = scratch.join("certs");
+    let out = Command::new("bash")
+        .arg(&script)
+        .arg(&dir)
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "no test certificates ({} needs openssl): {}",
+            script.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(dir)
+}
+
+/// `--tls-port` and the certificate options (the same names on both servers).
+fn tls_args(cmd: &mut Command, tls: Option<(u16, &Path)>) {
+    if let Some((port, dir)) = tls {
+        cmd.args(["--tls-port", &port.to_string(), "--tls-cert-file"])
+            .arg(dir.join("server.crt"))
+            .arg("--tls-key-file")
+            .arg(dir.join("server.key"));
+    }
+}
+
+/// tvmq serve (this program), its queues in `dir`, its socket in `scratch`;
+/// TLS too with the certificates of `certs`.
+pub(crate) fn start_tvmq(dir: &Path, scratch: &Path, certs: Option<&Path>) -> Result<Target, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    Target::start(TVMQ, "", scratch.join("tvmq.sock"), |port, sock| {
+    Target::start(TVMQ, "", scratch.join("tvmq.sock"), certs, |port, sock, tls| {
         let mut cmd = Command::new(exe);
         cmd.arg("--dir")
             .arg(dir)
             .args(["serve", "--port", &port.to_string(), "--threads", &THREADS.to_string()])
             .args(["--auto-create", "1000000x304", "--unixsocket"])
             .arg(sock);
+        tls_args(&mut cmd, tls);
         cmd
     })
 }
 
-/// redis-server without persistence, its socket in `scratch`.
-pub(crate) fn start_redis(scratch: &Path) -> Result<Target, String> {
-    Target::start(REDIS, " (apt-get install redis-server)", scratch.join("redis.sock"), |port, sock| {
+/// redis-server without persistence, its socket in `scratch`; TLS too
+/// (clients not asked for certificates) with the certificates of `certs`.
+pub(crate) fn start_redis(scratch: &Path, certs: Option<&Path>) -> Result<Target, String> {
+    Target::start(REDIS, " (apt-get install redis-server)", scratch.join("redis.sock"), certs, |port, sock, tls| {
         let mut cmd = Command::new("redis-server");
         cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .args(["--maxclients", "10000", "--unixsocket"])
             .arg(sock);
+        tls_args(&mut cmd, tls);
+        if let Some((_, dir)) = tls {
+            cmd.arg("--tls-ca-cert-file").arg(dir.join("ca.crt")).args(["--tls-auth-clients", "no"]);
+        }
         cmd
     })
 }
@@ -121,6 +166,10 @@ pub(crate) fn benchmark(t: &Target, via: Via, test: &str, row: &str, n: u64, ext
     match via {
         Via::Tcp => cmd.args(["-h", "127.0.0.1", "-p", &t.port.to_string()]),
         Via::Unix => cmd.arg("-s").arg(&t.sock),
+        Via::Tls => {
+            let (port, ca) = t.tls.as_ref().ok_or_else(|| format!("{}: no TLS port (no certificates)", t.name))?;
+            cmd.args(["-h", "127.0.0.1", "-p", &port.to_string(), "--tls", "--cacert"]).arg(ca)
+        }
     };
     let rps = redis_benchmark(cmd.args(["-t", test, "-n", &n.to_string(), "--csv"]).args(extra), row)?;
     // `-t ping` runs PING_INLINE too: both count.

@@ -22,6 +22,8 @@ pub const DEFAULT_UNIXSOCKETPERM: u32 = 0o700;
 pub const PASSWORD_ENV: &str = "TVMQ_REQUIREPASS";
 /// The longest password file read, in bytes.
 const MAX_PASSWORD_FILE: u64 = 64 * 1024;
+/// The default `--tls-handshake-timeout`, in seconds.
+pub const DEFAULT_TLS_HANDSHAKE_TIMEOUT_SECS: u64 = 5;
 
 /// The options of `tvmq serve`. [`ServeArgs::default`] gives the command
 /// line's defaults.
@@ -33,8 +35,8 @@ pub struct ServeArgs {
     /// TCP port (0: any free port, printed at startup)
     #[arg(long, default_value_t = DEFAULT_PORT)]
     pub port: u16,
-    /// Do not listen on TCP (serve only --unixsocket)
-    #[arg(long, requires = "unixsocket")]
+    /// Do not listen on plain TCP (serve only --unixsocket and/or --tls-port)
+    #[arg(long)]
     pub no_tcp: bool,
     /// Also listen on this unix socket (removed when the server stops, if it is still the server's)
     #[arg(long, value_name = "PATH")]
@@ -70,6 +72,21 @@ pub struct ServeArgs {
     /// The longest argument a client may send, in bytes (Redis's proto-max-bulk-len)
     #[arg(long, default_value_t = DEFAULT_MAX_BULK_LEN, value_name = "BYTES")]
     pub max_bulk_len: usize,
+    /// Also listen for TLS on this port of --bind (0: any free port, printed at startup)
+    #[arg(long, value_name = "PORT", requires_all = ["tls_cert_file", "tls_key_file"])]
+    pub tls_port: Option<u16>,
+    /// The server's certificate chain, PEM (leaf first)
+    #[arg(long, value_name = "FILE", requires = "tls_port")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// The private key of --tls-cert-file, PEM (PKCS#8, PKCS#1 or SEC1)
+    #[arg(long, value_name = "FILE", requires = "tls_port")]
+    pub tls_key_file: Option<PathBuf>,
+    /// Require a client certificate signed by a CA of this PEM file on TLS connections
+    #[arg(long, value_name = "FILE", requires = "tls_port")]
+    pub tls_ca_cert_file: Option<PathBuf>,
+    /// Close a TLS connection whose handshake has not completed within this many seconds
+    #[arg(long, default_value_t = DEFAULT_TLS_HANDSHAKE_TIMEOUT_SECS, value_name = "SECS")]
+    pub tls_handshake_timeout: u64,
 }
 
 impl Default for ServeArgs {
@@ -89,6 +106,11 @@ impl Default for ServeArgs {
             timeout: 0,
             write_timeout: DEFAULT_WRITE_TIMEOUT_SECS,
             max_bulk_len: DEFAULT_MAX_BULK_LEN,
+            tls_port: None,
+            tls_cert_file: None,
+            tls_key_file: None,
+            tls_ca_cert_file: None,
+            tls_handshake_timeout: DEFAULT_TLS_HANDSHAKE_TIMEOUT_SECS,
         }
     }
 }
@@ -107,6 +129,18 @@ impl ServeArgs {
     /// How long a write may make no progress before the client is dropped.
     pub fn write_stall(&self) -> Duration {
         Duration::from_secs(self.write_timeout.max(1))
+    }
+
+    /// How long a TLS handshake may take (at least a second).
+    pub fn tls_handshake(&self) -> Duration {
+        Duration::from_secs(self.tls_handshake_timeout.max(1))
+    }
+
+    /// Do TLS connections have to show a client certificate that verifies
+    /// (`--tls-ca-cert-file`)? Such a certificate authenticates its client
+    /// as a password does.
+    pub fn tls_client_certs_required(&self) -> bool {
+        self.tls_port.is_some() && self.tls_ca_cert_file.is_some()
     }
 
     /// The password clients must give: `--requirepass`, else the first line
@@ -137,14 +171,23 @@ impl ServeArgs {
 
     /// Protected mode's refusal: listening on a non-loopback address
     /// while not [authenticating clients](Self::authenticates_clients),
-    /// unless `--protected-mode no`. The message says how to proceed.
+    /// unless `--protected-mode no`. A client certificate required on the
+    /// TLS port (`--tls-ca-cert-file`) authenticates that port only: a
+    /// plain TCP port beside it still needs a password. The message says
+    /// how to proceed.
     pub fn protected_mode_refusal(&self, env: Option<&std::ffi::OsStr>) -> Option<String> {
-        if !self.protected_mode || self.no_tcp || is_loopback(self.bind) || self.authenticates_clients(env) {
+        if !self.protected_mode || is_loopback(self.bind) || self.authenticates_clients(env) {
+            return None;
+        }
+        let open_tcp = !self.no_tcp;
+        let open_tls = self.tls_port.is_some() && !self.tls_client_certs_required();
+        if !open_tcp && !open_tls {
             return None;
         }
         Some(format!(
             "protected mode: refusing to listen on {} without a password, where anyone who reaches the port could \
              read and write every queue; give one (--requirepass-file FILE, ${PASSWORD_ENV} or --requirepass), \
+             or require TLS client certificates (--tls-ca-cert-file with --no-tcp), \
              or listen on loopback (--bind 127.0.0.1) or a unix socket (--unixsocket PATH --no-tcp), \
              or, on a network you trust, say --protected-mode no",
             self.bind

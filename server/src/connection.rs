@@ -133,7 +133,12 @@ pub(crate) async fn serve<S: Stream>(mut s: S, shared: Arc<ServerState>, worker:
     let mut client = Client::new(id, shared.password.is_none(), peer);
     let end = run(&mut s, &shared, &worker, &mut client).await;
     if let End::Error(e) = end {
-        if !matches!(e.kind(), io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe) {
+        // UnexpectedEof: a TLS client gone without its close notice (as
+        // redis-cli goes), an EOF like any other.
+        if !matches!(
+            e.kind(),
+            io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe | io::ErrorKind::UnexpectedEof
+        ) {
             eprintln!("tvmq serve: client {} ({}): {e}", client.id, client.peer);
         }
     }

@@ -19,7 +19,8 @@
 //! | `state` | `ServerState`, what every thread shares: options, queues, counters | `config`, `waiters`, `shutdown` |
 //! | `waiters` | blocked clients and the one watcher thread per queue that wakes them | `shutdown` |
 //! | `shutdown` | the stop signal | - |
-//! | `stream` | TCP and unix sockets behind one trait; the I/O steps | - |
+//! | `stream` | TCP, unix and TLS sockets behind one trait; the I/O steps | - |
+//! | `tls` | `--tls-port`: the certificates, read at the start | `config` |
 //! | `reply` | error replies in the protocol's words | - |
 //! | [`config`] | the options ([`ServeArgs`]) | - |
 //!
@@ -50,6 +51,7 @@ mod reply;
 mod shutdown;
 mod state;
 mod stream;
+mod tls;
 mod waiters;
 mod worker;
 
@@ -77,25 +79,33 @@ impl Server {
     /// the acceptor and the workers. The password is `--requirepass`, else
     /// `--requirepass-file`'s, else `$TVMQ_REQUIREPASS`'s. Errors:
     /// `BOOT_PARM_ERR` (an empty password, an unreadable password file,
-    /// protected mode's refusal), those of [`tvm::check_queue_dir`] (a
-    /// directory this process cannot use; it must be writable with
-    /// `--auto-create`), `SOCK_BIND_ERR` (address in use, bad unix socket
-    /// path), `SVR_EXCEPTION` (threads or runtimes that cannot start).
+    /// protected mode's refusal, nothing to listen on, a TLS certificate or
+    /// key file that cannot be read or used), those of
+    /// [`tvm::check_queue_dir`] (a directory this process cannot use; it
+    /// must be writable with `--auto-create`), `SOCK_BIND_ERR` (address in
+    /// use, bad unix socket path), `SVR_EXCEPTION` (threads or runtimes
+    /// that cannot start).
     pub fn start(dir: &Path, args: &ServeArgs) -> Result<Server, Error> {
+        if args.no_tcp && args.unixsocket.is_none() && args.tls_port.is_none() {
+            return Err(Error::new(BOOT_PARM_ERR, "--no-tcp needs --unixsocket or --tls-port: nothing to listen on"));
+        }
         let env = std::env::var_os(config::PASSWORD_ENV);
         if let Some(refusal) = args.protected_mode_refusal(env.as_deref()) {
             return Err(Error::new(BOOT_PARM_ERR, refusal));
         }
         let password = args.password(env).map_err(|e| Error::new(BOOT_PARM_ERR, e))?;
         tvm::check_queue_dir(dir, args.auto_create.is_some())?;
+        let tls = tls::acceptor(args)?;
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(|e| Error::new(SVR_EXCEPTION, format!("cannot start a runtime: {e}")))?;
         let addr = (!args.no_tcp).then(|| SocketAddr::new(args.bind, args.port));
-        let listeners = listener::bind(&rt, addr, args.unixsocket.as_deref(), args.unixsocketperm)
+        let tls_at = args.tls_port.map(|port| SocketAddr::new(args.bind, port));
+        let listeners = listener::bind(&rt, addr, args.unixsocket.as_deref(), args.unixsocketperm, tls_at)
             .map_err(|e| Error::new(SOCK_BIND_ERR, e.to_string()))?;
         let tcp_addr = listeners.tcp.as_ref().and_then(|l| l.local_addr().ok());
+        let tls_addr = listeners.tls.as_ref().and_then(|l| l.local_addr().ok());
         let threads = args.worker_threads();
         let limits = resp::Limits { max_bulk_len: args.max_bulk_len, ..resp::Limits::default() };
         let shared = Arc::new(ServerState {
@@ -117,6 +127,8 @@ impl Server {
             worker_stats: (0..threads).map(|_| WorkerStats::default()).collect(),
             worker_conns: (0..threads).map(|_| AtomicUsize::new(0)).collect(),
             create_lock: parking_lot::Mutex::new(()),
+            tls,
+            tls_addr,
         });
         let mut server = Server { shared: shared.clone(), threads: Vec::new() };
         let mut senders = Vec::with_capacity(threads);
@@ -140,6 +152,12 @@ impl Server {
     /// `--port 0` asked for any).
     pub fn tcp_addr(&self) -> Option<SocketAddr> {
         self.shared.tcp_addr
+    }
+
+    /// The TLS address it listens on (`--tls-port`; the real port when 0
+    /// asked for any).
+    pub fn tls_addr(&self) -> Option<SocketAddr> {
+        self.shared.tls_addr
     }
 
     /// The unix socket it listens on.
@@ -213,6 +231,9 @@ pub fn run(dir: &Path, args: &ServeArgs) -> Result<(), Error> {
     }
     if let Some(p) = server.unix_path() {
         on.push(p.display().to_string());
+    }
+    if let Some(a) = server.tls_addr() {
+        on.push(format!("{a} (TLS{})", if args.tls_client_certs_required() { ", client certificates" } else { "" }));
     }
     println!(
         "tvmq serve: listening on {}; queues in {}; {} worker threads{}",

@@ -19,6 +19,8 @@ pub(crate) struct Listeners {
     pub(crate) unix: Option<tokio::net::UnixListener>,
     /// The device and inode of the unix socket's file.
     pub(crate) unix_id: Option<(u64, u64)>,
+    /// `--tls-port`: TCP too, the handshake done by the worker.
+    pub(crate) tls: Option<tokio::net::TcpListener>,
 }
 
 /// Binds what the options ask for, inside `rt`; the unix socket's file
@@ -28,18 +30,11 @@ pub(crate) fn bind(
     addr: Option<SocketAddr>,
     unix: Option<&Path>,
     perm: u32,
+    tls: Option<SocketAddr>,
 ) -> io::Result<Listeners> {
     rt.block_on(async {
-        let tcp = match addr {
-            Some(addr) => {
-                let socket =
-                    if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
-                socket.set_reuseaddr(true)?;
-                socket.bind(addr).map_err(|e| io::Error::new(e.kind(), format!("cannot bind {addr}: {e}")))?;
-                Some(socket.listen(1024)?)
-            }
-            None => None,
-        };
+        let tcp = addr.map(bind_tcp).transpose()?;
+        let tls = tls.map(bind_tcp).transpose()?;
         let (unix, unix_id) = match unix {
             Some(path) => {
                 remove_stale_socket(path)?;
@@ -49,7 +44,7 @@ pub(crate) fn bind(
             }
             None => (None, None),
         };
-        Ok(Listeners { tcp, unix, unix_id })
+        Ok(Listeners { tcp, unix, unix_id, tls })
     })
 }
 
@@ -82,6 +77,14 @@ fn bind_unix(path: &Path, perm: u32) -> io::Result<(tokio::net::UnixListener, (u
     }
 }
 
+/// Binds a TCP listener at `addr` (plain TCP and the TLS port).
+fn bind_tcp(addr: SocketAddr) -> io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr).map_err(|e| io::Error::new(e.kind(), format!("cannot bind {addr}: {e}")))?;
+    socket.listen(1024)
+}
+
 /// Removes a socket file a previous server left (as Redis does); refuses
 /// to remove anything else, or a socket a live server answers on.
 fn remove_stale_socket(path: &Path) -> io::Result<()> {
@@ -111,7 +114,7 @@ pub(crate) fn accept_loop(
     workers: Vec<UnboundedSender<Accepted>>,
 ) {
     rt.block_on(async {
-        let Listeners { tcp, unix, .. } = listeners;
+        let Listeners { tcp, unix, tls, .. } = listeners;
         loop {
             let accepted = tokio::select! {
                 biased;
@@ -121,6 +124,9 @@ pub(crate) fn accept_loop(
                 }
                 r = async { match &unix { Some(l) => l.accept().await, None => std::future::pending().await } } => {
                     r.and_then(|(s, _)| Ok(Accepted::Unix(s.into_std()?)))
+                }
+                r = async { match &tls { Some(l) => l.accept().await, None => std::future::pending().await } } => {
+                    r.and_then(|(s, peer)| Ok(Accepted::Tls(s.into_std()?, peer)))
                 }
             };
             match accepted {
@@ -158,7 +164,8 @@ fn dispatch(shared: &ServerState, workers: &[UnboundedSender<Accepted>], c: Acce
     }
 }
 
-/// Redis's reply to a client beyond maxclients, then the close.
+/// Redis's reply to a client beyond maxclients, then the close (a TLS
+/// client, which would read the reply as a broken record, is only closed).
 fn refuse(c: Accepted) {
     use std::io::Write;
     const TEXT: &[u8] = b"-ERR max number of clients reached\r\n";
@@ -166,6 +173,7 @@ fn refuse(c: Accepted) {
     let _ = match c {
         Accepted::Tcp(mut s, _) => s.write(TEXT),
         Accepted::Unix(mut s) => s.write(TEXT),
+        Accepted::Tls(..) => Ok(0),
     };
 }
 

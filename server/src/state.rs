@@ -26,6 +26,10 @@ pub(crate) struct Stats {
     pub(crate) auth_failures: AtomicU64,
     /// Connections closed for sending more than an unauthenticated client may.
     pub(crate) unauthenticated_closed: AtomicU64,
+    /// TLS handshakes that failed or timed out.
+    pub(crate) tls_handshake_failures: AtomicU64,
+    /// When (seconds since the start) a failed handshake was last logged.
+    pub(crate) tls_failure_logged: AtomicU64,
 }
 
 /// The rate-limited report of failed AUTHs on stderr: when it last
@@ -104,6 +108,9 @@ pub(crate) struct ServerState {
     /// Serialises auto-creation inside this process (other processes are
     /// handled by creation failing with TBL_ARD_EXIST).
     pub(crate) create_lock: parking_lot::Mutex<()>,
+    /// `--tls-port`: the handshake's configuration, and where it listens.
+    pub(crate) tls: Option<crate::tls::Acceptor>,
+    pub(crate) tls_addr: Option<SocketAddr>,
 }
 
 impl ServerState {

@@ -1,5 +1,6 @@
-//! The two kinds of connection (TCP, unix socket) behind one trait, used
-//! generically (no dynamic dispatch), and the I/O steps of a connection:
+//! The three kinds of connection (TCP, unix socket, TLS over TCP) behind one
+//! trait, used generically (no dynamic dispatch: the plain ones run the
+//! code they ran before TLS existed), and the I/O steps of a connection:
 //! read what is there, wait for readability, write a batch of replies.
 
 use std::future::Future;
@@ -24,6 +25,19 @@ impl Stream for tokio::net::TcpStream {
 impl Stream for tokio::net::UnixStream {
     fn ready_to_read(&self) -> impl Future<Output = io::Result<()>> {
         self.readable()
+    }
+}
+
+/// TLS: rustls may hold decrypted bytes the socket no longer shows (a
+/// read shorter than what one record decrypted to), or a close notice;
+/// then a read is due at once. Otherwise the socket says.
+impl Stream for tokio_rustls::server::TlsStream<tokio::net::TcpStream> {
+    fn ready_to_read(&self) -> impl Future<Output = io::Result<()>> {
+        let (tcp, tls) = self.get_ref();
+        // After the handshake, rustls wants to read unless it holds
+        // plaintext or has been told the stream ends.
+        let buffered = !tls.wants_read();
+        async move { if buffered { Ok(()) } else { tcp.readable().await } }
     }
 }
 
@@ -68,5 +82,16 @@ pub(crate) async fn write_all<S: Stream>(s: &mut S, out: &mut Vec<u8>, stall: Du
         done += n;
     }
     out.clear();
-    Ok(())
+    // TLS keeps what the socket did not take (a no-op on plain sockets).
+    let flushed = std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut *s).poll_flush(cx))).await;
+    match flushed {
+        Poll::Ready(r) => r,
+        Poll::Pending => {
+            let flush = std::future::poll_fn(|cx| Pin::new(&mut *s).poll_flush(cx));
+            match tokio::time::timeout(stall, flush).await {
+                Ok(r) => r,
+                Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "the client reads no replies")),
+            }
+        }
+    }
 }

@@ -21,6 +21,8 @@ const PURGE_EVERY: Duration = Duration::from_secs(1);
 pub(crate) enum Accepted {
     Tcp(std::net::TcpStream, SocketAddr),
     Unix(std::os::unix::net::UnixStream),
+    /// From `--tls-port`: the handshake is still to do.
+    Tls(std::net::TcpStream, SocketAddr),
 }
 
 /// Starts worker `index`.
@@ -111,6 +113,42 @@ fn start(shared: &Arc<ServerState>, worker: &Rc<WorkerLocal>, c: Accepted) {
                 Ok(s) => connection::serve(s, shared, worker, "unix".to_string()).await,
                 Err(e) => eprintln!("tvmq serve: cannot register a connection: {e}"),
             },
+            Accepted::Tls(s, peer) => match tokio::net::TcpStream::from_std(s) {
+                Ok(s) => {
+                    let _ = s.set_nodelay(true);
+                    let Some(acceptor) = shared.tls.clone() else { return };
+                    // Bounded: a client that opens the connection and sends
+                    // nothing (or too little) holds its --maxclients slot
+                    // no longer than --tls-handshake-timeout.
+                    let limit = shared.args.tls_handshake();
+                    let handshake = tokio::select! {
+                        biased;
+                        // The stop does not wait for handshakes.
+                        _ = shared.shutdown.wait() => return,
+                        r = tokio::time::timeout(limit, acceptor.accept(s)) => r,
+                    };
+                    match handshake {
+                        Ok(Ok(s)) => connection::serve(s, shared, worker, peer.to_string()).await,
+                        Ok(Err(e)) => handshake_failed(&shared, &peer, &e.to_string()),
+                        Err(_) => handshake_failed(&shared, &peer, &format!("no handshake within {limit:?}")),
+                    }
+                }
+                Err(e) => eprintln!("tvmq serve: cannot register a connection: {e}"),
+            },
         }
     });
+}
+
+/// Counts a failed TLS handshake and says why on stderr, at most once a
+/// second for the whole server (a port scan or a flood of bad clients
+/// must not flood the log).
+fn handshake_failed(shared: &ServerState, peer: &SocketAddr, why: &str) {
+    let failures = shared.stats.tls_handshake_failures.fetch_add(1, Ordering::Relaxed) + 1;
+    let now = shared.started.elapsed().as_secs();
+    let last = shared.stats.tls_failure_logged.load(Ordering::Relaxed);
+    if (failures == 1 || now > last)
+        && shared.stats.tls_failure_logged.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+    {
+        eprintln!("tvmq serve: TLS handshake with {peer} failed: {why} ({failures} failures so far)");
+    }
 }

@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 fn benchmark(port: u16, args: &[&str]) {
@@ -51,22 +51,6 @@ fn redis_benchmark_completes_and_leaves_what_it_pushed_minus_what_it_popped() {
     let mut out = [0u8; 304];
     assert_eq!(q.pop(&mut out, tvm::Wait::NoWait).unwrap(), 304);
     server.stop();
-}
-
-/// A Python with redis-py, in a virtual environment under target/ (made,
-/// and redis-py installed from PyPI, the first time).
-fn redis_py() -> PathBuf {
-    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/redis-py-venv");
-    let python = venv.join("bin/python");
-    let ready = |p: &Path| Command::new(p).args(["-c", "import redis"]).status().is_ok_and(|s| s.success());
-    if !ready(&python) {
-        let made = Command::new("python3").args(["-m", "venv"]).arg(&venv).status().expect("python3 runs");
-        assert!(made.success(), "python3 -m venv failed (apt-get install python3-venv)");
-        let pip = Command::new(&python).args(["-m", "pip", "install", "-q", "redis"]).status().expect("pip runs");
-        assert!(pip.success(), "pip install redis failed");
-    }
-    assert!(ready(&python), "redis-py is not importable from {}", python.display());
-    python
 }
 
 #[test]

@@ -1,12 +1,16 @@
-//! One connection to one server: a TCP or unix stream socket, the bytes
-//! waiting to be written, and a read buffer from which replies are parsed
-//! in place. Blocking I/O with the timeouts of `SO_RCVTIMEO`/`SO_SNDTIMEO`;
-//! writes use `MSG_NOSIGNAL`, so a server gone away never raises SIGPIPE in
-//! the C program.
+//! One connection to one server: a TCP or unix stream socket (TCP possibly
+//! with TLS), the bytes waiting to be written, and a read buffer from which
+//! replies are parsed in place. Blocking I/O with the timeouts of
+//! `SO_RCVTIMEO`/`SO_SNDTIMEO`; writes use `MSG_NOSIGNAL`, so a server gone
+//! away never raises SIGPIPE in the C program. TLS goes through the same
+//! socket calls (rustls encrypts into, and decrypts from, buffers).
 
+use super::tls::{FdIo, Tls};
 use crate::error::*;
 use resp::{Limits, Reply};
+use rustls::ClientConnection;
 use std::fmt;
+use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
@@ -67,6 +71,9 @@ pub(crate) struct Conn {
     /// Encoded commands not yet written.
     pub(crate) wbuf: Vec<u8>,
     limits: Limits,
+    /// The TLS session, when the connection has one (boxed: it is large,
+    /// and plain connections need not carry it).
+    tls: Option<Box<ClientConnection>>,
 }
 
 /// The error of a failed socket call: `code` and what was being done.
@@ -74,14 +81,50 @@ fn io_error(code: u32, what: &str, addr: &Addr, e: &std::io::Error) -> Error {
     Error::new(code, format!("{what} {addr}: {e}"))
 }
 
+/// The code of a failed `send`.
+fn send_code(e: &std::io::Error) -> u32 {
+    match e.raw_os_error() {
+        Some(libc::EAGAIN) => SOCK_SEND_TMO,
+        Some(libc::EPIPE | libc::ECONNRESET | libc::ENOTCONN) => SOCK_IO_RESET,
+        _ => SOCK_SEND_ERR,
+    }
+}
+
+/// The code of a failed blocking `recv`.
+fn recv_code(e: &std::io::Error) -> u32 {
+    match e.raw_os_error() {
+        Some(libc::EAGAIN) => SOCK_READ_TMO,
+        Some(libc::ECONNRESET | libc::EPIPE | libc::ENOTCONN) => SOCK_IO_RESET,
+        _ => SOCK_READ_ERR,
+    }
+}
+
+/// A TLS failure: the session cannot go on (a certificate refused by
+/// either side, a record that does not decrypt, a peer that is no TLS).
+fn tls_error(addr: &Addr, e: &rustls::Error) -> Error {
+    Error::new(SOCK_COM_EXCP, format!("TLS with {addr}: {e}"))
+}
+
 impl Conn {
     /// Connects to `addr`. `timeout` bounds the connection (TCP; a unix
     /// socket connects at once or fails) and is the default for every
     /// reply and write afterwards.
+    /// With `tls`, the handshake is done here, within the same timeout.
     /// Errors: SOCK_CONN_ERR (refused, no such host or socket file),
-    /// SOCK_CONN_TMO (no answer within the timeout), SOCK_ERR_CRTE (no
-    /// socket could be created: descriptors exhausted).
-    pub(crate) fn open(addr: &Addr, timeout: Option<Duration>) -> Result<Conn> {
+    /// SOCK_CONN_TMO (no answer within the timeout, handshake included),
+    /// SOCK_ERR_CRTE (no socket could be created: descriptors exhausted);
+    /// with TLS: SOCK_COM_EXCP (the handshake failed: a certificate not
+    /// trusted or not for this name, a server that does not speak TLS),
+    /// RMT_NOT_SUPPT (a unix socket), BOOT_PARM_ERR (a host that is no
+    /// name to verify).
+    pub(crate) fn open(addr: &Addr, timeout: Option<Duration>, tls: Option<&Tls>) -> Result<Conn> {
+        let session = match (tls, addr) {
+            (None, _) => None,
+            (Some(t), Addr::Tcp { host, .. }) => Some(t.session(host)?),
+            (Some(_), Addr::Unix(_)) => {
+                return Err(Error::new(RMT_NOT_SUPPT, format!("{addr}: TLS is for TCP, not unix sockets")));
+            }
+        };
         let sock = match addr {
             Addr::Unix(path) => Sock::Unix(UnixStream::connect(path).map_err(|e| connect_error(addr, &e))?),
             Addr::Tcp { host, port } => {
@@ -123,6 +166,7 @@ impl Conn {
             timeout,
             wbuf: Vec::with_capacity(16 * 1024),
             limits: Limits::default(),
+            tls: None,
         };
         let set = match &conn.sock {
             Sock::Tcp(s) => s.set_write_timeout(timeout).and_then(|()| s.set_read_timeout(timeout)),
@@ -130,6 +174,9 @@ impl Conn {
         };
         set.map_err(|e| io_error(SOCK_CONN_ERR, "setting timeouts on", addr, &e))?;
         conn.read_timeout = timeout;
+        if let Some(session) = session {
+            conn.tls = Some(Box::new(handshake(conn.fd, session, addr)?));
+        }
         Ok(conn)
     }
 
@@ -159,6 +206,9 @@ impl Conn {
     /// After an error the connection is unusable (part of a command may
     /// have been written).
     pub(crate) fn flush(&mut self) -> Result<()> {
+        if self.tls.is_some() {
+            return self.flush_tls();
+        }
         let mut off = 0;
         while off < self.wbuf.len() {
             let rest = &self.wbuf[off..];
@@ -167,19 +217,37 @@ impl Conn {
             let n = unsafe { libc::send(self.fd, rest.as_ptr().cast(), rest.len(), libc::MSG_NOSIGNAL) };
             if n < 0 {
                 let e = std::io::Error::last_os_error();
-                let code = match e.raw_os_error() {
-                    Some(libc::EINTR) => continue,
-                    Some(libc::EAGAIN) => SOCK_SEND_TMO,
-                    Some(libc::EPIPE | libc::ECONNRESET | libc::ENOTCONN) => SOCK_IO_RESET,
-                    _ => SOCK_SEND_ERR,
-                };
+                if e.raw_os_error() == Some(libc::EINTR) {
+                    continue;
+                }
                 self.wbuf.clear();
-                return Err(Error::new(code, format!("cannot send to the server: {e}")));
+                return Err(Error::new(send_code(&e), format!("cannot send to the server: {e}")));
             }
             off += n as usize;
         }
         self.wbuf.clear();
         Ok(())
+    }
+
+    /// [`Conn::flush`] through TLS: `wbuf` encrypted (as much as rustls
+    /// buffers at a time), then sent.
+    fn flush_tls(&mut self) -> Result<()> {
+        let Some(tls) = self.tls.as_deref_mut() else { return Ok(()) };
+        let mut off = 0;
+        let r = loop {
+            if let Err(e) = send_tls(self.fd, tls) {
+                break Err(e);
+            }
+            if off == self.wbuf.len() {
+                break Ok(());
+            }
+            match tls.writer().write(&self.wbuf[off..]) {
+                Ok(n) => off += n,
+                Err(e) => break Err(Error::new(SOCK_SEND_ERR, format!("TLS: cannot encrypt: {e}"))),
+            }
+        };
+        self.wbuf.clear();
+        r
     }
 
     /// Reads what the socket has into the read buffer: waits (up to the read
@@ -201,6 +269,9 @@ impl Conn {
             }
         }
         let flags = if block { 0 } else { libc::MSG_DONTWAIT };
+        if self.tls.is_some() {
+            return self.fill_tls(flags);
+        }
         loop {
             let room = &mut self.rbuf[self.rend..];
             // SAFETY: `room` is a live, writable slice of `room.len()` bytes; fd
@@ -224,6 +295,39 @@ impl Conn {
                 _ => SOCK_READ_ERR,
             };
             return Err(Error::new(code, format!("cannot read from the server: {e}")));
+        }
+    }
+
+    /// [`Conn::fill`] through TLS: what rustls has decrypted, else what the
+    /// socket has, decrypted.
+    fn fill_tls(&mut self, flags: libc::c_int) -> Result<bool> {
+        let Some(tls) = self.tls.as_deref_mut() else { return Ok(false) };
+        loop {
+            match tls.reader().read(&mut self.rbuf[self.rend..]) {
+                Ok(0) => return Err(Error::new(SOCK_IO_RESET, "the server closed the connection")),
+                Ok(n) => {
+                    self.rend += n;
+                    return Ok(true);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(Error::new(SOCK_IO_RESET, format!("the server closed the connection: {e}"))),
+            }
+            match tls.read_tls(&mut FdIo { fd: self.fd, flags }) {
+                Ok(0) => return Err(Error::new(SOCK_IO_RESET, "the server closed the connection")),
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EAGAIN) && flags != 0 => return Ok(false),
+                Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
+                    return Err(Error::new(SOCK_READ_TMO, "no reply from the server within the timeout"));
+                }
+                Err(e) => return Err(Error::new(recv_code(&e), format!("cannot read from the server: {e}"))),
+            }
+            if let Err(e) = tls.process_new_packets() {
+                // Tell the server why (the alert rustls queued), then give up.
+                let _ = send_tls(self.fd, tls);
+                return Err(Error::new(SOCK_COM_EXCP, format!("TLS: {e}")));
+            }
+            // Anything the session must answer (a key update).
+            send_tls(self.fd, tls)?;
         }
     }
 
@@ -260,6 +364,66 @@ impl Conn {
             self.receive(true, wait)?;
         }
     }
+}
+
+impl Drop for Conn {
+    /// TLS: tells the server the stream ends here (its close notice), if
+    /// the socket takes it at once.
+    fn drop(&mut self) {
+        if let Some(tls) = self.tls.as_deref_mut() {
+            tls.send_close_notify();
+            let _ = tls.write_tls(&mut FdIo { fd: self.fd, flags: libc::MSG_DONTWAIT });
+        }
+    }
+}
+
+/// Sends every TLS byte the session has ready.
+/// Errors: as [`Conn::flush`].
+fn send_tls(fd: RawFd, tls: &mut ClientConnection) -> Result<()> {
+    while tls.wants_write() {
+        if let Err(e) = tls.write_tls(&mut FdIo { fd, flags: 0 }) {
+            return Err(Error::new(send_code(&e), format!("cannot send to the server: {e}")));
+        }
+    }
+    Ok(())
+}
+
+/// The TLS handshake on the connected socket `fd` (its timeouts set).
+/// Errors: as [`Conn::open`]'s TLS ones; a timeout is SOCK_CONN_TMO.
+fn handshake(fd: RawFd, mut tls: ClientConnection, addr: &Addr) -> Result<ClientConnection> {
+    let timed_out = |e: &std::io::Error| e.raw_os_error() == Some(libc::EAGAIN);
+    while tls.is_handshaking() {
+        if let Err(e) = send_tls(fd, &mut tls) {
+            let code = if e.code() == SOCK_SEND_TMO { SOCK_CONN_TMO } else { SOCK_CONN_ERR };
+            return Err(Error::new(code, format!("TLS handshake with {addr}: {e}")));
+        }
+        if !tls.is_handshaking() {
+            break;
+        }
+        match tls.read_tls(&mut FdIo { fd, flags: 0 }) {
+            Ok(0) => {
+                return Err(Error::new(
+                    SOCK_COM_EXCP,
+                    format!("TLS handshake with {addr}: the server closed the connection"),
+                ));
+            }
+            Ok(_) => {}
+            Err(e) if timed_out(&e) => {
+                return Err(Error::new(
+                    SOCK_CONN_TMO,
+                    format!("TLS handshake with {addr}: no answer within the timeout"),
+                ));
+            }
+            Err(e) => return Err(io_error(SOCK_CONN_ERR, "TLS handshake with", addr, &e)),
+        }
+        if let Err(e) = tls.process_new_packets() {
+            let _ = send_tls(fd, &mut tls);
+            return Err(tls_error(addr, &e));
+        }
+    }
+    // The client's last handshake message goes now, not with the first command.
+    send_tls(fd, &mut tls).map_err(|e| Error::new(SOCK_CONN_ERR, format!("TLS handshake with {addr}: {e}")))?;
+    Ok(tls)
 }
 
 /// The error of a failed connection attempt.

@@ -5,7 +5,8 @@
 //! | module | concern |
 //! |---|---|
 //! | `slot` | CRC16 hash slots, MOVED/ASK parsing |
-//! | `conn` | one socket: connect with a timeout, write, read and parse replies |
+//! | `tls` | TLS: the rustls configuration of a handle, the socket as rustls uses it |
+//! | `conn` | one socket: connect with a timeout (and TLS), write, read and parse replies |
 //! | `router` | the commands in flight, per node; cluster routing and redirections; error words to codes |
 //! | `pipeline` | one connection shared by many handles (combining, auto-pipelining) |
 //! | this file | [`Client`]: a handle's view (push, pop, popup, asynchronous pushes, held values) |
@@ -18,8 +19,10 @@ mod conn;
 mod pipeline;
 mod router;
 mod slot;
+mod tls;
 
 pub(crate) use conn::Addr;
+pub(crate) use tls::{Tls, TlsOptions};
 
 use crate::error::*;
 use conn::ReplyWait;
@@ -101,6 +104,8 @@ pub(crate) struct Client {
     private: Option<Router>,
     seed: Addr,
     timeout: Option<Duration>,
+    /// TLS for every connection the handle opens.
+    tls: Option<Arc<Tls>>,
     flavor: Flavor,
     tally: Arc<Tally>,
     /// Values popped and not delivered (longer than the caller's record),
@@ -122,15 +127,23 @@ fn blpop_secs(d: Duration) -> String {
 }
 
 impl Client {
-    /// Connects to `addr`; see [`Router::connect`].
+    /// Connects to `addr` without TLS; see [`Router::connect`].
+    #[cfg(test)]
     pub(crate) fn connect(addr: Addr, timeout: Option<Duration>) -> Result<Client> {
-        let router = Router::connect(&addr, timeout)?;
+        Client::connect_with(addr, timeout, None)
+    }
+
+    /// Connects to `addr`, with TLS when `tls` is given (then every
+    /// connection of the client is made with it); see [`Router::connect`].
+    pub(crate) fn connect_with(addr: Addr, timeout: Option<Duration>, tls: Option<Arc<Tls>>) -> Result<Client> {
+        let router = Router::connect(&addr, timeout, tls.clone())?;
         Ok(Client {
             flavor: router.flavor(),
             link: Link::Own(router),
             private: None,
             seed: addr,
             timeout,
+            tls,
             tally: Arc::default(),
             held: Vec::new(),
             next: 0,
@@ -154,6 +167,7 @@ impl Client {
             private: None,
             seed: self.seed.clone(),
             timeout: self.timeout,
+            tls: self.tls.clone(),
             flavor: self.flavor,
             tally: Arc::default(),
             held: Vec::new(),
@@ -186,7 +200,7 @@ impl Client {
         let id = self.ticket();
         let router = match &mut self.private {
             Some(r) => r,
-            None => self.private.insert(Router::connect(&self.seed, self.timeout)?),
+            None => self.private.insert(Router::connect(&self.seed, self.timeout, self.tls.clone())?),
         };
         router.call(id, key.as_bytes(), wait, encode)
     }

@@ -1,14 +1,18 @@
-//! The network calls of the C API (thin): lTvmConnect, lTvmPush, lTvmPop,
-//! lTvmPopup, lAsyPush, lAsyWait, lTvmShare, vTvmDisconnect, over
+//! The network calls of the C API (thin): lTvmConnect, lTvmConnectTls (and
+//! its TvmTls), lTvmPush, lTvmPop, lTvmPopup, lAsyPush, lAsyWait, lTvmShare,
+//! vTvmDisconnect, over
 //! [`crate::client`]. The handle's connection lives behind m_pPriv, looked
 //! at only by these calls.
 
 use super::common::{MallocArray, counted, pop_one, popup, record, text, wait_mode};
 use super::handle::state_mut;
 use super::{CallResult, Fail, SATvm, TABLE, Uenum, call};
-use crate::client::{Addr, Client, PopWait};
+use crate::client::{Addr, Client, PopWait, Tls, TlsOptions};
 use crate::error::*;
-use std::ffi::{c_char, c_int, c_long, c_void};
+use std::ffi::{CStr, OsStr, c_char, c_int, c_long, c_void};
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The handle's client, or SERV_NOT_CONN.
@@ -66,31 +70,163 @@ unsafe fn push_with(h: &mut SATvm, send: impl FnOnce(&mut Client, TABLE, &[u8]) 
 /// the other SOCK_* codes (the server did not answer the first command).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lTvmConnect(p: *mut SATvm, ip: *mut c_char, port: c_long, timeout_secs: c_int) -> c_long {
+    // SAFETY: C callers pass NULL or a NUL-terminated string.
+    let body = |h: &mut SATvm| unsafe { connect(h, ip, port, timeout_secs, None) };
+    // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
+    unsafe { call(p, body) }
+}
+
+/// The body of lTvmConnect and lTvmConnectTls (`tls`: made from the
+/// caller's TvmTls).
+///
+/// # Safety
+/// `ip` is NULL or a NUL-terminated string.
+unsafe fn connect(
+    h: &mut SATvm,
+    ip: *const c_char,
+    port: c_long,
+    timeout_secs: c_int,
+    tls: Option<Arc<Tls>>,
+) -> CallResult {
+    if ip.is_null() {
+        return Err(Error::new(CONDIT_IS_NIL, "NULL ip").into());
+    }
+    // SAFETY: C callers pass a NUL-terminated string.
+    let ip = unsafe { text(ip) };
+    if ip.is_empty() {
+        return Err(Error::new(CONDIT_IS_NIL, "empty ip").into());
+    }
+    let addr = if ip.starts_with('/') {
+        Addr::Unix(ip.into())
+    } else {
+        let port = u16::try_from(port)
+            .ok()
+            .filter(|&p| p > 0)
+            .ok_or_else(|| Error::new(SOCK_CONN_ERR, format!("port {port} is not 1 to 65535")))?;
+        let host = ip.trim_start_matches('[').trim_end_matches(']').to_owned();
+        Addr::Tcp { host, port }
+    };
+    let timeout = u64::try_from(timeout_secs).ok().filter(|&s| s > 0).map(Duration::from_secs);
+    if let Some(old) = state_mut(h).net.take() {
+        let _ = old.close();
+    }
+    state_mut(h).net = Some(Client::connect_with(addr, timeout, tls)?);
+    Ok(0)
+}
+
+/// The options of lTvmConnectTls. Zero it, set `size`, then the fields
+/// wanted:
+///
+///     TvmTls tls;
+///     memset(&tls, 0, sizeof(tls));
+///     tls.size = sizeof(tls);
+///     tls.ca_file = "/etc/tvmq/ca.crt";
+///
+/// Every string is NUL-terminated (a file path or a host name) and is read
+/// during the call only. Files are PEM.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct TvmTls {
+    /// sizeof(TvmTls) as the program was compiled. Later versions of the
+    /// library add fields at the end only: a program built with an older
+    /// tvm.h keeps working, and one built with a newer tvm.h is accepted by
+    /// an older library as long as the fields that library does not know
+    /// are zero (otherwise BOOT_PARM_ERR: an option would be ignored).
+    pub size: usize,
+    /// The CAs that sign the server's certificate. NULL: the system's
+    /// bundle ($SSL_CERT_FILE, else /etc/ssl/certs/ca-certificates.crt or
+    /// the other usual paths).
+    pub ca_file: *const c_char,
+    /// The client certificate chain (leaf first), for a server that
+    /// requires one (tvmq serve --tls-ca-cert-file, Redis's
+    /// tls-auth-clients); NULL: none. Goes with key_file.
+    pub cert_file: *const c_char,
+    /// cert_file's private key (PKCS#8, PKCS#1 or SEC1); NULL: none.
+    pub key_file: *const c_char,
+    /// The name the server's certificate must carry, also sent as SNI.
+    /// NULL: the host given to lTvmConnectTls (a name or an IP address).
+    /// Set it when connecting by an address the certificate does not name.
+    pub server_name: *const c_char,
+    /// Non-zero: accept any server certificate. Tests only: whoever is on
+    /// the path can then read and change everything, the password included.
+    pub insecure: c_int,
+}
+
+/// The fields of a TvmTls, owned (its strings as paths and names).
+///
+/// # Safety
+/// `t` points to `t.size` readable bytes, its strings NULL or NUL-terminated.
+unsafe fn tls_options(t: *const TvmTls) -> Result<TlsOptions> {
+    // SAFETY: the caller's TvmTls begins with its size.
+    let size = unsafe { std::ptr::addr_of!((*t).size).read() };
+    let ours = size_of::<TvmTls>();
+    if size < ours {
+        return Err(Error::new(BOOT_PARM_ERR, format!("TvmTls.size {size}: set it to sizeof(TvmTls) ({ours})")));
+    }
+    // SAFETY: the caller's struct has `size` readable bytes, ours among them.
+    let extra = unsafe { std::slice::from_raw_parts(t.cast::<u8>().add(ours), size - ours) };
+    if extra.iter().any(|&b| b != 0) {
+        return Err(Error::new(BOOT_PARM_ERR, "TvmTls: fields this library does not know are set (a newer tvm.h)"));
+    }
+    // SAFETY: as above; the struct is plain data.
+    let t = unsafe { t.read() };
+    let path = |p: *const c_char| {
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: non-NULL, and NUL-terminated by the caller's contract.
+        let bytes = unsafe { CStr::from_ptr(p) }.to_bytes();
+        Some(PathBuf::from(OsStr::from_bytes(bytes)))
+    };
+    Ok(TlsOptions {
+        ca_file: path(t.ca_file),
+        cert_file: path(t.cert_file),
+        key_file: path(t.key_file),
+        // SAFETY: as for the paths.
+        server_name: (!t.server_name.is_null()).then(|| unsafe { text(t.server_name) }),
+        insecure: t.insecure != 0,
+    })
+}
+
+/// As lTvmConnect, with TLS: connects handle p to a server speaking the
+/// Redis protocol over TLS (tvmq serve --tls-port, redis-server
+/// --tls-port), checking its certificate as `tls` says (see TvmTls). The
+/// timeout bounds the handshake as it bounds the connection. The handle
+/// keeps the configuration: its reconnections, the connection of its
+/// blocking pops, the handles sharing its connection (lTvmShare) and the
+/// other nodes of a Redis Cluster use the same certificates (a cluster's
+/// nodes are checked against server_name, else the address the cluster
+/// gives for them). The files are read during this call only.
+/// Threads: as lTvmConnect (one thread at a time per handle); no global
+/// initialisation is needed, and threads may connect at the same time.
+/// Errors: CONDIT_IS_NIL (NULL p, ip or tls; empty ip), BOOT_PARM_ERR
+/// (tls->size too small or unknown fields set; cert_file without key_file
+/// or the reverse; a file with no usable certificate or key; a key that is
+/// not the certificate's; a server name that is not one), FIL_NOT_EXIST (a
+/// file that does not exist), RMT_NOT_SUPPT (ip is a unix socket path: TLS
+/// is for TCP), SOCK_COM_EXCP (the handshake failed: a server certificate
+/// no trusted CA signed, not for this name, or expired; a server that does
+/// not speak TLS; a server that refused the client certificate or wants
+/// one: with TLS 1.3 it says so after the handshake, at the first command,
+/// which this call sends), and those of lTvmConnect (SOCK_CONN_TMO: no
+/// answer, or no complete handshake, within the timeout).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lTvmConnectTls(
+    p: *mut SATvm,
+    ip: *const c_char,
+    port: c_long,
+    timeout_secs: c_int,
+    tls: *const TvmTls,
+) -> c_long {
     let body = |h: &mut SATvm| {
-        if ip.is_null() {
-            return Err(Error::new(CONDIT_IS_NIL, "NULL ip").into());
+        if tls.is_null() {
+            return Err(Error::new(CONDIT_IS_NIL, "NULL tls").into());
         }
-        // SAFETY: C callers pass a NUL-terminated string.
-        let ip = unsafe { text(ip) };
-        if ip.is_empty() {
-            return Err(Error::new(CONDIT_IS_NIL, "empty ip").into());
-        }
-        let addr = if ip.starts_with('/') {
-            Addr::Unix(ip.into())
-        } else {
-            let port = u16::try_from(port)
-                .ok()
-                .filter(|&p| p > 0)
-                .ok_or_else(|| Error::new(SOCK_CONN_ERR, format!("port {port} is not 1 to 65535")))?;
-            let host = ip.trim_start_matches('[').trim_end_matches(']').to_owned();
-            Addr::Tcp { host, port }
-        };
-        let timeout = u64::try_from(timeout_secs).ok().filter(|&s| s > 0).map(Duration::from_secs);
-        if let Some(old) = state_mut(h).net.take() {
-            let _ = old.close();
-        }
-        state_mut(h).net = Some(Client::connect(addr, timeout)?);
-        Ok(0)
+        // SAFETY: a non-NULL tls is the caller's TvmTls with its size set.
+        let options = unsafe { tls_options(tls) }?;
+        let config = Tls::new(&options)?;
+        // SAFETY: C callers pass NULL or a NUL-terminated string.
+        unsafe { connect(h, ip, port, timeout_secs, Some(config)) }
     };
     // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
     unsafe { call(p, body) }

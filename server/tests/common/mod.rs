@@ -11,7 +11,7 @@ pub use support::*;
 use clap::Parser;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 use tvmq_server::{ServeArgs, Server};
@@ -303,4 +303,20 @@ pub fn wait_until(limit: Duration, what: &str, mut f: impl FnMut() -> bool) {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(2));
     }
+}
+
+/// A Python with redis-py, in a virtual environment under target/ (made,
+/// and redis-py installed from PyPI, the first time).
+pub fn redis_py() -> PathBuf {
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/redis-py-venv");
+    let python = venv.join("bin/python");
+    let ready = |p: &Path| Command::new(p).args(["-c", "import redis"]).status().is_ok_and(|s| s.success());
+    if !ready(&python) {
+        let made = Command::new("python3").args(["-m", "venv"]).arg(&venv).status().expect("python3 runs");
+        assert!(made.success(), "python3 -m venv failed (apt-get install python3-venv)");
+        let pip = Command::new(&python).args(["-m", "pip", "install", "-q", "redis"]).status().expect("pip runs");
+        assert!(pip.success(), "pip install redis failed");
+    }
+    assert!(ready(&python), "redis-py is not importable from {}", python.display());
+    python
 }
