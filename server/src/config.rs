@@ -307,6 +307,12 @@ mod tests {
             Cli::parse_from(["serve", "--bind", "0.0.0.0"]).serve.protected_mode_refusal(Some("x".as_ref())).is_none()
         );
         assert!(Cli::try_parse_from(["serve", "--protected-mode", "maybe"]).is_err());
+        // Required client certificates authenticate the TLS port only.
+        let tls = ["--tls-port", "6390", "--tls-cert-file", "c", "--tls-key-file", "k"];
+        let certs = [&tls[..], &["--tls-ca-cert-file", "ca"]].concat();
+        assert!(open("0.0.0.0", &[&tls[..], &["--no-tcp"]].concat()).is_some(), "TLS without client certificates");
+        assert!(open("0.0.0.0", &certs).is_some(), "the plain port beside it is open");
+        assert!(open("0.0.0.0", &[&certs[..], &["--no-tcp"]].concat()).is_none(), "TLS only, certificates required");
     }
 
     #[test]
