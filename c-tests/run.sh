@@ -555,6 +555,41 @@ elif [ -x "$OUT/net_push" ] && [ -x "$OUT/net_pop" ]; then
     wait "$TVMQ_PID" 2>/dev/null
 fi
 
+# lTvmAuth (net_auth.c) against a `$TVMQ serve --requirepass` and a
+# `redis-server --requirepass`, each started here for it.
+echo "== network: lTvmAuth"
+if [ -z "$REDIS_SERVER" ] || [ -z "$REDIS_CLI" ]; then
+    echo "SKIP  network_auth  (redis-server and redis-cli are needed)"
+    SKIPPED=$((SKIPPED + 1))
+elif ! build_prog net_auth >"$LOGDIR/build-net_auth.log" 2>&1; then
+    echo "FAIL  build_net_auth"
+    sed -e 's/^/      | /' "$LOGDIR/build-net_auth.log" | head -n 40
+    FAILED=$((FAILED + 1))
+    FAILED_NAMES+=(build_net_auth)
+else
+    AUTH_PASS="tvmq-ctests-$RANDOM$RANDOM"
+    auth_ping() { [ "$(REDISCLI_AUTH=$AUTH_PASS "$REDIS_CLI" -p "$1" ping 2>/dev/null)" = PONG ]; }
+    AUTH_PORT=$(free_port)
+    mkdir -p "$NETDIR/auth-queues"
+    TVMQ_REQUIREPASS=$AUTH_PASS "$TVMQ" serve --port "$AUTH_PORT" --dir "$NETDIR/auth-queues" \
+        --auto-create 100x304 >"$NETDIR/tvmq-auth.log" 2>&1 &
+    AUTH_PID=$!
+    echo "$AUTH_PID" >>"$PIDFILE"
+    REDIS_AUTH_PORT=$(free_port)
+    "$REDIS_SERVER" --port "$REDIS_AUTH_PORT" --bind 127.0.0.1 --requirepass "$AUTH_PASS" --save '' \
+        --appendonly no --daemonize no --dir "$NETDIR" >"$NETDIR/redis-auth.log" 2>&1 &
+    REDIS_AUTH_PID=$!
+    echo "$REDIS_AUTH_PID" >>"$PIDFILE"
+    for kind in tvmq redis; do
+        port=$AUTH_PORT
+        [ $kind = redis ] && port=$REDIS_AUTH_PORT
+        for _ in $(seq 100); do auth_ping "$port" && break; sleep 0.05; done
+        run_test "net_${kind}_auth" run_bounded "$OUT/net_auth" 127.0.0.1 "$port" "$AUTH_PASS"
+    done
+    kill -TERM "$AUTH_PID" "$REDIS_AUTH_PID" 2>/dev/null
+    wait "$AUTH_PID" "$REDIS_AUTH_PID" 2>/dev/null
+fi
+
 # TLS: lTvmConnectTls (test_tls.c) against two `$TVMQ serve --tls-port` (one
 # requiring client certificates) and a `redis-server --tls-port`, with
 # certificates made here by scripts/tls-certs.sh (the openssl command).

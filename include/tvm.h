@@ -913,6 +913,28 @@ long lTvmConnect(struct SATvm *p, char *ip, long port, int timeout_secs);
 long lTvmConnectTls(struct SATvm *p, const char *ip, long port, int timeout_secs, const struct TvmTls *tls);
 
 /**
+ * Sets the credentials that handle p's connections give the server
+ * (`AUTH password`, or `AUTH user password` when `user` is not NULL),
+ * for a server started with a password (tvmq serve --requirepass, Redis's
+ * requirepass or ACL users). Call it before lTvmConnect or lTvmConnectTls:
+ * every connection the handle opens from then on (the first, those after a
+ * network failure, a shared handle's blocking-pop connection, the other
+ * nodes of a Redis Cluster) sends AUTH first, and a connection whose AUTH
+ * is refused fails with SOCK_COM_EXCP (its message quotes the server's
+ * answer, e.g. WRONGPASS). A connection already open is not changed:
+ * connect again. `password` NULL clears the credentials. The strings are
+ * copied; over plain TCP they cross the network in clear text (see
+ * lTvmConnectTls). Threading: as lTvmConnect (one thread per handle).
+ * Returns RC_SUCC; errors: CONDIT_IS_NIL (NULL handle, or a user without
+ * a password).
+ *
+ * # Safety
+ * `p` is NULL or a live handle; `user` and `password` are NULL or
+ * NUL-terminated strings.
+ */
+long lTvmAuth(struct SATvm *p, const char *user, const char *password);
+
+/**
  * Makes handle p use the connection of handle `src` (already connected):
  * the commands of every handle sharing a connection are pipelined
  * together (auto-pipelining), so that N threads doing synchronous calls

@@ -5,7 +5,8 @@
 //! away never raises SIGPIPE in the C program. TLS goes through the same
 //! socket calls (rustls encrypts into, and decrypts from, buffers).
 
-use super::tls::{FdIo, Tls};
+use super::tls::FdIo;
+use super::{Auth, Dial};
 use crate::error::*;
 use resp::{Limits, Reply};
 use rustls::ClientConnection;
@@ -109,16 +110,18 @@ impl Conn {
     /// Connects to `addr`. `timeout` bounds the connection (TCP; a unix
     /// socket connects at once or fails) and is the default for every
     /// reply and write afterwards.
-    /// With `tls`, the handshake is done here, within the same timeout.
+    /// With `dial.tls`, the handshake is done here, within the same
+    /// timeout; with `dial.auth`, AUTH is sent and its answer awaited.
     /// Errors: SOCK_CONN_ERR (refused, no such host or socket file),
     /// SOCK_CONN_TMO (no answer within the timeout, handshake included),
     /// SOCK_ERR_CRTE (no socket could be created: descriptors exhausted);
     /// with TLS: SOCK_COM_EXCP (the handshake failed: a certificate not
     /// trusted or not for this name, a server that does not speak TLS),
     /// RMT_NOT_SUPPT (a unix socket), BOOT_PARM_ERR (a host that is no
-    /// name to verify).
-    pub(crate) fn open(addr: &Addr, timeout: Option<Duration>, tls: Option<&Tls>) -> Result<Conn> {
-        let session = match (tls, addr) {
+    /// name to verify); with AUTH: SOCK_COM_EXCP (the server refused the
+    /// credentials), the read errors.
+    pub(crate) fn open(addr: &Addr, timeout: Option<Duration>, dial: &Dial) -> Result<Conn> {
+        let session = match (dial.tls.as_deref(), addr) {
             (None, _) => None,
             (Some(t), Addr::Tcp { host, .. }) => Some(t.session(host)?),
             (Some(_), Addr::Unix(_)) => {
@@ -177,7 +180,25 @@ impl Conn {
         if let Some(session) = session {
             conn.tls = Some(Box::new(handshake(conn.fd, session, addr)?));
         }
+        if let Some(auth) = &dial.auth {
+            conn.authenticate(auth, addr)?;
+        }
         Ok(conn)
+    }
+
+    /// Sends `AUTH [user] password` and awaits `+OK`.
+    fn authenticate(&mut self, auth: &Auth, addr: &Addr) -> Result<()> {
+        match &auth.user {
+            Some(user) => resp::command(&mut self.wbuf, &[b"AUTH", user, &auth.password]),
+            None => resp::command(&mut self.wbuf, &[b"AUTH", &auth.password]),
+        }
+        self.flush()?;
+        let refused =
+            self.reply(ReplyWait::Normal, |r| r.error_text().map(|t| String::from_utf8_lossy(t).into_owned()))?;
+        match refused {
+            None => Ok(()),
+            Some(text) => Err(Error::new(SOCK_COM_EXCP, format!("{addr} refused the credentials: {text}"))),
+        }
     }
 
     /// Sets the socket's read timeout for a reply awaited with `wait`

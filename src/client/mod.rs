@@ -24,6 +24,24 @@ mod tls;
 pub(crate) use conn::Addr;
 pub(crate) use tls::{Tls, TlsOptions};
 
+/// How every connection of a client is made, beyond its address: TLS, and
+/// the credentials given (AUTH) as soon as it is open.
+#[derive(Clone, Default)]
+pub(crate) struct Dial {
+    /// TLS for every connection; None: plain TCP or a unix socket.
+    pub(crate) tls: Option<Arc<Tls>>,
+    /// AUTH sent on every new connection; None: none sent.
+    pub(crate) auth: Option<Arc<Auth>>,
+}
+
+/// The credentials of `AUTH [user] password`.
+pub(crate) struct Auth {
+    /// The user (Redis 6 ACLs); None: the one-argument form.
+    pub(crate) user: Option<Vec<u8>>,
+    /// The password.
+    pub(crate) password: Vec<u8>,
+}
+
 use crate::error::*;
 use conn::ReplyWait;
 use pipeline::Pipeline;
@@ -104,8 +122,8 @@ pub(crate) struct Client {
     private: Option<Router>,
     seed: Addr,
     timeout: Option<Duration>,
-    /// TLS for every connection the handle opens.
-    tls: Option<Arc<Tls>>,
+    /// TLS and AUTH for every connection the handle opens.
+    dial: Dial,
     flavor: Flavor,
     tally: Arc<Tally>,
     /// Values popped and not delivered (longer than the caller's record),
@@ -130,20 +148,20 @@ impl Client {
     /// Connects to `addr` without TLS; see [`Router::connect`].
     #[cfg(test)]
     pub(crate) fn connect(addr: Addr, timeout: Option<Duration>) -> Result<Client> {
-        Client::connect_with(addr, timeout, None)
+        Client::connect_with(addr, timeout, Dial::default())
     }
 
-    /// Connects to `addr`, with TLS when `tls` is given (then every
-    /// connection of the client is made with it); see [`Router::connect`].
-    pub(crate) fn connect_with(addr: Addr, timeout: Option<Duration>, tls: Option<Arc<Tls>>) -> Result<Client> {
-        let router = Router::connect(&addr, timeout, tls.clone())?;
+    /// Connects to `addr`, with the TLS and AUTH of `dial` (then every
+    /// connection of the client is made with them); see [`Router::connect`].
+    pub(crate) fn connect_with(addr: Addr, timeout: Option<Duration>, dial: Dial) -> Result<Client> {
+        let router = Router::connect(&addr, timeout, dial.clone())?;
         Ok(Client {
             flavor: router.flavor(),
             link: Link::Own(router),
             private: None,
             seed: addr,
             timeout,
-            tls,
+            dial,
             tally: Arc::default(),
             held: Vec::new(),
             next: 0,
@@ -167,7 +185,7 @@ impl Client {
             private: None,
             seed: self.seed.clone(),
             timeout: self.timeout,
-            tls: self.tls.clone(),
+            dial: self.dial.clone(),
             flavor: self.flavor,
             tally: Arc::default(),
             held: Vec::new(),
@@ -200,7 +218,7 @@ impl Client {
         let id = self.ticket();
         let router = match &mut self.private {
             Some(r) => r,
-            None => self.private.insert(Router::connect(&self.seed, self.timeout, self.tls.clone())?),
+            None => self.private.insert(Router::connect(&self.seed, self.timeout, self.dial.clone())?),
         };
         router.call(id, key.as_bytes(), wait, encode)
     }

@@ -6,9 +6,9 @@
 //! A router is used by one thread at a time: a handle's own, or the flusher
 //! of a shared connection ([`super::pipeline`]).
 
+use super::Dial;
 use super::conn::{Addr, Conn, ReplyWait};
 use super::slot::{Redirect, SLOTS, key_slot, parse_redirect};
-use super::tls::Tls;
 use crate::error::*;
 use parking_lot::Mutex;
 use resp::Reply;
@@ -135,7 +135,8 @@ const NO_NODE: u16 = u16::MAX;
 pub(crate) struct Router {
     timeout: Option<Duration>,
     /// TLS for every node's connection (the seed's configuration).
-    tls: Option<Arc<Tls>>,
+    /// TLS and AUTH for every connection.
+    dial: Dial,
     flavor: Flavor,
     nodes: Vec<Node>,
     /// Cluster: slot -> index in `nodes` (NO_NODE: unknown). Empty otherwise.
@@ -233,10 +234,10 @@ impl Router {
     /// Connects to `seed` and finds out what it is: a Redis Cluster node
     /// (then the slot map is read and every command goes to the node owning
     /// its key), a plain Redis, or another RESP server (tvmq serve).
-    /// With `tls`, every connection (to the seed, to the other nodes of a
-    /// cluster) is made with it.
-    pub(crate) fn connect(seed: &Addr, timeout: Option<Duration>, tls: Option<Arc<Tls>>) -> Result<Router> {
-        let mut conn = Conn::open(seed, timeout, tls.as_deref())?;
+    /// Every connection (to the seed, to the other nodes of a cluster) is
+    /// made with the TLS and AUTH of `dial`.
+    pub(crate) fn connect(seed: &Addr, timeout: Option<Duration>, dial: Dial) -> Result<Router> {
+        let mut conn = Conn::open(seed, timeout, &dial)?;
         resp::command(&mut conn.wbuf, &[b"CLUSTER", b"SLOTS"]);
         conn.flush()?;
         // Ok(flavor) of a server without cluster mode, Err(slot map) of a cluster node.
@@ -248,7 +249,7 @@ impl Router {
         let probe = probe.ok_or_else(|| Error::new(SOCK_COM_EXCP, "unreadable CLUSTER SLOTS reply"))?;
         let mut router = Router {
             timeout,
-            tls,
+            dial,
             flavor: Flavor::Other,
             nodes: vec![Node { addr: seed.clone(), conn: Some(conn), inflight: VecDeque::new() }],
             slots: Vec::new(),
@@ -311,7 +312,7 @@ impl Router {
     fn conn(&mut self, i: usize) -> Result<&mut Conn> {
         let node = &mut self.nodes[i];
         if node.conn.is_none() {
-            node.conn = Some(Conn::open(&node.addr, self.timeout, self.tls.as_deref())?);
+            node.conn = Some(Conn::open(&node.addr, self.timeout, &self.dial)?);
         }
         node.conn.as_mut().ok_or_else(|| Error::new(SVR_EXCEPTION, "no connection to the server"))
     }

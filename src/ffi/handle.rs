@@ -53,6 +53,9 @@ pub(super) struct HandleState {
     /// The network client (lTvmConnect to vTvmDisconnect); dropped, after
     /// its asynchronous pushes are answered, by vCloneFree.
     pub(super) net: Option<crate::client::Client>,
+    /// The credentials of lTvmAuth, given by every connection that
+    /// lTvmConnect or lTvmConnectTls opens afterwards.
+    pub(super) auth: Option<std::sync::Arc<crate::client::Auth>>,
 }
 
 impl HandleState {

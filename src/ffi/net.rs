@@ -1,5 +1,5 @@
 //! The network calls of the C API (thin): lTvmConnect, lTvmConnectTls (and
-//! its TvmTls), lTvmPush, lTvmPop, lTvmPopup, lAsyPush, lAsyWait, lTvmShare,
+//! its TvmTls), lTvmAuth, lTvmPush, lTvmPop, lTvmPopup, lAsyPush, lAsyWait, lTvmShare,
 //! vTvmDisconnect, over
 //! [`crate::client`]. The handle's connection lives behind m_pPriv, looked
 //! at only by these calls.
@@ -7,7 +7,7 @@
 use super::common::{MallocArray, counted, pop_one, popup, record, text, wait_mode};
 use super::handle::state_mut;
 use super::{CallResult, Fail, SATvm, TABLE, Uenum, call};
-use crate::client::{Addr, Client, PopWait, Tls, TlsOptions};
+use crate::client::{Addr, Auth, Client, Dial, PopWait, Tls, TlsOptions};
 use crate::error::*;
 use std::ffi::{CStr, OsStr, c_char, c_int, c_long, c_void};
 use std::os::unix::ffi::OsStrExt;
@@ -110,7 +110,8 @@ unsafe fn connect(
     if let Some(old) = state_mut(h).net.take() {
         let _ = old.close();
     }
-    state_mut(h).net = Some(Client::connect_with(addr, timeout, tls)?);
+    let dial = Dial { tls, auth: state_mut(h).auth.clone() };
+    state_mut(h).net = Some(Client::connect_with(addr, timeout, dial)?);
     Ok(0)
 }
 
@@ -227,6 +228,43 @@ pub unsafe extern "C" fn lTvmConnectTls(
         let config = Tls::new(&options)?;
         // SAFETY: C callers pass NULL or a NUL-terminated string.
         unsafe { connect(h, ip, port, timeout_secs, Some(config)) }
+    };
+    // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
+    unsafe { call(p, body) }
+}
+
+/// Sets the credentials that handle p's connections give the server
+/// (`AUTH password`, or `AUTH user password` when `user` is not NULL),
+/// for a server started with a password (tvmq serve --requirepass, Redis's
+/// requirepass or ACL users). Call it before lTvmConnect or lTvmConnectTls:
+/// every connection the handle opens from then on (the first, those after a
+/// network failure, a shared handle's blocking-pop connection, the other
+/// nodes of a Redis Cluster) sends AUTH first, and a connection whose AUTH
+/// is refused fails with SOCK_COM_EXCP (its message quotes the server's
+/// answer, e.g. WRONGPASS). A connection already open is not changed:
+/// connect again. `password` NULL clears the credentials. The strings are
+/// copied; over plain TCP they cross the network in clear text (see
+/// lTvmConnectTls). Threading: as lTvmConnect (one thread per handle).
+/// Returns RC_SUCC; errors: CONDIT_IS_NIL (NULL handle, or a user without
+/// a password).
+///
+/// # Safety
+/// `p` is NULL or a live handle; `user` and `password` are NULL or
+/// NUL-terminated strings.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lTvmAuth(p: *mut SATvm, user: *const c_char, password: *const c_char) -> c_long {
+    let body = |h: &mut SATvm| {
+        let bytes = |s: *const c_char| {
+            // SAFETY: C callers pass NULL or a NUL-terminated string.
+            (!s.is_null()).then(|| unsafe { CStr::from_ptr(s) }.to_bytes().to_vec())
+        };
+        let auth = match (bytes(user), bytes(password)) {
+            (None, None) => None,
+            (Some(_), None) => return Err(Error::new(CONDIT_IS_NIL, "a user without a password").into()),
+            (user, Some(password)) => Some(Arc::new(Auth { user, password })),
+        };
+        state_mut(h).auth = auth;
+        Ok(0)
     };
     // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
     unsafe { call(p, body) }
