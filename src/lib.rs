@@ -103,7 +103,7 @@ pub use attach::Attachments;
 #[cfg(not(loom))]
 pub use durable::{DurableStats, RecoveryStats};
 #[cfg(not(loom))]
-pub use file::{queue_dir, queue_ids, queue_path, slot_stride};
+pub use file::{filesystem_size, queue_dir, queue_file_id, queue_ids, queue_name, queue_path, slot_stride};
 #[cfg(not(loom))]
 pub use queue::{Lease, LeaseState, LeaseStats, LeasedRecord};
 #[cfg(not(loom))]
@@ -119,3 +119,5 @@ pub use spec::{
 };
 #[cfg(not(loom))]
 pub use spec::{Durability, LeaseSpec, Spec};
+#[cfg(not(loom))]
+pub use wait::{Bell, WAIT_ANY_MAX};
