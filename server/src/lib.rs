@@ -43,6 +43,7 @@
 mod cmd;
 pub mod config;
 mod connection;
+mod index;
 mod keys;
 mod listener;
 mod local;
@@ -77,6 +78,8 @@ impl Server {
     /// `SOCK_BIND_ERR` (address in use, bad unix socket path),
     /// `SVR_EXCEPTION` (threads or runtimes that cannot start).
     pub fn start(dir: &Path, args: &ServeArgs) -> Result<Server, Error> {
+        let (budget, auto_bytes) = auto_create_bounds(dir, args)?;
+        let index = Arc::new(index::Index::start(dir));
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -96,7 +99,7 @@ impl Server {
             password: args.requirepass.as_ref().map(|p| p.as_bytes().to_vec()),
             stats: Stats::default(),
             shutdown: Arc::default(),
-            waiters: waiters::Waiters::default(),
+            waiters: waiters::Waiters::new(threads),
             started: Instant::now(),
             tcp_addr,
             unix_path: args.unixsocket.clone(),
@@ -104,8 +107,14 @@ impl Server {
             worker_stats: (0..threads).map(|_| WorkerStats::default()).collect(),
             worker_conns: (0..threads).map(|_| AtomicUsize::new(0)).collect(),
             create_lock: parking_lot::Mutex::new(()),
+            index: index.clone(),
+            budget,
+            auto_bytes,
         });
         let mut server = Server { shared: shared.clone(), threads: Vec::new() };
+        let indexer = index::spawn(index, shared.shutdown.clone())
+            .map_err(|e| Error::new(SVR_EXCEPTION, format!("cannot start the index thread: {e}")))?;
+        server.threads.push(indexer);
         let mut senders = Vec::with_capacity(threads);
         for i in 0..threads {
             let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
@@ -177,6 +186,44 @@ impl Drop for Server {
             self.stop_inner();
         }
     }
+}
+
+/// Checks `--auto-create`'s geometry as queue creation will (a refusal at
+/// start rather than at every push), works out `--max-memory`'s default,
+/// and checks that one queue fits it. Creates the queue directory if it is
+/// missing (mode 0700), as the first creation would, so that it can be
+/// watched. Returns the bounds and the size of an auto-created queue's file.
+fn auto_create_bounds(dir: &Path, args: &ServeArgs) -> Result<(index::Budget, u64), Error> {
+    use tvm::error::MQUE_CRTE_BIG;
+    if !dir.exists() {
+        let mut b = std::fs::DirBuilder::new();
+        std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
+        b.recursive(true).create(dir).map_err(|e| {
+            Error::new(tvm::error::SHM_ERR_ACCES, format!("cannot create queue directory {}: {e}", dir.display()))
+        })?;
+    }
+    let fs_size = tvm::filesystem_size(dir);
+    let (num, den) = config::DEFAULT_MAX_MEMORY_SHARE;
+    let max_bytes = args.max_memory.unwrap_or_else(|| fs_size.map_or(u64::MAX, |s| s / den * num));
+    let budget = index::Budget { max_queues: args.max_queues, max_bytes };
+    let Some(a) = args.auto_create else { return Ok((budget, 0)) };
+    let bytes = tvm::Spec::new(a.rows, a.size)
+        .checked_file_size()
+        .map_err(|e| Error::new(e.code(), format!("--auto-create {}x{}: {}", a.rows, a.size, e.what())))?;
+    if bytes > max_bytes {
+        let whence = match args.max_memory {
+            Some(_) => String::new(),
+            None => format!(" (the default: half of the {}-byte filesystem of {})", fs_size.unwrap_or(0), dir.display()),
+        };
+        return Err(Error::new(
+            MQUE_CRTE_BIG,
+            format!(
+                "--auto-create {}x{}: each queue's file takes {bytes} bytes, more than --max-memory {max_bytes}{whence}",
+                a.rows, a.size
+            ),
+        ));
+    }
+    Ok((budget, bytes))
 }
 
 /// `tvmq serve`: runs the server until SIGINT or SIGTERM, then stops it

@@ -309,6 +309,7 @@ pub(crate) fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u
     let sh = ctx.shared;
     let st = &sh.stats;
     let (commands, input, output) = sh.totals();
+    let created = sh.index.owned();
     let mut t = String::new();
     if wants("server") {
         let _ = write!(
@@ -340,13 +341,18 @@ pub(crate) fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u
         let _ = write!(
             t,
             "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\nrejected_connections:{}\r\n\
-             total_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nqueue_watchers_started:{}\r\n\r\n",
+             total_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nqueue_watchers_started:{}\r\n\
+             queues_indexed:{}\r\nqueues_created:{}\r\nqueues_created_bytes:{}\r\nindex_rescans:{}\r\n\r\n",
             st.total_connections.load(Ordering::Relaxed),
             commands,
             st.rejected.load(Ordering::Relaxed),
             input,
             output,
             sh.waiters.watchers_started.load(Ordering::Relaxed),
+            sh.index.len(),
+            created.0,
+            created.1,
+            sh.index.rescans.load(Ordering::Relaxed),
         );
     }
     if wants("queues") {
