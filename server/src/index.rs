@@ -42,8 +42,8 @@ const DRAIN_EVERY: Duration = Duration::from_millis(100);
 /// Without inotify: how often the background thread rescans the directory.
 const RESCAN_EVERY: Duration = Duration::from_secs(1);
 /// New queue files whose header could not be read yet (a file created in
-/// place, still being written), re-read at each drain; beyond, the next
-/// rescan finds them.
+/// place, still being written), re-read by the background thread; beyond
+/// this many, the next rescan finds them.
 const UNREADABLE_MAX: usize = 1024;
 /// Bytes of one read of events (each event is 16 bytes + a name).
 const EVENT_BUFFER: usize = 64 * 1024;
@@ -191,7 +191,7 @@ impl Index {
                 break w;
             }
         };
-        self.drain(&mut w);
+        self.drain(&mut w, false);
     }
 
     /// Records queue `id`, named `name`, which this server just created
@@ -244,8 +244,11 @@ impl Index {
         }
     }
 
-    /// Reads the events queued and applies them, in order.
-    fn drain(&self, w: &mut Watch) {
+    /// Reads the events queued and applies them, in order; and, if `retry`,
+    /// reads again the headers that could not be read before (the
+    /// background thread does, not a lookup: a file that never becomes a
+    /// valid queue must not cost every lookup a read).
+    fn drain(&self, w: &mut Watch, retry: bool) {
         let Watch { inotify, buf, unreadable, overflowed } = w;
         let Some(ino) = inotify.as_mut() else { return };
         let mut lost = false;
@@ -279,6 +282,9 @@ impl Index {
         }
         if lost {
             *inotify = None;
+        }
+        if !retry {
+            return;
         }
         for id in unreadable.clone() {
             unreadable.remove(&id);
@@ -336,7 +342,7 @@ impl Index {
         self.rescans.fetch_add(1, Ordering::Relaxed);
         self.rescanning.store(false, Ordering::Release);
         // What changed during the scan.
-        self.drain(w);
+        self.drain(w, false);
     }
 
     /// The background thread: see the module documentation.
@@ -346,7 +352,7 @@ impl Index {
             std::thread::sleep(DRAIN_EVERY);
             since_rescan += DRAIN_EVERY;
             let mut w = self.watch.lock();
-            self.drain(&mut w);
+            self.drain(&mut w, true);
             if w.overflowed || (w.inotify.is_none() && since_rescan >= RESCAN_EVERY) {
                 self.rescan(&mut w);
                 since_rescan = Duration::ZERO;
