@@ -213,7 +213,9 @@ fn auto_create_bounds(dir: &Path, args: &ServeArgs) -> Result<(index::Budget, u6
     if bytes > max_bytes {
         let whence = match args.max_memory {
             Some(_) => String::new(),
-            None => format!(" (the default: half of the {}-byte filesystem of {})", fs_size.unwrap_or(0), dir.display()),
+            None => {
+                format!(" (the default: half of the {}-byte filesystem of {})", fs_size.unwrap_or(0), dir.display())
+            }
         };
         return Err(Error::new(
             MQUE_CRTE_BIG,

@@ -178,9 +178,7 @@ impl Waiters {
             None if pool.len() < self.max_watchers => {
                 let w = Arc::new(Watcher::default());
                 let (w2, stop) = (w.clone(), shutdown.clone());
-                std::thread::Builder::new()
-                    .name(format!("tvmq-watch-{}", pool.len()))
-                    .spawn(move || w2.run(&stop))?;
+                std::thread::Builder::new().name(format!("tvmq-watch-{}", pool.len())).spawn(move || w2.run(&stop))?;
                 self.watchers_started.fetch_add(1, Ordering::Relaxed);
                 pool.push(w.clone());
                 w
