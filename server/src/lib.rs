@@ -15,9 +15,10 @@
 //! | `connection` | read, run every complete command, write the replies once; limits | `cmd`, `local`, `stream`, `state` |
 //! | `cmd` | dispatch, then one file per family: `queue` (push, pop, LLEN), `blocking` (BLPOP), `server` (the rest), `table` (the commands, COMMAND), `context` (what a command runs with) | `keys`, `waiters`, `reply`, `state` |
 //! | `local` | what one worker's connections share: key cache, buffer pool, stop notice | `keys` |
-//! | `keys` | key -> queue, caches, `--auto-create` and its id scheme | `state` |
-//! | `state` | `ServerState`, what every thread shares: options, queues, counters | `config`, `waiters`, `shutdown` |
-//! | `waiters` | blocked clients and the one watcher thread per queue that wakes them | `shutdown` |
+//! | `keys` | key -> queue, caches, `--auto-create`, its bounds and its id scheme | `index`, `state` |
+//! | `state` | `ServerState`, what every thread shares: options, queues, counters | `config`, `index`, `waiters`, `shutdown` |
+//! | `index` | queue name -> ids of the directory, kept current by inotify; the queues the server created (the budget) | `shutdown` |
+//! | `waiters` | blocked clients and the bounded pool of watcher threads that wake them | `shutdown` |
 //! | `shutdown` | the stop signal | - |
 //! | `stream` | TCP and unix sockets behind one trait; the I/O steps | - |
 //! | `reply` | error replies in the protocol's words | - |
