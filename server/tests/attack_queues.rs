@@ -87,6 +87,7 @@ fn many_queues(dir: &TempDir, n: u32) -> Duration {
 fn auto_creation_stops_at_max_queues() {
     let dir = TempDir::new("attack", "max-queues");
     let server = ChildServer::start(&dir, &["--auto-create", "10x16", "--max-queues", "100"]);
+    let base_rss = server.rss_kib();
     let mut c = Conn::connect(server.addr);
     let cmds: Vec<Vec<Vec<u8>>> =
         (0..2000).map(|i| vec![b"RPUSH".to_vec(), format!("key{i}").into_bytes(), b"v".to_vec()]).collect();
@@ -102,6 +103,11 @@ fn auto_creation_stops_at_max_queues() {
     assert!(e.starts_with("MQUE_CRTE_BIG ") && e.contains("--max-queues 100") && e.contains("nothing created"), "{e}");
     assert_eq!(queue_files(dir.path()), 100);
     assert!(dir_bytes(dir.path()) <= 100 * file_size(10, 16), "{} bytes", dir_bytes(dir.path()));
+    // Its resident memory: the 100 queues it maps (their pages are the files'), plus
+    // at most 32 MiB of its own.
+    let rss = server.rss_kib();
+    eprintln!("RSS {base_rss} -> {rss} KiB");
+    assert!(rss.saturating_sub(base_rss) <= 100 * file_size(10, 16) / 1024 + 32 * 1024, "RSS {base_rss} -> {rss} KiB");
     assert!(strays(dir.path()).is_empty(), "{:?}", strays(dir.path()));
     assert!(shm_entries_of(server.pid()).is_empty(), "{:?}", shm_entries_of(server.pid()));
     // Still serving: the queues it made, and others' PING.
