@@ -108,7 +108,9 @@ pub use durable::{DurableStats, RecoveryStats};
 #[cfg(not(loom))]
 pub use escape::escape_name;
 #[cfg(not(loom))]
-pub use file::{check_queue_dir, queue_dir, queue_ids, queue_path, slot_stride};
+pub use file::{
+    check_queue_dir, filesystem_size, queue_dir, queue_file_id, queue_ids, queue_name, queue_path, slot_stride,
+};
 #[cfg(not(loom))]
 pub use queue::{ExportFormat, Lease, LeaseState, LeaseStats, LeasedRecord};
 #[cfg(not(loom))]
@@ -124,3 +126,5 @@ pub use spec::{
 };
 #[cfg(not(loom))]
 pub use spec::{Durability, LeaseSpec, Spec};
+#[cfg(not(loom))]
+pub use wait::{Bell, WAIT_ANY_MAX};

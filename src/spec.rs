@@ -105,6 +105,25 @@ impl Spec {
         }
     }
 
+    /// Checks the geometry as [`crate::Queue::create`] does (rows and
+    /// record size from 1 to their limits, a file that can be addressed)
+    /// and gives the size of the file it makes, without creating anything:
+    /// for a program that must know before it creates (a server validating
+    /// its options at start). Errors: `CONDIT_IS_NIL`, `MQUE_CRTE_BIG`.
+    ///
+    /// ```
+    /// assert!(tvm::Spec::new(1000, 304).checked_file_size()? > 1000 * 304);
+    /// assert!(tvm::Spec::new(1, 99_999_999_999).checked_file_size().is_err());
+    /// # Ok::<(), tvm::Error>(())
+    /// ```
+    pub fn checked_file_size(&self) -> Result<u64> {
+        self.check_geometry()?;
+        self.file_size().filter(|&s| s <= i64::MAX as u64).ok_or_else(|| {
+            let what = format!("{} rows of {} bytes make a file too large to address", self.rows, self.record_size);
+            Error::new(MQUE_CRTE_BIG, what)
+        })
+    }
+
     /// Checks the geometry: rows and record size from 1 to their limits.
     pub(crate) fn check_geometry(&self) -> Result<()> {
         if self.rows == 0 || self.record_size == 0 {

@@ -24,6 +24,12 @@ pub const PASSWORD_ENV: &str = "TVMQ_REQUIREPASS";
 const MAX_PASSWORD_FILE: u64 = 64 * 1024;
 /// The default `--tls-handshake-timeout`, in seconds.
 pub const DEFAULT_TLS_HANDSHAKE_TIMEOUT_SECS: u64 = 5;
+/// The default `--max-queues`.
+pub const DEFAULT_MAX_QUEUES: usize = 10_000;
+/// Without `--max-memory`, the queues the server creates may take this
+/// share of the size of the filesystem that holds the queue directory
+/// (numerator, denominator): half (of a tmpfs, half of its size).
+pub const DEFAULT_MAX_MEMORY_SHARE: (u64, u64) = (1, 2);
 
 /// The options of `tvmq serve`. [`ServeArgs::default`] gives the command
 /// line's defaults.
@@ -60,6 +66,12 @@ pub struct ServeArgs {
     /// Create a missing queue on first use (push, blocking pop) with ROWS records of SIZE bytes
     #[arg(long, value_name = "ROWSxSIZE", value_parser = parse_auto_create)]
     pub auto_create: Option<AutoCreate>,
+    /// Queues --auto-create may have made that still exist; beyond, a command that would create one is refused
+    #[arg(long, default_value_t = DEFAULT_MAX_QUEUES, value_name = "N")]
+    pub max_queues: usize,
+    /// Bytes the files of the queues --auto-create made may take (suffixes k, m, g: KiB, MiB, GiB; default: half the directory's filesystem)
+    #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
+    pub max_memory: Option<u64>,
     /// Worker threads (0: one per available core)
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub threads: usize,
@@ -102,6 +114,8 @@ impl Default for ServeArgs {
             protected_mode: true,
             maxclients: DEFAULT_MAXCLIENTS,
             auto_create: None,
+            max_queues: DEFAULT_MAX_QUEUES,
+            max_memory: None,
             threads: 0,
             timeout: 0,
             write_timeout: DEFAULT_WRITE_TIMEOUT_SECS,
@@ -261,6 +275,22 @@ pub fn parse_auto_create(s: &str) -> Result<AutoCreate, String> {
     Ok(AutoCreate { rows, size })
 }
 
+/// Parses a byte count: digits, optionally followed by `k`, `m` or `g`
+/// (KiB, MiB, GiB; either case, a trailing `b` allowed).
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let bad = || format!("{s:?}: expected a number of bytes, e.g. 1073741824, 512m or 4g");
+    let t = s.trim().to_ascii_lowercase();
+    let t = t.strip_suffix('b').unwrap_or(&t);
+    let (digits, shift) = match t.chars().last() {
+        Some('k') => (&t[..t.len() - 1], 10),
+        Some('m') => (&t[..t.len() - 1], 20),
+        Some('g') => (&t[..t.len() - 1], 30),
+        _ => (t, 0),
+    };
+    let n: u64 = digits.parse().map_err(|_| bad())?;
+    n.checked_mul(1 << shift).ok_or_else(bad)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -329,6 +359,17 @@ mod tests {
         assert_eq!(parse_auto_create("1000x304"), Ok(AutoCreate { rows: 1000, size: 304 }));
         for bad in ["", "x", "10", "0x5", "5x0", "-1x4", "axb", "1x2x3"] {
             assert!(parse_auto_create(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn byte_counts() {
+        assert_eq!(parse_bytes("1000"), Ok(1000));
+        assert_eq!(parse_bytes("64k"), Ok(64 << 10));
+        assert_eq!(parse_bytes("512MB"), Ok(512 << 20));
+        assert_eq!(parse_bytes("4g"), Ok(4 << 30));
+        for bad in ["", "k", "-1", "1t", "99999999999999999999g", "1.5g"] {
+            assert!(parse_bytes(bad).is_err(), "{bad}");
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Keys to queues: a queue id in decimal (`21`) or a queue name, looked up
-//! in the queue headers of the server's directory (a name never becomes a
-//! path), attached once per server and cached per connection and per
-//! worker; `--auto-create` makes missing ones.
+//! in the server's index of its directory ([`crate::index`]; a name never
+//! becomes a path), attached once per server and cached per connection and
+//! per worker; `--auto-create` makes missing ones, within its bounds.
 //!
 //! # The ids of auto-created queues
 //! A numeric key creates that id. A name gets an id from a hash of the name
@@ -25,6 +25,7 @@ pub(crate) fn check_key_name(key: &[u8]) -> Result<(), KeyError> {
     Err(KeyError::InvalidName(why))
 }
 
+use crate::index::Found;
 use crate::state::ServerState;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -62,34 +63,100 @@ pub fn auto_id(name: &str) -> u32 {
     AUTO_ID_BASE + fnv1a(name.as_bytes()) % AUTO_ID_SPAN
 }
 
+/// The most queues one command may create (a blocking pop naming more
+/// missing keys is refused, creating nothing).
+pub(crate) const MAX_CREATES_PER_COMMAND: usize = 8;
+
+/// A key's queue id, if the key is one (`21`, not `021`).
+fn numeric(key: &str) -> Option<u32> {
+    key.parse::<u32>().ok().filter(|id| id.to_string() == key)
+}
+
 /// Resolves `key`, creating the queue if `create` and `--auto-create` allow.
 pub(crate) fn resolve(shared: &ServerState, key: &[u8], create: bool) -> Result<Arc<Queue>, KeyError> {
-    check_key_name(key)?;
-    let Ok(key) = std::str::from_utf8(key) else { return Err(KeyError::NoSuchQueue) };
-    let auto = shared.args.auto_create.filter(|_| create);
-    match shared.attachments.lookup(key) {
-        Ok(id) => match shared.attachments.get(id) {
-            Ok(q) => Ok(q),
-            Err(e) if e.code() == TBL_NOT_FOUND => match auto {
-                Some(a) => create_id(shared, id, "", a.rows, a.size),
-                None => Err(KeyError::NoSuchQueue),
-            },
-            Err(e) => Err(KeyError::Queue(e)),
-        },
-        Err(e) if e.code() == TBL_NOT_FOUND => match auto {
-            Some(a) => create_named(shared, key, a.rows, a.size),
-            None => Err(KeyError::NoSuchQueue),
-        },
-        Err(e) => Err(KeyError::Queue(e)),
+    match find(shared, key)? {
+        Some(q) => Ok(q),
+        None if create && shared.args.auto_create.is_some() => {
+            create_missing(shared, &[key]).and_then(|mut qs| qs.pop().ok_or(KeyError::NoSuchQueue))
+        }
+        None => Err(KeyError::NoSuchQueue),
     }
 }
 
-fn create_id(shared: &ServerState, id: u32, name: &str, rows: u64, size: u64) -> Result<Arc<Queue>, KeyError> {
+/// The queue `key` names, `None` if there is none: a numeric key is opened
+/// (one failed open when it does not exist), a name is looked up in the
+/// server's index, which never scans the directory.
+pub(crate) fn find(shared: &ServerState, key: &[u8]) -> Result<Option<Arc<Queue>>, KeyError> {
+    check_key_name(key)?;
+    let Ok(key) = std::str::from_utf8(key) else { return Ok(None) };
+    if let Some(id) = numeric(key) {
+        return match shared.attachments.get(id) {
+            Ok(q) => Ok(Some(q)),
+            Err(e) if e.code() == TBL_NOT_FOUND => Ok(None),
+            Err(e) => Err(KeyError::Queue(e)),
+        };
+    }
+    // Twice: the table may lag behind a queue dropped or re-created under
+    // another name (its change not applied yet): the second look applies it.
+    for _ in 0..2 {
+        match shared.index.find(key) {
+            Found::None => return Ok(None),
+            Found::One(id) => match shared.attachments.get(id) {
+                Ok(q) if q.name() == key => return Ok(Some(q)),
+                Ok(_) => {}
+                Err(e) if e.code() == TBL_NOT_FOUND => {}
+                Err(e) => return Err(KeyError::Queue(e)),
+            },
+            Found::Many(ids) => {
+                return Err(KeyError::Queue(Error::new(
+                    IDX_DATA_MISM,
+                    format!("{} queues are named {key:?} ({ids:?}): use the queue id", ids.len()),
+                )));
+            }
+        }
+        shared.index.refresh();
+    }
+    Ok(None)
+}
+
+/// Creates the queues of `keys` (missing ones, distinct), all or none as
+/// far as the bounds go: more than [`MAX_CREATES_PER_COMMAND`], or past
+/// `--max-queues` or `--max-memory`, is refused before any is created.
+pub(crate) fn create_missing(shared: &ServerState, keys: &[&[u8]]) -> Result<Vec<Arc<Queue>>, KeyError> {
+    let Some(a) = shared.args.auto_create else { return Err(KeyError::NoSuchQueue) };
+    let quoted = || {
+        let shown: Vec<String> = keys.iter().take(3).map(|k| crate::reply::quoted_key(k)).collect();
+        format!("{}{}", shown.join(", "), if keys.len() > 3 { ", ..." } else { "" })
+    };
+    if keys.len() > MAX_CREATES_PER_COMMAND {
+        return Err(KeyError::Queue(Error::new(
+            MQUE_CRTE_BIG,
+            format!(
+                "{} missing queues named in one command, at most {MAX_CREATES_PER_COMMAND} are created by one: \
+                 nothing created",
+                keys.len()
+            ),
+        )));
+    }
     let _one_at_a_time = shared.create_lock.lock();
-    let mut spec = Spec::new(rows, size);
-    spec.name = name.to_string();
-    match Queue::create(shared.dir(), id, &spec) {
-        Ok(()) => {}
+    shared.index.check_budget(&shared.budget, keys.len(), shared.auto_bytes).map_err(|why| {
+        KeyError::Queue(Error::new(MQUE_CRTE_BIG, format!("cannot create {}: {why}: nothing created", quoted())))
+    })?;
+    let mut queues = Vec::with_capacity(keys.len());
+    for key in keys {
+        let Ok(key) = std::str::from_utf8(key) else { return Err(KeyError::NoSuchQueue) };
+        let q = match numeric(key) {
+            Some(id) => create_id(shared, id, a.rows, a.size)?,
+            None => create_named(shared, key, a.rows, a.size)?,
+        };
+        queues.push(q);
+    }
+    Ok(queues)
+}
+
+fn create_id(shared: &ServerState, id: u32, rows: u64, size: u64) -> Result<Arc<Queue>, KeyError> {
+    match Queue::create(shared.dir(), id, &Spec::new(rows, size)) {
+        Ok(()) => shared.index.created(id, "", shared.auto_bytes),
         Err(e) if e.code() == TBL_ARD_EXIST => {}
         Err(e) => return Err(KeyError::Queue(e)),
     }
@@ -103,12 +170,9 @@ fn create_named(shared: &ServerState, name: &str, rows: u64, size: u64) -> Resul
             format!("cannot create a queue named {name:?}: names are 1 to {MAX_NAME} bytes, without NUL"),
         )));
     }
-    let _one_at_a_time = shared.create_lock.lock();
     // Another worker may have made it while we waited for the lock.
-    if let Ok(id) = shared.attachments.lookup(name) {
-        if let Ok(q) = shared.attachments.get(id) {
-            return Ok(q);
-        }
+    if let Some(q) = find(shared, name.as_bytes())? {
+        return Ok(q);
     }
     let mut spec = Spec::new(rows, size);
     spec.name = name.to_string();
@@ -116,7 +180,10 @@ fn create_named(shared: &ServerState, name: &str, rows: u64, size: u64) -> Resul
     for i in 0..PROBES {
         let id = AUTO_ID_BASE + (first - AUTO_ID_BASE).wrapping_add(i) % AUTO_ID_SPAN;
         match Queue::create(shared.dir(), id, &spec) {
-            Ok(()) => return shared.attachments.get(id).map_err(KeyError::Queue),
+            Ok(()) => {
+                shared.index.created(id, name, shared.auto_bytes);
+                return shared.attachments.get(id).map_err(KeyError::Queue);
+            }
             Err(e) if e.code() == TBL_ARD_EXIST => match shared.attachments.get(id) {
                 Ok(q) if q.name() == name => return Ok(q),
                 _ => continue,

@@ -15,9 +15,10 @@
 //! | `connection` | read, run every complete command, write the replies once; limits | `cmd`, `local`, `stream`, `state` |
 //! | `cmd` | dispatch, then one file per family: `queue` (push, pop, LLEN), `blocking` (BLPOP), `server` (the rest), `table` (the commands, COMMAND), `context` (what a command runs with) | `keys`, `waiters`, `reply`, `state` |
 //! | `local` | what one worker's connections share: key cache, buffer pool, stop notice | `keys` |
-//! | `keys` | key -> queue, caches, `--auto-create` and its id scheme | `state` |
-//! | `state` | `ServerState`, what every thread shares: options, queues, counters | `config`, `waiters`, `shutdown` |
-//! | `waiters` | blocked clients and the one watcher thread per queue that wakes them | `shutdown` |
+//! | `keys` | key -> queue, caches, `--auto-create`, its bounds and its id scheme | `index`, `state` |
+//! | `state` | `ServerState`, what every thread shares: options, queues, counters | `config`, `index`, `waiters`, `shutdown` |
+//! | `index` | queue name -> ids of the directory, kept current by inotify; the queues the server created (the budget) | `shutdown` |
+//! | `waiters` | blocked clients and the bounded pool of watcher threads that wake them | `shutdown` |
 //! | `shutdown` | the stop signal | - |
 //! | `stream` | TCP, unix and TLS sockets behind one trait; the I/O steps | - |
 //! | `tls` | `--tls-port`: the certificates, read at the start | `config` |
@@ -44,6 +45,7 @@
 mod cmd;
 pub mod config;
 mod connection;
+mod index;
 mod keys;
 mod listener;
 mod local;
@@ -96,6 +98,8 @@ impl Server {
         let password = args.password(env).map_err(|e| Error::new(BOOT_PARM_ERR, e))?;
         tvm::check_queue_dir(dir, args.auto_create.is_some())?;
         let tls = tls::acceptor(args)?;
+        let (budget, auto_bytes) = auto_create_bounds(dir, args)?;
+        let index = Arc::new(index::Index::start(dir));
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -118,7 +122,7 @@ impl Server {
             auth_log: parking_lot::Mutex::default(),
             stats: Stats::default(),
             shutdown: Arc::default(),
-            waiters: waiters::Waiters::default(),
+            waiters: waiters::Waiters::new(threads),
             started: Instant::now(),
             tcp_addr,
             unix_path: args.unixsocket.clone(),
@@ -129,8 +133,14 @@ impl Server {
             create_lock: parking_lot::Mutex::new(()),
             tls,
             tls_addr,
+            index: index.clone(),
+            budget,
+            auto_bytes,
         });
         let mut server = Server { shared: shared.clone(), threads: Vec::new() };
+        let indexer = index::spawn(index, shared.shutdown.clone())
+            .map_err(|e| Error::new(SVR_EXCEPTION, format!("cannot start the index thread: {e}")))?;
+        server.threads.push(indexer);
         let mut senders = Vec::with_capacity(threads);
         for i in 0..threads {
             let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
@@ -208,6 +218,46 @@ impl Drop for Server {
             self.stop_inner();
         }
     }
+}
+
+/// Checks `--auto-create`'s geometry as queue creation will (a refusal at
+/// start rather than at every push), works out `--max-memory`'s default,
+/// and checks that one queue fits it. Creates the queue directory if it is
+/// missing (mode 0700), as the first creation would, so that it can be
+/// watched. Returns the bounds and the size of an auto-created queue's file.
+fn auto_create_bounds(dir: &Path, args: &ServeArgs) -> Result<(index::Budget, u64), Error> {
+    use tvm::error::MQUE_CRTE_BIG;
+    if !dir.exists() {
+        let mut b = std::fs::DirBuilder::new();
+        std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
+        b.recursive(true).create(dir).map_err(|e| {
+            Error::new(tvm::error::SHM_ERR_ACCES, format!("cannot create queue directory {}: {e}", dir.display()))
+        })?;
+    }
+    let fs_size = tvm::filesystem_size(dir);
+    let (num, den) = config::DEFAULT_MAX_MEMORY_SHARE;
+    let max_bytes = args.max_memory.unwrap_or_else(|| fs_size.map_or(u64::MAX, |s| s / den * num));
+    let budget = index::Budget { max_queues: args.max_queues, max_bytes };
+    let Some(a) = args.auto_create else { return Ok((budget, 0)) };
+    let bytes = tvm::Spec::new(a.rows, a.size)
+        .checked_file_size()
+        .map_err(|e| Error::new(e.code(), format!("--auto-create {}x{}: {}", a.rows, a.size, e.what())))?;
+    if bytes > max_bytes {
+        let whence = match args.max_memory {
+            Some(_) => String::new(),
+            None => {
+                format!(" (the default: half of the {}-byte filesystem of {})", fs_size.unwrap_or(0), dir.display())
+            }
+        };
+        return Err(Error::new(
+            MQUE_CRTE_BIG,
+            format!(
+                "--auto-create {}x{}: each queue's file takes {bytes} bytes, more than --max-memory {max_bytes}{whence}",
+                a.rows, a.size
+            ),
+        ));
+    }
+    Ok((budget, bytes))
 }
 
 /// `tvmq serve`: runs the server until SIGINT or SIGTERM, then stops it

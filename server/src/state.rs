@@ -2,6 +2,7 @@
 //! the blocked clients and the shutdown signal.
 
 use crate::config::ServeArgs;
+use crate::index::{Budget, Index};
 use crate::shutdown::Shutdown;
 use crate::waiters::Waiters;
 use std::net::SocketAddr;
@@ -111,6 +112,12 @@ pub(crate) struct ServerState {
     /// `--tls-port`: the handshake's configuration, and where it listens.
     pub(crate) tls: Option<crate::tls::Acceptor>,
     pub(crate) tls_addr: Option<SocketAddr>,
+    /// Queue names -> ids, kept current; the queues this server created.
+    pub(crate) index: std::sync::Arc<Index>,
+    /// `--max-queues` and `--max-memory` (its default worked out).
+    pub(crate) budget: Budget,
+    /// The size of the file of a queue `--auto-create` makes (0 without it).
+    pub(crate) auto_bytes: u64,
 }
 
 impl ServerState {

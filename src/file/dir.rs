@@ -52,6 +52,27 @@ pub fn queue_ids(dir: &Path) -> Result<Vec<u32>> {
     Ok(ids)
 }
 
+/// The queue id of a directory entry's name, if it is a queue file's
+/// (`queue-21.tvmq` is queue 21's; temporaries and other files are not):
+/// for a watcher of the directory that sees names, not ids.
+pub fn queue_file_id(name: &std::ffi::OsStr) -> Option<u32> {
+    name.to_str().and_then(parse_file_name)
+}
+
+/// The size in bytes of the filesystem that holds `dir` (its total, not
+/// what is free), or `None` if it cannot be read: what a budget for queue
+/// files (say, half a tmpfs) is reckoned from.
+pub fn filesystem_size(dir: &Path) -> Option<u64> {
+    let c = cpath(dir).ok()?;
+    // SAFETY: statvfs is plain data; all-zero is a valid value for the call to fill.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid C path and out pointer.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    Some((st.f_blocks as u64).saturating_mul(st.f_frsize as u64))
+}
+
 /// `TBL_NOT_FOUND` for the queue file `path`, which does not exist.
 pub(crate) fn no_queue(path: &Path) -> Error {
     let id = path.file_name().and_then(|n| n.to_str()).and_then(parse_file_name);
@@ -187,6 +208,15 @@ mod tests {
         assert_eq!(parse_file_name("queue-021.tvmq"), None);
         assert_eq!(parse_file_name("queue-+21.tvmq"), None);
         assert_eq!(queue_path(Path::new("/d"), 7), Path::new("/d/queue-7.tvmq"));
+    }
+
+    #[test]
+    fn queue_file_ids_and_filesystem_size() {
+        use std::ffi::OsStr;
+        assert_eq!(queue_file_id(OsStr::new("queue-21.tvmq")), Some(21));
+        assert_eq!(queue_file_id(OsStr::new(".queue-21.tmp.1.2")), None);
+        assert!(filesystem_size(Path::new("/dev/shm")).is_some_and(|s| s > 0));
+        assert_eq!(filesystem_size(Path::new("/nonexistent/tvmq-dir")), None);
     }
 
     #[test]

@@ -8,7 +8,7 @@ pub(crate) mod dir;
 pub(crate) mod layout;
 pub(crate) mod map;
 
-pub use dir::{check_queue_dir, queue_dir, queue_ids, queue_path};
+pub use dir::{check_queue_dir, filesystem_size, queue_dir, queue_file_id, queue_ids, queue_path};
 pub use layout::slot_stride;
 
 use crate::error::*;
@@ -25,6 +25,13 @@ fn io_error(code: u32, what: &str, path: &Path, e: std::io::Error) -> Error {
 fn cpath(path: &Path) -> Result<CString> {
     CString::new(path.as_os_str().as_bytes())
         .map_err(|_| Error::new(SHM_ERR_INVAL, format!("path contains a NUL byte: {}", path.display())))
+}
+
+/// The name in the header of queue `id` of `dir`, read without mapping the
+/// file (one open and one read of its header). Errors: those of opening a
+/// queue (`TBL_NOT_FOUND`, `SHM_ERR_INVAL`, ...).
+pub fn queue_name(dir: &Path, id: u32) -> Result<String> {
+    map::read_header(dir, id).map(|h| h.name().to_string())
 }
 
 /// Is the file on tmpfs (as /dev/shm is)?

@@ -139,6 +139,69 @@ impl Queue {
         }
     }
 
+    /// Sleeps until the push count of any of `watch`'s queues differs from
+    /// the value given with it (of [`push_count`](Self::push_count)), one of
+    /// them is dropped, `bell` (with the value it had when read) rings, or
+    /// `timeout` passes: [`wait_for_push`](Self::wait_for_push) on many
+    /// queues at once, in one `futex_waitv` call (Linux 5.16 and later).
+    /// It takes nothing and returns nothing: look at the queues again.
+    ///
+    /// At most [`crate::WAIT_ANY_MAX`] words are slept on, the bell's
+    /// included: more queues are `CONDIT_IS_NIL`. On a kernel without
+    /// `futex_waitv` it is `NOT_SUPPT_OPT` at once, having slept on
+    /// nothing (the caller falls back to polling or one queue at a time).
+    ///
+    /// The protocol is the module's, on every queue at once: announce as a
+    /// waiter of each (SeqCst), read each futex word, then re-check every
+    /// push count with SeqCst loads, and sleep only if none moved; a push
+    /// that the re-check misses comes after the announcement, so its
+    /// producer sees `waiters > 0` and bumps and wakes that queue's word,
+    /// which ends the sleep (the word differs from the value read, or the
+    /// wake-up reaches the sleeping call). As with one queue, a producer's
+    /// wake-up may go to another sleeper of that queue instead, so a
+    /// caller must not sleep longer than it can afford to notice late.
+    pub fn wait_for_any_push(
+        watch: &[(&Queue, u64)],
+        bell: Option<(&wait::Bell, u32)>,
+        timeout: Duration,
+    ) -> Result<()> {
+        let n = watch.len() + usize::from(bell.is_some());
+        if n == 0 || n > wait::WAIT_ANY_MAX {
+            return Err(Error::new(
+                CONDIT_IS_NIL,
+                format!("{n} words to wait on: from 1 to {}, the bell included", wait::WAIT_ANY_MAX),
+            ));
+        }
+        for (q, _) in watch {
+            q.registry.enter_wait(&q.control().wake.0.waiters);
+        }
+        let mut words: Vec<(&std::sync::atomic::AtomicU32, u32)> = Vec::with_capacity(n);
+        for (q, _) in watch {
+            let futex = &q.control().wake.0.futex;
+            words.push((futex, futex.load(Ordering::SeqCst)));
+        }
+        if let Some((b, v)) = bell {
+            words.push((b.word(), v));
+        }
+        // Re-check after announcing ourselves (see above).
+        let moved = watch.iter().any(|(q, seen)| q.ring.pushed_seqcst() != *seen || q.is_dropped())
+            || bell.is_some_and(|(b, v)| b.value() != v);
+        let result = if moved || timeout.is_zero() {
+            Ok(())
+        } else {
+            match wait::wait_any(&words, timeout) {
+                wait::WokenAny::Maybe | wait::WokenAny::TimedOut => Ok(()),
+                wait::WokenAny::Unsupported => {
+                    Err(Error::new(NOT_SUPPT_OPT, "this kernel has no futex_waitv (Linux 5.16 and later have it)"))
+                }
+            }
+        };
+        for (q, _) in watch {
+            q.registry.leave_wait(&q.control().wake.0.waiters);
+        }
+        result
+    }
+
     /// Wakes one sleeper, if any announced itself (see the module doc for
     /// why a SeqCst load after the claim suffices).
     #[inline]

@@ -63,13 +63,46 @@ pub(crate) fn start(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<
             return None;
         }
     };
-    let mut keys = Vec::with_capacity(n - 2);
+    // Existing queues first; the missing ones are then created together,
+    // within the bounds (at most a few per command), or none is.
+    let mut found = Vec::with_capacity(n - 2);
+    let mut missing: Vec<&[u8]> = Vec::new();
     for i in 1..n - 1 {
         let key = req.arg(buf, i);
-        match crate::keys::resolve(ctx.shared, key, true) {
-            Ok(q) => keys.push((key.to_vec(), q)),
+        match crate::keys::find(ctx.shared, key) {
+            Ok(q) => {
+                if q.is_none() && !missing.contains(&key) {
+                    missing.push(key);
+                }
+                found.push((key, q));
+            }
             Err(e) => {
                 key_error(out, key, &e);
+                return None;
+            }
+        }
+    }
+    if !missing.is_empty() {
+        match crate::keys::create_missing(ctx.shared, &missing) {
+            Ok(made) => {
+                for (key, q) in &mut found {
+                    if q.is_none() {
+                        *q = missing.iter().position(|m| m == key).and_then(|i| made.get(i).cloned());
+                    }
+                }
+            }
+            Err(e) => {
+                key_error(out, missing[0], &e);
+                return None;
+            }
+        }
+    }
+    let mut keys = Vec::with_capacity(n - 2);
+    for (key, q) in found {
+        match q {
+            Some(q) => keys.push((key.to_vec(), q)),
+            None => {
+                key_error(out, key, &crate::keys::KeyError::NoSuchQueue);
                 return None;
             }
         }

@@ -316,6 +316,7 @@ pub(crate) fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u
     let sh = ctx.shared;
     let st = &sh.stats;
     let (commands, input, output) = sh.totals();
+    let created = sh.index.owned();
     let mut t = String::new();
     if wants("server") {
         let _ = write!(
@@ -348,7 +349,8 @@ pub(crate) fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u
             t,
             "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\nrejected_connections:{}\r\n\
              total_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nqueue_watchers_started:{}\r\n\
-             auth_failures:{}\r\nunauthenticated_closed:{}\r\n\r\n",
+             auth_failures:{}\r\nunauthenticated_closed:{}\r\n\
+             queues_indexed:{}\r\nqueues_created:{}\r\nqueues_created_bytes:{}\r\nindex_rescans:{}\r\n\r\n",
             st.total_connections.load(Ordering::Relaxed),
             commands,
             st.rejected.load(Ordering::Relaxed),
@@ -357,6 +359,10 @@ pub(crate) fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u
             sh.waiters.watchers_started.load(Ordering::Relaxed),
             st.auth_failures.load(Ordering::Relaxed),
             st.unauthenticated_closed.load(Ordering::Relaxed),
+            sh.index.len(),
+            created.0,
+            created.1,
+            sh.index.rescans.load(Ordering::Relaxed),
         );
     }
     if wants("queues") {
