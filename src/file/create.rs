@@ -119,8 +119,7 @@ fn fill_new_file(file: &File, tmp: &Path, info: &Info, options: &Options, mode: 
     let ranges = allocated_ranges(info);
     for &(from, to) in &ranges {
         // SAFETY: posix_fallocate on an fd we own.
-        let rc =
-            unsafe { libc::posix_fallocate(file.as_raw_fd(), from as libc::off_t, (to - from) as libc::off_t) };
+        let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), from as libc::off_t, (to - from) as libc::off_t) };
         match rc {
             0 | libc::EOPNOTSUPP | libc::EINVAL => {} // sized above: allocated on write
             libc::ENOSPC | libc::EFBIG => {
