@@ -97,13 +97,13 @@ fn pushpop_ns(ids: &[u32], pairs: usize) -> Result<f64, String> {
 
 /// Attaches every queue of `ids` (in a thread of its own, whose cache goes
 /// with it), measures, and detaches them all.
-fn attached_figures(ids: &[u32], col: &mut Column) -> Result<(), String> {
+fn attached_figures(ids: &[u32], pairs: usize, col: &mut Column) -> Result<(), String> {
     let all = ids.to_vec();
     let r = std::thread::spawn(move || -> Result<(u64, f64, f64, f64), String> {
         // One queue attached: the reference call.
         let ids = all;
         crate::inproc::attach(ids[0])?;
-        let hot_alone = pushpop_ns(&ids[..1], 300_000)?;
+        let hot_alone = pushpop_ns(&ids[..1], pairs)?;
         let before = rss();
         for &id in &ids[1..] {
             crate::inproc::attach(id)?;
@@ -111,8 +111,8 @@ fn attached_figures(ids: &[u32], col: &mut Column) -> Result<(), String> {
         // Every queue used once by this thread (its cache holds them all).
         pushpop_ns(&ids, ids.len())?;
         let grown = rss().saturating_sub(before);
-        let hot_all = pushpop_ns(&ids[..1], 300_000)?;
-        let rr = pushpop_ns(&ids, 300_000.max(ids.len()))?;
+        let hot_all = pushpop_ns(&ids[..1], pairs)?;
+        let rr = pushpop_ns(&ids, pairs.max(ids.len()))?;
         Ok((grown, hot_alone, hot_all, rr))
     })
     .join()
@@ -262,7 +262,7 @@ fn key(i: usize) -> Vec<u8> {
 
 /// redis-server with `n` lists of 100 values of 64 bytes: its used_memory
 /// (less an empty server's), LPUSH then RPOP round-robin over the keys.
-fn redis_figures(scratch: &Path, n: usize, col: &mut Column) -> Result<(), String> {
+fn redis_figures(scratch: &Path, n: usize, ops: usize, col: &mut Column) -> Result<(), String> {
     let server = start_redis(scratch)?;
     let mut r = Redis::connect(server.port)?;
     let used = |r: &mut Redis| -> Result<u64, String> {
@@ -285,13 +285,14 @@ fn redis_figures(scratch: &Path, n: usize, col: &mut Column) -> Result<(), Strin
         Redis::command(out, &args);
     })?;
     col.redis_used = Some(used(&mut r)?.saturating_sub(empty));
-    let ops = 300_000.max(n);
+    let ops = ops.max(n);
     col.redis_lpush_rps = Some(r.rate(ops, |i, out| Redis::command(out, &[b"LPUSH", &key(i % n), &value]))?);
     col.redis_rpop_rps = Some(r.rate(ops, |i, out| Redis::command(out, &[b"RPOP", &key(i % n)]))?);
     Ok(())
 }
 
 fn measure(ctx: &Ctx, dir: &Path, made: &mut u32, n: u32) -> Column {
+    let pairs = if ctx.args.smoke { 10_000 } else { 300_000 };
     let mut col = Column { queues: n as usize, ..Column::default() };
     let run = |col: &mut Column, made: &mut u32| -> Result<(), String> {
         ctx.progress(&format!("many queues: creating {n}"));
@@ -302,11 +303,11 @@ fn measure(ctx: &Ctx, dir: &Path, made: &mut u32, n: u32) -> Column {
         col.shm_bytes = du(dir);
         ctx.progress(&format!("many queues: {n} attached"));
         let ids: Vec<u32> = (0..n).map(|k| BASE + k).collect();
-        attached_figures(&ids, col)?;
+        attached_figures(&ids, pairs, col)?;
         ctx.progress(&format!("many queues: create and list at {n}"));
         create_list_figures(dir, n, col)?;
         ctx.progress(&format!("many queues: redis-server with {n} lists"));
-        if let Err(e) = redis_figures(&ctx.dir, n as usize, col) {
+        if let Err(e) = redis_figures(&ctx.dir, n as usize, pairs, col) {
             eprintln!("{}many queues: redis-server: {e}", crate::ctx::clear_line());
         }
         Ok(())
@@ -335,13 +336,13 @@ pub(crate) fn run(ctx: &mut Ctx) -> String {
 fn table(cols: &[Column]) -> String {
     let mut s = String::from("\nmany queues of 100 records x 64 bytes (one run; C ABI calls from one thread)\n");
     let mib = |b: u64| format!("{:.1} MiB", b as f64 / (1 << 20) as f64);
-    let _ = write!(s, "  {:<52}", "queues");
+    let _ = write!(s, "  {:<54}", "queues");
     cols.iter().for_each(|c| {
         let _ = write!(s, "| {:>14} ", c.queues);
     });
     s.push('\n');
     let row = |s: &mut String, name: &str, f: &dyn Fn(&Column) -> String| {
-        let _ = write!(s, "  {name:<52}");
+        let _ = write!(s, "  {name:<54}");
         for c in cols {
             let v = if c.error.is_some() { "error".to_string() } else { f(c) };
             let _ = write!(s, "| {v:>14} ");
