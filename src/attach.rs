@@ -7,8 +7,9 @@
 //! once per table and shared as `Arc<Queue>`; one found dropped is opened
 //! again (it may have been re-created).
 //!
-//! The hot path, [`Attachments::with`], costs a thread-local lookup and one
-//! read of a rarely written word (an epoch that moves only when a queue is
+//! The hot path, [`Attachments::with`], costs a thread-local lookup (the
+//! queue the thread used last, else a hash map by id: the same however many
+//! queues are attached) and one read of a rarely written word (an epoch that moves only when a queue is
 //! detached or the process forks), not a lock or a system call. A detached
 //! queue stays mapped until the last thread that holds it lets go of it.
 //!
@@ -22,6 +23,7 @@ use crate::queue::Queue;
 use parking_lot::Mutex;
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Once};
@@ -60,19 +62,68 @@ struct Inner {
     names: HashMap<String, u32>,
 }
 
+/// A queue in a thread's cache.
 struct CacheEntry {
-    table: u64,
-    id: u32,
+    key: (u64, u32),
     queue: Arc<Queue>,
 }
 
+/// A thread's attachments: queue `(table, id)` -> its `Arc<Queue>`, found
+/// in constant time however many are attached, the last one used first.
+/// Entries are only ever replaced in place or all cleared, so their
+/// indices stay valid.
 struct Cache {
     epoch: u64,
     entries: Vec<CacheEntry>,
+    /// Where each key's entry is.
+    index: HashMap<(u64, u32), usize, BuildHasherDefault<IdHasher>>,
+    /// The entry used last, checked before the map (one comparison for a
+    /// thread that works on one queue).
+    last: usize,
+}
+
+impl Cache {
+    const fn new() -> Cache {
+        Cache { epoch: 0, entries: Vec::new(), index: HashMap::with_hasher(BuildHasherDefault::new()), last: 0 }
+    }
+
+    fn clear(&mut self) {
+        self.entries.clear();
+        self.index.clear();
+        self.last = 0;
+    }
+}
+
+/// Hashes the `(table, id)` keys of thread caches: the words are mixed
+/// (a splitmix64 finalizer), so that ids in any pattern (multiples of a
+/// power of two, say) spread over the buckets. Not for keys an attacker
+/// picks to collide: ids are the program's own queues.
+#[derive(Default)]
+pub(crate) struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        bytes.iter().for_each(|&b| self.write_u64(u64::from(b)));
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(u64::from(n));
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(32) ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
 }
 
 thread_local! {
-    static CACHE: RefCell<Cache> = const { RefCell::new(Cache { epoch: 0, entries: Vec::new() }) };
+    static CACHE: RefCell<Cache> = const { RefCell::new(Cache::new()) };
 }
 
 static PROCESS: LazyLock<Attachments> = LazyLock::new(|| Attachments::with_dir(None));
@@ -243,24 +294,38 @@ impl Attachments {
             };
             let epoch = EPOCH.load(Ordering::Acquire);
             if cache.epoch != epoch {
-                cache.entries.clear();
+                cache.clear();
                 cache.epoch = epoch;
             }
-            let found =
-                cache.entries.iter().position(|e| e.table == self.instance && e.id == id && !e.queue.is_dropped());
-            let index = match found {
-                Some(i) => i,
-                None => {
-                    cache.entries.retain(|e| e.table != self.instance || e.id != id);
-                    let (queue, attached) = self.resolve(id)?;
-                    if attached {
-                        newly();
+            let key = (self.instance, id);
+            let cache = &mut *cache;
+            let last = cache.entries.get(cache.last).filter(|e| e.key == key && !e.queue.is_dropped());
+            if last.is_none() {
+                let found = cache.index.get(&key).copied();
+                cache.last = match found {
+                    Some(i) if !cache.entries[i].queue.is_dropped() => i,
+                    _ => {
+                        // Not attached by this thread yet, or found dropped
+                        // (it may have been re-created): ask the table.
+                        let (queue, attached) = self.resolve(id)?;
+                        if attached {
+                            newly();
+                        }
+                        match found {
+                            Some(i) => {
+                                cache.entries[i].queue = queue;
+                                i
+                            }
+                            None => {
+                                cache.entries.push(CacheEntry { key, queue });
+                                cache.index.insert(key, cache.entries.len() - 1);
+                                cache.entries.len() - 1
+                            }
+                        }
                     }
-                    cache.entries.push(CacheEntry { table: self.instance, id, queue });
-                    cache.entries.len() - 1
-                }
-            };
-            f(&cache.entries[index].queue)
+                };
+            }
+            f(&cache.entries[cache.last].queue)
         })
     }
 }
@@ -352,6 +417,58 @@ mod tests {
         assert_eq!(newly, 0, "already attached");
         let mut out = [0u8; 16];
         assert_eq!(t1.get(5).unwrap().pop(&mut out, Wait::NoWait).unwrap(), 1);
+    }
+
+    #[test]
+    fn every_call_reaches_its_own_queue_among_many_dropped_and_re_created() {
+        let (d1, d2) = (TempDir::new("attach", "many1"), TempDir::new("attach", "many2"));
+        let n = 300u32;
+        // Ids in patterns a weak hash would pile up: multiples of 1024 too.
+        let ids: Vec<u32> = (0..n).map(|i| if i % 2 == 0 { i * 1024 } else { i }).collect();
+        for &id in &ids {
+            named(d1.path(), id, &format!("one-{id}"));
+            named(d2.path(), id, &format!("two-{id}"));
+        }
+        let (t1, t2) = (Attachments::new(d1.path().to_path_buf()), Attachments::new(d2.path().to_path_buf()));
+        let name = |t: &Attachments, id: u32| t.with(id, || {}, |q| Ok(q.name().to_string())).unwrap();
+        for _ in 0..2 {
+            for &id in &ids {
+                assert_eq!(name(&t1, id), format!("one-{id}"));
+                assert_eq!(name(&t2, id), format!("two-{id}"));
+            }
+        }
+        assert_eq!(t1.attached().len(), n as usize);
+        // Every third queue of the first directory is dropped and re-created
+        // under another name; the rest are untouched, and a hot queue is used
+        // between every two calls.
+        let hot = ids[1];
+        for &id in ids.iter().step_by(3) {
+            Queue::drop_queue(d1.path(), id).unwrap();
+            named(d1.path(), id, &format!("new-{id}"));
+        }
+        for (k, &id) in ids.iter().enumerate() {
+            let want = if k % 3 == 0 { format!("new-{id}") } else { format!("one-{id}") };
+            assert_eq!(name(&t1, id), want);
+            assert_eq!(name(&t1, hot), "one-1", "ids[1] is not re-created");
+            assert_eq!(name(&t2, id), format!("two-{id}"));
+        }
+        // Pushes land in the queue asked for.
+        for &id in &ids {
+            t1.with(id, || {}, |q| q.push(&id.to_le_bytes())).unwrap();
+        }
+        let mut out = [0u8; 16];
+        for &id in &ids {
+            let q = t1.get(id).unwrap();
+            assert_eq!(q.pop(&mut out, Wait::NoWait).unwrap(), 4);
+            assert_eq!(u32::from_le_bytes(out[..4].try_into().unwrap()), id);
+            assert_eq!(q.depth(), 0);
+        }
+        // A detached queue is attached again on its next use.
+        assert!(t1.detach(ids[5]));
+        let mut newly = 0;
+        t1.with(ids[5], || newly += 1, |_| Ok(())).unwrap();
+        t1.with(ids[5], || newly += 1, |_| Ok(())).unwrap();
+        assert_eq!(newly, 1);
     }
 
     #[test]

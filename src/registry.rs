@@ -18,6 +18,16 @@
 //! The entry also counts the process's threads asleep in a blocking pop, so
 //! that the sleepers of a killed process can be taken off the queue's waiter
 //! count ([`Registry::reconcile`]).
+//!
+//! Two layouts ([`TableLayout`]): files of layout version 1 keep each entry's
+//! head (pid, generation, waiter count) and its 32 intent words together,
+//! 4,224 bytes an entry; attach and recovery read every head, so every page
+//! of the 1,056 KiB table is touched (allocated on tmpfs, mapped into each
+//! attached process). Version 2 puts the 256 heads together (64 bytes each,
+//! 16 KiB) and gives each entry an intent page of its own (4 KiB), written
+//! only by the process that takes the entry and read only while one holds
+//! it: a queue used by a few processes costs the heads and a page per
+//! process, and the rest of the table stays a hole in the file.
 
 use crate::ring::{Holder, IDLE, covers};
 use crate::shm::{SharedMap, SharedRef, ShmSafe};
@@ -38,13 +48,22 @@ pub(crate) const INTENTS: usize = 32;
 #[repr(C, align(128))]
 pub(crate) struct IntentWord(pub AtomicU64);
 
-/// One process's entry (4224 bytes, in the queue file).
+/// One process's intent words: a page (4,096 bytes) of its own.
 #[repr(C)]
-pub(crate) struct ProcEntry {
+pub(crate) struct IntentPage {
+    /// One word per announcing thread: an intent word (see
+    /// [`crate::ring::intent_word`]), [`IDLE`] when it announces nothing.
+    pub(crate) words: [IntentWord; INTENTS],
+}
+
+/// What attach, recovery and the waiter count read of one process's entry
+/// (64 bytes: one cache line).
+#[repr(C, align(64))]
+pub(crate) struct ProcHead {
     /// Pid of the holder, for display (0: never held or left cleanly).
     /// Liveness is decided by the lock, never by this pid.
     pub(crate) pid: AtomicU32,
-    /// Bumped by each new holder.
+    /// Bumped by each new holder (0: the entry was never taken).
     pub(crate) generation: AtomicU32,
     /// The holder's threads currently counted in the queue's waiter count.
     pub(crate) waiters: AtomicU32,
@@ -53,21 +72,81 @@ pub(crate) struct ProcEntry {
     pub(crate) anonymous: AtomicU32,
     /// When the holder registered, nanoseconds since the Unix epoch.
     pub(crate) since_ns: AtomicU64,
-    _reserved: [u64; 13],
-    /// One word per announcing thread: an intent word (see
-    /// [`crate::ring::intent_word`]), [`IDLE`] when it announces nothing.
-    pub(crate) intents: [IntentWord; INTENTS],
+    _reserved: [u64; 5],
 }
 
-const _: () = assert!(std::mem::size_of::<ProcEntry>() == 128 + INTENTS * 128);
+/// One process's entry in a layout version 1 file (4,224 bytes): its head,
+/// then its intent words.
+#[repr(C)]
+pub(crate) struct ProcEntryV1 {
+    pub(crate) head: ProcHead,
+    _reserved: [u64; 8],
+    pub(crate) intents: IntentPage,
+}
+
+const _: () = assert!(std::mem::size_of::<ProcHead>() == 64);
+const _: () = assert!(std::mem::size_of::<IntentPage>() == 4096);
+const _: () = assert!(std::mem::size_of::<ProcEntryV1>() == 128 + INTENTS * 128);
 
 // SAFETY: atomics, and reserved integers nobody writes: any bits are a value.
 unsafe impl ShmSafe for IntentWord {}
 // SAFETY: as above.
-unsafe impl ShmSafe for ProcEntry {}
+unsafe impl ShmSafe for IntentPage {}
+// SAFETY: as above.
+unsafe impl ShmSafe for ProcHead {}
+// SAFETY: as above.
+unsafe impl ShmSafe for ProcEntryV1 {}
 
-/// Size of the table in the file.
-pub(crate) const TABLE_BYTES: usize = MAX_PROCS * std::mem::size_of::<ProcEntry>();
+/// Bytes reserved for the process table in the file, in both layouts.
+pub(crate) const TABLE_BYTES: usize = MAX_PROCS * std::mem::size_of::<ProcEntryV1>();
+
+/// Layout version 2: bytes of the heads, all together at the table's start
+/// (attach and recovery read these only, 4 pages).
+pub(crate) const HEADS_BYTES: usize = MAX_PROCS * std::mem::size_of::<ProcHead>();
+
+/// Layout version 2: offset of the intent pages from the table's start. Entry
+/// `i`'s page is at `INTENTS_AT + i * 4096`; it is written only by a process
+/// that takes entry `i`, and read only while one holds it, so in a sparse
+/// file the pages of entries nobody took are never allocated.
+pub(crate) const INTENTS_AT: usize = HEADS_BYTES;
+
+const _: () = assert!(INTENTS_AT + MAX_PROCS * std::mem::size_of::<IntentPage>() <= TABLE_BYTES);
+
+/// How the process table lies in a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TableLayout {
+    /// Layout version 1: 256 entries of 4,224 bytes, each a head and its
+    /// intent words (1,056 KiB, every page read by attach).
+    Interleaved,
+    /// Layout version 2: 256 heads of 64 bytes (16 KiB), then 256 intent
+    /// pages (one per entry, untouched until an entry is taken).
+    Split,
+}
+
+impl TableLayout {
+    /// Offset from the table's start of the byte whose lock is entry
+    /// `index`'s (the first byte of its head).
+    fn lock_at(self, index: usize) -> usize {
+        match self {
+            TableLayout::Interleaved => index * std::mem::size_of::<ProcEntryV1>(),
+            TableLayout::Split => index * std::mem::size_of::<ProcHead>(),
+        }
+    }
+
+    /// Offset from the table's start of entry `index`'s intent page.
+    pub(crate) fn intents_at(self, index: usize) -> usize {
+        match self {
+            TableLayout::Interleaved => index * std::mem::size_of::<ProcEntryV1>() + 128,
+            TableLayout::Split => INTENTS_AT + index * std::mem::size_of::<IntentPage>(),
+        }
+    }
+}
+
+/// The table's memory, in either layout.
+enum Table {
+    Interleaved(SharedRef<[ProcEntryV1; MAX_PROCS]>),
+    Split { heads: SharedRef<[ProcHead; MAX_PROCS]>, pages: SharedRef<[IntentPage; MAX_PROCS]> },
+}
 
 /// Is the holder of a position alive?
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,9 +191,9 @@ impl IntentSlots {
 
 /// This process's view of a queue file's process table.
 pub(crate) struct Registry {
-    table: SharedRef<[ProcEntry; MAX_PROCS]>,
-    /// File offset of entry 0: entry `i`'s lock byte is the first byte of
-    /// entry `i`, at `table_offset + i * size_of::<ProcEntry>()`.
+    table: Table,
+    /// File offset of the table: entry `i`'s lock byte is at
+    /// `table_offset + layout.lock_at(i)`.
     table_offset: u64,
     /// The queue file, whose open file description holds our entry's lock.
     file: Arc<File>,
@@ -131,15 +210,39 @@ struct Mine {
 
 impl Registry {
     /// A view of the table at `table_offset` in `map`, a mapping of `file`,
-    /// without registering. `None` if the table does not fit in the mapping.
-    pub(crate) fn new(map: &SharedMap, table_offset: usize, file: Arc<File>) -> Option<Registry> {
-        let table = map.view::<[ProcEntry; MAX_PROCS]>(table_offset)?;
+    /// laid out as `layout`, without registering. `None` if the table does
+    /// not fit in the mapping. Nothing of the table is touched.
+    pub(crate) fn new(map: &SharedMap, table_offset: usize, file: Arc<File>, layout: TableLayout) -> Option<Registry> {
+        let table = match layout {
+            TableLayout::Interleaved => Table::Interleaved(map.view(table_offset)?),
+            TableLayout::Split => {
+                Table::Split { heads: map.view(table_offset)?, pages: map.view(table_offset.checked_add(INTENTS_AT)?)? }
+            }
+        };
         Some(Registry { table, table_offset: table_offset as u64, file, mine: None })
     }
 
+    fn layout(&self) -> TableLayout {
+        match self.table {
+            Table::Interleaved(_) => TableLayout::Interleaved,
+            Table::Split { .. } => TableLayout::Split,
+        }
+    }
+
     #[inline]
-    fn entry(&self, index: usize) -> &ProcEntry {
-        &self.table[index]
+    fn entry(&self, index: usize) -> &ProcHead {
+        match &self.table {
+            Table::Interleaved(t) => &t[index].head,
+            Table::Split { heads, .. } => &heads[index],
+        }
+    }
+
+    #[inline]
+    fn intents(&self, index: usize) -> &[IntentWord; INTENTS] {
+        match &self.table {
+            Table::Interleaved(t) => &t[index].intents.words,
+            Table::Split { pages, .. } => &pages[index].words,
+        }
     }
 
     fn fd(&self) -> RawFd {
@@ -147,7 +250,21 @@ impl Registry {
     }
 
     fn lock_offset(&self, index: usize) -> i64 {
-        (self.table_offset + (index * std::mem::size_of::<ProcEntry>()) as u64) as i64
+        (self.table_offset + self.layout().lock_at(index) as u64) as i64
+    }
+
+    /// Reserves the storage of entry `index`'s intent page (a hole in a
+    /// sparse file), so that a full file system fails here rather than with
+    /// a SIGBUS at the first write. False: no room. A file system without
+    /// `fallocate` is left to allocate on write.
+    fn reserve_intents(&self, index: usize) -> bool {
+        if self.layout() == TableLayout::Interleaved {
+            return true; // written whole when the file was made
+        }
+        let at = (self.table_offset + self.layout().intents_at(index) as u64) as libc::off_t;
+        // SAFETY: fallocate (mode 0: allocate, inside the file's size) on an fd we own.
+        let rc = unsafe { libc::fallocate(self.fd(), 0, at, std::mem::size_of::<IntentPage>() as libc::off_t) };
+        rc == 0 || std::io::Error::last_os_error().raw_os_error().is_some_and(|e| e != libc::ENOSPC && e != libc::EIO)
     }
 
     /// Takes a free entry (needs the file open for writing). Returns whether
@@ -164,10 +281,14 @@ impl Registry {
             }
             // The lock was free: whoever held this entry before is gone, and
             // so are its announcements.
+            if !self.reserve_intents(index) {
+                unlock(self.fd(), self.lock_offset(index));
+                return (false, 0);
+            }
             let entry = self.entry(index);
             let reconciled = take_waiters(entry, global_waiters);
             let generation = entry.generation.fetch_add(1, Ordering::SeqCst).wrapping_add(1);
-            entry.intents.iter().for_each(|w| w.0.store(IDLE, Ordering::SeqCst));
+            self.intents(index).iter().for_each(|w| w.0.store(IDLE, Ordering::SeqCst));
             entry.anonymous.store(0, Ordering::SeqCst);
             let pid = std::process::id();
             entry.pid.store(pid, Ordering::SeqCst);
@@ -179,14 +300,18 @@ impl Registry {
     }
 
     /// Clears every entry (after a machine restart, when nobody can be
-    /// attached: what the table holds is from before it).
+    /// attached: what the table holds is from before it). The intent pages
+    /// of entries never taken (generation 0) are left untouched: nothing was
+    /// ever announced there, and they are cleared when taken.
     pub(crate) fn reset_all(&self) {
         for index in 0..MAX_PROCS {
             let entry = self.entry(index);
             entry.pid.store(0, Ordering::SeqCst);
             entry.waiters.store(0, Ordering::SeqCst);
             entry.anonymous.store(0, Ordering::SeqCst);
-            entry.intents.iter().for_each(|w| w.0.store(IDLE, Ordering::SeqCst));
+            if self.layout() == TableLayout::Interleaved || entry.generation.load(Ordering::SeqCst) != 0 {
+                self.intents(index).iter().for_each(|w| w.0.store(IDLE, Ordering::SeqCst));
+            }
         }
     }
 
@@ -221,7 +346,7 @@ impl Registry {
     /// Intent word `slot` of this process's entry (None if not registered).
     #[inline]
     pub(crate) fn intent_word(&self, slot: usize) -> Option<&AtomicU64> {
-        self.mine.map(|m| &self.entry(m.index).intents[slot % INTENTS].0)
+        self.mine.map(|m| &self.intents(m.index)[slot % INTENTS].0)
     }
 
     /// Notes that a thread of this process uses the queue without an intent
@@ -252,7 +377,9 @@ impl Registry {
                     None => unknown = true,
                 }
             }
-            if entry.intents.iter().any(|w| covers(w.0.load(Ordering::Acquire), role, at)) {
+            // Only a held (or our own) entry's page is read: its holder
+            // cleared it when it took the entry.
+            if self.intents(index).iter().any(|w| covers(w.0.load(Ordering::Acquire), role, at)) {
                 return Liveness::Alive;
             }
             if entry.anonymous.load(Ordering::Acquire) > 0 {
@@ -361,7 +488,7 @@ impl Drop for Registry {
 }
 
 /// Moves an entry's waiters off the global count; exclusive by the swap.
-fn take_waiters(entry: &ProcEntry, global_waiters: &AtomicU32) -> u32 {
+fn take_waiters(entry: &ProcHead, global_waiters: &AtomicU32) -> u32 {
     let n = entry.waiters.swap(0, Ordering::SeqCst);
     if n > 0 {
         let _ = global_waiters.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |g| Some(g.saturating_sub(n)));
@@ -386,6 +513,13 @@ fn lock(fd: RawFd, offset: i64) -> bool {
     unsafe { libc::fcntl(fd, libc::F_OFD_SETLK, &mut fl) == 0 }
 }
 
+/// Releases our lock on one byte.
+fn unlock(fd: RawFd, offset: i64) {
+    let mut fl = flock_at(libc::F_UNLCK, offset);
+    // SAFETY: fcntl with a valid flock pointer; the kernel validates the fd.
+    unsafe { libc::fcntl(fd, libc::F_OFD_SETLK, &mut fl) };
+}
+
 /// Does another open file description hold the byte? `None` if unknown.
 fn held(fd: RawFd, offset: i64) -> Option<bool> {
     let mut fl = flock_at(libc::F_WRLCK, offset);
@@ -401,6 +535,7 @@ mod tests {
     use super::*;
     use crate::ring::intent_word;
     use crate::test_support::TempDir;
+    use std::os::unix::fs::MetadataExt;
     use std::path::Path;
 
     /// A file holding only a process table, and its mapping.
@@ -412,27 +547,37 @@ mod tests {
     }
 
     /// A new open file description of the file: the registry of another "process".
-    fn process(map: &SharedMap, path: &Path) -> Registry {
+    fn process(map: &SharedMap, path: &Path, layout: TableLayout) -> Registry {
         let f = Arc::new(std::fs::OpenOptions::new().read(true).write(true).open(path).unwrap());
-        Registry::new(map, 0, f).unwrap()
+        Registry::new(map, 0, f, layout).unwrap()
     }
+
+    const LAYOUTS: [TableLayout; 2] = [TableLayout::Interleaved, TableLayout::Split];
 
     #[test]
     fn a_table_that_does_not_fit_is_refused() {
         let dir = TempDir::new("registry", "fit");
         let (map, path) = table(&dir);
         let f = Arc::new(std::fs::File::open(&path).unwrap());
-        assert!(Registry::new(&map, 0, f.clone()).is_some());
-        assert!(Registry::new(&map, 8, f.clone()).is_none());
-        assert!(Registry::new(&map, 4, f).is_none());
+        for layout in LAYOUTS {
+            assert!(Registry::new(&map, 0, f.clone(), layout).is_some());
+            assert!(Registry::new(&map, 8, f.clone(), layout).is_none());
+            assert!(Registry::new(&map, 4, f.clone(), layout).is_none());
+        }
+        assert!(Registry::new(&map, 4096, f.clone(), TableLayout::Interleaved).is_none());
+        assert!(Registry::new(&map, 4096, f, TableLayout::Split).is_some(), "the split table needs 1,040 KiB");
     }
 
     #[test]
     fn a_live_process_announcing_a_position_is_alive_and_nobody_else_is() {
-        let dir = TempDir::new("registry", "alive");
+        LAYOUTS.iter().for_each(|&l| a_live_process_announcing_a_position_is_alive_and_nobody_else_is_in(l));
+    }
+
+    fn a_live_process_announcing_a_position_is_alive_and_nobody_else_is_in(layout: TableLayout) {
+        let dir = TempDir::new(&format!("registry-{layout:?}"), "alive");
         let (map, path) = table(&dir);
         let waiters = AtomicU32::new(0);
-        let (mut me, mut other) = (process(&map, &path), process(&map, &path));
+        let (mut me, mut other) = (process(&map, &path, layout), process(&map, &path, layout));
         assert_eq!(me.register(&waiters), (true, 0));
         assert_eq!(other.register(&waiters), (true, 0));
         assert_ne!(me.mine.unwrap().index, other.mine.unwrap().index);
@@ -455,12 +600,16 @@ mod tests {
 
     #[test]
     fn a_dead_process_is_proven_dead_and_its_sleepers_uncounted() {
-        let dir = TempDir::new("registry", "dead");
+        LAYOUTS.iter().for_each(|&l| a_dead_process_is_proven_dead_and_its_sleepers_uncounted_in(l));
+    }
+
+    fn a_dead_process_is_proven_dead_and_its_sleepers_uncounted_in(layout: TableLayout) {
+        let dir = TempDir::new(&format!("registry-{layout:?}"), "dead");
         let (map, path) = table(&dir);
         let waiters = AtomicU32::new(0);
-        let mut me = process(&map, &path);
+        let mut me = process(&map, &path, layout);
         me.register(&waiters);
-        let mut other = process(&map, &path);
+        let mut other = process(&map, &path, layout);
         other.register(&waiters);
         other.enter_wait(&waiters);
         other.enter_wait(&waiters);
@@ -483,19 +632,23 @@ mod tests {
         assert_eq!(me.others_alive(), 0);
 
         // A newcomer takes the free entry and finds nothing of the dead one's.
-        let mut next = process(&map, &path);
+        let mut next = process(&map, &path, layout);
         assert_eq!(next.register(&waiters), (true, 0));
         assert_eq!(next.mine.unwrap().index, index);
-        assert!(next.entry(index).intents.iter().all(|w| w.0.load(Ordering::SeqCst) == IDLE));
+        assert!(next.intents(index).iter().all(|w| w.0.load(Ordering::SeqCst) == IDLE));
     }
 
     #[test]
     fn leaving_cleanly_clears_the_pid() {
-        let dir = TempDir::new("registry", "leave");
+        LAYOUTS.iter().for_each(|&l| leaving_cleanly_clears_the_pid_in(l));
+    }
+
+    fn leaving_cleanly_clears_the_pid_in(layout: TableLayout) {
+        let dir = TempDir::new(&format!("registry-{layout:?}"), "leave");
         let (map, path) = table(&dir);
         let waiters = AtomicU32::new(0);
-        let me = process(&map, &path);
-        let mut other = process(&map, &path);
+        let me = process(&map, &path, layout);
+        let mut other = process(&map, &path, layout);
         other.register(&waiters);
         let index = other.mine.unwrap().index;
         assert_eq!(me.entry(index).pid.load(Ordering::SeqCst), std::process::id());
@@ -506,18 +659,42 @@ mod tests {
 
     #[test]
     fn a_full_table_refuses_the_next_process() {
-        let dir = TempDir::new("registry", "full");
+        LAYOUTS.iter().for_each(|&l| a_full_table_refuses_the_next_process_in(l));
+    }
+
+    fn a_full_table_refuses_the_next_process_in(layout: TableLayout) {
+        let dir = TempDir::new(&format!("registry-{layout:?}"), "full");
         let (map, path) = table(&dir);
         let waiters = AtomicU32::new(0);
-        let mut all: Vec<Registry> = (0..MAX_PROCS).map(|_| process(&map, &path)).collect();
+        let mut all: Vec<Registry> = (0..MAX_PROCS).map(|_| process(&map, &path, layout)).collect();
         for r in &mut all {
             assert_eq!(r.register(&waiters), (true, 0));
         }
-        let mut late = process(&map, &path);
+        let mut late = process(&map, &path, layout);
         assert_eq!(late.register(&waiters), (false, 0));
         assert!(late.intent_word(0).is_none(), "no entry, no intent words");
         all.pop();
         assert_eq!(late.register(&waiters), (true, 0), "an entry freed by a leaving process is taken");
+    }
+
+    #[test]
+    fn the_split_table_touches_only_the_heads_and_the_pages_of_taken_entries() {
+        let dir = TempDir::new("registry", "sparse");
+        let (map, path) = table(&dir);
+        let waiters = AtomicU32::new(0);
+        let (mut a, mut b) = (process(&map, &path, TableLayout::Split), process(&map, &path, TableLayout::Split));
+        assert_eq!(a.register(&waiters), (true, 0));
+        assert_eq!(b.register(&waiters), (true, 0));
+        b.intent_word(31).unwrap().store(intent_word(Holder::Consumer, 9), Ordering::SeqCst);
+        assert_eq!(a.holder(Holder::Consumer, 9, false), Liveness::Alive);
+        assert_eq!(a.holder(Holder::Producer, 9, false), Liveness::Dead);
+        assert!(a.unclean_deaths().is_empty());
+        assert_eq!(a.reconcile(&waiters), 0);
+        assert_eq!((a.others_alive(), a.live().len()), (1, 2));
+        a.reset_all();
+        let used = std::fs::metadata(&path).unwrap().blocks() * 512;
+        assert!(used <= (HEADS_BYTES + 2 * 4096) as u64, "{used} bytes allocated (the heads and two intent pages)");
+        assert_eq!(a.layout().intents_at(1), HEADS_BYTES + 4096);
     }
 
     #[test]

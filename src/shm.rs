@@ -75,18 +75,23 @@ impl SharedMap {
         Some(SharedRef { map: self.clone(), ptr })
     }
 
-    /// Maps the pages of the first `len` bytes (at most the mapping's) into
-    /// this process now, so that later accesses do not page-fault. On tmpfs
+    /// Maps the pages of bytes `from..to` (page aligned, at most the
+    /// mapping's) into this process now, so that later accesses do not page-fault. On tmpfs
     /// a read-populate maps the pages writable (and costs half of a
     /// write-populate); elsewhere pages must be
     /// write-populated to be writable without faults. Kernels without
     /// `MADV_POPULATE_*` (before 5.14) get one read per page, which the
     /// kernel's fault-around turns into one fault per 16 pages.
-    pub(crate) fn populate(&self, tmpfs: bool, len: usize) {
+    pub(crate) fn populate_range(&self, tmpfs: bool, from: usize, to: usize) {
         const MADV_POPULATE_READ: libc::c_int = 22;
         const MADV_POPULATE_WRITE: libc::c_int = 23;
         let advice = if tmpfs { MADV_POPULATE_READ } else { MADV_POPULATE_WRITE };
-        let (ptr, len) = (self.base(), len.min(self.len()));
+        let to = to.min(self.len());
+        if from % 4096 != 0 || from >= to {
+            return;
+        }
+        // SAFETY: from < to <= len: inside the mapping.
+        let (ptr, len) = (unsafe { self.base().add(from) }, to - from);
         // SAFETY: ptr..ptr+len is this live mapping; populating only faults pages in.
         if unsafe { libc::madvise(ptr.cast(), len, advice) } == 0 {
             return;

@@ -71,6 +71,8 @@ pub enum Part {
     Durable,
     /// Acknowledged consumption: lPopLease + lAck beside plain lPop (and lPush), 1, 2, 4, 10 threads
     Leases,
+    /// 10, 1,000 and 10,000 small queues: /dev/shm, memory, call cost, create and list, beside redis-server lists
+    Many,
 }
 
 impl BenchArgs {

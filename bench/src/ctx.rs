@@ -17,6 +17,8 @@ pub(crate) struct Ctx {
     /// The latency part's results.
     pub(crate) latency: Vec<LatencyCell>,
     pub(crate) idle: Vec<IdleCell>,
+    /// The many-queues part's table (empty when it did not run).
+    pub(crate) many: String,
     /// When the run began.
     pub(crate) started: Instant,
 }

@@ -18,6 +18,7 @@
 //! | `net_servers` | the servers under test, redis-benchmark against them, their CPU per request | `harness` |
 //! | `durable` | durable queues on the disk beside redis appendfsync always | `inproc`, `cell`, `ctx`, `harness` |
 //! | `leases` | `lPopLease` + `lAck` beside plain `lPop` | `inproc`, `ctx`, `harness` |
+//! | `many` | 10 to 10,000 small queues: memory, call cost, create and list, beside redis-server lists | `net_servers`, `inproc`, `ctx` |
 //! | `chart` | chart.png, latency.png, and the drawing pieces `net` shares | `latency`, `cell` |
 //! | `latency` | push-to-pop latency across processes, idle consumers' CPU | `cell`, `ctx`, `harness` |
 //! | `external` | cells that run C programs: the seed programs, the C and Boost drivers | `ctx`, `harness` |
@@ -37,6 +38,7 @@ mod harness;
 mod inproc;
 mod latency;
 mod leases;
+mod many;
 mod net;
 mod net_client;
 mod net_servers;
@@ -66,6 +68,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
         cells: Vec::new(),
         latency: Vec::new(),
         idle: Vec::new(),
+        many: String::new(),
         started: Instant::now(),
     };
     if args.net {
@@ -164,6 +167,11 @@ fn run_matrix(ctx: &mut Ctx) -> Result<(), Error> {
     // 8. Acknowledged consumption beside plain pops.
     if args.wants(Part::Leases) {
         leases::run(ctx, &threads);
+    }
+
+    // 9. Many small queues.
+    if args.wants(Part::Many) {
+        ctx.many = many::run(ctx);
     }
     Ok(())
 }

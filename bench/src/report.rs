@@ -309,7 +309,7 @@ pub(crate) fn write(ctx: &Ctx, seconds: f64) -> Result<(), Error> {
     let io = |e: std::io::Error| Error::new(SHM_ERR_ACCES, format!("cannot write to {}: {e}", out.display()));
     std::fs::create_dir_all(out).map_err(io)?;
     let (lat_text, lat_csv) = latency_table(&ctx.latency, &ctx.idle);
-    let text = table(cells, args, seconds) + &durable::summary(cells) + &lat_text;
+    let text = table(cells, args, seconds) + &durable::summary(cells) + &lat_text + &ctx.many;
     print!("{text}");
     std::fs::write(out.join("table.txt"), &text).map_err(io)?;
     std::fs::write(out.join("results.csv"), csv(cells)).map_err(io)?;

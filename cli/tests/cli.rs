@@ -133,7 +133,7 @@ fn create_list_stat_drop() {
         ("queue", "21".to_string()),
         ("name", "orders".into()),
         ("file", path.display().to_string()),
-        ("layout version", "1".into()),
+        ("layout version", "2".into()),
         ("mode", "0600".into()),
         ("record size", "304 bytes (slot 320 bytes)".into()),
         ("capacity", "100 records".into()),

@@ -1,19 +1,26 @@
-//! The layout of a queue file (version 1) and the validation of its header.
-//! No I/O here: the bytes come from [`super::map`] and [`super::create`].
+//! The layout of a queue file (versions 1 and 2) and the validation of its
+//! header. No I/O here: the bytes come from [`super::map`] and [`super::create`].
 //!
 //! | offset | size | content |
 //! |---|---|---|
 //! | 0 | 4 KiB | [`Info`]: magic, version, geometry, name, fields, checksum (immutable) |
 //! | 4096 | 4 KiB | [`Control`]: ring cursors, futex and waiter count, dropped flag, counters; for durable queues the sync words, the last recovery's findings and the two copies of the consumed watermark |
-//! | 8192 | 1,056 KiB | process table ([`crate::registry`]): 256 entries of 4,224 bytes |
+//! | 8192 | 1,056 KiB | process table ([`crate::registry`]); version 2: 256 heads of 64 bytes (16 KiB), then 256 intent pages of 4 KiB at [`SPARSE_START`], then 16 KiB unused; version 1: 256 entries of 4,224 bytes |
 //! | [`DATA_OFFSET`] | capacity x stride | slots: 16-byte header + record, stride = 16 + record size rounded up to 8 |
 //! | [`lease_table_offset`] (queues with leases only) | see [`crate::lease::table`] | lease table: control block, then max leases x (64-byte head + record rounded up to 64) |
 //!
 //! All-zero control, table and slots are the valid initial state, so a new
-//! file is its header plus zero pages.
+//! file is its header plus zero pages. A version 2 file on tmpfs is made
+//! sparse: [`SPARSE_START`]..[`DATA_OFFSET`] (the intent pages) is left a
+//! hole, and a page of it is allocated only when a process takes the entry
+//! it belongs to, so a queue used by a few processes costs 24 KiB plus 4 KiB
+//! a process beyond its slots (and the 1 MiB hole counts in the file's
+//! length, not in `du` or in the memory of the processes that map it). The
+//! offsets of everything else are those of version 1, which differs only in
+//! the process table (see [`crate::registry::TableLayout`]).
 
 use crate::error::*;
-use crate::registry::{MAX_PROCS, TABLE_BYTES};
+use crate::registry::{HEADS_BYTES, MAX_PROCS, TABLE_BYTES, TableLayout};
 use crate::ring::{CachePadded, Cursors, MAX_CAPACITY, SLOT_HEADER_BYTES, one_lap};
 use crate::schema::{Field, MAX_FIELD_NAME, MAX_FIELDS, kind_of};
 use crate::spec::{Durability, MAX_INTERVAL_MS, MAX_LEASE_MS, MAX_LEASES, MAX_NAME, MAX_PART, MAX_RECORD_SIZE, Spec};
@@ -22,8 +29,11 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 
 /// First bytes of every queue file.
 pub(crate) const MAGIC: [u8; 8] = *b"TVMQUEUE";
-/// Layout version this library reads and writes.
-pub(crate) const VERSION: u32 = 1;
+/// Layout version this library writes.
+pub(crate) const VERSION: u32 = 2;
+/// The oldest layout version this library reads (1: the process table's
+/// entries interleaved with their intent words).
+pub(crate) const OLDEST_VERSION: u32 = 1;
 /// Bytes reserved for [`Info`].
 pub(crate) const INFO_BYTES: u64 = 4096;
 /// File offset of [`Control`].
@@ -32,6 +42,10 @@ pub(crate) const CONTROL_OFFSET: u64 = 4096;
 pub(crate) const TABLE_OFFSET: u64 = 8192;
 /// File offset of slot 0.
 pub(crate) const DATA_OFFSET: u64 = TABLE_OFFSET + TABLE_BYTES as u64;
+/// Layout version 2: where the part of the process table that a new file
+/// leaves unallocated (the intent pages) starts; it ends at [`DATA_OFFSET`].
+pub(crate) const SPARSE_START: u64 = TABLE_OFFSET + HEADS_BYTES as u64;
+const _: () = assert!(SPARSE_START % 4096 == 0);
 /// Bytes of a queue name and of a partition text in the header (the last
 /// one is always NUL: at most 63 and 31 bytes are kept).
 pub(crate) const NAME_BYTES: usize = MAX_NAME + 1;
@@ -648,6 +662,17 @@ impl Info {
         fnv1a(&self.as_bytes()[..offset_of!(Info, checksum)])
     }
 
+    /// How the process table lies in the file (of a validated header).
+    pub(crate) fn table_layout(&self) -> TableLayout {
+        if self.version == 1 { TableLayout::Interleaved } else { TableLayout::Split }
+    }
+
+    /// The byte range of the file that is a hole when it is new (layout
+    /// version 2: the intent pages), if any.
+    pub(crate) fn sparse_range(&self) -> Option<(u64, u64)> {
+        (self.table_layout() == TableLayout::Split).then_some((SPARSE_START, DATA_OFFSET))
+    }
+
     /// The queue's name.
     pub(crate) fn name(&self) -> &str {
         c_str(&self.name).unwrap_or("")
@@ -686,10 +711,13 @@ impl Info {
         if self.magic != MAGIC {
             return bad("not a tvmq queue file (bad magic)".into());
         }
-        if self.version != VERSION {
+        if !(OLDEST_VERSION..=VERSION).contains(&self.version) {
             return Err(Error::new(
                 VER_NOT_MATCH,
-                format!("queue file has layout version {}, this library reads version {VERSION}", self.version),
+                format!(
+                    "queue file has layout version {}, this library reads versions {OLDEST_VERSION} to {VERSION}",
+                    self.version
+                ),
             ));
         }
         if self.checksum != self.compute_checksum() {
@@ -701,7 +729,7 @@ impl Info {
             || self.data_offset != DATA_OFFSET
             || self.proc_slots as usize != MAX_PROCS
         {
-            return bad("header offsets do not match layout version 1".into());
+            return bad(format!("header offsets do not match layout version {}", self.version));
         }
         if !(1..=MAX_RECORD_SIZE).contains(&self.record_size) {
             return bad(format!("record size {} out of range", self.record_size));

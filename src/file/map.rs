@@ -85,7 +85,17 @@ impl QueueFile {
             } else {
                 len
             };
-            map.populate(is_tmpfs(&file), live);
+            // Nor the process table's intent pages (a hole in a version 2
+            // file): populating would allocate every one of them. A process
+            // touches its own page only.
+            let tmpfs = is_tmpfs(&file);
+            match info.sparse_range() {
+                Some((start, end)) => {
+                    map.populate_range(tmpfs, 0, start as usize);
+                    map.populate_range(tmpfs, end as usize, live);
+                }
+                None => map.populate_range(tmpfs, 0, live),
+            }
         }
         // The header was validated against the file's length, so the control
         // block fits; the check stays, as the only proof the view needs.
@@ -165,7 +175,7 @@ impl QueueFile {
 
     /// This process's view of the file's process table (not registered yet).
     pub(crate) fn registry(&self) -> Result<Registry> {
-        Registry::new(&self.map, TABLE_OFFSET as usize, self.file.clone())
+        Registry::new(&self.map, TABLE_OFFSET as usize, self.file.clone(), self.info.table_layout())
             .ok_or_else(|| Error::new(SHM_ERR_INVAL, format!("{}: no room for the process table", self.path.display())))
     }
 }

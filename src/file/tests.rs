@@ -345,7 +345,7 @@ fn resigned_headers_with_lying_geometry_are_refused() {
             }
         }
     }
-    for (what, v) in [("version 2", 2u32), ("version 0", 0), ("version u32::MAX", u32::MAX)] {
+    for (what, v) in [("version 3", 3u32), ("version 0", 0), ("version u32::MAX", u32::MAX)] {
         install(&move |i| i.version = v, full);
         match Queue::open(dir, 1) {
             Err(e) if e.code() == VER_NOT_MATCH => {}
@@ -838,4 +838,151 @@ fn corrupted_cursors_and_slots_are_reported_not_followed() {
         }
     }
     assert!(wrong.is_empty(), "corruptions not reported as SHM_ERR_INVAL:\n{}", wrong.join("\n"));
+}
+
+// ---------------------------------------------------------------- sparse layout, and the old one
+
+/// Bytes the file system holds for the file (what `du` counts).
+fn allocated(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    fs::metadata(path).unwrap().blocks() * 512
+}
+
+/// The resident bytes of this process's mappings of `path` (from
+/// /proc/self/smaps), one figure per mapping.
+fn resident(path: &Path) -> Vec<u64> {
+    let smaps = fs::read_to_string("/proc/self/smaps").unwrap();
+    let name = path.to_str().unwrap();
+    let mut out = Vec::new();
+    let mut ours = false;
+    for line in smaps.lines() {
+        let first = line.split_whitespace().next().unwrap_or("");
+        if first.contains('-') && !first.ends_with(':') {
+            ours = line.ends_with(name);
+        } else if ours && first == "Rss:" {
+            let kb: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+            out.push(kb * 1024);
+        }
+    }
+    out
+}
+
+/// A test-only writer of layout version 1, as the library made it before
+/// version 2: the same offsets, the process table's pages all written (the
+/// whole file was zero-filled), version 1 in the header.
+fn create_v1(dir: &Path, id: u32, spec: &Spec) {
+    Queue::create(dir, id, spec).unwrap();
+    let path = queue_path(dir, id);
+    let f = fs::OpenOptions::new().read(true).write(true).open(&path).unwrap();
+    f.write_all_at(&vec![0u8; (DATA_OFFSET - TABLE_OFFSET) as usize], TABLE_OFFSET).unwrap();
+    let mut info = read_info(&path);
+    info.version = 1;
+    info.checksum = info.compute_checksum();
+    f.write_all_at(&info_bytes(&info), 0).unwrap();
+}
+
+/// Offset of process-table entry `i`'s pid, in a file of layout `version`.
+fn pid_at(version: u32, i: u64) -> u64 {
+    TABLE_OFFSET + i * if version == 1 { 4224 } else { 64 }
+}
+
+fn pid_in_file(path: &Path, version: u32, i: u64) -> u32 {
+    let mut b = [0u8; 4];
+    fs::File::open(path).unwrap().read_exact_at(&mut b, pid_at(version, i)).unwrap();
+    u32::from_ne_bytes(b)
+}
+
+#[test]
+fn a_small_queue_costs_its_slots_and_a_few_pages_on_tmpfs_and_in_memory() {
+    let tmp = TempDir::new("files", "sparse");
+    let dir = tmp.path();
+    Queue::create(dir, 1, &Spec::new(100, 64)).unwrap();
+    let path = queue_path(dir, 1);
+    let slots = (100 * slot_stride(64)).div_ceil(4096) * 4096;
+    let fresh = allocated(&path);
+    assert!(fresh <= slots + 24 * 1024, "a new queue: {fresh} bytes allocated, slots {slots}");
+    assert!(fs::metadata(&path).unwrap().len() > 1 << 20, "the table's hole still counts in the length");
+
+    // Three processes' worth of attachments (each open is a registration).
+    let qs: Vec<Queue> = (0..3).map(|_| Queue::open(dir, 1).unwrap()).collect();
+    let mut out = [0u8; 64];
+    for q in &qs {
+        q.push(b"record").unwrap();
+        assert_eq!(q.pop(&mut out, Wait::NoWait).unwrap(), 6);
+    }
+    assert_eq!(qs[0].processes().len(), 3);
+    let used = allocated(&path);
+    assert!(used <= slots + 24 * 1024 + 3 * 4096, "3 attached: {used} bytes allocated, slots {slots}");
+    assert!(used <= slots + 64 * 1024);
+    let rss = resident(&path);
+    assert_eq!(rss.len(), 3, "one mapping per open");
+    for r in rss {
+        // The header, control block and heads (24 KiB), the slots, the
+        // intent pages (ours, and the others' that the kernel's fault-around
+        // maps beside it: they exist already), never the whole table.
+        assert!(r <= slots + 24 * 1024 + 3 * 4096, "{r} bytes of the mapping resident, slots {slots}");
+    }
+    for i in 0..qs.len() {
+        assert_eq!(pid_in_file(&path, 2, i as u64), std::process::id(), "entry {i}: heads 64 bytes apart");
+    }
+}
+
+#[ignore = "a child process of a test"]
+#[test]
+fn child_sleep_on_queue() {
+    let dir = child_env("TVMQ_FILES_CHILD_DIR");
+    let q = Queue::open(Path::new(&dir), 1).unwrap();
+    let mut out = [0u8; 64];
+    let _ = q.pop(&mut out, Wait::Forever);
+}
+
+/// A process asleep in a pop is killed: the next attach takes its sleeper
+/// off the waiter count (the kill's proof is its entry's lock, found at the
+/// entry's place in the file's layout).
+fn killed_sleeper_is_uncounted(dir: &Path, version: u32) {
+    let q = Queue::open(dir, 1).unwrap();
+    let mut child = child_test("file::tests::child_sleep_on_queue").env("TVMQ_FILES_CHILD_DIR", dir).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while q.stats().waiters == 0 {
+        assert!(Instant::now() < deadline, "the child never slept");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(pid_in_file(&queue_path(dir, 1), version, 1), child.id(), "the child's entry, version {version}");
+    assert_eq!(q.processes().iter().map(|p| p.sleepers).sum::<u32>(), 1);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let again = Queue::open(dir, 1).unwrap();
+    assert_eq!(again.stats().waiters, 0, "version {version}");
+    assert_eq!(again.stats().reconciled_waiters, 1);
+    assert_eq!(again.processes().len(), 2, "this process's two registrations");
+}
+
+#[test]
+fn an_old_layout_file_opens_and_works() {
+    let tmp = TempDir::new("files", "v1");
+    let dir = tmp.path();
+    create_v1(dir, 1, &Spec::new(100, 64));
+    let path = queue_path(dir, 1);
+    assert_eq!(read_info(&path).version, 1);
+    let table = (DATA_OFFSET - TABLE_OFFSET) as usize;
+    {
+        let (a, b) = (Queue::open(dir, 1).unwrap(), Queue::open(dir, 1).unwrap());
+        a.push(b"old layout").unwrap();
+        let mut out = [0u8; 64];
+        assert_eq!(b.pop(&mut out, Wait::NoWait).unwrap(), 10);
+        assert_eq!(&out[..10], b"old layout");
+        assert_eq!(pid_in_file(&path, 1, 1), std::process::id(), "entries 4,224 bytes apart");
+        assert_eq!(a.processes().len(), 2);
+    }
+    killed_sleeper_is_uncounted(dir, 1);
+    assert_eq!(read_info(&path).version, 1, "opening does not rewrite the header");
+    assert!(allocated(&path) >= table as u64, "an old file stays as it was made");
+}
+
+#[test]
+fn a_killed_process_is_found_in_a_sparse_table() {
+    let tmp = TempDir::new("files", "v2kill");
+    Queue::create(tmp.path(), 1, &Spec::new(100, 64)).unwrap();
+    assert_eq!(read_info(&queue_path(tmp.path(), 1)).version, 2);
+    killed_sleeper_is_uncounted(tmp.path(), 2);
 }

@@ -4,11 +4,14 @@
 //! policy ([`Patience`]).
 
 use super::{Queue, lease};
+use crate::attach::IdHasher;
 use crate::clock::now_ns;
 use crate::error::*;
 use crate::registry::{IntentSlots, Liveness};
 use crate::ring::{Announce, Holder, IDLE, Stall, Verdict, intent_word};
 use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -69,24 +72,34 @@ struct ThreadIntents {
     /// there: the common case costs a comparison. It always names a queue
     /// that `all` keeps alive, so its address cannot be reused meanwhile.
     last: Cell<(*const IntentSlots, usize)>,
-    all: RefCell<Vec<ThreadIntent>>,
+    /// By the address of the queue's allocator (kept alive by the entry):
+    /// found in constant time however many queues the thread uses.
+    all: RefCell<HashMap<usize, ThreadIntent, BuildHasherDefault<IdHasher>>>,
+    /// Entries in `all` after its last sweep of dropped queues: the next
+    /// sweep waits until it has doubled, so that sweeps cost O(1) a queue.
+    swept: Cell<usize>,
 }
 
 impl ThreadIntents {
     #[cold]
     fn find_or_take(&self, q: &Queue) -> usize {
         let Ok(mut all) = self.all.try_borrow_mut() else { return NO_WORD };
-        let slot = match all.iter().find(|t| Arc::ptr_eq(&t.slots, &q.slots)) {
+        let key = Arc::as_ptr(&q.slots) as usize;
+        let slot = match all.get(&key) {
             Some(t) => t.slot,
             None => {
-                // First use by this thread: forget the words of queues since
-                // dropped, then take one (or note that we announce nothing).
-                all.retain(|t| Arc::strong_count(&t.slots) > 1);
+                // First use by this thread: now and then forget the words of
+                // queues since dropped, then take one (or note that we
+                // announce nothing).
+                if all.len() >= 2 * self.swept.get().max(16) {
+                    all.retain(|_, t| Arc::strong_count(&t.slots) > 1);
+                    self.swept.set(all.len());
+                }
                 let slot = q.slots.acquire().unwrap_or(NO_WORD);
                 if slot == NO_WORD {
                     q.registry.add_anonymous();
                 }
-                all.push(ThreadIntent { slots: q.slots.clone(), slot });
+                all.insert(key, ThreadIntent { slots: q.slots.clone(), slot });
                 slot
             }
         };
@@ -96,8 +109,13 @@ impl ThreadIntents {
 }
 
 thread_local! {
-    static THREAD_INTENTS: ThreadIntents =
-        const { ThreadIntents { last: Cell::new((std::ptr::null(), NO_WORD)), all: RefCell::new(Vec::new()) } };
+    static THREAD_INTENTS: ThreadIntents = const {
+        ThreadIntents {
+            last: Cell::new((std::ptr::null(), NO_WORD)),
+            all: RefCell::new(HashMap::with_hasher(BuildHasherDefault::new())),
+            swept: Cell::new(0),
+        }
+    };
 }
 
 /// The [`Stall`] policy of a queue: a position whose holder is proven dead
