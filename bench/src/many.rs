@@ -292,7 +292,7 @@ fn key(i: usize) -> Vec<u8> {
 /// redis-server with `n` lists of 100 values of 64 bytes: its used_memory
 /// (less an empty server's), LPUSH then RPOP round-robin over the keys.
 fn redis_figures(scratch: &Path, n: usize, ops: usize, col: &mut Column) -> Result<(), String> {
-    let server = start_redis(scratch)?;
+    let server = start_redis(scratch, None)?;
     let mut r = Redis::connect(server.port)?;
     let used = |r: &mut Redis| -> Result<u64, String> {
         let mut out = Vec::new();
