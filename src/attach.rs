@@ -19,11 +19,11 @@
 
 use crate::error::*;
 use crate::file::{dir, map};
-use crate::queue::Queue;
+use crate::queue::{IdHasher, Queue};
 use parking_lot::Mutex;
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Once};
@@ -91,34 +91,6 @@ impl Cache {
         self.entries.clear();
         self.index.clear();
         self.last = 0;
-    }
-}
-
-/// Hashes the `(table, id)` keys of thread caches: the words are mixed
-/// (a splitmix64 finalizer), so that ids in any pattern (multiples of a
-/// power of two, say) spread over the buckets. Not for keys an attacker
-/// picks to collide: ids are the program's own queues.
-#[derive(Default)]
-pub(crate) struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        bytes.iter().for_each(|&b| self.write_u64(u64::from(b)));
-    }
-
-    fn write_u32(&mut self, n: u32) {
-        self.write_u64(u64::from(n));
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0.rotate_left(32) ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     }
 }
 

@@ -38,6 +38,7 @@ mod types;
 
 use blocking::Idle;
 pub use lease::{Lease, LeaseState, LeaseStats, LeasedRecord};
+pub(crate) use participant::IdHasher;
 use participant::{Intent, NO_WORD, Patience};
 pub use stats::{Process, Stats};
 pub use transfer::ExportFormat;

@@ -4,14 +4,13 @@
 //! policy ([`Patience`]).
 
 use super::{Queue, lease};
-use crate::attach::IdHasher;
 use crate::clock::now_ns;
 use crate::error::*;
 use crate::registry::{IntentSlots, Liveness};
 use crate::ring::{Announce, Holder, IDLE, Stall, Verdict, intent_word};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::hash::BuildHasherDefault;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -221,5 +220,33 @@ impl Queue {
     #[inline(always)]
     fn intent_at(&self, slot: usize) -> Intent<'_> {
         Intent(if slot == NO_WORD { None } else { self.registry.intent_word(slot) })
+    }
+}
+
+/// Hashes the `(table, id)` keys of thread caches (this file's and `crate::attach`'s): the words are mixed
+/// (a splitmix64 finalizer), so that ids in any pattern (multiples of a
+/// power of two, say) spread over the buckets. Not for keys an attacker
+/// picks to collide: ids are the program's own queues.
+#[derive(Default)]
+pub(crate) struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        bytes.iter().for_each(|&b| self.write_u64(u64::from(b)));
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(u64::from(n));
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(32) ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     }
 }
