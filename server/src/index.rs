@@ -180,6 +180,20 @@ impl Index {
         self.maps.read().by_id.len()
     }
 
+    /// The `max` lowest queue ids the table knows, in order, and how many
+    /// it knows in all.
+    pub(crate) fn lowest_ids(&self, max: usize) -> (Vec<u32>, usize) {
+        let maps = self.maps.read();
+        let mut ids: Vec<u32> = maps.by_id.keys().copied().collect();
+        let all = ids.len();
+        if all > max {
+            ids.select_nth_unstable(max);
+            ids.truncate(max);
+        }
+        ids.sort_unstable();
+        (ids, all)
+    }
+
     /// Applies the changes the kernel has queued (none: one `read`). Does not
     /// wait for a rescan in progress: the table is answered as it is.
     pub(crate) fn refresh(&self) {

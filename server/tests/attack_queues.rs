@@ -211,6 +211,15 @@ fn unknown_keys_cost_no_scan_with_thousands_of_queues() {
     assert!(took < Duration::from_millis(500), "200 unknown keys took {took:?}");
     assert!(worst_ping < Duration::from_millis(250), "a PING waited {worst_ping:?}");
     assert_eq!(c.cmd(&[b"LLEN", b"q1999"]), V::Int(0), "a known name is found");
+    // INFO queues reads a bounded number of headers, from the index.
+    let t = Instant::now();
+    let V::Bulk(info) = c.cmd(&[b"INFO", b"queues"]) else { panic!("INFO queues: not text") };
+    let took = t.elapsed();
+    let info = String::from_utf8_lossy(&info);
+    let listed = info.lines().filter(|l| l.starts_with("queue_")).count();
+    eprintln!("INFO queues with {n} queues: {listed} listed in {took:?}");
+    assert_eq!(listed, 256, "{info}");
+    assert!(info.contains(&format!("queues_not_listed:{}", n - 256)), "{info}");
     server.stop();
 }
 
