@@ -45,7 +45,7 @@ pub(crate) fn wake(word: &AtomicU32, n: u32) -> u32 {
     u32::try_from(rc).unwrap_or(0)
 }
 
-/// The most words one [`wait_any`] sleeps on: the kernel's limit for
+/// The most words one `wait_any` call sleeps on: the kernel's limit for
 /// `futex_waitv`.
 pub const WAIT_ANY_MAX: usize = 128;
 
