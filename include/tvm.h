@@ -461,10 +461,12 @@ typedef struct TvmLease {
  * The options of lTvmConnectTls. Zero it, set `size`, then the fields
  * wanted:
  *
- *     TvmTls tls;
- *     memset(&tls, 0, sizeof(tls));
- *     tls.size = sizeof(tls);
- *     tls.ca_file = "/etc/tvmq/ca.crt";
+ * ```c
+ * TvmTls tls;
+ * memset(&tls, 0, sizeof(tls));
+ * tls.size = sizeof(tls);
+ * tls.ca_file = "/etc/tvmq/ca.crt";
+ * ```
  *
  * Every string is NUL-terminated (a file path or a host name) and is read
  * during the call only. Files are PEM.
