@@ -5,6 +5,9 @@
 //!   delivered exactly once. The same file, with its boot id cleared (as
 //!   after a machine restart: the queue is rebuilt from its slots), gives
 //!   the same records;
+//! - the same with leasing consumers on an `always` queue with leases: every
+//!   acknowledged record acknowledged exactly once, the leases of the killed
+//!   consumers delivered again, after the kill and after a machine restart;
 //! - refusals: a durable queue on tmpfs, and a corrupted durable file, give
 //!   clear errors.
 //!
@@ -38,7 +41,11 @@ fn parse(rec: &[u8]) -> Option<(u32, u64)> {
     (rec.len() == RECORD && proc < PRODUCERS && seq < MAX_SEQ).then_some((proc, seq))
 }
 
-/// A child: producer `me` (< PRODUCERS) or consumer, until killed.
+/// A child: producer `me` (< PRODUCERS) or consumer, until killed. With
+/// `TVMQ_DURABLE_LEASE`, consumers lease: the record goes into the
+/// in-flight buffer, is acknowledged, then counted (a consumer killed
+/// after the acknowledgement leaves it in its hands; one killed before
+/// leaves it leased, to be delivered again).
 #[test]
 #[ignore = "child process of kill9_of_every_process_loses_no_acknowledged_push"]
 fn durable_child() {
@@ -64,6 +71,20 @@ fn durable_child() {
         // SAFETY: this process's own entry (the checker reads it once every
         // process is dead).
         let buf = unsafe { slot.inflight_mut(RECORD) };
+        if std::env::var_os("TVMQ_DURABLE_LEASE").is_some() {
+            loop {
+                match q.pop_lease(buf, Wait::Until(Instant::now() + Duration::from_millis(50)), Duration::ZERO) {
+                    Ok((_, lease)) => {
+                        let (p, s) = parse(buf).expect("an intact record");
+                        q.ack(&lease).expect("ack");
+                        ledger.deliver(p, s);
+                        buf.fill(0);
+                    }
+                    Err(e) if e.code() == MQUE_WAIT_TMO || e.code() == NO_DATA_FOUND => {}
+                    Err(e) => panic!("pop_lease: {e}"),
+                }
+            }
+        }
         loop {
             match q.pop(buf, Wait::Until(Instant::now() + Duration::from_millis(50))) {
                 Ok(_) => {
@@ -107,6 +128,29 @@ fn create_durable(dir: &Path, id: u32, rows: u64, size: u64, policy: Durability)
     let mut spec = Spec::new(rows, size);
     spec.durability = Some(policy);
     Queue::create(dir, id, &spec).unwrap();
+}
+
+/// Leases and acknowledges everything left in queue QUEUE of `dir` (records
+/// waiting to be delivered again included); also the queue's lease
+/// counters after.
+fn drain_leases(dir: &Path) -> (Vec<(u32, u64)>, Option<tvm::RecoveryStats>, tvm::LeaseStats) {
+    let q = Queue::open(dir, QUEUE).expect("reopen");
+    let mut out = [0u8; RECORD];
+    let mut got = Vec::new();
+    loop {
+        match q.pop_lease(&mut out, Wait::NoWait, Duration::ZERO) {
+            Ok((n, lease)) => {
+                assert_eq!(n, RECORD);
+                got.push(parse(&out).unwrap_or_else(|| panic!("a record never pushed, or torn: {out:?}")));
+                q.ack(&lease).expect("ack");
+            }
+            Err(e) if e.code() == NO_DATA_FOUND => break,
+            Err(e) => panic!("drain: {e}"),
+        }
+    }
+    let stats = q.lease_stats().expect("a queue with leases");
+    assert_eq!((stats.in_flight, stats.waiting), (0, 0), "drained: {stats:?}");
+    (got, q.durable_stats().and_then(|d| d.last_recovery), stats)
 }
 
 /// Pops everything left in queue QUEUE of `dir`.
@@ -417,4 +461,71 @@ fn an_interval_queue_recovers_from_its_image_not_from_its_live_pages() {
     let found = r.durable_stats().unwrap().last_recovery.expect("a recovery ran");
     assert_eq!((found.kept, found.watermark), (15, 5), "{found:?}");
     drop(q);
+}
+
+#[test]
+fn kill9_of_leasing_consumers_of_a_durable_queue_acknowledges_each_record_once() {
+    let rounds: u32 = env_num("TVMQ_DURABLE_ROUNDS", 3);
+    let mut redelivered = 0;
+    for round in 0..rounds {
+        let work = DiskDir::new(&format!("kill9-lease-{round}"));
+        let queues = work.0.join("queues");
+        let restarted = work.0.join("restarted");
+        std::fs::create_dir_all(&queues).unwrap();
+        std::fs::create_dir_all(&restarted).unwrap();
+        let mut spec = Spec::new(CAPACITY, RECORD as u64);
+        spec.durability = Some(Durability::Always);
+        spec.leases = Some(tvm::LeaseSpec { max_leases: 64, ..Default::default() });
+        Queue::create(&queues, QUEUE, &spec).unwrap();
+        let ledger = Ledger::open(&work.0, PRODUCERS + CONSUMERS, MAX_SEQ);
+        let mut kids = Children::start((PRODUCERS + CONSUMERS) as usize, PRODUCERS + CONSUMERS, &work.0, |_, me| {
+            let mut cmd = child_test("durable_child");
+            cmd.env("TVMQ_DURABLE_DIR", &work.0)
+                .env("TVMQ_DURABLE_QUEUES", &queues)
+                .env("TVMQ_DURABLE_ME", me.to_string())
+                .env("TVMQ_DURABLE_LEASE", "1");
+            (format!("{} {me}", if me < PRODUCERS { "producer" } else { "lease consumer" }), cmd)
+        });
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let consumed = |l: &Ledger| {
+            (0..PRODUCERS)
+                .flat_map(|p| (0..50).map(move |s| (p, s)))
+                .any(|(p, s)| l.seen(p, s).load(Ordering::SeqCst) > 0)
+        };
+        while (0..PRODUCERS).any(|p| ledger.proc(p).acked.load(Ordering::SeqCst) < 50) || !consumed(&ledger) {
+            assert!(Instant::now() < deadline, "the producers or consumers do not work");
+            kids.check(true);
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::thread::sleep(Duration::from_millis(100 + 150 * u64::from(round)));
+        kids.kill_all();
+        drop(kids);
+        let file = tvm::queue_path(&queues, QUEUE);
+        let copy = tvm::queue_path(&restarted, QUEUE);
+        std::fs::copy(&file, &copy).unwrap();
+        forget_boot(&copy);
+
+        let (left, none, after_kill) = drain_leases(&queues);
+        assert!(none.is_none(), "no recovery after process deaths on the same boot");
+        let (rebuilt, found, after_restart) = drain_leases(&restarted);
+        let found = found.expect("a recovery ran on the copy");
+        assert_eq!(found.torn, 0, "nothing torn: every page is the latest ({found:?})");
+        // The leases the kill left: ended by the deaths, or by the restart.
+        assert_eq!(after_kill.orphaned, after_restart.orphaned, "{after_kill:?} {after_restart:?}");
+        redelivered += after_kill.orphaned;
+        for (name, rest) in [("after the kill", &left), ("after the restart", &rebuilt)] {
+            let held = |buf: &[u8]| parse(&buf[..RECORD]);
+            let audit = ledger.audit(0..PRODUCERS, PRODUCERS..PRODUCERS + CONSUMERS, held, rest, Some(1));
+            assert!(audit.problems.is_empty(), "{name}: {:#?}", &audit.problems[..audit.problems.len().min(20)]);
+            eprintln!(
+                "round {round} {name}: {} acknowledged pushes, {} left, {} in a killed consumer's hands, {} leases of killed consumers",
+                audit.acked,
+                rest.len(),
+                audit.in_hands,
+                after_kill.orphaned
+            );
+        }
+    }
+    // Consumers hold a lease most of the time (it spans their acknowledgement's sync).
+    assert!(redelivered > 0, "no kill caught a consumer holding a lease in {rounds} rounds");
 }
