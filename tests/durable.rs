@@ -529,3 +529,42 @@ fn kill9_of_leasing_consumers_of_a_durable_queue_acknowledges_each_record_once()
     // Consumers hold a lease most of the time (it spans their acknowledgement's sync).
     assert!(redelivered > 0, "no kill caught a consumer holding a lease in {rounds} rounds");
 }
+
+/// The rate of `pop_lease` + `ack` on an `always` queue with leases, one
+/// thread, beside `pop` on an `always` queue without (each a sync, or two
+/// for the lease: its saving and its acknowledgement). Run by hand, in
+/// release: `cargo test --release -p tvmq --test durable lease_ack_rate -- --ignored --nocapture`.
+#[test]
+#[ignore = "a measurement, run by hand"]
+fn lease_ack_rate_of_an_always_queue() {
+    let n: usize = env_num("TVMQ_RATE_RECORDS", 3000);
+    let work = DiskDir::new("rate");
+    let record = [7u8; 304];
+    let mut plain = Spec::new(n as u64, 304);
+    plain.durability = Some(Durability::Always);
+    let mut leased = plain.clone();
+    leased.leases = Some(tvm::LeaseSpec::default());
+    Queue::create(&work.0, 1, &plain).unwrap();
+    Queue::create(&work.0, 2, &leased).unwrap();
+    let (p, l) = (Queue::open(&work.0, 1).unwrap(), Queue::open(&work.0, 2).unwrap());
+    for q in [&p, &l] {
+        let batch: Vec<u8> = record.iter().copied().cycle().take(304 * n).collect();
+        assert_eq!(q.push_many(&batch, 304).0, n);
+    }
+    let mut out = [0u8; 304];
+    let t = Instant::now();
+    for _ in 0..n {
+        p.pop(&mut out, Wait::NoWait).unwrap();
+    }
+    let pop = n as f64 / t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    for _ in 0..n {
+        let (_, lease) = l.pop_lease(&mut out, Wait::NoWait, Duration::ZERO).unwrap();
+        l.ack(&lease).unwrap();
+    }
+    let lease = n as f64 / t.elapsed().as_secs_f64();
+    let syncs = l.durable_stats().unwrap().syncs;
+    eprintln!(
+        "always, 1 thread, {n} records of 304 bytes: pop {pop:.0}/s, pop_lease + ack {lease:.0}/s ({syncs} syncs of the leased queue)"
+    );
+}
