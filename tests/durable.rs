@@ -568,3 +568,77 @@ fn lease_ack_rate_of_an_always_queue() {
         "always, 1 thread, {n} records of 304 bytes: pop {pop:.0}/s, pop_lease + ack {lease:.0}/s ({syncs} syncs of the leased queue)"
     );
 }
+
+#[test]
+fn leases_go_with_always_and_are_refused_with_interval() {
+    let dir = DiskDir::new("lease-policies");
+    let mut spec = Spec::new(10, 16);
+    spec.leases = Some(tvm::LeaseSpec::default());
+    spec.durability = Some(Durability::Interval(100));
+    let e = Queue::create(&dir.0, 1, &spec).unwrap_err();
+    assert_eq!(e.code(), NOT_SUPPT_OPT, "{e}");
+    assert!(!tvm::queue_path(&dir.0, 1).exists());
+    spec.durability = Some(Durability::Always);
+    Queue::create(&dir.0, 1, &spec).unwrap();
+    let q = Queue::open(&dir.0, 1).unwrap();
+    assert_eq!(q.durability(), Some(Durability::Always));
+    q.push(b"one").unwrap();
+    let mut out = [0u8; 16];
+    let (n, lease) = q.pop_lease(&mut out, Wait::NoWait, Duration::ZERO).unwrap();
+    assert_eq!(&out[..n], b"one");
+    q.ack(&lease).unwrap();
+    assert_eq!(q.pop(&mut out, Wait::NoWait).unwrap_err().code(), NO_DATA_FOUND);
+}
+
+/// After a machine restart (the file copied with its boot id cleared):
+/// leases held, released with a delay, or run out are delivered again at
+/// once with their delivery counts raised; an acknowledged one is not.
+#[test]
+fn a_restart_ends_every_lease_and_keeps_the_delivery_counts() {
+    let work = DiskDir::new("lease-restart");
+    let (queues, restarted) = (work.0.join("queues"), work.0.join("restarted"));
+    std::fs::create_dir_all(&queues).unwrap();
+    std::fs::create_dir_all(&restarted).unwrap();
+    let mut spec = Spec::new(10, 16);
+    spec.durability = Some(Durability::Always);
+    spec.leases = Some(tvm::LeaseSpec { max_leases: 8, ..Default::default() });
+    Queue::create(&queues, QUEUE, &spec).unwrap();
+    {
+        let q = Queue::open(&queues, QUEUE).unwrap();
+        for r in [b"held", b"ackd", b"rels", b"twic", b"left"] {
+            q.push(r).unwrap();
+        }
+        let mut out = [0u8; 16];
+        let mut take = || q.pop_lease(&mut out, Wait::NoWait, Duration::ZERO).unwrap().1;
+        let _held = take();
+        q.ack(&take()).unwrap();
+        q.release(&take(), Duration::from_secs(3600)).unwrap();
+        let twice = take();
+        q.release(&twice, Duration::ZERO).unwrap();
+        let again = q.pop_lease(&mut out, Wait::NoWait, Duration::ZERO).unwrap().1;
+        assert_eq!((&out[..4], again.deliveries()), (&b"twic"[..], 2));
+    }
+    let copy = tvm::queue_path(&restarted, QUEUE);
+    std::fs::copy(tvm::queue_path(&queues, QUEUE), &copy).unwrap();
+    forget_boot(&copy);
+    let q = Queue::open(&restarted, QUEUE).unwrap();
+    let before = q.lease_stats().unwrap();
+    assert_eq!((before.in_flight, before.waiting), (0, 3), "{before:?}");
+    let mut got = Vec::new();
+    let mut out = [0u8; 16];
+    loop {
+        match q.pop_lease(&mut out, Wait::NoWait, Duration::ZERO) {
+            Ok((n, lease)) => {
+                got.push((String::from_utf8_lossy(&out[..n]).into_owned(), lease.deliveries()));
+                q.ack(&lease).unwrap();
+            }
+            Err(e) if e.code() == NO_DATA_FOUND => break,
+            Err(e) => panic!("pop_lease: {e}"),
+        }
+    }
+    got.sort();
+    let want = [("held", 2), ("left", 1), ("rels", 2), ("twic", 3)].map(|(r, d)| (r.to_string(), d));
+    assert_eq!(got, want);
+    // The two leases in flight at the restart (held, twic): ended as by a death.
+    assert_eq!(q.lease_stats().unwrap().orphaned, 2);
+}
