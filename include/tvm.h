@@ -578,7 +578,7 @@ long lInitQueueOptions(struct TvmQueueOptions *opt, size_t size);
  * Errors: CONDIT_IS_NIL (NULL handle or opt, size too small, rows 0,
  * record_size 0 without def, values out of range: mode, spin, interval,
  * lease time, max leases, max deliveries), NOT_SUPPT_OPT (an unknown
- * durable value or later member; a durable queue with leases; a queue as
+ * durable value or later member; leases with the interval policy; a queue as
  * its own dead-letter queue), TBL_ARD_EXIST, MQUE_CRTE_BIG (too big),
  * NOT_DURABLE (a durable queue in a directory on tmpfs: set $TVMDBD to a
  * disk), SHM_ERR_ACCES, and those of lTableQueue's `def` (TABLE_NOT_DEF,
@@ -675,7 +675,9 @@ void vTblDisconnect(struct SATvm *p, TABLE t);
  * lRelease (put back) or lReject (dead letter), or extends it with
  * lExtendLease. `*lease` receives the token (on failure, a token that every
  * call refuses). If the lease runs out first, or this process dies, the
- * record is delivered again (its `deliveries` raised). Records waiting to
+ * record is delivered again (its `deliveries` raised); on a durable queue
+ * (`--durable always`) the lease is on stable storage when this returns,
+ * and a machine crash ends it the same way. Records waiting to
  * be delivered again come before the queue's. The queue must have been
  * created with leases (tvmq create ... --lease-ms MS). m_lEffect = 1 on
  * success. Thread-safe (one handle per thread).
@@ -688,13 +690,16 @@ long lPopLease(struct SATvm *p, void *out, Uenum wait, long lease_ms, struct Tvm
 
 /**
  * Acknowledges the delivery of `*lease` on queue p->tblName: the record is
- * done and gone. m_lEffect = 1 on success. Thread-safe (one handle per
- * thread; one call at a time per token).
+ * done and gone. On a durable queue (`--durable always`) it returns once
+ * the acknowledgement is on stable storage: the record never comes back,
+ * even after a machine crash. m_lEffect = 1 on success. Thread-safe (one
+ * handle per thread; one call at a time per token).
  * Errors: LEASE_EXPIRED (the lease ran out, and the record may have gone
  * to another consumer; or it was already acknowledged, released or
  * rejected), LEASE_INVALID (a token of another queue, or a zeroed or
  * garbage one), CONDIT_IS_NIL (NULL handle or lease), TBL_NOT_FOUND (the
- * queue was dropped), SHM_ERR_EIDRM.
+ * queue was dropped), SHM_ERR_EIDRM, SYNC_FAILED (durable queue:
+ * acknowledged, but its sync failed; a machine crash may deliver it again).
  */
 long lAck(struct SATvm *p, struct TvmLease *lease);
 
