@@ -14,13 +14,13 @@
 //! before them pushed, and LLEN before and after proves that every RPOP
 //! popped a record (a nil reply is not a pop).
 
+use crate::args::Part;
 use crate::cell::{self, Cell, rate};
 use crate::ctx::Ctx;
 use crate::harness::ask;
 use crate::net_servers::{
     REDIS, THREADS, TVMQ, Target, Via, benchmark, cpu_per_request, kilo, make_certs, measuring, start_redis, start_tvmq,
 };
-use crate::args::Part;
 use crate::{chart, net_client, net_lease, report};
 use std::fmt::Write as _;
 use std::io::{Read, Write};

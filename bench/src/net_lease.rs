@@ -287,10 +287,12 @@ fn run(t: &Target, dir: &Path, n: u64, consumers: usize, way: Way) -> Result<f64
     let left = Arc::new(AtomicU64::new(n));
     let started = Instant::now();
     let results: Vec<Result<Vec<u64>, String>> = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..consumers).map(|me| {
-            let left = left.clone();
-            s.spawn(move || consume(t, me, way, &left))
-        }).collect();
+        let hs: Vec<_> = (0..consumers)
+            .map(|me| {
+                let left = left.clone();
+                s.spawn(move || consume(t, me, way, &left))
+            })
+            .collect();
         hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("a consumer panicked".into()))).collect()
     });
     let ms = started.elapsed().as_secs_f64() * 1e3;

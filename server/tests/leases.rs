@@ -7,8 +7,8 @@
 mod common;
 
 use common::*;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Creates queue `id` with leases.

@@ -51,10 +51,9 @@ impl Client {
     /// NOT_SUPPT_OPT for a Redis (nothing is sent).
     fn lease_server(&self) -> Result<()> {
         match self.flavor {
-            Flavor::Redis | Flavor::Cluster => Err(Error::new(
-                NOT_SUPPT_OPT,
-                "a Redis has no leases: lTvmPopLease and its companions need tvmq serve",
-            )),
+            Flavor::Redis | Flavor::Cluster => {
+                Err(Error::new(NOT_SUPPT_OPT, "a Redis has no leases: lTvmPopLease and its companions need tvmq serve"))
+            }
             Flavor::Other => Ok(()),
         }
     }
@@ -78,11 +77,9 @@ impl Client {
         let ms = lease_ms.to_string();
         let answer = match wait {
             PopWait::NoWait => self.lease_command(t, ReplyWait::Normal, &[b"TVMQ.LEASE", b"FOR", ms.as_bytes()])?,
-            PopWait::Forever => self.lease_command(
-                t,
-                ReplyWait::Forever,
-                &[b"TVMQ.LEASE", b"FOR", ms.as_bytes(), b"BLOCK", b"0"],
-            )?,
+            PopWait::Forever => {
+                self.lease_command(t, ReplyWait::Forever, &[b"TVMQ.LEASE", b"FOR", ms.as_bytes(), b"BLOCK", b"0"])?
+            }
         };
         let (id, deliveries, value) = match answer {
             Answer::Nil => return Err(Error::code_only(NO_DATA_FOUND)),

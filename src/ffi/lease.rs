@@ -88,7 +88,10 @@ impl TvmLease {
     fn to_net(self) -> Result<NetLease> {
         let w = self.m_llPriv;
         if self.m_uCheck != check(&w) || w[5] != NET_MARK || w[6] != 0 || w[4] != 0 {
-            return Err(Error::new(LEASE_INVALID, "not a network lease token (a local one, zeroed, garbage or altered)"));
+            return Err(Error::new(
+                LEASE_INVALID,
+                "not a network lease token (a local one, zeroed, garbage or altered)",
+            ));
         }
         let queue = u32::try_from(w[0]).map_err(|_| Error::new(LEASE_INVALID, "not a network lease token"))?;
         Ok(NetLease { queue, pos: w[1], tag: w[2], deliveries: w[3] as u32 })

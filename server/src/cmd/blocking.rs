@@ -126,13 +126,7 @@ pub(crate) fn start(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<
 
 impl Blocked {
     /// A client blocked in TVMQ.LEASE on `q` (its first try found nothing).
-    pub(crate) fn lease(
-        ctx: &Ctx<'_>,
-        key: &[u8],
-        q: Arc<Queue>,
-        timeout: Option<Duration>,
-        want: Want,
-    ) -> Blocked {
+    pub(crate) fn lease(ctx: &Ctx<'_>, key: &[u8], q: Arc<Queue>, timeout: Option<Duration>, want: Want) -> Blocked {
         Blocked {
             keys: vec![(key.to_vec(), q)],
             deadline: timeout.and_then(|t| Instant::now().checked_add(t)),

@@ -397,7 +397,13 @@ mod tests {
         q.push(b"x").unwrap();
         let mut held = Held::default();
         let mut out = Vec::new();
-        assert!(take(&q, Want { count: 1, lease_time: Duration::ZERO, array: false }, &mut held, Proto::Resp2, &mut out));
+        assert!(take(
+            &q,
+            Want { count: 1, lease_time: Duration::ZERO, array: false },
+            &mut held,
+            Proto::Resp2,
+            &mut out
+        ));
         assert_eq!(held.len(), 1);
         let (&(_, pos, tag), _) = held.map.iter().next().unwrap();
         assert!(find(&held, &q, format!("{pos}-{tag}").as_bytes()).is_ok());
@@ -410,7 +416,13 @@ mod tests {
         assert_eq!(q.lease_stats().unwrap().released, 1);
         let mut held = Held::default();
         out.clear();
-        assert!(take(&q, Want { count: 5, lease_time: Duration::ZERO, array: true }, &mut held, Proto::Resp2, &mut out));
+        assert!(take(
+            &q,
+            Want { count: 5, lease_time: Duration::ZERO, array: true },
+            &mut held,
+            Proto::Resp2,
+            &mut out
+        ));
         assert!(out.starts_with(b"*1\r\n*3\r\n$"), "{}", String::from_utf8_lossy(&out));
         assert!(String::from_utf8_lossy(&out).contains(":2\r\n$1\r\nx\r\n"));
         drop(held);
