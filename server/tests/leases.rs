@@ -214,8 +214,7 @@ fn a_client_that_stops_reading_after_leasing_loses_nothing() {
     assert!(released >= peak, "{released} released, {peak} held");
     let mut again = 0;
     let mut seen = vec![false; N as usize];
-    loop {
-        let V::Arr(got) = c.cmd(&[b"TVMQ.LEASE", b"21", b"COUNT", b"1000"]) else { break };
+    while let V::Arr(got) = c.cmd(&[b"TVMQ.LEASE", b"21", b"COUNT", b"1000"]) {
         let mut ids: Vec<Vec<u8>> = vec![b"TVMQ.ACK".to_vec(), b"21".to_vec()];
         for e in &got {
             let (id, d, r) = entry(e);
@@ -353,12 +352,12 @@ fn network_consumers_killed_at_random_lose_nothing_and_ack_each_record_once() {
     let s = c.cmd(&[b"TVMQ.LEASES", b"21"]);
     let mut problems = Vec::new();
     let mut extra_deliveries = 0;
-    for seq in 0..records {
+    for (seq, &sent_at_kill) in ack_sent_at_kill.iter().enumerate() {
         let acked = per_record.get(seq * 2 + ACKED).load(Ordering::SeqCst);
         let deliveries = per_record.get(seq * 2 + DELIVERIES).load(Ordering::SeqCst);
         // Acknowledged once: confirmed, or sent by a process killed before the answer
         // (then it never came back).
-        let ok = acked == 1 || (acked == 0 && ack_sent_at_kill[seq] > 0);
+        let ok = acked == 1 || (acked == 0 && sent_at_kill > 0);
         if !ok {
             problems.push(format!("record {seq}: {acked} acknowledgements, {deliveries} deliveries"));
         }

@@ -261,41 +261,6 @@ pub unsafe extern "C" fn lExtendLease(p: *mut SATvm, lease: *mut TvmLease, lease
     unsafe { call(p, body) }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tokens_round_trip_and_garbage_is_refused() {
-        let l = Lease::from_words([7 | 3 << 32, 99, 1234, 5 | 2 << 32, 77]);
-        let t = TvmLease::from_lease(&l);
-        assert_eq!(t.deliveries, 2);
-        assert_eq!(t.to_lease().unwrap(), l);
-        assert_eq!(TvmLease::ZERO.to_lease().unwrap_err().code(), LEASE_INVALID);
-        for k in 0..7 {
-            let mut bad = t;
-            bad.m_llPriv[k] ^= 1;
-            assert_eq!(bad.to_lease().unwrap_err().code(), LEASE_INVALID, "word {k} altered");
-        }
-        let mut d = t;
-        d.deliveries = 100; // public: the caller may scribble on it
-        assert!(d.to_lease().is_ok());
-        // Network tokens: refused by the local calls, and the other way round.
-        let n = NetLease { queue: 21, pos: 5, tag: 7 << 32 | 3, deliveries: 2 };
-        let nt = TvmLease::from_net(&n);
-        assert_eq!(nt.deliveries, 2);
-        assert_eq!(nt.to_net().unwrap(), n);
-        assert_eq!(nt.to_lease().unwrap_err().code(), LEASE_INVALID);
-        assert_eq!(t.to_net().unwrap_err().code(), LEASE_INVALID);
-        assert_eq!(TvmLease::ZERO.to_net().unwrap_err().code(), LEASE_INVALID);
-        for k in 0..7 {
-            let mut bad = nt;
-            bad.m_llPriv[k] ^= 1;
-            assert_eq!(bad.to_net().unwrap_err().code(), LEASE_INVALID, "word {k} altered");
-        }
-    }
-}
-
 // ---------------------------------------------------------------- network
 
 /// As lPopLease, on the server handle p is connected to (lTvmConnect):
@@ -426,4 +391,39 @@ pub unsafe extern "C" fn lTvmExtendLease(p: *mut SATvm, lease: *mut TvmLease, le
     };
     // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
     unsafe { call(p, body) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_round_trip_and_garbage_is_refused() {
+        let l = Lease::from_words([7 | 3 << 32, 99, 1234, 5 | 2 << 32, 77]);
+        let t = TvmLease::from_lease(&l);
+        assert_eq!(t.deliveries, 2);
+        assert_eq!(t.to_lease().unwrap(), l);
+        assert_eq!(TvmLease::ZERO.to_lease().unwrap_err().code(), LEASE_INVALID);
+        for k in 0..7 {
+            let mut bad = t;
+            bad.m_llPriv[k] ^= 1;
+            assert_eq!(bad.to_lease().unwrap_err().code(), LEASE_INVALID, "word {k} altered");
+        }
+        let mut d = t;
+        d.deliveries = 100; // public: the caller may scribble on it
+        assert!(d.to_lease().is_ok());
+        // Network tokens: refused by the local calls, and the other way round.
+        let n = NetLease { queue: 21, pos: 5, tag: 7 << 32 | 3, deliveries: 2 };
+        let nt = TvmLease::from_net(&n);
+        assert_eq!(nt.deliveries, 2);
+        assert_eq!(nt.to_net().unwrap(), n);
+        assert_eq!(nt.to_lease().unwrap_err().code(), LEASE_INVALID);
+        assert_eq!(t.to_net().unwrap_err().code(), LEASE_INVALID);
+        assert_eq!(TvmLease::ZERO.to_net().unwrap_err().code(), LEASE_INVALID);
+        for k in 0..7 {
+            let mut bad = nt;
+            bad.m_llPriv[k] ^= 1;
+            assert_eq!(bad.to_net().unwrap_err().code(), LEASE_INVALID, "word {k} altered");
+        }
+    }
 }

@@ -268,7 +268,7 @@ fn on_lease(
             return None;
         }
     };
-    let Some((_, mut lease)) = held.map.get(&k).cloned() else { return None };
+    let (_, mut lease) = held.map.get(&k).cloned()?;
     match f(&q, &mut lease) {
         Ok(keep) => {
             held.map.remove(&k);
