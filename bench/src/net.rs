@@ -7,7 +7,9 @@
 //! beside PING_MBULK `-c 1`, LPUSH with 50 clients, the same over unix
 //! sockets, TLS beside plain TCP (LPUSH and RPOP at `-P 16 -c 4` and `-c 1`,
 //! and a connection per request, `-k 0`, for the handshake), a value-size
-//! sweep, and the resident memory of each server with
+//! sweep, acknowledged consumption over the network (`net_lease`: lease +
+//! ack beside Redis's BLMOVE + LREM and plain pops; `--only leases` runs
+//! them alone), and the resident memory of each server with
 //! 5,000 idle connections. tvmq's queue `mylist` is created before each
 //! cell with room for what the cell pushes (records of the cell's value
 //! size), and redis's list deleted; RPOP cells pop what the LPUSH cell
