@@ -41,6 +41,7 @@ mod leases;
 mod many;
 mod net;
 mod net_client;
+mod net_lease;
 mod net_servers;
 mod report;
 

@@ -7,20 +7,23 @@
 //! beside PING_MBULK `-c 1`, LPUSH with 50 clients, the same over unix
 //! sockets, TLS beside plain TCP (LPUSH and RPOP at `-P 16 -c 4` and `-c 1`,
 //! and a connection per request, `-k 0`, for the handshake), a value-size
-//! sweep, and the resident memory of each server with
+//! sweep, acknowledged consumption over the network (`net_lease`: lease +
+//! ack beside Redis's BLMOVE + LREM and plain pops; `--only leases` runs
+//! them alone), and the resident memory of each server with
 //! 5,000 idle connections. tvmq's queue `mylist` is created before each
 //! cell with room for what the cell pushes (records of the cell's value
 //! size), and redis's list deleted; RPOP cells pop what the LPUSH cell
 //! before them pushed, and LLEN before and after proves that every RPOP
 //! popped a record (a nil reply is not a pop).
 
+use crate::args::Part;
 use crate::cell::{self, Cell, rate};
 use crate::ctx::Ctx;
 use crate::harness::ask;
 use crate::net_servers::{
     REDIS, THREADS, TVMQ, Target, Via, benchmark, cpu_per_request, kilo, make_certs, measuring, start_redis, start_tvmq,
 };
-use crate::{chart, net_client, report};
+use crate::{chart, net_client, net_lease, report};
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -221,6 +224,11 @@ fn matrix(ctx: &mut Ctx, scratch: &Path) -> Result<Memory, String> {
         Err(e) => return Err(e),
     };
     let both = [&tvmq, &redis];
+    // `--only leases`: the lease cells alone.
+    if ctx.args.only == [Part::Leases] {
+        net_lease::cells(ctx, both, &dir);
+        return Ok(Vec::new());
+    }
     // Warm up both (connections, first faults of tvmq's queue and redis's allocator).
     for t in both {
         push_then_pop(t, &dir, Via::Tcp, scale(200_000), 304, true)?;
@@ -297,6 +305,7 @@ fn matrix(ctx: &mut Ctx, scratch: &Path) -> Result<Memory, String> {
     for t in both {
         fresh_list(t, &dir, 1000, 304)?;
     }
+    net_lease::cells(ctx, both, &dir);
     if let Some(driver) = ctx.args.net_driver.clone() {
         net_client::cells(ctx, both, &driver)?;
         let _ = tvm::Queue::drop_queue(&dir, 21);
@@ -344,6 +353,16 @@ fn target(cells: &[Cell], c: &Cell, tvmq: f64, redis: f64) -> String {
             format!("faster than TCP: {} ({:.2}x TCP)", check(tvmq > tcp), tvmq / tcp)
         }
         (s, _) if s.starts_with("value size") => format!(">= redis: {} ({ratio:.2}x)", check(ratio >= 1.0)),
+        (net_lease::SECTION, t) if t.starts_with("lease") => {
+            let pop = t.replacen("lease + ack", "pop", 1);
+            let plain = rate(cells, net_lease::SECTION, &pop, "", TVMQ).unwrap_or(f64::NAN);
+            format!(
+                ">= 2x redis BLMOVE+LREM: {} ({ratio:.2}x); >= 0.5x tvmq pop: {} ({:.2}x)",
+                check(ratio >= 2.0),
+                check(tvmq / plain >= 0.5),
+                tvmq / plain
+            )
+        }
         _ => String::new(),
     }
 }

@@ -388,7 +388,7 @@ async fn wait_blocked<S: Stream>(
     let _unblock = Unblock(shared);
     loop {
         b.register(shared);
-        if b.try_pop(proto, out) {
+        if b.try_pop(client, out) {
             return Ok(());
         }
         if shared.shutdown.is_set() {
@@ -404,6 +404,8 @@ async fn wait_blocked<S: Stream>(
                 return Err(End::Stop);
             }
             _ = notify.notified() => {}
+            // TVMQ.LEASE: records released or whose lease ran out.
+            _ = sleep_or_never(b.recheck()) => {}
             _ = async { match deadline { Some(d) => tokio::time::sleep_until(d).await, None => std::future::pending().await } } => {
                 b.timed_out(proto, out);
                 return Ok(());

@@ -93,6 +93,15 @@ impl Lease {
         Duration::from_nanos(self.deadline_ns.saturating_sub(mono_ns()))
     }
 
+    /// The delivery's identity within its queue: (the record's position,
+    /// its lease entry and the delivery's generation as one word). Two
+    /// deliveries never share it (the generation changes at every change of
+    /// hands and extension), so it names a delivery on the wire (`tvmq
+    /// serve`'s lease ids) as the token does.
+    pub fn delivery_id(&self) -> (u64, u64) {
+        (self.pos, u64::from(self.entry) << 32 | u64::from(self.generation))
+    }
+
     /// The token as five words (for the C ABI's `TvmLease`).
     pub(crate) fn to_words(self) -> [u64; 5] {
         [

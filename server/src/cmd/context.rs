@@ -26,6 +26,8 @@ pub(crate) struct Client {
     pub(crate) last: LastKey,
     /// When the connection was accepted.
     pub(crate) since: Instant,
+    /// The leases it holds (TVMQ.LEASE), released when it ends.
+    pub(crate) leases: super::lease::Held,
 }
 
 impl Client {
@@ -41,6 +43,7 @@ impl Client {
             peer,
             last: LastKey::default(),
             since: Instant::now(),
+            leases: super::lease::Held::default(),
         }
     }
 }
