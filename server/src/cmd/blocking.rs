@@ -4,6 +4,7 @@
 
 use super::context::Ctx;
 use super::queue::{key_error, null_array, pop_bulk};
+use crate::durable::{Held, OnFailure};
 use crate::reply;
 use crate::state::ServerState;
 use crate::waiters::{WaitList, Waiters};
@@ -114,7 +115,7 @@ pub(crate) fn start(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<
         ticket: ctx.shared.waiters.ticket(),
         notify: Arc::new(Notify::new()),
     };
-    if blocked.try_pop(ctx.client.proto, out) {
+    if blocked.try_pop(ctx.client.proto, out, &mut ctx.client.held) {
         return None;
     }
     Some(blocked)
@@ -122,15 +123,22 @@ pub(crate) fn start(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<
 
 impl Blocked {
     /// Pops from the first queue that has a record, writing the reply
-    /// (`[key, record]`, or the queue's error); false if all are empty.
-    pub(crate) fn try_pop(&mut self, proto: Proto, out: &mut Vec<u8>) -> bool {
+    /// (`[key, record]`, or the queue's error); false if all are empty. A
+    /// pop of an `always` queue is held in `held` until a sync covers it.
+    pub(crate) fn try_pop(&mut self, proto: Proto, out: &mut Vec<u8>, held: &mut Held) -> bool {
         let _ = proto;
         for (key, q) in &self.keys {
             let mark = out.len();
             resp::array_header(out, 2);
             resp::bulk(out, key);
-            match pop_bulk(q, out) {
-                Ok(true) => return true,
+            let (popped, ticket) = q.defer_syncs(|q| pop_bulk(q, out));
+            match popped {
+                Ok(true) => {
+                    if let Some(t) = ticket {
+                        held.add(q.clone(), t, mark..out.len(), 1, OnFailure::Deliver);
+                    }
+                    return true;
+                }
                 Ok(false) => out.truncate(mark),
                 Err(e) => {
                     out.truncate(mark);
