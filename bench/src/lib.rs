@@ -41,8 +41,8 @@ mod latency;
 mod leases;
 mod many;
 mod net;
-mod net_durable;
 mod net_client;
+mod net_durable;
 mod net_servers;
 mod report;
 

@@ -40,6 +40,11 @@ use tvm::{Queue, SyncTicket};
 /// Threads that run syncs (each serves one queue at a time; a queue is
 /// synced by one of them at a time).
 const SYNC_THREADS: usize = 4;
+/// How long a sync thread waits for no new wait before it syncs (see
+/// `Inner::gather`).
+const GATHER_QUIET: Duration = Duration::from_micros(50);
+/// The longest it gathers.
+const GATHER_MAX: Duration = Duration::from_micros(500);
 
 /// What a held reply becomes when its sync fails.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -159,6 +164,15 @@ struct QueueSync {
     /// hand (queued or syncing).
     want: Mutex<(Option<SyncTicket>, bool)>,
     progress: watch::Sender<Progress>,
+    /// Waits asked for (one a connection's batch), counted before the
+    /// ticket is handed over.
+    asks: AtomicU64,
+    /// `asks` when the last sync began.
+    sync_asks: AtomicU64,
+    /// The waits the last sync covered (see `Inner::gather`).
+    gather_for: AtomicU64,
+    /// How long the last sync took, microseconds.
+    last_took_us: AtomicU64,
 }
 
 /// The server's sync threads (started at the first held reply; they end
@@ -241,6 +255,7 @@ impl Syncers {
         let inner = &self.inner;
         let qs = inner.entry(q);
         let mut rx = qs.progress.subscribe();
+        qs.asks.fetch_add(1, Ordering::SeqCst);
         let hand_over = {
             let mut want = qs.want.lock();
             want.0 = want.0.max(Some(ticket));
@@ -280,6 +295,10 @@ impl Inner {
             queue: Arc::downgrade(q),
             want: Mutex::new((None, false)),
             progress: watch::Sender::new(Progress::default()),
+            asks: AtomicU64::new(0),
+            sync_asks: AtomicU64::new(0),
+            gather_for: AtomicU64::new(0),
+            last_took_us: AtomicU64::new(0),
         });
         map.insert(key, qs.clone());
         qs
@@ -305,9 +324,41 @@ impl Inner {
         }
     }
 
+    /// Before a sync of a queue whose last sync covered several waits
+    /// (connections' batches): waits, yielding, until as many have asked
+    /// since that sync began, or none for [`GATHER_QUIET`], or for the
+    /// last sync's duration (at most [`GATHER_MAX`]). Without it, clients
+    /// that wait for their replies split into two groups taking turns:
+    /// those a sync released send again while the next sync, begun at once
+    /// for one that asked meanwhile, runs without them (the library's
+    /// syncer gathers its callers the same way).
+    fn gather(&self, qs: &QueueSync) {
+        let want = qs.gather_for.load(Ordering::Relaxed);
+        let from = qs.sync_asks.load(Ordering::Relaxed);
+        let limit = Duration::from_micros(qs.last_took_us.load(Ordering::Relaxed)).min(GATHER_MAX);
+        let start = Instant::now();
+        let (mut seen, mut changed) = (qs.asks.load(Ordering::SeqCst), start);
+        while seen.wrapping_sub(from) < want {
+            std::thread::yield_now();
+            let now = Instant::now();
+            let a = qs.asks.load(Ordering::SeqCst);
+            if a != seen {
+                (seen, changed) = (a, now);
+            } else if now - changed >= GATHER_QUIET {
+                return;
+            }
+            if now - start >= limit {
+                return;
+            }
+        }
+    }
+
     /// Syncs `qs` for the highest ticket asked for, again while more are.
     fn serve(&self, qs: &QueueSync) {
         loop {
+            if qs.gather_for.load(Ordering::Relaxed) > 1 {
+                self.gather(qs);
+            }
             let Some(want) = qs.want.lock().0 else {
                 qs.want.lock().1 = false;
                 return;
@@ -320,11 +371,17 @@ impl Inner {
                 Ok(())
             } else {
                 let t0 = Instant::now();
+                let asks = qs.asks.load(Ordering::SeqCst);
                 if !self.delay.is_zero() {
                     std::thread::sleep(self.delay);
                 }
                 let r = q.sync_ticket(want);
                 let us = t0.elapsed().as_micros() as u64;
+                // The waits this sync covered: as many are waited for
+                // before the next one (see `gather`).
+                let from = qs.sync_asks.swap(asks, Ordering::Relaxed);
+                qs.gather_for.store(asks.wrapping_sub(from), Ordering::Relaxed);
+                qs.last_took_us.store(us, Ordering::Relaxed);
                 let s = &self.stats;
                 s.syncs.fetch_add(1, Ordering::Relaxed);
                 s.last_us.store(us, Ordering::Relaxed);
