@@ -328,7 +328,7 @@ fn target(cells: &[Cell], c: &Cell, tvmq: f64, redis: f64) -> String {
     let ratio = tvmq / redis;
     let check = |ok: bool| if ok { "met" } else { "MISSED" };
     match (c.section, c.test.as_str()) {
-        (crate::net_durable::SECTION, t) => crate::net_durable::target(t, ratio),
+        (crate::net_durable::SECTION, _) => crate::net_durable::target(&c.param, ratio),
         (s, _) if s.starts_with("TLS") && c.param != "TLS" => String::new(),
         (s, t) if s.starts_with("TLS") => {
             let tcp = |subject| rate(cells, s, t, "TCP", subject).unwrap_or(f64::NAN);

@@ -41,10 +41,15 @@ use tvm::{Queue, SyncTicket};
 /// synced by one of them at a time).
 const SYNC_THREADS: usize = 4;
 /// How long a sync thread waits for no new wait before it syncs (see
-/// `Inner::gather`).
+/// `Inner::gather`), at least; an eighth of the last sync's duration if
+/// longer.
 const GATHER_QUIET: Duration = Duration::from_micros(50);
-/// The longest it gathers.
-const GATHER_MAX: Duration = Duration::from_micros(500);
+/// The longest it gathers: half the last sync's duration, at most this.
+/// (Longer than the library's own gathering: a network client's next
+/// request takes a round trip through the worker, the kernel and the
+/// client; measured with 50 clients on a loaded 2-core machine, 500 us
+/// gathered half of them.)
+const GATHER_MAX: Duration = Duration::from_millis(2);
 
 /// What a held reply becomes when its sync fails.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -169,7 +174,8 @@ struct QueueSync {
     asks: AtomicU64,
     /// `asks` when the last sync began.
     sync_asks: AtomicU64,
-    /// The waits the last sync covered (see `Inner::gather`).
+    /// The waits the last sync covered, plus those that arrived while it
+    /// ran (see `Inner::gather`).
     gather_for: AtomicU64,
     /// How long the last sync took, microseconds.
     last_took_us: AtomicU64,
@@ -326,8 +332,10 @@ impl Inner {
 
     /// Before a sync of a queue whose last sync covered several waits
     /// (connections' batches): waits, yielding, until as many have asked
-    /// since that sync began, or none for [`GATHER_QUIET`], or for the
-    /// last sync's duration (at most [`GATHER_MAX`]). Without it, clients
+    /// since that sync began as it covered and saw arrive while it ran (the
+    /// clients it released ask again), or none for [`GATHER_QUIET`] (or an eighth
+    /// of the last sync's duration), or for half the last sync's duration
+    /// (at most [`GATHER_MAX`]). Without it, clients
     /// that wait for their replies split into two groups taking turns:
     /// those a sync released send again while the next sync, begun at once
     /// for one that asked meanwhile, runs without them (the library's
@@ -335,7 +343,9 @@ impl Inner {
     fn gather(&self, qs: &QueueSync) {
         let want = qs.gather_for.load(Ordering::Relaxed);
         let from = qs.sync_asks.load(Ordering::Relaxed);
-        let limit = Duration::from_micros(qs.last_took_us.load(Ordering::Relaxed)).min(GATHER_MAX);
+        let took = Duration::from_micros(qs.last_took_us.load(Ordering::Relaxed));
+        let limit = (took / 2).min(GATHER_MAX);
+        let quiet = (took / 8).max(GATHER_QUIET);
         let start = Instant::now();
         let (mut seen, mut changed) = (qs.asks.load(Ordering::SeqCst), start);
         while seen.wrapping_sub(from) < want {
@@ -344,7 +354,7 @@ impl Inner {
             let a = qs.asks.load(Ordering::SeqCst);
             if a != seen {
                 (seen, changed) = (a, now);
-            } else if now - changed >= GATHER_QUIET {
+            } else if now - changed >= quiet {
                 return;
             }
             if now - start >= limit {
@@ -377,10 +387,12 @@ impl Inner {
                 }
                 let r = q.sync_ticket(want);
                 let us = t0.elapsed().as_micros() as u64;
-                // The waits this sync covered: as many are waited for
+                // The waits this sync covered and those that arrived while
+                // it ran: as many are waited for (counted from its start)
                 // before the next one (see `gather`).
                 let from = qs.sync_asks.swap(asks, Ordering::Relaxed);
-                qs.gather_for.store(asks.wrapping_sub(from), Ordering::Relaxed);
+                let during = qs.asks.load(Ordering::SeqCst).wrapping_sub(asks);
+                qs.gather_for.store(asks.wrapping_sub(from).wrapping_add(during), Ordering::Relaxed);
                 qs.last_took_us.store(us, Ordering::Relaxed);
                 let s = &self.stats;
                 s.syncs.fetch_add(1, Ordering::Relaxed);
