@@ -197,7 +197,13 @@ pub(crate) fn run(ctx: &mut Ctx) -> Result<(), Error> {
     let fail = |e: String| Error::new(SVR_EXCEPTION, e);
     let scratch = PathBuf::from(format!("/tmp/tvmq-bench-net-{}", std::process::id()));
     std::fs::create_dir_all(&scratch).map_err(|e| fail(e.to_string()))?;
-    let result = matrix(ctx, &scratch);
+    // `--only durable`: the durable cells alone.
+    let only_durable = ctx.args.only == [crate::args::Part::Durable];
+    let result = if only_durable {
+        crate::net_durable::cells(ctx, &scratch).map(|()| Vec::new())
+    } else {
+        matrix(ctx, &scratch)
+    };
     let _ = std::fs::remove_dir_all(&scratch);
     let memory = result.map_err(fail)?;
     write(ctx, &memory)
@@ -306,6 +312,9 @@ fn matrix(ctx: &mut Ctx, scratch: &Path) -> Result<Memory, String> {
         fresh_list(t, &dir, 1000, 304)?;
     }
     net_lease::cells(ctx, both, &dir);
+    if ctx.args.wants(crate::args::Part::Durable) {
+        crate::net_durable::cells(ctx, scratch)?;
+    }
     if let Some(driver) = ctx.args.net_driver.clone() {
         net_client::cells(ctx, both, &driver)?;
         let _ = tvm::Queue::drop_queue(&dir, 21);
@@ -328,6 +337,7 @@ fn target(cells: &[Cell], c: &Cell, tvmq: f64, redis: f64) -> String {
     let ratio = tvmq / redis;
     let check = |ok: bool| if ok { "met" } else { "MISSED" };
     match (c.section, c.test.as_str()) {
+        (crate::net_durable::SECTION, _) => crate::net_durable::target(&c.param, ratio),
         (s, _) if s.starts_with("TLS") && c.param != "TLS" => String::new(),
         (s, t) if s.starts_with("TLS") => {
             let tcp = |subject| rate(cells, s, t, "TCP", subject).unwrap_or(f64::NAN);
@@ -382,7 +392,7 @@ fn table(cells: &[Cell], memory: &Memory, ctx: &Ctx) -> String {
     );
     let _ = writeln!(
         t,
-        "redis-benchmark requests/s, median of {} run(s) (min-max); CPU us/request: the server's user+system time per request (tvmq / redis);\nredis-server {redis_version} with --save '' --appendonly no; values of 304 bytes unless told; load average at the end: {}{}",
+        "redis-benchmark requests/s, median of {} run(s) (min-max); CPU us/request: the server's user+system time per request (tvmq / redis);\nredis-server {redis_version} with --save '' --appendonly no (the durable cells: appendonly yes, appendfsync always); values of 304 bytes unless told; load average at the end: {}{}",
         cells.iter().map(|c| c.ms.len()).max().unwrap_or(0),
         load.split_whitespace().take(3).collect::<Vec<_>>().join(" "),
         if ctx.args.smoke { " (SMOKE RUN: small counts, figures not meaningful)" } else { "" }

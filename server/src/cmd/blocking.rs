@@ -5,6 +5,7 @@
 use super::context::{Client, Ctx};
 use super::lease::{LEASE_RECHECK, Want};
 use super::queue::{key_error, null_array, pop_bulk};
+use crate::durable::OnFailure;
 use crate::reply;
 use crate::state::ServerState;
 use crate::waiters::{WaitList, Waiters};
@@ -144,18 +145,26 @@ impl Blocked {
     }
 
     /// Pops from the first queue that has a record, writing the reply
-    /// (`[key, record]`, or the queue's error); false if all are empty.
+    /// (`[key, record]`, or the queue's error); false if all are empty. A
+    /// pop of an `always` queue is held in `client.held` until a sync covers it.
     /// (TVMQ.LEASE: leases, held by `client`.)
     pub(crate) fn try_pop(&mut self, client: &mut Client, out: &mut Vec<u8>) -> bool {
         if let Some(want) = self.lease {
             return super::lease::try_blocked(&self.keys[0].1, want, client, out);
         }
+        let held = &mut client.held;
         for (key, q) in &self.keys {
             let mark = out.len();
             resp::array_header(out, 2);
             resp::bulk(out, key);
-            match pop_bulk(q, out) {
-                Ok(true) => return true,
+            let (popped, ticket) = q.defer_syncs(|q| pop_bulk(q, out));
+            match popped {
+                Ok(true) => {
+                    if let Some(t) = ticket {
+                        held.add(q.clone(), t, mark..out.len(), 1, OnFailure::Deliver);
+                    }
+                    return true;
+                }
                 Ok(false) => out.truncate(mark),
                 Err(e) => {
                     out.truncate(mark);
