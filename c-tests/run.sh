@@ -296,7 +296,9 @@ done
 #    serve: the seeds' network twins (net_push.c, net_pop.c: every record
 #    exactly once, per-producer order) and every call and error code
 #    (test_net.c, with fake servers of its own), and lTvmCount,
-#    lTvmTruncate, lTvmDropTable, lTvmResetLock on both (net_admin.c).
+#    lTvmTruncate, lTvmDropTable, lTvmResetLock on both (net_admin.c), and
+#    the lease calls (net_lease.c: one sequence on a local queue and on tvmq
+#    serve, NOT_SUPPT_OPT on a redis-server).
 # ---------------------------------------------------------------------------
 NET_ROWS=${NET_ROWS:-20000}          # records of a synchronous twin run
 NET_ASYNC_ROWS=${NET_ASYNC_ROWS:-100000}
@@ -347,6 +349,16 @@ run_net_twins() {
 # t_net_admin PORT redis|tvmq: lTvmCount, lTvmTruncate, lTvmDropTable,
 # lTvmResetLock against the server on PORT (net_admin.c).
 t_net_admin() { run_bounded "$OUT/net_admin" 127.0.0.1 "$1" "$2"; }
+
+# t_net_lease local | PORT redis | PORT tvmq DIR: the lease sequence of
+# net_lease.c on a local queue (in a fresh $TVMDBD), against a redis-server
+# (NOT_SUPPT_OPT), or against tvmq serve serving DIR.
+t_net_lease() {
+    case $1 in
+    local) TVMDBD=$(mktemp -d "$NETDIR/lease-local.XXXXXX") run_bounded "$OUT/net_lease" local ;;
+    *) run_bounded "$OUT/net_lease" 127.0.0.1 "$@" ;;
+    esac
+}
 
 # A port P for a cluster node: P and its cluster bus port P + 10000 both free.
 cluster_port() {
@@ -496,7 +508,7 @@ else
         FAILED=$((FAILED + 1))
         FAILED_NAMES+=(network_redis_start)
     else
-        for prog in net_push net_pop test_net net_admin; do
+        for prog in net_push net_pop test_net net_admin net_lease; do
             if ! build_prog "$prog" >"$LOGDIR/build-$prog.log" 2>&1; then
                 echo "FAIL  build_$prog"
                 sed -e 's/^/      | /' "$LOGDIR/build-$prog.log" | head -n 40
@@ -522,6 +534,10 @@ else
         fi
         if [ -x "$OUT/net_admin" ]; then
             run_test net_redis_count_truncate_drop_reset t_net_admin "$REDIS_PORT" redis
+        fi
+        if [ -x "$OUT/net_lease" ]; then
+            run_test net_local_lease_sequence t_net_lease local
+            run_test net_redis_lease_not_supported t_net_lease "$REDIS_PORT" redis
         fi
     fi
     kill -KILL "$REDIS_PID" 2>/dev/null
@@ -549,6 +565,9 @@ elif [ -x "$OUT/net_push" ] && [ -x "$OUT/net_pop" ]; then
         run_net_twins tvmq "$TVMQ_PORT" "$TVMQ_SOCK"
         if [ -x "$OUT/net_admin" ]; then
             run_test net_tvmq_count_truncate_drop_reset t_net_admin "$TVMQ_PORT" tvmq
+        fi
+        if [ -x "$OUT/net_lease" ]; then
+            run_test net_tvmq_lease_sequence_owner_mode t_net_lease "$TVMQ_PORT" tvmq "$NETDIR/queues"
         fi
     fi
     kill -TERM "$TVMQ_PID" 2>/dev/null

@@ -580,7 +580,7 @@ long lInitQueueOptions(struct TvmQueueOptions *opt, size_t size);
  * Errors: CONDIT_IS_NIL (NULL handle or opt, size too small, rows 0,
  * record_size 0 without def, values out of range: mode, spin, interval,
  * lease time, max leases, max deliveries), NOT_SUPPT_OPT (an unknown
- * durable value or later member; a durable queue with leases; a queue as
+ * durable value or later member; leases with the interval policy; a queue as
  * its own dead-letter queue), TBL_ARD_EXIST, MQUE_CRTE_BIG (too big),
  * NOT_DURABLE (a durable queue in a directory on tmpfs: set $TVMDBD to a
  * disk), SHM_ERR_ACCES, and those of lTableQueue's `def` (TABLE_NOT_DEF,
@@ -677,7 +677,9 @@ void vTblDisconnect(struct SATvm *p, TABLE t);
  * lRelease (put back) or lReject (dead letter), or extends it with
  * lExtendLease. `*lease` receives the token (on failure, a token that every
  * call refuses). If the lease runs out first, or this process dies, the
- * record is delivered again (its `deliveries` raised). Records waiting to
+ * record is delivered again (its `deliveries` raised); on a durable queue
+ * (`--durable always`) the lease is on stable storage when this returns,
+ * and a machine crash ends it the same way. Records waiting to
  * be delivered again come before the queue's. The queue must have been
  * created with leases (tvmq create ... --lease-ms MS). m_lEffect = 1 on
  * success. Thread-safe (one handle per thread).
@@ -690,13 +692,16 @@ long lPopLease(struct SATvm *p, void *out, Uenum wait, long lease_ms, struct Tvm
 
 /**
  * Acknowledges the delivery of `*lease` on queue p->tblName: the record is
- * done and gone. m_lEffect = 1 on success. Thread-safe (one handle per
- * thread; one call at a time per token).
+ * done and gone. On a durable queue (`--durable always`) it returns once
+ * the acknowledgement is on stable storage: the record never comes back,
+ * even after a machine crash. m_lEffect = 1 on success. Thread-safe (one
+ * handle per thread; one call at a time per token).
  * Errors: LEASE_EXPIRED (the lease ran out, and the record may have gone
  * to another consumer; or it was already acknowledged, released or
  * rejected), LEASE_INVALID (a token of another queue, or a zeroed or
  * garbage one), CONDIT_IS_NIL (NULL handle or lease), TBL_NOT_FOUND (the
- * queue was dropped), SHM_ERR_EIDRM.
+ * queue was dropped), SHM_ERR_EIDRM, SYNC_FAILED (durable queue:
+ * acknowledged, but its sync failed; a machine crash may deliver it again).
  */
 long lAck(struct SATvm *p, struct TvmLease *lease);
 
@@ -731,6 +736,75 @@ long lReject(struct SATvm *p, struct TvmLease *lease);
  * CONDIT_IS_NIL (negative lease_ms).
  */
 long lExtendLease(struct SATvm *p, struct TvmLease *lease, long lease_ms);
+
+/**
+ * As lPopLease, on the server handle p is connected to (lTvmConnect):
+ * leases the oldest record of queue p->tblName (its key: the decimal id)
+ * into the p->lSize bytes at `out` (zero bytes after a shorter record), for
+ * `lease_ms` milliseconds (0: the queue's lease time), with tvmq serve's
+ * TVMQ.LEASE. QUE_NORMAL waits for a record, QUE_NOWAIT does not
+ * (NO_DATA_FOUND). `*lease` receives the token, as lPopLease's (on failure,
+ * one every call refuses); end it with lTvmAck, lTvmRelease or lTvmReject,
+ * extend it with lTvmExtendLease, through the same handle.
+ * Owner mode: the lease belongs to the handle's connection. If that
+ * connection closes or breaks (the program dies, is killed, or
+ * vTvmDisconnect is called), the server delivers the record again at once
+ * (its `deliveries` raised); then the token's calls fail with
+ * LEASE_EXPIRED. A lease also runs out by time, as locally. A record
+ * longer than p->lSize is released (delivered again) and RECD_TOO_LONG
+ * returned. A handle sharing a connection (lTvmShare) takes and ends its
+ * leases on its own private connection. m_lEffect = 1 on success.
+ * Threads: one handle per thread, as lTvmPop; a token is used with the
+ * handle that took it, one call at a time.
+ * Errors: those of lTvmPop (SERV_NOT_CONN, SOCK_*, TBL_NOT_FOUND,
+ * NO_DATA_FOUND, RECD_TOO_LONG; CONDIT_IS_NIL also for a NULL lease or a
+ * negative lease_ms); LEASE_LIMIT (the queue's maximum of leases are in
+ * flight, at once whatever `wait`); NOT_SUPPT_OPT (the queue has no
+ * leases, or the server has none: a redis-server, where nothing is sent).
+ */
+long lTvmPopLease(struct SATvm *p, void *out, Uenum wait, long lease_ms, struct TvmLease *lease);
+
+/**
+ * As lAck, on the server: acknowledges the lease `*lease` of queue
+ * p->tblName taken by lTvmPopLease through this handle (TVMQ.ACK).
+ * m_lEffect = 1 on success. Threads: as lTvmPopLease.
+ * Errors: LEASE_EXPIRED (the lease ran out, was already ended, or the
+ * handle's connection broke since it was taken: the server released it),
+ * LEASE_INVALID (a local token, a token of another queue, a zeroed or
+ * garbage one), CONDIT_IS_NIL, SERV_NOT_CONN, SOCK_*, TBL_NOT_FOUND,
+ * NOT_SUPPT_OPT (a redis-server).
+ */
+long lTvmAck(struct SATvm *p, struct TvmLease *lease);
+
+/**
+ * As lRelease, on the server (TVMQ.RELEASE ... DELAY): the record of
+ * `*lease` is delivered again `delay_ms` milliseconds from now (0: at
+ * once); at the queue's delivery limit it goes to the dead-letter queue.
+ * m_lEffect = 1 on success. Threads: as lTvmPopLease.
+ * Errors: those of lTvmAck; CONDIT_IS_NIL (negative delay); at the
+ * delivery limit, those of lTvmReject.
+ */
+long lTvmRelease(struct SATvm *p, struct TvmLease *lease, long delay_ms);
+
+/**
+ * As lReject, on the server (TVMQ.REJECT): the record of `*lease` goes to
+ * the queue's dead-letter queue, or is dropped without one. m_lEffect = 1
+ * on success. Threads: as lTvmPopLease.
+ * Errors: those of lTvmAck; those of the push into the dead-letter queue
+ * (TBL_NOT_FOUND, DATA_SPC_FULL, RECD_TOO_LONG), after which the lease is
+ * still held.
+ */
+long lTvmReject(struct SATvm *p, struct TvmLease *lease);
+
+/**
+ * As lExtendLease, on the server (TVMQ.EXTEND): the lease of `*lease` now
+ * runs out `lease_ms` milliseconds from now (0: the queue's lease time).
+ * Updates `*lease`: copies of the old token are stale. m_lEffect = 1 on
+ * success. Threads: as lTvmPopLease.
+ * Errors: those of lTvmAck (LEASE_EXPIRED if it already ran out);
+ * CONDIT_IS_NIL (negative lease_ms).
+ */
+long lTvmExtendLease(struct SATvm *p, struct TvmLease *lease, long lease_ms);
 
 /**
  * Creates queue t holding exactly `rows` records of at most `size` bytes,

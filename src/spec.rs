@@ -148,8 +148,8 @@ impl Spec {
     }
 
     /// Checks the settings other than the geometry, for queue `id`
-    /// (`file::create` checks the geometry, then the size of the file, then
-    /// these).
+    /// (`file::create` checks the geometry, then these, then the size of
+    /// the file, so that a combination refused is reported as such).
     pub(crate) fn check_settings(&self, id: u32) -> Result<()> {
         if self.mode & !0o777 != 0 {
             return Err(Error::new(
@@ -171,8 +171,11 @@ impl Spec {
                 ));
             }
         }
-        if self.durability.is_some() && self.leases.is_some() {
-            return Err(Error::new(NOT_SUPPT_OPT, "a durable queue cannot have leases (not supported yet)"));
+        if matches!(self.durability, Some(Durability::Interval(_))) && self.leases.is_some() {
+            return Err(Error::new(
+                NOT_SUPPT_OPT,
+                "a queue with leases can be durable with the always policy only (not interval=MS)",
+            ));
         }
         if let Some(l) = &self.leases {
             l.check(id)?;

@@ -12,9 +12,10 @@
 //!
 //! | module | concern | uses |
 //! |---|---|---|
-//! | `net` | `--net`: tvmq serve against redis-server, its table, CSV and chart | `report`, `net_client`, `net_servers`, `chart`, `cell`, `ctx`, `harness` |
+//! | `net` | `--net`: tvmq serve against redis-server, its table, CSV and chart | `report`, `net_client`, `net_durable`, `net_servers`, `chart`, `cell`, `ctx`, `harness` |
 //! | `report` | the matrix's table, CSV, JSON and charts | `durable`, `chart`, `latency`, `args`, `cell`, `ctx` |
 //! | `net_client` | the C client's cells of `--net` (`bench/drivers/net_driver.c`) | `net_servers`, `cell`, `ctx`, `harness` |
+//! | `net_durable` | the durable cells of `--net`: an `always` queue on disk beside redis-server `appendfsync always` | `net_servers`, `ctx`, `harness` |
 //! | `net_servers` | the servers under test, redis-benchmark against them, their CPU per request | `harness` |
 //! | `durable` | durable queues on the disk beside redis appendfsync always | `inproc`, `cell`, `ctx`, `harness` |
 //! | `leases` | `lPopLease` + `lAck` beside plain `lPop` | `inproc`, `ctx`, `harness` |
@@ -41,6 +42,8 @@ mod leases;
 mod many;
 mod net;
 mod net_client;
+mod net_durable;
+mod net_lease;
 mod net_servers;
 mod report;
 

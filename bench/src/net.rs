@@ -7,20 +7,23 @@
 //! beside PING_MBULK `-c 1`, LPUSH with 50 clients, the same over unix
 //! sockets, TLS beside plain TCP (LPUSH and RPOP at `-P 16 -c 4` and `-c 1`,
 //! and a connection per request, `-k 0`, for the handshake), a value-size
-//! sweep, and the resident memory of each server with
+//! sweep, acknowledged consumption over the network (`net_lease`: lease +
+//! ack beside Redis's BLMOVE + LREM and plain pops; `--only leases` runs
+//! them alone), and the resident memory of each server with
 //! 5,000 idle connections. tvmq's queue `mylist` is created before each
 //! cell with room for what the cell pushes (records of the cell's value
 //! size), and redis's list deleted; RPOP cells pop what the LPUSH cell
 //! before them pushed, and LLEN before and after proves that every RPOP
 //! popped a record (a nil reply is not a pop).
 
+use crate::args::Part;
 use crate::cell::{self, Cell, rate};
 use crate::ctx::Ctx;
 use crate::harness::ask;
 use crate::net_servers::{
     REDIS, THREADS, TVMQ, Target, Via, benchmark, cpu_per_request, kilo, make_certs, measuring, start_redis, start_tvmq,
 };
-use crate::{chart, net_client, report};
+use crate::{chart, net_client, net_lease, report};
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -194,7 +197,13 @@ pub(crate) fn run(ctx: &mut Ctx) -> Result<(), Error> {
     let fail = |e: String| Error::new(SVR_EXCEPTION, e);
     let scratch = PathBuf::from(format!("/tmp/tvmq-bench-net-{}", std::process::id()));
     std::fs::create_dir_all(&scratch).map_err(|e| fail(e.to_string()))?;
-    let result = matrix(ctx, &scratch);
+    // `--only durable`: the durable cells alone.
+    let only_durable = ctx.args.only == [crate::args::Part::Durable];
+    let result = if only_durable {
+        crate::net_durable::cells(ctx, &scratch).map(|()| Vec::new())
+    } else {
+        matrix(ctx, &scratch)
+    };
     let _ = std::fs::remove_dir_all(&scratch);
     let memory = result.map_err(fail)?;
     write(ctx, &memory)
@@ -221,6 +230,11 @@ fn matrix(ctx: &mut Ctx, scratch: &Path) -> Result<Memory, String> {
         Err(e) => return Err(e),
     };
     let both = [&tvmq, &redis];
+    // `--only leases`: the lease cells alone.
+    if ctx.args.only == [Part::Leases] {
+        net_lease::cells(ctx, both, &dir);
+        return Ok(Vec::new());
+    }
     // Warm up both (connections, first faults of tvmq's queue and redis's allocator).
     for t in both {
         push_then_pop(t, &dir, Via::Tcp, scale(200_000), 304, true)?;
@@ -297,6 +311,10 @@ fn matrix(ctx: &mut Ctx, scratch: &Path) -> Result<Memory, String> {
     for t in both {
         fresh_list(t, &dir, 1000, 304)?;
     }
+    net_lease::cells(ctx, both, &dir);
+    if ctx.args.wants(crate::args::Part::Durable) {
+        crate::net_durable::cells(ctx, scratch)?;
+    }
     if let Some(driver) = ctx.args.net_driver.clone() {
         net_client::cells(ctx, both, &driver)?;
         let _ = tvm::Queue::drop_queue(&dir, 21);
@@ -319,6 +337,7 @@ fn target(cells: &[Cell], c: &Cell, tvmq: f64, redis: f64) -> String {
     let ratio = tvmq / redis;
     let check = |ok: bool| if ok { "met" } else { "MISSED" };
     match (c.section, c.test.as_str()) {
+        (crate::net_durable::SECTION, _) => crate::net_durable::target(&c.param, ratio),
         (s, _) if s.starts_with("TLS") && c.param != "TLS" => String::new(),
         (s, t) if s.starts_with("TLS") => {
             let tcp = |subject| rate(cells, s, t, "TCP", subject).unwrap_or(f64::NAN);
@@ -344,6 +363,16 @@ fn target(cells: &[Cell], c: &Cell, tvmq: f64, redis: f64) -> String {
             format!("faster than TCP: {} ({:.2}x TCP)", check(tvmq > tcp), tvmq / tcp)
         }
         (s, _) if s.starts_with("value size") => format!(">= redis: {} ({ratio:.2}x)", check(ratio >= 1.0)),
+        (net_lease::SECTION, t) if t.starts_with("lease") => {
+            let pop = t.replacen("lease + ack", "pop", 1);
+            let plain = rate(cells, net_lease::SECTION, &pop, "", TVMQ).unwrap_or(f64::NAN);
+            format!(
+                ">= 2x redis BLMOVE+LREM: {} ({ratio:.2}x); >= 0.5x tvmq pop: {} ({:.2}x)",
+                check(ratio >= 2.0),
+                check(tvmq / plain >= 0.5),
+                tvmq / plain
+            )
+        }
         _ => String::new(),
     }
 }
@@ -363,7 +392,7 @@ fn table(cells: &[Cell], memory: &Memory, ctx: &Ctx) -> String {
     );
     let _ = writeln!(
         t,
-        "redis-benchmark requests/s, median of {} run(s) (min-max); CPU us/request: the server's user+system time per request (tvmq / redis);\nredis-server {redis_version} with --save '' --appendonly no; values of 304 bytes unless told; load average at the end: {}{}",
+        "redis-benchmark requests/s, median of {} run(s) (min-max); CPU us/request: the server's user+system time per request (tvmq / redis);\nredis-server {redis_version} with --save '' --appendonly no (the durable cells: appendonly yes, appendfsync always); values of 304 bytes unless told; load average at the end: {}{}",
         cells.iter().map(|c| c.ms.len()).max().unwrap_or(0),
         load.split_whitespace().take(3).collect::<Vec<_>>().join(" "),
         if ctx.args.smoke { " (SMOKE RUN: small counts, figures not meaningful)" } else { "" }

@@ -120,6 +120,34 @@ pub(crate) fn start_redis(scratch: &Path, certs: Option<&Path>) -> Result<Target
     })
 }
 
+/// tvmq serve with the queues of `dir` (a directory on a disk, for the
+/// durable cells), no auto-creation, its socket at `sock`.
+pub(crate) fn start_tvmq_on(dir: &Path, sock: &Path) -> Result<Target, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    Target::start(TVMQ, "", sock.to_path_buf(), None, |port, sock, _| {
+        let mut cmd = Command::new(exe);
+        cmd.arg("--dir")
+            .arg(dir)
+            .args(["serve", "--port", &port.to_string(), "--threads", &THREADS.to_string(), "--unixsocket"])
+            .arg(sock);
+        cmd
+    })
+}
+
+/// redis-server with `appendonly yes` and `appendfsync always`, its files
+/// in `dir` (on a disk), its socket at `sock`.
+pub(crate) fn start_redis_aof(dir: &Path, sock: &Path) -> Result<Target, String> {
+    Target::start(REDIS, " (apt-get install redis-server)", sock.to_path_buf(), None, |port, sock, _| {
+        let mut cmd = Command::new("redis-server");
+        cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
+            .args(["--appendonly", "yes", "--appendfsync", "always", "--maxclients", "10000", "--dir"])
+            .arg(dir)
+            .arg("--unixsocket")
+            .arg(sock);
+        cmd
+    })
+}
+
 /// CPU time a server spent per request: (section, param, CSV row, server,
 /// microseconds), one entry a run; `CELL` says which cell runs.
 static CPU: std::sync::Mutex<Vec<CpuFigure>> = std::sync::Mutex::new(Vec::new());

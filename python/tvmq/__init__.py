@@ -36,10 +36,11 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Sequence, Type, TypeVar, Union
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Type, TypeVar, Union
 
 __all__ = [
     "Queue",
+    "Lease",
     "TvmError",
     "Empty",
     "Full",
@@ -104,6 +105,25 @@ class _Options(ctypes.Structure):
         ("dead_letter", ctypes.c_uint),
         ("max_leases", ctypes.c_ulonglong),
     ]
+
+
+class Lease(ctypes.Structure):
+    """A leased delivery (tvm.h's ``TvmLease``), returned by
+    :meth:`Queue.pop_lease` and passed to :meth:`Queue.ack`,
+    :meth:`Queue.release`, :meth:`Queue.reject` or
+    :meth:`Queue.extend_lease` (which updates it). ``deliveries`` is how many
+    times the record has been delivered, this delivery included; the rest is
+    private. Plain data: a copy may be used by any thread or process, one
+    call at a time."""
+
+    _fields_ = [
+        ("deliveries", ctypes.c_uint),
+        ("_check", ctypes.c_uint),
+        ("_priv", ctypes.c_ulonglong * 7),
+    ]
+
+    def __repr__(self) -> str:
+        return f"tvmq.Lease(deliveries={self.deliveries})"
 
 
 class TvmError(Exception):
@@ -210,6 +230,11 @@ def load_library() -> ctypes.CDLL:
         "lInitQueueOptions": (long_, [ctypes.POINTER(_Options), size_t]),
         "lCreateQueueEx": (long_, [_H, uint, ctypes.POINTER(_Options)]),
         "lTruncate": (long_, [_H, uint]),
+        "lPopLease": (long_, [_H, ctypes.c_void_p, uint, long_, ctypes.POINTER(Lease)]),
+        "lAck": (long_, [_H, ctypes.POINTER(Lease)]),
+        "lRelease": (long_, [_H, ctypes.POINTER(Lease), long_]),
+        "lReject": (long_, [_H, ctypes.POINTER(Lease)]),
+        "lExtendLease": (long_, [_H, ctypes.POINTER(Lease), long_]),
         "lExportFile": (long_, [uint, ctypes.c_char_p, ctypes.c_char_p]),
         "lImportFile": (long_, [uint, ctypes.c_char_p, ctypes.c_char_p]),
     }
@@ -569,6 +594,74 @@ class Queue:
         if code_name(code) in ("NO_DATA_FOUND", "MQUE_WAIT_TMO"):
             return None
         raise _error(code, "lPopWait")
+
+    # -- leases (a queue created with lease_ms, max_deliveries, dead_letter or max_leases) --
+
+    def pop_lease(self, timeout: Optional[float] = None, wait: bool = True, lease_ms: int = 0) -> Tuple[bytes, Lease]:
+        """Takes the oldest record with a lease (``lPopLease``): returns its
+        ``record_size`` bytes and the :class:`Lease`. The record is delivered
+        again (``deliveries`` raised) unless it is acknowledged
+        (:meth:`ack`) before the lease runs out (``lease_ms``; 0: the queue's
+        lease time) or this process dies. Waits as :meth:`pop` does (Ctrl-C
+        interrupts the wait; the wait looks again every few milliseconds).
+        Raises :class:`TvmError` ``LEASE_LIMIT`` when the queue's maximum of
+        leases are in flight, ``NOT_SUPPT_OPT`` on a queue without leases."""
+        _raise_pending()
+        if timeout is not None:
+            _check_timeout(timeout)
+        if lease_ms < 0:
+            raise ValueError("lease_ms is 0 or more")
+        lib = load_library()
+        lease = Lease()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        nap = 0.0005
+        while True:
+            self._bind(self.record_size, None)
+            rc = lib.lPopLease(self._h, self._buf, QUE_NOWAIT, lease_ms, ctypes.byref(lease))
+            if rc == RC_SUCC:
+                return self._buf.raw, lease
+            code = self._h.contents.m_lErrno
+            if code_name(code) != "NO_DATA_FOUND":
+                raise _error(code, "lPopLease")
+            if not wait or timeout == 0:
+                raise self._empty("lPopLease")
+            if deadline is not None and time.monotonic() >= deadline:
+                raise _error(_code("MQUE_WAIT_TMO"), "lPopLease", f"nothing came to queue {self.id} within {timeout} s")
+            time.sleep(nap)
+            nap = min(nap * 2, 0.005)
+
+    def _lease_call(self, call: str, *args) -> None:
+        self._bind(self.record_size, None)
+        self._check(getattr(load_library(), call)(self._h, *args), call)
+
+    def ack(self, lease: Lease) -> None:
+        """Acknowledges a delivery: done and gone (``lAck``). Raises
+        ``LEASE_EXPIRED`` if the lease ran out (the record may have gone to
+        another consumer) or was already ended, ``LEASE_INVALID`` for a lease
+        of another queue or a made-up one."""
+        self._lease_call("lAck", ctypes.byref(lease))
+
+    def release(self, lease: Lease, delay_ms: int = 0) -> None:
+        """Puts the record back, delivered again ``delay_ms`` from now
+        (``lRelease``); at the queue's delivery limit it goes to the
+        dead-letter queue instead. Errors: those of :meth:`ack`."""
+        if delay_ms < 0:
+            raise ValueError("delay_ms is 0 or more")
+        self._lease_call("lRelease", ctypes.byref(lease), delay_ms)
+
+    def reject(self, lease: Lease) -> None:
+        """Moves the record to the queue's dead-letter queue, or drops it
+        without one (``lReject``). Errors: those of :meth:`ack`, and those of
+        the push into the dead-letter queue (the lease is then still held)."""
+        self._lease_call("lReject", ctypes.byref(lease))
+
+    def extend_lease(self, lease: Lease, lease_ms: int = 0) -> None:
+        """The lease now runs out ``lease_ms`` from now (0: the queue's lease
+        time); ``lease`` is updated, copies of the old one are stale
+        (``lExtendLease``). Errors: those of :meth:`ack`."""
+        if lease_ms < 0:
+            raise ValueError("lease_ms is 0 or more")
+        self._lease_call("lExtendLease", ctypes.byref(lease), lease_ms)
 
     def pop_struct(self, struct: Type[S], timeout: Optional[float] = None, wait: bool = True) -> S:
         """:meth:`pop`, returning an instance of the ``ctypes.Structure`` ``struct``."""

@@ -221,19 +221,19 @@ async fn run<S: Stream>(s: &mut S, shared: &Arc<ServerState>, worker: &Rc<Worker
                         break;
                     }
                     if let Some(b) = blocked.take() {
-                        if let Err(e) = flush(s, &mut out, stats, stall).await {
+                        if let Err(e) = flush(s, &mut out, client, shared, stats, stall).await {
                             return End::Error(e);
                         }
                         match wait_blocked(s, shared, b, client, &mut input, &mut out, pool).await {
                             Ok(()) => {}
                             Err(end) => {
-                                let _ = flush(s, &mut out, stats, stall).await;
+                                let _ = flush(s, &mut out, client, shared, stats, stall).await;
                                 return end;
                             }
                         }
                     }
                     if out.len() >= FLUSH_AT {
-                        if let Err(e) = flush(s, &mut out, stats, stall).await {
+                        if let Err(e) = flush(s, &mut out, client, shared, stats, stall).await {
                             return End::Error(e);
                         }
                     }
@@ -259,7 +259,7 @@ async fn run<S: Stream>(s: &mut S, shared: &Arc<ServerState>, worker: &Rc<Worker
         }
         stats.add_commands(commands);
         if !out.is_empty() {
-            if let Err(e) = flush(s, &mut out, stats, stall).await {
+            if let Err(e) = flush(s, &mut out, client, shared, stats, stall).await {
                 return End::Error(e);
             }
         }
@@ -350,8 +350,20 @@ async fn read_some<S: Stream>(
     }
 }
 
-/// Writes the replies in `out` (counting their bytes), then clears it.
-async fn flush<S: Stream>(s: &mut S, out: &mut Vec<u8>, stats: &WorkerStats, stall: Duration) -> io::Result<()> {
+/// Writes the replies in `out` (counting their bytes), then clears it;
+/// first waits (this task only) until the syncs that replies of durable
+/// queues are held for have completed (see [`crate::durable`]).
+async fn flush<S: Stream>(
+    s: &mut S,
+    out: &mut Vec<u8>,
+    client: &mut Client,
+    shared: &ServerState,
+    stats: &WorkerStats,
+    stall: Duration,
+) -> io::Result<()> {
+    if !client.held.is_empty() {
+        client.held.settle(&shared.syncers, out).await;
+    }
     stats.add_output(out.len());
     stream::write_all(s, out, stall).await
 }
@@ -388,7 +400,7 @@ async fn wait_blocked<S: Stream>(
     let _unblock = Unblock(shared);
     loop {
         b.register(shared);
-        if b.try_pop(proto, out) {
+        if b.try_pop(client, out) {
             return Ok(());
         }
         if shared.shutdown.is_set() {
@@ -404,6 +416,8 @@ async fn wait_blocked<S: Stream>(
                 return Err(End::Stop);
             }
             _ = notify.notified() => {}
+            // TVMQ.LEASE: records released or whose lease ran out.
+            _ = sleep_or_never(b.recheck()) => {}
             _ = async { match deadline { Some(d) => tokio::time::sleep_until(d).await, None => std::future::pending().await } } => {
                 b.timed_out(proto, out);
                 return Ok(());

@@ -45,6 +45,7 @@
 mod cmd;
 pub mod config;
 mod connection;
+mod durable;
 mod index;
 mod keys;
 mod listener;
@@ -136,6 +137,7 @@ impl Server {
             index: index.clone(),
             budget,
             auto_bytes,
+            syncers: durable::Syncers::default(),
         });
         let mut server = Server { shared: shared.clone(), threads: Vec::new() };
         let indexer = index::spawn(index, shared.shutdown.clone())

@@ -118,6 +118,8 @@ pub(crate) struct ServerState {
     pub(crate) budget: Budget,
     /// The size of the file of a queue `--auto-create` makes (0 without it).
     pub(crate) auto_bytes: u64,
+    /// The threads that sync `always` queues for held replies.
+    pub(crate) syncers: crate::durable::Syncers,
 }
 
 impl ServerState {

@@ -9,6 +9,7 @@
 //! | `conn` | one socket: connect with a timeout (and TLS), write, read and parse replies |
 //! | `router` | the commands in flight, per node; cluster routing and redirections; error words to codes |
 //! | `pipeline` | one connection shared by many handles (combining, auto-pipelining) |
+//! | `lease` | leases of tvmq serve (TVMQ.LEASE, TVMQ.ACK, ...), on the connection that holds them |
 //! | this file | [`Client`]: a handle's view (push, pop, popup, asynchronous pushes, held values) |
 //!
 //! Conventions (docs/protocol.md): the key of queue `t` is its decimal id;
@@ -16,12 +17,14 @@
 
 mod admin;
 mod conn;
+mod lease;
 mod pipeline;
 mod router;
 mod slot;
 mod tls;
 
 pub(crate) use conn::Addr;
+pub(crate) use lease::NetLease;
 pub(crate) use tls::{Tls, TlsOptions};
 
 /// How every connection of a client is made, beyond its address: TLS, and

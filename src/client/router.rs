@@ -29,6 +29,8 @@ pub(crate) enum Answer {
     Value(Vec<u8>),
     /// An array of bulk strings (LPOP with a count, BLPOP's key and value).
     Values(Vec<Vec<u8>>),
+    /// tvmq serve's lease entry `[id, deliveries, record]` (TVMQ.LEASE).
+    Lease(Vec<u8>, i64, Vec<u8>),
     /// Anything else.
     Other,
 }
@@ -179,6 +181,9 @@ fn answer(reply: Reply<'_>) -> Answer {
         Reply::Null => Answer::Nil,
         Reply::Bulk(b) => Answer::Value(b.to_vec()),
         Reply::Array(items) => {
+            if let [Reply::Bulk(id), Reply::Integer(d), Reply::Bulk(r)] = items.as_slice() {
+                return Answer::Lease(id.to_vec(), *d, r.to_vec());
+            }
             let mut values = Vec::with_capacity(items.len());
             for item in &items {
                 match item {

@@ -168,6 +168,63 @@ pub(crate) fn hooked(path: &std::path::Path) -> bool {
     }
 }
 
+/// Syncs put off by [`Queue::defer_syncs`](crate::Queue::defer_syncs): while
+/// it runs on a thread, a sync that thread's calls on that queue would
+/// wait for is not waited for; the sync number that covers them is kept
+/// instead, for the caller to wait for later (elsewhere).
+pub(crate) mod defer {
+    use super::Durable;
+    use std::cell::Cell;
+
+    thread_local! {
+        /// The `Durable` whose syncs are put off (its address; 0: none),
+        /// and the highest sync number they needed (0: none yet).
+        static DEFERRED: Cell<(usize, u64)> = const { Cell::new((0, 0)) };
+    }
+
+    /// Puts off the syncs of `d` on this thread until the returned guard
+    /// is ended (or dropped).
+    pub(crate) fn begin(d: &Durable) -> Guard {
+        let prev = DEFERRED.with(|c| c.replace((d as *const Durable as usize, 0)));
+        Guard { prev: Some(prev) }
+    }
+
+    /// Called by a sync about to wait for sync number `target`: `true`
+    /// (and the number kept) when the syncs of `d` are put off here.
+    #[inline]
+    pub(super) fn take(d: &Durable, target: u64) -> bool {
+        DEFERRED.with(|c| {
+            let (at, needed) = c.get();
+            if at != d as *const Durable as usize {
+                return false;
+            }
+            c.set((at, needed.max(target)));
+            true
+        })
+    }
+
+    /// Restores what was put off before [`begin`] when ended or dropped.
+    pub(crate) struct Guard {
+        prev: Option<(usize, u64)>,
+    }
+
+    impl Guard {
+        /// The highest sync number the calls since [`begin`] needed (0: none).
+        pub(crate) fn end(mut self) -> u64 {
+            let prev = self.prev.take().unwrap_or((0, 0));
+            DEFERRED.with(|c| c.replace(prev)).1
+        }
+    }
+
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            if let Some(prev) = self.prev.take() {
+                DEFERRED.with(|c| c.set(prev));
+            }
+        }
+    }
+}
+
 /// Longest a sync is waited for before its syncer is checked for death.
 const STALE_LOCK: Duration = Duration::from_secs(1);
 /// How long the syncer of an `always` queue waits for no new caller before
@@ -263,6 +320,21 @@ impl Durable {
         // SeqCst: ordered after the change (a SeqCst CAS of the ring), so a
         // sync numbered above what we read starts after our change.
         let target = self.words().started.load(Ordering::SeqCst) + 1;
+        if defer::take(self, target) {
+            return Ok(());
+        }
+        self.sync_until(target)
+    }
+
+    /// Has sync number `target` completed?
+    pub(crate) fn covered(&self, target: u64) -> bool {
+        self.words().done.load(Ordering::Acquire) >= target
+    }
+
+    /// Waits until sync number `target` has completed, running it (or a
+    /// later one, sharing it with every other caller) when nobody else is:
+    /// the wait of [`sync`](Self::sync), for a ticket taken earlier.
+    pub(crate) fn sync_to(&self, target: u64) -> Result<()> {
         self.sync_until(target)
     }
 
@@ -773,5 +845,56 @@ mod gather_tests {
         let per_sync = (THREADS * EACH) as f64 / syncs as f64;
         eprintln!("{per_sync:.2} records per sync ({syncs} syncs)");
         assert!(per_sync >= 2.8, "{per_sync:.2} records per sync ({syncs} syncs)");
+    }
+}
+
+#[cfg(test)]
+mod defer_tests {
+    use super::*;
+    use crate::file::queue_path;
+    use crate::queue::Queue;
+    use crate::spec::Spec;
+    use crate::test_support::DiskDir;
+    use std::sync::atomic::AtomicU64;
+
+    /// Pushes and pops with their syncs put off return at once, published;
+    /// one sync, run when the ticket is waited for, covers them all.
+    #[test]
+    fn deferred_changes_share_the_sync_their_ticket_names() {
+        let dir = DiskDir::new("defer");
+        let mut spec = Spec::new(100, 64);
+        spec.durability = Some(Durability::Always);
+        Queue::create(&dir.0, 1, &spec).unwrap();
+        let path = queue_path(&dir.0, 1);
+        let synced = std::sync::Arc::new(AtomicU64::new(0));
+        let seen = synced.clone();
+        let hook: SyncHook = std::sync::Arc::new(move |event| {
+            if let SyncEvent::Synced { .. } = event {
+                seen.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+        hooks().lock().unwrap().push((path.clone(), hook));
+        let q = Queue::open(&dir.0, 1).unwrap();
+        let before = synced.load(Ordering::SeqCst);
+        let (r, ticket) = q.defer_syncs(|q| {
+            for i in 0..10u8 {
+                q.push(&[i; 8])?;
+            }
+            let mut out = [0u8; 64];
+            q.pop(&mut out, crate::Wait::NoWait)
+        });
+        assert_eq!(r.unwrap(), 8);
+        assert_eq!(q.depth(), 9, "published at once");
+        assert_eq!(synced.load(Ordering::SeqCst), before, "no sync ran inside");
+        let ticket = ticket.expect("an always queue's changes need a sync");
+        assert!(!q.is_synced(ticket));
+        q.sync_ticket(ticket).unwrap();
+        assert!(q.is_synced(ticket));
+        assert_eq!(synced.load(Ordering::SeqCst), before + 1, "one sync for all of them");
+        // Nothing changed: no ticket; and syncs are no longer put off.
+        assert_eq!(q.defer_syncs(|q| q.depth()).1, None);
+        q.push(&[1]).unwrap();
+        assert_eq!(synced.load(Ordering::SeqCst), before + 2);
+        hooks().lock().unwrap().retain(|(p, _)| p != &path);
     }
 }

@@ -13,7 +13,9 @@
 //! result is synced before the new boot id is stored, so that a crash
 //! during recovery leads to another recovery, which finds the same records.
 //! An `interval` queue is rebuilt from its image (see [`super::image`]),
-//! and the result written back into it.
+//! and the result written back into it. A queue with leases has its lease
+//! table settled first (see `LeaseTable::reboot`): the leases of the
+//! previous boot end as if their holders had died.
 
 use super::{best_mark, msync, write_mark};
 use crate::clock::{boot_id, now_ns};
@@ -101,7 +103,18 @@ pub(crate) fn attach(
         image.restore(file, map)?;
     }
     let (generation, consumed) = best_mark(control, created_ns).map_or((0, 0), |m| (m.0, m.1));
-    let found = ring.rebuild(key, consumed);
+    // A queue with leases: every lease of the previous boot ends (its
+    // record waits for another delivery, its delivery count kept), and a
+    // record saved in the table whose slot still holds it is dropped from
+    // the ring, before the ring is rebuilt.
+    let floor = match file.lease_table()? {
+        Some(table) => {
+            let max = file.options().leases().map_or(0, |l| u32::try_from(l.max_deliveries).unwrap_or(u32::MAX));
+            table.reboot(max, |at| ring.release_held(at)).floor
+        }
+        None => 0,
+    };
+    let found = ring.rebuild_from(key, consumed, floor);
     // Nobody is attached after a restart: waiters, sleepers, sync lock.
     reset_table();
     let w = &control.wake.0;

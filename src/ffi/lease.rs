@@ -1,10 +1,16 @@
 //! The lease calls of the C API (acknowledged consumption, "Beyond STVM"):
 //! lPopLease, lAck, lRelease, lReject, lExtendLease, and the TvmLease token.
-//! Thin wrappers over [`crate::Queue::pop_lease`] and its companions.
+//! Thin wrappers over [`crate::Queue::pop_lease`] and its companions; and
+//! their network twins lTvmPopLease, lTvmAck, lTvmRelease, lTvmReject,
+//! lTvmExtendLease over [`crate::client`] (tvmq serve's TVMQ.LEASE, ...),
+//! with the same token: a network token carries [`NET_MARK`] in its sixth
+//! word, so that either kind of call refuses the other's (LEASE_INVALID).
 
 use super::common::wait_mode;
 use super::handle::on_queue;
+use super::net::{client, popping};
 use super::{CallResult, SATvm, Uenum, call};
+use crate::client::{NetLease, PopWait};
 use crate::error::*;
 use crate::queue::{Lease, Wait};
 use std::ffi::{c_long, c_uint, c_ulonglong, c_void};
@@ -73,6 +79,42 @@ impl TvmLease {
     }
 
     const ZERO: TvmLease = TvmLease { deliveries: 0, m_uCheck: 0, m_llPriv: [0; 7] };
+
+    fn from_net(l: &NetLease) -> TvmLease {
+        let words = [u64::from(l.queue), l.pos, l.tag, u64::from(l.deliveries), 0, NET_MARK, 0];
+        TvmLease { deliveries: l.deliveries, m_uCheck: check(&words), m_llPriv: words }
+    }
+
+    fn to_net(self) -> Result<NetLease> {
+        let w = self.m_llPriv;
+        if self.m_uCheck != check(&w) || w[5] != NET_MARK || w[6] != 0 || w[4] != 0 {
+            return Err(Error::new(
+                LEASE_INVALID,
+                "not a network lease token (a local one, zeroed, garbage or altered)",
+            ));
+        }
+        let queue = u32::try_from(w[0]).map_err(|_| Error::new(LEASE_INVALID, "not a network lease token"))?;
+        Ok(NetLease { queue, pos: w[1], tag: w[2], deliveries: w[3] as u32 })
+    }
+}
+
+/// The sixth private word of a network token (local tokens have 0 there).
+const NET_MARK: u64 = 0x6e65_746c_6561_7365;
+
+/// The network token at `lease`, checked, for queue `t`.
+///
+/// # Safety
+/// `lease` is NULL or points to a readable TvmLease.
+unsafe fn net_token(lease: *const TvmLease, t: u32) -> Result<NetLease> {
+    // SAFETY: NULL or a readable TvmLease, by the caller's contract.
+    let l = match unsafe { lease.as_ref() } {
+        None => return Err(Error::new(CONDIT_IS_NIL, "NULL lease")),
+        Some(tok) => tok.to_net()?,
+    };
+    if l.queue != t {
+        return Err(Error::new(LEASE_INVALID, format!("a lease of queue {}, not of queue {t}", l.queue)));
+    }
+    Ok(l)
 }
 
 /// The token at `lease`, checked.
@@ -101,7 +143,9 @@ fn millis(ms: c_long, what: &str) -> Result<Duration> {
 /// lRelease (put back) or lReject (dead letter), or extends it with
 /// lExtendLease. `*lease` receives the token (on failure, a token that every
 /// call refuses). If the lease runs out first, or this process dies, the
-/// record is delivered again (its `deliveries` raised). Records waiting to
+/// record is delivered again (its `deliveries` raised); on a durable queue
+/// (`--durable always`) the lease is on stable storage when this returns,
+/// and a machine crash ends it the same way. Records waiting to
 /// be delivered again come before the queue's. The queue must have been
 /// created with leases (tvmq create ... --lease-ms MS). m_lEffect = 1 on
 /// success. Thread-safe (one handle per thread).
@@ -140,13 +184,16 @@ pub unsafe extern "C" fn lPopLease(
 }
 
 /// Acknowledges the delivery of `*lease` on queue p->tblName: the record is
-/// done and gone. m_lEffect = 1 on success. Thread-safe (one handle per
-/// thread; one call at a time per token).
+/// done and gone. On a durable queue (`--durable always`) it returns once
+/// the acknowledgement is on stable storage: the record never comes back,
+/// even after a machine crash. m_lEffect = 1 on success. Thread-safe (one
+/// handle per thread; one call at a time per token).
 /// Errors: LEASE_EXPIRED (the lease ran out, and the record may have gone
 /// to another consumer; or it was already acknowledged, released or
 /// rejected), LEASE_INVALID (a token of another queue, or a zeroed or
 /// garbage one), CONDIT_IS_NIL (NULL handle or lease), TBL_NOT_FOUND (the
-/// queue was dropped), SHM_ERR_EIDRM.
+/// queue was dropped), SHM_ERR_EIDRM, SYNC_FAILED (durable queue:
+/// acknowledged, but its sync failed; a machine crash may deliver it again).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lAck(p: *mut SATvm, lease: *mut TvmLease) -> c_long {
     let body = |h: &mut SATvm| -> CallResult {
@@ -219,6 +266,138 @@ pub unsafe extern "C" fn lExtendLease(p: *mut SATvm, lease: *mut TvmLease, lease
     unsafe { call(p, body) }
 }
 
+// ---------------------------------------------------------------- network
+
+/// As lPopLease, on the server handle p is connected to (lTvmConnect):
+/// leases the oldest record of queue p->tblName (its key: the decimal id)
+/// into the p->lSize bytes at `out` (zero bytes after a shorter record), for
+/// `lease_ms` milliseconds (0: the queue's lease time), with tvmq serve's
+/// TVMQ.LEASE. QUE_NORMAL waits for a record, QUE_NOWAIT does not
+/// (NO_DATA_FOUND). `*lease` receives the token, as lPopLease's (on failure,
+/// one every call refuses); end it with lTvmAck, lTvmRelease or lTvmReject,
+/// extend it with lTvmExtendLease, through the same handle.
+/// Owner mode: the lease belongs to the handle's connection. If that
+/// connection closes or breaks (the program dies, is killed, or
+/// vTvmDisconnect is called), the server delivers the record again at once
+/// (its `deliveries` raised); then the token's calls fail with
+/// LEASE_EXPIRED. A lease also runs out by time, as locally. A record
+/// longer than p->lSize is released (delivered again) and RECD_TOO_LONG
+/// returned. A handle sharing a connection (lTvmShare) takes and ends its
+/// leases on its own private connection. m_lEffect = 1 on success.
+/// Threads: one handle per thread, as lTvmPop; a token is used with the
+/// handle that took it, one call at a time.
+/// Errors: those of lTvmPop (SERV_NOT_CONN, SOCK_*, TBL_NOT_FOUND,
+/// NO_DATA_FOUND, RECD_TOO_LONG; CONDIT_IS_NIL also for a NULL lease or a
+/// negative lease_ms); LEASE_LIMIT (the queue's maximum of leases are in
+/// flight, at once whatever `wait`); NOT_SUPPT_OPT (the queue has no
+/// leases, or the server has none: a redis-server, where nothing is sent).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lTvmPopLease(
+    p: *mut SATvm,
+    out: *mut c_void,
+    wait: Uenum,
+    lease_ms: c_long,
+    lease: *mut TvmLease,
+) -> c_long {
+    let body = |h: &mut SATvm| -> CallResult {
+        if out.is_null() || lease.is_null() {
+            return Err(Error::new(CONDIT_IS_NIL, "NULL output buffer or lease").into());
+        }
+        let got = millis(lease_ms, "lease time").and_then(|time| {
+            let wait = wait_mode(wait, PopWait::Forever, PopWait::NoWait)?;
+            let (c, t, len) = popping(h)?;
+            // SAFETY: the caller provides `out` with at least p->lSize writable bytes.
+            let buf = unsafe { std::slice::from_raw_parts_mut(out.cast::<u8>(), len) };
+            c.pop_lease(t, buf, wait, time.as_millis() as u64)
+        });
+        let token = got.as_ref().map_or(TvmLease::ZERO, TvmLease::from_net);
+        // SAFETY: checked non-NULL; the caller provides a writable TvmLease.
+        unsafe { lease.write(token) };
+        got?;
+        Ok(1)
+    };
+    // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
+    unsafe { call(p, body) }
+}
+
+/// As lAck, on the server: acknowledges the lease `*lease` of queue
+/// p->tblName taken by lTvmPopLease through this handle (TVMQ.ACK).
+/// m_lEffect = 1 on success. Threads: as lTvmPopLease.
+/// Errors: LEASE_EXPIRED (the lease ran out, was already ended, or the
+/// handle's connection broke since it was taken: the server released it),
+/// LEASE_INVALID (a local token, a token of another queue, a zeroed or
+/// garbage one), CONDIT_IS_NIL, SERV_NOT_CONN, SOCK_*, TBL_NOT_FOUND,
+/// NOT_SUPPT_OPT (a redis-server).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lTvmAck(p: *mut SATvm, lease: *mut TvmLease) -> c_long {
+    let body = |h: &mut SATvm| -> CallResult {
+        // SAFETY: NULL or a readable TvmLease, by the caller's contract.
+        let l = unsafe { net_token(lease, h.tblName) }?;
+        client(h)?.ack(&l)?;
+        Ok(1)
+    };
+    // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
+    unsafe { call(p, body) }
+}
+
+/// As lRelease, on the server (TVMQ.RELEASE ... DELAY): the record of
+/// `*lease` is delivered again `delay_ms` milliseconds from now (0: at
+/// once); at the queue's delivery limit it goes to the dead-letter queue.
+/// m_lEffect = 1 on success. Threads: as lTvmPopLease.
+/// Errors: those of lTvmAck; CONDIT_IS_NIL (negative delay); at the
+/// delivery limit, those of lTvmReject.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lTvmRelease(p: *mut SATvm, lease: *mut TvmLease, delay_ms: c_long) -> c_long {
+    let body = |h: &mut SATvm| -> CallResult {
+        // SAFETY: NULL or a readable TvmLease, by the caller's contract.
+        let l = unsafe { net_token(lease, h.tblName) }?;
+        let delay = millis(delay_ms, "delay")?;
+        client(h)?.release(&l, delay.as_millis() as u64)?;
+        Ok(1)
+    };
+    // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
+    unsafe { call(p, body) }
+}
+
+/// As lReject, on the server (TVMQ.REJECT): the record of `*lease` goes to
+/// the queue's dead-letter queue, or is dropped without one. m_lEffect = 1
+/// on success. Threads: as lTvmPopLease.
+/// Errors: those of lTvmAck; those of the push into the dead-letter queue
+/// (TBL_NOT_FOUND, DATA_SPC_FULL, RECD_TOO_LONG), after which the lease is
+/// still held.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lTvmReject(p: *mut SATvm, lease: *mut TvmLease) -> c_long {
+    let body = |h: &mut SATvm| -> CallResult {
+        // SAFETY: NULL or a readable TvmLease, by the caller's contract.
+        let l = unsafe { net_token(lease, h.tblName) }?;
+        client(h)?.reject(&l)?;
+        Ok(1)
+    };
+    // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
+    unsafe { call(p, body) }
+}
+
+/// As lExtendLease, on the server (TVMQ.EXTEND): the lease of `*lease` now
+/// runs out `lease_ms` milliseconds from now (0: the queue's lease time).
+/// Updates `*lease`: copies of the old token are stale. m_lEffect = 1 on
+/// success. Threads: as lTvmPopLease.
+/// Errors: those of lTvmAck (LEASE_EXPIRED if it already ran out);
+/// CONDIT_IS_NIL (negative lease_ms).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lTvmExtendLease(p: *mut SATvm, lease: *mut TvmLease, lease_ms: c_long) -> c_long {
+    let body = |h: &mut SATvm| -> CallResult {
+        // SAFETY: NULL or a readable TvmLease, by the caller's contract.
+        let mut l = unsafe { net_token(lease, h.tblName) }?;
+        let time = millis(lease_ms, "lease time")?;
+        client(h)?.extend_lease(&mut l, time)?;
+        // SAFETY: `net_token` found it non-NULL; the caller provides it writable.
+        unsafe { lease.write(TvmLease::from_net(&l)) };
+        Ok(1)
+    };
+    // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
+    unsafe { call(p, body) }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -238,5 +417,18 @@ mod tests {
         let mut d = t;
         d.deliveries = 100; // public: the caller may scribble on it
         assert!(d.to_lease().is_ok());
+        // Network tokens: refused by the local calls, and the other way round.
+        let n = NetLease { queue: 21, pos: 5, tag: 7 << 32 | 3, deliveries: 2 };
+        let nt = TvmLease::from_net(&n);
+        assert_eq!(nt.deliveries, 2);
+        assert_eq!(nt.to_net().unwrap(), n);
+        assert_eq!(nt.to_lease().unwrap_err().code(), LEASE_INVALID);
+        assert_eq!(t.to_net().unwrap_err().code(), LEASE_INVALID);
+        assert_eq!(TvmLease::ZERO.to_net().unwrap_err().code(), LEASE_INVALID);
+        for k in 0..7 {
+            let mut bad = nt;
+            bad.m_llPriv[k] ^= 1;
+            assert_eq!(bad.to_net().unwrap_err().code(), LEASE_INVALID, "word {k} altered");
+        }
     }
 }

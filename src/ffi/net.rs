@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// The handle's client, or SERV_NOT_CONN.
-fn client(h: &mut SATvm) -> Result<&mut Client> {
+pub(super) fn client(h: &mut SATvm) -> Result<&mut Client> {
     if h.m_pPriv.is_null() {
         return Err(Error::new(SERV_NOT_CONN, "call lTvmConnect first"));
     }
@@ -25,7 +25,7 @@ fn client(h: &mut SATvm) -> Result<&mut Client> {
 
 /// For a pop: the handle's client, queue and record size; SERV_NOT_CONN, or
 /// RECD_TOO_LONG for lSize 0 (no record fits).
-fn popping(h: &mut SATvm) -> Result<(&mut Client, TABLE, usize)> {
+pub(super) fn popping(h: &mut SATvm) -> Result<(&mut Client, TABLE, usize)> {
     let (t, each) = (h.tblName, h.lSize);
     let c = client(h)?;
     if each == 0 {

@@ -16,11 +16,11 @@ use std::sync::atomic::AtomicU64;
 /// at all.
 pub(crate) fn create(dir: &Path, id: u32, spec: &Spec) -> Result<()> {
     spec.check_geometry()?;
+    spec.check_settings(id)?;
     let size = spec.file_size().filter(|&s| s <= i64::MAX as u64).ok_or_else(|| {
         let what = format!("{} rows of {} bytes make a file too large to address", spec.rows, spec.record_size);
         Error::new(MQUE_CRTE_BIG, what)
     })?;
-    spec.check_settings(id)?;
     let info = Info::new(id, spec, size)?;
     let options = Options::new(spec);
 

@@ -266,8 +266,8 @@ impl Options {
                 return bad(format!("lease settings out of range: {l:?}"));
             }
         }
-        if self.flags & OPT_LEASES != 0 && self.flags & OPT_DURABLE != 0 {
-            return bad("a durable queue with leases (not supported)".into());
+        if self.flags & OPT_LEASES != 0 && self.flags & OPT_IMAGE != 0 {
+            return bad("a queue with leases and a slot image (not supported)".into());
         }
         if self.flags & OPT_IMAGE != 0 && (self.flags & OPT_DURABLE == 0 || self.durable.policy != POLICY_INTERVAL) {
             return bad("a slot image without the interval policy".into());
@@ -519,7 +519,7 @@ pub(crate) fn file_size(rows: u64, record_size: u64, leases: u64) -> Option<u64>
 /// Exact file size of a queue, durable or not, with an image of its slots
 /// (`image`: see [`image_offset`]) and a lease table of `leases` entries
 /// (0: none), or `None` if it overflows or the combination is not supported
-/// (a durable queue has no lease table).
+/// (a queue with an image has no lease table).
 pub(crate) fn file_size_for(rows: u64, record_size: u64, durable: bool, image: bool, leases: u64) -> Option<u64> {
     let slots_end = rows.checked_mul(stride_for(record_size, durable))?.checked_add(DATA_OFFSET)?;
     if image {
@@ -533,10 +533,7 @@ pub(crate) fn file_size_for(rows: u64, record_size: u64, durable: bool, image: b
     if leases == 0 {
         return Some(slots_end);
     }
-    if durable {
-        return None;
-    }
-    lease_table_offset(rows, record_size)?.checked_add(crate::lease::table::table_bytes(leases, record_size)?)
+    lease_table_offset(rows, record_size, durable)?.checked_add(crate::lease::table::table_bytes(leases, record_size)?)
 }
 
 impl Spec {
@@ -572,9 +569,10 @@ pub(crate) fn image_offset(rows: u64, record_size: u64) -> Option<u64> {
     page_up(rows.checked_mul(stride_for(record_size, true))?.checked_add(DATA_OFFSET)?)
 }
 
-/// File offset of the lease table (after the slots, on a page boundary).
-pub(crate) fn lease_table_offset(rows: u64, record_size: u64) -> Option<u64> {
-    let slots_end = rows.checked_mul(slot_stride(record_size))?.checked_add(DATA_OFFSET)?;
+/// File offset of the lease table (after the slots, on a page boundary;
+/// a durable queue's slots have their own stride: see [`stride_for`]).
+pub(crate) fn lease_table_offset(rows: u64, record_size: u64, durable: bool) -> Option<u64> {
+    let slots_end = rows.checked_mul(stride_for(record_size, durable))?.checked_add(DATA_OFFSET)?;
     slots_end.checked_add(4095).map(|e| e / 4096 * 4096)
 }
 
@@ -794,7 +792,7 @@ mod tests {
         assert_eq!(file_size(u64::MAX, 8, 0), None);
         // With leases: the table after the slots, on a page boundary: a
         // 4 KiB control block and entries of 64 + 320 bytes.
-        assert_eq!(lease_table_offset(3, 304), Some(DATA_OFFSET + 4096));
+        assert_eq!(lease_table_offset(3, 304, false), Some(DATA_OFFSET + 4096));
         assert_eq!(file_size(3, 304, 10), Some(DATA_OFFSET + 4096 + 4096 + 4096));
         assert_eq!(file_size(3, 304, 11), Some(DATA_OFFSET + 4096 + 4096 + 8192));
         assert_eq!(file_size(1 << 40, 1 << 30, 1 << 20), None);

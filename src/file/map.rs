@@ -162,11 +162,13 @@ impl QueueFile {
         if entries == 0 {
             return Ok(None);
         }
-        let offset = lease_table_offset(i.capacity, i.record_size).and_then(|o| usize::try_from(o).ok());
+        let durable = self.options.durability().is_some();
+        let offset = lease_table_offset(i.capacity, i.record_size, durable).and_then(|o| usize::try_from(o).ok());
         let count = usize::try_from(entries).ok();
         offset
             .zip(count)
             .and_then(|(o, n)| LeaseTable::new(&self.map, o, n, i.record_size as usize))
+            .map(|t| if durable { t.sealed(crate::ring::seal::queue_key(i.id, i.created_ns)) } else { t })
             .map(Some)
             .ok_or_else(|| {
                 Error::new(SHM_ERR_INVAL, format!("{}: the lease table does not fit the file", self.path.display()))

@@ -292,8 +292,12 @@ pub(crate) struct Entry {
     pub(crate) leased_ns: AtomicU64,
     /// Length of the record, 1..=record size.
     pub(crate) len: AtomicU32,
-    /// Zero; reserved.
-    pub(crate) reserved: AtomicU32,
+    /// Durable queues: the checksum of the record saved in the entry (over
+    /// the queue's key, `pos`, and the record's bytes), written before the
+    /// commit, so that a recovery after a machine crash tells an entry
+    /// whose head and record reached the disk from different moments.
+    /// Zero on other queues.
+    pub(crate) check: AtomicU32,
     /// Zero; reserved.
     pub(crate) reserved2: [AtomicU64; 3],
 }

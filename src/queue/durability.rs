@@ -1,5 +1,7 @@
 //! What a queue does for durability: the syncs of `always` queues after
-//! pops, [`Queue::sync`], and the durable state for `tvmq stat`.
+//! pops, [`Queue::sync`], syncs put off and waited for later
+//! ([`Queue::defer_syncs`], for a server that must not wait on its event
+//! loop), and the durable state for `tvmq stat`.
 
 use super::Queue;
 use crate::durable::{Durable, DurableStats};
@@ -47,6 +49,51 @@ impl Queue {
         crate::durable::msync(map.base(), map.len())
     }
 
+    /// Runs `f` on this queue with the syncs of an `always` queue put off:
+    /// the pushes, pops and other calls `f` makes on this queue from this
+    /// thread publish their changes at once (other threads and processes
+    /// see them) and return without waiting for stable storage. Returns
+    /// what `f` returned and, when one of those calls would have waited
+    /// for a sync, a [`SyncTicket`] naming a sync that covers every one of
+    /// them: the caller must not tell anyone that the changes are durable
+    /// before [`sync_ticket`](Self::sync_ticket) returned `Ok` for it (or
+    /// [`is_synced`](Self::is_synced) said so). `None` for other queues
+    /// (nothing to wait for: `interval` queues keep their window).
+    ///
+    /// Calls on other queues inside `f` sync as usual. A failed sync
+    /// inside `f` cannot happen (none runs); it shows when the ticket is
+    /// waited for.
+    pub fn defer_syncs<R>(&self, f: impl FnOnce(&Queue) -> R) -> (R, Option<SyncTicket>) {
+        let Some(d) = &self.always else {
+            return (f(self), None);
+        };
+        let guard = crate::durable::defer::begin(d);
+        let r = f(self);
+        let target = guard.end();
+        (r, (target != 0).then_some(SyncTicket(target)))
+    }
+
+    /// Has the sync `ticket` names completed (the changes it covers are on
+    /// stable storage)? Never waits. `true` on a queue that is not `always`.
+    pub fn is_synced(&self, ticket: SyncTicket) -> bool {
+        self.always.as_ref().is_none_or(|d| d.covered(ticket.0))
+    }
+
+    /// Waits until the sync `ticket` names has completed, running it when
+    /// no thread or process is syncing the queue: one sync covers the
+    /// changes every caller made before it started, so tickets of many
+    /// threads and processes share it (group commit).
+    ///
+    /// Errors: `SYNC_FAILED` (the system call failed: the changes are in
+    /// the queue but not known to be on stable storage; a later sync may
+    /// still cover them).
+    pub fn sync_ticket(&self, ticket: SyncTicket) -> Result<()> {
+        match &self.always {
+            Some(d) => d.sync_to(ticket.0),
+            None => Ok(()),
+        }
+    }
+
     /// How the queue's changes reach stable storage (`None`: not durable).
     pub fn durability(&self) -> Option<Durability> {
         self.info.durability
@@ -57,6 +104,20 @@ impl Queue {
     pub fn durable_stats(&self) -> Option<DurableStats> {
         let policy = self.info.durability?;
         Some(crate::durable::stats(self.control(), policy, self.info.created_ns))
+    }
+}
+
+/// A sync of an `always` queue that covers changes published earlier (see
+/// [`Queue::defer_syncs`]). Tickets of one queue are ordered: a later
+/// (greater) one covers everything an earlier one does. Meaningless on
+/// another queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SyncTicket(u64);
+
+impl SyncTicket {
+    /// The sync's number (syncs of the queue are numbered from 1).
+    pub fn number(self) -> u64 {
+        self.0
     }
 }
 

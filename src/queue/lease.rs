@@ -93,6 +93,15 @@ impl Lease {
         Duration::from_nanos(self.deadline_ns.saturating_sub(mono_ns()))
     }
 
+    /// The delivery's identity within its queue: (the record's position,
+    /// its lease entry and the delivery's generation as one word). Two
+    /// deliveries never share it (the generation changes at every change of
+    /// hands and extension), so it names a delivery on the wire (`tvmq
+    /// serve`'s lease ids) as the token does.
+    pub fn delivery_id(&self) -> (u64, u64) {
+        (self.pos, u64::from(self.entry) << 32 | u64::from(self.generation))
+    }
+
     /// The token as five words (for the C ABI's `TvmLease`).
     pub(crate) fn to_words(self) -> [u64; 5] {
         [
@@ -319,7 +328,16 @@ impl Queue {
             let got = self.ring.pop_committed(out, &ann, &mut patience, |rec, at| {
                 let deadline = mono_after(now, lease_ns);
                 (pos, leased) = (at, (now, deadline));
-                l.table.commit(i, filling, rec, at, now, deadline)
+                let saved = l.table.commit(i, filling, rec, at, now, deadline);
+                if saved {
+                    // `always`: the saved record is on stable storage before
+                    // its slot is released (which the kernel may write back
+                    // at any time): a machine crash finds it in the table,
+                    // in the ring (recovery then drops the slot), or both.
+                    // A failed sync is counted in the file, as a pop's is.
+                    let _ = self.lease_durably();
+                }
+                saved
             });
             match got {
                 Ok(n) => {
@@ -387,6 +405,9 @@ impl Queue {
         let Some(leased) = l.table.deliver(i, taking, now, deadline) else {
             return Some(Err(self.lease_corrupt("a lease entry changed under its taker")));
         };
+        // `always`: the raised delivery count is durable before the record
+        // is delivered (counted in the file if the sync fails).
+        let _ = self.lease_durably();
         l.table.leased_until(now, deadline);
         out[n..].fill(0);
         let pos = l.table.entry(i).pos.load(Ordering::Relaxed);
@@ -403,6 +424,7 @@ impl Queue {
         let Some((i, taking)) = l.table.take_ready(now, me, l.base) else { return Ok(None) };
         let n = l.table.read(i, out);
         let _ = l.table.entry(i).change(taking, taking.free());
+        self.popped_durably();
         n.map(Some).ok_or_else(|| self.lease_corrupt("a waiting record has an impossible length"))
     }
 
@@ -447,9 +469,26 @@ impl Queue {
     /// Errors: `LEASE_EXPIRED` (the lease ran out, maybe to another
     /// consumer, or was already ended), `LEASE_INVALID` (a lease of another
     /// queue), `SHM_ERR_EIDRM` (the queue was dropped).
+    ///
+    /// On a durable queue with the `always` policy it returns once the
+    /// acknowledgement is on stable storage (sharing syncs with other
+    /// callers); `SYNC_FAILED` if that sync failed: the record is
+    /// acknowledged, but a machine crash may deliver it again.
     pub fn ack(&self, lease: &Lease) -> Result<()> {
         let (l, i, w, _) = self.held_lease(lease)?;
-        l.table.entry(i).change(w, w.free()).map(|_| ()).map_err(|_| self.late(l))
+        l.table.entry(i).change(w, w.free()).map_err(|_| self.late(l))?;
+        self.lease_durably()
+    }
+
+    /// With the `always` policy: returns once the changes this thread made
+    /// to the lease table (and everything before them) are on stable
+    /// storage. The lease table lies in the range every sync writes.
+    #[inline]
+    fn lease_durably(&self) -> Result<()> {
+        match &self.always {
+            Some(d) => d.sync(),
+            None => Ok(()),
+        }
     }
 
     /// The lease of a delivery now runs out `lease` from now (zero: the
@@ -537,6 +576,10 @@ impl Queue {
             }
         };
         let _ = l.table.entry(i).change(dying, dying.free());
+        // `always`: a record moved on does not come back after a machine
+        // crash (counted in the file if the sync fails: it may then be in
+        // both queues).
+        let _ = self.lease_durably();
         Ok(())
     }
 

@@ -37,6 +37,7 @@ mod transfer;
 mod types;
 
 use blocking::Idle;
+pub use durability::SyncTicket;
 pub use lease::{Lease, LeaseState, LeaseStats, LeasedRecord};
 pub(crate) use participant::IdHasher;
 use participant::{Intent, NO_WORD, Patience};

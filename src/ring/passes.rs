@@ -79,7 +79,16 @@ impl<S: Storage> Ring<S> {
     /// ring whose producers sealed their records under `key`, never
     /// keeping a record below position count `consumed`. See the module
     /// documentation. Every kept record stays deliverable exactly once.
+    #[cfg(test)]
     pub(crate) fn rebuild(&self, key: u64, consumed: u64) -> Rebuilt {
+        self.rebuild_from(key, consumed, 0)
+    }
+
+    /// [`rebuild`](Self::rebuild), with the new tail at least `floor`:
+    /// positions below it were taken before (by leases whose records now
+    /// live in the lease table, which names them by position), so that no
+    /// later push is given one of them again.
+    pub(crate) fn rebuild_from(&self, key: u64, consumed: u64, floor: u64) -> Rebuilt {
         let cap = self.cap;
         let mut r = Rebuilt::default();
         let mut buf = vec![0u8; self.record_size];
@@ -107,7 +116,7 @@ impl<S: Storage> Ring<S> {
             }
             *entry = Some(at);
         }
-        let newest = kept.iter().flatten().max().copied();
+        let newest = kept.iter().flatten().max().copied().max(floor.checked_sub(1).filter(|&f| f >= consumed));
         let (head, mut tail) = match newest {
             None => (consumed, consumed),
             Some(m) => (consumed.max((m + 1).saturating_sub(cap)), m + 1),

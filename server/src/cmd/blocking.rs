@@ -2,8 +2,10 @@
 //! non-empty queue, or wait for one (see [`crate::waiters`] for how a
 //! waiting client is woken, and in which order).
 
-use super::context::Ctx;
+use super::context::{Client, Ctx};
+use super::lease::{LEASE_RECHECK, Want};
 use super::queue::{key_error, null_array, pop_bulk};
+use crate::durable::OnFailure;
 use crate::reply;
 use crate::state::ServerState;
 use crate::waiters::{WaitList, Waiters};
@@ -50,6 +52,8 @@ pub(crate) struct Blocked {
     lists: Vec<Option<Arc<WaitList>>>,
     /// Where its wake-ups arrive.
     pub(crate) notify: Arc<Notify>,
+    /// TVMQ.LEASE: what it leases (its one key), instead of popping.
+    lease: Option<Want>,
 }
 
 /// BLPOP/BRPOP: pops at once if a queue has a record (or writes the error)
@@ -113,24 +117,54 @@ pub(crate) fn start(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<
         deadline: timeout.and_then(|t| Instant::now().checked_add(t)),
         ticket: ctx.shared.waiters.ticket(),
         notify: Arc::new(Notify::new()),
+        lease: None,
     };
-    if blocked.try_pop(ctx.client.proto, out) {
+    if blocked.try_pop(ctx.client, out) {
         return None;
     }
     Some(blocked)
 }
 
 impl Blocked {
+    /// A client blocked in TVMQ.LEASE on `q` (its first try found nothing).
+    pub(crate) fn lease(ctx: &Ctx<'_>, key: &[u8], q: Arc<Queue>, timeout: Option<Duration>, want: Want) -> Blocked {
+        Blocked {
+            keys: vec![(key.to_vec(), q)],
+            deadline: timeout.and_then(|t| Instant::now().checked_add(t)),
+            ticket: ctx.shared.waiters.ticket(),
+            lists: vec![None],
+            notify: Arc::new(Notify::new()),
+            lease: Some(want),
+        }
+    }
+
+    /// How long it may wait before looking again without a wake-up: leases
+    /// that run out or are released move no push count.
+    pub(crate) fn recheck(&self) -> Option<Duration> {
+        self.lease.map(|_| LEASE_RECHECK)
+    }
+
     /// Pops from the first queue that has a record, writing the reply
-    /// (`[key, record]`, or the queue's error); false if all are empty.
-    pub(crate) fn try_pop(&mut self, proto: Proto, out: &mut Vec<u8>) -> bool {
-        let _ = proto;
+    /// (`[key, record]`, or the queue's error); false if all are empty. A
+    /// pop of an `always` queue is held in `client.held` until a sync covers it.
+    /// (TVMQ.LEASE: leases, held by `client`.)
+    pub(crate) fn try_pop(&mut self, client: &mut Client, out: &mut Vec<u8>) -> bool {
+        if let Some(want) = self.lease {
+            return super::lease::try_blocked(&self.keys[0].1, want, client, out);
+        }
+        let held = &mut client.held;
         for (key, q) in &self.keys {
             let mark = out.len();
             resp::array_header(out, 2);
             resp::bulk(out, key);
-            match pop_bulk(q, out) {
-                Ok(true) => return true,
+            let (popped, ticket) = q.defer_syncs(|q| pop_bulk(q, out));
+            match popped {
+                Ok(true) => {
+                    if let Some(t) = ticket {
+                        held.add(q.clone(), t, mark..out.len(), 1, OnFailure::Deliver);
+                    }
+                    return true;
+                }
                 Ok(false) => out.truncate(mark),
                 Err(e) => {
                     out.truncate(mark);
@@ -155,7 +189,10 @@ impl Blocked {
 
     /// Writes the timeout reply: a null array (RESP2 `*-1`, RESP3 `_`).
     pub(crate) fn timed_out(&self, proto: Proto, out: &mut Vec<u8>) {
-        null_array(out, proto);
+        match self.lease {
+            Some(want) => super::lease::empty(out, proto, want),
+            None => null_array(out, proto),
+        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! What a command runs with: the connection's state ([`Client`]), the
 //! server's and the worker's ([`Ctx`]), and how integer arguments are read.
 
+use crate::durable::Held;
 use crate::keys::{LastKey, WorkerKeys};
 use crate::state::ServerState;
 use resp::Proto;
@@ -26,6 +27,11 @@ pub(crate) struct Client {
     pub(crate) last: LastKey,
     /// When the connection was accepted.
     pub(crate) since: Instant,
+    /// The leases it holds (TVMQ.LEASE), released when it ends.
+    pub(crate) leases: super::lease::Held,
+    /// Replies in the output buffer that wait for a sync of an `always`
+    /// queue before they may be written.
+    pub(crate) held: Held,
 }
 
 impl Client {
@@ -41,6 +47,8 @@ impl Client {
             peer,
             last: LastKey::default(),
             since: Instant::now(),
+            leases: super::lease::Held::default(),
+            held: Held::default(),
         }
     }
 }

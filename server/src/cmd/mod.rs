@@ -1,7 +1,7 @@
 //! Commands: the name looked up without allocating, the arity and the
 //! authentication checked in Redis's order, then one function per command
 //! in the file of its family: [`queue`] (pushes, pops, LLEN), [`blocking`]
-//! (BLPOP, BRPOP), `admin` (DEL, LTRIM, TVMQ.REPAIR), [`server`] (connection and server commands), with
+//! (BLPOP, BRPOP), `admin` (DEL, LTRIM, TVMQ.REPAIR), [`lease`] (TVMQ.LEASE, TVMQ.ACK, ...), [`server`] (connection and server commands), with
 //! [`table`] naming and describing them all (for COMMAND too) and `context`
 //! what they run with.
 //!
@@ -12,6 +12,7 @@
 mod admin;
 pub(crate) mod blocking;
 mod context;
+pub(crate) mod lease;
 pub(crate) mod queue;
 pub(crate) mod server;
 pub(crate) mod table;
@@ -72,6 +73,16 @@ pub(crate) fn execute(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Ve
         Cmd::Del => admin::del(ctx, buf, req, out),
         Cmd::Ltrim => admin::ltrim(ctx, buf, req, out),
         Cmd::Repair => admin::repair(ctx, buf, req, out),
+        Cmd::Lease => {
+            return lease::lease(ctx, buf, req, out).map_or(Flow::Next, |(q, timeout, want)| {
+                Flow::Block(blocking::Blocked::lease(ctx, req.arg(buf, 1), q, timeout, want))
+            });
+        }
+        Cmd::Ack => lease::ack(ctx, buf, req, out),
+        Cmd::Release => lease::release(ctx, buf, req, out),
+        Cmd::Reject => lease::reject(ctx, buf, req, out),
+        Cmd::Extend => lease::extend(ctx, buf, req, out),
+        Cmd::Leases => lease::stats(ctx, buf, req, out),
     }
     Flow::Next
 }

@@ -5,6 +5,7 @@
 //! at the tail and both pops take the oldest record (`docs/protocol.md`).
 
 use super::context::{Ctx, parse_int};
+use crate::durable::OnFailure;
 use crate::keys::KeyError;
 use crate::reply;
 use resp::{Proto, Request};
@@ -61,13 +62,23 @@ pub(crate) fn push(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u
         return;
     }
     let total = req.len() - 2;
-    for (pushed, v) in values.enumerate() {
-        if let Err(e) = q.push(v) {
-            push_failed(out, q, &e, pushed, total, name);
-            return;
+    let at = out.len();
+    // On an `always` queue: published now, the reply held until a sync
+    // covers the records (see `crate::durable`).
+    let (pushed, ticket) = q.defer_syncs(|q| {
+        for (pushed, v) in values.enumerate() {
+            if let Err(e) = q.push(v) {
+                push_failed(out, q, &e, pushed, total, name);
+                return pushed;
+            }
         }
+        resp::integer(out, q.depth() as i64);
+        total
+    });
+    if let Some(t) = ticket {
+        let q = q.clone();
+        ctx.client.held.add(q, t, at..out.len(), pushed as u64, OnFailure::Error);
     }
-    resp::integer(out, q.depth() as i64);
 }
 
 #[cold]
@@ -173,24 +184,36 @@ pub(crate) fn pop(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8
         }
         Err(e) => return key_error(out, key, &e),
     };
-    let Some(count) = count else {
-        match pop_bulk(q, out) {
-            Ok(true) => {}
-            Ok(false) => resp::null(out, proto),
-            Err(e) => reply::queue_error(out, q.id(), &e),
-        }
-        return;
-    };
-    if count == 0 {
+    if count == Some(0) {
         return resp::array_header(out, 0);
     }
-    pop_many(q, out, proto, count);
+    let at = out.len();
+    // On an `always` queue: taken now, the reply held until a sync covers
+    // the records' consumption (see `crate::durable`).
+    let (taken, ticket) = q.defer_syncs(|q| match count {
+        None => match pop_bulk(q, out) {
+            Ok(true) => 1,
+            Ok(false) => {
+                resp::null(out, proto);
+                0
+            }
+            Err(e) => {
+                reply::queue_error(out, q.id(), &e);
+                0
+            }
+        },
+        Some(count) => pop_many(q, out, proto, count),
+    });
+    if let Some(t) = ticket {
+        let q = q.clone();
+        ctx.client.held.add(q, t, at..out.len(), taken as u64, OnFailure::Deliver);
+    }
 }
 
 /// Up to `count` records as an array (at most [`MAX_POP_REPLY`] bytes of
-/// them, at least one), or a null array when the queue is empty.
+/// them, at least one), or a null array when the queue is empty; how many.
 #[cold]
-fn pop_many(q: &Queue, out: &mut Vec<u8>, proto: Proto, count: u64) {
+fn pop_many(q: &Queue, out: &mut Vec<u8>, proto: Proto, count: u64) -> usize {
     let cap = (MAX_POP_REPLY / q.record_size().max(1)).max(1) as u64;
     let want = count.min(cap) as usize;
     // Pop first (the count is known after), then put the header in front.
@@ -212,12 +235,13 @@ fn pop_many(q: &Queue, out: &mut Vec<u8>, proto: Proto, count: u64) {
             Some(e) => reply::queue_error(out, q.id(), &e),
             None => null_array(out, proto),
         }
-        return;
+        return 0;
     }
     // Records popped before an error are delivered; the error is not.
     let mut header = Vec::with_capacity(24);
     resp::array_header(&mut header, n);
     out.splice(at..at, header);
+    n
 }
 
 /// A null array: `*-1` in RESP2, `_` in RESP3.

@@ -369,6 +369,9 @@ pub(crate) fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u
             sh.index.rescans.load(Ordering::Relaxed),
         );
     }
+    if wants("durability") {
+        durability_section(sh, &mut t);
+    }
     if wants("queues") {
         t.push_str("# Queues\r\n");
         // From the index, not the directory, and at most INFO_QUEUES_MAX
@@ -395,6 +398,48 @@ pub(crate) fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u
         t.push_str("\r\n");
     }
     resp::verbatim(out, ctx.client.proto, b"txt", t.as_bytes());
+}
+
+/// INFO's `# Durability`: the syncs this server ran for replies it held
+/// (pushes and pops of `always` queues answered only once on stable
+/// storage), and each durable queue's own sync counters (every process's
+/// syncs, from the queue file).
+fn durability_section(sh: &crate::state::ServerState, t: &mut String) {
+    let s = sh.syncers.stats();
+    let syncs = s.syncs.load(Ordering::Relaxed);
+    let records = s.records.load(Ordering::Relaxed);
+    let total_us = s.total_us.load(Ordering::Relaxed);
+    let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
+    let _ = write!(
+        t,
+        "# Durability\r\ndurable_sync_threads:{}\r\ndurable_syncs:{syncs}\r\ndurable_sync_failures:{}\r\n\
+         durable_records_held:{records}\r\ndurable_records_per_sync:{:.2}\r\ndurable_sync_last_us:{}\r\n\
+         durable_sync_avg_us:{:.0}\r\n",
+        sh.syncers.threads(),
+        s.failures.load(Ordering::Relaxed),
+        ratio(records, syncs),
+        s.last_us.load(Ordering::Relaxed),
+        ratio(total_us, syncs),
+    );
+    // As INFO queues: from the index, at most INFO_QUEUES_MAX headers read.
+    let (ids, all) = sh.index.lowest_ids(INFO_QUEUES_MAX);
+    if all > ids.len() {
+        let _ = write!(t, "queues_not_looked_at:{}\r\n", all - ids.len());
+    }
+    for id in ids {
+        let Ok(q) = tvm::Queue::inspect(sh.dir(), id) else { continue };
+        let Some(d) = q.durable_stats() else { continue };
+        let _ = write!(
+            t,
+            "durable_queue_{id}:policy={},syncs={},failures={},last_sync_us={},dirty={}\r\n",
+            d.policy,
+            d.syncs,
+            d.failures,
+            d.last_sync_took_ns / 1000,
+            u8::from(d.dirty),
+        );
+    }
+    t.push_str("\r\n");
 }
 
 #[cfg(test)]

@@ -27,6 +27,12 @@ pub(crate) enum Cmd {
     Del,
     Ltrim,
     Repair,
+    Lease,
+    Ack,
+    Release,
+    Reject,
+    Extend,
+    Leases,
 }
 
 impl Cmd {
@@ -55,6 +61,12 @@ impl Cmd {
             3 if is(b"DEL") => Cmd::Del,
             5 if is(b"LTRIM") => Cmd::Ltrim,
             11 if is(b"TVMQ.REPAIR") => Cmd::Repair,
+            10 if is(b"TVMQ.LEASE") => Cmd::Lease,
+            8 if is(b"TVMQ.ACK") => Cmd::Ack,
+            12 if is(b"TVMQ.RELEASE") => Cmd::Release,
+            11 if is(b"TVMQ.REJECT") => Cmd::Reject,
+            11 if is(b"TVMQ.EXTEND") => Cmd::Extend,
+            11 if is(b"TVMQ.LEASES") => Cmd::Leases,
             _ => return None,
         };
         Some(cmd)
@@ -115,7 +127,7 @@ const fn spec(
 const NO_KEYS: (i64, i64, i64) = (0, 0, 0);
 
 /// In the order of [`Cmd`].
-pub(crate) static COMMANDS: [Spec; 20] = [
+pub(crate) static COMMANDS: [Spec; 26] = [
     spec(
         "ping",
         -1,
@@ -278,6 +290,60 @@ pub(crate) static COMMANDS: [Spec; 20] = [
         (1, 1, 1),
         &["@write", "@slow"],
         "Recovers what dead processes left in a queue (as tvmq repair). Returns the records recovered.",
+        "list",
+    ),
+    spec(
+        "tvmq.lease",
+        -2,
+        &["write", "blocking"],
+        (1, 1, 1),
+        &["@write", "@list", "@blocking"],
+        "TVMQ.LEASE key [COUNT n] [BLOCK ms] [FOR ms]: leases the oldest records to this connection. Returns [id, deliveries, record] (an array of them with COUNT), or null.",
+        "list",
+    ),
+    spec(
+        "tvmq.ack",
+        -3,
+        &["write", "fast"],
+        (1, 1, 1),
+        &["@write", "@list", "@fast"],
+        "TVMQ.ACK key id [id ...]: acknowledges leases of this connection (done, gone). Returns how many.",
+        "list",
+    ),
+    spec(
+        "tvmq.release",
+        -3,
+        &["write", "fast"],
+        (1, 1, 1),
+        &["@write", "@list", "@fast"],
+        "TVMQ.RELEASE key id [DELAY ms]: puts a leased record back, delivered again after the delay.",
+        "list",
+    ),
+    spec(
+        "tvmq.reject",
+        3,
+        &["write", "fast"],
+        (1, 1, 1),
+        &["@write", "@list", "@fast"],
+        "TVMQ.REJECT key id: moves a leased record to the dead-letter queue (or drops it without one).",
+        "list",
+    ),
+    spec(
+        "tvmq.extend",
+        4,
+        &["write", "fast"],
+        (1, 1, 1),
+        &["@write", "@list", "@fast"],
+        "TVMQ.EXTEND key id ms: the lease runs out ms from now. Returns its new id.",
+        "list",
+    ),
+    spec(
+        "tvmq.leases",
+        2,
+        &["readonly"],
+        (1, 1, 1),
+        &["@read", "@list", "@slow"],
+        "TVMQ.LEASES key: the queue's lease statistics.",
         "list",
     ),
 ];

@@ -81,7 +81,13 @@ impl ChildServer {
 
     /// Starts it as `how` says and waits for its "listening on" line.
     pub fn spawn(dir: &TempDir, extra: &[&str], how: &Spawn<'_>) -> ChildServer {
-        let mut cmd = server_child_command(dir.path(), extra, how);
+        Self::spawn_in(dir.path(), extra, how)
+    }
+
+    /// [`spawn`](Self::spawn) serving any directory (a [`DiskDir`] for
+    /// durable queues).
+    pub fn spawn_in(dir: &Path, extra: &[&str], how: &Spawn<'_>) -> ChildServer {
+        let mut cmd = server_child_command(dir, extra, how);
         cmd.stdout(Stdio::piped()).stderr(if how.capture_stderr { Stdio::piped() } else { Stdio::inherit() });
         let mut child = cmd.spawn().expect("start the server child");
         let stderr_lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));

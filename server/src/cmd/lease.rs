@@ -1,0 +1,433 @@
+//! Leases over RESP, in owner mode: TVMQ.LEASE (with a count, blocking with
+//! a timeout), TVMQ.ACK, TVMQ.RELEASE (with a delay), TVMQ.REJECT,
+//! TVMQ.EXTEND and TVMQ.LEASES (the queue's lease statistics). Why these
+//! verbs and not Redis Streams' is in docs/protocol.md.
+//!
+//! A lease belongs to the connection that took it ([`Held`], in its
+//! [`Client`]): only that connection can end or extend it, and when the
+//! connection ends, however it ends (QUIT, EOF, a killed client, a client
+//! that stopped reading and was dropped after `--write-timeout`, the
+//! server stopping), every lease it still holds is released at once
+//! (delivered again, its delivery count raised). A lease also runs out by
+//! time, as locally. If the server process itself dies, the library's own
+//! owner rule applies: the leases of a dead process are delivered again.
+//!
+//! A lease id is `<position>-<tag>` (two decimal words, the shape of a
+//! stream entry id): the record's position in its queue and the lease
+//! entry and generation of the delivery (`Lease::delivery_id`), so an id
+//! never names another delivery, even after a reconnection.
+
+use super::context::{Client, Ctx, parse_int};
+use super::queue::{key_error, null_array};
+use crate::reply;
+use resp::{Proto, Request};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tvm::error::{LEASE_EXPIRED, LEASE_LIMIT, NO_DATA_FOUND};
+use tvm::{Lease, Queue, Wait};
+
+/// How often a client blocked in TVMQ.LEASE looks again without a push:
+/// records released, or whose lease ran out, move no push count.
+pub(crate) const LEASE_RECHECK: Duration = Duration::from_millis(10);
+
+/// Held leases past which the expired ones are forgotten at the next lease.
+const PRUNE_AT: usize = 4096;
+
+/// (queue id, position, tag): a lease as its id names it.
+type LeaseKey = (u32, u64, u64);
+
+/// The leases one connection holds, released when it ends.
+#[derive(Default)]
+pub(crate) struct Held {
+    map: HashMap<LeaseKey, (Arc<Queue>, Lease)>,
+    /// The map's size after the last prune.
+    pruned: usize,
+}
+
+impl Held {
+    fn insert(&mut self, q: &Arc<Queue>, lease: Lease) -> LeaseKey {
+        if self.map.len() >= PRUNE_AT.max(2 * self.pruned) {
+            // Leases that ran out (no call can end them any more).
+            self.map.retain(|_, (_, l)| !l.remaining().is_zero());
+            self.pruned = self.map.len();
+        }
+        let (pos, tag) = lease.delivery_id();
+        let key = (q.id(), pos, tag);
+        self.map.insert(key, (q.clone(), lease));
+        key
+    }
+
+    /// Leases held now (expired ones not yet forgotten included).
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Releases every lease held (delay 0): delivered again at once.
+    pub(crate) fn release_all(&mut self) {
+        for (_, (q, lease)) in self.map.drain() {
+            // Refused: it ran out, or the queue was dropped; nothing to give back.
+            let _ = q.release(&lease, Duration::ZERO);
+        }
+        self.pruned = 0;
+    }
+}
+
+impl Drop for Held {
+    /// Owner mode: a connection's leases return to the queue when it ends.
+    fn drop(&mut self) {
+        self.release_all();
+    }
+}
+
+/// What a client blocked in TVMQ.LEASE wants.
+#[derive(Clone, Copy)]
+pub(crate) struct Want {
+    count: usize,
+    lease_time: Duration,
+    /// Reply with an array of entries (COUNT given), else one entry.
+    array: bool,
+}
+
+/// Milliseconds given as an argument: 0 or more.
+fn millis(arg: &[u8]) -> Option<Duration> {
+    parse_int(arg).and_then(|v| u64::try_from(v).ok()).map(Duration::from_millis)
+}
+
+/// The queue of `key` (never created), writing the error reply if there is none.
+fn queue(ctx: &mut Ctx<'_>, key: &[u8], out: &mut Vec<u8>) -> Option<Arc<Queue>> {
+    match ctx.client.last.resolve(ctx.shared, ctx.keys, key, false) {
+        Ok(q) => Some(q.clone()),
+        Err(e) => {
+            key_error(out, key, &e);
+            None
+        }
+    }
+}
+
+/// TVMQ.LEASE key [COUNT n] [BLOCK ms] [FOR ms]: leases the oldest record
+/// (COUNT: up to n of them), waiting up to BLOCK ms (0: forever) when there
+/// is none, for FOR ms (0 or absent: the queue's lease time). Reply: one
+/// entry `[id, deliveries, record]` (with COUNT: an array of them), or a
+/// null when there was nothing.
+pub(crate) fn lease(
+    ctx: &mut Ctx<'_>,
+    buf: &[u8],
+    req: &Request,
+    out: &mut Vec<u8>,
+) -> Option<(Arc<Queue>, Option<Duration>, Want)> {
+    let mut want = Want { count: 1, lease_time: Duration::ZERO, array: false };
+    let mut block = None;
+    let mut i = 2;
+    while i < req.len() {
+        let opt = req.arg(buf, i);
+        let Some(val) = req.get(buf, i + 1) else {
+            reply::syntax_error(out);
+            return None;
+        };
+        if opt.eq_ignore_ascii_case(b"COUNT") {
+            match parse_int(val) {
+                Some(n) if n > 0 => want.count = n as usize,
+                _ => {
+                    resp::error(out, b"ERR COUNT must be a positive integer");
+                    return None;
+                }
+            }
+            want.array = true;
+        } else if opt.eq_ignore_ascii_case(b"BLOCK") {
+            match millis(val) {
+                Some(d) => block = Some(d),
+                None => {
+                    resp::error(out, b"ERR BLOCK must be 0 or more milliseconds");
+                    return None;
+                }
+            }
+        } else if opt.eq_ignore_ascii_case(b"FOR") {
+            match millis(val) {
+                Some(d) => want.lease_time = d,
+                None => {
+                    resp::error(out, b"ERR FOR must be 0 or more milliseconds");
+                    return None;
+                }
+            }
+        } else {
+            reply::syntax_error(out);
+            return None;
+        }
+        i += 2;
+    }
+    let key = req.arg(buf, 1);
+    let q = queue(ctx, key, out)?;
+    if take(&q, want, &mut ctx.client.leases, ctx.client.proto, out) {
+        return None;
+    }
+    match block {
+        None => {
+            empty(out, ctx.client.proto, want);
+            None
+        }
+        // BLOCK 0: forever.
+        Some(d) => Some((q, (!d.is_zero()).then_some(d), want)),
+    }
+}
+
+/// The reply when nothing was leased.
+pub(crate) fn empty(out: &mut Vec<u8>, proto: Proto, want: Want) {
+    if want.array { null_array(out, proto) } else { resp::null(out, proto) }
+}
+
+/// Leases what `q` has now, up to `want.count`, writing the reply: true if
+/// it wrote one (records, or an error), false (nothing written) when the
+/// queue is empty.
+pub(crate) fn take(q: &Arc<Queue>, want: Want, held: &mut Held, _proto: Proto, out: &mut Vec<u8>) -> bool {
+    let size = q.record_size();
+    let cap = (super::queue::MAX_POP_REPLY / size.max(1)).max(1);
+    let limit = want.count.min(cap);
+    let at = out.len();
+    let mut record = vec![0u8; size];
+    let mut n = 0;
+    let mut failure = None;
+    while n < limit {
+        match q.pop_lease(&mut record, Wait::NoWait, want.lease_time) {
+            Ok((len, lease)) => {
+                let key = held.insert(q, lease);
+                entry(out, key, lease.deliveries(), &record[..len]);
+                n += 1;
+            }
+            Err(e) if e.code() == NO_DATA_FOUND => break,
+            // The in-flight bound after some: deliver those.
+            Err(e) if e.code() == LEASE_LIMIT && n > 0 => break,
+            Err(e) => {
+                failure = Some(e);
+                break;
+            }
+        }
+    }
+    if n == 0 {
+        return match failure {
+            Some(e) => {
+                reply::queue_error(out, q.id(), &e);
+                true
+            }
+            None => false,
+        };
+    }
+    if want.array {
+        let mut header = Vec::with_capacity(16);
+        resp::array_header(&mut header, n);
+        out.splice(at..at, header);
+    }
+    true
+}
+
+/// `[id, deliveries, record]`.
+fn entry(out: &mut Vec<u8>, (_, pos, tag): LeaseKey, deliveries: u32, record: &[u8]) {
+    resp::array_header(out, 3);
+    resp::bulk(out, format!("{pos}-{tag}").as_bytes());
+    resp::integer(out, i64::from(deliveries));
+    resp::bulk(out, record);
+}
+
+/// The lease named `id` on queue `q` held by this connection: `Err` with
+/// the reply's words when the id is malformed (`LEASE_INVALID`) or names
+/// no lease this connection holds (`LEASE_EXPIRED`).
+fn find(held: &Held, q: &Queue, id: &[u8]) -> Result<LeaseKey, String> {
+    let parsed = std::str::from_utf8(id).ok().and_then(|s| {
+        let (a, b) = s.split_once('-')?;
+        Some((a.parse::<u64>().ok()?, b.parse::<u64>().ok()?))
+    });
+    let Some((pos, tag)) = parsed else {
+        return Err(format!("LEASE_INVALID '{}' is not a lease id (<position>-<tag>)", reply::quoted_key(id)));
+    };
+    let key = (q.id(), pos, tag);
+    if held.map.contains_key(&key) {
+        Ok(key)
+    } else {
+        Err(format!(
+            "LEASE_EXPIRED lease {pos}-{tag} of queue {} is not held by this connection: it ran out, was ended, or is another connection's",
+            q.id()
+        ))
+    }
+}
+
+/// Runs `f` on the held lease `id` of the queue of `key`; the lease is
+/// forgotten unless `f` gives a new one back (extension).
+fn on_lease(
+    ctx: &mut Ctx<'_>,
+    key: &[u8],
+    id: &[u8],
+    out: &mut Vec<u8>,
+    f: impl FnOnce(&Queue, &mut Lease) -> tvm::Result<bool>,
+) -> Option<LeaseKey> {
+    let q = queue(ctx, key, out)?;
+    let held = &mut ctx.client.leases;
+    let k = match find(held, &q, id) {
+        Ok(k) => k,
+        Err(text) => {
+            resp::error(out, text.as_bytes());
+            return None;
+        }
+    };
+    let (_, mut lease) = held.map.get(&k).cloned()?;
+    match f(&q, &mut lease) {
+        Ok(keep) => {
+            held.map.remove(&k);
+            if keep {
+                return Some(held.insert(&q, lease));
+            }
+            resp::simple(out, b"OK");
+            None
+        }
+        Err(e) => {
+            // Ran out (or gone): no call can end it any more.
+            if e.code() == LEASE_EXPIRED || held.map.get(&k).is_some_and(|(_, l)| l.remaining().is_zero()) {
+                held.map.remove(&k);
+            }
+            reply::queue_error(out, q.id(), &e);
+            None
+        }
+    }
+}
+
+/// TVMQ.ACK key id [id ...]: acknowledges leases of this connection. Reply:
+/// how many were acknowledged (an id that names no lease held, or one that
+/// ran out, counts 0, as in XACK); a malformed id is an error.
+pub(crate) fn ack(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) {
+    let key = req.arg(buf, 1);
+    let Some(q) = queue(ctx, key, out) else { return };
+    let held = &mut ctx.client.leases;
+    let mut acked = 0;
+    for id in req.iter(buf).skip(2) {
+        let k = match find(held, &q, id) {
+            Ok(k) => k,
+            Err(text) if text.starts_with("LEASE_INVALID") => return resp::error(out, text.as_bytes()),
+            Err(_) => continue,
+        };
+        let Some((_, lease)) = held.map.remove(&k) else { continue };
+        match q.ack(&lease) {
+            Ok(()) => acked += 1,
+            Err(e) if e.code() == LEASE_EXPIRED => {}
+            Err(e) => return reply::queue_error(out, q.id(), &e),
+        }
+    }
+    resp::integer(out, acked);
+}
+
+/// TVMQ.RELEASE key id [DELAY ms]: puts the record back, delivered again
+/// after the delay (at the delivery limit: to the dead-letter queue).
+pub(crate) fn release(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) {
+    let delay = match (req.get(buf, 3), req.get(buf, 4), req.len()) {
+        (None, _, 3) => Duration::ZERO,
+        (Some(opt), Some(v), 5) if opt.eq_ignore_ascii_case(b"DELAY") => match millis(v) {
+            Some(d) => d,
+            None => return resp::error(out, b"ERR DELAY must be 0 or more milliseconds"),
+        },
+        _ => return reply::syntax_error(out),
+    };
+    on_lease(ctx, req.arg(buf, 1), req.arg(buf, 2), out, |q, l| q.release(l, delay).map(|()| false));
+}
+
+/// TVMQ.REJECT key id: to the dead-letter queue (or dropped without one).
+pub(crate) fn reject(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) {
+    on_lease(ctx, req.arg(buf, 1), req.arg(buf, 2), out, |q, l| q.reject(l).map(|()| false));
+}
+
+/// TVMQ.EXTEND key id ms: the lease runs out ms from now (0: the queue's
+/// lease time). Reply: the lease's new id (the old one is stale).
+pub(crate) fn extend(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) {
+    let Some(time) = millis(req.arg(buf, 3)) else {
+        return resp::error(out, b"ERR the lease time must be 0 or more milliseconds");
+    };
+    let new = on_lease(ctx, req.arg(buf, 1), req.arg(buf, 2), out, |q, l| q.extend_lease(l, time).map(|()| true));
+    if let Some((_, pos, tag)) = new {
+        resp::bulk(out, format!("{pos}-{tag}").as_bytes());
+    }
+}
+
+/// TVMQ.LEASES key: the queue's lease statistics (a map; RESP2: a flat
+/// array of names and values), and how many leases this connection holds.
+pub(crate) fn stats(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) {
+    let key = req.arg(buf, 1);
+    let Some(q) = queue(ctx, key, out) else { return };
+    let Some(s) = q.lease_stats() else {
+        return reply::error_fmt(
+            out,
+            format_args!("NOT_SUPPT_OPT queue {} has no leases (tvmq create ... --lease-ms MS)", q.id()),
+        );
+    };
+    let ms = |d: Option<Duration>| d.map_or(0, |d| d.as_millis() as i64);
+    let fields: [(&str, i64); 12] = [
+        ("in-flight", s.in_flight as i64),
+        ("oldest-ms", ms(s.oldest)),
+        ("waiting", s.waiting as i64),
+        ("dead-letter-pending", s.dead_letter_pending as i64),
+        ("redelivered", s.redelivered as i64),
+        ("expired", s.expired as i64),
+        ("orphaned", s.orphaned as i64),
+        ("released", s.released as i64),
+        ("dead-lettered", s.dead_lettered as i64),
+        ("dropped", s.dropped as i64),
+        ("late", s.late as i64),
+        ("held-by-this-connection", ctx.client.leases.len() as i64),
+    ];
+    resp::map_header(out, ctx.client.proto, fields.len());
+    for (name, v) in fields {
+        resp::bulk(out, name.as_bytes());
+        resp::integer(out, v);
+    }
+}
+
+/// Leases for a client blocked in TVMQ.LEASE (see [`take`]).
+pub(crate) fn try_blocked(q: &Arc<Queue>, want: Want, client: &mut Client, out: &mut Vec<u8>) -> bool {
+    take(q, want, &mut client.leases, client.proto, out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_parsed_strictly() {
+        let dir = std::env::temp_dir().join(format!("tvmq-lease-ids-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut spec = tvm::Spec::new(8, 8);
+        spec.leases = Some(tvm::LeaseSpec::default());
+        Queue::create(&dir, 5, &spec).unwrap();
+        let q = Arc::new(Queue::open(&dir, 5).unwrap());
+        q.push(b"x").unwrap();
+        let mut held = Held::default();
+        let mut out = Vec::new();
+        assert!(take(
+            &q,
+            Want { count: 1, lease_time: Duration::ZERO, array: false },
+            &mut held,
+            Proto::Resp2,
+            &mut out
+        ));
+        assert_eq!(held.len(), 1);
+        let (&(_, pos, tag), _) = held.map.iter().next().unwrap();
+        assert!(find(&held, &q, format!("{pos}-{tag}").as_bytes()).is_ok());
+        assert!(find(&held, &q, format!("{pos}-{}", tag + 1).as_bytes()).unwrap_err().starts_with("LEASE_EXPIRED"));
+        for bad in [&b"x"[..], b"1", b"1-", b"-1", b"1-2-3", b"\xff"] {
+            assert!(find(&held, &q, bad).unwrap_err().starts_with("LEASE_INVALID"), "{bad:?}");
+        }
+        // Dropped: released, so the record is there again.
+        drop(held);
+        assert_eq!(q.lease_stats().unwrap().released, 1);
+        let mut held = Held::default();
+        out.clear();
+        assert!(take(
+            &q,
+            Want { count: 5, lease_time: Duration::ZERO, array: true },
+            &mut held,
+            Proto::Resp2,
+            &mut out
+        ));
+        assert!(out.starts_with(b"*1\r\n*3\r\n$"), "{}", String::from_utf8_lossy(&out));
+        assert!(String::from_utf8_lossy(&out).contains(":2\r\n$1\r\nx\r\n"));
+        drop(held);
+        drop(q);
+        Queue::drop_queue(&dir, 5).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,441 @@
+//! Durable (`always`) queues served without waiting on the event loop.
+//!
+//! A push to an `always` queue (and a pop from one) runs with its sync put
+//! off ([`Queue::defer_syncs`]): the record is published at once, the
+//! reply is written into the connection's output buffer, and the command
+//! leaves a [`SyncTicket`] in the connection's [`Held`] list. Before the
+//! connection writes its output (once per batch of pipelined commands), it
+//! waits, as a task, until every ticket of that output is covered by a
+//! completed sync: other connections of the worker go on meanwhile.
+//!
+//! The syncs run on the server's [`Syncers`]: a few threads off the
+//! workers. A queue with tickets waiting is handed to one of them, which
+//! runs the library's sync for the highest ticket asked for
+//! ([`Queue::sync_ticket`]: the group commit, shared with other processes
+//! that push to the queue), tells the waiting tasks (a `watch` channel per
+//! queue), and runs again at once if more tickets arrived meanwhile. So one
+//! sync covers everything published before it began: the commands of every
+//! connection and worker, and of local programs.
+//!
+//! A failed sync turns the held replies of pushes into errors (the records
+//! are in the queue but not known to be on stable storage, as the
+//! library's `SYNC_FAILED` says); held pops are delivered anyway (the
+//! records were taken: an error would lose them; a crash may deliver them
+//! again), as a local pop does.
+//!
+//! Any command that changes a durable queue does the same: run its calls
+//! inside `defer_syncs`, then `client.held.add(queue, ticket, reply bytes,
+//! records, OnFailure::Error)` (acks of leases: `Error`, since the client
+//! must not believe an ack durable that is not).
+
+use parking_lot::{Condvar, Mutex};
+use std::collections::{HashMap, VecDeque};
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+use tvm::{Queue, SyncTicket};
+
+/// Threads that run syncs (each serves one queue at a time; a queue is
+/// synced by one of them at a time).
+const SYNC_THREADS: usize = 4;
+/// How long a sync thread waits for no new wait before it syncs (see
+/// `Inner::gather`), at least; an eighth of the last sync's duration if
+/// longer.
+const GATHER_QUIET: Duration = Duration::from_micros(50);
+/// The longest it gathers: half the last sync's duration, at most this.
+/// (Longer than the library's own gathering: a network client's next
+/// request takes a round trip through the worker, the kernel and the
+/// client; measured with 50 clients on a loaded 2-core machine, 500 us
+/// gathered half of them.)
+const GATHER_MAX: Duration = Duration::from_millis(2);
+
+/// What a held reply becomes when its sync fails.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OnFailure {
+    /// An error reply in its place (pushes, acks: the client must not
+    /// believe them durable).
+    Error,
+    /// Written as it is (pops: the records are the client's now).
+    Deliver,
+}
+
+/// One reply held for a sync.
+struct Entry {
+    /// Index into `Held::queues`.
+    queue: usize,
+    /// The bytes of the reply in the output buffer.
+    reply: Range<usize>,
+    on_failure: OnFailure,
+}
+
+/// The replies in a connection's output buffer that wait for syncs, and
+/// the highest ticket of each queue they need.
+#[derive(Default)]
+pub(crate) struct Held {
+    queues: Vec<(Arc<Queue>, SyncTicket)>,
+    entries: Vec<Entry>,
+    records: u64,
+}
+
+impl Held {
+    /// Holds the reply `reply` (bytes of the output buffer) of a command on
+    /// `q` until `ticket` is covered; it changed `records` records.
+    pub(crate) fn add(&mut self, q: Arc<Queue>, ticket: SyncTicket, reply: Range<usize>, records: u64, f: OnFailure) {
+        let queue = match self.queues.iter().position(|(h, _)| Arc::ptr_eq(h, &q)) {
+            Some(i) => {
+                self.queues[i].1 = self.queues[i].1.max(ticket);
+                i
+            }
+            None => {
+                self.queues.push((q, ticket));
+                self.queues.len() - 1
+            }
+        };
+        self.records += records;
+        self.entries.push(Entry { queue, reply, on_failure: f });
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.queues.is_empty()
+    }
+
+    /// Waits until every held reply's sync has completed (or failed), then
+    /// turns the replies whose sync failed into errors, and forgets them.
+    pub(crate) async fn settle(&mut self, syncers: &Syncers, out: &mut Vec<u8>) {
+        if self.queues.is_empty() {
+            return;
+        }
+        syncers.stats().records.fetch_add(self.records, Ordering::Relaxed);
+        let mut failed: Vec<Option<(u32, Arc<str>)>> = Vec::with_capacity(self.queues.len());
+        for (q, ticket) in &self.queues {
+            failed.push(syncers.wait(q, *ticket).await.err().map(|why| (q.id(), why)));
+        }
+        if failed.iter().any(Option::is_some) {
+            rewrite_failed(out, &self.entries, &failed);
+        }
+        self.queues.clear();
+        self.entries.clear();
+        self.records = 0;
+    }
+}
+
+/// Replaces the replies of `entries` whose queue's sync failed (`failed`,
+/// by queue: its id and why) and that become errors with `SYNC_FAILED`
+/// errors, last first so that the ranges of earlier ones stay valid.
+#[cold]
+fn rewrite_failed(out: &mut Vec<u8>, entries: &[Entry], failed: &[Option<(u32, Arc<str>)>]) {
+    for e in entries.iter().rev() {
+        let Some((id, why)) = &failed[e.queue] else { continue };
+        if e.on_failure == OnFailure::Deliver || e.reply.end > out.len() {
+            continue;
+        }
+        let text =
+            format!("SYNC_FAILED queue {id}: the change is in the queue but not known to be on stable storage: {why}");
+        let mut reply = Vec::with_capacity(text.len() + 3);
+        resp::error(&mut reply, text.replace(['\r', '\n'], " ").as_bytes());
+        out.splice(e.reply.clone(), reply);
+    }
+}
+
+/// Counters of the syncs run for held replies, for INFO.
+#[derive(Default)]
+pub(crate) struct SyncStats {
+    /// Syncs run (tickets already covered when their turn came not counted).
+    pub(crate) syncs: AtomicU64,
+    /// Syncs that failed.
+    pub(crate) failures: AtomicU64,
+    /// Records (pushed or popped) whose replies were held.
+    pub(crate) records: AtomicU64,
+    /// How long the last sync took, microseconds.
+    pub(crate) last_us: AtomicU64,
+    /// How long all of them took, microseconds.
+    pub(crate) total_us: AtomicU64,
+}
+
+/// What the sync threads have done for a queue: the highest ticket a sync
+/// covered, and the highest one whose sync failed (with why).
+#[derive(Clone, Default)]
+struct Progress {
+    done: Option<SyncTicket>,
+    failed: Option<(SyncTicket, Arc<str>)>,
+}
+
+/// A queue with replies waiting for its syncs.
+struct QueueSync {
+    queue: Weak<Queue>,
+    /// The highest ticket asked for, and whether a thread has the queue in
+    /// hand (queued or syncing).
+    want: Mutex<(Option<SyncTicket>, bool)>,
+    progress: watch::Sender<Progress>,
+    /// Waits asked for (one a connection's batch), counted before the
+    /// ticket is handed over.
+    asks: AtomicU64,
+    /// `asks` when the last sync began.
+    sync_asks: AtomicU64,
+    /// The waits the last sync covered, plus those that arrived while it
+    /// ran (see `Inner::gather`).
+    gather_for: AtomicU64,
+    /// How long the last sync took, microseconds.
+    last_took_us: AtomicU64,
+}
+
+/// The server's sync threads (started at the first held reply; they end
+/// when the server's state is dropped).
+pub(crate) struct Syncers {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    queues: Mutex<HashMap<usize, Arc<QueueSync>>>,
+    /// Queues handed over, and whether the threads must end.
+    jobs: Mutex<(VecDeque<Arc<QueueSync>>, bool)>,
+    ready: Condvar,
+    /// Threads running.
+    threads: std::sync::OnceLock<usize>,
+    stats: SyncStats,
+    /// A test aid: each sync is made this much slower
+    /// (`TVMQ_SERVE_TEST_SYNC_DELAY_MS`), so that tests can see what runs
+    /// while one is in progress.
+    delay: Duration,
+}
+
+impl Default for Syncers {
+    fn default() -> Syncers {
+        let delay = std::env::var("TVMQ_SERVE_TEST_SYNC_DELAY_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+        Syncers {
+            inner: Arc::new(Inner {
+                queues: Mutex::default(),
+                jobs: Mutex::default(),
+                ready: Condvar::new(),
+                threads: std::sync::OnceLock::new(),
+                stats: SyncStats::default(),
+                delay: Duration::from_millis(delay),
+            }),
+        }
+    }
+}
+
+impl Drop for Syncers {
+    fn drop(&mut self) {
+        self.inner.jobs.lock().1 = true;
+        self.inner.ready.notify_all();
+    }
+}
+
+impl Syncers {
+    /// The counters, for INFO.
+    pub(crate) fn stats(&self) -> &SyncStats {
+        &self.inner.stats
+    }
+
+    /// Sync threads running (0 before the first held reply).
+    pub(crate) fn threads(&self) -> usize {
+        self.inner.threads.get().copied().unwrap_or(0)
+    }
+
+    /// Starts the threads once; how many run.
+    fn start(&self) -> usize {
+        *self.inner.threads.get_or_init(|| {
+            (0..SYNC_THREADS)
+                .filter(|i| {
+                    let inner = self.inner.clone();
+                    std::thread::Builder::new().name(format!("tvmq-sync-{i}")).spawn(move || inner.run_thread()).is_ok()
+                })
+                .count()
+        })
+    }
+
+    /// Waits until a sync covering `ticket` of `q` has completed: `Err`
+    /// with why when the sync failed.
+    pub(crate) async fn wait(&self, q: &Arc<Queue>, ticket: SyncTicket) -> Result<(), Arc<str>> {
+        if q.is_synced(ticket) {
+            return Ok(());
+        }
+        if self.start() == 0 {
+            // No sync thread could be started: sync here, on the worker
+            // (it stalls its other connections, but nothing is lost).
+            return q.sync_ticket(ticket).map_err(|e| Arc::from(e.to_string()));
+        }
+        let inner = &self.inner;
+        let qs = inner.entry(q);
+        let mut rx = qs.progress.subscribe();
+        qs.asks.fetch_add(1, Ordering::SeqCst);
+        let hand_over = {
+            let mut want = qs.want.lock();
+            want.0 = want.0.max(Some(ticket));
+            !std::mem::replace(&mut want.1, true)
+        };
+        if hand_over {
+            inner.jobs.lock().0.push_back(qs.clone());
+            inner.ready.notify_one();
+        }
+        let seen = rx
+            .wait_for(|p| p.done >= Some(ticket) || p.failed.as_ref().is_some_and(|f| f.0 >= ticket))
+            .await
+            .map(|p| p.clone());
+        match seen {
+            Ok(p) if p.done >= Some(ticket) => Ok(()),
+            Ok(p) => Err(p.failed.map_or_else(|| Arc::from("unknown"), |f| f.1)),
+            Err(_) => Err(Arc::from("the server's sync threads stopped")),
+        }
+    }
+}
+
+impl Inner {
+    /// The sync state of `q`, made when it has none yet (forgetting those
+    /// of queues no longer open).
+    fn entry(&self, q: &Arc<Queue>) -> Arc<QueueSync> {
+        let key = Arc::as_ptr(q) as usize;
+        let mut map = self.queues.lock();
+        if let Some(qs) = map.get(&key) {
+            if qs.queue.upgrade().is_some_and(|h| Arc::ptr_eq(&h, q)) {
+                return qs.clone();
+            }
+        }
+        if map.len() >= 64 {
+            map.retain(|_, qs| qs.queue.strong_count() > 0);
+        }
+        let qs = Arc::new(QueueSync {
+            queue: Arc::downgrade(q),
+            want: Mutex::new((None, false)),
+            progress: watch::Sender::new(Progress::default()),
+            asks: AtomicU64::new(0),
+            sync_asks: AtomicU64::new(0),
+            gather_for: AtomicU64::new(0),
+            last_took_us: AtomicU64::new(0),
+        });
+        map.insert(key, qs.clone());
+        qs
+    }
+
+    /// A sync thread: takes queues with tickets waiting, one at a time,
+    /// until the server's state is dropped.
+    fn run_thread(&self) {
+        loop {
+            let qs = {
+                let mut jobs = self.jobs.lock();
+                loop {
+                    if jobs.1 {
+                        return;
+                    }
+                    if let Some(qs) = jobs.0.pop_front() {
+                        break qs;
+                    }
+                    self.ready.wait(&mut jobs);
+                }
+            };
+            self.serve(&qs);
+        }
+    }
+
+    /// Before a sync of a queue whose last sync covered several waits
+    /// (connections' batches): waits, yielding, until as many have asked
+    /// since that sync began as it covered and saw arrive while it ran (the
+    /// clients it released ask again), or none for [`GATHER_QUIET`] (or an eighth
+    /// of the last sync's duration), or for half the last sync's duration
+    /// (at most [`GATHER_MAX`]). Without it, clients
+    /// that wait for their replies split into two groups taking turns:
+    /// those a sync released send again while the next sync, begun at once
+    /// for one that asked meanwhile, runs without them (the library's
+    /// syncer gathers its callers the same way).
+    fn gather(&self, qs: &QueueSync) {
+        let want = qs.gather_for.load(Ordering::Relaxed);
+        let from = qs.sync_asks.load(Ordering::Relaxed);
+        let took = Duration::from_micros(qs.last_took_us.load(Ordering::Relaxed));
+        let limit = (took / 2).min(GATHER_MAX);
+        let quiet = (took / 8).max(GATHER_QUIET);
+        let start = Instant::now();
+        let (mut seen, mut changed) = (qs.asks.load(Ordering::SeqCst), start);
+        while seen.wrapping_sub(from) < want {
+            std::thread::yield_now();
+            let now = Instant::now();
+            let a = qs.asks.load(Ordering::SeqCst);
+            if a != seen {
+                (seen, changed) = (a, now);
+            } else if now - changed >= quiet {
+                return;
+            }
+            if now - start >= limit {
+                return;
+            }
+        }
+    }
+
+    /// Syncs `qs` for the highest ticket asked for, again while more are.
+    fn serve(&self, qs: &QueueSync) {
+        loop {
+            if qs.gather_for.load(Ordering::Relaxed) > 1 {
+                self.gather(qs);
+            }
+            let Some(want) = qs.want.lock().0 else {
+                qs.want.lock().1 = false;
+                return;
+            };
+            let Some(q) = qs.queue.upgrade() else {
+                qs.want.lock().1 = false;
+                return;
+            };
+            let result = if q.is_synced(want) {
+                Ok(())
+            } else {
+                let t0 = Instant::now();
+                let asks = qs.asks.load(Ordering::SeqCst);
+                if !self.delay.is_zero() {
+                    std::thread::sleep(self.delay);
+                }
+                let r = q.sync_ticket(want);
+                let us = t0.elapsed().as_micros() as u64;
+                // The waits this sync covered and those that arrived while
+                // it ran: as many are waited for (counted from its start)
+                // before the next one (see `gather`).
+                let from = qs.sync_asks.swap(asks, Ordering::Relaxed);
+                let during = qs.asks.load(Ordering::SeqCst).wrapping_sub(asks);
+                qs.gather_for.store(asks.wrapping_sub(from).wrapping_add(during), Ordering::Relaxed);
+                qs.last_took_us.store(us, Ordering::Relaxed);
+                let s = &self.stats;
+                s.syncs.fetch_add(1, Ordering::Relaxed);
+                s.last_us.store(us, Ordering::Relaxed);
+                s.total_us.fetch_add(us, Ordering::Relaxed);
+                if r.is_err() {
+                    s.failures.fetch_add(1, Ordering::Relaxed);
+                }
+                r
+            };
+            drop(q);
+            qs.progress.send_modify(|p| match &result {
+                Ok(()) => p.done = p.done.max(Some(want)),
+                Err(e) => p.failed = Some((want, Arc::from(e.to_string()))),
+            });
+            let mut w = qs.want.lock();
+            if w.0 == Some(want) {
+                w.1 = false;
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A failed sync turns the held replies of pushes into `SYNC_FAILED`
+    /// errors, in place, and leaves those of pops and of other queues.
+    #[test]
+    fn a_failed_sync_turns_held_push_replies_into_errors() {
+        let mut out = b":1\r\n$1\r\nx\r\n:2\r\n:7\r\n".to_vec();
+        let entries = vec![
+            Entry { queue: 0, reply: 0..4, on_failure: OnFailure::Error },
+            Entry { queue: 0, reply: 4..11, on_failure: OnFailure::Deliver },
+            Entry { queue: 0, reply: 11..15, on_failure: OnFailure::Error },
+            Entry { queue: 1, reply: 15..19, on_failure: OnFailure::Error },
+        ];
+        rewrite_failed(&mut out, &entries, &[Some((3, Arc::from("msync failed: EIO"))), None]);
+        let text = String::from_utf8(out).unwrap();
+        let err = "-SYNC_FAILED queue 3: the change is in the queue but not known to be on stable storage: \
+                   msync failed: EIO\r\n";
+        assert_eq!(text, format!("{err}$1\r\nx\r\n{err}:7\r\n"));
+    }
+}

@@ -1,0 +1,137 @@
+//! Durable (`always`) queues served: replies held until a sync covers
+//! them, syncs shared by connections, never run on a worker thread.
+
+mod common;
+
+use common::{ChildServer, Conn, DiskDir, Spawn, V};
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+use tvm::{Durability, Queue, Spec, Wait};
+
+const SIZE: usize = 304;
+
+fn always_queue(dir: &DiskDir, id: u32, name: &str, rows: u64) {
+    let mut spec = Spec::new(rows, SIZE as u64);
+    spec.name = name.into();
+    spec.durability = Some(Durability::Always);
+    Queue::create(dir.path(), id, &spec).expect("create the durable queue");
+}
+
+/// A value of `SIZE` bytes naming connection `c`, push `i`.
+fn value(c: usize, i: usize) -> Vec<u8> {
+    let mut v = format!("c{c}-i{i}-").into_bytes();
+    v.resize(SIZE, b'.');
+    v
+}
+
+/// The `name:value` fields of INFO's text.
+fn info_field(conn: &mut Conn, section: &str, field: &str) -> String {
+    let text = match conn.cmd(&[b"INFO", section.as_bytes()]) {
+        V::Bulk(b) => String::from_utf8_lossy(&b).into_owned(),
+        V::Other(s) | V::Simple(s) => s,
+        other => panic!("INFO replied {other:?}"),
+    };
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")).map(str::to_string))
+        .unwrap_or_else(|| panic!("no {field} in {text}"))
+}
+
+/// Several connections pipelining pushes into an `always` queue on disk:
+/// every push answered, syncs shared (more than one record a sync), and
+/// after a kill -9 of the server every answered push is in the queue.
+#[test]
+fn pipelined_pushes_of_many_connections_share_syncs_and_survive_a_kill() {
+    let dir = DiskDir::new("serve-always");
+    always_queue(&dir, 1, "jobs", 100_000);
+    let mut server = ChildServer::spawn_in(dir.path(), &["--threads", "2"], &Spawn::default());
+    const CONNS: usize = 6;
+    const ROUNDS: usize = 15;
+    const PIPE: usize = 16;
+    let answered: Vec<Vec<Vec<u8>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..CONNS)
+            .map(|c| {
+                let addr = server.addr;
+                s.spawn(move || {
+                    let mut conn = Conn::connect(addr);
+                    let mut done = Vec::new();
+                    for r in 0..ROUNDS {
+                        let batch: Vec<Vec<u8>> = (0..PIPE).map(|k| value(c, r * PIPE + k)).collect();
+                        let mut bytes = Vec::new();
+                        for v in &batch {
+                            resp::command(&mut bytes, &[b"RPUSH", b"jobs", v]);
+                        }
+                        conn.send_raw(&bytes);
+                        for v in batch {
+                            match conn.read() {
+                                V::Int(n) => assert!(n >= 1),
+                                other => panic!("RPUSH replied {other:?}"),
+                            }
+                            done.push(v);
+                        }
+                    }
+                    done
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut conn = Conn::connect(server.addr);
+    let syncs: u64 = info_field(&mut conn, "durability", "durable_syncs").parse().unwrap();
+    let per_sync: f64 = info_field(&mut conn, "durability", "durable_records_per_sync").parse().unwrap();
+    let held: u64 = info_field(&mut conn, "durability", "durable_records_held").parse().unwrap();
+    eprintln!("{held} records held, {syncs} syncs, {per_sync} records per sync");
+    assert_eq!(held, (CONNS * ROUNDS * PIPE) as u64);
+    assert!(syncs >= 1 && syncs < held, "{syncs} syncs for {held} records");
+    assert!(per_sync > 1.0, "{per_sync} records per sync");
+    assert!(info_field(&mut conn, "durability", "durable_queue_1").starts_with("policy=always,"));
+    assert_eq!(server.signal_and_wait(libc::SIGKILL, Duration::from_secs(10)), None);
+
+    let q = Queue::open(dir.path(), 1).expect("reopen after the kill");
+    let mut found = HashSet::new();
+    let mut out = vec![0u8; SIZE];
+    while let Ok(n) = q.pop(&mut out, Wait::NoWait) {
+        found.insert(out[..n].to_vec());
+    }
+    for v in answered.iter().flatten() {
+        assert!(found.contains(v), "an answered push is missing: {}", String::from_utf8_lossy(&v[..12]));
+    }
+}
+
+/// A sync made slow (the server's test aid): a push to an `always` queue
+/// waits for it, while a PING on another connection of the same (only)
+/// worker answers at once; so does a push to a plain queue. The pushed
+/// record is visible (LLEN) before its reply comes: published at once.
+#[test]
+fn a_worker_serves_other_connections_while_a_sync_runs() {
+    let dir = DiskDir::new("serve-slow-sync");
+    always_queue(&dir, 1, "slow", 1000);
+    let mut plain = Spec::new(1000, SIZE as u64);
+    plain.name = "plain".into();
+    Queue::create(dir.path(), 2, &plain).unwrap();
+    const DELAY_MS: u64 = 800;
+    let delay = DELAY_MS.to_string();
+    let how = Spawn { env: &[("TVMQ_SERVE_TEST_SYNC_DELAY_MS", &delay)], ..Spawn::default() };
+    let mut server = ChildServer::spawn_in(dir.path(), &["--threads", "1"], &how);
+    let mut pusher = Conn::connect(server.addr);
+    let mut other = Conn::connect(server.addr);
+    assert_eq!(other.cmd(&[b"PING"]), V::Simple("PONG".into()));
+    let t0 = Instant::now();
+    pusher.send(&[b"RPUSH", b"slow", b"x"]);
+    // The push is published at once (and the worker is free).
+    common::wait_until(Duration::from_millis(DELAY_MS / 2), "the record published", || {
+        other.cmd(&[b"LLEN", b"slow"]) == V::Int(1)
+    });
+    let ping = Instant::now();
+    assert_eq!(other.cmd(&[b"PING"]), V::Simple("PONG".into()));
+    assert_eq!(other.cmd(&[b"RPUSH", b"plain", b"y"]), V::Int(1));
+    let answered_in = ping.elapsed();
+    assert!(t0.elapsed() < Duration::from_millis(DELAY_MS * 3 / 4), "checked while the sync runs");
+    assert!(answered_in < Duration::from_millis(DELAY_MS / 4), "PING took {answered_in:?} during a sync");
+    assert_eq!(pusher.read(), V::Int(1));
+    assert!(t0.elapsed() >= Duration::from_millis(DELAY_MS), "the push's reply waited for its sync");
+    // A pop is held for its sync too.
+    let t1 = Instant::now();
+    assert_eq!(pusher.cmd(&[b"LPOP", b"slow"]), V::Bulk(b"x".to_vec()));
+    assert!(t1.elapsed() >= Duration::from_millis(DELAY_MS), "the pop's reply waited for its sync");
+    assert_eq!(server.signal_and_wait(libc::SIGKILL, Duration::from_secs(10)), None);
+}
