@@ -91,7 +91,9 @@ struct GlobalHandle(UnsafeCell<SATvm>);
 // between threads only with their own synchronisation (or clone it per thread).
 unsafe impl Sync for GlobalHandle {}
 
-static GLOBAL: GlobalHandle = GlobalHandle(UnsafeCell::new(SATvm {
+/// A handle bound to nothing, with no error and no private state: the
+/// process-wide handle at start, and what vInitSATvm writes.
+pub(super) const EMPTY_HANDLE: SATvm = SATvm {
     lSize: 0,
     tblName: 0,
     m_lErrno: 0,
@@ -99,7 +101,9 @@ static GLOBAL: GlobalHandle = GlobalHandle(UnsafeCell::new(SATvm {
     pstVoid: std::ptr::null_mut(),
     m_bHold: false,
     m_pPriv: std::ptr::null_mut(),
-}));
+};
+
+static GLOBAL: GlobalHandle = GlobalHandle(UnsafeCell::new(EMPTY_HANDLE));
 
 /// Returns the process-wide handle. Never NULL. Give each thread its own
 /// handle with pCloneSATvm() rather than sharing this one.

@@ -5,7 +5,7 @@
 //! lImportFile, lDumpTable).
 
 use super::common::text;
-use super::handle::{detach, on_queue, on_table};
+use super::handle::{EMPTY_HANDLE, detach, on_queue, on_table};
 use super::{CallResult, SATvm, TABLE, call, call_no_handle, pGetSATvm, quietly};
 use crate::attach::Attachments;
 use crate::error::*;
@@ -77,17 +77,7 @@ pub unsafe extern "C" fn vInitSATvm(p: *mut SATvm) {
     quietly(|| {
         // SAFETY: non-NULL; the caller passes memory of the size of an
         // SATvm that no other thread uses. Written whole, never read.
-        unsafe {
-            p.write(SATvm {
-                lSize: 0,
-                tblName: 0,
-                m_lErrno: 0,
-                m_lEffect: 0,
-                pstVoid: std::ptr::null_mut(),
-                m_bHold: false,
-                m_pPriv: std::ptr::null_mut(),
-            })
-        };
+        unsafe { p.write(EMPTY_HANDLE) };
     });
 }
 
