@@ -7,7 +7,7 @@
 #   examples/rust/{basic,producer,consumer}.rs  the safe Rust API
 set -euo pipefail
 cd "$(dirname "$0")/.."
-LIB=$PWD/target/release
+LIB=${LIBDIR:-$PWD/target/release}   # the Makefile passes its LIBDIR
 OUT=$PWD/target/examples
 mkdir -p "$OUT"
 CFLAGS=(-O2 -Wall -Werror -I include)

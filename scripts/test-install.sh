@@ -13,7 +13,7 @@ prefix=/opt/tvmq-test
 stage=$work/stage
 fail() { echo "test-install: $*" >&2; exit 1; }
 
-make -s install PREFIX=$prefix DESTDIR=$stage >/dev/null
+make -s install PROFILE="${PROFILE:-release}" PREFIX=$prefix DESTDIR=$stage >/dev/null
 root=$stage$prefix
 for f in lib/libtvm.so lib/libtvm.so.0 lib/libtvm.a include/tvm.h include/tmain.h bin/tvmq \
          share/man/man1/tvmq.1 share/man/man1/tvmq-create.1 share/man/man1/tvmq-serve.1 \
@@ -60,7 +60,7 @@ out=$(LD_LIBRARY_PATH=$root/lib "$bin/push_bench-norpath" 1 10); [[ "$out" == *c
 man -l "$root/share/man/man1/tvmq.1" 2>/dev/null | grep -q peek || grep -q peek "$root/share/man/man1/tvmq.1" || fail "man page"
 grep -q 'dead\\-letter' "$root/share/man/man1/tvmq-create.1" || fail "tvmq-create(1) lacks --dead-letter"
 
-make -s uninstall PREFIX=$prefix DESTDIR=$stage >/dev/null
+make -s uninstall PROFILE="${PROFILE:-release}" PREFIX=$prefix DESTDIR=$stage >/dev/null
 left=$(find "$stage" -type f -o -type l)
 [ -z "$left" ] || fail "uninstall left: $left"
 echo "test-install: installed, built the seeds with pkg-config (dynamic and static), ran them, uninstalled: ok"

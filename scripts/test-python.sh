@@ -11,7 +11,8 @@ VENV=$PWD/target/py
 "$VENV/bin/python" -c "import pytest" 2>/dev/null ||
     "$VENV/bin/pip" install -q --disable-pip-version-check pytest
 "$VENV/bin/pip" install -q --disable-pip-version-check --no-index --force-reinstall --no-deps ./python
-export TVMQ_LIB=$PWD/target/release/libtvm.so TVMQ_EXAMPLES_BIN=$PWD/target/examples TVMQ_BIN=$PWD/target/release/tvmq
+LIB=${LIBDIR:-$PWD/target/release}   # the Makefile passes its LIBDIR
+export TVMQ_LIB=$LIB/libtvm.so TVMQ_EXAMPLES_BIN=$PWD/target/examples TVMQ_BIN=$LIB/tvmq
 export TVMQ_HEADER=$PWD/include/tvm.h
 cd target   # import the installed package, not the source tree
 "$VENV/bin/python" -m pytest -q -p no:cacheprovider ../python/tests

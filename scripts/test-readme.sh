@@ -20,7 +20,7 @@ awk -v out="$OUT" '
 TVMDBD=$(mktemp -d /dev/shm/tvmq-readme.XXXXXX)
 export TVMDBD
 trap 'rm -rf "$TVMDBD"' EXIT
-LIB=$PWD/target/release
+LIB=${LIBDIR:-$PWD/target/release}   # the Makefile passes its LIBDIR
 count=0
 for f in "$OUT"/c-*; do
     [ -e "$f" ] || continue
