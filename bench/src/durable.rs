@@ -14,7 +14,10 @@
 //!   redis-benchmark with as many clients (`-c N`, one request in flight
 //!   per client, as a producer that waits for its acknowledgement);
 //! * `always`: push from 4 and 10 processes (this program started again
-//!   with `--durable-child`, released together; the wall time of them all).
+//!   with `--durable-child`, released together; the wall time of them all);
+//! * `always` with leases: `pop_lease` + `ack` of each record (a lease saved
+//!   and synced, then its acknowledgement synced) at 1, 4 and 10 threads,
+//!   beside the `always` queue's plain pop and the seed's Q4M dequeue rate.
 //!
 //! The summary after the table states each target of the durable queues
 //! with the ratio measured, and the seed's Q4M figures (with sync, on a hard
@@ -28,14 +31,17 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
+use std::time::Duration;
 use std::time::Instant;
-use tvm::{Durability, Queue, Spec, Wait};
+use tvm::{Durability, LeaseSpec, Queue, Spec, Wait};
 
 const SIZE: usize = 304;
 const SECTION: &str = "durable";
 const PLAIN: &str = "plain (disk)";
 const INTERVAL: &str = "interval=1000";
 const ALWAYS: &str = "always";
+const ALWAYS_LEASED: &str = "always + leases";
+const LEASE_ACK: &str = "lease+ack";
 const REDIS: &str = "redis appendfsync always";
 /// Fills and emptyings of the ring in one run of the push and pop cells
 /// (each timed apart).
@@ -51,6 +57,7 @@ const Q4M_POP: f64 = 2876.0;
 const PLAIN_ID: u32 = 31;
 const INTERVAL_ID: u32 = 32;
 const ALWAYS_ID: u32 = 33;
+const LEASED_ID: u32 = 34;
 
 /// `n` threads each pushing (or popping) `per` records on `q`.
 fn run_queue(q: &Arc<Queue>, n: usize, per: u64, pop: bool) -> Result<f64, String> {
@@ -69,11 +76,39 @@ fn run_queue(q: &Arc<Queue>, n: usize, per: u64, pop: bool) -> Result<f64, Strin
     })
 }
 
+/// `n` threads each taking `per` records of `q` with `pop_lease` and
+/// acknowledging each (the record copied out first, as a consumer must).
+fn run_lease_ack(q: &Arc<Queue>, n: usize, per: u64) -> Result<f64, String> {
+    let q = q.clone();
+    threads(n, move |_| {
+        let mut buf = [0u8; SIZE];
+        for _ in 0..per {
+            let (_, lease) =
+                q.pop_lease(&mut buf, Wait::Forever, Duration::ZERO).map_err(|e| format!("pop_lease: {e}"))?;
+            std::hint::black_box(&buf);
+            q.ack(&lease).map_err(|e| format!("ack: {e}"))?;
+        }
+        Ok(())
+    })
+}
+
 /// A fresh queue `id` in `dir`, opened.
 fn fresh(dir: &Path, id: u32, rows: u64, durability: Option<Durability>) -> Result<Arc<Queue>, String> {
+    fresh_spec(dir, id, rows, durability, None)
+}
+
+/// A fresh queue `id` in `dir`, with leases if `leases`, opened.
+fn fresh_spec(
+    dir: &Path,
+    id: u32,
+    rows: u64,
+    durability: Option<Durability>,
+    leases: Option<LeaseSpec>,
+) -> Result<Arc<Queue>, String> {
     let _ = Queue::drop_queue(dir, id);
     let mut spec = Spec::new(rows, SIZE as u64);
     spec.durability = durability;
+    spec.leases = leases;
     Queue::create(dir, id, &spec).map_err(|e| e.to_string())?;
     Queue::open(dir, id).map(Arc::new).map_err(|e| e.to_string())
 }
@@ -286,6 +321,25 @@ fn cells(ctx: &mut Ctx, dir: &Path) {
         });
     }
     let _ = Queue::drop_queue(dir, ALWAYS_ID);
+    // 4. always with leases: each run pushes the records (not measured),
+    // then leases and acknowledges every one.
+    for n in [1usize, 4, 10] {
+        let per = base;
+        let total = per * n as u64;
+        let Some(q) = or_say(fresh_spec(dir, LEASED_ID, total, Some(Durability::Always), Some(LeaseSpec::default())))
+        else {
+            return;
+        };
+        let tests = [(LEASE_ACK, ALWAYS_LEASED)];
+        ctx.measure_group(SECTION, &tests, &n.to_string(), total, SIZE as u64, |_| {
+            match q.push_many(&vec![b'l'; SIZE * total as usize], SIZE) {
+                (k, None) if k as u64 == total => {}
+                (k, e) => return Err(format!("push_many: {k} of {total} records pushed, {e:?}")),
+            }
+            Ok(vec![run_lease_ack(&q, n, per)?])
+        });
+    }
+    let _ = Queue::drop_queue(dir, LEASED_ID);
 }
 
 /// The median rate of the durable cell `test`, `param`, `subject`.
@@ -355,5 +409,14 @@ pub(crate) fn summary(cells: &[Cell]) -> String {
         k(rate(cells, "push", "1", ALWAYS)),
         k(rate(cells, "pop", "1", ALWAYS))
     );
+    for n in ["1", "4", "10"] {
+        let _ = writeln!(
+            t,
+            "  always + leases, lease+ack {n:>2} thr.: {} (Q4M with sync: {} dequeues/s; always pop here: {})",
+            k(rate(cells, LEASE_ACK, n, ALWAYS_LEASED)),
+            Q4M_POP,
+            k(rate(cells, "pop", n, ALWAYS))
+        );
+    }
     t
 }
