@@ -153,10 +153,13 @@ fn consumer(conn: &mut Conn, seen: &Mutex<Seen>) {
     }
 }
 
+/// A record leased by the drain: the record, its lease id, its delivery count.
+type Drained = (Vec<u8>, Vec<u8>, i64);
+
 /// Leases everything the queue has (waiting for the leases of a dead
 /// server to come back), holding the leases: the connection, and each
 /// record with its lease id and delivery count.
-fn drain(server: &ChildServer) -> (Conn, Vec<(Vec<u8>, Vec<u8>, i64)>) {
+fn drain(server: &ChildServer) -> (Conn, Vec<Drained>) {
     let mut conn = Conn::connect(server.addr);
     let mut got = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -237,7 +240,9 @@ fn kill9_of_the_server_loses_no_answered_push_and_brings_back_no_acknowledged_le
 
         let mut delivered: HashMap<Vec<u8>, i64> = HashMap::new();
         for (rec, _, d) in &after {
-            let Some((r, p, seq)) = parse(rec) else { panic!("a record never pushed: {:?}", String::from_utf8_lossy(rec)) };
+            let Some((r, p, seq)) = parse(rec) else {
+                panic!("a record never pushed: {:?}", String::from_utf8_lossy(rec))
+            };
             assert!(r == round && seq < seen.sent[p], "a record never pushed: {}", String::from_utf8_lossy(rec));
             assert!(delivered.insert(rec.clone(), *d).is_none(), "delivered twice: {}", String::from_utf8_lossy(rec));
         }
@@ -251,7 +256,11 @@ fn kill9_of_the_server_loses_no_answered_push_and_brings_back_no_acknowledged_le
         let mut again = 0;
         for rec in &seen.leased {
             if seen.acked.contains(rec) {
-                assert!(!delivered.contains_key(rec), "an acknowledged record came back: {}", String::from_utf8_lossy(rec));
+                assert!(
+                    !delivered.contains_key(rec),
+                    "an acknowledged record came back: {}",
+                    String::from_utf8_lossy(rec)
+                );
             } else if !seen.acking.contains(rec) {
                 let d = delivered.get(rec).unwrap_or_else(|| {
                     panic!("a leased, unacknowledged record was not delivered again: {}", String::from_utf8_lossy(rec))
@@ -279,5 +288,7 @@ fn kill9_of_the_server_loses_no_answered_push_and_brings_back_no_acknowledged_le
         answered_total += seen.answered.len();
         redelivered_total += again;
     }
-    eprintln!("{rounds} rounds: {answered_total} pushes answered, {redelivered_total} unacknowledged leases delivered again");
+    eprintln!(
+        "{rounds} rounds: {answered_total} pushes answered, {redelivered_total} unacknowledged leases delivered again"
+    );
 }

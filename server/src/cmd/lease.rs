@@ -212,7 +212,6 @@ pub(crate) fn lease(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<
     }
 }
 
-
 /// The reply when nothing was leased.
 pub(crate) fn empty(out: &mut Vec<u8>, proto: Proto, want: Want) {
     if want.array { null_array(out, proto) } else { resp::null(out, proto) }
