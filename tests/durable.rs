@@ -642,3 +642,34 @@ fn a_restart_ends_every_lease_and_keeps_the_delivery_counts() {
     // The two leases in flight at the restart (held, twic): ended as by a death.
     assert_eq!(q.lease_stats().unwrap().orphaned, 2);
 }
+
+/// With its syncs put off (`defer_syncs`, as `tvmq serve` runs its
+/// commands), a lease pop of an `always` queue still syncs before it
+/// releases the record's ring slot (the record saved in the lease table
+/// must reach the disk first, or a machine crash could lose it), while an
+/// ack's sync is put off, for its ticket.
+#[test]
+fn a_lease_pop_syncs_its_saved_record_even_with_syncs_put_off() {
+    let dir = DiskDir::new("lease-defer");
+    let mut spec = Spec::new(10, 16);
+    spec.durability = Some(Durability::Always);
+    spec.leases = Some(tvm::LeaseSpec::default());
+    Queue::create(&dir.0, 1, &spec).unwrap();
+    let q = Queue::open(&dir.0, 1).unwrap();
+    q.push(b"one").unwrap();
+    let syncs = || q.durable_stats().unwrap().syncs;
+    let before = syncs();
+    let mut out = [0u8; 16];
+    let (got, _) = q.defer_syncs(|q| q.pop_lease(&mut out, Wait::NoWait, Duration::ZERO));
+    let (n, lease) = got.unwrap();
+    assert_eq!(&out[..n], b"one");
+    assert!(syncs() > before, "the lease pop synced the saved record");
+    let before = syncs();
+    let (acked, ticket) = q.defer_syncs(|q| q.ack(&lease));
+    acked.unwrap();
+    let ticket = ticket.expect("an ack of an always queue waits for a sync");
+    assert_eq!(syncs(), before, "the ack's sync was put off");
+    assert!(!q.is_synced(ticket));
+    q.sync_ticket(ticket).unwrap();
+    assert!(q.is_synced(ticket));
+}

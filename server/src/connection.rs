@@ -184,6 +184,8 @@ async fn run<S: Stream>(s: &mut S, shared: &Arc<ServerState>, worker: &Rc<Worker
         let mut commands = 0u64;
         let mut end = None;
         let mut blocked: Option<Blocked> = None;
+        // Times the command at the front asked for queues to be created.
+        let mut creations = 0;
         loop {
             let data = input.pending();
             let authed = client.authed;
@@ -204,8 +206,29 @@ async fn run<S: Stream>(s: &mut S, shared: &Arc<ServerState>, worker: &Rc<Worker
                             Flow::Next => {}
                             Flow::Close => end = Some(End::Close),
                             Flow::Block(b) => blocked = Some(b),
+                            Flow::Lease(d) => {
+                                blocked = cmd::blocking::lease_durable(d, shared, client, &mut out).await;
+                            }
+                            Flow::Create(keys) => {
+                                // Made off the worker; then the command runs
+                                // again (not consumed). A queue dropped again
+                                // at once, thrice: given up.
+                                creations += 1;
+                                if creations > 3 {
+                                    resp::error(&mut out, b"ERR the queue was created but dropped again at once");
+                                } else {
+                                    match crate::keys::create_off_worker(shared.clone(), keys).await {
+                                        Ok(()) => {
+                                            commands -= 1;
+                                            continue;
+                                        }
+                                        Err((key, e)) => cmd::queue::key_error(&mut out, &key, &e),
+                                    }
+                                }
+                            }
                         }
                     }
+                    creations = 0;
                     input.start += consumed;
                     needed = 0;
                     if client.auth_failures != failures {
@@ -400,7 +423,12 @@ async fn wait_blocked<S: Stream>(
     let _unblock = Unblock(shared);
     loop {
         b.register(shared);
-        if b.try_pop(client, out) {
+        // An `always` queue's leases are taken off the worker.
+        let got = match b.durable_lease() {
+            Some((q, want)) => cmd::lease::take_durable(&q, want, client, out).await,
+            None => b.try_pop(client, out),
+        };
+        if got {
             return Ok(());
         }
         if shared.shutdown.is_set() {

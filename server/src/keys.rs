@@ -1,7 +1,10 @@
 //! Keys to queues: a queue id in decimal (`21`) or a queue name, looked up
 //! in the server's index of its directory ([`crate::index`]; a name never
 //! becomes a path), attached once per server and cached per connection and
-//! per worker; `--auto-create` makes missing ones, within its bounds.
+//! per worker; `--auto-create` makes missing ones, within its bounds, off
+//! the workers ([`create_off_worker`]: creating a big queue writes its whole
+//! file, which took a worker 1.5 s for 1.2 GB, while its other connections
+//! got nothing).
 //!
 //! # The ids of auto-created queues
 //! A numeric key creates that id. A name gets an id from a hash of the name
@@ -72,15 +75,43 @@ fn numeric(key: &str) -> Option<u32> {
     key.parse::<u32>().ok().filter(|id| id.to_string() == key)
 }
 
-/// Resolves `key`, creating the queue if `create` and `--auto-create` allow.
-pub(crate) fn resolve(shared: &ServerState, key: &[u8], create: bool) -> Result<Arc<Queue>, KeyError> {
-    match find(shared, key)? {
-        Some(q) => Ok(q),
-        None if create && shared.args.auto_create.is_some() => {
-            create_missing(shared, &[key]).and_then(|mut qs| qs.pop().ok_or(KeyError::NoSuchQueue))
+/// Resolves `key` (never creating: see [`create_off_worker`]).
+pub(crate) fn resolve(shared: &ServerState, key: &[u8]) -> Result<Arc<Queue>, KeyError> {
+    find(shared, key)?.ok_or(KeyError::NoSuchQueue)
+}
+
+/// Creates the queues of `keys` as [`create_missing`] does, on a thread of
+/// the runtime's blocking pool, while the calling task waits (the worker
+/// serves its other connections). Concurrent creators of one key get one
+/// queue (`create_missing` creates one at a time, and finds a queue made
+/// meanwhile). `Err`: the key to name in the error reply, and why.
+pub(crate) async fn create_off_worker(shared: Arc<ServerState>, keys: Vec<Vec<u8>>) -> Result<(), (Vec<u8>, KeyError)> {
+    let first = keys.first().cloned().unwrap_or_default();
+    let made = tokio::task::spawn_blocking(move || {
+        let delay = test_create_delay();
+        if !delay.is_zero() {
+            std::thread::sleep(delay);
         }
-        None => Err(KeyError::NoSuchQueue),
+        let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+        create_missing(&shared, &refs).map(|_| ())
+    })
+    .await;
+    match made {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err((first, e)),
+        Err(e) => Err((first, KeyError::Queue(Error::new(MQUE_CRTE_BIG, format!("queue creation failed: {e}"))))),
     }
+}
+
+/// A test aid: each auto-creation is made this much slower
+/// (`TVMQ_SERVE_TEST_CREATE_DELAY_MS`), so that tests can see what runs
+/// while one is in progress.
+fn test_create_delay() -> std::time::Duration {
+    static DELAY: std::sync::OnceLock<std::time::Duration> = std::sync::OnceLock::new();
+    *DELAY.get_or_init(|| {
+        let ms = std::env::var("TVMQ_SERVE_TEST_CREATE_DELAY_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+        std::time::Duration::from_millis(ms)
+    })
 }
 
 /// The queue `key` names, `None` if there is none: a numeric key is opened
@@ -253,23 +284,22 @@ impl LastKey {
         shared: &ServerState,
         worker: &WorkerKeys,
         key: &[u8],
-        create: bool,
     ) -> Result<&Arc<Queue>, KeyError> {
         let hit = matches!(&self.queue, Some(q) if self.key == key && !q.is_dropped());
         if !hit {
-            self.miss(shared, worker, key, create)?;
+            self.miss(shared, worker, key)?;
         }
         // A hit or a successful miss leaves a queue here.
         self.queue.as_ref().ok_or(KeyError::NoSuchQueue)
     }
 
     #[cold]
-    fn miss(&mut self, shared: &ServerState, worker: &WorkerKeys, key: &[u8], create: bool) -> Result<(), KeyError> {
+    fn miss(&mut self, shared: &ServerState, worker: &WorkerKeys, key: &[u8]) -> Result<(), KeyError> {
         self.queue = None;
         let q = match worker.get(key) {
             Some(q) => q,
             None => {
-                let q = resolve(shared, key, create)?;
+                let q = resolve(shared, key)?;
                 worker.put(key, &q);
                 q
             }

@@ -167,6 +167,41 @@ fn a_blocking_pop_on_many_missing_keys_creates_few_or_none() {
     server.stop();
 }
 
+/// Auto-creation runs off the worker: while a slow creation (the server's
+/// test aid) runs for one connection, another connection of the same (only)
+/// worker is answered; two connections creating one key at once get one
+/// queue; a blocking pop's missing key is made the same way, then waits.
+#[test]
+fn auto_creation_does_not_hold_the_worker() {
+    let dir = TempDir::new("attack", "create-off-worker");
+    let how = Spawn { env: &[("TVMQ_SERVE_TEST_CREATE_DELAY_MS", "600")], ..Spawn::default() };
+    let server = ChildServer::spawn(&dir, &["--threads", "1", "--auto-create", "1000x64"], &how);
+    let mut a = Conn::connect(server.addr);
+    let mut b = Conn::connect(server.addr);
+    let mut other = Conn::connect(server.addr);
+    assert_eq!(other.cmd(&[b"PING"]), V::Simple("PONG".into()));
+    a.send(&[b"RPUSH", b"fresh", b"x"]);
+    b.send(&[b"RPUSH", b"fresh", b"y"]);
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(other.cmd(&[b"PING"]), V::Simple("PONG".into()));
+    assert!(a.try_read_within(Duration::ZERO).is_none(), "PING answered before the creation ended");
+    let mut depths = [a.read(), b.read()];
+    depths.sort_by_key(|v| format!("{v:?}"));
+    assert_eq!(depths, [V::Int(1), V::Int(2)]);
+    assert_eq!(other.cmd(&[b"LLEN", b"fresh"]), V::Int(2), "one queue for both");
+    assert_eq!(queue_files(dir.path()), 1);
+
+    a.send(&[b"BLPOP", b"later", b"0"]);
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(other.cmd(&[b"PING"]), V::Simple("PONG".into()));
+    assert!(a.try_read_within(Duration::ZERO).is_none());
+    common::wait_until(Duration::from_secs(10), "the blocking pop's queue made", || queue_files(dir.path()) == 2);
+    // The depth after: 0 if the blocked pop took the record first.
+    let depth = other.cmd(&[b"RPUSH", b"later", b"z"]);
+    assert!(depth == V::Int(1) || depth == V::Int(0), "{depth:?}");
+    assert_eq!(a.read(), V::Arr(vec![V::bulk(b"later"), V::bulk(b"z")]));
+}
+
 #[test]
 fn an_impossible_auto_create_geometry_is_refused_at_start() {
     let dir = TempDir::new("attack", "geometry");

@@ -135,3 +135,98 @@ fn a_worker_serves_other_connections_while_a_sync_runs() {
     assert!(t1.elapsed() >= Duration::from_millis(DELAY_MS), "the pop's reply waited for its sync");
     assert_eq!(server.signal_and_wait(libc::SIGKILL, Duration::from_secs(10)), None);
 }
+
+/// An `always` queue with leases.
+fn always_leased_queue(dir: &DiskDir, id: u32, name: &str, rows: u64) {
+    let mut spec = Spec::new(rows, SIZE as u64);
+    spec.name = name.into();
+    spec.durability = Some(Durability::Always);
+    spec.leases = Some(tvm::LeaseSpec { lease_ms: 60_000, max_leases: 256, ..Default::default() });
+    Queue::create(dir.path(), id, &spec).expect("create the durable leased queue");
+}
+
+/// The id of a TVMQ.LEASE reply's one entry `[id, deliveries, record]`.
+fn lease_entry(v: &V) -> (Vec<u8>, i64, Vec<u8>) {
+    match v {
+        V::Arr(e) => match e.as_slice() {
+            [V::Bulk(id), V::Int(d), V::Bulk(r)] => (id.clone(), *d, r.clone()),
+            other => panic!("not a lease entry: {other:?}"),
+        },
+        other => panic!("TVMQ.LEASE replied {other:?}"),
+    }
+}
+
+/// A durable + leased (`always`) queue with a slow sync: a TVMQ.ACK's reply
+/// waits for its sync while a PING on another connection of the same (only)
+/// worker answers at once; so does a lease delivered again (its raised
+/// delivery count is synced); and the acks of several connections share
+/// syncs.
+#[test]
+fn acks_of_a_durable_leased_queue_wait_for_shared_syncs_off_the_worker() {
+    let dir = DiskDir::new("serve-slow-ack");
+    always_leased_queue(&dir, 1, "jobs", 1000);
+    const DELAY_MS: u64 = 800;
+    let delay = DELAY_MS.to_string();
+    let how = Spawn { env: &[("TVMQ_SERVE_TEST_SYNC_DELAY_MS", &delay)], ..Spawn::default() };
+    let mut server = ChildServer::spawn_in(dir.path(), &["--threads", "1"], &how);
+    let mut consumer = Conn::connect(server.addr);
+    let mut other = Conn::connect(server.addr);
+    const CONNS: usize = 6;
+    let mut bytes = Vec::new();
+    for i in 0..CONNS + 2 {
+        resp::command(&mut bytes, &[b"RPUSH", b"jobs", &value(0, i)]);
+    }
+    other.send_raw(&bytes);
+    for _ in 0..CONNS + 2 {
+        assert!(matches!(other.read(), V::Int(_)));
+    }
+
+    let (id, d, rec) = lease_entry(&consumer.cmd(&[b"TVMQ.LEASE", b"jobs"]));
+    assert_eq!((d, rec), (1, value(0, 0)));
+    let t0 = Instant::now();
+    consumer.send(&[b"TVMQ.ACK", b"jobs", &id]);
+    std::thread::sleep(Duration::from_millis(DELAY_MS / 8));
+    let ping = Instant::now();
+    assert_eq!(other.cmd(&[b"PING"]), V::Simple("PONG".into()));
+    let answered_in = ping.elapsed();
+    assert!(t0.elapsed() < Duration::from_millis(DELAY_MS * 3 / 4), "checked while the sync runs");
+    assert!(answered_in < Duration::from_millis(DELAY_MS / 4), "PING took {answered_in:?} during a sync");
+    assert!(consumer.try_read_within(Duration::ZERO).is_none(), "the ack's reply waits for its sync");
+    assert_eq!(consumer.read(), V::Int(1));
+    assert!(t0.elapsed() >= Duration::from_millis(DELAY_MS), "the ack's reply waited for its sync");
+
+    // Released, then delivered again: that reply waits for the sync of
+    // the raised delivery count.
+    let (id, _, _) = lease_entry(&consumer.cmd(&[b"TVMQ.LEASE", b"jobs"]));
+    assert_eq!(consumer.cmd(&[b"TVMQ.RELEASE", b"jobs", &id]), V::Simple("OK".into()));
+    let t1 = Instant::now();
+    let (id, d, rec) = lease_entry(&consumer.cmd(&[b"TVMQ.LEASE", b"jobs"]));
+    assert_eq!((d, rec), (2, value(0, 1)));
+    assert!(t1.elapsed() >= Duration::from_millis(DELAY_MS), "the redelivery's reply waited for its sync");
+    assert_eq!(consumer.cmd(&[b"TVMQ.ACK", b"jobs", &id]), V::Int(1));
+
+    // Several connections lease one record each, then acknowledge at once.
+    let syncs_before: u64 = info_field(&mut other, "durability", "durable_syncs").parse().unwrap();
+    let held_before: u64 = info_field(&mut other, "durability", "durable_records_held").parse().unwrap();
+    let mut conns: Vec<(Conn, Vec<u8>)> = (0..CONNS)
+        .map(|_| {
+            let mut c = Conn::connect(server.addr);
+            let (id, _, _) = lease_entry(&c.cmd(&[b"TVMQ.LEASE", b"jobs"]));
+            (c, id)
+        })
+        .collect();
+    let t2 = Instant::now();
+    for (c, id) in &mut conns {
+        c.send(&[b"TVMQ.ACK", b"jobs", id]);
+    }
+    for (c, _) in &mut conns {
+        assert_eq!(c.read(), V::Int(1));
+    }
+    assert!(t2.elapsed() >= Duration::from_millis(DELAY_MS));
+    let syncs = info_field(&mut other, "durability", "durable_syncs").parse::<u64>().unwrap() - syncs_before;
+    let held = info_field(&mut other, "durability", "durable_records_held").parse::<u64>().unwrap() - held_before;
+    eprintln!("{CONNS} connections' acks: {held} records held, {syncs} syncs");
+    assert_eq!(held, CONNS as u64);
+    assert!(syncs < CONNS as u64, "{syncs} syncs for the acks of {CONNS} connections");
+    assert_eq!(server.signal_and_wait(libc::SIGKILL, Duration::from_secs(10)), None);
+}

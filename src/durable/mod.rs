@@ -326,6 +326,15 @@ impl Durable {
         self.sync_until(target)
     }
 
+    /// [`sync`](Self::sync), never put off by
+    /// [`defer_syncs`](crate::Queue::defer_syncs): for a change that must be
+    /// on stable storage before the caller makes the next one (a leased
+    /// record saved in the lease table before its ring slot is released).
+    pub(crate) fn sync_now(&self) -> Result<()> {
+        let target = self.words().started.load(Ordering::SeqCst) + 1;
+        self.sync_until(target)
+    }
+
     /// Has sync number `target` completed?
     pub(crate) fn covered(&self, target: u64) -> bool {
         self.words().done.load(Ordering::Acquire) >= target

@@ -335,7 +335,11 @@ impl Queue {
                     // at any time): a machine crash finds it in the table,
                     // in the ring (recovery then drops the slot), or both.
                     // A failed sync is counted in the file, as a pop's is.
-                    let _ = self.lease_durably();
+                    // Never put off (`defer_syncs`): the slot's release
+                    // must not reach the disk before the saved record.
+                    if let Some(d) = &self.always {
+                        let _ = d.sync_now();
+                    }
                 }
                 saved
             });

@@ -22,7 +22,7 @@ use tvm::{Queue, Wait};
 pub(crate) fn del(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) {
     let mut dropped = 0;
     for key in req.iter(buf).skip(1) {
-        let q = match ctx.client.last.resolve(ctx.shared, ctx.keys, key, false) {
+        let q = match ctx.client.last.resolve(ctx.shared, ctx.keys, key) {
             Ok(q) => q.clone(),
             Err(KeyError::NoSuchQueue) => continue,
             Err(e) => return key_error(out, key, &e),
@@ -42,7 +42,7 @@ pub(crate) fn ltrim(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<
     let (Some(start), Some(stop)) = (parse_int(req.arg(buf, 2)), parse_int(req.arg(buf, 3))) else {
         return reply::not_an_integer(out);
     };
-    let q = match ctx.client.last.resolve(ctx.shared, ctx.keys, key, false) {
+    let q = match ctx.client.last.resolve(ctx.shared, ctx.keys, key) {
         Ok(q) => q.clone(),
         // As Redis: trimming a missing list is fine.
         Err(KeyError::NoSuchQueue) => return resp::simple(out, b"OK"),
@@ -83,7 +83,7 @@ pub(crate) fn ltrim(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<
 /// TVMQ.REPAIR key: `tvmq repair` on the queue; the records recovered.
 pub(crate) fn repair(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) {
     let key = req.arg(buf, 1);
-    match ctx.client.last.resolve(ctx.shared, ctx.keys, key, false) {
+    match ctx.client.last.resolve(ctx.shared, ctx.keys, key) {
         Ok(q) => {
             let r = q.repair();
             resp::integer(out, (r.recovered_pushes + r.recovered_pops) as i64);

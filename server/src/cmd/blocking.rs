@@ -3,7 +3,7 @@
 //! waiting client is woken, and in which order).
 
 use super::context::{Client, Ctx};
-use super::lease::{LEASE_RECHECK, Want};
+use super::lease::{DurableLease, LEASE_RECHECK, Want, is_always, take_durable};
 use super::queue::{key_error, null_array, pop_bulk};
 use crate::durable::OnFailure;
 use crate::reply;
@@ -86,20 +86,10 @@ pub(crate) fn start(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<
             }
         }
     }
-    if !missing.is_empty() {
-        match crate::keys::create_missing(ctx.shared, &missing) {
-            Ok(made) => {
-                for (key, q) in &mut found {
-                    if q.is_none() {
-                        *q = missing.iter().position(|m| m == key).and_then(|i| made.get(i).cloned());
-                    }
-                }
-            }
-            Err(e) => {
-                key_error(out, missing[0], &e);
-                return None;
-            }
-        }
+    if !missing.is_empty() && ctx.shared.args.auto_create.is_some() {
+        // Made off the worker; then the command runs again.
+        ctx.client.create = Some(missing.iter().map(|k| k.to_vec()).collect());
+        return None;
     }
     let mut keys = Vec::with_capacity(n - 2);
     for (key, q) in found {
@@ -125,13 +115,40 @@ pub(crate) fn start(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<
     Some(blocked)
 }
 
+/// TVMQ.LEASE of an `always` queue: leases off the worker (this task
+/// waits, the worker serves its other connections); when there is nothing,
+/// the empty reply, or the client to block.
+pub(crate) async fn lease_durable(
+    d: DurableLease,
+    shared: &ServerState,
+    client: &mut Client,
+    out: &mut Vec<u8>,
+) -> Option<Blocked> {
+    if take_durable(&d.q, d.want, client, out).await {
+        return None;
+    }
+    match d.block {
+        None => {
+            super::lease::empty(out, client.proto, d.want);
+            None
+        }
+        Some(timeout) => Some(Blocked::lease(shared, &d.key, d.q, timeout, d.want)),
+    }
+}
+
 impl Blocked {
     /// A client blocked in TVMQ.LEASE on `q` (its first try found nothing).
-    pub(crate) fn lease(ctx: &Ctx<'_>, key: &[u8], q: Arc<Queue>, timeout: Option<Duration>, want: Want) -> Blocked {
+    pub(crate) fn lease(
+        shared: &ServerState,
+        key: &[u8],
+        q: Arc<Queue>,
+        timeout: Option<Duration>,
+        want: Want,
+    ) -> Blocked {
         Blocked {
             keys: vec![(key.to_vec(), q)],
             deadline: timeout.and_then(|t| Instant::now().checked_add(t)),
-            ticket: ctx.shared.waiters.ticket(),
+            ticket: shared.waiters.ticket(),
             lists: vec![None],
             notify: Arc::new(Notify::new()),
             lease: Some(want),
@@ -142,6 +159,14 @@ impl Blocked {
     /// that run out or are released move no push count.
     pub(crate) fn recheck(&self) -> Option<Duration> {
         self.lease.map(|_| LEASE_RECHECK)
+    }
+
+    /// TVMQ.LEASE of an `always` queue: its queue and what it wants (the
+    /// connection leases with [`take_durable`], off the worker).
+    pub(crate) fn durable_lease(&self) -> Option<(Arc<Queue>, Want)> {
+        let want = self.lease?;
+        let q = &self.keys[0].1;
+        is_always(q).then(|| (q.clone(), want))
     }
 
     /// Pops from the first queue that has a record, writing the reply

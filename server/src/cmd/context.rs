@@ -32,6 +32,9 @@ pub(crate) struct Client {
     /// Replies in the output buffer that wait for a sync of an `always`
     /// queue before they may be written.
     pub(crate) held: Held,
+    /// Queues the command just run needs `--auto-create` to make (it wrote
+    /// no reply: it runs again once they are made).
+    pub(crate) create: Option<Vec<Vec<u8>>>,
 }
 
 impl Client {
@@ -49,6 +52,7 @@ impl Client {
             since: Instant::now(),
             leases: super::lease::Held::default(),
             held: Held::default(),
+            create: None,
         }
     }
 }

@@ -12,6 +12,19 @@
 //! time, as locally. If the server process itself dies, the library's own
 //! owner rule applies: the leases of a dead process are delivered again.
 //!
+//! On a durable queue with the `always` policy, each call's sync is run
+//! off the worker, as pushes and pops are (see [`crate::durable`]): an
+//! ack's reply (and a release's or a reject's that moved a record to the
+//! dead-letter queue) is held until a sync covers it, and becomes a
+//! `SYNC_FAILED` error if that sync fails (the client must not believe an
+//! acknowledgement durable that is not); a lease is taken on a thread of
+//! the runtime's blocking pool ([`take_durable`]), because the library
+//! syncs the record saved in the lease table before it lets go of the
+//! record's ring slot, and that sync cannot be put off; the reply is held
+//! for the syncs it could put off (a record delivered again: its raised
+//! delivery count) and written even if they fail, as a pop's is (the
+//! records are the client's now; a machine crash may deliver them again).
+//!
 //! A lease id is `<position>-<tag>` (two decimal words, the shape of a
 //! stream entry id): the record's position in its queue and the lease
 //! entry and generation of the delivery (`Lease::delivery_id`), so an id
@@ -19,13 +32,14 @@
 
 use super::context::{Client, Ctx, parse_int};
 use super::queue::{key_error, null_array};
+use crate::durable::OnFailure;
 use crate::reply;
 use resp::{Proto, Request};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tvm::error::{LEASE_EXPIRED, LEASE_LIMIT, NO_DATA_FOUND};
-use tvm::{Lease, Queue, Wait};
+use tvm::{Durability, Lease, Queue, SyncTicket, Wait};
 
 /// How often a client blocked in TVMQ.LEASE looks again without a push:
 /// records released, or whose lease ran out, move no push count.
@@ -63,11 +77,14 @@ impl Held {
         self.map.len()
     }
 
-    /// Releases every lease held (delay 0): delivered again at once.
+    /// Releases every lease held (delay 0): delivered again at once. On an
+    /// `always` queue the syncs are put off and not waited for (nobody is
+    /// told anything): the next sync of the queue covers them, and a
+    /// machine crash before it delivers the records again all the same.
     pub(crate) fn release_all(&mut self) {
         for (_, (q, lease)) in self.map.drain() {
             // Refused: it ran out, or the queue was dropped; nothing to give back.
-            let _ = q.release(&lease, Duration::ZERO);
+            let _ = q.defer_syncs(|q| q.release(&lease, Duration::ZERO));
         }
         self.pruned = 0;
     }
@@ -96,7 +113,7 @@ fn millis(arg: &[u8]) -> Option<Duration> {
 
 /// The queue of `key` (never created), writing the error reply if there is none.
 fn queue(ctx: &mut Ctx<'_>, key: &[u8], out: &mut Vec<u8>) -> Option<Arc<Queue>> {
-    match ctx.client.last.resolve(ctx.shared, ctx.keys, key, false) {
+    match ctx.client.last.resolve(ctx.shared, ctx.keys, key) {
         Ok(q) => Some(q.clone()),
         Err(e) => {
             key_error(out, key, &e);
@@ -105,17 +122,37 @@ fn queue(ctx: &mut Ctx<'_>, key: &[u8], out: &mut Vec<u8>) -> Option<Arc<Queue>>
     }
 }
 
+/// What TVMQ.LEASE leaves to the connection.
+pub(crate) enum Next {
+    /// The reply is written.
+    Done,
+    /// Nothing to lease yet: block on the queue (`None`: forever).
+    Block(Arc<Queue>, Option<Duration>, Want),
+    /// An `always` queue: lease off the worker ([`take_durable`]).
+    Durable(DurableLease),
+}
+
+/// A TVMQ.LEASE of an `always` queue, for the connection to run (see
+/// `blocking::lease_durable`).
+pub(crate) struct DurableLease {
+    pub(crate) key: Vec<u8>,
+    pub(crate) q: Arc<Queue>,
+    /// `None`: no BLOCK; `Some(None)`: forever.
+    pub(crate) block: Option<Option<Duration>>,
+    pub(crate) want: Want,
+}
+
+/// Is `q` a durable queue with the `always` policy (its lease calls sync)?
+pub(crate) fn is_always(q: &Queue) -> bool {
+    q.durability() == Some(Durability::Always)
+}
+
 /// TVMQ.LEASE key [COUNT n] [BLOCK ms] [FOR ms]: leases the oldest record
 /// (COUNT: up to n of them), waiting up to BLOCK ms (0: forever) when there
 /// is none, for FOR ms (0 or absent: the queue's lease time). Reply: one
 /// entry `[id, deliveries, record]` (with COUNT: an array of them), or a
 /// null when there was nothing.
-pub(crate) fn lease(
-    ctx: &mut Ctx<'_>,
-    buf: &[u8],
-    req: &Request,
-    out: &mut Vec<u8>,
-) -> Option<(Arc<Queue>, Option<Duration>, Want)> {
+pub(crate) fn lease(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) -> Next {
     let mut want = Want { count: 1, lease_time: Duration::ZERO, array: false };
     let mut block = None;
     let mut i = 2;
@@ -123,14 +160,14 @@ pub(crate) fn lease(
         let opt = req.arg(buf, i);
         let Some(val) = req.get(buf, i + 1) else {
             reply::syntax_error(out);
-            return None;
+            return Next::Done;
         };
         if opt.eq_ignore_ascii_case(b"COUNT") {
             match parse_int(val) {
                 Some(n) if n > 0 => want.count = n as usize,
                 _ => {
                     resp::error(out, b"ERR COUNT must be a positive integer");
-                    return None;
+                    return Next::Done;
                 }
             }
             want.array = true;
@@ -139,7 +176,7 @@ pub(crate) fn lease(
                 Some(d) => block = Some(d),
                 None => {
                     resp::error(out, b"ERR BLOCK must be 0 or more milliseconds");
-                    return None;
+                    return Next::Done;
                 }
             }
         } else if opt.eq_ignore_ascii_case(b"FOR") {
@@ -147,27 +184,31 @@ pub(crate) fn lease(
                 Some(d) => want.lease_time = d,
                 None => {
                     resp::error(out, b"ERR FOR must be 0 or more milliseconds");
-                    return None;
+                    return Next::Done;
                 }
             }
         } else {
             reply::syntax_error(out);
-            return None;
+            return Next::Done;
         }
         i += 2;
     }
     let key = req.arg(buf, 1);
-    let q = queue(ctx, key, out)?;
+    let Some(q) = queue(ctx, key, out) else { return Next::Done };
+    // BLOCK 0: forever.
+    let block = block.map(|d| (!d.is_zero()).then_some(d));
+    if is_always(&q) {
+        return Next::Durable(DurableLease { key: key.to_vec(), q, block, want });
+    }
     if take(&q, want, &mut ctx.client.leases, ctx.client.proto, out) {
-        return None;
+        return Next::Done;
     }
     match block {
         None => {
             empty(out, ctx.client.proto, want);
-            None
+            Next::Done
         }
-        // BLOCK 0: forever.
-        Some(d) => Some((q, (!d.is_zero()).then_some(d), want)),
+        Some(t) => Next::Block(q, t, want),
     }
 }
 
@@ -220,6 +261,103 @@ pub(crate) fn take(q: &Arc<Queue>, want: Want, held: &mut Held, _proto: Proto, o
     true
 }
 
+/// Leases of an `always` queue, up to `want.count`, taken on a thread of
+/// the runtime's blocking pool (each fresh lease waits there for the sync
+/// of its saved record), then handed to `client` and written as [`take`]
+/// writes them; the reply is held for the syncs put off meanwhile. False
+/// (nothing written) when the queue is empty.
+pub(crate) async fn take_durable(q: &Arc<Queue>, want: Want, client: &mut Client, out: &mut Vec<u8>) -> bool {
+    let queue = q.clone();
+    match tokio::task::spawn_blocking(move || Taken::take(queue, want)).await {
+        Ok(taken) => taken.write(client, out),
+        Err(e) => {
+            // A panic, or the runtime stopping: whatever was taken went
+            // back to the queue (`Taken`'s drop).
+            reply::error_fmt(out, format_args!("ERR the lease of queue {} failed: {e}", q.id()));
+            true
+        }
+    }
+}
+
+/// Leases taken off the worker, not yet handed to a connection: released
+/// if dropped so (the connection ended meanwhile).
+struct Taken {
+    q: Arc<Queue>,
+    want: Want,
+    /// The records, back to back.
+    data: Vec<u8>,
+    /// The leases and their records' lengths.
+    leases: Vec<(Lease, usize)>,
+    /// Why it stopped before `want.count`, if not for an empty queue.
+    failure: Option<tvm::Error>,
+    /// The sync the reply waits for (syncs put off).
+    ticket: Option<SyncTicket>,
+}
+
+impl Taken {
+    /// Runs where it may wait for syncs.
+    fn take(q: Arc<Queue>, want: Want) -> Taken {
+        let size = q.record_size();
+        let limit = want.count.min((super::queue::MAX_POP_REPLY / size.max(1)).max(1));
+        let mut t = Taken { q: q.clone(), want, data: Vec::new(), leases: Vec::new(), failure: None, ticket: None };
+        let ((), ticket) = q.defer_syncs(|q| {
+            let mut record = vec![0u8; size];
+            while t.leases.len() < limit {
+                match q.pop_lease(&mut record, Wait::NoWait, want.lease_time) {
+                    Ok((len, lease)) => {
+                        t.data.extend_from_slice(&record[..len]);
+                        t.leases.push((lease, len));
+                    }
+                    Err(e) if e.code() == NO_DATA_FOUND => break,
+                    Err(e) if e.code() == LEASE_LIMIT && !t.leases.is_empty() => break,
+                    Err(e) => {
+                        t.failure = Some(e);
+                        break;
+                    }
+                }
+            }
+        });
+        t.ticket = ticket;
+        t
+    }
+
+    /// Hands the leases to `client` and writes the reply (see [`take`]).
+    fn write(mut self, client: &mut Client, out: &mut Vec<u8>) -> bool {
+        let leases = std::mem::take(&mut self.leases);
+        if leases.is_empty() {
+            return match self.failure.take() {
+                Some(e) => {
+                    reply::queue_error(out, self.q.id(), &e);
+                    true
+                }
+                None => false,
+            };
+        }
+        let at = out.len();
+        if self.want.array {
+            resp::array_header(out, leases.len());
+        }
+        let mut from = 0;
+        for &(lease, len) in &leases {
+            let key = client.leases.insert(&self.q, lease);
+            entry(out, key, lease.deliveries(), &self.data[from..from + len]);
+            from += len;
+        }
+        if let Some(t) = self.ticket {
+            client.held.add(self.q.clone(), t, at..out.len(), leases.len() as u64, OnFailure::Deliver);
+        }
+        true
+    }
+}
+
+impl Drop for Taken {
+    fn drop(&mut self) {
+        for (lease, _) in self.leases.drain(..) {
+            let _ = self.q.defer_syncs(|q| q.release(&lease, Duration::ZERO));
+        }
+    }
+}
+
 /// `[id, deliveries, record]`.
 fn entry(out: &mut Vec<u8>, (_, pos, tag): LeaseKey, deliveries: u32, record: &[u8]) {
     resp::array_header(out, 3);
@@ -269,13 +407,20 @@ fn on_lease(
         }
     };
     let (_, mut lease) = held.map.get(&k).cloned()?;
-    match f(&q, &mut lease) {
+    // A release at the delivery limit and a reject move the record to the
+    // dead-letter queue and sync (on an `always` queue): the reply is held.
+    let at = out.len();
+    let (done, ticket) = q.defer_syncs(|q| f(q, &mut lease));
+    match done {
         Ok(keep) => {
             held.map.remove(&k);
             if keep {
                 return Some(held.insert(&q, lease));
             }
             resp::simple(out, b"OK");
+            if let Some(t) = ticket {
+                ctx.client.held.add(q, t, at..out.len(), 1, OnFailure::Error);
+            }
             None
         }
         Err(e) => {
@@ -291,26 +436,41 @@ fn on_lease(
 
 /// TVMQ.ACK key id [id ...]: acknowledges leases of this connection. Reply:
 /// how many were acknowledged (an id that names no lease held, or one that
-/// ran out, counts 0, as in XACK); a malformed id is an error.
+/// ran out, counts 0, as in XACK); a malformed id is an error. On an
+/// `always` queue the reply is held until a sync covers the acks, and is a
+/// `SYNC_FAILED` error if that sync fails.
 pub(crate) fn ack(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) {
     let key = req.arg(buf, 1);
     let Some(q) = queue(ctx, key, out) else { return };
     let held = &mut ctx.client.leases;
-    let mut acked = 0;
-    for id in req.iter(buf).skip(2) {
-        let k = match find(held, &q, id) {
-            Ok(k) => k,
-            Err(text) if text.starts_with("LEASE_INVALID") => return resp::error(out, text.as_bytes()),
-            Err(_) => continue,
-        };
-        let Some((_, lease)) = held.map.remove(&k) else { continue };
-        match q.ack(&lease) {
-            Ok(()) => acked += 1,
-            Err(e) if e.code() == LEASE_EXPIRED => {}
-            Err(e) => return reply::queue_error(out, q.id(), &e),
+    let at = out.len();
+    let (acked, ticket) = q.defer_syncs(|q| {
+        let mut acked = 0;
+        for id in req.iter(buf).skip(2) {
+            let k = match find(held, q, id) {
+                Ok(k) => k,
+                Err(text) if text.starts_with("LEASE_INVALID") => {
+                    resp::error(out, text.as_bytes());
+                    return acked;
+                }
+                Err(_) => continue,
+            };
+            let Some((_, lease)) = held.map.remove(&k) else { continue };
+            match q.ack(&lease) {
+                Ok(()) => acked += 1,
+                Err(e) if e.code() == LEASE_EXPIRED => {}
+                Err(e) => {
+                    reply::queue_error(out, q.id(), &e);
+                    return acked;
+                }
+            }
         }
+        resp::integer(out, acked);
+        acked
+    });
+    if let Some(t) = ticket {
+        ctx.client.held.add(q, t, at..out.len(), acked as u64, OnFailure::Error);
     }
-    resp::integer(out, acked);
 }
 
 /// TVMQ.RELEASE key id [DELAY ms]: puts the record back, delivered again
@@ -377,7 +537,8 @@ pub(crate) fn stats(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<
     }
 }
 
-/// Leases for a client blocked in TVMQ.LEASE (see [`take`]).
+/// Leases for a client blocked in TVMQ.LEASE (see [`take`]; an `always`
+/// queue's go through [`take_durable`] instead).
 pub(crate) fn try_blocked(q: &Arc<Queue>, want: Want, client: &mut Client, out: &mut Vec<u8>) -> bool {
     take(q, want, &mut client.leases, client.proto, out)
 }

@@ -31,6 +31,13 @@ pub(crate) enum Flow {
     Close,
     /// Nothing to pop yet: wait (the reply is written when it ends).
     Block(blocking::Blocked),
+    /// TVMQ.LEASE of an `always` queue: taken off the worker
+    /// ([`blocking::lease_durable`]), the connection waiting for it.
+    Lease(lease::DurableLease),
+    /// The command needs queues `--auto-create` makes: made off the worker
+    /// ([`crate::keys::create_off_worker`]), then the command runs again
+    /// (its reply is not written yet).
+    Create(Vec<Vec<u8>>),
 }
 
 /// Runs the command in `req` (arguments in `buf`), appending its reply to
@@ -56,7 +63,11 @@ pub(crate) fn execute(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Ve
         Cmd::Rpush | Cmd::Lpush => queue::push(ctx, buf, req, out, spec.name),
         Cmd::Lpop | Cmd::Rpop => queue::pop(ctx, buf, req, out, spec.name),
         Cmd::Llen => queue::llen(ctx, buf, req, out),
-        Cmd::Blpop | Cmd::Brpop => return blocking::start(ctx, buf, req, out).map_or(Flow::Next, Flow::Block),
+        Cmd::Blpop | Cmd::Brpop => {
+            if let Some(b) = blocking::start(ctx, buf, req, out) {
+                return Flow::Block(b);
+            }
+        }
         Cmd::Ping => server::ping(ctx, buf, req, out),
         Cmd::Echo => resp::bulk(out, req.arg(buf, 1)),
         Cmd::Info => server::info(ctx, buf, req, out),
@@ -74,9 +85,13 @@ pub(crate) fn execute(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Ve
         Cmd::Ltrim => admin::ltrim(ctx, buf, req, out),
         Cmd::Repair => admin::repair(ctx, buf, req, out),
         Cmd::Lease => {
-            return lease::lease(ctx, buf, req, out).map_or(Flow::Next, |(q, timeout, want)| {
-                Flow::Block(blocking::Blocked::lease(ctx, req.arg(buf, 1), q, timeout, want))
-            });
+            return match lease::lease(ctx, buf, req, out) {
+                lease::Next::Done => Flow::Next,
+                lease::Next::Block(q, timeout, want) => {
+                    Flow::Block(blocking::Blocked::lease(ctx.shared, req.arg(buf, 1), q, timeout, want))
+                }
+                lease::Next::Durable(d) => Flow::Lease(d),
+            };
         }
         Cmd::Ack => lease::ack(ctx, buf, req, out),
         Cmd::Release => lease::release(ctx, buf, req, out),
@@ -84,7 +99,10 @@ pub(crate) fn execute(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Ve
         Cmd::Extend => lease::extend(ctx, buf, req, out),
         Cmd::Leases => lease::stats(ctx, buf, req, out),
     }
-    Flow::Next
+    match ctx.client.create.take() {
+        None => Flow::Next,
+        Some(keys) => Flow::Create(keys),
+    }
 }
 
 /// `-ERR unknown command 'FOO', with args beginning with: 'a' 'b' `, as

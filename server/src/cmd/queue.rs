@@ -17,11 +17,17 @@ use tvm::{Queue, Wait};
 /// one record): the bound of a reply, so of a client's output buffer.
 pub(crate) const MAX_POP_REPLY: usize = 1 << 20;
 
-/// Resolves the key, writing the error reply if it names no queue.
+/// Resolves the key, writing the error reply if it names no queue; with
+/// `--auto-create`, a missing queue is asked for instead (`client.create`:
+/// made off the worker, then the command runs again), nothing written.
 #[inline]
-fn queue<'c>(ctx: &'c mut Ctx<'_>, key: &[u8], create: bool, out: &mut Vec<u8>) -> Option<&'c Arc<Queue>> {
-    match ctx.client.last.resolve(ctx.shared, ctx.keys, key, create) {
+fn queue_or_create<'c>(ctx: &'c mut Ctx<'_>, key: &[u8], out: &mut Vec<u8>) -> Option<&'c Arc<Queue>> {
+    match ctx.client.last.resolve(ctx.shared, ctx.keys, key) {
         Ok(q) => Some(q),
+        Err(KeyError::NoSuchQueue) if ctx.shared.args.auto_create.is_some() => {
+            ctx.client.create = Some(vec![key.to_vec()]);
+            None
+        }
         Err(e) => {
             key_error(out, key, &e);
             None
@@ -43,7 +49,7 @@ pub(crate) fn key_error(out: &mut Vec<u8>, key: &[u8], e: &KeyError) {
 #[inline]
 pub(crate) fn push(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>, name: &str) {
     let key = req.arg(buf, 1);
-    let Some(q) = queue(ctx, key, true, out) else { return };
+    let Some(q) = queue_or_create(ctx, key, out) else { return };
     let size = q.record_size();
     let values = req.iter(buf).skip(2);
     if let Some(bad) = values.clone().find(|v| v.is_empty() || v.len() > size) {
@@ -176,7 +182,7 @@ pub(crate) fn pop(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8
     let proto = ctx.client.proto;
     let key = req.arg(buf, 1);
     let auto = ctx.shared.args.auto_create.is_some();
-    let q = match ctx.client.last.resolve(ctx.shared, ctx.keys, key, false) {
+    let q = match ctx.client.last.resolve(ctx.shared, ctx.keys, key) {
         Ok(q) => q,
         // With --auto-create a missing queue is an empty one, as a missing key in Redis.
         Err(KeyError::NoSuchQueue) if auto => {
@@ -256,7 +262,7 @@ pub(crate) fn null_array(out: &mut Vec<u8>, proto: Proto) {
 pub(crate) fn llen(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) {
     let key = req.arg(buf, 1);
     let auto = ctx.shared.args.auto_create.is_some();
-    match ctx.client.last.resolve(ctx.shared, ctx.keys, key, false) {
+    match ctx.client.last.resolve(ctx.shared, ctx.keys, key) {
         Ok(q) => resp::integer(out, q.depth() as i64),
         Err(KeyError::NoSuchQueue) if auto => resp::integer(out, 0),
         Err(e) => key_error(out, key, &e),

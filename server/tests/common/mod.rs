@@ -254,6 +254,34 @@ impl Conn {
         }
     }
 
+    /// The next reply if one arrives within `limit` (zero: only what is
+    /// there already), else None; the read timeout is restored after.
+    pub fn try_read_within(&mut self, limit: Duration) -> Option<V> {
+        if let Some((r, used)) = resp::parse_reply(&self.buf, &resp::Limits::default()).expect("a valid reply") {
+            let v = V::from(&r);
+            self.buf.drain(..used);
+            return Some(v);
+        }
+        self.s.set_nonblocking(limit.is_zero()).unwrap();
+        self.s.set_read_timeout(Some(limit.max(Duration::from_millis(1)))).unwrap();
+        let mut chunk = [0u8; 65536];
+        let got = self.s.read(&mut chunk);
+        self.s.set_nonblocking(false).unwrap();
+        self.s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        match got {
+            Ok(n) if n > 0 => {
+                self.buf.extend_from_slice(&chunk[..n]);
+                self.try_read_within(Duration::ZERO)
+            }
+            _ => None,
+        }
+    }
+
+    /// Sends `bytes`; false if the connection is gone.
+    pub fn try_send_raw(&mut self, bytes: &[u8]) -> bool {
+        self.s.write_all(bytes).is_ok()
+    }
+
     pub fn cmd(&mut self, args: &[&[u8]]) -> V {
         self.send(args);
         self.read()
