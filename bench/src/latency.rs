@@ -27,9 +27,19 @@ pub(crate) const GAPS: [u64; 3] = [10, 100, 1000];
 /// Spin time of the "tvmq spin" subject, in microseconds.
 const SPIN_US: &str = "1000";
 
+/// Rounds of every subject at a gap: the subjects take turns (in reverse
+/// order every other round), so that a change in the machine's load falls
+/// on each of them alike; a subject's histogram holds all its rounds.
+const ROUNDS: usize = 4;
+
+fn rounds(smoke: bool) -> usize {
+    if smoke { 1 } else { ROUNDS }
+}
+
+/// Records of one round: 2 s of records in all (0.05 s in a smoke run).
 fn records_for(gap_us: u64, smoke: bool) -> u64 {
-    let seconds = if smoke { 0.05 } else { 2.0 };
-    ((seconds * 1e6 / gap_us as f64) as u64).max(if smoke { 50 } else { 2000 })
+    let seconds = if smoke { 0.05 } else { 2.0 / ROUNDS as f64 };
+    ((seconds * 1e6 / gap_us as f64) as u64).max(if smoke { 50 } else { 500 })
 }
 
 fn histogram(latencies: &[u64]) -> Result<Histogram<u64>, String> {
@@ -147,17 +157,41 @@ pub(crate) fn run(ctx: &mut Ctx, driver: Option<&Path>, boost: Option<&Path>) {
         eprintln!("latency: {e}");
         return;
     }
+    let n = rounds(ctx.args.smoke);
     for gap in GAPS {
-        for (subject, run) in &subjects {
-            ctx.progress(&format!("latency, a record every {gap} us: {subject}"));
-            let (hist, error) = match run(ctx, gap) {
-                Ok(h) => (Some(h), None),
-                Err(e) => {
-                    eprintln!("latency {subject} {gap} us: {e}");
-                    (None, Some(e))
+        let mut cells: Vec<LatencyCell> =
+            subjects.iter().map(|&(subject, _)| LatencyCell { subject, gap_us: gap, hist: None, error: None }).collect();
+        for round in 0..n {
+            let order: Vec<usize> =
+                if round % 2 == 0 { (0..subjects.len()).collect() } else { (0..subjects.len()).rev().collect() };
+            for k in order {
+                let (subject, run) = &subjects[k];
+                let cell = &mut cells[k];
+                if cell.error.is_some() {
+                    continue;
                 }
-            };
-            ctx.latency.push(LatencyCell { subject, gap_us: gap, hist, error });
+                ctx.progress(&format!("latency, a record every {gap} us: {subject}, round {}/{n}", round + 1));
+                match run(ctx, gap) {
+                    Ok(h) => match &mut cell.hist {
+                        Some(all) => {
+                            if let Err(e) = all.add(&h) {
+                                cell.error = Some(e.to_string());
+                            }
+                        }
+                        None => cell.hist = Some(h),
+                    },
+                    Err(e) => {
+                        eprintln!("latency {subject} {gap} us: {e}");
+                        cell.error = Some(e);
+                    }
+                }
+            }
+        }
+        for mut cell in cells {
+            if cell.error.is_some() {
+                cell.hist = None;
+            }
+            ctx.latency.push(cell);
         }
     }
     let secs = if ctx.args.smoke { "1" } else { "2" };
