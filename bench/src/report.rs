@@ -293,6 +293,17 @@ fn latency_table(lat: &[LatencyCell], idle: &[IdleCell]) -> (String, String) {
                 }
             }
         }
+        // The target: tvmq's default blocking pop no slower than a pipe, in the same run.
+        let p = |subject: &str| lat.iter().find(|c| c.gap_us == gap && c.subject == subject)?.percentiles();
+        if let (Some(t), Some(pipe)) = (p("tvmq"), p("pipe")) {
+            let _ = writeln!(
+                s,
+                "  {:<40}| {:>7.2}x | {:>7.2}x |",
+                "tvmq / pipe (below 1: tvmq faster)",
+                t[0] / pipe[0].max(1e-3),
+                t[1] / pipe[1].max(1e-3)
+            );
+        }
     }
     if !idle.is_empty() {
         s.push_str("\n  a consumer blocked on an empty queue     | CPU (% of one core)\n");
