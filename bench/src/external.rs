@@ -328,8 +328,8 @@ fn dpdk_skip(driver: &Path, mode: &str, workers: usize) -> Option<String> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     (mode == "mpmc" && workers > cores).then(|| {
         format!(
-            "skipped: {workers} threads > {cores} cores; a default MP/MC rte_ring makes each thread wait, \
-             spinning, for a preempted one (minutes a run; DPDK's RTS mode is for this)"
+            "skipped: {workers} workers > {cores} cores: a default MP/MC rte_ring makes each thread or \
+             process wait, spinning, for a preempted one (minutes a run; DPDK's RTS mode is for this)"
         )
     })
 }

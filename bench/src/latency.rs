@@ -159,8 +159,10 @@ pub(crate) fn run(ctx: &mut Ctx, driver: Option<&Path>, boost: Option<&Path>) {
     }
     let n = rounds(ctx.args.smoke);
     for gap in GAPS {
-        let mut cells: Vec<LatencyCell> =
-            subjects.iter().map(|&(subject, _)| LatencyCell { subject, gap_us: gap, hist: None, error: None }).collect();
+        let mut cells: Vec<LatencyCell> = subjects
+            .iter()
+            .map(|&(subject, _)| LatencyCell { subject, gap_us: gap, hist: None, error: None })
+            .collect();
         for round in 0..n {
             let order: Vec<usize> =
                 if round % 2 == 0 { (0..subjects.len()).collect() } else { (0..subjects.len()).rev().collect() };

@@ -144,7 +144,7 @@ fn table(cells: &[Cell], args: &BenchArgs, seconds: f64) -> String {
                 " | {:<24} | tvmq/crossbeam | tvmq/Boost | tvmq/DPDK RTS | tvmq/bare | tvmq/STVM",
                 "STVM (seed README)"
             )
-                .unwrap();
+            .unwrap();
         }
         writeln!(t, "{header}").unwrap();
         for (test, param) in rows {
