@@ -5,7 +5,8 @@
  *   mode futex     a ring of 1,024 slots in a /dev/shm file; the consumer
  *                  spins SPIN_NS (env, default 0), then announces itself,
  *                  re-checks and sleeps with FUTEX_WAIT (shared, not private)
- *                  with a 200 ms timeout, as tvmq's blocking pop does; the
+ *                  with a 200 ms timeout, as tvmq's blocking pop does (after
+ *                  YIELDS sched_yield calls, env, default 0); the
  *                  producer bumps the word and wakes only when someone waits
  *   mode futex-nt  the same without the timeout
  * Build and run from the project root:
@@ -16,6 +17,7 @@
 #include "latency.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <linux/futex.h>
 #include <stdatomic.h>
 #include <sys/syscall.h>
@@ -34,6 +36,7 @@ static struct shared *sh;
 static int pipe_fds[2];
 static int timeout_on = 1;
 static long spin_ns;
+static int yields;
 
 static void *open_side(int producer)
 {
@@ -59,6 +62,7 @@ static int fx_recv(void *ctx, char *rec, size_t size)
 {
     unsigned long *head = ctx;
     uint64_t spin_until = spin_ns ? latency_now_ns() + (uint64_t)spin_ns : 0;
+    int yielded = 0;
     for (;;) {
         if (atomic_load(&sh->tail) != *head) {
             memcpy(rec, sh->slots[*head % SLOTS], size);
@@ -67,6 +71,11 @@ static int fx_recv(void *ctx, char *rec, size_t size)
         }
         if (spin_until && latency_now_ns() < spin_until) {
             __builtin_ia32_pause();
+            continue;
+        }
+        if (yielded < yields) {
+            yielded++;
+            sched_yield();
             continue;
         }
         atomic_fetch_add(&sh->waiters, 1);
@@ -107,6 +116,8 @@ int main(int argc, char *argv[])
     latency_ops ops = { open_side, pipe_send, pipe_recv };
     if (getenv("SPIN_NS"))
         spin_ns = atol(getenv("SPIN_NS"));
+    if (getenv("YIELDS"))
+        yields = atoi(getenv("YIELDS"));
     if (!strcmp(mode, "pipe")) {
         if (pipe(pipe_fds) != 0)
             return 1;
@@ -130,7 +141,7 @@ int main(int argc, char *argv[])
     qsort(v + n / 50, n - n / 50, 8, cmp);
     uint64_t *w = v + n / 50;
     unsigned long long m = n - n / 50;
-    printf("%-9s gap %u us spin %ld ns: p50 %.2f us, p99 %.2f us\n", mode, gap, spin_ns,
+    printf("%-9s gap %u us spin %ld ns, %d yields: p50 %.2f us, p99 %.2f us\n", mode, gap, spin_ns, yields,
            w[m / 2] / 1e3, w[m * 99 / 100] / 1e3);
     return 0;
 }
