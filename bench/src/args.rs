@@ -23,6 +23,10 @@ pub struct BenchArgs {
     /// The Boost.Interprocess message_queue driver (bench/drivers/boost_mq.cpp, compiled)
     #[arg(long)]
     pub(crate) boost_driver: Option<PathBuf>,
+    /// The DPDK rte_ring driver (bench/drivers/dpdk_ring.c, compiled); when the
+    /// file is absent (no libdpdk-dev), the DPDK cells say "not installed"
+    #[arg(long)]
+    pub(crate) dpdk_driver: Option<PathBuf>,
     /// The latency driver (bench/drivers/latency.c, compiled): tvmq and a pipe across processes
     #[arg(long)]
     pub(crate) latency_driver: Option<PathBuf>,

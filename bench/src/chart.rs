@@ -1,5 +1,5 @@
 //! chart.png: records/s against threads for push and for pop: tvmq, Boost
-//! mq, crossbeam and STVM's figures.
+//! mq, crossbeam, DPDK rte_ring (RTS and MP/MC) and STVM's figures.
 
 use crate::cell::{Cell, LatencyCell};
 use crate::latency::GAPS;
@@ -68,8 +68,13 @@ pub(crate) fn draw(cells: &[Cell], path: &Path, stvm: &[Vec<(f64, f64)>; 2]) -> 
     let root = BitMapBackend::new(path, (1200, 520)).into_drawing_area();
     root.fill(&WHITE).map_err(|x| e(&x))?;
     let panels = root.split_evenly((1, 2));
-    let subjects: [(&str, RGBColor); 3] =
-        [("tvmq", RGBColor(200, 30, 30)), ("Boost mq", RGBColor(30, 90, 200)), ("crossbeam", RGBColor(30, 150, 60))];
+    let subjects: [(&str, RGBColor); 5] = [
+        ("tvmq", RGBColor(200, 30, 30)),
+        ("Boost mq", RGBColor(30, 90, 200)),
+        ("crossbeam", RGBColor(30, 150, 60)),
+        ("DPDK RTS", RGBColor(230, 140, 0)),
+        ("DPDK MP/MC", RGBColor(150, 60, 170)),
+    ];
     for (i, (panel, test)) in panels.iter().zip(["push", "pop"]).enumerate() {
         let mut all: Vec<Vec<(f64, f64)>> = subjects.iter().map(|(s, _)| series(cells, test, s)).collect();
         let stvm_m: Vec<(f64, f64)> = stvm[i].iter().map(|&(x, r)| (x, r / 1e6)).collect();

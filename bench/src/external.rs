@@ -310,3 +310,125 @@ pub(crate) fn boost_pushpop(ctx: &mut Ctx, driver: &Path, mixes: &[(usize, usize
         }
     });
 }
+
+/// DPDK's rte_ring in the two modes measured: the subject's name and the
+/// driver's `--mode`.
+const DPDK_MODES: [(&str, &str); 2] = [("DPDK RTS", "rts"), ("DPDK MP/MC", "mpmc")];
+
+/// Why a DPDK cell with `workers` threads (or processes) of `mode` is not
+/// run, if it is not: no driver (libdpdk-dev absent when make built the
+/// drivers), or a default MP/MC ring with more workers than cores.
+fn dpdk_skip(driver: &Path, mode: &str, workers: usize) -> Option<String> {
+    if !driver.exists() {
+        return Some(format!(
+            "not installed (DPDK: libdpdk-dev): no {} (make builds it when pkg-config finds libdpdk)",
+            driver.display()
+        ));
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (mode == "mpmc" && workers > cores).then(|| {
+        format!(
+            "skipped: {workers} workers > {cores} cores: a default MP/MC rte_ring makes each thread or \
+             process wait, spinning, for a preempted one (minutes a run; DPDK's RTS mode is for this)"
+        )
+    })
+}
+
+/// Runs the DPDK driver's `create` (a ring of `mode` holding `capacity`
+/// records of 304 bytes), then `f`, then `remove`.
+fn with_dpdk_ring(driver: &Path, queue: u32, capacity: u64, mode: &str, f: impl FnOnce()) {
+    let q = queue.to_string();
+    if driver.exists() {
+        let create = strings(&["create", "--queue", &q, "--capacity", &capacity.to_string(), "--size", "304"]);
+        if let Err(e) = run_one(driver, [create, strings(&["--mode", mode])].concat()) {
+            eprintln!("DPDK ring: {e}");
+            return;
+        }
+    }
+    f();
+    if driver.exists() {
+        let _ = run_one(driver, strings(&["remove", "--queue", &q]));
+    }
+}
+
+pub(crate) fn dpdk_threads(ctx: &mut Ctx, driver: &Path, threads: &[usize]) {
+    let records = even(ctx.records());
+    for (k, (subject, mode)) in (0u32..).zip(DPDK_MODES) {
+        let q = boost_queue(1).wrapping_add(k * 8);
+        with_dpdk_ring(driver, q, records, mode, || {
+            for &n in threads {
+                let skip = dpdk_skip(driver, mode, n);
+                let push = driver_args(q, "push", n, 0, records, SEED_SIZE, 0);
+                let pop = driver_args(q, "pop", n, 0, records, SEED_SIZE, 0);
+                ctx.measure_group(
+                    "threads",
+                    &[("push", subject), ("pop", subject)],
+                    &n.to_string(),
+                    records / n as u64 * n as u64,
+                    SEED_SIZE,
+                    |_| match &skip {
+                        Some(why) => Err(why.clone()),
+                        None => Ok(vec![
+                            driver_ms(&run_one(driver, push.clone())?)?,
+                            driver_ms(&run_one(driver, pop.clone())?)?,
+                        ]),
+                    },
+                );
+            }
+        });
+    }
+}
+
+pub(crate) fn dpdk_processes(ctx: &mut Ctx, driver: &Path, procs: &[usize]) {
+    let records = even(ctx.records());
+    for (k, (subject, mode)) in (0u32..).zip(DPDK_MODES) {
+        let q = boost_queue(2).wrapping_add(k * 8);
+        with_dpdk_ring(driver, q, records, mode, || {
+            for &n in procs {
+                let skip = dpdk_skip(driver, mode, n);
+                let share = records / n as u64;
+                let one = |op| (driver, driver_args(q, op, 1, 0, share, SEED_SIZE, 0));
+                let pushes: Vec<_> = (0..n).map(|_| one("push")).collect();
+                let pops: Vec<_> = (0..n).map(|_| one("pop")).collect();
+                ctx.measure_group(
+                    "processes",
+                    &[("push", subject), ("pop", subject)],
+                    &n.to_string(),
+                    share * n as u64,
+                    SEED_SIZE,
+                    |_| match &skip {
+                        Some(why) => Err(why.clone()),
+                        None => Ok(vec![run_together(&pushes)?.0, run_together(&pops)?.0]),
+                    },
+                );
+            }
+        });
+    }
+}
+
+pub(crate) fn dpdk_pushpop(ctx: &mut Ctx, driver: &Path, mixes: &[(usize, usize)]) {
+    let records = even(ctx.records());
+    for (k, (subject, mode)) in (0u32..).zip(DPDK_MODES) {
+        let q = boost_queue(3).wrapping_add(k * 8);
+        with_dpdk_ring(driver, q, records, mode, || {
+            for &(p, c) in mixes {
+                let skip = dpdk_skip(driver, mode, p + c);
+                let threads = driver_args(q, "pushpop", p, c, records, SEED_SIZE, 0);
+                let one = |op, n: usize| (driver, driver_args(q, op, 1, 0, records / n as u64, SEED_SIZE, 0));
+                let mut procs: Vec<_> = (0..p).map(|_| one("push", p)).collect();
+                procs.extend((0..c).map(|_| one("pop", c)));
+                ctx.measure_group(
+                    "push+pop",
+                    &[("threads", subject), ("processes", subject)],
+                    &format!("{p}+{c}"),
+                    2 * records,
+                    SEED_SIZE,
+                    |_| match &skip {
+                        Some(why) => Err(why.clone()),
+                        None => Ok(vec![driver_ms(&run_one(driver, threads.clone())?)?, run_together(&procs)?.0]),
+                    },
+                );
+            }
+        });
+    }
+}

@@ -22,14 +22,30 @@ use std::time::{Duration, Instant};
 
 const SIZE: u64 = 304;
 const QUEUE: u32 = 30;
+
+/// The Boost queue's number: unique to this run (Boost queues live in
+/// /dev/shm, outside TVMDBD: two bench runs at once must not share one).
+fn boost_queue() -> String {
+    std::process::id().wrapping_mul(4).to_string()
+}
 /// The gaps between records, in microseconds.
 pub(crate) const GAPS: [u64; 3] = [10, 100, 1000];
 /// Spin time of the "tvmq spin" subject, in microseconds.
 const SPIN_US: &str = "1000";
 
+/// Rounds of every subject at a gap: the subjects take turns (in reverse
+/// order every other round), so that a change in the machine's load falls
+/// on each of them alike; a subject's histogram holds all its rounds.
+const ROUNDS: usize = 4;
+
+fn rounds(smoke: bool) -> usize {
+    if smoke { 1 } else { ROUNDS }
+}
+
+/// Records of one round: 2 s of records in all (0.05 s in a smoke run).
 fn records_for(gap_us: u64, smoke: bool) -> u64 {
-    let seconds = if smoke { 0.05 } else { 2.0 };
-    ((seconds * 1e6 / gap_us as f64) as u64).max(if smoke { 50 } else { 2000 })
+    let seconds = if smoke { 0.05 } else { 2.0 / ROUNDS as f64 };
+    ((seconds * 1e6 / gap_us as f64) as u64).max(if smoke { 50 } else { 500 })
 }
 
 fn histogram(latencies: &[u64]) -> Result<Histogram<u64>, String> {
@@ -135,7 +151,7 @@ pub(crate) fn run(ctx: &mut Ctx, driver: Option<&Path>, boost: Option<&Path>) {
             .push(("pipe", Box::new(move |ctx, gap| driver_run(ctx, &d3, &["run", "--transport", "pipe"], &[], gap))));
     }
     if let Some(b) = boost {
-        let (b, q) = (b.to_path_buf(), QUEUE.to_string());
+        let (b, q) = (b.to_path_buf(), boost_queue());
         subjects
             .push(("Boost mq", Box::new(move |ctx, gap| driver_run(ctx, &b, &["latency", "--queue", &q], &[], gap))));
     }
@@ -143,21 +159,49 @@ pub(crate) fn run(ctx: &mut Ctx, driver: Option<&Path>, boost: Option<&Path>) {
         "crossbeam (threads, spinning)",
         Box::new(|ctx, gap| crossbeam_run(gap, records_for(gap, ctx.args.smoke))),
     ));
-    if let Err(e) = prepare(ctx, boost) {
-        eprintln!("latency: {e}");
-        return;
-    }
+    let n = rounds(ctx.args.smoke);
     for gap in GAPS {
-        for (subject, run) in &subjects {
-            ctx.progress(&format!("latency, a record every {gap} us: {subject}"));
-            let (hist, error) = match run(ctx, gap) {
-                Ok(h) => (Some(h), None),
-                Err(e) => {
-                    eprintln!("latency {subject} {gap} us: {e}");
-                    (None, Some(e))
+        let mut cells: Vec<LatencyCell> = subjects
+            .iter()
+            .map(|&(subject, _)| LatencyCell { subject, gap_us: gap, hist: None, error: None })
+            .collect();
+        for round in 0..n {
+            // Fresh queues each round: a consumer killed in a failed round
+            // (Boost's condition variable keeps a dead waiter) harms no other.
+            if let Err(e) = prepare(ctx, boost) {
+                eprintln!("latency: {e}");
+                return;
+            }
+            let order: Vec<usize> =
+                if round % 2 == 0 { (0..subjects.len()).collect() } else { (0..subjects.len()).rev().collect() };
+            for k in order {
+                let (subject, run) = &subjects[k];
+                let cell = &mut cells[k];
+                if cell.error.is_some() {
+                    continue;
                 }
-            };
-            ctx.latency.push(LatencyCell { subject, gap_us: gap, hist, error });
+                ctx.progress(&format!("latency, a record every {gap} us: {subject}, round {}/{n}", round + 1));
+                match run(ctx, gap) {
+                    Ok(h) => match &mut cell.hist {
+                        Some(all) => {
+                            if let Err(e) = all.add(&h) {
+                                cell.error = Some(e.to_string());
+                            }
+                        }
+                        None => cell.hist = Some(h),
+                    },
+                    Err(e) => {
+                        eprintln!("latency {subject} {gap} us: {e}");
+                        cell.error = Some(e);
+                    }
+                }
+            }
+        }
+        for mut cell in cells {
+            if cell.error.is_some() {
+                cell.hist = None;
+            }
+            ctx.latency.push(cell);
         }
     }
     let secs = if ctx.args.smoke { "1" } else { "2" };
@@ -176,7 +220,7 @@ pub(crate) fn run(ctx: &mut Ctx, driver: Option<&Path>, boost: Option<&Path>) {
     }
     if let Some(b) = boost {
         let mut c = Command::new(b);
-        c.args(["idle", "--queue", &q, "--size", "304", "--seconds", secs]);
+        c.args(["idle", "--queue", &boost_queue(), "--size", "304", "--seconds", secs]);
         idle.push(("Boost mq", c));
     }
     for (subject, mut cmd) in idle {
@@ -194,18 +238,20 @@ pub(crate) fn run(ctx: &mut Ctx, driver: Option<&Path>, boost: Option<&Path>) {
         ctx.idle.push(IdleCell { subject, cpu_pct, error });
     }
     if let Some(b) = boost {
-        let _ = Command::new(b).args(["remove", "--queue", &q]).output();
+        let _ = Command::new(b).args(["remove", "--queue", &boost_queue()]).output();
     }
     let _ = tvm::Queue::drop_queue(&ctx.dir, QUEUE);
 }
 
-/// The queues: tvmq's and Boost's, 1,024 records of 304 bytes.
+/// The queues, tvmq's and Boost's, made anew with room for every record of
+/// a round: a consumer that falls behind (a loaded machine) shows as
+/// latency, not as a full queue.
 fn prepare(ctx: &Ctx, boost: Option<&Path>) -> Result<(), String> {
-    fresh_queue(&ctx.dir, QUEUE, 1024, SIZE)?;
+    let room = GAPS.iter().map(|&g| records_for(g, ctx.args.smoke)).max().unwrap_or(1024);
+    fresh_queue(&ctx.dir, QUEUE, room, SIZE)?;
     if let Some(b) = boost {
-        let q = QUEUE.to_string();
         let mut c = Command::new(b);
-        c.args(["create", "--queue", &q, "--capacity", "1024", "--size", "304"]);
+        c.args(["create", "--queue", &boost_queue(), "--capacity", &room.to_string(), "--size", "304"]);
         let out = c.output().map_err(|e| e.to_string())?;
         if !out.status.success() {
             return Err(format!("boost_mq create: {}", String::from_utf8_lossy(&out.stderr)));

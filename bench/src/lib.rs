@@ -2,7 +2,7 @@
 //! in the same run.
 //!
 //! Cells that run C programs (the seed programs, our C driver, the Boost
-//! driver) are given by `make bench`; without them, `tvmq bench` measures
+//! and DPDK drivers) are given by `make bench`; without them, `tvmq bench` measures
 //! what needs no compiler: tvmq through its C ABI called from Rust,
 //! crossbeam's `ArrayQueue`, the bare ring loop, and setup costs.
 //!
@@ -22,7 +22,7 @@
 //! | `many` | 10 to 10,000 small queues: memory, call cost, create and list, beside redis-server lists | `net_servers`, `inproc`, `ctx` |
 //! | `chart` | chart.png, latency.png, and the drawing pieces `net` shares | `latency`, `cell` |
 //! | `latency` | push-to-pop latency across processes, idle consumers' CPU | `cell`, `ctx`, `harness` |
-//! | `external` | cells that run C programs: the seed programs, the C and Boost drivers | `ctx`, `harness` |
+//! | `external` | cells that run C programs: the seed programs, the C, Boost and DPDK drivers | `ctx`, `harness` |
 //! | `inproc` | cells measured in this process: the C ABI, crossbeam, the bare ring, setup; the thread launcher | `ctx`, `harness` |
 //! | `ctx` | what a run carries from cell to cell, and how a group of cells is measured | `args`, `cell`, `harness` |
 //! | `harness` | fresh queues, child processes killed on drop, a free port, `ask`, servers started, redis-benchmark run and read | - |
@@ -89,7 +89,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
 
 fn run_matrix(ctx: &mut Ctx) -> Result<(), Error> {
     let args = ctx.args.clone();
-    let (seed, c_driver, boost) = (&args.seed_bin, &args.c_driver, &args.boost_driver);
+    let (seed, c_driver, boost, dpdk) = (&args.seed_bin, &args.c_driver, &args.boost_driver, &args.dpdk_driver);
 
     if args.wants(Part::Setup) {
         inproc::setup_costs(ctx);
@@ -105,6 +105,9 @@ fn run_matrix(ctx: &mut Ctx) -> Result<(), Error> {
         if let Some(b) = boost {
             external::boost_threads(ctx, b, &threads);
         }
+        if let Some(d) = dpdk {
+            external::dpdk_threads(ctx, d, &threads);
+        }
         inproc::crossbeam_threads(ctx, &threads);
         inproc::bare_ring(ctx);
     }
@@ -117,6 +120,9 @@ fn run_matrix(ctx: &mut Ctx) -> Result<(), Error> {
         }
         if let Some(b) = boost {
             external::boost_processes(ctx, b, &procs);
+        }
+        if let Some(d) = dpdk {
+            external::dpdk_processes(ctx, d, &procs);
         }
     }
 
@@ -132,6 +138,9 @@ fn run_matrix(ctx: &mut Ctx) -> Result<(), Error> {
         }
         if let Some(b) = boost {
             external::boost_pushpop(ctx, b, &mixes);
+        }
+        if let Some(d) = dpdk {
+            external::dpdk_pushpop(ctx, d, &mixes);
         }
         inproc::crossbeam_pushpop(ctx, &mixes);
     }

@@ -53,6 +53,8 @@ fn mega(rate: f64) -> String {
 /// "12.30 M (11.9–12.8)" or the error.
 fn rate_text(c: &Cell) -> String {
     match (c.rates(), &c.error) {
+        // A cell not run says why (the CSV and JSON have the whole text).
+        (_, Some(e)) if e.starts_with("skipped") || e.starts_with("not installed") => e.chars().take(40).collect(),
         (_, Some(e)) => format!("error: {}", e.chars().take(40).collect::<String>()),
         // Slow cells (durable queues) give their range in K/s.
         (Some((med, lo, hi)), None) if med < 1e5 => format!("{} ({:.1}–{:.1} K)", mega(med), lo / 1e3, hi / 1e3),
@@ -137,8 +139,12 @@ fn table(cells: &[Cell], args: &BenchArgs, seconds: f64) -> String {
         }
         let comparable = matches!(section, "threads" | "processes" | "push+pop");
         if comparable {
-            write!(header, " | {:<24} | tvmq/crossbeam | tvmq/Boost | tvmq/bare | tvmq/STVM", "STVM (seed README)")
-                .unwrap();
+            write!(
+                header,
+                " | {:<24} | tvmq/crossbeam | tvmq/Boost | tvmq/DPDK RTS | tvmq/bare | tvmq/STVM",
+                "STVM (seed README)"
+            )
+            .unwrap();
         }
         writeln!(t, "{header}").unwrap();
         for (test, param) in rows {
@@ -167,9 +173,10 @@ fn table(cells: &[Cell], args: &BenchArgs, seconds: f64) -> String {
                 };
                 write!(
                     line,
-                    " | {stvm_text:<24} | {:<14} | {:<10} | {:<9} | {}",
+                    " | {stvm_text:<24} | {:<14} | {:<10} | {:<13} | {:<9} | {}",
                     ratio(tvmq, rate("crossbeam")),
                     ratio(tvmq, rate("Boost mq")),
+                    ratio(tvmq, rate("DPDK RTS")),
                     ratio(tvmq, rate("bare ring")),
                     ratio(tvmq, stvm)
                 )
@@ -285,6 +292,17 @@ fn latency_table(lat: &[LatencyCell], idle: &[IdleCell]) -> (String, String) {
                     let _ = writeln!(csv, "{gap},{},,,,,0,{}", c.subject, e.replace([',', '\n'], " "));
                 }
             }
+        }
+        // The target: tvmq's default blocking pop no slower than a pipe, in the same run.
+        let p = |subject: &str| lat.iter().find(|c| c.gap_us == gap && c.subject == subject)?.percentiles();
+        if let (Some(t), Some(pipe)) = (p("tvmq"), p("pipe")) {
+            let _ = writeln!(
+                s,
+                "  {:<40}| {:>7.2}x | {:>7.2}x |",
+                "tvmq / pipe (below 1: tvmq faster)",
+                t[0] / pipe[0].max(1e-3),
+                t[1] / pipe[1].max(1e-3)
+            );
         }
     }
     if !idle.is_empty() {

@@ -45,7 +45,7 @@ pub struct CreateArgs {
     unblock_timeout_ms: u64,
     /// How long a blocking pop spins on an empty queue before it sleeps, in
     /// microseconds (one CPU busy meanwhile); -1: never sleep. Default: a few
-    /// microseconds of spinning and yielding. $TVMQ_SPIN_US overrides it per process
+    /// microseconds of spinning. $TVMQ_SPIN_US overrides it per process
     #[arg(long, value_name = "US", allow_negative_numbers = true, value_parser = parse_spin)]
     spin_us: Option<i64>,
     /// Make the queue durable (its directory must be on a disk, not tmpfs):

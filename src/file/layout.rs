@@ -173,8 +173,8 @@ const _: () = assert!(size_of::<LeaseOptions>() == 64);
 pub(crate) struct Options {
     /// Which of the settings below are set ([`OPT_SPIN`]).
     pub(crate) flags: u64,
-    /// Blocking pops spin this many microseconds before they yield and
-    /// sleep; -1: they never sleep.
+    /// Blocking pops spin this many microseconds before they sleep; -1: they
+    /// never sleep.
     pub(crate) spin_us: i64,
     /// The durability policy, set with [`OPT_DURABLE`] (all zero without it).
     pub(crate) durable: DurableOptions,

@@ -1,5 +1,5 @@
-//! What a pop does while the queue is empty (spin, yield, sleep on the
-//! futex of the file), and the wake-ups of pushes.
+//! What a pop does while the queue is empty (spin, then sleep on the futex
+//! of the file), and the wake-ups of pushes.
 //!
 //! # Blocking without lost wake-ups
 //! A consumer that finds the queue empty announces itself (`waiters += 1`,
@@ -16,14 +16,17 @@
 use super::{Queue, Strategy, Wait};
 use crate::clock::{mono_ns, now_ns};
 use crate::error::*;
-use crate::ring::Backoff;
 use crate::wait;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-/// Where the spinning of a pop on an empty queue starts (8 pauses), before it
-/// yields and then sleeps.
-const EMPTY_POLL_FIRST_STEP: u32 = 3;
+/// The spinning of a pop on an empty queue, before it sleeps: rounds of 8,
+/// 16, 32 and 64 pauses (a few microseconds), each round followed by a look.
+/// It does not yield: on a loaded machine a thread that yields waits for the
+/// others' time slices (milliseconds) before it looks again, while one that
+/// sleeps is woken, and run, as soon as a push comes.
+const EMPTY_POLL_FIRST_ROUND: u32 = 3;
+const EMPTY_POLL_LAST_ROUND: u32 = 6;
 
 /// Longest single futex sleep; a sleeper re-checks the queue at least this often.
 const SLEEP_SLICE: Duration = Duration::from_millis(200);
@@ -31,15 +34,16 @@ const SLEEP_SLICE: Duration = Duration::from_millis(200);
 /// A pop's state while it finds nothing to take (see [`Queue::idle`]).
 pub(super) struct Idle {
     wait: Wait,
-    /// Polling an empty queue reads `tail`, which producers are moving:
-    /// start with pauses long enough not to slow them down.
-    spins: Backoff,
+    /// The next spinning round (2^round pauses). Polling an empty queue reads
+    /// `tail`, which producers are moving: the first round's pauses are long
+    /// enough not to slow them down.
+    round: u32,
     spin_until: Option<Instant>,
 }
 
 impl Idle {
     pub(super) fn new(wait: Wait) -> Idle {
-        Idle { wait, spins: Backoff::starting_at(EMPTY_POLL_FIRST_STEP), spin_until: None }
+        Idle { wait, round: EMPTY_POLL_FIRST_ROUND, spin_until: None }
     }
 }
 
@@ -70,10 +74,14 @@ impl Queue {
                 return Ok(());
             }
         }
-        // A record is often only microseconds away: spin and yield a
-        // little before paying for a sleep and the producer's wake-up.
-        if !idle.spins.is_completed() {
-            idle.spins.snooze();
+        // A record is often only microseconds away: spin a little before
+        // paying for a sleep and the producer's wake-up (no yield: see
+        // EMPTY_POLL_FIRST_ROUND).
+        if idle.round <= EMPTY_POLL_LAST_ROUND {
+            for _ in 0..1u32 << idle.round {
+                std::hint::spin_loop();
+            }
+            idle.round += 1;
             return Ok(());
         }
         self.sleep(deadline, || self.nothing_to_take());

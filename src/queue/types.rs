@@ -12,12 +12,13 @@ use std::time::{Duration, Instant};
 /// when a consumer is asleep.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Strategy {
-    /// Spin and yield for a few microseconds, then sleep on the futex (no CPU
+    /// Spin for a few microseconds, then sleep on the futex (no CPU
     /// while asleep; a record that arrives then costs a kernel wake-up,
     /// tens of microseconds).
     Default,
     /// Spin (a busy loop of `pause`s, one CPU at 100 %) for up to this long
-    /// since the queue was found empty, then yield briefly, then sleep.
+    /// since the queue was found empty, then spin a few microseconds more,
+    /// then sleep.
     Spin(Duration),
     /// Spin for as long as the wait lasts: the lowest latency, and one CPU
     /// at 100 % for as long as the consumer waits.
