@@ -55,8 +55,7 @@ impl<S: Storage> Ring<S> {
     #[inline]
     pub(crate) fn claim_push(&self, ann: &impl Announce, stall: &mut impl Stall) -> Result<Claim, RingError> {
         loop {
-            let (pos, _) = self.claim_range(Holder::Producer, 1, ann)?;
-            let (lap, index) = self.split(pos)?;
+            let (lap, index) = self.claim_one(Holder::Producer, ann)?;
             self.prefetch_ahead(index);
             // The position is ours; its slot is free for our lap once its
             // earlier holders are done.
@@ -65,6 +64,46 @@ impl<S: Storage> Ring<S> {
                 Turn::Taken => {} // a recovery used the position: claim another
             }
         }
+    }
+
+    /// Claims one position for `role`, as [`claim_range`](Self::claim_range)
+    /// with `want` 1 does, and returns it. The
+    /// common case inline: the cursor's position is valid, this process's
+    /// hint of the other cursor says it is available, and the CAS wins.
+    /// Anything else (a stale hint, a lost CAS, an empty or full ring, a
+    /// corrupted cursor) starts over in `claim_range`, which reads the
+    /// cursor again: the same steps as its loop, whose first pass this is.
+    /// Returns the position's lap and slot index.
+    #[inline(always)]
+    fn claim_one(&self, role: Holder, ann: &impl Announce) -> Result<(u64, usize), RingError> {
+        let cursors = self.store.cursors();
+        let (cursor, hint) = match role {
+            Holder::Producer => (&cursors.tail.0.pos, &self.head_hint.0),
+            Holder::Consumer => (&cursors.head.0, &self.tail_hint.0),
+        };
+        let pos = cursor.load(Ordering::Acquire);
+        let index = pos & (self.one_lap - 1);
+        if index < self.cap && pos & SKIP == 0 {
+            let at = self.count(pos);
+            let other = self.count(hint.load(Ordering::Relaxed));
+            // Free positions (producer) or claimed ones (consumer) by the
+            // hint: at least one, as `available` judges it.
+            let room = match role {
+                Holder::Producer => at.wrapping_sub(other) < self.cap,
+                Holder::Consumer => other.wrapping_sub(at).wrapping_sub(1) < self.cap,
+            };
+            if room {
+                let lap = pos & !(self.one_lap - 1);
+                // Announce the position before taking it (see `Announce`).
+                ann.claiming(role, at);
+                let after = self.next(pos, lap, index as usize);
+                if cursor.compare_exchange(pos, after, Ordering::SeqCst, Ordering::Acquire).is_ok() {
+                    return Ok((lap, index as usize));
+                }
+            }
+        }
+        let (pos, _) = self.claim_range(role, 1, ann)?;
+        self.split(pos)
     }
 
     /// Claims up to `want` (at most [`MAX_CLAIM`]) consecutive positions with
@@ -213,8 +252,7 @@ impl<S: Storage> Ring<S> {
     /// position first and waiting for its producer afterwards.
     #[inline]
     pub(crate) fn claim_pop(&self, ann: &impl Announce, stall: &mut impl Stall) -> Result<Claim, RingError> {
-        let (pos, _) = self.claim_range(Holder::Consumer, 1, ann)?;
-        let (lap, index) = self.split(pos)?;
+        let (lap, index) = self.claim_one(Holder::Consumer, ann)?;
         self.prefetch_ahead(index);
         match self.await_turn(index, lap, Holder::Consumer, stall)? {
             Turn::Ready(seq) => Ok(Claim { lap, index, seq }),
