@@ -195,7 +195,11 @@ impl Queue {
         let key = Arc::as_ptr(&self.slots);
         let word = THREAD_INTENTS.with(|t| {
             let (last, _, word) = t.last.get();
-            if last == key { word } else { self.intent_at(t.find_or_take(self)).0.map_or(std::ptr::null(), std::ptr::from_ref) }
+            if last == key {
+                word
+            } else {
+                self.intent_at(t.find_or_take(self)).0.map_or(std::ptr::null(), std::ptr::from_ref)
+            }
         });
         // SAFETY: NULL or the word `find_or_take` found in the registry of
         // the queue whose allocator is `key`: this queue (an allocator
