@@ -25,10 +25,13 @@ const CONSUMER_FIRST_STEP: u32 = 5;
 
 impl<S: Storage> Ring<S> {
     /// Appends `data` (1..=record_size bytes), announcing through `ann`.
-    #[inline]
+    /// Inline always: the compiler otherwise weighs its size against its
+    /// callers and may keep it out of line (a call, +25 instructions a push).
+    #[inline(always)]
     pub(crate) fn push(&self, data: &[u8], ann: &impl Announce, stall: &mut impl Stall) -> Result<(), RingError> {
         debug_assert!(!data.is_empty() && data.len() <= self.record_size);
-        let result = self.claim_push(ann, stall).and_then(|claim| self.fill(claim, data));
+        let robbable = ann.robbable();
+        let result = self.claim_push(ann, stall).and_then(|claim| self.fill_sealed(claim, data, None, robbable));
         ann.idle();
         result
     }
@@ -45,7 +48,7 @@ impl<S: Storage> Ring<S> {
         ann: &impl Announce,
         stall: &mut impl Stall,
     ) -> Result<(), RingError> {
-        let result = self.claim_push(ann, stall).and_then(|claim| self.fill_sealed(claim, data, Some(key)));
+        let result = self.claim_push(ann, stall).and_then(|claim| self.fill_sealed(claim, data, Some(key), true));
         ann.idle();
         result
     }
@@ -200,16 +203,24 @@ impl<S: Storage> Ring<S> {
         }
     }
 
-    /// Writes our record into the slot we claimed and publishes it.
-    #[inline]
+    /// Writes our record into the slot we claimed and publishes it (by CAS:
+    /// tests use it to play a producer that may have been robbed).
+    #[cfg(test)]
     pub(crate) fn fill(&self, claim: Claim, data: &[u8]) -> Result<(), RingError> {
-        self.fill_sealed(claim, data, None)
+        self.fill_sealed(claim, data, None, true)
     }
 
     /// [`fill`](Self::fill), writing the record's checksum under `seal`
-    /// (a durable ring's key) before publishing it.
+    /// (a durable ring's key) before publishing it. `robbable`: see
+    /// [`Announce::robbable`]; false publishes with a store.
     #[inline(always)]
-    pub(super) fn fill_sealed(&self, claim: Claim, data: &[u8], seal: Option<u64>) -> Result<(), RingError> {
+    pub(super) fn fill_sealed(
+        &self,
+        claim: Claim,
+        data: &[u8],
+        seal: Option<u64>,
+        robbable: bool,
+    ) -> Result<(), RingError> {
         let slot = self.store.slot(claim.index);
         // The slot's first cache line holds `seq`, which a consumer waiting
         // for this record polls: write the record's later lines first and
@@ -225,9 +236,20 @@ impl<S: Storage> Ring<S> {
         if let Some(key) = seal {
             write_seal(&slot.check, key, claim.lap + claim.index as u64, data);
         }
+        if !robbable {
+            // Nobody recovers a slot whose holder announces it (see
+            // `Announce::robbable`), so the slot is still ours and a plain
+            // store publishes it, as `take` releases one. Release: the
+            // record and its length come before `seq`. A blocking wake-up
+            // orders its waiter-count load after our claiming CAS of `tail`
+            // (see `queue::blocking`), not after this store. A CAS here
+            // (a locked instruction) waited for the record's stores to
+            // reach the cache: the costliest instruction of a push.
+            slot.seq.store(claim.lap | PUBLISHED, Ordering::Release);
+            return Ok(());
+        }
         // Publish by CAS: it fails only if a waiter declared our claim dead
-        // and turned the slot into a skipped record. SeqCst orders it before
-        // the waiter-count load of a blocking wake-up (see `queue::blocking`).
+        // and turned the slot into a skipped record.
         match slot.seq.compare_exchange(claim.lap, claim.lap | PUBLISHED, Ordering::SeqCst, Ordering::Relaxed) {
             Ok(_) => Ok(()),
             Err(_) => Err(RingError::Robbed),
