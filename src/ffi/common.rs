@@ -21,6 +21,8 @@ pub(super) unsafe fn text(s: *const c_char) -> String {
 }
 
 /// The bound record: `len` bytes at `ptr` (a handle's `pstVoid` and `lSize`).
+/// A `len` above `isize::MAX` (no object is that large, so no record is):
+/// RECD_TOO_LONG, refused before any slice is formed.
 ///
 /// # Safety
 /// A non-NULL `ptr` points to at least `len` readable bytes that stay valid
@@ -30,8 +32,17 @@ pub(super) unsafe fn record<'a>(ptr: *const c_void, len: usize) -> Result<&'a [u
     if ptr.is_null() || len == 0 {
         return Err(Error::new(CONDIT_IS_NIL, "no record bound (pstVoid NULL or lSize 0)"));
     }
+    if len > isize::MAX as usize {
+        return Err(too_large(len));
+    }
     // SAFETY: non-NULL, with len readable bytes by the caller's contract.
     Ok(unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) })
+}
+
+/// The error for an `lSize` that no buffer can have (above `isize::MAX`).
+#[cold]
+fn too_large(len: usize) -> Error {
+    Error::new(RECD_TOO_LONG, format!("lSize {len} is larger than any buffer can be"))
 }
 
 /// The wait flag of a pop: `forever` for QUE_NORMAL, `nowait` for
@@ -63,6 +74,9 @@ pub(super) unsafe fn pop_one<W, R>(
     }
     let wait = wait()?;
     let len = h.lSize;
+    if len > isize::MAX as usize {
+        return Err(too_large(len).into());
+    }
     // SAFETY: the caller provides `out` with at least p->lSize writable bytes.
     let buf = unsafe { std::slice::from_raw_parts_mut(out.cast::<u8>(), len) };
     take(h, buf, wait)?;

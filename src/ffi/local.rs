@@ -335,7 +335,11 @@ pub unsafe extern "C" fn lPushs(p: *mut SATvm, n: *mut usize, records: *mut *mut
         if count == 0 || each == 0 {
             return Err(Error::new(CONDIT_IS_NIL, "no records (count or lSize 0)").into());
         }
-        let total = count.checked_mul(each).ok_or_else(|| Error::new(CONDIT_IS_NIL, "count x lSize overflows"))?;
+        // No buffer holds more than isize::MAX bytes: a larger product is refused before any slice is formed.
+        let total = count
+            .checked_mul(each)
+            .filter(|&t| t <= isize::MAX as usize)
+            .ok_or_else(|| Error::new(CONDIT_IS_NIL, "count x lSize overflows"))?;
         // SAFETY: the caller provides `*n` records of lSize bytes at `*records`.
         let bytes = unsafe { std::slice::from_raw_parts(base.cast::<u8>(), total) };
         let (done, err) = on_queue(h, |q| Ok(q.push_many(bytes, each)))?;

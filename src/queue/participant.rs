@@ -67,10 +67,12 @@ pub(super) const NO_WORD: usize = usize::MAX;
 
 /// This thread's intent words, in every queue it used.
 struct ThreadIntents {
-    /// The queue used last (its allocator's address) and this thread's word
-    /// there: the common case costs a comparison. It always names a queue
-    /// that `all` keeps alive, so its address cannot be reused meanwhile.
-    last: Cell<(*const IntentSlots, usize)>,
+    /// The queue used last (its allocator's address), this thread's word
+    /// number there and that word (NULL: none): the common case costs a
+    /// comparison. It always names a queue that `all` keeps alive, so its
+    /// address cannot be reused meanwhile; the word lies in that queue's
+    /// registry, so it is valid whenever a queue with that allocator is.
+    last: Cell<(*const IntentSlots, usize, *const AtomicU64)>,
     /// By the address of the queue's allocator (kept alive by the entry):
     /// found in constant time however many queues the thread uses.
     all: RefCell<HashMap<usize, ThreadIntent, BuildHasherDefault<IdHasher>>>,
@@ -102,7 +104,8 @@ impl ThreadIntents {
                 slot
             }
         };
-        self.last.set((Arc::as_ptr(&q.slots), slot));
+        let word = if slot == NO_WORD { None } else { q.registry.intent_word(slot) };
+        self.last.set((Arc::as_ptr(&q.slots), slot, word.map_or(std::ptr::null(), std::ptr::from_ref)));
         slot
     }
 }
@@ -110,7 +113,7 @@ impl ThreadIntents {
 thread_local! {
     static THREAD_INTENTS: ThreadIntents = const {
         ThreadIntents {
-            last: Cell::new((std::ptr::null(), NO_WORD)),
+            last: Cell::new((std::ptr::null(), NO_WORD, std::ptr::null())),
             all: RefCell::new(HashMap::with_hasher(BuildHasherDefault::new())),
             swept: Cell::new(0),
         }
@@ -189,7 +192,20 @@ impl Queue {
         if !self.registered {
             return Intent(None);
         }
-        self.intent_at(self.thread_slot())
+        let key = Arc::as_ptr(&self.slots);
+        let word = THREAD_INTENTS.with(|t| {
+            let (last, _, word) = t.last.get();
+            if last == key {
+                word
+            } else {
+                self.intent_at(t.find_or_take(self)).0.map_or(std::ptr::null(), std::ptr::from_ref)
+            }
+        });
+        // SAFETY: NULL or the word `find_or_take` found in the registry of
+        // the queue whose allocator is `key`: this queue (an allocator
+        // belongs to one queue, and `all` keeps it alive so that its address
+        // is not reused), whose registry lives as long as `self`.
+        Intent(unsafe { word.as_ref() })
     }
 
     /// This thread's intent word and its number in the process's entry
@@ -211,7 +227,7 @@ impl Queue {
     fn thread_slot(&self) -> usize {
         let key = Arc::as_ptr(&self.slots);
         THREAD_INTENTS.with(|t| {
-            let (last, slot) = t.last.get();
+            let (last, slot, _) = t.last.get();
             if last == key { slot } else { t.find_or_take(self) }
         })
     }

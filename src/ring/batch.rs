@@ -57,7 +57,7 @@ impl<S: Storage> Ring<S> {
                 // A recovery used this position: the record goes to the next one.
                 Turn::Taken => Ok(()),
                 Turn::Ready(seq) => match pending.next() {
-                    Some(record) => self.fill_sealed(Claim { lap, index, seq }, record, seal).map(|()| done += 1),
+                    Some(record) => self.fill_sealed(Claim { lap, index, seq }, record, seal, true).map(|()| done += 1),
                     // More positions than records left (some were taken):
                     // publish this one empty.
                     None => {

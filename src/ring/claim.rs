@@ -25,10 +25,13 @@ const CONSUMER_FIRST_STEP: u32 = 5;
 
 impl<S: Storage> Ring<S> {
     /// Appends `data` (1..=record_size bytes), announcing through `ann`.
-    #[inline]
+    /// Inline always: the compiler otherwise weighs its size against its
+    /// callers and may keep it out of line (a call, +25 instructions a push).
+    #[inline(always)]
     pub(crate) fn push(&self, data: &[u8], ann: &impl Announce, stall: &mut impl Stall) -> Result<(), RingError> {
         debug_assert!(!data.is_empty() && data.len() <= self.record_size);
-        let result = self.claim_push(ann, stall).and_then(|claim| self.fill(claim, data));
+        let robbable = ann.robbable();
+        let result = self.claim_push(ann, stall).and_then(|claim| self.fill_sealed(claim, data, None, robbable));
         ann.idle();
         result
     }
@@ -45,18 +48,20 @@ impl<S: Storage> Ring<S> {
         ann: &impl Announce,
         stall: &mut impl Stall,
     ) -> Result<(), RingError> {
-        let result = self.claim_push(ann, stall).and_then(|claim| self.fill_sealed(claim, data, Some(key)));
+        let result = self.claim_push(ann, stall).and_then(|claim| self.fill_sealed(claim, data, Some(key), true));
         ann.idle();
         result
     }
 
     /// Claims the next position for a producer: returns a slot that is free
     /// for its lap and that nobody else can reach until we publish it.
-    #[inline]
+    /// Inline always: with two callers (`push` and `push_sealed`) the
+    /// compiler kept it out of line, and the call (its saved registers and
+    /// spills) cost plain pushes about 45 instructions, 10 % of a push.
+    #[inline(always)]
     pub(crate) fn claim_push(&self, ann: &impl Announce, stall: &mut impl Stall) -> Result<Claim, RingError> {
         loop {
-            let (pos, _) = self.claim_range(Holder::Producer, 1, ann)?;
-            let (lap, index) = self.split(pos)?;
+            let (lap, index) = self.claim_one(Holder::Producer, ann)?;
             self.prefetch_ahead(index);
             // The position is ours; its slot is free for our lap once its
             // earlier holders are done.
@@ -65,6 +70,46 @@ impl<S: Storage> Ring<S> {
                 Turn::Taken => {} // a recovery used the position: claim another
             }
         }
+    }
+
+    /// Claims one position for `role`, as [`claim_range`](Self::claim_range)
+    /// with `want` 1 does, and returns it. The
+    /// common case inline: the cursor's position is valid, this process's
+    /// hint of the other cursor says it is available, and the CAS wins.
+    /// Anything else (a stale hint, a lost CAS, an empty or full ring, a
+    /// corrupted cursor) starts over in `claim_range`, which reads the
+    /// cursor again: the same steps as its loop, whose first pass this is.
+    /// Returns the position's lap and slot index.
+    #[inline(always)]
+    fn claim_one(&self, role: Holder, ann: &impl Announce) -> Result<(u64, usize), RingError> {
+        let cursors = self.store.cursors();
+        let (cursor, hint) = match role {
+            Holder::Producer => (&cursors.tail.0.pos, &self.head_hint.0),
+            Holder::Consumer => (&cursors.head.0, &self.tail_hint.0),
+        };
+        let pos = cursor.load(Ordering::Acquire);
+        let index = pos & (self.one_lap - 1);
+        if index < self.cap && pos & SKIP == 0 {
+            let at = self.count(pos);
+            let other = self.count(hint.load(Ordering::Relaxed));
+            // Free positions (producer) or claimed ones (consumer) by the
+            // hint: at least one, as `available` judges it.
+            let room = match role {
+                Holder::Producer => at.wrapping_sub(other) < self.cap,
+                Holder::Consumer => other.wrapping_sub(at).wrapping_sub(1) < self.cap,
+            };
+            if room {
+                let lap = pos & !(self.one_lap - 1);
+                // Announce the position before taking it (see `Announce`).
+                ann.claiming(role, at);
+                let after = self.next(pos, lap, index as usize);
+                if cursor.compare_exchange(pos, after, Ordering::SeqCst, Ordering::Acquire).is_ok() {
+                    return Ok((lap, index as usize));
+                }
+            }
+        }
+        let (pos, _) = self.claim_range(role, 1, ann)?;
+        self.split(pos)
     }
 
     /// Claims up to `want` (at most [`MAX_CLAIM`]) consecutive positions with
@@ -158,16 +203,24 @@ impl<S: Storage> Ring<S> {
         }
     }
 
-    /// Writes our record into the slot we claimed and publishes it.
-    #[inline]
+    /// Writes our record into the slot we claimed and publishes it (by CAS:
+    /// tests use it to play a producer that may have been robbed).
+    #[cfg(test)]
     pub(crate) fn fill(&self, claim: Claim, data: &[u8]) -> Result<(), RingError> {
-        self.fill_sealed(claim, data, None)
+        self.fill_sealed(claim, data, None, true)
     }
 
     /// [`fill`](Self::fill), writing the record's checksum under `seal`
-    /// (a durable ring's key) before publishing it.
+    /// (a durable ring's key) before publishing it. `robbable`: see
+    /// [`Announce::robbable`]; false publishes with a store.
     #[inline(always)]
-    pub(super) fn fill_sealed(&self, claim: Claim, data: &[u8], seal: Option<u64>) -> Result<(), RingError> {
+    pub(super) fn fill_sealed(
+        &self,
+        claim: Claim,
+        data: &[u8],
+        seal: Option<u64>,
+        robbable: bool,
+    ) -> Result<(), RingError> {
         let slot = self.store.slot(claim.index);
         // The slot's first cache line holds `seq`, which a consumer waiting
         // for this record polls: write the record's later lines first and
@@ -183,9 +236,20 @@ impl<S: Storage> Ring<S> {
         if let Some(key) = seal {
             write_seal(&slot.check, key, claim.lap + claim.index as u64, data);
         }
+        if !robbable {
+            // Nobody recovers a slot whose holder announces it (see
+            // `Announce::robbable`), so the slot is still ours and a plain
+            // store publishes it, as `take` releases one. Release: the
+            // record and its length come before `seq`. A blocking wake-up
+            // orders its waiter-count load after our claiming CAS of `tail`
+            // (see `queue::blocking`), not after this store. A CAS here
+            // (a locked instruction) waited for the record's stores to
+            // reach the cache: the costliest instruction of a push.
+            slot.seq.store(claim.lap | PUBLISHED, Ordering::Release);
+            return Ok(());
+        }
         // Publish by CAS: it fails only if a waiter declared our claim dead
-        // and turned the slot into a skipped record. SeqCst orders it before
-        // the waiter-count load of a blocking wake-up (see `queue::blocking`).
+        // and turned the slot into a skipped record.
         match slot.seq.compare_exchange(claim.lap, claim.lap | PUBLISHED, Ordering::SeqCst, Ordering::Relaxed) {
             Ok(_) => Ok(()),
             Err(_) => Err(RingError::Robbed),
@@ -210,11 +274,11 @@ impl<S: Storage> Ring<S> {
     }
 
     /// Claims the oldest record (possibly an empty one), claiming its
-    /// position first and waiting for its producer afterwards.
-    #[inline]
+    /// position first and waiting for its producer afterwards. Inline
+    /// always, as `claim_push` (it has two callers, `pop` and `pop_committed`).
+    #[inline(always)]
     pub(crate) fn claim_pop(&self, ann: &impl Announce, stall: &mut impl Stall) -> Result<Claim, RingError> {
-        let (pos, _) = self.claim_range(Holder::Consumer, 1, ann)?;
-        let (lap, index) = self.split(pos)?;
+        let (lap, index) = self.claim_one(Holder::Consumer, ann)?;
         self.prefetch_ahead(index);
         match self.await_turn(index, lap, Holder::Consumer, stall)? {
             Turn::Ready(seq) => Ok(Claim { lap, index, seq }),

@@ -369,23 +369,25 @@ fn loom_slow_consumer_is_either_delivered_or_told() {
     });
 }
 
+/// An announcement that every policy honours: its holder cannot be robbed.
+struct Honoured(Arc<Recorder>);
+impl Announce for Honoured {
+    fn claiming(&self, role: Holder, first: u64) {
+        self.0.claiming(role, first)
+    }
+    fn idle(&self) {
+        self.0.idle()
+    }
+    fn robbable(&self) -> bool {
+        false
+    }
+}
+
 /// A consumer that cannot be robbed (its announcement is honoured by
 /// every policy) releases with a plain store: the producer of the next
 /// lap waits for it, and every record comes out once.
 #[test]
 fn loom_unrobbable_consumer_releases_with_a_store() {
-    struct Honoured(Arc<Recorder>);
-    impl Announce for Honoured {
-        fn claiming(&self, role: Holder, first: u64) {
-            self.0.claiming(role, first)
-        }
-        fn idle(&self) {
-            self.0.idle()
-        }
-        fn robbable(&self) -> bool {
-            false
-        }
-    }
     model(|| {
         let r = ring(1);
         r.push(&[1], &Silent, &mut NeverRecover).unwrap();
@@ -396,5 +398,27 @@ fn loom_unrobbable_consumer_releases_with_a_store() {
         };
         push_retry(&r, 2, &Silent, &mut Alive(vec![consumer_ann]));
         assert_eq!(consumer.join().unwrap(), [1, 2]);
+    });
+}
+
+/// A producer that cannot be robbed publishes with a plain store: a
+/// consumer waiting for its record (judging it by its announcement) gets
+/// each record once, in order, and the producer's next lap waits for the
+/// consumer's release.
+#[test]
+fn loom_unrobbable_producer_publishes_with_a_store() {
+    model(|| {
+        let r = ring(1);
+        let producer_ann = recorder();
+        let producer = {
+            let (r, ann) = (r.clone(), Honoured(producer_ann.clone()));
+            thread::spawn(move || {
+                push_retry(&r, 1, &ann, &mut NeverRecover);
+                push_retry(&r, 2, &ann, &mut NeverRecover);
+            })
+        };
+        let got = pop_n(&r, 2, &Silent, &mut Alive(vec![producer_ann]));
+        producer.join().unwrap();
+        assert_eq!(got, [1, 2]);
     });
 }
