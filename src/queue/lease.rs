@@ -308,8 +308,14 @@ impl Queue {
             let (i, filling) = match l.table.claim(start, me) {
                 Some(claimed) => claimed,
                 None => {
-                    // Every entry is in use: leases may have run out, holders died.
-                    self.sweep(l, now, true);
+                    // Every entry is in use: leases may have run out, holders
+                    // died (or a killed process hid free entries from the
+                    // index). Swept at once, unless a sweep ended a moment
+                    // ago: a full table is not scanned at every call.
+                    let last = l.table.control().sweeping.0.last_ns.load(Ordering::Relaxed);
+                    if now >= last.saturating_add(l.table.period() / 16) {
+                        self.sweep(l, now, true);
+                    }
                     if let Some(got) = self.take_waiting(l, out, me, start, now, lease_ns) {
                         return got;
                     }
@@ -362,8 +368,7 @@ impl Queue {
                     if e == RingError::Robbed {
                         // Saved, but the slot was taken over (a corrupted
                         // slot): the record is not ours.
-                        let committed = filling.committed();
-                        let _ = entry.change(committed, committed.free());
+                        l.table.free(i, filling.committed());
                     }
                     return Err(self.ring_error(e));
                 }
@@ -398,7 +403,7 @@ impl Queue {
     ) -> Option<Result<(usize, Lease)>> {
         let (i, taking) = l.table.take_ready(now, me, start)?;
         let Some(n) = l.table.read(i, out) else {
-            let _ = l.table.entry(i).change(taking, taking.free());
+            l.table.free(i, taking);
             return Some(Err(self.lease_corrupt("a waiting record has an impossible length")));
         };
         let deadline = mono_after(now, lease_ns);
@@ -423,7 +428,7 @@ impl Queue {
         let Some(me) = l.me else { return Ok(None) };
         let Some((i, taking)) = l.table.take_ready(now, me, l.base) else { return Ok(None) };
         let n = l.table.read(i, out);
-        let _ = l.table.entry(i).change(taking, taking.free());
+        l.table.free(i, taking);
         self.popped_durably();
         n.map(Some).ok_or_else(|| self.lease_corrupt("a waiting record has an impossible length"))
     }
@@ -476,7 +481,9 @@ impl Queue {
     /// acknowledged, but a machine crash may deliver it again.
     pub fn ack(&self, lease: &Lease) -> Result<()> {
         let (l, i, w, _) = self.held_lease(lease)?;
-        l.table.entry(i).change(w, w.free()).map_err(|_| self.late(l))?;
+        if !l.table.free(i, w) {
+            return Err(self.late(l));
+        }
         self.lease_durably()
     }
 
@@ -529,6 +536,7 @@ impl Queue {
         e.deadline_ns.store(due, Ordering::Relaxed);
         e.change(busy, busy.ready())
             .map_err(|_| self.lease_corrupt("an entry changed while its holder released it"))?;
+        l.table.made_ready(i);
         l.table.control().counters.0.released.fetch_add(1, Ordering::Relaxed);
         l.table.ready_at(due);
         // A sleeping consumer takes it (or sets its alarm by it).
@@ -575,7 +583,7 @@ impl Queue {
                 counters.dead_lettered.fetch_add(1, Ordering::Relaxed)
             }
         };
-        let _ = l.table.entry(i).change(dying, dying.free());
+        l.table.free(i, dying);
         // `always`: a record moved on does not come back after a machine
         // crash (counted in the file if the sync fails: it may then be in
         // both queues).
