@@ -472,3 +472,28 @@ fn a_full_table_of_100000_leases_stays_exact_and_fast() {
     assert_eq!((s.in_flight, s.waiting, s.redelivered, s.released), (0, 0, MAX / 3 + 1, MAX / 3 + 1));
     assert_eq!(q.depth(), 0);
 }
+
+/// `ack_pop_lease`: the acknowledgement and the next lease in one call; an
+/// acknowledgement that fails takes nothing; one that succeeds before an
+/// empty queue leaves nothing in flight.
+#[test]
+fn ack_pop_lease_acknowledges_then_leases() {
+    let dir = TempDir::new("leases", "ackpop");
+    let q = lease_queue(&dir, 1, 8, leases(30_000));
+    for r in [b"a", b"b", b"c"] {
+        q.push(r).unwrap();
+    }
+    let mut o = out();
+    let (_, first) = q.pop_lease(&mut o, Wait::NoWait, Duration::ZERO).unwrap();
+    let (n, second) = q.ack_pop_lease(&first, &mut o, Wait::NoWait, Duration::ZERO).unwrap().unwrap();
+    assert_eq!((&o[..n], second.deliveries()), (&b"b"[..], 1));
+    assert_eq!(code(q.ack(&first)), LEASE_EXPIRED, "acknowledged already");
+    assert_eq!(code(q.ack_pop_lease(&first, &mut o, Wait::NoWait, Duration::ZERO)), LEASE_EXPIRED);
+    assert_eq!(q.depth(), 1, "a failed acknowledgement takes nothing");
+    let (n, third) = q.ack_pop_lease(&second, &mut o, Wait::NoWait, Duration::ZERO).unwrap().unwrap();
+    assert_eq!(&o[..n], b"c");
+    let empty = q.ack_pop_lease(&third, &mut o, Wait::NoWait, Duration::ZERO).unwrap();
+    assert_eq!(code(empty), NO_DATA_FOUND);
+    let s = q.lease_stats().unwrap();
+    assert_eq!((s.in_flight, s.waiting, q.depth()), (0, 0, 0));
+}

@@ -287,20 +287,74 @@ impl Queue {
     /// queue has no leases).
     pub fn pop_lease(&self, out: &mut [u8], wait: Wait, lease: Duration) -> Result<(usize, Lease)> {
         let l = self.leases()?;
-        let size = self.record_size();
-        if out.len() < size {
+        if out.len() < self.record_size() {
             return Err(self.short_buffer(out.len()));
         }
-        let out = &mut out[..size];
+        self.pop_lease_after(l, out, wait, lease, None)
+    }
+
+    /// Acknowledges the delivery `done`, as [`ack`](Self::ack) does, then
+    /// leases the next record as [`pop_lease`](Self::pop_lease) does, in
+    /// one call: what a consumer that works record after record does, for
+    /// less than the two calls (one look-up of the lease table and one
+    /// read of the clock for both, and the entry just freed is the one
+    /// taken first).
+    ///
+    /// The outer result is the acknowledgement's: on its error (those of
+    /// `ack`, and a buffer shorter than a record, checked first) nothing
+    /// was taken, and, but for `SYNC_FAILED`, `done` is not acknowledged.
+    /// The inner result is the lease's (those of `pop_lease`), the
+    /// acknowledgement being done.
+    pub fn ack_pop_lease(
+        &self,
+        done: &Lease,
+        out: &mut [u8],
+        wait: Wait,
+        lease: Duration,
+    ) -> Result<Result<(usize, Lease)>> {
+        if out.len() < self.record_size() {
+            return Err(self.short_buffer(out.len()));
+        }
+        let (l, i, w, now) = self.held_lease(done)?;
+        if !l.table.free(i, w) {
+            return Err(self.late(l));
+        }
+        self.lease_durably()?;
+        Ok(self.pop_lease_after(l, out, wait, lease, Some((i, now))))
+    }
+
+    /// [`pop_lease`](Self::pop_lease), `out` at least a record long; after
+    /// an acknowledgement (`Some((entry it freed, the time then))`): the
+    /// queue was checked and the clock read by it.
+    #[inline(always)]
+    fn pop_lease_after(
+        &self,
+        l: &Leases,
+        out: &mut [u8],
+        wait: Wait,
+        lease: Duration,
+        mut acked: Option<(usize, u64)>,
+    ) -> Result<(usize, Lease)> {
+        let out = &mut out[..self.record_size()];
         let me = self.holder(l)?;
         let lease_ns = Self::lease_ns(l, lease);
         let (intent, slot) = self.intent_slot();
-        // Reduced modulo the table's length by `claim` and `take_ready`.
-        let start = l.base + if slot == NO_WORD { INTENTS - 1 } else { slot };
+        // Reduced modulo the table's length by `claim` and `take_ready`:
+        // the entry this thread freed last (`base + slot` by default, as
+        // `ack` of its previous lease freed it).
+        let start = match acked {
+            Some((i, _)) => i,
+            None => l.base + if slot == NO_WORD { INTENTS - 1 } else { slot },
+        };
         let mut idle = Idle::new(wait);
         loop {
-            self.check_usable()?;
-            let now = mono_ns();
+            let now = match acked.take() {
+                Some((_, now)) => now,
+                None => {
+                    self.check_usable()?;
+                    mono_ns()
+                }
+            };
             self.upkeep(l, now);
             if let Some(got) = self.take_waiting(l, out, me, start, now, lease_ns) {
                 return got;
