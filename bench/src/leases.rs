@@ -43,25 +43,46 @@ fn push(t: u32, n: usize, per: u64) -> Result<f64, String> {
     })
 }
 
-/// `n` threads each taking `per` records from queue `t`: `lPop`, or
-/// `lPopLease` then `lAck`.
-fn take(t: u32, n: usize, per: u64, lease: bool) -> Result<f64, String> {
+/// How the records are taken.
+#[derive(Clone, Copy, PartialEq)]
+enum Take {
+    /// `lPop`.
+    Pop,
+    /// `lPopLease`, then `lAck`, per record.
+    LeaseAck,
+    /// `lAckPopLease` per record (acknowledging the one before), a
+    /// `lPopLease` first and a `lAck` last.
+    Combined,
+}
+
+/// `n` threads each taking `per` records from queue `t`.
+fn take(t: u32, n: usize, per: u64, how: Take) -> Result<f64, String> {
     threads(n, move |_| {
         let mut buf = vec![0u8; SIZE];
         let h = Handle::new(t, buf.as_mut_ptr().cast(), SIZE);
         let out = buf.as_mut_ptr().cast();
         let mut token = std::mem::MaybeUninit::<TvmLease>::zeroed();
-        for _ in 0..per {
-            if !lease {
-                h.pop(out)?;
-                continue;
+        let tok = token.as_mut_ptr();
+        match how {
+            Take::Pop => (0..per).try_for_each(|_| h.pop(out)),
+            Take::LeaseAck => (0..per).try_for_each(|_| {
+                // SAFETY: our handle; `out` holds lSize bytes; the token is ours.
+                h.check(unsafe { ffi::lPopLease(h.0, out, QUE_NORMAL, 0, tok) }, "lPopLease")?;
+                // SAFETY: as above; lPopLease filled the token.
+                h.check(unsafe { ffi::lAck(h.0, tok) }, "lAck")
+            }),
+            Take::Combined if per == 0 => Ok(()),
+            Take::Combined => {
+                // SAFETY: our handle; `out` holds lSize bytes; the token is ours.
+                h.check(unsafe { ffi::lPopLease(h.0, out, QUE_NORMAL, 0, tok) }, "lPopLease")?;
+                for _ in 1..per {
+                    // SAFETY: as above; the token holds the last lease.
+                    h.check(unsafe { ffi::lAckPopLease(h.0, tok, out, QUE_NORMAL, 0, tok) }, "lAckPopLease")?;
+                }
+                // SAFETY: as above.
+                h.check(unsafe { ffi::lAck(h.0, tok) }, "lAck")
             }
-            // SAFETY: our handle; `out` holds lSize bytes; the token is ours.
-            h.check(unsafe { ffi::lPopLease(h.0, out, QUE_NORMAL, 0, token.as_mut_ptr()) }, "lPopLease")?;
-            // SAFETY: as above; lPopLease filled the token.
-            h.check(unsafe { ffi::lAck(h.0, token.as_mut_ptr()) }, "lAck")?;
         }
-        Ok(())
     })
 }
 
@@ -87,24 +108,28 @@ pub(crate) fn run(ctx: &mut Ctx, counts: &[usize]) {
                 ("lPush", "lease queue"),
                 ("lPop|lPopLease+lAck", "plain queue"),
                 ("lPop|lPopLease+lAck", "lease queue"),
+                ("lPop|lPopLease+lAck", "lease queue, lAckPopLease"),
             ],
             &n.to_string(),
             per * n as u64,
             SIZE as u64,
             |_| {
                 // Interleaved: the plain queue and the queue with leases,
-                // each filled then emptied, in alternating order.
+                // each filled then emptied (the queue with leases twice: by
+                // lPopLease + lAck, by lAckPopLease), in an order that
+                // turns from run to run.
                 round += 1;
-                let plain = |_: ()| Ok::<_, String>((push(PLAIN, n, per)?, take(PLAIN, n, per, false)?));
-                let leased = |_: ()| Ok::<_, String>((push(LEASED, n, per)?, take(LEASED, n, per, true)?));
-                let (p, l) = if round % 2 == 1 {
-                    let p = plain(())?;
-                    (p, leased(())?)
-                } else {
-                    let l = leased(())?;
-                    (plain(())?, l)
+                let run = |k: usize| match k {
+                    0 => Ok::<_, String>((push(PLAIN, n, per)?, take(PLAIN, n, per, Take::Pop)?)),
+                    1 => Ok((push(LEASED, n, per)?, take(LEASED, n, per, Take::LeaseAck)?)),
+                    _ => Ok((push(LEASED, n, per)?, take(LEASED, n, per, Take::Combined)?)),
                 };
-                Ok(vec![p.0, l.0, p.1, l.1])
+                let mut got = [(0.0, 0.0); 3];
+                for k in 0..3 {
+                    let which = (k + round) % 3;
+                    got[which] = run(which)?;
+                }
+                Ok(vec![got[0].0, got[1].0, got[0].1, got[1].1, got[2].1])
             },
         );
     }
