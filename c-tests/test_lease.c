@@ -375,6 +375,57 @@ static void lease_dead_consumer(void)
     CHECK_EQ(stat_num(t, "  orphaned"), 1);
 }
 
+/* lAckPopLease: acknowledges and leases in one call (the same token for
+ * both, or two); the records come in order, each once; on failure,
+ * done->deliveries says whether the acknowledgement was made. */
+static void lease_ack_pop_lease(void)
+{
+    SATvm *p = G();
+    const TABLE t = 40;
+    rec64 out;
+    TvmLease l, done, stale;
+
+    make_lease_queue(t, 8, "--lease-ms 30000");
+    REQUIRE(push_n(p, t, 1) && push_n(p, t, 2) && push_n(p, t, 3));
+    queuevoid(p, out, sizeof(out), t);
+    REQUIRE_SUCC(lPopLease(p, &out, QUE_NOWAIT, 0, &l), p);
+    CHECK_EQ(out.n, 1);
+    stale = l;
+    /* The same token: acknowledged 1, leased 2. */
+    REQUIRE_SUCC(lAckPopLease(p, &l, &out, QUE_NOWAIT, 0, &l), p);
+    CHECK_EQ(p->m_lEffect, 1);
+    CHECK_EQ(out.n, 2);
+    CHECK_EQU(l.deliveries, 1);
+    CHECK_EQ(stat_num(t, "  in flight"), 1);
+    /* Two tokens: acknowledged 2 (its token refused from now on), leased 3. */
+    done = l;
+    REQUIRE_SUCC(lAckPopLease(p, &done, &out, QUE_NORMAL, 5000, &l), p);
+    CHECK_EQ(out.n, 3);
+    CHECK_EQU(done.deliveries, 0);
+    CHECK_FAIL(lAck(p, &done), p, LEASE_INVALID);
+    /* The acknowledgement fails: nothing taken, nothing changed. */
+    done = l;
+    CHECK_FAIL(lAckPopLease(p, &stale, &out, QUE_NOWAIT, 0, &done), p, LEASE_EXPIRED);
+    CHECK_EQU(stale.deliveries, 1);
+    CHECK(memcmp(&done, &l, sizeof(l)) == 0);
+    CHECK_EQ(stat_num(t, "  in flight"), 1);
+    /* Acknowledged, then the queue is empty: done->deliveries is 0. */
+    done = l;
+    CHECK_FAIL(lAckPopLease(p, &done, &out, QUE_NOWAIT, 0, &l), p, NO_DATA_FOUND);
+    CHECK_EQU(done.deliveries, 0);
+    CHECK_EQU(l.deliveries, 0);
+    CHECK_EQ(stat_num(t, "  in flight"), 0);
+    CHECK_EQ(depth(t), 0);
+    /* NULLs and a negative lease time: nothing acknowledged. */
+    REQUIRE(push_n(p, t, 4));
+    REQUIRE_SUCC(lPopLease(p, &out, QUE_NOWAIT, 0, &l), p);
+    CHECK_FAIL(lAckPopLease(p, NULL, &out, QUE_NOWAIT, 0, &l), p, CONDIT_IS_NIL);
+    CHECK_FAIL(lAckPopLease(p, &l, NULL, QUE_NOWAIT, 0, &l), p, CONDIT_IS_NIL);
+    CHECK_FAIL(lAckPopLease(p, &l, &out, QUE_NOWAIT, -1, &l), p, CONDIT_IS_NIL);
+    CHECK_EQU(l.deliveries, 1);
+    CHECK_SUCC(lAck(p, &l), p);
+}
+
 TEST_MAIN(T(lease_pop_and_ack), T(lease_expiry_fences_the_late_call), T(lease_extension),
           T(lease_release_with_delay), T(lease_dead_letter), T(lease_reject_without_its_queue),
-          T(lease_in_flight_bound), T(lease_bad_tokens), T(lease_dead_consumer))
+          T(lease_in_flight_bound), T(lease_bad_tokens), T(lease_dead_consumer), T(lease_ack_pop_lease))

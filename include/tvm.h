@@ -706,6 +706,29 @@ long lPopLease(struct SATvm *p, void *out, Uenum wait, long lease_ms, struct Tvm
 long lAck(struct SATvm *p, struct TvmLease *lease);
 
 /**
+ * Acknowledges the delivery of `*done` and leases the next record of queue
+ * p->tblName, in one call: lAck(p, done), then lPopLease(p, out, wait,
+ * lease_ms, lease), for less than the two calls (a consumer that works
+ * record after record). `done` and `lease` may be the same token
+ * (`lAckPopLease(p, &l, &rec, QUE_NORMAL, 0, &l)`). m_lEffect = 1 on
+ * success. Thread-safe like lPopLease and lAck (one handle per thread; one
+ * call at a time per token).
+ * Returns RC_SUCC when both are done: `*lease` holds the new token.
+ * Otherwise RC_FAIL, and `done->deliveries` says which part failed:
+ * - not 0: the acknowledgement failed, nothing was acknowledged or taken,
+ *   `*done` and `*lease` are unchanged: the errors of lAck (LEASE_EXPIRED,
+ *   LEASE_INVALID, TBL_NOT_FOUND, SHM_ERR_EIDRM), CONDIT_IS_NIL (a NULL
+ *   handle, `done`, `out` or `lease`, a negative lease_ms), NOT_SUPPT_OPT
+ *   (a `wait` other than QUE_NORMAL and QUE_NOWAIT, or a queue without
+ *   leases);
+ * - 0: `*done` was acknowledged (and set to a token every call refuses),
+ *   then the lease failed: the errors of lPopLease (e.g. NO_DATA_FOUND,
+ *   LEASE_LIMIT); `*lease` holds a refused token. Also SYNC_FAILED
+ *   (durable queue: acknowledged, its sync failed, nothing taken).
+ */
+long lAckPopLease(struct SATvm *p, struct TvmLease *done, void *out, Uenum wait, long lease_ms, struct TvmLease *lease);
+
+/**
  * Puts the record of `*lease` back into queue p->tblName: it may be
  * delivered again `delay_ms` milliseconds from now (0: at once), to any
  * consumer. A record already delivered the queue's maximum of deliveries

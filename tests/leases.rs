@@ -391,3 +391,109 @@ fn peek_and_stats_show_the_leases() {
     assert!(view.peek_leases(10).is_empty());
     assert_eq!(view.lease_stats().unwrap().oldest, None);
 }
+
+/// A table of 100,000 entries, filled: every lease call finds its entry
+/// through the table's indexes (no scan), and stays exact: a full table
+/// refuses one more lease, records released or acknowledged in scattered
+/// order are each delivered again or gone exactly once, and leasing with
+/// 99,000 leases in flight costs about what it costs with none.
+#[test]
+fn a_full_table_of_100000_leases_stays_exact_and_fast() {
+    const MAX: u64 = 100_000;
+    const RECORDS: u64 = 150_000;
+    let dir = TempDir::new("leases", "big");
+    let q = lease_queue(&dir, 1, RECORDS, LeaseSpec { max_leases: MAX, ..leases(3_600_000) });
+    for r in 0..RECORDS {
+        q.push(&r.to_le_bytes()).unwrap();
+    }
+    let take = |q: &Queue| {
+        let mut o = out();
+        let (n, l) = q.pop_lease(&mut o, Wait::NoWait, Duration::ZERO)?;
+        assert_eq!(n, 8);
+        Ok::<_, tvm::Error>((u64::from_le_bytes(o[..8].try_into().unwrap()), l))
+    };
+    // Filled; the first and the last thousand leases timed.
+    let mut held = Vec::with_capacity(MAX as usize);
+    let mut timed = [Duration::ZERO; 2];
+    for k in 0..MAX {
+        let t = Instant::now();
+        held.push(take(&q).unwrap());
+        match k {
+            0..1000 => timed[0] += t.elapsed(),
+            99_000.. => timed[1] += t.elapsed(),
+            _ => {}
+        }
+    }
+    assert!(
+        timed[1] < timed[0] * 20 + Duration::from_millis(50),
+        "1,000 leases took {:?} with 99,000 in flight against {:?} with none",
+        timed[1],
+        timed[0]
+    );
+    assert_eq!(code(take(&q)), LEASE_LIMIT, "the table is full");
+    assert_eq!(held.iter().map(|h| h.0).collect::<Vec<_>>(), (0..MAX).collect::<Vec<_>>());
+    // Interleaved across the table: a third released (they wait in the
+    // table, before the queue's records), a third acknowledged, a third kept.
+    let mut delivered = vec![0u32; RECORDS as usize];
+    let mut kept = Vec::new();
+    for (k, (r, l)) in held.into_iter().enumerate() {
+        match k % 3 {
+            0 => q.release(&l, Duration::ZERO).unwrap(),
+            1 => {
+                q.ack(&l).unwrap();
+                delivered[r as usize] += 1;
+            }
+            _ => kept.push((r, l)),
+        }
+    }
+    let s = q.lease_stats().unwrap();
+    assert_eq!((s.in_flight, s.waiting), (kept.len() as u64, MAX / 3 + 1));
+    // Everything else, acknowledged at once (one lease in flight besides
+    // the kept ones); released records come first, delivered a second time.
+    let mut again = 0;
+    while let Ok((r, l)) = take(&q) {
+        if l.deliveries() == 2 {
+            again += 1;
+        } else {
+            assert_eq!(l.deliveries(), 1);
+            assert!(r >= MAX, "record {r}: a first delivery of a record leased before");
+        }
+        assert!(l.deliveries() == 2 || again == MAX / 3 + 1, "the waiting ones come first");
+        q.ack(&l).unwrap();
+        delivered[r as usize] += 1;
+    }
+    assert_eq!(again, MAX / 3 + 1);
+    for (r, l) in kept {
+        q.ack(&l).unwrap();
+        delivered[r as usize] += 1;
+    }
+    assert!(delivered.iter().all(|&d| d == 1), "every record acknowledged once");
+    let s = q.lease_stats().unwrap();
+    assert_eq!((s.in_flight, s.waiting, s.redelivered, s.released), (0, 0, MAX / 3 + 1, MAX / 3 + 1));
+    assert_eq!(q.depth(), 0);
+}
+
+/// `ack_pop_lease`: the acknowledgement and the next lease in one call; an
+/// acknowledgement that fails takes nothing; one that succeeds before an
+/// empty queue leaves nothing in flight.
+#[test]
+fn ack_pop_lease_acknowledges_then_leases() {
+    let dir = TempDir::new("leases", "ackpop");
+    let q = lease_queue(&dir, 1, 8, leases(30_000));
+    for r in [b"a", b"b", b"c"] {
+        q.push(r).unwrap();
+    }
+    let mut o = out();
+    let (_, first) = q.pop_lease(&mut o, Wait::NoWait, Duration::ZERO).unwrap();
+    let (n, second) = q.ack_pop_lease(&first, &mut o, Wait::NoWait, Duration::ZERO).unwrap().unwrap();
+    assert_eq!((&o[..n], second.deliveries()), (&b"b"[..], 1));
+    assert_eq!(code(q.ack(&first)), LEASE_EXPIRED, "acknowledged already");
+    assert_eq!(code(q.ack_pop_lease(&first, &mut o, Wait::NoWait, Duration::ZERO)), LEASE_EXPIRED);
+    assert_eq!(q.depth(), 1, "a failed acknowledgement takes nothing");
+    let (n, third) = q.ack_pop_lease(&second, &mut o, Wait::NoWait, Duration::ZERO).unwrap().unwrap();
+    assert_eq!(&o[..n], b"c");
+    let empty = q.ack_pop_lease(&third, &mut o, Wait::NoWait, Duration::ZERO).unwrap();
+    assert_eq!(code(empty), NO_DATA_FOUND);
+    let s = q.lease_stats().unwrap();
+    assert_eq!((s.in_flight, s.waiting, q.depth()), (0, 0, 0));
+}

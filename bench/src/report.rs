@@ -185,6 +185,9 @@ fn table(cells: &[Cell], args: &BenchArgs, seconds: f64) -> String {
             if section == "leases" {
                 let rate = |s| find(cells, section, &test, &param, s).and_then(|c| c.rates()).map(|r| r.0);
                 write!(line, " | lease/plain {}", ratio(rate("lease queue"), rate("plain queue"))).unwrap();
+                if let Some(combined) = rate("lease queue, lAckPopLease") {
+                    write!(line, ", lAckPopLease/plain {}", ratio(Some(combined), rate("plain queue"))).unwrap();
+                }
             }
             writeln!(t, "{line}").unwrap();
         }

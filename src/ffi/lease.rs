@@ -206,6 +206,70 @@ pub unsafe extern "C" fn lAck(p: *mut SATvm, lease: *mut TvmLease) -> c_long {
     unsafe { call(p, body) }
 }
 
+/// Acknowledges the delivery of `*done` and leases the next record of queue
+/// p->tblName, in one call: lAck(p, done), then lPopLease(p, out, wait,
+/// lease_ms, lease), for less than the two calls (a consumer that works
+/// record after record). `done` and `lease` may be the same token
+/// (`lAckPopLease(p, &l, &rec, QUE_NORMAL, 0, &l)`). m_lEffect = 1 on
+/// success. Thread-safe like lPopLease and lAck (one handle per thread; one
+/// call at a time per token).
+/// Returns RC_SUCC when both are done: `*lease` holds the new token.
+/// Otherwise RC_FAIL, and `done->deliveries` says which part failed:
+/// - not 0: the acknowledgement failed, nothing was acknowledged or taken,
+///   `*done` and `*lease` are unchanged: the errors of lAck (LEASE_EXPIRED,
+///   LEASE_INVALID, TBL_NOT_FOUND, SHM_ERR_EIDRM), CONDIT_IS_NIL (a NULL
+///   handle, `done`, `out` or `lease`, a negative lease_ms), NOT_SUPPT_OPT
+///   (a `wait` other than QUE_NORMAL and QUE_NOWAIT, or a queue without
+///   leases);
+/// - 0: `*done` was acknowledged (and set to a token every call refuses),
+///   then the lease failed: the errors of lPopLease (e.g. NO_DATA_FOUND,
+///   LEASE_LIMIT); `*lease` holds a refused token. Also SYNC_FAILED
+///   (durable queue: acknowledged, its sync failed, nothing taken).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lAckPopLease(
+    p: *mut SATvm,
+    done: *mut TvmLease,
+    out: *mut c_void,
+    wait: Uenum,
+    lease_ms: c_long,
+    lease: *mut TvmLease,
+) -> c_long {
+    let body = |h: &mut SATvm| -> CallResult {
+        if out.is_null() || lease.is_null() || done.is_null() {
+            return Err(Error::new(CONDIT_IS_NIL, "NULL output buffer or lease").into());
+        }
+        // SAFETY: checked non-NULL; a readable TvmLease by the caller's contract.
+        let t = unsafe { token(done) }?;
+        let lease_time = millis(lease_ms, "lease time")?;
+        let wait = wait_mode(wait, Wait::Forever, Wait::NoWait)?;
+        let len = h.lSize;
+        // SAFETY: the caller provides `out` with at least p->lSize writable bytes.
+        let buf = unsafe { std::slice::from_raw_parts_mut(out.cast::<u8>(), len) };
+        let acked = on_queue(h, |q| q.ack_pop_lease(&t, buf, wait, lease_time));
+        let got = match acked {
+            Ok(got) => got,
+            Err(e) if e.code() == SYNC_FAILED => {
+                // Acknowledged, not durably; nothing taken.
+                // SAFETY: checked non-NULL; writable by the caller's contract.
+                unsafe { done.write(TvmLease::ZERO) };
+                return Err(e.into());
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let token = got.as_ref().map_or(TvmLease::ZERO, |(_, leased)| TvmLease::from_lease(leased));
+        // SAFETY: checked non-NULL, writable (they may be the same token:
+        // the new one is written last).
+        unsafe {
+            done.write(TvmLease::ZERO);
+            lease.write(token);
+        }
+        got?;
+        Ok(1)
+    };
+    // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
+    unsafe { call(p, body) }
+}
+
 /// Puts the record of `*lease` back into queue p->tblName: it may be
 /// delivered again `delay_ms` milliseconds from now (0: at once), to any
 /// consumer. A record already delivered the queue's maximum of deliveries

@@ -25,7 +25,7 @@ pub use durable::lSyncQueue;
 pub use handle::{
     lAttchTable, lInitSATvm, pCloneSATvm, pGetSATvm, vCloneFree, vHoldConnect, vHoldRelease, vTblDisconnect,
 };
-pub use lease::{TvmLease, lAck, lExtendLease, lPopLease, lReject, lRelease};
+pub use lease::{TvmLease, lAck, lAckPopLease, lExtendLease, lPopLease, lReject, lRelease};
 pub use local::{
     lCircleQueue, lDropTable, lPop, lPopWait, lPopup, lPush, lPushs, lQueueInfo, lTableQueue, lTvmDefField,
     lTvmDefQueue,

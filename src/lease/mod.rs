@@ -8,8 +8,11 @@
 //! its holder. [`state`] is the entry's state machine (model-checked with the
 //! ring under loom); [`table`] is the table in the file: claiming entries,
 //! committing records, taking them up again, the sweep that finds leases
-//! that ran out and holders that died.
+//! that ran out and holders that died; [`bits`] indexes its free entries and
+//! its waiting records, so that no lease call scans the table.
 
+#[cfg(not(loom))]
+pub(crate) mod bits;
 pub(crate) mod state;
 #[cfg(not(loom))]
 pub(crate) mod table;

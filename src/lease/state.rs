@@ -298,8 +298,13 @@ pub(crate) struct Entry {
     /// whose head and record reached the disk from different moments.
     /// Zero on other queues.
     pub(crate) check: AtomicU32,
+    /// Words of the table's indexes (`lease::bits`): in the entries at the
+    /// table's end, the leaf words of the free set (`bits[0]`) and of the
+    /// set of records waiting for another delivery (`bits[1]`); unused
+    /// (zero) in the others. Hints: not part of the entry's state.
+    pub(crate) bits: [AtomicU64; 2],
     /// Zero; reserved.
-    pub(crate) reserved2: [AtomicU64; 3],
+    pub(crate) reserved2: AtomicU64,
 }
 
 impl Entry {
