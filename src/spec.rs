@@ -24,7 +24,7 @@ pub(crate) const MAX_INTERVAL_MS: u64 = 3_600_000;
 /// Longest lease (and release delay) a queue may default to: a year.
 pub const MAX_LEASE_MS: u64 = 365 * 24 * 3600 * 1000;
 /// Most leases a queue may have in flight (entries of its lease table).
-pub const MAX_LEASES: u64 = 1 << 20;
+pub const MAX_LEASES: u64 = crate::lease::MAX_ENTRIES;
 /// Longest queue name kept in the header, in bytes (a longer one is cut).
 pub const MAX_NAME: usize = 63;
 /// Longest partition text kept in the header, in bytes (a longer one is cut).

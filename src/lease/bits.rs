@@ -47,7 +47,7 @@ const GROUP: usize = 2;
 pub(crate) const SUM_WORDS: usize = 128;
 /// Top words of an index.
 pub(crate) const TOP_WORDS: usize = 2;
-const _: () = assert!(SUM_WORDS * 64 * GROUP * 64 >= crate::spec::MAX_LEASES as usize);
+const _: () = assert!(SUM_WORDS * 64 * GROUP * 64 >= super::MAX_ENTRIES as usize);
 const _: () = assert!(TOP_WORDS * 64 >= SUM_WORDS);
 
 /// The summary levels of one index, in the table's control block.
@@ -103,7 +103,7 @@ impl Index {
         words: *const IndexWords,
         inverted: bool,
     ) -> Index {
-        debug_assert!(count <= crate::spec::MAX_LEASES as usize && field < 2);
+        debug_assert!(count <= super::MAX_ENTRIES as usize && field < 2);
         Index { entries, stride, count, field, words, inv: if inverted { !0 } else { 0 } }
     }
 

@@ -16,3 +16,7 @@ pub(crate) mod bits;
 pub(crate) mod state;
 #[cfg(not(loom))]
 pub(crate) mod table;
+
+/// Most entries a lease table may have (`spec::MAX_LEASES` is this figure):
+/// the indexes of `bits` are sized for it.
+pub(crate) const MAX_ENTRIES: u64 = 1 << 20;

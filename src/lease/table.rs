@@ -201,7 +201,7 @@ impl LeaseTable {
         }
         // SAFETY: `start` is inside the mapping (checked just above).
         let entries = unsafe { map.base().add(start) };
-        if count > crate::spec::MAX_LEASES as usize {
+        if count > super::MAX_ENTRIES as usize {
             return None;
         }
         // SAFETY: the entries and the control block lie in the mapping,
