@@ -41,7 +41,7 @@ pub(super) unsafe fn record<'a>(ptr: *const c_void, len: usize) -> Result<&'a [u
 
 /// The error for an `lSize` that no buffer can have (above `isize::MAX`).
 #[cold]
-fn too_large(len: usize) -> Error {
+pub(super) fn too_large(len: usize) -> Error {
     Error::new(RECD_TOO_LONG, format!("lSize {len} is larger than any buffer can be"))
 }
 
@@ -73,10 +73,10 @@ pub(super) unsafe fn pop_one<W, R>(
         return Err(Error::new(CONDIT_IS_NIL, "NULL output buffer").into());
     }
     let wait = wait()?;
-    let len = h.lSize;
-    if len > isize::MAX as usize {
-        return Err(too_large(len).into());
-    }
+    // No buffer is larger than isize::MAX bytes, and a pop writes only up
+    // to the record size (tvm.h): a larger lSize is taken as that bound
+    // rather than refused, so a buffer "as large as you like" still works.
+    let len = h.lSize.min(isize::MAX as usize);
     // SAFETY: the caller provides `out` with at least p->lSize writable bytes.
     let buf = unsafe { std::slice::from_raw_parts_mut(out.cast::<u8>(), len) };
     take(h, buf, wait)?;

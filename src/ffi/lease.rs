@@ -167,7 +167,8 @@ pub unsafe extern "C" fn lPopLease(
         }
         let got = millis(lease_ms, "lease time").and_then(|lease_time| {
             let wait = wait_mode(wait, Wait::Forever, Wait::NoWait)?;
-            let len = h.lSize;
+            // At most isize::MAX (no buffer is larger; a pop writes up to the record size).
+            let len = h.lSize.min(isize::MAX as usize);
             // SAFETY: the caller provides `out` with at least p->lSize writable bytes.
             let buf = unsafe { std::slice::from_raw_parts_mut(out.cast::<u8>(), len) };
             on_queue(h, |q| q.pop_lease(buf, wait, lease_time))
@@ -242,7 +243,8 @@ pub unsafe extern "C" fn lAckPopLease(
         let t = unsafe { token(done) }?;
         let lease_time = millis(lease_ms, "lease time")?;
         let wait = wait_mode(wait, Wait::Forever, Wait::NoWait)?;
-        let len = h.lSize;
+        // At most isize::MAX (no buffer is larger; a pop writes up to the record size).
+        let len = h.lSize.min(isize::MAX as usize);
         // SAFETY: the caller provides `out` with at least p->lSize writable bytes.
         let buf = unsafe { std::slice::from_raw_parts_mut(out.cast::<u8>(), len) };
         let acked = on_queue(h, |q| q.ack_pop_lease(&t, buf, wait, lease_time));
@@ -370,6 +372,8 @@ pub unsafe extern "C" fn lTvmPopLease(
         let got = millis(lease_ms, "lease time").and_then(|time| {
             let wait = wait_mode(wait, PopWait::Forever, PopWait::NoWait)?;
             let (c, t, len) = popping(h)?;
+            // At most isize::MAX (no buffer is larger; a pop writes up to the record size).
+            let len = len.min(isize::MAX as usize);
             // SAFETY: the caller provides `out` with at least p->lSize writable bytes.
             let buf = unsafe { std::slice::from_raw_parts_mut(out.cast::<u8>(), len) };
             c.pop_lease(t, buf, wait, time.as_millis() as u64)

@@ -1,6 +1,6 @@
 //! The local (shared-memory) calls of the C API: create, drop, push, pop.
 
-use super::common::{MallocArray, counted, pop_one, popup, record, text, wait_mode};
+use super::common::{MallocArray, counted, pop_one, popup, record, text, too_large, wait_mode};
 use super::handle::{detach, on_queue, on_table};
 use super::{CREATE, CallResult, Fail, RC_SUCC, SATvm, TABLE, TCREATE, Uenum, call, call_no_handle};
 use crate::error::*;
@@ -335,11 +335,15 @@ pub unsafe extern "C" fn lPushs(p: *mut SATvm, n: *mut usize, records: *mut *mut
         if count == 0 || each == 0 {
             return Err(Error::new(CONDIT_IS_NIL, "no records (count or lSize 0)").into());
         }
-        // No buffer holds more than isize::MAX bytes: a larger product is refused before any slice is formed.
-        let total = count
-            .checked_mul(each)
-            .filter(|&t| t <= isize::MAX as usize)
-            .ok_or_else(|| Error::new(CONDIT_IS_NIL, "count x lSize overflows"))?;
+        if each > isize::MAX as usize {
+            return Err(too_large(each).into());
+        }
+        let total = count.checked_mul(each).ok_or_else(|| Error::new(CONDIT_IS_NIL, "count x lSize overflows"))?;
+        // No buffer holds more than isize::MAX bytes, and pushing reads only
+        // the records it pushes (it stops when the queue is full): a longer
+        // claim is cut to the whole records below that bound, so that no
+        // slice longer than any object is formed.
+        let total = total.min(isize::MAX as usize / each * each);
         // SAFETY: the caller provides `*n` records of lSize bytes at `*records`.
         let bytes = unsafe { std::slice::from_raw_parts(base.cast::<u8>(), total) };
         let (done, err) = on_queue(h, |q| Ok(q.push_many(bytes, each)))?;
