@@ -400,7 +400,13 @@ impl Durable {
         let took = w.last_sync_took_ns.load(Ordering::Relaxed);
         let due = window.saturating_sub(2 * slack.as_nanos() as u64 + 2 * took).max(window / 4);
         let since = w.dirty_ns.load(Ordering::Relaxed);
-        if now_ns().saturating_sub(since) < due || !self.try_lock() {
+        if now_ns().saturating_sub(since) < due {
+            return Ok(false);
+        }
+        if !self.try_lock() {
+            // A syncer killed holding the lock would otherwise stop every
+            // flusher for good: the next tick takes the lock.
+            self.free_if_dead(w.lock.load(Ordering::SeqCst));
             return Ok(false);
         }
         let r = self.sync_locked();
@@ -449,6 +455,13 @@ impl Durable {
             wait::wait(&w.futex, seen, Some(Duration::from_millis(20)));
         }
         let _ = w.waiters.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| Some(n.saturating_sub(1)));
+        self.free_if_dead(holder);
+    }
+
+    /// Frees the sync lock if `holder` (0: nobody) has held it longer than
+    /// [`STALE_LOCK`] and is dead, waking those who wait for it.
+    fn free_if_dead(&self, holder: u32) {
+        let w = self.words();
         let since = w.locked_ns.load(Ordering::Relaxed);
         if holder != 0
             && now_ns().saturating_sub(since) > STALE_LOCK.as_nanos() as u64
@@ -472,6 +485,14 @@ impl Durable {
         if let Some(hook) = &self.hook {
             hook(&SyncEvent::Begin);
         }
+        // A sync that began and never completed (its process was killed
+        // during it, or its writes failed) may have moved the seal and
+        // release marks and written the watermark in memory without the
+        // disk receiving what they describe: this sync, which finds them
+        // moved, would write neither those slots nor the watermark's page.
+        // So after one, a sync writes the watermark's page, and (`interval`)
+        // every slot into the image.
+        let unfinished = w.done.load(Ordering::SeqCst) < w.started.load(Ordering::SeqCst);
         let n = w.started.fetch_add(1, Ordering::SeqCst) + 1;
         let started_ns = now_ns();
         // Changes made before this store are covered by the sync below;
@@ -491,8 +512,11 @@ impl Durable {
         // the older watermark holds, and what lies between them was popped
         // within the window: it may be delivered again, as promised.) A
         // ring that is drained between two syncs then writes almost nothing.
-        let changed = changed.map(|(from, to)| (from.max(watermark).min(to), to));
-        let r = self.sync_pages(marked, changed);
+        let mut changed = changed.map(|(from, to)| (from.max(watermark).min(to), to));
+        if unfinished {
+            changed[0] = (0, self.ring.capacity());
+        }
+        let r = self.sync_pages(marked || unfinished, changed);
         let end = now_ns();
         w.callers.store(w.waiters.load(Ordering::SeqCst).saturating_add(1), Ordering::Relaxed);
         match r {
@@ -617,6 +641,10 @@ impl Durable {
     /// released since the last sync, for the image.)
     fn sync_pages(&self, control: bool, changed: [(u64, u64); 2]) -> Result<()> {
         let (base, len) = (self.map.base(), self.map.len());
+        #[cfg(test)]
+        if gather_tests::FAIL_NEXT_SYNC.with(|f| f.replace(false)) {
+            return Err(Error::new(SYNC_FAILED, "a sync failed on purpose (test)"));
+        }
         #[cfg(test)]
         if let Some(hook) = &self.hook {
             let writes = self.image.as_ref().map(|i| i.plan(&changed, control)).unwrap_or_default();
@@ -771,6 +799,64 @@ mod gather_tests {
     use crate::queue::Queue;
     use crate::spec::Spec;
     use crate::test_support::DiskDir;
+
+    thread_local! {
+        /// The next sync this thread runs fails before it writes anything,
+        /// as one whose process is killed before its writes leaves the
+        /// queue (its marks moved, nothing written).
+        pub(super) static FAIL_NEXT_SYNC: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+
+    /// A sync after one that failed (or whose process was killed) before
+    /// its writes covers what that one was to write: the slots it sealed
+    /// and released, and the watermark it moved, reach the image, so that
+    /// a restart neither loses the records pushed before it nor brings back
+    /// those popped before it. (It found the seal and release marks and the
+    /// watermark moved in memory, and wrote nothing of them.)
+    #[test]
+    fn a_sync_after_an_unfinished_one_writes_what_that_one_did_not() {
+        {
+            let dir = DiskDir::new("unfinished");
+            let mut spec = Spec::new(64, 16);
+            // An hour: only the test's syncs run.
+            spec.durability = Some(Durability::Interval(3_600_000));
+            Queue::create(&dir.0, 1, &spec).unwrap();
+            let q = Queue::open(&dir.0, 1).unwrap();
+            let mut out = [0u8; 16];
+            for i in 0..40u32 {
+                q.push(&i.to_le_bytes()).unwrap();
+            }
+            q.sync().unwrap();
+            for _ in 0..30 {
+                q.pop(&mut out, crate::Wait::NoWait).unwrap();
+            }
+            for i in 40..70u32 {
+                q.push(&i.to_le_bytes()).unwrap();
+            }
+            FAIL_NEXT_SYNC.with(|f| f.set(true));
+            assert!(q.sync().is_err());
+            q.sync().unwrap();
+            // The machine-restart view: the file copied, the boot id cleared.
+            let restarted = dir.0.join("restarted");
+            std::fs::create_dir_all(&restarted).unwrap();
+            let copy = queue_path(&restarted, 1);
+            std::fs::copy(queue_path(&dir.0, 1), &copy).unwrap();
+            let boot = CONTROL_OFFSET
+                + (std::mem::offset_of!(Control, sync) + std::mem::offset_of!(SyncWords, boot_id)) as u64;
+            use std::os::unix::fs::FileExt;
+            let f = std::fs::OpenOptions::new().write(true).open(&copy).unwrap();
+            f.write_all_at(&[0u8; 16], boot).unwrap();
+            drop(f);
+            let r = Queue::open(&restarted, 1).unwrap();
+            let mut got = Vec::new();
+            while r.pop(&mut out, crate::Wait::NoWait).is_ok() {
+                got.push(u32::from_le_bytes(out[..4].try_into().unwrap()));
+            }
+            assert!(r.durable_stats().unwrap().last_recovery.is_some(), "a recovery ran");
+            assert_eq!(got, (30..70).collect::<Vec<u32>>());
+            drop(q);
+        }
+    }
 
     /// An `interval` queue's sync writes into its image no page below the
     /// watermark it writes: after the ring drained, only the watermark's.
