@@ -39,6 +39,19 @@ pub(super) unsafe fn record<'a>(ptr: *const c_void, len: usize) -> Result<&'a [u
     Ok(unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) })
 }
 
+/// A pop's output buffer: `len` bytes at `out`, at most `isize::MAX` (no
+/// buffer is larger, and a pop writes only up to the record size (tvm.h):
+/// a larger lSize is taken as that bound rather than refused, so a buffer
+/// "as large as you like" still works).
+///
+/// # Safety
+/// `out` is non-NULL and points to at least `len` writable bytes that stay
+/// valid, and are not otherwise used, while the slice lives.
+pub(super) unsafe fn out_buffer<'a>(out: *mut c_void, len: usize) -> &'a mut [u8] {
+    // SAFETY: by the caller's contract, cut to a length a slice may have.
+    unsafe { std::slice::from_raw_parts_mut(out.cast::<u8>(), len.min(isize::MAX as usize)) }
+}
+
 /// The error for an `lSize` that no buffer can have (above `isize::MAX`).
 #[cold]
 pub(super) fn too_large(len: usize) -> Error {
@@ -73,12 +86,8 @@ pub(super) unsafe fn pop_one<W, R>(
         return Err(Error::new(CONDIT_IS_NIL, "NULL output buffer").into());
     }
     let wait = wait()?;
-    // No buffer is larger than isize::MAX bytes, and a pop writes only up
-    // to the record size (tvm.h): a larger lSize is taken as that bound
-    // rather than refused, so a buffer "as large as you like" still works.
-    let len = h.lSize.min(isize::MAX as usize);
-    // SAFETY: the caller provides `out` with at least p->lSize writable bytes.
-    let buf = unsafe { std::slice::from_raw_parts_mut(out.cast::<u8>(), len) };
+    // SAFETY: non-NULL; the caller provides `out` with at least p->lSize writable bytes.
+    let buf = unsafe { out_buffer(out, h.lSize) };
     take(h, buf, wait)?;
     Ok(1)
 }

@@ -6,7 +6,7 @@
 //! with the same token: a network token carries [`NET_MARK`] in its sixth
 //! word, so that either kind of call refuses the other's (LEASE_INVALID).
 
-use super::common::wait_mode;
+use super::common::{out_buffer, wait_mode};
 use super::handle::on_queue;
 use super::net::{client, popping};
 use super::{CallResult, SATvm, Uenum, call};
@@ -167,10 +167,8 @@ pub unsafe extern "C" fn lPopLease(
         }
         let got = millis(lease_ms, "lease time").and_then(|lease_time| {
             let wait = wait_mode(wait, Wait::Forever, Wait::NoWait)?;
-            // At most isize::MAX (no buffer is larger; a pop writes up to the record size).
-            let len = h.lSize.min(isize::MAX as usize);
-            // SAFETY: the caller provides `out` with at least p->lSize writable bytes.
-            let buf = unsafe { std::slice::from_raw_parts_mut(out.cast::<u8>(), len) };
+            // SAFETY: checked non-NULL; the caller provides `out` with at least p->lSize writable bytes.
+            let buf = unsafe { out_buffer(out, h.lSize) };
             on_queue(h, |q| q.pop_lease(buf, wait, lease_time))
         });
         // On failure, a token that every call refuses.
@@ -243,10 +241,8 @@ pub unsafe extern "C" fn lAckPopLease(
         let t = unsafe { token(done) }?;
         let lease_time = millis(lease_ms, "lease time")?;
         let wait = wait_mode(wait, Wait::Forever, Wait::NoWait)?;
-        // At most isize::MAX (no buffer is larger; a pop writes up to the record size).
-        let len = h.lSize.min(isize::MAX as usize);
-        // SAFETY: the caller provides `out` with at least p->lSize writable bytes.
-        let buf = unsafe { std::slice::from_raw_parts_mut(out.cast::<u8>(), len) };
+        // SAFETY: checked non-NULL; the caller provides `out` with at least p->lSize writable bytes.
+        let buf = unsafe { out_buffer(out, h.lSize) };
         let acked = on_queue(h, |q| q.ack_pop_lease(&t, buf, wait, lease_time));
         let got = match acked {
             Ok(got) => got,
@@ -372,10 +368,8 @@ pub unsafe extern "C" fn lTvmPopLease(
         let got = millis(lease_ms, "lease time").and_then(|time| {
             let wait = wait_mode(wait, PopWait::Forever, PopWait::NoWait)?;
             let (c, t, len) = popping(h)?;
-            // At most isize::MAX (no buffer is larger; a pop writes up to the record size).
-            let len = len.min(isize::MAX as usize);
-            // SAFETY: the caller provides `out` with at least p->lSize writable bytes.
-            let buf = unsafe { std::slice::from_raw_parts_mut(out.cast::<u8>(), len) };
+            // SAFETY: checked non-NULL; the caller provides `out` with at least p->lSize writable bytes.
+            let buf = unsafe { out_buffer(out, len) };
             c.pop_lease(t, buf, wait, time.as_millis() as u64)
         });
         let token = got.as_ref().map_or(TvmLease::ZERO, TvmLease::from_net);
