@@ -146,6 +146,16 @@ impl Attachments {
         }
     }
 
+    /// The attachment epoch: it moves whenever a table removes an
+    /// attachment or the process forks. A queue that
+    /// [`resolve`](Self::resolve) returned after a read of the epoch stays
+    /// the one to use (unless it is found dropped) while the epoch keeps
+    /// that value; the C layer keeps the queue a thread used last by it.
+    #[inline]
+    pub(crate) fn epoch() -> u64 {
+        EPOCH.load(Ordering::Acquire)
+    }
+
     /// The directory whose queues this table attaches.
     pub fn dir(&self) -> PathBuf {
         self.dir.clone().unwrap_or_else(dir::queue_dir)

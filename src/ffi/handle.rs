@@ -33,6 +33,11 @@ pub(super) fn on_table<R>(h: &mut SATvm, t: TABLE, f: impl FnOnce(&Queue) -> Res
     r
 }
 
+/// Notes in the handle that a call of it attached queue `t` (for vHoldRelease).
+pub(super) fn note_attached(h: &mut SATvm, t: TABLE) {
+    state(h).note_attached(t);
+}
+
 /// Runs `f` on queue `h.tblName`, as [`on_table`].
 #[inline]
 pub(super) fn on_queue<R>(h: &mut SATvm, f: impl FnOnce(&Queue) -> Result<R>) -> Result<R> {

@@ -2,6 +2,7 @@
 
 use super::common::{MallocArray, counted, pop_one, popup, record, text, too_large, wait_mode};
 use super::handle::{detach, on_queue, on_table};
+use super::thread::on_queue_held;
 use super::{CREATE, CallResult, Fail, RC_SUCC, SATvm, TABLE, TCREATE, Uenum, call, call_no_handle};
 use crate::error::*;
 use crate::file::queue_dir;
@@ -187,7 +188,7 @@ pub unsafe extern "C" fn lPush(p: *mut SATvm) -> c_long {
     let body = |h: &mut SATvm| {
         // SAFETY: the caller bound pstVoid to lSize bytes (queueinit and friends).
         let rec = unsafe { record(h.pstVoid, h.lSize) }?;
-        on_queue(h, |q| q.push(rec))?;
+        on_queue_held(h, |q, held| q.push_held(rec, held))?;
         Ok(1)
     };
     // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
@@ -218,7 +219,7 @@ pub unsafe extern "C" fn lPush(p: *mut SATvm) -> c_long {
 /// NOT_DURABLE (attaching a durable queue whose file was moved onto tmpfs).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lPop(p: *mut SATvm, out: *mut c_void, wait: Uenum) -> c_long {
-    let take = |h: &mut SATvm, buf: &mut [u8], wait| on_queue(h, |q| q.pop(buf, wait));
+    let take = |h: &mut SATvm, buf: &mut [u8], wait| on_queue_held(h, |q, held| q.pop_held(buf, wait, held));
     let body = |h: &mut SATvm| {
         // SAFETY: the caller provides `out` with at least p->lSize writable bytes.
         unsafe { pop_one(h, out, || wait_mode(wait, Wait::Forever, Wait::NoWait), take) }
@@ -249,7 +250,7 @@ pub unsafe extern "C" fn lPopWait(p: *mut SATvm, out: *mut c_void, timeout_ms: c
             None => Wait::Forever,
         })
     };
-    let take = |h: &mut SATvm, buf: &mut [u8], wait| on_queue(h, |q| q.pop(buf, wait));
+    let take = |h: &mut SATvm, buf: &mut [u8], wait| on_queue_held(h, |q, held| q.pop_held(buf, wait, held));
     let body = |h: &mut SATvm| {
         // SAFETY: the caller provides `out` with at least p->lSize writable bytes.
         unsafe { pop_one(h, out, wait, take) }

@@ -17,6 +17,7 @@ mod lease;
 mod local;
 mod net;
 mod stvm;
+mod thread;
 
 pub use create::{
     TVM_DURABLE_ALWAYS, TVM_DURABLE_INTERVAL, TVM_DURABLE_NONE, TvmQueueOptions, lCreateQueueEx, lInitQueueOptions,
@@ -40,7 +41,6 @@ pub use stvm::{
 };
 
 use crate::error::{CONDIT_IS_NIL, Error, SVR_EXCEPTION};
-use std::cell::Cell;
 use std::ffi::{CStr, c_char, c_long, c_uint, c_ulonglong, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -106,11 +106,6 @@ pub struct SATvm {
     pub m_pPriv: *mut c_void,
 }
 
-thread_local! {
-    /// The calling thread's last error code and effect count.
-    static LAST: Cell<(c_long, usize)> = const { Cell::new((0, 0)) };
-}
-
 /// Why a call failed, and how many records it still affected.
 struct Fail {
     error: Error,
@@ -131,9 +126,7 @@ impl From<u32> for Fail {
 
 type CallResult = Result<usize, Fail>;
 
-fn set_last(code: c_long, effect: usize) {
-    LAST.with(|l| l.set((code, effect)));
-}
+use thread::set_last;
 
 /// Runs `body` on the handle with panics caught, and records its outcome:
 /// RC_SUCC with `m_lEffect` = the returned count, or RC_FAIL with the code.
@@ -212,19 +205,19 @@ pub extern "C" fn sGetTErrName(code: c_long) -> *const c_char {
 /// Returns the calling thread's last error code (0 after a success).
 #[unsafe(no_mangle)]
 pub extern "C" fn lGetTErrno() -> c_long {
-    LAST.with(|l| l.get().0)
+    thread::last().0
 }
 
 /// Sets the calling thread's last error code.
 #[unsafe(no_mangle)]
 pub extern "C" fn vSetTErrno(code: c_long) {
-    LAST.with(|l| l.set((code, l.get().1)));
+    set_last(code, thread::last().1);
 }
 
 /// Returns the number of records affected by the calling thread's last call.
 #[unsafe(no_mangle)]
 pub extern "C" fn lGetEffect() -> usize {
-    LAST.with(|l| l.get().1)
+    thread::last().1
 }
 
 /// Returns the current time in milliseconds since the Unix epoch.

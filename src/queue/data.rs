@@ -1,7 +1,7 @@
 //! The data path: pushes and pops of one record or of a batch, blocking or
 //! not, on plain, durable and lease queues.
 
-use super::{Idle, Patience, Queue, Wait, lease};
+use super::{HeldIntent, Idle, Intent, Patience, Queue, Wait, lease};
 use crate::durable::Durable;
 use crate::error::*;
 use crate::ring::{Announce, Peeked, RingError};
@@ -10,17 +10,25 @@ use std::sync::atomic::Ordering;
 impl Queue {
     /// Appends one record of 1..=record_size bytes. Never waits for space:
     /// a full queue gives `DATA_SPC_FULL`.
+    #[inline(always)]
+    pub fn push(&self, record: &[u8]) -> Result<()> {
+        self.push_held(record, None)
+    }
+
+    /// [`push`](Self::push), announcing through the intent word `held`
+    /// keeps (looked up when it is `None` or another queue's).
     // Always inlined (into lPush): as a call of its own it costs plain
     // queues about 15% of their push rate (measured).
     #[inline(always)]
-    pub fn push(&self, record: &[u8]) -> Result<()> {
+    pub(crate) fn push_held(&self, record: &[u8], held: Option<&HeldIntent>) -> Result<()> {
         self.check_push(record)?;
+        let intent = self.intent_held(held);
         if let Some(d) = &self.always {
-            return self.push_always(d, record);
+            return self.push_always(d, record, intent);
         }
         // Plain and `interval` queues (the flusher finds the change, and
         // the next sync seals the record: see `crate::durable`).
-        self.ring.push(record, &self.intent(), &mut Patience::new(self)).map_err(|e| self.ring_error(e))?;
+        self.ring.push(record, &intent, &mut Patience::new(self)).map_err(|e| self.ring_error(e))?;
         self.wake_one();
         Ok(())
     }
@@ -28,9 +36,9 @@ impl Queue {
     /// [`push`](Self::push) on an `always` queue: the record sealed, then
     /// synced. Out of line, so that plain pushes keep their code.
     #[inline(never)]
-    fn push_always(&self, d: &Durable, record: &[u8]) -> Result<()> {
+    fn push_always(&self, d: &Durable, record: &[u8], intent: Intent<'_>) -> Result<()> {
         self.ring
-            .push_sealed(d.key(), record, &self.intent(), &mut Patience::new(self))
+            .push_sealed(d.key(), record, &intent, &mut Patience::new(self))
             .map_err(|e| self.ring_error(e))?;
         self.wake_one();
         d.sync()
@@ -110,6 +118,13 @@ impl Queue {
     /// waiting to be delivered again (its lease ran out, or was released)
     /// comes first, and is taken for good.
     pub fn pop(&self, out: &mut [u8], wait: Wait) -> Result<usize> {
+        self.pop_held(out, wait, None)
+    }
+
+    /// [`pop`](Self::pop), announcing through the intent word `held` keeps
+    /// (looked up when it is `None` or another queue's).
+    #[inline]
+    pub(crate) fn pop_held(&self, out: &mut [u8], wait: Wait, held: Option<&HeldIntent>) -> Result<usize> {
         if self.leases.is_some() {
             return self.pop_with_leases(out, wait);
         }
@@ -118,7 +133,7 @@ impl Queue {
         let mut idle = Idle::new(wait);
         loop {
             self.check_usable()?;
-            if let Some(n) = self.pop_ring(out, &self.intent())? {
+            if let Some(n) = self.pop_ring(out, &self.intent_held(held))? {
                 return Ok(n);
             }
             // Nothing queued: wait as the strategy says (shared with the lease path).

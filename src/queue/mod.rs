@@ -39,7 +39,7 @@ mod types;
 use blocking::Idle;
 pub use durability::SyncTicket;
 pub use lease::{Lease, LeaseState, LeaseStats, LeasedRecord};
-pub(crate) use participant::IdHasher;
+pub(crate) use participant::{HeldIntent, IdHasher};
 use participant::{Intent, NO_WORD, Patience};
 pub use stats::{Process, Stats};
 pub use transfer::ExportFormat;

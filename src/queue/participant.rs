@@ -11,6 +11,7 @@ use crate::ring::{Announce, Holder, IDLE, Stall, Verdict, intent_word};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -47,7 +48,8 @@ impl Announce for Intent<'_> {
 }
 
 /// Which intent word this thread holds in a queue (by its process-local
-/// slot allocator); given back when the thread ends.
+/// slot allocator); given back when the thread ends (and no [`HeldIntent`]
+/// holds it any more).
 struct ThreadIntent {
     slots: Arc<IntentSlots>,
     slot: usize,
@@ -74,20 +76,24 @@ struct ThreadIntents {
     /// registry, so it is valid whenever a queue with that allocator is.
     last: Cell<(*const IntentSlots, usize, *const AtomicU64)>,
     /// By the address of the queue's allocator (kept alive by the entry):
-    /// found in constant time however many queues the thread uses.
-    all: RefCell<HashMap<usize, ThreadIntent, BuildHasherDefault<IdHasher>>>,
+    /// found in constant time however many queues the thread uses. Shared
+    /// with the thread's [`HeldIntent`]s.
+    all: RefCell<HashMap<usize, Rc<ThreadIntent>, BuildHasherDefault<IdHasher>>>,
     /// Entries in `all` after its last sweep of dropped queues: the next
     /// sweep waits until it has doubled, so that sweeps cost O(1) a queue.
     swept: Cell<usize>,
 }
 
 impl ThreadIntents {
+    /// This thread's word number in `q` ([`NO_WORD`]: none), taken on first
+    /// use, and the entry that holds it (`None` while the table is in use,
+    /// by a call that a signal handler interrupted).
     #[cold]
-    fn find_or_take(&self, q: &Queue) -> usize {
-        let Ok(mut all) = self.all.try_borrow_mut() else { return NO_WORD };
+    fn find_or_take(&self, q: &Queue) -> (usize, Option<Rc<ThreadIntent>>) {
+        let Ok(mut all) = self.all.try_borrow_mut() else { return (NO_WORD, None) };
         let key = Arc::as_ptr(&q.slots) as usize;
-        let slot = match all.get(&key) {
-            Some(t) => t.slot,
+        let entry = match all.get(&key) {
+            Some(t) => t.clone(),
             None => {
                 // First use by this thread: now and then forget the words of
                 // queues since dropped, then take one (or note that we
@@ -100,13 +106,15 @@ impl ThreadIntents {
                 if slot == NO_WORD {
                     q.registry.add_anonymous();
                 }
-                all.insert(key, ThreadIntent { slots: q.slots.clone(), slot });
-                slot
+                let entry = Rc::new(ThreadIntent { slots: q.slots.clone(), slot });
+                all.insert(key, entry.clone());
+                entry
             }
         };
+        let slot = entry.slot;
         let word = if slot == NO_WORD { None } else { q.registry.intent_word(slot) };
         self.last.set((Arc::as_ptr(&q.slots), slot, word.map_or(std::ptr::null(), std::ptr::from_ref)));
-        slot
+        (slot, Some(entry))
     }
 }
 
@@ -118,6 +126,20 @@ thread_local! {
             swept: Cell::new(0),
         }
     };
+}
+
+/// This thread's intent word in one queue, kept by a caller between calls
+/// (the C layer keeps the one of the queue a thread used last, so that its
+/// pushes and pops need not look it up): while it lives, the word stays
+/// this thread's. Not `Send`: a word belongs to its thread.
+pub(crate) struct HeldIntent {
+    /// The queue's allocator (kept alive by `_slots`): tells which queue
+    /// the word belongs to.
+    key: *const IntentSlots,
+    /// The word; NULL: the thread announces nothing in that queue.
+    word: *const AtomicU64,
+    _slots: Arc<IntentSlots>,
+    _entry: Option<Rc<ThreadIntent>>,
 }
 
 /// The [`Stall`] policy of a queue: a position whose holder is proven dead
@@ -198,7 +220,7 @@ impl Queue {
             if last == key {
                 word
             } else {
-                self.intent_at(t.find_or_take(self)).0.map_or(std::ptr::null(), std::ptr::from_ref)
+                self.intent_at(t.find_or_take(self).0).0.map_or(std::ptr::null(), std::ptr::from_ref)
             }
         });
         // SAFETY: NULL or the word `find_or_take` found in the registry of
@@ -206,6 +228,36 @@ impl Queue {
         // belongs to one queue, and `all` keeps it alive so that its address
         // is not reused), whose registry lives as long as `self`.
         Intent(unsafe { word.as_ref() })
+    }
+
+    /// This thread's intent word, to keep (see [`HeldIntent`]); taken now
+    /// if the thread has none yet. `None` while the thread's table of words
+    /// is in use (by a call that a signal handler interrupted).
+    pub(crate) fn hold_intent(&self) -> Option<HeldIntent> {
+        let (word, entry) = if self.registered {
+            let (slot, entry) = THREAD_INTENTS.with(|t| t.find_or_take(self));
+            (self.intent_at(slot).0.map_or(std::ptr::null(), std::ptr::from_ref), Some(entry?))
+        } else {
+            (std::ptr::null(), None)
+        };
+        Some(HeldIntent { key: Arc::as_ptr(&self.slots), word, _slots: self.slots.clone(), _entry: entry })
+    }
+
+    /// The intent word `held` keeps when it is this queue's, else the
+    /// thread's word looked up as [`intent`](Self::intent) does.
+    #[inline(always)]
+    pub(super) fn intent_held(&self, held: Option<&HeldIntent>) -> Intent<'_> {
+        match held {
+            Some(h) if std::ptr::eq(h.key, Arc::as_ptr(&self.slots)) => {
+                // SAFETY: NULL or the word of this thread's slot (kept by
+                // `h._entry`) in the registry of the queue whose allocator
+                // is `h.key`: this queue (an allocator belongs to one
+                // queue, and `h._slots` keeps it alive, so that its address
+                // is not reused), whose registry lives as long as `self`.
+                Intent(unsafe { h.word.as_ref() })
+            }
+            _ => self.intent(),
+        }
     }
 
     /// This thread's intent word and its number in the process's entry
@@ -228,7 +280,7 @@ impl Queue {
         let key = Arc::as_ptr(&self.slots);
         THREAD_INTENTS.with(|t| {
             let (last, slot, _) = t.last.get();
-            if last == key { slot } else { t.find_or_take(self) }
+            if last == key { slot } else { t.find_or_take(self).0 }
         })
     }
 
