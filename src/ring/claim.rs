@@ -16,6 +16,7 @@ const PREFETCH_AHEAD: usize = 4;
 
 /// Record bytes that share a cache line with the slot header.
 const FIRST_LINE_DATA: usize = 64 - std::mem::size_of::<SlotHeader>();
+const _: () = assert!(FIRST_LINE_DATA == 48, "Storage::write_first_line copies 48 bytes");
 
 /// Where a consumer's wait for its claimed slot starts (32 pauses, about a
 /// microsecond): it usually arrives while its producer is still copying, and
@@ -225,12 +226,20 @@ impl<S: Storage> Ring<S> {
         // The slot's first cache line holds `seq`, which a consumer waiting
         // for this record polls: write the record's later lines first and
         // that line last, so that it is taken back from the poller once.
-        let (head, rest) = data.split_at(data.len().min(FIRST_LINE_DATA));
         // SAFETY: we claimed this slot (moved `tail` past it) and have not
         // published it; head and rest lie within the record.
         unsafe {
-            self.store.write(claim.index, head.len(), rest);
-            self.store.write(claim.index, 0, head);
+            if data.len() >= FIRST_LINE_DATA {
+                // The first line's part has a constant length: copied by a
+                // few moves rather than a call of memcpy.
+                let (head, rest) = data.split_at(FIRST_LINE_DATA);
+                self.store.write(claim.index, FIRST_LINE_DATA, rest);
+                if let Ok(head) = head.try_into() {
+                    self.store.write_first_line(claim.index, head);
+                }
+            } else {
+                self.store.write(claim.index, 0, data);
+            }
         }
         slot.len.store(data.len() as u32, Ordering::Relaxed);
         if let Some(key) = seal {
