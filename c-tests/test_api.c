@@ -221,6 +221,44 @@ static void disconnect(void)
     EXPECT_EMPTY(p, t);
 }
 
+/* One thread on several queues: in turns (each call on another queue), in
+ * runs, and after a detach; every record reaches its own queue, in order,
+ * and lGetTErrno follows every call. (A thread keeps the queue it works on
+ * at hand; these are the changes of that queue.) */
+static void several_queues(void)
+{
+    SATvm *p = G();
+    const TABLE a = 202, b = 203;
+    rec64 r;
+
+    make_queue(a, 64, sizeof(rec64));
+    make_queue(b, 64, sizeof(rec64));
+    for (long i = 0; i < 10; i++) {       /* in turns */
+        CHECK(push_n(p, a, i));
+        CHECK(push_n(p, b, 100 + i));
+    }
+    for (long i = 10; i < 20; i++)        /* a run on b, then one on a */
+        CHECK(push_n(p, b, 100 + i));
+    for (long i = 10; i < 20; i++)
+        CHECK(push_n(p, a, i));
+    CHECK_EQ(depth(a), 20);
+    CHECK_EQ(depth(b), 20);
+    bind_rec(p, &r, 4242, 0);             /* no such queue, between two calls */
+    CHECK_FAIL(lPush(p), p, TBL_NOT_FOUND);
+    CHECK_EQ(lGetTErrno(), TBL_NOT_FOUND);
+    for (long i = 0; i < 20; i++) {
+        EXPECT_POP(p, a, i);
+        CHECK_EQ(lGetTErrno(), 0);
+        if (i == 7)
+            vTblDisconnect(p, b);         /* detached: attached again on use */
+        EXPECT_POP(p, b, 100 + i);
+    }
+    EXPECT_EMPTY(p, a);
+    EXPECT_EMPTY(p, b);
+    CHECK_SUCC(lDropTable(p, a), p);
+    CHECK_SUCC(lDropTable(p, b), p);
+}
+
 /* ======================================================================== */
 /* Creating queues                                                          */
 /* ======================================================================== */
@@ -1617,7 +1655,7 @@ static void sync_queue(void)
 }
 
 TEST_MAIN(T(handle_global), T(handle_clone), T(handle_hold), T(null_handle), T(attach),
-          T(disconnect), T(create_capacity), T(create_errors), T(create_names), T(table_queue),
+          T(disconnect), T(several_queues), T(create_capacity), T(create_errors), T(create_names), T(table_queue),
           T(table_queue_errors), T(drop), T(drop_by_other_process), T(push), T(push_attaches),
           T(pop), T(pop_sizes), T(pop_fifo), T(popup), T(popup_timeout), T(popup_args),
           T(pushs), T(error_text), T(error_names), T(pop_wait), T(errno_effect), T(tick), T(macros), T(files),

@@ -4,7 +4,8 @@
 //! that hands a record over before releasing its slot (queues with leases).
 
 use super::seal;
-use super::{Announce, Backoff, Claim, Holder, MAX_CLAIM, POS_MASK, PUBLISHED, Ring, RingError, SKIP, SlotHeader};
+use super::{Announce, Backoff, Claim, Holder, MAX_CLAIM, POS_MASK, PUBLISHED, Ring, RingError, SKIP};
+use super::storage::FIRST_LINE_DATA;
 use super::{Stall, State, Storage, Turn, Verdict};
 use crate::atomics::{AtomicU32, Ordering, fence};
 
@@ -14,9 +15,7 @@ use crate::atomics::{AtomicU32, Ordering, fence};
 /// slower here). A prefetch never changes what anyone reads.
 const PREFETCH_AHEAD: usize = 4;
 
-/// Record bytes that share a cache line with the slot header.
-const FIRST_LINE_DATA: usize = 64 - std::mem::size_of::<SlotHeader>();
-const _: () = assert!(FIRST_LINE_DATA == 48, "Storage::write_first_line copies 48 bytes");
+
 
 /// Where a consumer's wait for its claimed slot starts (32 pauses, about a
 /// microsecond): it usually arrives while its producer is still copying, and

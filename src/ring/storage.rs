@@ -76,14 +76,14 @@ pub(crate) unsafe trait Storage {
     /// The caller holds slot `index` (has claimed it and not yet published),
     /// and `offset + src.len() <= record_size`.
     unsafe fn write(&self, index: usize, offset: usize, src: &[u8]);
-    /// [`write`](Self::write) of 48 bytes at the start of slot `index`'s
-    /// data (the rest of the header's cache line): a copy of constant
-    /// length, which a storage may make with a few moves.
+    /// [`write`](Self::write) of the start of slot `index`'s data that
+    /// shares a cache line with its header: a copy of constant length,
+    /// which a storage may make with a few moves.
     ///
     /// # Safety
-    /// As `write`, with `offset` 0 and `src.len()` 48.
+    /// As `write`, with `offset` 0.
     #[inline]
-    unsafe fn write_first_line(&self, index: usize, src: &[u8; 48]) {
+    unsafe fn write_first_line(&self, index: usize, src: &[u8; FIRST_LINE_DATA]) {
         // SAFETY: the caller's contract.
         unsafe { self.write(index, 0, src) }
     }
@@ -119,6 +119,9 @@ unsafe impl crate::shm::ShmSafe for SlotHeader {}
 pub(crate) const SLOT_HEADER_BYTES: usize = size_of::<SlotHeader>();
 #[cfg(not(loom))]
 const _: () = assert!(SLOT_HEADER_BYTES == 16);
+
+/// Record bytes that share a cache line with the slot header.
+pub(crate) const FIRST_LINE_DATA: usize = 64 - SLOT_HEADER_BYTES;
 
 /// A ring in this process's heap: for tests, model checking and benchmarks.
 pub(crate) struct HeapStorage {
@@ -328,7 +331,8 @@ unsafe impl Storage for MapStorage {
     /// otherwise shares with the other copies, it cost 10 instructions more).
     #[cfg(target_arch = "x86_64")]
     #[inline]
-    unsafe fn write_first_line(&self, index: usize, src: &[u8; 48]) {
+    unsafe fn write_first_line(&self, index: usize, src: &[u8; FIRST_LINE_DATA]) {
+        const _: () = assert!(FIRST_LINE_DATA == 48, "three moves of 16 bytes");
         use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_storeu_si128};
         debug_assert!(index < self.capacity && src.len() <= self.record_size);
         // SAFETY: in bounds as in `slot`, given the caller's contract (48
