@@ -190,7 +190,11 @@ pub unsafe extern "C" fn lPush(p: *mut SATvm) -> c_long {
         let rec = unsafe { record(h.pstVoid, h.lSize) }?;
         // Inlined: as a call of its own (the compiler's choice) it cost
         // about 20 instructions a push.
-        on_queue_held(h, #[inline(always)] |q, held| q.push_held(rec, held))?;
+        on_queue_held(
+            h,
+            #[inline(always)]
+            |q, held| q.push_held(rec, held),
+        )?;
         Ok(1)
     };
     // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
@@ -222,7 +226,11 @@ pub unsafe extern "C" fn lPush(p: *mut SATvm) -> c_long {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lPop(p: *mut SATvm, out: *mut c_void, wait: Uenum) -> c_long {
     let take = |h: &mut SATvm, buf: &mut [u8], wait| {
-        on_queue_held(h, #[inline(always)] |q, held| q.pop_held(buf, wait, held))
+        on_queue_held(
+            h,
+            #[inline(always)]
+            |q, held| q.pop_held(buf, wait, held),
+        )
     };
     let body = |h: &mut SATvm| {
         // SAFETY: the caller provides `out` with at least p->lSize writable bytes.
@@ -255,7 +263,11 @@ pub unsafe extern "C" fn lPopWait(p: *mut SATvm, out: *mut c_void, timeout_ms: c
         })
     };
     let take = |h: &mut SATvm, buf: &mut [u8], wait| {
-        on_queue_held(h, #[inline(always)] |q, held| q.pop_held(buf, wait, held))
+        on_queue_held(
+            h,
+            #[inline(always)]
+            |q, held| q.pop_held(buf, wait, held),
+        )
     };
     let body = |h: &mut SATvm| {
         // SAFETY: the caller provides `out` with at least p->lSize writable bytes.

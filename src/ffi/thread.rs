@@ -106,10 +106,7 @@ impl Drop for Busy<'_> {
 /// kept queue when it is that one, still attached and not dropped (no look
 /// into the attachment table), else through the table.
 #[inline(always)]
-pub(super) fn on_queue_held<R>(
-    h: &mut SATvm,
-    f: impl FnOnce(&Queue, Option<&HeldIntent>) -> Result<R>,
-) -> Result<R> {
+pub(super) fn on_queue_held<R>(h: &mut SATvm, f: impl FnOnce(&Queue, Option<&HeldIntent>) -> Result<R>) -> Result<R> {
     let t = h.tblName;
     STATE.with(|s| {
         let q = s.queue.get();

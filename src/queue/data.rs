@@ -37,9 +37,7 @@ impl Queue {
     /// synced. Out of line, so that plain pushes keep their code.
     #[inline(never)]
     fn push_always(&self, d: &Durable, record: &[u8], intent: Intent<'_>) -> Result<()> {
-        self.ring
-            .push_sealed(d.key(), record, &intent, &mut Patience::new(self))
-            .map_err(|e| self.ring_error(e))?;
+        self.ring.push_sealed(d.key(), record, &intent, &mut Patience::new(self)).map_err(|e| self.ring_error(e))?;
         self.wake_one();
         d.sync()
     }

@@ -4,8 +4,8 @@
 //! that hands a record over before releasing its slot (queues with leases).
 
 use super::seal;
-use super::{Announce, Backoff, Claim, Holder, MAX_CLAIM, POS_MASK, PUBLISHED, Ring, RingError, SKIP};
 use super::storage::FIRST_LINE_DATA;
+use super::{Announce, Backoff, Claim, Holder, MAX_CLAIM, POS_MASK, PUBLISHED, Ring, RingError, SKIP};
 use super::{Stall, State, Storage, Turn, Verdict};
 use crate::atomics::{AtomicU32, Ordering, fence};
 
@@ -14,8 +14,6 @@ use crate::atomics::{AtomicU32, Ordering, fence};
 /// lines come from memory: without it, single-record pushes ran about 20 %
 /// slower here). A prefetch never changes what anyone reads.
 const PREFETCH_AHEAD: usize = 4;
-
-
 
 /// Where a consumer's wait for its claimed slot starts (32 pauses, about a
 /// microsecond): it usually arrives while its producer is still copying, and

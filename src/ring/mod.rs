@@ -87,9 +87,9 @@ pub use peek::Peeked;
 pub(crate) use peek::SnapshotError;
 #[cfg(not(loom))]
 pub(crate) use storage::MapStorage;
-pub(crate) use storage::{CachePadded, HeapStorage, Storage};
 #[cfg(all(test, not(loom)))]
 pub(crate) use storage::SlotHeader;
+pub(crate) use storage::{CachePadded, HeapStorage, Storage};
 #[cfg(not(loom))]
 pub(crate) use storage::{Cursors, SLOT_HEADER_BYTES};
 
