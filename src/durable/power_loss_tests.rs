@@ -784,7 +784,7 @@ fn check_lease_images(policy: Durability, log: &[Event], file_len: usize, images
                 if under_way.is_some_and(|u| u.0 == i) { Some(true) } else { (e <= t).then_some(false) }
             };
             to_image_with(&mut file, log, LEASES, x, landed);
-            let complete = image_syncs.iter().filter(|&&(i, e)| e <= t && under_way.is_none_or(|u| u.0 != i)).last();
+            let complete = image_syncs.iter().rfind(|&&(i, e)| e <= t && under_way.is_none_or(|u| u.0 != i));
             durable_point =
                 complete.map_or(0, |&(i, _)| log[..i].iter().rposition(|e| matches!(e, Event::SyncBegin)).unwrap_or(0));
         }
