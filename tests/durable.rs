@@ -466,23 +466,40 @@ fn an_interval_queue_recovers_from_its_image_not_from_its_live_pages() {
 
 #[test]
 fn kill9_of_leasing_consumers_of_a_durable_queue_acknowledges_each_record_once() {
-    kill9_of_leasing_consumers(Durability::Always, "always");
+    kill9_of_leasing_consumers(Durability::Always, "always", true);
 }
 
-/// The same on an `interval` queue with leases. Before the restart view
-/// is taken a process attaches (and detaches), which syncs what the killed
-/// ones left (with every attached process killed, their last interval
-/// reaches the disk only then): the restart then gives what the kill gave.
+/// The same on an `interval` queue with leases, checked after the kill
+/// only (see the next test).
 #[test]
 fn kill9_of_leasing_consumers_of_an_interval_queue_acknowledges_each_record_once() {
-    kill9_of_leasing_consumers(Durability::Interval(50), "interval");
+    kill9_of_leasing_consumers(Durability::Interval(50), "interval", false);
+}
+
+/// The same on an `interval` queue with leases, with a process that
+/// attaches, syncs and detaches after the kill (which syncs what the killed
+/// ones left: with every attached process killed, their last interval
+/// reaches the image only then), and the restart view checked too.
+///
+/// Fails in some runs (release build, `TVMQ_DURABLE_ROUNDS=12`: about 4
+/// runs in 10): after the restart an acknowledged record is never
+/// delivered, the recovery finding one torn slot and one hole in a full
+/// ring (`kept: 499, torn: 1, holes: 1`); or, without any restart, the
+/// drain after the kill (a second attach, which finds no death left to
+/// repair) misses one acknowledged record. Not explained yet: see
+/// docs/durability.md, Known limitations.
+#[test]
+#[ignore = "a known loss after kill -9 of an interval queue with leases, not fixed yet"]
+fn kill9_of_leasing_consumers_of_an_interval_queue_then_an_attach_acknowledges_each_record_once() {
+    kill9_of_leasing_consumers(Durability::Interval(50), "interval-attach", true);
 }
 
 /// kill -9 of producers and leasing consumers of a durable queue with
-/// leases of `policy`, then reopen (and restart, the boot id cleared):
-/// every acknowledged push acknowledged exactly once, the leases the
-/// killed consumers held delivered again.
-fn kill9_of_leasing_consumers(policy: Durability, name: &str) {
+/// leases of `policy`, then (with `attach`) a process attaches, syncs and
+/// detaches, then reopen (and, with `attach`, restart, the boot id
+/// cleared): every acknowledged push acknowledged exactly once, the leases
+/// the killed consumers held delivered again.
+fn kill9_of_leasing_consumers(policy: Durability, name: &str, attach: bool) {
     let rounds: u32 = env_num("TVMQ_DURABLE_ROUNDS", 3);
     let mut redelivered = 0;
     for round in 0..rounds {
@@ -520,6 +537,13 @@ fn kill9_of_leasing_consumers(policy: Durability, name: &str) {
         std::thread::sleep(Duration::from_millis(ms));
         kids.kill_all();
         drop(kids);
+        if attach {
+            // Syncs what the killed processes left (an `interval` queue's
+            // last interval reaches the image only so), repairs what they
+            // held, and detaches.
+            let q = Queue::open(&queues, QUEUE).unwrap();
+            q.sync().unwrap();
+        }
         let file = tvm::queue_path(&queues, QUEUE);
         let copy = tvm::queue_path(&restarted, QUEUE);
         std::fs::copy(&file, &copy).unwrap();
@@ -527,13 +551,11 @@ fn kill9_of_leasing_consumers(policy: Durability, name: &str) {
 
         let (left, none, after_kill) = drain_leases(&queues);
         assert!(none.is_none(), "no recovery after process deaths on the same boot");
-        if policy != Durability::Always {
-            // The restart view of an `interval` queue is not checked here:
-            // after a kill every attached process's last interval reaches
-            // the image only when a process attaches again, and with such an
-            // attach before the copy a record was found lost, or records
-            // delivered twice, once the ring was full at the kill
-            // (unexplained yet: see docs/durability.md, Known limitations).
+        if !attach {
+            // The restart view is not checked without the attach: after a
+            // kill of every attached process of an `interval` queue, their
+            // last interval reaches the image only when a process attaches
+            // again.
             let held = |buf: &[u8]| parse(&buf[..RECORD]);
             let audit = ledger.audit(0..PRODUCERS, PRODUCERS..PRODUCERS + CONSUMERS, held, &left, Some(1));
             assert!(
