@@ -566,14 +566,20 @@ impl Durable {
 
     /// Seals the records producers of an `interval` queue published since
     /// the last pass (they do not seal them: see [`seal`](crate::ring::seal)
-    /// and the module documentation), from where the last pass stopped,
-    /// at most one lap back from the tail.
+    /// and the module documentation), from where the last pass stopped
+    /// (or one lap back from the tail, if a rebuild moved the cursors
+    /// below that mark). Not cut at one lap back from the tail, which
+    /// counts claims: a slot may still hold an older record, taken by a
+    /// consumer that has not released it, whose next lap a producer
+    /// claimed (see `Ring::seal_published`).
     /// Returns the positions it went over (what the image must receive).
     fn seal_published(&self) -> (u64, u64) {
         let w = self.words();
         let tail = self.ring.pushed();
-        let from = self.within_a_lap(w.sealed.load(Ordering::Relaxed), tail);
-        w.sealed.store(self.ring.seal_published(self.key, from, tail), Ordering::Relaxed);
+        let mark = w.sealed.load(Ordering::Relaxed);
+        let from = if mark > tail { tail.saturating_sub(self.ring.capacity()) } else { mark };
+        let open = self.ring.seal_published(self.key, from, tail);
+        w.sealed.store(open, Ordering::Relaxed);
         (from, tail)
     }
 
