@@ -171,12 +171,6 @@ impl Spec {
                 ));
             }
         }
-        if matches!(self.durability, Some(Durability::Interval(_))) && self.leases.is_some() {
-            return Err(Error::new(
-                NOT_SUPPT_OPT,
-                "a queue with leases can be durable with the always policy only (not interval=MS)",
-            ));
-        }
         if let Some(l) = &self.leases {
             l.check(id)?;
         }

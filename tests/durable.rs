@@ -466,16 +466,50 @@ fn an_interval_queue_recovers_from_its_image_not_from_its_live_pages() {
 
 #[test]
 fn kill9_of_leasing_consumers_of_a_durable_queue_acknowledges_each_record_once() {
+    kill9_of_leasing_consumers(Durability::Always, "always", true);
+}
+
+/// The same on an `interval` queue with leases, checked after the kill
+/// only (see the next test).
+#[test]
+fn kill9_of_leasing_consumers_of_an_interval_queue_acknowledges_each_record_once() {
+    kill9_of_leasing_consumers(Durability::Interval(50), "interval", false);
+}
+
+/// The same on an `interval` queue with leases, with a process that
+/// attaches, syncs and detaches after the kill (which syncs what the killed
+/// ones left: with every attached process killed, their last interval
+/// reaches the image only then), and the restart view checked too.
+///
+/// It found two faults (a full ring makes both likely, about 4 runs in 10
+/// with `TVMQ_DURABLE_ROUNDS=12`): a record that a killed consumer held
+/// while a producer had claimed its slot's next lap lay more than a lap
+/// behind the tail, where the seal pass did not look, so the restart found
+/// it torn (`kept: 499, torn: 1, holes: 1`); and the attach's repair left
+/// a record published again onto a position that a killed consumer had
+/// claimed (or an empty record of a killed producer and consumer) held by
+/// the dead, so the drain on the same boot never reached it.
+#[test]
+fn kill9_of_leasing_consumers_of_an_interval_queue_then_an_attach_acknowledges_each_record_once() {
+    kill9_of_leasing_consumers(Durability::Interval(50), "interval-attach", true);
+}
+
+/// kill -9 of producers and leasing consumers of a durable queue with
+/// leases of `policy`, then (with `attach`) a process attaches, syncs and
+/// detaches, then reopen (and, with `attach`, restart, the boot id
+/// cleared): every acknowledged push acknowledged exactly once, the leases
+/// the killed consumers held delivered again.
+fn kill9_of_leasing_consumers(policy: Durability, name: &str, attach: bool) {
     let rounds: u32 = env_num("TVMQ_DURABLE_ROUNDS", 3);
     let mut redelivered = 0;
     for round in 0..rounds {
-        let work = DiskDir::new(&format!("kill9-lease-{round}"));
+        let work = DiskDir::new(&format!("kill9-lease-{name}-{round}"));
         let queues = work.0.join("queues");
         let restarted = work.0.join("restarted");
         std::fs::create_dir_all(&queues).unwrap();
         std::fs::create_dir_all(&restarted).unwrap();
         let mut spec = Spec::new(CAPACITY, RECORD as u64);
-        spec.durability = Some(Durability::Always);
+        spec.durability = Some(policy);
         spec.leases = Some(tvm::LeaseSpec { max_leases: 64, ..Default::default() });
         Queue::create(&queues, QUEUE, &spec).unwrap();
         let ledger = Ledger::open(&work.0, PRODUCERS + CONSUMERS, MAX_SEQ);
@@ -498,9 +532,18 @@ fn kill9_of_leasing_consumers_of_a_durable_queue_acknowledges_each_record_once()
             kids.check(true);
             std::thread::sleep(Duration::from_millis(10));
         }
-        std::thread::sleep(Duration::from_millis(100 + 150 * u64::from(round)));
+        // (`interval` runs through the producers' records in about a second.)
+        let ms = if policy == Durability::Always { 100 + 150 * u64::from(round) } else { 10 + 20 * u64::from(round) };
+        std::thread::sleep(Duration::from_millis(ms));
         kids.kill_all();
         drop(kids);
+        if attach {
+            // Syncs what the killed processes left (an `interval` queue's
+            // last interval reaches the image only so), repairs what they
+            // held, and detaches.
+            let q = Queue::open(&queues, QUEUE).unwrap();
+            q.sync().unwrap();
+        }
         let file = tvm::queue_path(&queues, QUEUE);
         let copy = tvm::queue_path(&restarted, QUEUE);
         std::fs::copy(&file, &copy).unwrap();
@@ -508,18 +551,50 @@ fn kill9_of_leasing_consumers_of_a_durable_queue_acknowledges_each_record_once()
 
         let (left, none, after_kill) = drain_leases(&queues);
         assert!(none.is_none(), "no recovery after process deaths on the same boot");
+        if !attach {
+            // The restart view is not checked without the attach: after a
+            // kill of every attached process of an `interval` queue, their
+            // last interval reaches the image only when a process attaches
+            // again.
+            let held = |buf: &[u8]| parse(&buf[..RECORD]);
+            let audit = ledger.audit(0..PRODUCERS, PRODUCERS..PRODUCERS + CONSUMERS, held, &left, Some(1));
+            assert!(
+                audit.problems.is_empty(),
+                "after the kill: {:#?}",
+                &audit.problems[..audit.problems.len().min(20)]
+            );
+            eprintln!(
+                "{policy:?} round {round} after the kill: {} acknowledged pushes, {} left, {} in a killed consumer's hands, {} leases of killed consumers",
+                audit.acked,
+                left.len(),
+                audit.in_hands,
+                after_kill.orphaned
+            );
+            redelivered += after_kill.orphaned;
+            continue;
+        }
         let (rebuilt, found, after_restart) = drain_leases(&restarted);
         let found = found.expect("a recovery ran on the copy");
-        assert_eq!(found.torn, 0, "nothing torn: every page is the latest ({found:?})");
+        // Nothing torn: every page is the latest. (`interval`: its
+        // producers seal nothing, its syncs seal what is published; slots of
+        // records consumed before a sync, or being written when their
+        // producers were killed, stay unsealed. The audit below tells.)
+        if policy == Durability::Always {
+            assert_eq!(found.torn, 0, "nothing torn: every page is the latest ({found:?})");
+        }
         // The leases the kill left: ended by the deaths, or by the restart.
         assert_eq!(after_kill.orphaned, after_restart.orphaned, "{after_kill:?} {after_restart:?}");
         redelivered += after_kill.orphaned;
         for (name, rest) in [("after the kill", &left), ("after the restart", &rebuilt)] {
             let held = |buf: &[u8]| parse(&buf[..RECORD]);
             let audit = ledger.audit(0..PRODUCERS, PRODUCERS..PRODUCERS + CONSUMERS, held, rest, Some(1));
-            assert!(audit.problems.is_empty(), "{name}: {:#?}", &audit.problems[..audit.problems.len().min(20)]);
+            assert!(
+                audit.problems.is_empty(),
+                "{name}: {:#?} {found:?}",
+                &audit.problems[..audit.problems.len().min(20)]
+            );
             eprintln!(
-                "round {round} {name}: {} acknowledged pushes, {} left, {} in a killed consumer's hands, {} leases of killed consumers",
+                "{policy:?} round {round} {name}: {} acknowledged pushes, {} left, {} in a killed consumer's hands, {} leases of killed consumers",
                 audit.acked,
                 rest.len(),
                 audit.in_hands,
@@ -527,8 +602,13 @@ fn kill9_of_leasing_consumers_of_a_durable_queue_acknowledges_each_record_once()
             );
         }
     }
-    // Consumers hold a lease most of the time (it spans their acknowledgement's sync).
-    assert!(redelivered > 0, "no kill caught a consumer holding a lease in {rounds} rounds");
+    // Consumers of an `always` queue hold a lease most of the time (it
+    // spans their acknowledgement's sync); an `interval` queue's hold it
+    // for a moment, and a kill may catch none.
+    if policy == Durability::Always {
+        assert!(redelivered > 0, "no kill caught a consumer holding a lease in {rounds} rounds");
+    }
+    eprintln!("{policy:?}: {redelivered} leases of killed consumers in {rounds} rounds");
 }
 
 /// The rate of `pop_lease` + `ack` on an `always` queue with leases, one
@@ -571,24 +651,36 @@ fn lease_ack_rate_of_an_always_queue() {
 }
 
 #[test]
-fn leases_go_with_always_and_are_refused_with_interval() {
+fn leases_go_with_both_policies() {
     let dir = DiskDir::new("lease-policies");
     let mut spec = Spec::new(10, 16);
     spec.leases = Some(tvm::LeaseSpec::default());
-    spec.durability = Some(Durability::Interval(100));
-    let e = Queue::create(&dir.0, 1, &spec).unwrap_err();
-    assert_eq!(e.code(), NOT_SUPPT_OPT, "{e}");
-    assert!(!tvm::queue_path(&dir.0, 1).exists());
-    spec.durability = Some(Durability::Always);
-    Queue::create(&dir.0, 1, &spec).unwrap();
-    let q = Queue::open(&dir.0, 1).unwrap();
-    assert_eq!(q.durability(), Some(Durability::Always));
-    q.push(b"one").unwrap();
-    let mut out = [0u8; 16];
-    let (n, lease) = q.pop_lease(&mut out, Wait::NoWait, Duration::ZERO).unwrap();
-    assert_eq!(&out[..n], b"one");
-    q.ack(&lease).unwrap();
-    assert_eq!(q.pop(&mut out, Wait::NoWait).unwrap_err().code(), NO_DATA_FOUND);
+    for (id, policy) in [(1, Durability::Always), (2, Durability::Interval(100))] {
+        spec.durability = Some(policy);
+        Queue::create(&dir.0, id, &spec).unwrap();
+        let q = Queue::open(&dir.0, id).unwrap();
+        assert_eq!(q.durability(), Some(policy));
+        q.push(b"one").unwrap();
+        let mut out = [0u8; 16];
+        let (n, lease) = q.pop_lease(&mut out, Wait::NoWait, Duration::ZERO).unwrap();
+        assert_eq!(&out[..n], b"one");
+        q.ack(&lease).unwrap();
+        assert_eq!(q.pop(&mut out, Wait::NoWait).unwrap_err().code(), NO_DATA_FOUND);
+        // An acknowledgement alone is a change the flusher finds and syncs.
+        q.push(b"two").unwrap();
+        let (_, lease) = q.pop_lease(&mut out, Wait::NoWait, Duration::ZERO).unwrap();
+        q.sync().unwrap();
+        let before = q.durable_stats().unwrap().syncs;
+        q.ack(&lease).unwrap();
+        if policy != Durability::Always {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while q.durable_stats().unwrap().syncs == before {
+                assert!(Instant::now() < deadline, "the flusher did not sync an acknowledgement");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        assert!(q.durable_stats().unwrap().syncs > before);
+    }
 }
 
 /// After a machine restart (the file copied with its boot id cleared):
@@ -673,4 +765,65 @@ fn a_lease_pop_syncs_its_saved_record_even_with_syncs_put_off() {
     assert!(!q.is_synced(ticket));
     q.sync_ticket(ticket).unwrap();
     assert!(q.is_synced(ticket));
+}
+
+/// An `interval` queue with leases restarts from what its last sync wrote
+/// into the slots' image, and from its lease table, which lives in place:
+/// the sync persisted it, and the kernel may write later versions back
+/// whenever it likes (a copy of the file reads the latest, as here). So:
+/// pushes after the sync are gone, records acknowledged before it do not
+/// come back, those acknowledged after it may not either (the table says
+/// so), and a record leased after it comes back from the table with its
+/// delivery counted.
+#[test]
+fn an_interval_queue_with_leases_restarts_from_its_last_sync() {
+    let disk = DiskDir::new("image-leases");
+    let restarted = DiskDir::new("image-leases-restarted");
+    let mut spec = Spec::new(64, 16);
+    // An hour: no flush during the test.
+    spec.durability = Some(Durability::Interval(3_600_000));
+    spec.leases = Some(tvm::LeaseSpec { max_leases: 8, ..Default::default() });
+    Queue::create(&disk.0, 1, &spec).unwrap();
+    let q = Queue::open(&disk.0, 1).unwrap();
+    let rec = |i: u32| [i.to_le_bytes(), [7; 4], [8; 4], [9; 4]].concat();
+    let mut out = [0u8; 16];
+    let mut lease = || {
+        let (_, l) = q.pop_lease(&mut out, Wait::NoWait, Duration::ZERO).unwrap();
+        (u32::from_le_bytes(out[..4].try_into().unwrap()), l)
+    };
+    for i in 1..=20 {
+        q.push(&rec(i)).unwrap();
+    }
+    let mut held = Vec::new();
+    for _ in 0..5 {
+        let (i, l) = lease();
+        if i <= 3 {
+            q.ack(&l).unwrap(); // 1..=3 acknowledged
+        } else {
+            held.push(l); // 4 and 5 leased at the sync
+        }
+    }
+    q.sync().unwrap();
+    for i in 21..=30 {
+        q.push(&rec(i)).unwrap();
+    }
+    for l in held.drain(..) {
+        q.ack(&l).unwrap(); // after the sync, in the live table
+    }
+    let (six, _) = lease(); // 6, leased after the sync, in the live table
+    assert_eq!(six, 6);
+    let copy = tvm::queue_path(&restarted.0, 1);
+    std::fs::copy(tvm::queue_path(&disk.0, 1), &copy).unwrap();
+    forget_boot(&copy);
+    let r = Queue::open(&restarted.0, 1).unwrap();
+    let mut got = Vec::new();
+    while let Ok((n, l)) = r.pop_lease(&mut out, Wait::NoWait, Duration::ZERO) {
+        assert_eq!(n, 16);
+        got.push((u32::from_le_bytes(out[..4].try_into().unwrap()), l.deliveries()));
+        r.ack(&l).unwrap();
+    }
+    got.sort_unstable();
+    let want: Vec<(u32, u32)> = [(6, 2)].into_iter().chain((7..=20).map(|i| (i, 1))).collect();
+    assert_eq!(got, want, "the records of the last sync, less those the live table acknowledged");
+    drop(q);
 }

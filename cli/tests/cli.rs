@@ -368,6 +368,19 @@ fn durable_create_stat_sync_and_refusals() {
     let out = ok(&tvmq(&disk.0, &["create", "5", "--rows", "100", "--size", "304", "--durable", "always"])).to_string();
     assert!(out.contains("durable always"), "{out}");
     ok(&tvmq(&disk.0, &["create", "6", "--rows", "100", "--size", "304", "--durable", "interval=250"]));
+    // Both durable and leased, with either policy.
+    ok(&tvmq(
+        &disk.0,
+        &["create", "10", "--rows", "100", "--size", "304", "--durable", "interval=250", "--lease-ms", "500"],
+    ));
+    {
+        let q = Queue::open(&disk.0, 10).unwrap();
+        assert_eq!(q.durability(), Some(tvm::Durability::Interval(250)));
+        q.push(b"leased").unwrap();
+        let mut out = [0u8; 304];
+        let (_, lease) = q.pop_lease(&mut out, Wait::NoWait, std::time::Duration::ZERO).unwrap();
+        q.ack(&lease).unwrap();
+    }
     {
         let q = Queue::open(&disk.0, 5).unwrap();
         q.push(b"one").unwrap();

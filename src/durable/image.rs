@@ -61,7 +61,7 @@ impl Image {
         }
         let info = file.info();
         let bad = || Error::new(SHM_ERR_INVAL, "the queue's geometry overflows its image");
-        let offset = image_offset(info.capacity, info.record_size).ok_or_else(bad)?;
+        let offset = image_offset(info.capacity, info.record_size, file.options().lease_entries()).ok_or_else(bad)?;
         let stride = stride_for(info.record_size, true);
         let slots_len = (info.capacity * stride).div_ceil(PAGE) * PAGE;
         // The same file (not the same name: it may have been replaced).
@@ -129,6 +129,40 @@ impl Image {
         out
     }
 
+    /// [`write`](Self::write) for a queue with leases, whose lease table
+    /// `persist_table` makes durable: the pages of the slots are copied out
+    /// of the mapping first (a snapshot), then the table is persisted, then
+    /// the copies are written, then the watermark's page. So the slots the
+    /// image receives are never newer than the table on the disk: a record
+    /// whose slot a lease consumer released (after saving the record in the
+    /// table) shows released in the image only if the table that holds it
+    /// reached the disk first. Without the snapshot, a slot released after
+    /// the table was written, or a crash between the slots' writes and the
+    /// table's, would leave the record in neither.
+    pub(crate) fn write_before_table(
+        &self,
+        map: &SharedMap,
+        changed: &[(u64, u64)],
+        marks: bool,
+        persist_table: impl FnOnce() -> Result<()>,
+    ) -> Result<()> {
+        let plan = self.plan(changed, marks);
+        let (slots, marks_write) = match plan.last() {
+            Some(&(at, _, _)) if marks && at == marks_page() => (&plan[..plan.len() - 1], plan.last()),
+            _ => (&plan[..], None),
+        };
+        let snapshot: Vec<Pages> =
+            slots.iter().map(|&(at, len, _)| Pages::copy(map, at, len)).collect::<Result<_>>()?;
+        persist_table()?;
+        for (pages, &(_, _, to)) in snapshot.iter().zip(slots) {
+            self.write_at(pages.bytes(), to)?;
+        }
+        if let Some(&(at, len, to)) = marks_write {
+            self.copy(map, at, len, to)?;
+        }
+        Ok(())
+    }
+
     /// Writes every slot and the watermark's page (after a rebuild).
     pub(crate) fn write_all(&self, map: &SharedMap) -> Result<()> {
         self.write(map, &[(0, self.capacity)], true)
@@ -139,19 +173,35 @@ impl Image {
         if at.checked_add(len).is_none_or(|end| end > map.len() as u64) {
             return Err(Error::new(SHM_ERR_INVAL, "image write beyond the mapping"));
         }
+        // SAFETY: at..at+len lies inside the live mapping (checked above),
+        // which `map` keeps mapped for the call. Other threads and
+        // processes may store into these bytes while the device reads them:
+        // the pointer goes to the kernel only (no Rust reference is made to
+        // bytes others write), and what reaches the disk is judged by each
+        // slot's checksum at recovery.
+        unsafe { self.pwrite_all(map.base().add(at as usize), len, to) }
+    }
+
+    /// `bytes` (whole pages, page aligned) into the file at `to`.
+    fn write_at(&self, bytes: &[u8], to: u64) -> Result<()> {
+        // SAFETY: `bytes` is ours, alive and unchanged for the call.
+        unsafe { self.pwrite_all(bytes.as_ptr(), bytes.len() as u64, to) }
+    }
+
+    /// Writes `len` bytes from `src` into the file at `to`.
+    ///
+    /// # Safety
+    /// `src..src+len` must stay readable (mapped) for the call.
+    unsafe fn pwrite_all(&self, src: *const u8, len: u64, to: u64) -> Result<()> {
         use std::os::fd::AsRawFd;
         let mut done = 0u64;
         while done < len {
-            // SAFETY: at+done..at+len lies inside the live mapping (checked
-            // above), which `map` keeps mapped. Other threads and processes
-            // may store into these bytes while the device reads them: the
-            // pointer goes to the kernel only (no Rust reference is made to
-            // bytes others write), and what reaches the disk is judged by
-            // each slot's checksum at recovery.
+            // SAFETY: src+done..src+len is readable (the caller's promise);
+            // the kernel only reads it.
             let n = unsafe {
                 libc::pwrite(
                     self.out.as_raw_fd(),
-                    map.base().add((at + done) as usize).cast(),
+                    src.add(done as usize).cast(),
                     (len - done) as usize,
                     (to + done) as libc::off_t,
                 )
@@ -200,5 +250,46 @@ impl Image {
             std::ptr::copy_nonoverlapping(marks.as_ptr(), map.base().add(marks_at as usize), marks.len());
         }
         Ok(())
+    }
+}
+
+/// A page of a snapshot: aligned as direct I/O needs its buffers.
+#[repr(C, align(4096))]
+#[derive(Clone, Copy)]
+struct Page([u8; PAGE as usize]);
+
+/// Whole pages copied out of the mapping (see [`Image::write_before_table`]).
+struct Pages(Vec<Page>);
+
+impl Pages {
+    /// Copies `len` bytes (whole pages) of the mapping from file offset `at`,
+    /// with volatile reads: other threads and processes store into them
+    /// meanwhile, as they do while the device reads the live pages (what
+    /// the copy holds is judged by each slot's checksum at recovery).
+    fn copy(map: &SharedMap, at: u64, len: u64) -> Result<Pages> {
+        if at.checked_add(len).is_none_or(|end| end > map.len() as u64) || at % 8 != 0 || len % PAGE != 0 {
+            return Err(Error::new(SHM_ERR_INVAL, "image snapshot beyond the mapping"));
+        }
+        let mut pages = vec![Page([0; PAGE as usize]); (len / PAGE) as usize];
+        // SAFETY: at..at+len lies inside the mapping (checked above), which
+        // `map` keeps mapped, and `at` is 8-byte aligned (the mapping is
+        // page aligned).
+        let src = unsafe { map.base().add(at as usize) };
+        for (k, page) in pages.iter_mut().enumerate() {
+            for (i, d) in page.0.chunks_exact_mut(8).enumerate() {
+                // SAFETY: k * PAGE + i * 8 + 8 <= len, inside the mapping,
+                // 8-byte aligned; any value is valid, and a volatile read of
+                // memory others may be writing is how a snapshot is taken.
+                let w = unsafe { std::ptr::read_volatile(src.add(k * PAGE as usize + i * 8).cast::<u64>()) };
+                d.copy_from_slice(&w.to_ne_bytes());
+            }
+        }
+        Ok(Pages(pages))
+    }
+
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: `Page` is `repr(C)` around a byte array with no padding
+        // (its size is its alignment), so the vector's pages are contiguous bytes.
+        unsafe { std::slice::from_raw_parts(self.0.as_ptr().cast::<u8>(), self.0.len() * PAGE as usize) }
     }
 }

@@ -143,6 +143,10 @@ pub(crate) enum SyncEvent<'a> {
     /// are), and for a queue with an image the writes into it (mapping
     /// offset, bytes, file offset). The hook may copy what "reaches the disk".
     Synced { base: *const u8, len: usize, control: bool, writes: &'a [(u64, u64, u64)] },
+    /// (`interval` queues with leases.) After `Synced`, before the image
+    /// writes: the lease table is persisted in place (the mapping's first
+    /// byte and length; the hook may copy what reaches the disk).
+    LeaseTable { base: *const u8, len: usize },
 }
 
 /// A test's replacement for the sync system calls (see [`SyncEvent`]).
@@ -254,6 +258,10 @@ pub(crate) struct Durable {
     key: u64,
     /// `interval` queues: their durable copy, which syncs write (see [`image`]).
     image: Option<image::Image>,
+    /// `interval` queues with leases: the lease table's bytes in the
+    /// mapping (offset, length), synced in place by each sync before the
+    /// slots are written into the image (see `Image::write_before_table`).
+    lease_table: Option<(usize, usize)>,
     #[cfg(test)]
     hook: Option<SyncHook>,
 }
@@ -275,6 +283,10 @@ impl Durable {
             clean_seen_ns: std::sync::atomic::AtomicU64::new(now_ns()),
             key: crate::ring::seal::queue_key(info.id, info.created_ns),
             image: image::Image::open(file)?,
+            lease_table: match policy {
+                Durability::Interval(_) => lease_table_range(file)?,
+                Durability::Always => None,
+            },
             #[cfg(test)]
             hook: hooks().lock().ok().and_then(|h| h.iter().find(|(p, _)| p == file.path()).map(|(_, f)| f.clone())),
         })
@@ -307,11 +319,26 @@ impl Durable {
         let w = self.words();
         if self.ring.pushed() != w.sealed.load(Ordering::Relaxed)
             || self.ring.popped() != w.released.load(Ordering::Relaxed)
+            || w.leases_changed.load(Ordering::Relaxed) != 0
         {
             return true;
         }
         let mark = best_mark(&self.control, self.created_ns).map_or(0, |m| m.1);
         self.ring.released_until(mark, 1) > mark
+    }
+
+    /// (`interval` queues with leases.) The caller changed the lease table
+    /// in a way the next sync must carry: the flushers see it. A load of a
+    /// word that changes once per sync; a store only when it is clear.
+    /// SeqCst, after the change (itself a SeqCst CAS): a flag seen set was
+    /// set before the next sync clears it, and that sync, which persists
+    /// the table after the clear, covers the change.
+    #[inline]
+    pub(crate) fn leases_changed(&self) {
+        let flag = &self.words().leases_changed;
+        if flag.load(Ordering::SeqCst) == 0 {
+            flag.store(1, Ordering::SeqCst);
+        }
     }
 
     /// Returns once every change this thread made before the call is on
@@ -498,6 +525,9 @@ impl Durable {
         // Changes made before this store are covered by the sync below;
         // a later one sets the flag again.
         w.dirty.store(0, Ordering::SeqCst);
+        if self.lease_table.is_some() {
+            w.leases_changed.store(0, Ordering::SeqCst);
+        }
         let changed = match self.policy {
             // After the two stores above: a record published before a
             // caller read `started` (or before the flag was cleared) is
@@ -536,14 +566,20 @@ impl Durable {
 
     /// Seals the records producers of an `interval` queue published since
     /// the last pass (they do not seal them: see [`seal`](crate::ring::seal)
-    /// and the module documentation), from where the last pass stopped,
-    /// at most one lap back from the tail.
+    /// and the module documentation), from where the last pass stopped
+    /// (or one lap back from the tail, if a rebuild moved the cursors
+    /// below that mark). Not cut at one lap back from the tail, which
+    /// counts claims: a slot may still hold an older record, taken by a
+    /// consumer that has not released it, whose next lap a producer
+    /// claimed (see `Ring::seal_published`).
     /// Returns the positions it went over (what the image must receive).
     fn seal_published(&self) -> (u64, u64) {
         let w = self.words();
         let tail = self.ring.pushed();
-        let from = self.within_a_lap(w.sealed.load(Ordering::Relaxed), tail);
-        w.sealed.store(self.ring.seal_published(self.key, from, tail), Ordering::Relaxed);
+        let mark = w.sealed.load(Ordering::Relaxed);
+        let from = if mark > tail { tail.saturating_sub(self.ring.capacity()) } else { mark };
+        let open = self.ring.seal_published(self.key, from, tail);
+        w.sealed.store(open, Ordering::Relaxed);
         (from, tail)
     }
 
@@ -653,11 +689,21 @@ impl Durable {
         #[cfg(test)]
         if let Some(hook) = &self.hook {
             let writes = self.image.as_ref().map(|i| i.plan(&changed, control)).unwrap_or_default();
+            // The copy the hook takes here is what the image receives (with
+            // leases: the snapshot); then the lease table is persisted.
             hook(&SyncEvent::Synced { base, len, control, writes: &writes });
+            if self.image.is_some() && self.lease_table.is_some() {
+                hook(&SyncEvent::LeaseTable { base, len });
+            }
             return Ok(());
         }
         if let Some(image) = &self.image {
-            return image.write(&self.map, &changed, control);
+            return match self.lease_table {
+                None => image.write(&self.map, &changed, control),
+                Some((from, n)) => {
+                    image.write_before_table(&self.map, &changed, control, || msync_range(base, len, from, n))
+                }
+            };
         }
         if control {
             let flags =
@@ -681,13 +727,38 @@ pub(crate) fn msync(base: *mut u8, len: usize) -> Result<()> {
 /// `msync(MS_SYNC)` of a live mapping of `len` bytes at `base` from byte
 /// `from` (a multiple of the page size) on.
 fn msync_from(base: *mut u8, len: usize, from: usize) -> Result<()> {
-    if len <= from {
+    msync_range(base, len, from, len.saturating_sub(from))
+}
+
+/// (`interval` queues with leases.) The lease table's bytes in the
+/// mapping: (offset, length).
+fn lease_table_range(file: &QueueFile) -> Result<Option<(usize, usize)>> {
+    let info = file.info();
+    let entries = file.options().lease_entries();
+    if entries == 0 {
+        return Ok(None);
+    }
+    let at = crate::file::layout::lease_table_offset(info.capacity, info.record_size, true);
+    let n = crate::lease::table::table_bytes(entries, info.record_size);
+    match at.zip(n).and_then(|(a, n)| Some((usize::try_from(a).ok()?, usize::try_from(n).ok()?))) {
+        Some((a, n)) if a.checked_add(n).is_some_and(|end| end <= file.map().len()) => Ok(Some((a, n))),
+        _ => {
+            Err(Error::new(SHM_ERR_INVAL, format!("{}: the lease table does not fit the file", file.path().display())))
+        }
+    }
+}
+
+/// `msync(MS_SYNC)` of `n` bytes from byte `from` (a multiple of the page
+/// size) of a live mapping of `len` bytes at `base` (cut at its end).
+pub(crate) fn msync_range(base: *mut u8, len: usize, from: usize, n: usize) -> Result<()> {
+    let n = n.min(len.saturating_sub(from));
+    if n == 0 {
         return Ok(());
     }
     // SAFETY: base..base+len is a live mapping (the caller keeps it mapped),
-    // and base + from is page aligned (the mapping is, and from is a
-    // multiple of the page size).
-    let rc = unsafe { libc::msync(base.add(from).cast(), len - from, libc::MS_SYNC) };
+    // from + n <= len, and base + from is page aligned (the mapping is, and
+    // from is a multiple of the page size).
+    let rc = unsafe { libc::msync(base.add(from).cast(), n, libc::MS_SYNC) };
     if rc != 0 {
         let e = std::io::Error::last_os_error();
         return Err(Error::new(SYNC_FAILED, format!("msync failed: {e}")));

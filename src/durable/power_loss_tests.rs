@@ -43,6 +43,11 @@ enum Event {
         bytes: Arc<Vec<u8>>,
         /// A sync of a queue with an image: its writes into it (see `SyncEvent`).
         writes: Vec<(u64, u64, u64)>,
+        /// (`interval` with leases.) Taken as a sync persisted the lease
+        /// table in place: the table's pages of this copy (or later) are on
+        /// the disk from here on; the image writes of the sync logged just
+        /// before start after it.
+        table: bool,
     },
     /// A sync begins: pushes acknowledged before it are in it.
     SyncBegin,
@@ -52,7 +57,7 @@ enum Event {
     Popped(u8, u32),
     /// (Leases.) `pop_lease` returned record `seq`, on its `deliveries`-th delivery.
     Leased(u32, u32),
-    /// `ack` of record `seq` called, and returned.
+    /// `ack` (or `reject`) of record `seq` called, and returned.
     AckStart(u32),
     AckDone(u32),
 }
@@ -104,16 +109,27 @@ fn run(policy: Durability, dir: &Path, seed: u64) -> (Vec<Event>, usize) {
         let f = std::fs::File::open(&path).unwrap();
         let initial = crate::shm::SharedMap::map(&f, file_len, false).unwrap();
         let bytes = Arc::new(copy(initial.base(), file_len));
-        log.lock().unwrap().push(Event::Copy { synced: true, control: true, bytes, writes: Vec::new() });
+        log.lock().unwrap().push(Event::Copy { synced: true, control: true, bytes, writes: Vec::new(), table: false });
     }
     let hook_log = log.clone();
     let hook: SyncHook = Arc::new(move |event| {
         let mut l = hook_log.lock().unwrap();
         match *event {
             SyncEvent::Begin => l.push(Event::SyncBegin),
-            SyncEvent::Synced { base, len, control, writes } => {
-                l.push(Event::Copy { synced: true, control, bytes: Arc::new(copy(base, len)), writes: writes.to_vec() })
-            }
+            SyncEvent::Synced { base, len, control, writes } => l.push(Event::Copy {
+                synced: true,
+                control,
+                bytes: Arc::new(copy(base, len)),
+                writes: writes.to_vec(),
+                table: false,
+            }),
+            SyncEvent::LeaseTable { base, len } => l.push(Event::Copy {
+                synced: false,
+                control: false,
+                bytes: Arc::new(copy(base, len)),
+                writes: Vec::new(),
+                table: true,
+            }),
         }
     });
     hooks().lock().unwrap().push((path.clone(), hook));
@@ -138,7 +154,7 @@ fn run(policy: Durability, dir: &Path, seed: u64) -> (Vec<Event>, usize) {
                     // Copied under the log's lock: the log's order is the copies' order.
                     let mut l = log.lock().unwrap();
                     let bytes = Arc::new(copy(map.base(), file_len));
-                    l.push(Event::Copy { synced: false, control: false, bytes, writes: Vec::new() });
+                    l.push(Event::Copy { synced: false, control: false, bytes, writes: Vec::new(), table: false });
                 }
             });
         }
@@ -443,15 +459,22 @@ fn describe(versions: &[Arc<Vec<u8>>], seq: u32) -> String {
 /// are whatever the kernel wrote back, never read (a recovery that read
 /// them would lose records and bring back consumed ones).
 fn to_image(file: &mut [u8], log: &[Event], t: usize, torn: bool, seed: u64) {
+    to_image_with(file, log, 0, seed, |i| (i <= t).then_some(torn && i == t));
+}
+
+/// [`to_image`] for a queue of `leases` lease entries, whose sync logged at
+/// copy `i` has its image writes landed when `landed(i)` says so: all of
+/// them (`Some(false)`), some of their sectors (`Some(true)`), or none.
+fn to_image_with(file: &mut [u8], log: &[Event], leases: u64, seed: u64, landed: impl Fn(usize) -> Option<bool>) {
     use crate::file::layout::{Mark, image_offset, stride_for};
-    let image = image_offset(CAPACITY, RECORD).unwrap() as usize;
+    let image = image_offset(CAPACITY, RECORD, leases).unwrap() as usize;
     file[image..].fill(0); // as created
     // A mapping offset's byte in a copy (which leaves out the process table).
     let at = |off: u64| if off < TABLE_OFFSET { off as usize } else { (off - DATA_OFFSET + TABLE_OFFSET) as usize };
     let mut x = seed;
-    for (i, e) in log.iter().enumerate().take(t + 1) {
+    for (i, e) in log.iter().enumerate() {
         let Event::Copy { bytes, writes, .. } = e else { continue };
-        let partly = torn && i == t;
+        let Some(partly) = landed(i) else { continue };
         for &(from, len, to) in writes {
             for s in (0..len).step_by(SECTOR) {
                 x = splitmix64(x);
@@ -515,9 +538,9 @@ const LEASES: u64 = 16;
 /// leases, logged as [`run`] logs: consumers acknowledge most deliveries,
 /// release some, and let some leases run out (a lease of 1 ms, never
 /// acknowledged), until every record is acknowledged.
-fn run_leases(dir: &Path, seed: u64) -> (Vec<Event>, usize) {
+fn run_leases(policy: Durability, dir: &Path, seed: u64) -> (Vec<Event>, usize) {
     let mut spec = Spec::new(CAPACITY, RECORD);
-    spec.durability = Some(Durability::Always);
+    spec.durability = Some(policy);
     spec.leases = Some(crate::spec::LeaseSpec { max_leases: LEASES, ..Default::default() });
     Queue::create(dir, 1, &spec).unwrap();
     let path = queue_path(dir, 1);
@@ -527,16 +550,35 @@ fn run_leases(dir: &Path, seed: u64) -> (Vec<Event>, usize) {
         let f = std::fs::File::open(&path).unwrap();
         let initial = crate::shm::SharedMap::map(&f, file_len, false).unwrap();
         let bytes = Arc::new(copy(initial.base(), file_len));
-        log.lock().unwrap().push(Event::Copy { synced: true, control: true, bytes, writes: Vec::new() });
+        log.lock().unwrap().push(Event::Copy { synced: true, control: true, bytes, writes: Vec::new(), table: false });
     }
     let hook_log = log.clone();
+    // `interval`: the image's snapshot and the table's persisting are apart
+    // by the time a system call takes (here 200 us before each copy), during
+    // which consumers lease and acknowledge: a sync whose parts came in the
+    // wrong order loses records in that gap.
+    let gap = matches!(policy, Durability::Interval(_));
     let hook: SyncHook = Arc::new(move |event| {
+        if gap && !matches!(event, SyncEvent::Begin) {
+            std::thread::sleep(Duration::from_micros(200));
+        }
         let mut l = hook_log.lock().unwrap();
         match *event {
             SyncEvent::Begin => l.push(Event::SyncBegin),
-            SyncEvent::Synced { base, len, control, writes } => {
-                l.push(Event::Copy { synced: true, control, bytes: Arc::new(copy(base, len)), writes: writes.to_vec() })
-            }
+            SyncEvent::Synced { base, len, control, writes } => l.push(Event::Copy {
+                synced: true,
+                control,
+                bytes: Arc::new(copy(base, len)),
+                writes: writes.to_vec(),
+                table: false,
+            }),
+            SyncEvent::LeaseTable { base, len } => l.push(Event::Copy {
+                synced: false,
+                control: false,
+                bytes: Arc::new(copy(base, len)),
+                writes: Vec::new(),
+                table: true,
+            }),
         }
     });
     hooks().lock().unwrap().push((path.clone(), hook));
@@ -559,12 +601,13 @@ fn run_leases(dir: &Path, seed: u64) -> (Vec<Event>, usize) {
                     std::thread::sleep(Duration::from_micros(20 + x % 300));
                     let mut l = log.lock().unwrap();
                     let bytes = Arc::new(copy(map.base(), file_len));
-                    l.push(Event::Copy { synced: false, control: false, bytes, writes: Vec::new() });
+                    l.push(Event::Copy { synced: false, control: false, bytes, writes: Vec::new(), table: false });
                 }
             });
         }
         for p in 0..PRODUCERS {
             let (q, log) = (q.clone(), log.clone());
+            let pace = matches!(policy, Durability::Interval(_));
             s.spawn(move || {
                 let mut seq = p * PER_PRODUCER;
                 while seq < (p + 1) * PER_PRODUCER {
@@ -573,6 +616,10 @@ fn run_leases(dir: &Path, seed: u64) -> (Vec<Event>, usize) {
                         Ok(()) => {
                             log.lock().unwrap().push(Event::Acked(seq));
                             seq += 1;
+                            if pace && seq % 2 == 0 {
+                                // Spread an `interval` run over many flushes.
+                                std::thread::sleep(Duration::from_micros(100));
+                            }
                         }
                         Err(e) if e.code() == DATA_SPC_FULL => std::thread::yield_now(),
                         Err(e) => panic!("push: {e}"),
@@ -608,8 +655,14 @@ fn run_leases(dir: &Path, seed: u64) -> (Vec<Event>, usize) {
                         q.release(&lease, Duration::ZERO).unwrap();
                         continue;
                     }
+                    // Acknowledged, or (one in twenty) rejected: dropped, as
+                    // the queue has no dead-letter queue. Either ends it for good.
                     log.lock().unwrap().push(Event::AckStart(seq));
-                    q.ack(&lease).unwrap();
+                    if (x >> 8) % 20 == 0 {
+                        q.reject(&lease).unwrap();
+                    } else {
+                        q.ack(&lease).unwrap();
+                    }
                     acked.fetch_add(1, Ordering::SeqCst);
                     log.lock().unwrap().push(Event::AckDone(seq));
                 }
@@ -640,11 +693,16 @@ struct LeaseLife {
 /// Builds crash images of a lease run and checks what opening each gives:
 /// every record delivered again from the image (with `pop_lease`) was
 /// pushed, is whole, comes once; no record whose acknowledgement returned
-/// comes back; every acknowledged push whose acknowledgement of delivery
-/// had not begun comes back; its delivery count is that of its last
-/// delivery that returned plus one (or two, when a delivery was under way).
+/// before the durable point comes back; every push acknowledged before it
+/// whose acknowledgement of delivery had not begun at the crash comes back.
+/// Its delivery count: `always`, that of its last delivery that returned
+/// plus one (or two, when a delivery was under way); `interval`, at least
+/// one more than its last delivery before the durable point and at most two
+/// more than its last before the crash (the deliveries of the window may be
+/// forgotten). The durable point: `always`, the crash; `interval`, the
+/// beginning of the last sync whose image writes all landed.
 /// Returns (records delivered from the images, of which from the lease table).
-fn check_lease_images(log: &[Event], file_len: usize, images: usize, seed: u64) -> (u64, u64) {
+fn check_lease_images(policy: Durability, log: &[Event], file_len: usize, images: usize, seed: u64) -> (u64, u64) {
     let mut lives: std::collections::HashMap<u32, LeaseLife> = Default::default();
     for (i, e) in log.iter().enumerate() {
         match e {
@@ -656,9 +714,30 @@ fn check_lease_images(log: &[Event], file_len: usize, images: usize, seed: u64) 
             _ => {}
         }
     }
+    let interval = matches!(policy, Durability::Interval(_));
     let copies: Vec<usize> = (0..log.len()).filter(|&i| matches!(log[i], Event::Copy { .. })).collect();
     let returns: Vec<usize> =
         (0..log.len()).filter(|&i| matches!(log[i], Event::Acked(_) | Event::Leased(..) | Event::AckDone(_))).collect();
+    // `interval`: each sync that writes the image, as (its copy, whose
+    // bytes the image receives; the copy at which it persisted the lease
+    // table, after which its image writes land).
+    let image_syncs: Vec<(usize, usize)> = copies
+        .iter()
+        .copied()
+        .filter(|&i| matches!(&log[i], Event::Copy { writes, .. } if !writes.is_empty()))
+        .map(|i| {
+            let e = copies.iter().copied().find(|&c| c > i && matches!(log[c], Event::Copy { table: true, .. }));
+            // The table persisted by this sync, not a later one's (none: a
+            // sync that skipped it, or did it first, whose writes land from
+            // its copy on).
+            let next = (i..log.len()).find(|&k| matches!(log[k], Event::SyncBegin));
+            (i, e.filter(|&e| next.is_none_or(|n| e < n)).unwrap_or(i))
+        })
+        .collect();
+    if interval {
+        // Enough syncs for the images to span many (15 to 42 seen; fewer under load).
+        assert!(image_syncs.len() >= 5, "the flusher synced ({} image syncs)", image_syncs.len());
+    }
     let scratch = TempDir::new("durable", "lease-images");
     let image_path = queue_path(scratch.path(), 1);
     hooks().lock().unwrap().push((image_path.clone(), Arc::new(|_: &SyncEvent| {})));
@@ -672,7 +751,44 @@ fn check_lease_images(log: &[Event], file_len: usize, images: usize, seed: u64) 
             let returned = &returns[(x % returns.len() as u64) as usize];
             copies.iter().copied().find(|&c| c > *returned).unwrap_or(*copies.last().unwrap())
         };
-        let (file, last_sync, grain, _) = crash_file(log, &copies, t, false, &mut x, file_len);
+        // `interval`, in half the images: the crash comes while the next
+        // sync's image writes are under way (after it persisted the table).
+        let under_way =
+            (interval && (x >> 20) % 2 == 0).then(|| image_syncs.iter().copied().find(|&(_, e)| e >= t)).flatten();
+        let t = under_way.map_or(t, |(_, e)| e);
+        let (mut file, last_sync, grain, _) = crash_file(log, &copies, t, false, &mut x, file_len);
+        let mut durable_point = t;
+        if interval {
+            // The lease table lives in place: each page (or sector) as the
+            // last sync that persisted it left it, or any later copy up to
+            // the crash (the kernel writes pages back when it likes).
+            let table_from = copies
+                .iter()
+                .copied()
+                .filter(|&c| c <= t && matches!(log[c], Event::Copy { table: true, .. }))
+                .max()
+                .unwrap_or(copies[0]);
+            let versions: Vec<usize> = copies.iter().copied().filter(|&c| c >= table_from && c <= t).collect();
+            let from = crate::file::layout::lease_table_offset(CAPACITY, RECORD, true).unwrap() as usize;
+            let len = crate::lease::table::table_bytes(LEASES, RECORD).unwrap() as usize;
+            let in_copy = from - DATA_OFFSET as usize + TABLE_OFFSET as usize;
+            for off in (0..len).step_by(grain) {
+                x = splitmix64(x);
+                let Event::Copy { bytes, .. } = &log[versions[(x % versions.len() as u64) as usize]] else {
+                    unreachable!()
+                };
+                file[from + off..from + off + grain].copy_from_slice(&bytes[in_copy + off..in_copy + off + grain]);
+            }
+            x = splitmix64(x);
+            let landed = |i: usize| {
+                let &(_, e) = image_syncs.iter().find(|s| s.0 == i)?;
+                if under_way.is_some_and(|u| u.0 == i) { Some(true) } else { (e <= t).then_some(false) }
+            };
+            to_image_with(&mut file, log, LEASES, x, landed);
+            let complete = image_syncs.iter().rfind(|&&(i, e)| e <= t && under_way.is_none_or(|u| u.0 != i));
+            durable_point =
+                complete.map_or(0, |&(i, _)| log[..i].iter().rposition(|e| matches!(e, Event::SyncBegin)).unwrap_or(0));
+        }
         let _ = std::fs::remove_file(&image_path);
         std::fs::write(&image_path, &file).unwrap();
         let q = Queue::open(scratch.path(), 1).unwrap_or_else(|e| panic!("image {n} (crash at event {t}): open: {e}"));
@@ -697,20 +813,26 @@ fn check_lease_images(log: &[Event], file_len: usize, images: usize, seed: u64) 
         assert_eq!(q.lease_stats().unwrap().in_flight, 0);
         drop(q);
         delivered += got.len() as u64;
-        let at = format!("image {n} (crash at {t}, last sync {last_sync}, grain {grain})");
+        let at = format!(
+            "image {n} (crash at {t}, last sync {last_sync}, durable point {durable_point}, grain {grain}, \
+             writes under way: {under_way:?})"
+        );
         for (&seq, life) in &lives {
             let ack_began = life.ack_start.is_some_and(|a| a < t);
-            if life.ack_done.is_some_and(|a| a < t) {
+            if life.ack_done.is_some_and(|a| a < durable_point) {
                 assert!(!got.contains_key(&seq), "{at}: record {seq}, acknowledged, delivered again");
             }
-            if life.acked.is_some_and(|a| a < t) && !ack_began {
+            if life.acked.is_some_and(|a| a < durable_point) && !ack_began {
                 let Some(&d) = got.get(&seq) else {
                     panic!("{at}: acknowledged push {seq}, never acknowledged as consumed, lost")
                 };
-                let last = life.leased.iter().filter(|l| l.0 < t).map(|l| l.1).max().unwrap_or(0);
+                let last_before = |until: usize| life.leased.iter().filter(|l| l.0 < until).map(|l| l.1).max();
+                let last = last_before(t).unwrap_or(0);
+                let lowest = if interval { last_before(durable_point).unwrap_or(0) + 1 } else { last + 1 };
                 assert!(
-                    d == last + 1 || d == last + 2,
-                    "{at}: record {seq} delivered with count {d} after deliveries up to {last}"
+                    (lowest..=last + 2).contains(&d),
+                    "{at}: record {seq} delivered with count {d} after deliveries up to {last} ({:?} before the durable point)",
+                    last_before(durable_point)
                 );
             }
         }
@@ -722,13 +844,32 @@ fn check_lease_images(log: &[Event], file_len: usize, images: usize, seed: u64) 
 #[test]
 fn power_loss_images_of_an_always_queue_with_leases_keep_every_lease_and_acknowledgement() {
     let dir = DiskDir::new("always-leases");
-    let (log, len) = run_leases(&dir.0, 3);
+    let (log, len) = run_leases(Durability::Always, &dir.0, 3);
     let syncs = log.iter().filter(|e| matches!(e, Event::Copy { synced: true, .. })).count();
     let images = images_per_run() / 2;
-    let (delivered, from_table) = check_lease_images(&log, len, images, 13);
+    let (delivered, from_table) = check_lease_images(Durability::Always, &log, len, images, 13);
     assert!(from_table > 0, "some images held records in the lease table");
     eprintln!(
         "always with leases: {} events, {syncs} syncs, {images} images, {delivered} records delivered again \
+         ({from_table} from the lease table)",
+        log.len()
+    );
+}
+
+/// The same over an `interval` queue with leases (its lease table synced in
+/// place before each sync writes the slots into the image, from a snapshot
+/// taken before the table was synced), with images also taken while a
+/// sync's image writes are under way.
+#[test]
+fn power_loss_images_of_an_interval_queue_with_leases_lose_only_the_window() {
+    let dir = DiskDir::new("interval-leases");
+    let (log, len) = run_leases(Durability::Interval(1), &dir.0, 5);
+    let syncs = log.iter().filter(|e| matches!(e, Event::Copy { synced: true, .. })).count();
+    let images = images_per_run() / 2;
+    let (delivered, from_table) = check_lease_images(Durability::Interval(1), &log, len, images, 17);
+    assert!(from_table > 0, "some images held records in the lease table");
+    eprintln!(
+        "interval with leases: {} events, {syncs} syncs, {images} images, {delivered} records delivered again \
          ({from_table} from the lease table)",
         log.len()
     );

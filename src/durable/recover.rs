@@ -13,7 +13,8 @@
 //! result is synced before the new boot id is stored, so that a crash
 //! during recovery leads to another recovery, which finds the same records.
 //! An `interval` queue is rebuilt from its image (see [`super::image`]),
-//! and the result written back into it. A queue with leases has its lease
+//! and the result written back into it (its lease table, which lives in
+//! place, is synced before that). A queue with leases has its lease
 //! table settled first (see `LeaseTable::reboot`): the leases of the
 //! previous boot end as if their holders had died.
 
@@ -107,6 +108,10 @@ pub(crate) fn attach(
     // record waits for another delivery, its delivery count kept), and a
     // record saved in the table whose slot still holds it is dropped from
     // the ring, before the ring is rebuilt.
+    let lease_range = match image {
+        Some(_) => super::lease_table_range(file)?,
+        None => None,
+    };
     let floor = match file.lease_table()? {
         Some(table) => {
             let max = file.options().leases().map_or(0, |l| u32::try_from(l.max_deliveries).unwrap_or(u32::MAX));
@@ -139,7 +144,14 @@ pub(crate) fn attach(
     for (i, m) in control.marks.iter().enumerate() {
         write_mark(m, generation + 1 + i as u64, consumed, found.tail, at, created_ns);
     }
+    s.leases_changed.store(0, Ordering::SeqCst);
     if let Some(image) = &image {
+        // The settled lease table first (in place), then the rebuilt ring
+        // into the image: the image never releases a slot whose record the
+        // table on the disk does not hold (see `Image::write_before_table`).
+        if let Some(table) = &lease_range {
+            super::msync_range(map.base(), map.len(), table.0, table.1)?;
+        }
         // The rebuilt ring is the image now; the next sync starts at its tail.
         image.write_all(map)?;
         s.sealed.store(found.tail, Ordering::SeqCst);

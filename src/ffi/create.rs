@@ -174,8 +174,7 @@ fn spec_of(o: &TvmQueueOptions) -> Result<Spec> {
 /// Errors: CONDIT_IS_NIL (NULL handle or opt, size too small, rows 0,
 /// record_size 0 without def, values out of range: mode, spin, interval,
 /// lease time, max leases, max deliveries), NOT_SUPPT_OPT (an unknown
-/// durable value or later member; leases with the interval policy; a queue as
-/// its own dead-letter queue), TBL_ARD_EXIST, MQUE_CRTE_BIG (too big),
+/// durable value or later member; a queue as its own dead-letter queue), TBL_ARD_EXIST, MQUE_CRTE_BIG (too big),
 /// NOT_DURABLE (a durable queue in a directory on tmpfs: set $TVMDBD to a
 /// disk), SHM_ERR_ACCES, and those of lTableQueue's `def` (TABLE_NOT_DEF,
 /// FTYPE_NOT_DEF, FLD_DEF_SPILL).

@@ -266,9 +266,6 @@ impl Options {
                 return bad(format!("lease settings out of range: {l:?}"));
             }
         }
-        if self.flags & OPT_LEASES != 0 && self.flags & OPT_IMAGE != 0 {
-            return bad("a queue with leases and a slot image (not supported)".into());
-        }
         if self.flags & OPT_IMAGE != 0 && (self.flags & OPT_DURABLE == 0 || self.durable.policy != POLICY_INTERVAL) {
             return bad("a slot image without the interval policy".into());
         }
@@ -406,6 +403,11 @@ pub(crate) struct SyncWords {
     pub(crate) batch_start: AtomicU32,
     /// Callers waiting for a sync when the last one ended, its syncer included.
     pub(crate) callers: AtomicU32,
+    /// `interval` queues with leases: set by a lease call that changed the
+    /// lease table in a way a sync must carry (a delivery count raised, an
+    /// entry freed), when it finds it clear; cleared as a sync begins. (It
+    /// fills a hole that alignment left before `sealed`: no offset moved.)
+    pub(crate) leases_changed: AtomicU32,
     /// `interval` queues, whose producers do not seal their records: the
     /// position count from which the next sync seals what was published
     /// (the last sync sealed every published record below it).
@@ -490,6 +492,8 @@ unsafe impl crate::shm::ShmSafe for Mark {}
 // SAFETY: as above.
 unsafe impl crate::shm::ShmSafe for Control {}
 const _: () = assert!(size_of::<SyncWords>() <= 128 && size_of::<RecoveryWords>() <= 128);
+// `leases_changed` took the alignment hole before `sealed`: the words after it kept their offsets.
+const _: () = assert!(offset_of!(SyncWords, sealed) == 104 && size_of::<SyncWords>() == 120);
 const _: () = assert!(offset_of!(Control, marks) % 512 == 0 && CONTROL_OFFSET % 512 == 0);
 
 /// Bytes one record slot takes in a queue file, for records of up to
@@ -519,13 +523,13 @@ pub(crate) fn file_size(rows: u64, record_size: u64, leases: u64) -> Option<u64>
 /// Exact file size of a queue, durable or not, with an image of its slots
 /// (`image`: see [`image_offset`]) and a lease table of `leases` entries
 /// (0: none), or `None` if it overflows or the combination is not supported
-/// (a queue with an image has no lease table).
+/// (an image without durability).
 pub(crate) fn file_size_for(rows: u64, record_size: u64, durable: bool, image: bool, leases: u64) -> Option<u64> {
     let slots_end = rows.checked_mul(stride_for(record_size, durable))?.checked_add(DATA_OFFSET)?;
     if image {
         let slots = page_up(rows.checked_mul(stride_for(record_size, true))?)?;
-        return if leases == 0 && durable {
-            image_offset(rows, record_size)?.checked_add(IMAGE_MARKS_BYTES + slots)
+        return if durable {
+            image_offset(rows, record_size, leases)?.checked_add(IMAGE_MARKS_BYTES + slots)
         } else {
             None
         };
@@ -564,9 +568,15 @@ fn page_up(n: u64) -> Option<u64> {
 /// slots as they lie from [`DATA_OFFSET`]. Syncs write it with direct I/O
 /// from the live slots, so that the live pages are never written back by
 /// the page cache for durability (see `crate::durable`); only recovery
-/// after a machine crash reads it.
-pub(crate) fn image_offset(rows: u64, record_size: u64) -> Option<u64> {
-    page_up(rows.checked_mul(stride_for(record_size, true))?.checked_add(DATA_OFFSET)?)
+/// after a machine crash reads it. A queue with leases (`leases` entries,
+/// 0: none) keeps its lease table between the slots and the image; the
+/// table is synced in place (see `crate::durable::image`).
+pub(crate) fn image_offset(rows: u64, record_size: u64, leases: u64) -> Option<u64> {
+    let slots_end = page_up(rows.checked_mul(stride_for(record_size, true))?.checked_add(DATA_OFFSET)?)?;
+    if leases == 0 {
+        return Some(slots_end);
+    }
+    slots_end.checked_add(crate::lease::table::table_bytes(leases, record_size)?)
 }
 
 /// File offset of the lease table (after the slots, on a page boundary;

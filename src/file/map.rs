@@ -81,7 +81,8 @@ impl QueueFile {
             // mapping, and write-populating it would dirty every page of it
             // (its first direct write would write them all back).
             let live = if options.image() {
-                super::layout::image_offset(info.capacity, info.record_size).map_or(len, |o| o as usize)
+                super::layout::image_offset(info.capacity, info.record_size, options.lease_entries())
+                    .map_or(len, |o| o as usize)
             } else {
                 len
             };

@@ -401,8 +401,11 @@ impl Queue {
                     // A failed sync is counted in the file, as a pop's is.
                     // Never put off (`defer_syncs`): the slot's release
                     // must not reach the disk before the saved record.
+                    // `interval`: the next sync persists the table.
                     if let Some(d) = &self.always {
                         let _ = d.sync_now();
+                    } else {
+                        self.leases_flagged();
                     }
                 }
                 saved
@@ -492,6 +495,7 @@ impl Queue {
         let n = l.table.read(i, out);
         l.table.free(i, taking);
         self.popped_durably();
+        self.leases_flagged();
         n.map(Some).ok_or_else(|| self.lease_corrupt("a waiting record has an impossible length"))
     }
 
@@ -551,12 +555,26 @@ impl Queue {
 
     /// With the `always` policy: returns once the changes this thread made
     /// to the lease table (and everything before them) are on stable
-    /// storage. The lease table lies in the range every sync writes.
+    /// storage. The lease table lies in the range every sync writes. With
+    /// `interval`: tells the flushers that the table changed (the next sync
+    /// persists it).
     #[inline]
     fn lease_durably(&self) -> Result<()> {
-        match &self.always {
-            Some(d) => d.sync(),
-            None => Ok(()),
+        match (&self.always, &self.durable) {
+            (Some(d), _) => d.sync(),
+            (None, _) => {
+                self.leases_flagged();
+                Ok(())
+            }
+        }
+    }
+
+    /// With `interval`: tells the flushers that the lease table changed
+    /// (the next sync persists it).
+    #[inline]
+    fn leases_flagged(&self) {
+        if let (None, Some(d)) = (&self.always, &self.durable) {
+            d.leases_changed();
         }
     }
 

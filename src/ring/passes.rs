@@ -172,32 +172,24 @@ impl Ring<MapStorage> {
     /// follows makes them recoverable; others may push and pop meanwhile.
     /// Returns the first position whose record was not published yet (its
     /// producer is still writing it: the next pass starts there), or `to`.
+    ///
+    /// `to` counts claims, so a slot may still hold a record more than a
+    /// lap behind it: a consumer took it and has not released it (or died
+    /// holding it: it is published again, one lap later, and must be
+    /// recoverable), while a producer claimed the slot's next lap and waits
+    /// for it. So the pass is not cut at one lap back from `to`: it starts
+    /// at `from`, or at the oldest position a slot is at when that is later
+    /// (nothing older is in the ring).
     pub(crate) fn seal_published(&self, key: u64, from: u64, to: u64) -> u64 {
         let mut buf = vec![0u8; self.record_size];
+        let start = if to.saturating_sub(from) > self.cap { from.max(self.oldest_in_slots()) } else { from };
         let mut open = to;
-        for at in from..to {
+        for at in start..to {
             let Ok((lap, index)) = self.split(self.advance(0, at)) else { break };
             let slot = self.store.slot(index);
             let seq = slot.seq.load(Ordering::Acquire);
             match self.state(seq, lap) {
-                State::Current { published: true } if seq & SKIP == 0 => {
-                    let len = slot.len.load(Ordering::Acquire) as usize;
-                    if !(1..=self.record_size).contains(&len) {
-                        continue; // a corrupted length: the pops report it
-                    }
-                    self.store.snapshot(index, &mut buf[..len]);
-                    let check = seal(key, lap + index as u64, &buf[..len]);
-                    fence(Ordering::Acquire);
-                    // Unchanged after the copy: nobody consumed or rewrote
-                    // the record meanwhile, so the checksum is its own. (If
-                    // it is consumed and its slot written again right after
-                    // this test, the new record carries this stale checksum
-                    // until the next pass, which covers its position: it is
-                    // a change made after this sync began, not promised by it.)
-                    if slot.seq.load(Ordering::Relaxed) == seq {
-                        slot.check.store(check, Ordering::Relaxed);
-                    }
-                }
+                State::Current { published: true } if seq & SKIP == 0 => self.seal_slot(key, index, lap, seq, &mut buf),
                 // Claimed, not yet published (or its slot still held at an
                 // earlier lap): the next pass starts here (the flushers see
                 // the sealed mark behind the tail, and sync again).
@@ -208,6 +200,41 @@ impl Ring<MapStorage> {
             }
         }
         open
+    }
+
+    /// The oldest position count any slot is at (holding its record, or
+    /// free or claimed for it): no position before it is in the ring.
+    fn oldest_in_slots(&self) -> u64 {
+        (0..self.cap as usize)
+            .filter_map(|index| {
+                let seq = self.store.slot(index).seq.load(Ordering::Acquire);
+                let lap = seq & POS_MASK & !PUBLISHED;
+                (lap & (self.one_lap - 1) == 0).then(|| self.count(lap + index as u64))
+            })
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// Writes the checksum of the record slot `index` holds at `lap`
+    /// (`seq`, published), unless the slot changed while it was read.
+    fn seal_slot(&self, key: u64, index: usize, lap: u64, seq: u64, buf: &mut [u8]) {
+        let slot = self.store.slot(index);
+        let len = slot.len.load(Ordering::Acquire) as usize;
+        if !(1..=self.record_size).contains(&len) {
+            return; // a corrupted length: the pops report it
+        }
+        self.store.snapshot(index, &mut buf[..len]);
+        let check = seal(key, lap + index as u64, &buf[..len]);
+        fence(Ordering::Acquire);
+        // Unchanged after the copy: nobody consumed or rewrote the record
+        // meanwhile, so the checksum is its own. (If it is consumed and its
+        // slot written again right after this test, the new record carries
+        // this stale checksum until the next pass, which covers its
+        // position: it is a change made after this sync began, not promised
+        // by it.)
+        if slot.seq.load(Ordering::Relaxed) == seq {
+            slot.check.store(check, Ordering::Relaxed);
+        }
     }
 }
 

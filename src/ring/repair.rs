@@ -63,31 +63,57 @@ impl<S: Storage> Ring<S> {
         let (mut producers, mut consumers) = (0, 0);
         for index in 0..self.cap as usize {
             let slot = self.store.slot(index);
-            let seq = slot.seq.load(Ordering::Acquire);
-            let pos = seq & POS_MASK;
-            let (lap, published) = (pos & !PUBLISHED, pos & PUBLISHED != 0);
-            if lap & (self.one_lap - 1) != 0 || (seq & SKIP != 0 && !published) {
-                continue; // not a legal value: leave it to the callers, who report it
-            }
-            // The slot's current position, and whether a holder has claimed it.
-            let at = self.count(lap + index as u64);
-            let (holder, recovered) = if published {
-                if at >= self.count(cursors.head.0.load(Ordering::Acquire)) {
-                    continue; // a queued record, not taken yet
+            // A slot may take more than one step: a record published again
+            // goes to the slot's next lap, whose position a consumer that
+            // died too may have claimed already (it waited there for the
+            // record's producer); nobody else would release it (this pass
+            // has gone by, and a later attach finds no death). So the slot
+            // is looked at again after each step, until it is queued, free,
+            // or held by someone alive.
+            loop {
+                let seq = slot.seq.load(Ordering::Acquire);
+                let pos = seq & POS_MASK;
+                let (lap, published) = (pos & !PUBLISHED, pos & PUBLISHED != 0);
+                if lap & (self.one_lap - 1) != 0 || (seq & SKIP != 0 && !published) {
+                    break; // not a legal value: leave it to the callers, who report it
                 }
-                (Holder::Consumer, self.add_lap(lap) | PUBLISHED | (seq & SKIP))
-            } else {
-                if at >= self.count(cursors.tail.0.pos.load(Ordering::Acquire)) {
-                    continue; // free, not claimed yet
+                // The slot's current position, and whether a holder has claimed it.
+                let at = self.count(lap + index as u64);
+                let (holder, recovered) = if published {
+                    if at >= self.count(cursors.head.0.load(Ordering::Acquire)) {
+                        break; // a queued record, not taken yet
+                    }
+                    (Holder::Consumer, self.add_lap(lap) | PUBLISHED | (seq & SKIP))
+                } else {
+                    if at >= self.count(cursors.tail.0.pos.load(Ordering::Acquire)) {
+                        break; // free, not claimed yet
+                    }
+                    (Holder::Producer, lap | PUBLISHED | SKIP)
+                };
+                if !dead(holder, at) {
+                    break;
                 }
-                (Holder::Producer, lap | PUBLISHED | SKIP)
-            };
-            if !dead(holder, at) {
-                continue;
-            }
-            if slot.seq.compare_exchange(seq, recovered, Ordering::SeqCst, Ordering::Relaxed).is_ok() {
+                if slot.seq.compare_exchange(seq, recovered, Ordering::SeqCst, Ordering::Relaxed).is_err() {
+                    break;
+                }
                 match holder {
-                    Holder::Producer => producers += 1,
+                    Holder::Producer => {
+                        producers += 1;
+                        // A consumer that claimed the position (waiting for
+                        // its producer) and died too holds the empty record
+                        // now: stepped over on its behalf, as its
+                        // `read_claimed` would (the slot is then free for
+                        // its next lap, looked at again).
+                        let head = self.count(cursors.head.0.load(Ordering::Acquire));
+                        if at < head && dead(Holder::Consumer, at) {
+                            let _ = slot.seq.compare_exchange(
+                                recovered,
+                                self.add_lap(lap),
+                                Ordering::SeqCst,
+                                Ordering::Relaxed,
+                            );
+                        }
+                    }
                     Holder::Consumer => {
                         consumers += 1;
                         self.note_republished(recovered, index);

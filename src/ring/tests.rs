@@ -331,6 +331,63 @@ fn exclusive_repair_makes_stranded_records_poppable_at_once() {
     assert_eq!(pop(&r).unwrap(), b"d");
 }
 
+/// A record published again by a repair lands on its slot's next lap,
+/// whose position a consumer that died too had already claimed (waiting
+/// there for a producer that died as well): the repair publishes it again
+/// once more, so that the living reach it.
+#[test]
+fn a_repair_steps_a_record_past_a_dead_consumer_of_its_next_lap() {
+    let r = ring(4, 8);
+    for v in [b"a", b"b", b"c", b"d"] {
+        push(&r, v).unwrap();
+    }
+    // A consumer takes "a" (position 0) and dies holding it.
+    r.claim_pop(&Silent, &mut NeverRecover).unwrap();
+    for _ in 0..3 {
+        pop(&r).unwrap();
+    }
+    // A producer claims position 4 (slot 0, still held) and dies waiting;
+    // a consumer claims it too and dies waiting for that producer.
+    assert_eq!(r.claim_range(Holder::Producer, 1, &Silent).unwrap().1, 1);
+    assert_eq!(r.claim_range(Holder::Consumer, 1, &Silent).unwrap().1, 1);
+    assert_eq!(r.repair(|_, _| true, true), (0, 2));
+    let mut got = Vec::new();
+    while let Ok(v) = pop(&r) {
+        got.push(v);
+    }
+    assert_eq!(got, [b"a".to_vec()]);
+    push(&r, b"e").unwrap();
+    assert_eq!(pop(&r).unwrap(), b"e");
+}
+
+/// A producer and a consumer of the same position both died (the consumer
+/// waiting for the producer): the repair skips the producer's claim and
+/// steps over the empty record for the consumer, so the slot is free for
+/// its next lap (nobody else would release it).
+#[test]
+fn a_repair_frees_a_position_whose_producer_and_consumer_died() {
+    let r = ring(4, 8);
+    for v in [b"a", b"b", b"c", b"d"] {
+        push(&r, v).unwrap();
+    }
+    for _ in 0..4 {
+        pop(&r).unwrap();
+    }
+    assert_eq!(r.claim_range(Holder::Producer, 1, &Silent).unwrap().1, 1);
+    assert_eq!(r.claim_range(Holder::Consumer, 1, &Silent).unwrap().1, 1);
+    assert_eq!(r.repair(|_, _| true, true), (1, 0));
+    // Slot 0 is free for lap 2 (position 8).
+    assert_eq!(r.storage().slot(0).seq.load(Ordering::SeqCst), 2 * r.one_lap);
+    for v in [b"e", b"f", b"g", b"h"] {
+        push(&r, v).unwrap();
+    }
+    let mut got = Vec::new();
+    while let Ok(v) = pop(&r) {
+        got.push(v);
+    }
+    assert_eq!(got, [b"e".to_vec(), b"f".to_vec(), b"g".to_vec(), b"h".to_vec()]);
+}
+
 fn batch(first: u64, n: u64) -> Vec<u8> {
     (first..first + n).flat_map(|v| v.to_le_bytes()).collect()
 }
