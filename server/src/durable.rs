@@ -50,6 +50,13 @@ const GATHER_QUIET: Duration = Duration::from_micros(50);
 /// client; measured with 50 clients on a loaded 2-core machine, 500 us
 /// gathered half of them.)
 const GATHER_MAX: Duration = Duration::from_millis(2);
+/// How long a sync thread keeps a queue after a sync that left nothing to
+/// do, looking (yielding) for the next ticket before it gives the queue
+/// back and sleeps (`TVMQ_SERVE_SYNC_LINGER_US` overrides it; 0: never).
+/// A lone client's next push comes one round trip after its reply: caught
+/// here, it needs no hand-over (a futex wake of a sleeping thread, on a
+/// VM often longer than the round trip itself).
+const LINGER: Duration = Duration::from_micros(400);
 
 /// What a held reply becomes when its sync fails.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -152,6 +159,14 @@ pub(crate) struct SyncStats {
     pub(crate) last_us: AtomicU64,
     /// How long all of them took, microseconds.
     pub(crate) total_us: AtomicU64,
+    /// Syncs whose first wait was timed, and the time from that wait to the
+    /// sync's start (hand-over, wake-up and gathering), microseconds.
+    pub(crate) asked: AtomicU64,
+    pub(crate) ask_us: AtomicU64,
+    /// Waits that slept, and the time from the end of the sync that
+    /// released them to their task running again, microseconds.
+    pub(crate) woken: AtomicU64,
+    pub(crate) wake_us: AtomicU64,
 }
 
 /// What the sync threads have done for a queue: the highest ticket a sync
@@ -179,6 +194,11 @@ struct QueueSync {
     gather_for: AtomicU64,
     /// How long the last sync took, microseconds.
     last_took_us: AtomicU64,
+    /// When the first wait no sync has started for yet asked (`Inner::now_us`
+    /// + 1; 0: none).
+    first_ask: AtomicU64,
+    /// When the last sync ended (`Inner::now_us`).
+    ended: AtomicU64,
 }
 
 /// The server's sync threads (started at the first held reply; they end
@@ -199,11 +219,17 @@ struct Inner {
     /// (`TVMQ_SERVE_TEST_SYNC_DELAY_MS`), so that tests can see what runs
     /// while one is in progress.
     delay: Duration,
+    /// [`LINGER`], or what the environment says.
+    linger: Duration,
+    /// The origin of the stage timestamps.
+    epoch: Instant,
 }
 
 impl Default for Syncers {
     fn default() -> Syncers {
-        let delay = std::env::var("TVMQ_SERVE_TEST_SYNC_DELAY_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+        let env = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
+        let delay = env("TVMQ_SERVE_TEST_SYNC_DELAY_MS").unwrap_or(0);
+        let linger = env("TVMQ_SERVE_SYNC_LINGER_US").map_or(LINGER, Duration::from_micros);
         Syncers {
             inner: Arc::new(Inner {
                 queues: Mutex::default(),
@@ -212,6 +238,8 @@ impl Default for Syncers {
                 threads: std::sync::OnceLock::new(),
                 stats: SyncStats::default(),
                 delay: Duration::from_millis(delay),
+                linger,
+                epoch: Instant::now(),
             }),
         }
     }
@@ -261,6 +289,7 @@ impl Syncers {
         let inner = &self.inner;
         let qs = inner.entry(q);
         let mut rx = qs.progress.subscribe();
+        let _ = qs.first_ask.compare_exchange(0, inner.now_us() + 1, Ordering::Relaxed, Ordering::Relaxed);
         qs.asks.fetch_add(1, Ordering::SeqCst);
         let hand_over = {
             let mut want = qs.want.lock();
@@ -276,7 +305,12 @@ impl Syncers {
             .await
             .map(|p| p.clone());
         match seen {
-            Ok(p) if p.done >= Some(ticket) => Ok(()),
+            Ok(p) if p.done >= Some(ticket) => {
+                let ended = qs.ended.load(Ordering::Relaxed);
+                inner.stats.woken.fetch_add(1, Ordering::Relaxed);
+                inner.stats.wake_us.fetch_add(inner.now_us().saturating_sub(ended), Ordering::Relaxed);
+                Ok(())
+            }
             Ok(p) => Err(p.failed.map_or_else(|| Arc::from("unknown"), |f| f.1)),
             Err(_) => Err(Arc::from("the server's sync threads stopped")),
         }
@@ -284,6 +318,11 @@ impl Syncers {
 }
 
 impl Inner {
+    /// Microseconds since the syncers were made (stage timestamps).
+    fn now_us(&self) -> u64 {
+        self.epoch.elapsed().as_micros() as u64
+    }
+
     /// The sync state of `q`, made when it has none yet (forgetting those
     /// of queues no longer open).
     fn entry(&self, q: &Arc<Queue>) -> Arc<QueueSync> {
@@ -305,6 +344,8 @@ impl Inner {
             sync_asks: AtomicU64::new(0),
             gather_for: AtomicU64::new(0),
             last_took_us: AtomicU64::new(0),
+            first_ask: AtomicU64::new(0),
+            ended: AtomicU64::new(0),
         });
         map.insert(key, qs.clone());
         qs
@@ -381,11 +422,17 @@ impl Inner {
                 Ok(())
             } else {
                 let t0 = Instant::now();
+                let asked = qs.first_ask.swap(0, Ordering::Relaxed);
+                if asked != 0 {
+                    self.stats.asked.fetch_add(1, Ordering::Relaxed);
+                    self.stats.ask_us.fetch_add(self.now_us().saturating_sub(asked - 1), Ordering::Relaxed);
+                }
                 let asks = qs.asks.load(Ordering::SeqCst);
                 if !self.delay.is_zero() {
                     std::thread::sleep(self.delay);
                 }
                 let r = q.sync_ticket(want);
+                qs.ended.store(self.now_us(), Ordering::Relaxed);
                 let us = t0.elapsed().as_micros() as u64;
                 // The waits this sync covered and those that arrived while
                 // it ran: as many are waited for (counted from its start)
@@ -408,10 +455,32 @@ impl Inner {
                 Ok(()) => p.done = p.done.max(Some(want)),
                 Err(e) => p.failed = Some((want, Arc::from(e.to_string()))),
             });
-            let mut w = qs.want.lock();
-            if w.0 == Some(want) {
-                w.1 = false;
-                return;
+            if qs.want.lock().0 == Some(want) && !self.linger(qs, want) {
+                let mut w = qs.want.lock();
+                if w.0 == Some(want) {
+                    w.1 = false;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// After a sync that left nothing asked: keeps the queue for up to
+    /// [`LINGER`], looking (yielding) for a ticket above `done`, while no
+    /// other queue waits for a thread. True when one came.
+    fn linger(&self, qs: &QueueSync, done: SyncTicket) -> bool {
+        if self.linger.is_zero() {
+            return false;
+        }
+        let start = Instant::now();
+        loop {
+            std::thread::yield_now();
+            if qs.want.lock().0 != Some(done) {
+                return true;
+            }
+            let jobs = self.jobs.lock();
+            if start.elapsed() >= self.linger || !jobs.0.is_empty() || jobs.1 {
+                return false;
             }
         }
     }

@@ -414,12 +414,15 @@ fn durability_section(sh: &crate::state::ServerState, t: &mut String) {
         t,
         "# Durability\r\ndurable_sync_threads:{}\r\ndurable_syncs:{syncs}\r\ndurable_sync_failures:{}\r\n\
          durable_records_held:{records}\r\ndurable_records_per_sync:{:.2}\r\ndurable_sync_last_us:{}\r\n\
-         durable_sync_avg_us:{:.0}\r\n",
+         durable_sync_avg_us:{:.0}\r\ndurable_ask_to_sync_avg_us:{:.0}\r\n\
+         durable_wake_avg_us:{:.0}\r\n",
         sh.syncers.threads(),
         s.failures.load(Ordering::Relaxed),
         ratio(records, syncs),
         s.last_us.load(Ordering::Relaxed),
         ratio(total_us, syncs),
+        ratio(s.ask_us.load(Ordering::Relaxed), s.asked.load(Ordering::Relaxed)),
+        ratio(s.wake_us.load(Ordering::Relaxed), s.woken.load(Ordering::Relaxed)),
     );
     // As INFO queues: from the index, at most INFO_QUEUES_MAX headers read.
     let (ids, all) = sh.index.lowest_ids(INFO_QUEUES_MAX);
