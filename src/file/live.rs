@@ -386,3 +386,180 @@ fn fill(file: &File, tmp: &Path, info: &Info, want: &[u8], len: u64, mode: u32, 
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::file::queue_path;
+    use crate::queue::{Queue, Wait};
+    use crate::spec::{Durability, Spec};
+    use crate::test_support::DiskDir;
+    use std::os::unix::fs::MetadataExt;
+
+    fn fs_type(path: &Path) -> i64 {
+        let c = cpath(path).unwrap();
+        // SAFETY: statfs is plain data; all-zero is a valid value for the call to fill.
+        let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid C path and out pointer.
+        assert_eq!(unsafe { libc::statfs(c.as_ptr(), &mut st) }, 0, "statfs {}", path.display());
+        st.f_type as i64
+    }
+
+    fn interval_queue(dir: &Path, id: u32, rows: u64, size: u64) {
+        let mut spec = Spec::new(rows, size);
+        // An hour: only the test's syncs run.
+        spec.durability = Some(Durability::Interval(3_600_000));
+        Queue::create(dir, id, &spec).unwrap();
+    }
+
+    /// The live files in this user's directory whose names hold queue `id`.
+    fn live_files_of(id: u32) -> Vec<String> {
+        // SAFETY: geteuid has no preconditions.
+        let dir = default_dir_of(unsafe { libc::geteuid() });
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(".interval-") && n.contains(&format!("-{id}-")))
+            .collect()
+    }
+
+    /// An `interval` queue's pushes, pops and syncs never write the live
+    /// part of its file on the disk: its mapping is a tmpfs file, the
+    /// disk file's live range stays a hole of zeros (only its header page
+    /// and its image are allocated), and a sync writes the image only.
+    #[test]
+    fn an_interval_queues_live_part_is_in_tmpfs_and_its_disk_file_gets_no_live_writes() {
+        let dir = DiskDir::new("live-tmpfs");
+        interval_queue(&dir.0, 1, 256, 304);
+        let disk = queue_path(&dir.0, 1);
+        let q = Queue::open(&dir.0, 1).unwrap();
+        let live = q.live_path().expect("a live part").to_path_buf();
+        assert_eq!(fs_type(&live), libc::TMPFS_MAGIC as i64, "{}", live.display());
+        assert_ne!(fs_type(&disk), libc::TMPFS_MAGIC as i64);
+        // `tvmq list` of the directory that holds it does not see a queue.
+        assert_eq!(crate::file::queue_file_id(live.file_name().unwrap()), None);
+        for i in 0..200u32 {
+            q.push(&[i as u8; 304]).unwrap();
+        }
+        let mut out = [0u8; 304];
+        for _ in 0..10 {
+            q.pop(&mut out, Wait::NoWait).unwrap();
+        }
+        q.sync().unwrap();
+        let info = crate::file::map::read_header(&dir.0, 1).unwrap();
+        let image = live_len(&info).unwrap();
+        let f = File::open(&disk).unwrap();
+        let mut live_range = vec![0u8; (image - INFO_BYTES) as usize];
+        f.read_exact_at(&mut live_range, INFO_BYTES).unwrap();
+        assert!(live_range.iter().all(|&b| b == 0), "the disk file's live range was written");
+        // The image got the records (the slots lie there as from DATA_OFFSET).
+        let stride = crate::file::layout::stride_for(304, true);
+        let mut slot = vec![0u8; 304];
+        f.read_exact_at(&mut slot, image + 4096 + 199 * stride + 16).unwrap();
+        assert_eq!(slot, vec![199u8; 304], "the sync wrote the image");
+        // Allocated on the disk: the header page and the image, not the
+        // live range (a hole).
+        let allocated = f.metadata().unwrap().blocks() * 512;
+        let wanted = INFO_BYTES + (info.file_size - image);
+        assert!(allocated <= wanted + 4096, "{allocated} bytes allocated, header and image are {wanted}");
+        assert!(info.file_size - wanted > 1 << 20, "a live range worth the check");
+        drop(q);
+        Queue::drop_queue(&dir.0, 1).unwrap();
+        assert!(!live.exists() && !disk.exists(), "drop removes both files");
+    }
+
+    /// After a reboot tmpfs is empty: an `interval` queue whose live part
+    /// is missing is rebuilt from its image (what its last sync wrote:
+    /// records popped since are delivered again, those pushed since are
+    /// lost, as after a machine crash within the interval), and processes
+    /// that attach while its live part exists share it, without recovery.
+    #[test]
+    fn an_interval_queue_without_its_live_part_is_rebuilt_from_its_image() {
+        let dir = DiskDir::new("live-reboot");
+        interval_queue(&dir.0, 1, 64, 16);
+        let q = Queue::open(&dir.0, 1).unwrap();
+        // Another attach shares the live part as it is (attached before the
+        // changes: an attach syncs what it finds unsynced; and handles are
+        // dropped at the end only: a drop syncs).
+        let again = Queue::open(&dir.0, 1).unwrap();
+        let rec = |i: u32| [i.to_le_bytes(), [7; 4], [8; 4], [9; 4]].concat();
+        let mut out = [0u8; 16];
+        for i in 1..=20 {
+            q.push(&rec(i)).unwrap();
+        }
+        for _ in 0..5 {
+            q.pop(&mut out, Wait::NoWait).unwrap();
+        }
+        q.sync().unwrap(); // the image: 6..=20 queued
+        for i in 21..=30 {
+            q.push(&rec(i)).unwrap();
+        }
+        for _ in 0..3 {
+            q.pop(&mut out, Wait::NoWait).unwrap(); // 6..=8, not synced
+        }
+        let live = q.live_path().unwrap().to_path_buf();
+        assert_eq!(again.live_path(), Some(&*live));
+        assert_eq!(again.depth(), 22);
+        assert!(again.durable_stats().unwrap().last_recovery.is_none(), "no recovery");
+        // The reboot: the tmpfs file is gone (the attached handle keeps an
+        // unlinked mapping, as a process of the previous boot would).
+        std::fs::remove_file(&live).unwrap();
+        let r = Queue::open(&dir.0, 1).unwrap();
+        assert_eq!(r.live_path(), Some(&*live), "made again under the same name");
+        let found = r.durable_stats().unwrap().last_recovery.expect("a recovery ran");
+        assert_eq!((found.kept, found.watermark), (15, 5), "{found:?}");
+        let mut got = Vec::new();
+        while let Ok(n) = r.pop(&mut out, Wait::NoWait) {
+            assert_eq!(n, 16);
+            got.push(u32::from_le_bytes(out[..4].try_into().unwrap()));
+        }
+        assert_eq!(got, (6..=20).collect::<Vec<u32>>(), "what the last sync wrote");
+        drop(r); // synced: the image holds an empty ring
+        // A file of that name that is not this queue's live part (here: a
+        // live part of the right size whose header was damaged) is replaced
+        // and rebuilt from the image too.
+        let f = std::fs::OpenOptions::new().write(true).open(&live).unwrap();
+        f.write_all_at(b"garbage!", LIVE_ID_OFFSET).unwrap();
+        drop(f);
+        let r = Queue::open(&dir.0, 1).unwrap();
+        let found = r.durable_stats().unwrap().last_recovery.expect("a recovery ran");
+        assert_eq!((found.runs, found.kept), (2, 0), "rebuilt again, counted: {found:?}");
+        drop(r);
+        // A link in its place is refused, never followed.
+        std::fs::remove_file(&live).unwrap();
+        std::os::unix::fs::symlink("/dev/null", &live).unwrap();
+        assert_eq!(Queue::open(&dir.0, 1).unwrap_err().code(), SHM_ERR_ACCES);
+        std::fs::remove_file(&live).unwrap();
+        drop((q, again));
+    }
+
+    /// Creations racing for one `interval` queue leave one queue file and
+    /// one live part: the losers remove the live parts they made.
+    #[test]
+    fn racing_creations_of_an_interval_queue_leave_one_live_part() {
+        const ID: u32 = 4_000_000_007;
+        let dir = DiskDir::new("live-race");
+        let wins: usize = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..6)
+                .map(|_| {
+                    let d = dir.0.clone();
+                    s.spawn(move || {
+                        let mut spec = Spec::new(64, 16);
+                        spec.durability = Some(Durability::Interval(1000));
+                        usize::from(Queue::create(&d, ID, &spec).is_ok())
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).sum()
+        });
+        assert_eq!(wins, 1);
+        let disk = std::fs::metadata(queue_path(&dir.0, ID)).unwrap();
+        let names = live_files_of(ID);
+        assert_eq!(names.len(), 1, "{names:?}");
+        assert!(names[0].starts_with(&format!(".interval-{:x}-{}-", disk.dev(), disk.ino())), "{names:?}");
+        Queue::drop_queue(&dir.0, ID).unwrap();
+        assert_eq!(live_files_of(ID), Vec::<String>::new());
+    }
+}
