@@ -675,3 +675,48 @@ fn a_lease_pop_syncs_its_saved_record_even_with_syncs_put_off() {
     q.sync_ticket(ticket).unwrap();
     assert!(q.is_synced(ticket));
 }
+
+/// Child of `a_killed_process_leaves_an_interval_queues_live_part_to_the_next_attach`:
+/// pushes 100 records into queue 1 (an interval of an hour: no sync), says
+/// so, and waits to be killed.
+#[test]
+#[ignore = "child process of a_killed_process_leaves_an_interval_queues_live_part_to_the_next_attach"]
+fn interval_kill_child() {
+    let dir = PathBuf::from(child_env("TVMQ_DURABLE_DIR"));
+    let q = Queue::open(&dir, 1).expect("open");
+    for i in 0..100u32 {
+        q.push(&i.to_le_bytes()).expect("push");
+    }
+    println!("pushed");
+    loop {
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+/// kill -9 of the only process attached to an `interval` queue leaves its
+/// live part (in tmpfs) as it was: the next attach uses it, without a
+/// recovery, and finds every record the killed process pushed (none of
+/// which any sync wrote into the image).
+#[test]
+fn a_killed_process_leaves_an_interval_queues_live_part_to_the_next_attach() {
+    use std::io::BufRead;
+    let disk = DiskDir::new("interval-kill");
+    create_durable(&disk.0, 1, 256, 16, Durability::Interval(3_600_000));
+    let mut child = child_test("interval_kill_child")
+        .env("TVMQ_DURABLE_DIR", &disk.0)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the child");
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    assert!(lines.any(|l| l.is_ok_and(|l| l.ends_with("pushed"))), "the child did not push");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let q = Queue::open(&disk.0, 1).unwrap();
+    assert!(q.durable_stats().unwrap().last_recovery.is_none(), "no recovery after a process kill");
+    let mut out = [0u8; 16];
+    let got: Vec<u32> = std::iter::from_fn(|| {
+        q.pop(&mut out, Wait::NoWait).ok().map(|_| u32::from_le_bytes(out[..4].try_into().unwrap()))
+    })
+    .collect();
+    assert_eq!(got, (0..100).collect::<Vec<u32>>());
+}
