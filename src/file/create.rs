@@ -155,7 +155,11 @@ fn fill_new_file(file: &File, tmp: &Path, info: &Info, options: &Options, mode: 
             libc::ENOSPC | libc::EFBIG => {
                 return Err(Error::new(
                     MQUE_CRTE_BIG,
-                    format!("no room for {} bytes in {}", ranges.iter().map(|(a, b)| b - a).sum::<u64>(), tmp.display()),
+                    format!(
+                        "no room for {} bytes in {}",
+                        ranges.iter().map(|(a, b)| b - a).sum::<u64>(),
+                        tmp.display()
+                    ),
                 ));
             }
             e => return Err(io_error(SHM_ERR_NOMEM, "cannot allocate", tmp, std::io::Error::from_raw_os_error(e))),

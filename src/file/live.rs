@@ -259,9 +259,8 @@ pub(crate) fn attach(info: &Info, options: &Options, ident: &Identity) -> Result
 pub(crate) fn create(info: &Info, options: &Options, ident: &Identity) -> Result<Live> {
     let len = live_len(info).ok_or_else(too_large)?;
     let want = header_page(info, options, ident);
-    make(info, &want, len, ident, true)?.ok_or_else(|| {
-        Error::new(TBL_ARD_EXIST, format!("the live part {} exists already", ident.path().display()))
-    })
+    make(info, &want, len, ident, true)?
+        .ok_or_else(|| Error::new(TBL_ARD_EXIST, format!("the live part {} exists already", ident.path().display())))
 }
 
 fn too_large() -> Error {
@@ -396,13 +395,13 @@ mod tests {
     use crate::test_support::DiskDir;
     use std::os::unix::fs::MetadataExt;
 
-    fn fs_type(path: &Path) -> i64 {
+    fn on_tmpfs(path: &Path) -> bool {
         let c = cpath(path).unwrap();
         // SAFETY: statfs is plain data; all-zero is a valid value for the call to fill.
         let mut st: libc::statfs = unsafe { std::mem::zeroed() };
         // SAFETY: a valid C path and out pointer.
         assert_eq!(unsafe { libc::statfs(c.as_ptr(), &mut st) }, 0, "statfs {}", path.display());
-        st.f_type as i64
+        st.f_type == libc::TMPFS_MAGIC
     }
 
     fn interval_queue(dir: &Path, id: u32, rows: u64, size: u64) {
@@ -436,8 +435,8 @@ mod tests {
         let disk = queue_path(&dir.0, 1);
         let q = Queue::open(&dir.0, 1).unwrap();
         let live = q.live_path().expect("a live part").to_path_buf();
-        assert_eq!(fs_type(&live), libc::TMPFS_MAGIC as i64, "{}", live.display());
-        assert_ne!(fs_type(&disk), libc::TMPFS_MAGIC as i64);
+        assert!(on_tmpfs(&live), "{}", live.display());
+        assert!(!on_tmpfs(&disk));
         // `tvmq list` of the directory that holds it does not see a queue.
         assert_eq!(crate::file::queue_file_id(live.file_name().unwrap()), None);
         for i in 0..200u32 {

@@ -104,8 +104,7 @@ impl QueueFile {
         };
         let len = usize::try_from(len)
             .map_err(|_| Error::new(MQUE_CRTE_BIG, format!("{} is too large to map", path.display())))?;
-        let map =
-            SharedMap::map(&mapped, len, write).map_err(|e| io_error(SHM_ERR_NOMEM, "cannot map", &path, e))?;
+        let map = SharedMap::map(&mapped, len, write).map_err(|e| io_error(SHM_ERR_NOMEM, "cannot map", &path, e))?;
         if access == (Access::ReadWrite { populate: true }) {
             // Not an `interval` queue's image (when the queue file itself
             // is mapped): nobody touches it through the mapping, and
