@@ -261,6 +261,27 @@ fn a_durable_file_copied_to_tmpfs_opens_only_for_inspection() {
     assert!(e.to_string().contains("tmpfs"), "a clear message: {e}");
     let view = Queue::inspect(shm.path(), 1).unwrap();
     assert_eq!(view.depth(), 1, "still readable for tvmq stat and peek");
+    // An `interval` queue's file copied there: refused too, and the live
+    // part the attempt made in tmpfs is not left behind.
+    create_durable(&disk.0, 2, 16, 64, Durability::Interval(1000));
+    let copy = tvm::queue_path(shm.path(), 2);
+    std::fs::copy(tvm::queue_path(&disk.0, 2), &copy).unwrap();
+    assert_eq!(Queue::open(shm.path(), 2).unwrap_err().code(), NOT_DURABLE);
+    let meta = std::fs::metadata(&copy).unwrap();
+    let prefix = format!(
+        ".interval-{:x}-{}-",
+        std::os::unix::fs::MetadataExt::dev(&meta),
+        std::os::unix::fs::MetadataExt::ino(&meta)
+    );
+    // SAFETY: geteuid has no preconditions.
+    let live = PathBuf::from(format!("/dev/shm/tvmq-{}", unsafe { libc::geteuid() }));
+    let left: Vec<_> = std::fs::read_dir(live)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .collect();
+    assert!(left.is_empty(), "a live part left: {left:?}");
 }
 
 #[test]

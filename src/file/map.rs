@@ -39,8 +39,9 @@ pub(crate) struct QueueFile {
     /// live part in tmpfs (see [`super::live`]). Shared with the registry,
     /// whose locks belong to this open file description.
     mapped: Arc<File>,
-    /// The live part, if it is mapped.
+    /// The live part, if it is mapped, and whether this open made it.
     live: Option<PathBuf>,
+    live_made: bool,
     map: SharedMap,
     control: SharedRef<Control>,
 }
@@ -98,6 +99,7 @@ impl QueueFile {
         } else {
             None
         };
+        let live_made = live.as_ref().is_some_and(|l| l.made);
         let (mapped, live, len) = match live {
             Some(l) => (l.file, Some(l.path), super::live::live_len(&info).unwrap_or(0)),
             None => (file.try_clone().map_err(|e| io_error(SHM_ERR_NOMEM, "cannot duplicate", &path, e))?, None, len),
@@ -132,7 +134,17 @@ impl QueueFile {
         let control = map
             .view::<Control>(CONTROL_OFFSET as usize)
             .ok_or_else(|| Error::new(SHM_ERR_INVAL, format!("{}: no room for the control block", path.display())))?;
-        Ok(QueueFile { info, options, path, file: Arc::new(file), mapped: Arc::new(mapped), live, map, control })
+        Ok(QueueFile {
+            info,
+            options,
+            path,
+            file: Arc::new(file),
+            mapped: Arc::new(mapped),
+            live,
+            live_made,
+            map,
+            control,
+        })
     }
 
     /// The live part in tmpfs of an `interval` queue, when it is mapped
@@ -140,6 +152,11 @@ impl QueueFile {
     #[cfg(test)]
     pub(crate) fn live_path(&self) -> Option<&Path> {
         self.live.as_deref()
+    }
+
+    /// Did this open make the live part (it was missing)?
+    pub(crate) fn live_made(&self) -> bool {
+        self.live_made
     }
 
     /// Unlinks the live part (dropping the queue), unless its name now

@@ -204,7 +204,11 @@ impl Queue {
         let mut durable = None;
         if let (Some(policy), true) = (info.durability, register) {
             if crate::file::is_volatile_fs(file.file()) && !crate::durable::hooked(file.path()) {
-                // Created on a disk (create refuses tmpfs), then moved or copied here.
+                // Created on a disk (create refuses tmpfs), then moved or copied
+                // here. (An `interval` queue's live part made by this open goes.)
+                if file.live_made() {
+                    file.remove_live();
+                }
                 return Err(Error::new(
                     NOT_DURABLE,
                     format!(
