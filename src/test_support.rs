@@ -51,6 +51,7 @@ impl TempDir {
 
 impl Drop for TempDir {
     fn drop(&mut self) {
+        remove_live_parts(&self.0);
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
@@ -72,7 +73,37 @@ impl DiskDir {
 
 impl Drop for DiskDir {
     fn drop(&mut self) {
+        remove_live_parts(&self.0);
         let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Removes the live parts in tmpfs of the `interval` queues whose files are
+/// under `dir` (their names begin `.interval-<dev>-<inode>-` of the queue
+/// file, in `/dev/shm/tvmq-<uid>`: see the library's `file::live`), which a
+/// test that does not drop its queues would leave behind.
+pub fn remove_live_parts(dir: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let mut prefixes = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let Ok(m) = e.metadata() else { continue };
+            if m.is_dir() {
+                todo.push(e.path());
+            } else if m.is_file() {
+                prefixes.push(format!(".interval-{:x}-{}-", m.dev(), m.ino()));
+            }
+        }
+    }
+    // SAFETY: geteuid has no preconditions.
+    let live = PathBuf::from(format!("/dev/shm/tvmq-{}", unsafe { libc::geteuid() }));
+    for e in std::fs::read_dir(&live).into_iter().flatten().flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if prefixes.iter().any(|p| name.starts_with(p.as_str())) {
+            let _ = std::fs::remove_file(e.path());
+        }
     }
 }
 

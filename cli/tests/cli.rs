@@ -358,6 +358,11 @@ impl DiskDir {
 
 impl Drop for DiskDir {
     fn drop(&mut self) {
+        // Dropped first: an interval queue's live part is a file in
+        // /dev/shm/tvmq-<uid>, which the drop removes.
+        for id in tvm::queue_ids(&self.0).unwrap_or_default() {
+            let _ = Queue::drop_queue(&self.0, id);
+        }
         let _ = fs::remove_dir_all(&self.0);
     }
 }

@@ -238,6 +238,12 @@ impl Image {
         let page = read(self.offset, IMAGE_MARKS_BYTES)?;
         let in_page = (marks_at - marks_page()) as usize;
         let marks = &page[in_page..in_page + marks_len];
+        // The last recovery's findings, in the same page (a live part made
+        // again after a reboot starts from zeros: `runs` keeps counting).
+        let recovery_at = CONTROL_OFFSET + std::mem::offset_of!(Control, recovery) as u64;
+        let recovery_len = std::mem::size_of::<crate::ring::CachePadded<crate::file::layout::RecoveryWords>>();
+        let in_page_r = (recovery_at - marks_page()) as usize;
+        let recovery = page.get(in_page_r..in_page_r + recovery_len).unwrap_or(&[]);
         let slots_image = read(self.offset + IMAGE_MARKS_BYTES, slots)?;
         if DATA_OFFSET + slots > map.len() as u64 {
             return Err(Error::new(SHM_ERR_INVAL, "image beyond the mapping"));
@@ -248,6 +254,7 @@ impl Image {
         unsafe {
             std::ptr::copy_nonoverlapping(slots_image.as_ptr(), map.base().add(DATA_OFFSET as usize), slots as usize);
             std::ptr::copy_nonoverlapping(marks.as_ptr(), map.base().add(marks_at as usize), marks.len());
+            std::ptr::copy_nonoverlapping(recovery.as_ptr(), map.base().add(recovery_at as usize), recovery.len());
         }
         Ok(())
     }

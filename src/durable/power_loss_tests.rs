@@ -79,11 +79,13 @@ fn parse(r: &[u8]) -> Option<u32> {
     (record(seq) == r).then_some(seq)
 }
 
-/// Copies the file's mapping (all but the process table) with volatile
-/// reads: other threads write it meanwhile, as they do while the kernel
-/// writes pages out.
-fn copy(base: *const u8, len: usize) -> Vec<u8> {
-    let mut out = Vec::with_capacity(len);
+/// Copies the queue's mapping of `len` bytes (all but the process table)
+/// with volatile reads: other threads write it meanwhile, as they do while
+/// the kernel writes pages out. The copy stands for the queue file of
+/// `file_len` bytes: an `interval` queue without leases maps only its live
+/// part (in tmpfs, everything before its image), and the rest is zeros.
+fn copy(base: *const u8, len: usize, file_len: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(copy_len(file_len));
     for range in [0..TABLE_OFFSET as usize, DATA_OFFSET as usize..len] {
         for off in range.step_by(8) {
             // SAFETY: off + 8 <= len (ranges of 8-byte multiples inside a
@@ -93,7 +95,25 @@ fn copy(base: *const u8, len: usize) -> Vec<u8> {
             out.extend_from_slice(&w.to_ne_bytes());
         }
     }
+    out.resize(copy_len(file_len), 0);
     out
+}
+
+/// Logs what a sync hands its hook: the copy a sync makes durable (the
+/// image's snapshot, or the synced mapping) and, for an `interval` queue
+/// with leases, the lease table persisted after it.
+fn log_sync_event(l: &mut Vec<Event>, event: &SyncEvent, file_len: usize) {
+    match *event {
+        SyncEvent::Begin => l.push(Event::SyncBegin),
+        SyncEvent::Synced { base, len, control, writes } => {
+            let bytes = Arc::new(copy(base, len, file_len));
+            l.push(Event::Copy { synced: true, control, bytes, writes: writes.to_vec(), table: false })
+        }
+        SyncEvent::LeaseTable { base, len } => {
+            let bytes = Arc::new(copy(base, len, file_len));
+            l.push(Event::Copy { synced: false, control: false, bytes, writes: Vec::new(), table: true })
+        }
+    }
 }
 
 /// A run of producers and consumers on a durable queue whose syncs are
@@ -105,35 +125,20 @@ fn run(policy: Durability, dir: &Path, seed: u64) -> (Vec<Event>, usize) {
     let path = queue_path(dir, 1);
     let log = Arc::new(Mutex::new(Vec::new()));
     let file_len = std::fs::metadata(&path).unwrap().len() as usize;
-    {
-        let f = std::fs::File::open(&path).unwrap();
-        let initial = crate::shm::SharedMap::map(&f, file_len, false).unwrap();
-        let bytes = Arc::new(copy(initial.base(), file_len));
-        log.lock().unwrap().push(Event::Copy { synced: true, control: true, bytes, writes: Vec::new(), table: false });
-    }
     let hook_log = log.clone();
     let hook: SyncHook = Arc::new(move |event| {
-        let mut l = hook_log.lock().unwrap();
-        match *event {
-            SyncEvent::Begin => l.push(Event::SyncBegin),
-            SyncEvent::Synced { base, len, control, writes } => l.push(Event::Copy {
-                synced: true,
-                control,
-                bytes: Arc::new(copy(base, len)),
-                writes: writes.to_vec(),
-                table: false,
-            }),
-            SyncEvent::LeaseTable { base, len } => l.push(Event::Copy {
-                synced: false,
-                control: false,
-                bytes: Arc::new(copy(base, len)),
-                writes: Vec::new(),
-                table: true,
-            }),
-        }
+        log_sync_event(&mut hook_log.lock().unwrap(), event, file_len);
     });
     hooks().lock().unwrap().push((path.clone(), hook));
     let q = Arc::new(Queue::open(dir, 1).unwrap());
+    // The queue's mapping (an `interval` queue's live part in tmpfs), as
+    // created: the first entry of the log.
+    let map = q.shared_map();
+    {
+        let bytes = Arc::new(copy(map.base(), map.len(), file_len));
+        let first = Event::Copy { synced: true, control: true, bytes, writes: Vec::new(), table: false };
+        log.lock().unwrap().insert(0, first);
+    }
     let stop = Arc::new(AtomicBool::new(false));
     const PRODUCERS: u32 = 3;
     const PER_PRODUCER: u32 = 500;
@@ -143,17 +148,15 @@ fn run(policy: Durability, dir: &Path, seed: u64) -> (Vec<Event>, usize) {
     std::thread::scope(|s| {
         // Copies at random instants.
         {
-            let (log, stop, path) = (log.clone(), stop.clone(), path.clone());
+            let (log, stop, map) = (log.clone(), stop.clone(), map.clone());
             s.spawn(move || {
-                let f = std::fs::File::open(&path).unwrap();
-                let map = crate::shm::SharedMap::map(&f, file_len, false).unwrap();
                 let mut x = seed;
                 while !stop.load(Ordering::Relaxed) {
                     x = splitmix64(x);
                     std::thread::sleep(Duration::from_micros(20 + x % 300));
                     // Copied under the log's lock: the log's order is the copies' order.
                     let mut l = log.lock().unwrap();
-                    let bytes = Arc::new(copy(map.base(), file_len));
+                    let bytes = Arc::new(copy(map.base(), map.len(), file_len));
                     l.push(Event::Copy { synced: false, control: false, bytes, writes: Vec::new(), table: false });
                 }
             });
@@ -339,6 +342,9 @@ fn check_images(policy: Durability, log: &[Event], file_len: usize, images: usiz
             }
         }
         drop(q);
+        // With its live part in tmpfs (an `interval` queue), so that the
+        // next image finds none and is rebuilt from its own image.
+        Queue::drop_queue(scratch.path(), 1).unwrap();
         kept_total += got.len() as u64;
         assert_eq!(found.kept, got.len() as u64, "image {n}: recovery's count");
         let set: std::collections::HashSet<u32> = got.iter().copied().collect();
@@ -546,12 +552,6 @@ fn run_leases(policy: Durability, dir: &Path, seed: u64) -> (Vec<Event>, usize) 
     let path = queue_path(dir, 1);
     let log = Arc::new(Mutex::new(Vec::new()));
     let file_len = std::fs::metadata(&path).unwrap().len() as usize;
-    {
-        let f = std::fs::File::open(&path).unwrap();
-        let initial = crate::shm::SharedMap::map(&f, file_len, false).unwrap();
-        let bytes = Arc::new(copy(initial.base(), file_len));
-        log.lock().unwrap().push(Event::Copy { synced: true, control: true, bytes, writes: Vec::new(), table: false });
-    }
     let hook_log = log.clone();
     // `interval`: the image's snapshot and the table's persisting are apart
     // by the time a system call takes (here 200 us before each copy), during
@@ -562,27 +562,18 @@ fn run_leases(policy: Durability, dir: &Path, seed: u64) -> (Vec<Event>, usize) 
         if gap && !matches!(event, SyncEvent::Begin) {
             std::thread::sleep(Duration::from_micros(200));
         }
-        let mut l = hook_log.lock().unwrap();
-        match *event {
-            SyncEvent::Begin => l.push(Event::SyncBegin),
-            SyncEvent::Synced { base, len, control, writes } => l.push(Event::Copy {
-                synced: true,
-                control,
-                bytes: Arc::new(copy(base, len)),
-                writes: writes.to_vec(),
-                table: false,
-            }),
-            SyncEvent::LeaseTable { base, len } => l.push(Event::Copy {
-                synced: false,
-                control: false,
-                bytes: Arc::new(copy(base, len)),
-                writes: Vec::new(),
-                table: true,
-            }),
-        }
+        log_sync_event(&mut hook_log.lock().unwrap(), event, file_len);
     });
     hooks().lock().unwrap().push((path.clone(), hook));
     let q = Arc::new(Queue::open(dir, 1).unwrap());
+    // The queue's mapping (an `interval` queue's live part in tmpfs), as
+    // created: the first entry of the log.
+    let map = q.shared_map();
+    {
+        let bytes = Arc::new(copy(map.base(), map.len(), file_len));
+        let first = Event::Copy { synced: true, control: true, bytes, writes: Vec::new(), table: false };
+        log.lock().unwrap().insert(0, first);
+    }
     let stop = Arc::new(AtomicBool::new(false));
     const PRODUCERS: u32 = 2;
     const PER_PRODUCER: u32 = 300;
@@ -591,16 +582,14 @@ fn run_leases(policy: Durability, dir: &Path, seed: u64) -> (Vec<Event>, usize) 
     let total = u64::from(PRODUCERS * PER_PRODUCER);
     std::thread::scope(|s| {
         {
-            let (log, stop, path) = (log.clone(), stop.clone(), path.clone());
+            let (log, stop, map) = (log.clone(), stop.clone(), map.clone());
             s.spawn(move || {
-                let f = std::fs::File::open(&path).unwrap();
-                let map = crate::shm::SharedMap::map(&f, file_len, false).unwrap();
                 let mut x = seed;
                 while !stop.load(Ordering::Relaxed) {
                     x = splitmix64(x);
                     std::thread::sleep(Duration::from_micros(20 + x % 300));
                     let mut l = log.lock().unwrap();
-                    let bytes = Arc::new(copy(map.base(), file_len));
+                    let bytes = Arc::new(copy(map.base(), map.len(), file_len));
                     l.push(Event::Copy { synced: false, control: false, bytes, writes: Vec::new(), table: false });
                 }
             });

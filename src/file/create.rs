@@ -2,7 +2,7 @@
 //! removing one, and cleaning up after creations whose process died.
 
 use super::dir::{check_dir, open_checked, queue_path};
-use super::layout::{CONTROL_OFFSET, Control, Info, OPTIONS_OFFSET, Options, SyncWords};
+use super::layout::{CONTROL_OFFSET, Control, INFO_BYTES, Info, OPTIONS_OFFSET, Options, SyncWords};
 use super::{cpath, io_error, is_tmpfs};
 use crate::error::*;
 use crate::spec::Spec;
@@ -34,7 +34,8 @@ pub(crate) fn create(dir: &Path, id: u32, spec: &Spec) -> Result<()> {
         return Err(Error::new(TBL_ARD_EXIST, format!("queue {id} already exists ({})", path.display())));
     }
     let available = available_bytes(dir);
-    let needed = allocated_bytes(&info);
+    let image = super::live::in_tmpfs(&options);
+    let needed = disk_ranges(&info, image).iter().map(|(a, b)| b - a).sum::<u64>();
     if available.is_some_and(|a| needed > a) {
         return Err(Error::new(
             MQUE_CRTE_BIG,
@@ -64,13 +65,41 @@ pub(crate) fn create(dir: &Path, id: u32, spec: &Spec) -> Result<()> {
     // SAFETY: fd is a fresh descriptor that nothing else owns.
     let file = unsafe { File::from_raw_fd(fd) };
     let durable = spec.durability.is_some();
+    let mut live = None;
     let result = fill_new_file(&file, &tmp, &info, &options, spec.mode, durable)
+        .and_then(|()| {
+            // An `interval` queue's live part, in tmpfs: made before the
+            // queue file is published, so that no process finds one without
+            // the other (the queue file keeps its inode through the rename).
+            if image {
+                let ident = super::live::Identity::of(&file, &info, &tmp)?;
+                live = Some(super::live::create(&info, &options, &ident)?);
+            }
+            Ok(())
+        })
         .and_then(|()| publish(&tmp, &path, id))
         .and_then(|()| if durable { sync_dir(dir) } else { Ok(()) });
-    if result.is_err() {
+    if result.is_err() && std::fs::symlink_metadata(&tmp).is_ok() {
+        // Not published: neither file is left (once published, a failed
+        // sync of the directory leaves the queue, as for any durable queue).
         let _ = std::fs::remove_file(&tmp);
+        if let Some(l) = &live {
+            l.remove();
+        }
     }
     result
+}
+
+/// The byte ranges of a new queue file that are written when it is made:
+/// all but its hole ([`allocated_ranges`]); for an `interval` queue
+/// (`image`) only its header page and its image, its live part being kept
+/// in tmpfs (see [`super::live`]: the range between is a hole that nothing
+/// writes).
+fn disk_ranges(info: &Info, image: bool) -> Vec<(u64, u64)> {
+    match image.then(|| super::live::live_len(info)).flatten() {
+        Some(live) => [(0, INFO_BYTES.min(live)), (live, info.file_size)].into_iter().filter(|(a, b)| a < b).collect(),
+        None => allocated_ranges(info),
+    }
 }
 
 /// `.queue-<id>.tmp.`: the name of a queue file being created starts with
@@ -116,7 +145,8 @@ fn fill_new_file(file: &File, tmp: &Path, info: &Info, options: &Options, mode: 
     // Reserve every page now (but the intent pages, left a hole: see
     // `layout`): a full tmpfs must fail here, not as SIGBUS later.
     file.set_len(info.file_size).map_err(|e| io_error(MQUE_CRTE_BIG, "cannot size", tmp, e))?;
-    let ranges = allocated_ranges(info);
+    let image = super::live::in_tmpfs(options);
+    let ranges = disk_ranges(info, image);
     for &(from, to) in &ranges {
         // SAFETY: posix_fallocate on an fd we own.
         let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), from as libc::off_t, (to - from) as libc::off_t) };
@@ -125,7 +155,11 @@ fn fill_new_file(file: &File, tmp: &Path, info: &Info, options: &Options, mode: 
             libc::ENOSPC | libc::EFBIG => {
                 return Err(Error::new(
                     MQUE_CRTE_BIG,
-                    format!("no room for {} bytes in {}", allocated_bytes(info), tmp.display()),
+                    format!(
+                        "no room for {} bytes in {}",
+                        ranges.iter().map(|(a, b)| b - a).sum::<u64>(),
+                        tmp.display()
+                    ),
                 ));
             }
             e => return Err(io_error(SHM_ERR_NOMEM, "cannot allocate", tmp, std::io::Error::from_raw_os_error(e))),
@@ -145,8 +179,9 @@ fn fill_new_file(file: &File, tmp: &Path, info: &Info, options: &Options, mode: 
     file.write_all_at(info.as_bytes(), 0)
         .and_then(|()| file.write_all_at(options.as_bytes(), OPTIONS_OFFSET as u64))
         .map_err(|e| io_error(SHM_ERR_NOMEM, "cannot write header of", tmp, e))?;
-    if durable {
-        // This boot's id: the queue's first attach needs no recovery.
+    if durable && !image {
+        // This boot's id: the queue's first attach needs no recovery (an
+        // `interval` queue's live part, in tmpfs, holds its own).
         let control = Control::default();
         stamp_boot_id(&control);
         let words = &control.sync.0.boot_id;
@@ -159,6 +194,8 @@ fn fill_new_file(file: &File, tmp: &Path, info: &Info, options: &Options, mode: 
         file.write_all_at(&bytes, at)
             .and_then(|()| file.sync_all())
             .map_err(|e| io_error(SYNC_FAILED, "cannot write", tmp, e))?;
+    } else if durable {
+        file.sync_all().map_err(|e| io_error(SYNC_FAILED, "cannot write", tmp, e))?;
     }
     Ok(())
 }
@@ -183,7 +220,7 @@ fn stamp_boot_id(control: &Control) {
 /// and a folio is written back whole, so after 1 MiB writes every sync of
 /// one 304-byte record wrote 1 MiB and took 400 us instead of 150 (measured
 /// with msync of one page, 2,000 times, on this machine's ext4 disk).
-fn zero_fill(file: &File, from: u64, to: u64, chunk: usize) -> std::io::Result<()> {
+pub(crate) fn zero_fill(file: &File, from: u64, to: u64, chunk: usize) -> std::io::Result<()> {
     let zeros = vec![0u8; chunk.min((to - from) as usize)];
     let mut at = from;
     while at < to {
@@ -203,11 +240,6 @@ pub(crate) fn allocated_ranges(info: &Info) -> Vec<(u64, u64)> {
         }
         None => vec![(0, info.file_size)],
     }
-}
-
-/// Bytes of a new file that are allocated when it is made.
-pub(crate) fn allocated_bytes(info: &Info) -> u64 {
-    allocated_ranges(info).iter().map(|(a, b)| b - a).sum()
 }
 
 /// Moves the finished temporary file to its name, failing if the name exists.

@@ -20,7 +20,13 @@ pub fn queue_dir() -> PathBuf {
 
 fn default_dir() -> PathBuf {
     // SAFETY: geteuid has no preconditions.
-    let uid = unsafe { libc::geteuid() };
+    default_dir_of(unsafe { libc::geteuid() })
+}
+
+/// The default queue directory of user `uid`, `/dev/shm/tvmq-<uid>`; also
+/// where the live parts of that user's `interval` queues are kept (see
+/// [`super::live`]).
+pub(crate) fn default_dir_of(uid: u32) -> PathBuf {
     PathBuf::from(format!("/dev/shm/tvmq-{uid}"))
 }
 

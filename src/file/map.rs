@@ -23,6 +23,9 @@ pub(crate) enum Access {
     ReadWrite { populate: bool },
     /// For inspection only.
     ReadOnly,
+    /// For dropping: read-write, nothing populated, and an `interval`
+    /// queue's live part used if it exists, never made.
+    Drop,
 }
 
 /// An open, validated, mapped queue file.
@@ -30,9 +33,15 @@ pub(crate) struct QueueFile {
     info: Info,
     options: Options,
     path: PathBuf,
-    /// Shared with the registry, whose locks belong to this open file
-    /// description.
+    /// The queue file.
     file: Arc<File>,
+    /// The file that is mapped: the queue file, or an `interval` queue's
+    /// live part in tmpfs (see [`super::live`]). Shared with the registry,
+    /// whose locks belong to this open file description.
+    mapped: Arc<File>,
+    /// The live part, if it is mapped, and whether this open made it.
+    live: Option<PathBuf>,
+    live_made: bool,
     map: SharedMap,
     control: SharedRef<Control>,
 }
@@ -71,25 +80,48 @@ impl QueueFile {
     /// Opens queue `id` in `dir`, refusing anything that is not a regular
     /// queue file of ours with a valid header.
     pub(crate) fn open(dir: &Path, id: u32, access: Access) -> Result<QueueFile> {
-        let (file, info, options, len, path) = open_validated(dir, id, access != Access::ReadOnly)?;
+        let write = access != Access::ReadOnly;
+        let (file, info, options, len, path) = open_validated(dir, id, write)?;
+        // An `interval` queue's live part is a file in tmpfs: found from the
+        // queue file, made (to be rebuilt from the image) when it is missing.
+        let live = if super::live::in_tmpfs(&options) {
+            let ident = super::live::Identity::of(&file, &info, &path)?;
+            let live = match access {
+                Access::ReadWrite { .. } => Some(super::live::attach(&info, &options, &ident)?),
+                Access::ReadOnly | Access::Drop => super::live::find(&info, &options, &ident, write)?,
+            };
+            if let Some(l) = live.as_ref().filter(|l| l.made && !ident.still_at(&path)) {
+                // The queue was dropped (or replaced) while this made its live part.
+                l.remove();
+                return Err(super::dir::no_queue(&path));
+            }
+            live
+        } else {
+            None
+        };
+        let live_made = live.as_ref().is_some_and(|l| l.made);
+        let (mapped, live, len) = match live {
+            Some(l) => (l.file, Some(l.path), super::live::live_len(&info).unwrap_or(0)),
+            None => (file.try_clone().map_err(|e| io_error(SHM_ERR_NOMEM, "cannot duplicate", &path, e))?, None, len),
+        };
         let len = usize::try_from(len)
             .map_err(|_| Error::new(MQUE_CRTE_BIG, format!("{} is too large to map", path.display())))?;
-        let map = SharedMap::map(&file, len, access != Access::ReadOnly)
-            .map_err(|e| io_error(SHM_ERR_NOMEM, "cannot map", &path, e))?;
+        let map = SharedMap::map(&mapped, len, write).map_err(|e| io_error(SHM_ERR_NOMEM, "cannot map", &path, e))?;
         if access == (Access::ReadWrite { populate: true }) {
-            // Not an `interval` queue's image: nobody touches it through the
-            // mapping, and write-populating it would dirty every page of it
-            // (its first direct write would write them all back).
+            // Not an `interval` queue's image (when the queue file itself
+            // is mapped): nobody touches it through the mapping, and
+            // write-populating it would dirty every page of it (its first
+            // direct write would write them all back).
             let live = if options.image() {
                 super::layout::image_offset(info.capacity, info.record_size, options.lease_entries())
-                    .map_or(len, |o| o as usize)
+                    .map_or(len, |o| (o as usize).min(len))
             } else {
                 len
             };
             // Nor the process table's intent pages (a hole in a version 2
             // file): populating would allocate every one of them. A process
             // touches its own page only.
-            let tmpfs = is_tmpfs(&file);
+            let tmpfs = is_tmpfs(&mapped);
             match info.sparse_range() {
                 Some((start, end)) => {
                     map.populate_range(tmpfs, 0, start as usize);
@@ -103,7 +135,37 @@ impl QueueFile {
         let control = map
             .view::<Control>(CONTROL_OFFSET as usize)
             .ok_or_else(|| Error::new(SHM_ERR_INVAL, format!("{}: no room for the control block", path.display())))?;
-        Ok(QueueFile { info, options, path, file: Arc::new(file), map, control })
+        Ok(QueueFile {
+            info,
+            options,
+            path,
+            file: Arc::new(file),
+            mapped: Arc::new(mapped),
+            live,
+            live_made,
+            map,
+            control,
+        })
+    }
+
+    /// The live part in tmpfs of an `interval` queue, when it is mapped
+    /// (see [`super::live`]).
+    #[cfg(test)]
+    pub(crate) fn live_path(&self) -> Option<&Path> {
+        self.live.as_deref()
+    }
+
+    /// Did this open make the live part (it was missing)?
+    pub(crate) fn live_made(&self) -> bool {
+        self.live_made
+    }
+
+    /// Unlinks the live part (dropping the queue), unless its name now
+    /// leads to another file.
+    pub(crate) fn remove_live(&self) {
+        if let Some(path) = &self.live {
+            super::live::unlink(path, &self.mapped);
+        }
     }
 
     /// The validated header.
@@ -121,13 +183,13 @@ impl QueueFile {
         &self.path
     }
 
-    /// The open file (its open file description carries this process's
-    /// registry lock).
+    /// The open queue file (on the disk for a durable queue).
     pub(crate) fn file(&self) -> &File {
         &self.file
     }
 
-    /// The mapping of the whole file.
+    /// The mapping of the queue file, or of an `interval` queue's live
+    /// part (everything before its image).
     pub(crate) fn map(&self) -> &SharedMap {
         &self.map
     }
@@ -178,7 +240,7 @@ impl QueueFile {
 
     /// This process's view of the file's process table (not registered yet).
     pub(crate) fn registry(&self) -> Result<Registry> {
-        Registry::new(&self.map, TABLE_OFFSET as usize, self.file.clone(), self.info.table_layout())
+        Registry::new(&self.map, TABLE_OFFSET as usize, self.mapped.clone(), self.info.table_layout())
             .ok_or_else(|| Error::new(SHM_ERR_INVAL, format!("{}: no room for the process table", self.path.display())))
     }
 }

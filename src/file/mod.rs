@@ -1,11 +1,13 @@
 //! Queue files, by concern: [`layout`] (the bytes of a file and the checks
 //! of its header), [`dir`] (where files live and who may open them),
-//! [`create`] (atomic creation, removal, cleanup) and [`map`] (validated
-//! opening and mapping).
+//! [`create`] (atomic creation, removal, cleanup), [`map`] (validated
+//! opening and mapping) and [`live`] (the tmpfs file that holds an
+//! `interval` queue's live part).
 
 pub(crate) mod create;
 pub(crate) mod dir;
 pub(crate) mod layout;
+pub(crate) mod live;
 pub(crate) mod map;
 
 pub use dir::{check_queue_dir, filesystem_size, queue_dir, queue_file_id, queue_ids, queue_path};

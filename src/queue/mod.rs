@@ -153,7 +153,7 @@ impl Queue {
     /// Errors: `TBL_NOT_FOUND`, `SHM_ERR_ACCES`, `TBL_NOT_FOUND` when the
     /// queue was re-created while being dropped (the new one is kept).
     pub fn drop_queue(dir: &Path, id: u32) -> Result<()> {
-        match QueueFile::open(dir, id, Access::ReadWrite { populate: false }) {
+        match QueueFile::open(dir, id, Access::Drop) {
             Ok(f) => {
                 let wake = &f.control().wake.0;
                 f.control().state.0.dropped.store(1, Ordering::SeqCst);
@@ -161,7 +161,10 @@ impl Queue {
                 // sleeps on, then wake every sleeper of every process.
                 wake.futex.fetch_add(1, Ordering::SeqCst);
                 wait::wake(&wake.futex, u32::MAX);
-                file::create::remove(dir, id, f.file())
+                file::create::remove(dir, id, f.file())?;
+                // An `interval` queue's live part in tmpfs goes with it.
+                f.remove_live();
+                Ok(())
             }
             Err(e) if matches!(e.code(), SHM_ERR_INVAL | VER_NOT_MATCH) => file::create::remove_unmapped(dir, id),
             Err(e) => Err(e),
@@ -201,7 +204,11 @@ impl Queue {
         let mut durable = None;
         if let (Some(policy), true) = (info.durability, register) {
             if crate::file::is_volatile_fs(file.file()) && !crate::durable::hooked(file.path()) {
-                // Created on a disk (create refuses tmpfs), then moved or copied here.
+                // Created on a disk (create refuses tmpfs), then moved or copied
+                // here. (An `interval` queue's live part made by this open goes.)
+                if file.live_made() {
+                    file.remove_live();
+                }
                 return Err(Error::new(
                     NOT_DURABLE,
                     format!(
@@ -342,6 +349,18 @@ impl Queue {
     /// The file's path.
     pub fn path(&self) -> &Path {
         self.file.path()
+    }
+
+    /// The live part in tmpfs of an `interval` queue (see `file::live`).
+    #[cfg(test)]
+    pub(crate) fn live_path(&self) -> Option<&Path> {
+        self.file.live_path()
+    }
+
+    /// The mapping the queue works on.
+    #[cfg(test)]
+    pub(crate) fn shared_map(&self) -> crate::shm::SharedMap {
+        self.file.map().clone()
     }
 
     /// Processes attached without an entry in the process table.

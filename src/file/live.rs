@@ -1,0 +1,575 @@
+//! The live part of an `interval` queue: its control block, process table
+//! and slots, kept in a tmpfs file beside the plain queues of the queue
+//! file's owner (`/dev/shm/tvmq-<uid>`), while the queue file on the disk
+//! holds its header and its image (what a restart after a machine crash
+//! needs: see `crate::durable::image`).
+//!
+//! Why: a shared mapping of a file on a disk has its dirty pages written
+//! back by the kernel on its own schedule (30 s after they were dirtied,
+//! then every few seconds), and each pass cleans every page (a TLB
+//! shootdown each) and makes the next store to it fault again; a fill that
+//! such a pass fell on ran 5 to 15 times slower. tmpfs pages are never
+//! written back. The live pages were never read after a machine crash
+//! anyway: recovery rebuilds from the image.
+//!
+//! The live file has the layout of the queue file up to its image (the same
+//! offsets: header page, control block, process table, slots), so the ring,
+//! the registry and the image's writes work on its mapping unchanged. Its
+//! name comes from the queue file alone, so that every process (the library,
+//! the C calls, the `tvmq` commands, the server) finds the same one: the
+//! device and inode of the queue file, the queue's id and its creation time
+//! (`.interval-<dev>-<inode>-<id>-<created_ns>.live`). A copy of the queue
+//! file (another inode) finds none and is rebuilt from its image, as after a
+//! restart. Before it is trusted, its header page must hold the queue file's
+//! header and options and, at [`LIVE_ID_OFFSET`], that identity; a file of
+//! that name that does not is replaced (rebuilt from the image).
+//!
+//! When it is missing (after a reboot tmpfs is empty; or it was removed),
+//! the process that attaches for writing makes a new one, all zero but its
+//! header: its boot id is then unset, so the recovery of any durable queue
+//! runs (`crate::durable::recover`) and rebuilds the ring from the image.
+//! A killed process leaves it as it was: the next attach uses it.
+
+use super::create::{allocated_ranges, zero_fill};
+use super::dir::default_dir_of;
+use super::layout::{CONTROL_OFFSET, Control, INFO_BYTES, Info, OPTIONS_OFFSET, Options, SyncWords, image_offset};
+use super::{cpath, io_error};
+use crate::error::*;
+use std::fs::File;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Offset, in the live file's header page, of its [`LiveId`] (after the
+/// queue file's header and options, which the page repeats).
+pub(crate) const LIVE_ID_OFFSET: u64 = INFO_BYTES - 64;
+const _: () = assert!(OPTIONS_OFFSET as u64 + size_of::<Options>() as u64 <= LIVE_ID_OFFSET);
+
+/// First bytes of a [`LiveId`].
+const LIVE_MAGIC: [u8; 8] = *b"TVMQLIVE";
+
+/// Whose live file it is: the queue file it belongs to.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct LiveId {
+    magic: [u8; 8],
+    /// `st_dev` and `st_ino` of the queue file.
+    dev: u64,
+    ino: u64,
+    id: u64,
+    created_ns: u64,
+    reserved: [u64; 2],
+    /// FNV-1a 64 of the words above.
+    check: u64,
+}
+const _: () = assert!(size_of::<LiveId>() == 64);
+
+impl LiveId {
+    fn as_bytes(&self) -> &[u8] {
+        // SAFETY: LiveId is repr(C) integers and bytes without padding (64 bytes, asserted).
+        unsafe { std::slice::from_raw_parts((self as *const LiveId).cast::<u8>(), size_of::<LiveId>()) }
+    }
+}
+
+/// The queue file's identity, from which its live file is found.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Identity {
+    dev: u64,
+    ino: u64,
+    id: u32,
+    created_ns: u64,
+    /// The queue file's owner: the live file lives in its directory.
+    uid: u32,
+    /// The queue file's permission bits, given to the live file.
+    mode: u32,
+}
+
+impl Identity {
+    /// The identity of the queue file `disk` (open), whose header is `info`.
+    pub(crate) fn of(disk: &File, info: &Info, path: &Path) -> Result<Identity> {
+        let m = disk.metadata().map_err(|e| io_error(SHM_ERR_INVAL, "cannot stat", path, e))?;
+        Ok(Identity {
+            dev: m.dev(),
+            ino: m.ino(),
+            id: info.id,
+            created_ns: info.created_ns,
+            uid: m.uid(),
+            mode: m.mode() & 0o777,
+        })
+    }
+
+    /// Does `path` still name the queue file (not dropped or replaced)?
+    pub(crate) fn still_at(&self, path: &Path) -> bool {
+        std::fs::symlink_metadata(path).is_ok_and(|m| (m.dev(), m.ino()) == (self.dev, self.ino))
+    }
+
+    fn live_id(&self) -> LiveId {
+        let mut l = LiveId {
+            magic: LIVE_MAGIC,
+            dev: self.dev,
+            ino: self.ino,
+            id: u64::from(self.id),
+            created_ns: self.created_ns,
+            reserved: [0; 2],
+            check: 0,
+        };
+        l.check = super::layout::fnv1a(&l.as_bytes()[..56]);
+        l
+    }
+
+    /// Where the live file of this queue file is.
+    pub(crate) fn path(&self) -> PathBuf {
+        default_dir_of(self.uid)
+            .join(format!(".interval-{:x}-{}-{}-{}.live", self.dev, self.ino, self.id, self.created_ns))
+    }
+}
+
+/// Bytes of the live file of a queue with header `info`: everything before
+/// its image.
+pub(crate) fn live_len(info: &Info) -> Option<u64> {
+    image_offset(info.capacity, info.record_size, 0)
+}
+
+/// Does a queue with these options keep its live part in tmpfs? An
+/// `interval` queue without leases. One with leases persists its lease
+/// table in place, in the queue file (a sync writes the table's pages
+/// there after the image: see `durable`), so its live part stays in the
+/// queue file, whose pages the kernel may write back.
+pub(crate) fn in_tmpfs(options: &Options) -> bool {
+    options.image() && options.lease_entries() == 0
+}
+
+/// The header page a live file must hold: the queue file's header and
+/// options, and the identity.
+fn header_page(info: &Info, options: &Options, ident: &Identity) -> Vec<u8> {
+    let mut page = vec![0u8; INFO_BYTES as usize];
+    page[..size_of::<Info>()].copy_from_slice(info.as_bytes());
+    page[OPTIONS_OFFSET..OPTIONS_OFFSET + size_of::<Options>()].copy_from_slice(options.as_bytes());
+    let at = LIVE_ID_OFFSET as usize;
+    page[at..at + size_of::<LiveId>()].copy_from_slice(ident.live_id().as_bytes());
+    page
+}
+
+/// An open live file.
+pub(crate) struct Live {
+    pub(crate) file: File,
+    pub(crate) path: PathBuf,
+    /// Made by this open (all zero: the ring is to be rebuilt from the image).
+    pub(crate) made: bool,
+}
+
+impl Live {
+    /// Unlinks the live file, unless its name now leads to another file.
+    pub(crate) fn remove(&self) {
+        unlink(&self.path, &self.file);
+    }
+}
+
+/// Unlinks `path` if it still names the open file `file`.
+pub(crate) fn unlink(path: &Path, file: &File) {
+    let mine = file.metadata().map(|m| (m.dev(), m.ino())).ok();
+    let now = std::fs::symlink_metadata(path).map(|m| (m.dev(), m.ino())).ok();
+    if mine.is_some() && mine == now {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+/// What is at a live file's name.
+enum Found {
+    Ours(File),
+    Missing,
+    /// A regular file of the owner that is not this queue's live file (a
+    /// creation cut short, a leftover of another file on the same inode).
+    NotOurs,
+}
+
+/// Opens the live file at `path` if it is ours: a regular file of the
+/// queue file's owner (or ours), of the right size, with the header page
+/// `want`. A link, a file of another type or owner is refused.
+fn open_existing(path: &Path, want: &[u8], len: u64, ident: &Identity, write: bool) -> Result<Found> {
+    let c = cpath(path)?;
+    let mode = if write { libc::O_RDWR } else { libc::O_RDONLY };
+    // SAFETY: open with a valid C path; the fd is owned by the File below.
+    let fd = unsafe {
+        libc::open(c.as_ptr(), mode | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY)
+    };
+    if fd < 0 {
+        let e = std::io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::ENOENT) => Ok(Found::Missing),
+            Some(libc::ELOOP) => {
+                Err(Error::new(SHM_ERR_ACCES, format!("{} is a symbolic link: refused", path.display())))
+            }
+            Some(libc::EACCES | libc::EPERM) => Err(io_error(SHM_ERR_ACCES, "cannot open", path, e)),
+            _ => Err(io_error(SHM_ERR_INVAL, "cannot open", path, e)),
+        };
+    }
+    // SAFETY: fd is a fresh descriptor that nothing else owns.
+    let file = unsafe { File::from_raw_fd(fd) };
+    let meta = file.metadata().map_err(|e| io_error(SHM_ERR_INVAL, "cannot stat", path, e))?;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if !meta.file_type().is_file() || (meta.uid() != ident.uid && meta.uid() != me) {
+        return Err(Error::new(
+            SHM_ERR_ACCES,
+            format!("{} is not a regular file of uid {}: refused", path.display(), ident.uid),
+        ));
+    }
+    let mut page = vec![0u8; want.len()];
+    if meta.len() != len || file.read_exact_at(&mut page, 0).is_err() || page != want {
+        return Ok(Found::NotOurs);
+    }
+    Ok(Found::Ours(file))
+}
+
+/// The live file of the queue file `ident`, if there is one (never made):
+/// for inspection and for dropping.
+pub(crate) fn find(info: &Info, options: &Options, ident: &Identity, write: bool) -> Result<Option<Live>> {
+    let len = live_len(info).ok_or_else(too_large)?;
+    let path = ident.path();
+    match open_existing(&path, &header_page(info, options, ident), len, ident, write)? {
+        Found::Ours(file) => Ok(Some(Live { file, path, made: false })),
+        Found::Missing | Found::NotOurs => Ok(None),
+    }
+}
+
+/// The live file of the queue file `ident`, made (all zero but its header,
+/// to be rebuilt from the image) if it is missing or not ours.
+pub(crate) fn attach(info: &Info, options: &Options, ident: &Identity) -> Result<Live> {
+    let len = live_len(info).ok_or_else(too_large)?;
+    let path = ident.path();
+    let want = header_page(info, options, ident);
+    // A few rounds: another process may make or replace it meanwhile.
+    for _ in 0..4 {
+        match open_existing(&path, &want, len, ident, true)? {
+            Found::Ours(file) => return Ok(Live { file, path, made: false }),
+            Found::Missing => {}
+            Found::NotOurs => {
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+        if crate::clock::boot_id().is_none() {
+            // Without it, recovery could not tell that the new file must be rebuilt.
+            return Err(Error::new(
+                SHM_ERR_INVAL,
+                "cannot read /proc/sys/kernel/random/boot_id, which rebuilding an interval queue's live part needs",
+            ));
+        }
+        if let Some(live) = make(info, &want, len, ident, false)? {
+            return Ok(live);
+        }
+    }
+    Err(Error::new(SHM_ERR_ACCES, format!("cannot make {}: others keep replacing it", path.display())))
+}
+
+/// (Creation of an `interval` queue.) Makes its live file, stamped with this
+/// boot's id (its first attach needs no recovery). Fails if it exists.
+pub(crate) fn create(info: &Info, options: &Options, ident: &Identity) -> Result<Live> {
+    let len = live_len(info).ok_or_else(too_large)?;
+    let want = header_page(info, options, ident);
+    make(info, &want, len, ident, true)?
+        .ok_or_else(|| Error::new(TBL_ARD_EXIST, format!("the live part {} exists already", ident.path().display())))
+}
+
+fn too_large() -> Error {
+    Error::new(MQUE_CRTE_BIG, "the queue's geometry overflows its live part")
+}
+
+/// The directory of live files of `ident`'s owner: checked (and made, 0700,
+/// by its owner) as the default queue directory is.
+fn live_dir(ident: &Identity) -> Result<PathBuf> {
+    let dir = default_dir_of(ident.uid);
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if ident.uid == me {
+        super::dir::check_dir(&dir, true)?;
+        return Ok(dir);
+    }
+    // Another user's queue: its owner's directory, which must exist and be theirs.
+    match std::fs::symlink_metadata(&dir) {
+        Ok(m) if m.file_type().is_dir() && m.uid() == ident.uid => Ok(dir),
+        Ok(_) => Err(Error::new(
+            SHM_ERR_ACCES,
+            format!("{} is not a directory of uid {}: refused", dir.display(), ident.uid),
+        )),
+        Err(e) => Err(io_error(
+            SHM_ERR_ACCES,
+            &format!("the live part of an interval queue of uid {} is kept in", ident.uid),
+            &dir,
+            e,
+        )),
+    }
+}
+
+/// Makes the live file: a temporary file filled and published under its
+/// name, which must not exist (`Ok(None)` if another process published one
+/// first). `stamp`: write this boot's id into its control block.
+fn make(info: &Info, want: &[u8], len: u64, ident: &Identity, stamp: bool) -> Result<Option<Live>> {
+    let dir = live_dir(ident)?;
+    let path = ident.path();
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let tmp = dir.join(format!(".interval-tmp.{}.{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed)));
+    let ctmp = cpath(&tmp)?;
+    // SAFETY: open with a valid C path; the returned fd is owned by `file` below.
+    let fd = unsafe {
+        libc::open(
+            ctmp.as_ptr(),
+            libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            ident.mode as libc::c_uint,
+        )
+    };
+    if fd < 0 {
+        return Err(io_error(SHM_ERR_ACCES, "cannot create", &tmp, std::io::Error::last_os_error()));
+    }
+    // SAFETY: fd is a fresh descriptor that nothing else owns.
+    let file = unsafe { File::from_raw_fd(fd) };
+    let r = fill(&file, &tmp, info, want, len, ident.mode, stamp).and_then(|()| {
+        let cfinal = cpath(&path)?;
+        // SAFETY: valid C paths; renameat2 does not keep them.
+        let rc = unsafe {
+            libc::renameat2(libc::AT_FDCWD, ctmp.as_ptr(), libc::AT_FDCWD, cfinal.as_ptr(), libc::RENAME_NOREPLACE)
+        };
+        if rc == 0 {
+            return Ok(true);
+        }
+        let e = std::io::Error::last_os_error();
+        match e.kind() {
+            std::io::ErrorKind::AlreadyExists => Ok(false),
+            _ => Err(io_error(SHM_ERR_ACCES, "cannot create", &path, e)),
+        }
+    });
+    match r {
+        Ok(true) => Ok(Some(Live { file, path, made: true })),
+        Ok(false) => {
+            let _ = std::fs::remove_file(&tmp);
+            Ok(None)
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(e)
+        }
+    }
+}
+
+/// Sizes, allocates and clears the new live file, and writes its header
+/// page (and, with `stamp`, this boot's id).
+fn fill(file: &File, tmp: &Path, info: &Info, want: &[u8], len: u64, mode: u32, stamp: bool) -> Result<()> {
+    // The umask must not narrow the queue file's mode.
+    // SAFETY: fchmod on an fd we own.
+    if unsafe { libc::fchmod(file.as_raw_fd(), mode as libc::mode_t) } != 0 {
+        return Err(io_error(SHM_ERR_ACCES, "cannot chmod", tmp, std::io::Error::last_os_error()));
+    }
+    file.set_len(len).map_err(|e| io_error(MQUE_CRTE_BIG, "cannot size", tmp, e))?;
+    // As for a plain queue in /dev/shm: every page reserved now (a full
+    // tmpfs fails here, not as SIGBUS later) and cleared once, but the
+    // process table's intent pages, left a hole.
+    for (from, to) in allocated_ranges(info) {
+        let to = to.min(len);
+        if from >= to {
+            continue;
+        }
+        // SAFETY: posix_fallocate on an fd we own.
+        let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), from as libc::off_t, (to - from) as libc::off_t) };
+        match rc {
+            0 | libc::EOPNOTSUPP | libc::EINVAL => {}
+            libc::ENOSPC | libc::EFBIG => {
+                return Err(Error::new(MQUE_CRTE_BIG, format!("no room for {len} bytes in {}", tmp.display())));
+            }
+            e => return Err(io_error(SHM_ERR_NOMEM, "cannot allocate", tmp, std::io::Error::from_raw_os_error(e))),
+        }
+        zero_fill(file, from, to, 1 << 20).map_err(|e| io_error(MQUE_CRTE_BIG, "cannot fill", tmp, e))?;
+    }
+    file.write_all_at(want, 0).map_err(|e| io_error(SHM_ERR_NOMEM, "cannot write header of", tmp, e))?;
+    if stamp {
+        if let Some(id) = crate::clock::boot_id() {
+            let at = CONTROL_OFFSET
+                + std::mem::offset_of!(Control, sync) as u64
+                + std::mem::offset_of!(SyncWords, boot_id) as u64;
+            let mut bytes = [0u8; 16];
+            bytes[..8].copy_from_slice(&id[0].to_ne_bytes());
+            bytes[8..].copy_from_slice(&id[1].to_ne_bytes());
+            file.write_all_at(&bytes, at).map_err(|e| io_error(SHM_ERR_NOMEM, "cannot write", tmp, e))?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::file::queue_path;
+    use crate::queue::{Queue, Wait};
+    use crate::spec::{Durability, Spec};
+    use crate::test_support::DiskDir;
+    use std::os::unix::fs::MetadataExt;
+
+    fn on_tmpfs(path: &Path) -> bool {
+        let c = cpath(path).unwrap();
+        // SAFETY: statfs is plain data; all-zero is a valid value for the call to fill.
+        let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid C path and out pointer.
+        assert_eq!(unsafe { libc::statfs(c.as_ptr(), &mut st) }, 0, "statfs {}", path.display());
+        st.f_type == libc::TMPFS_MAGIC
+    }
+
+    fn interval_queue(dir: &Path, id: u32, rows: u64, size: u64) {
+        let mut spec = Spec::new(rows, size);
+        // An hour: only the test's syncs run.
+        spec.durability = Some(Durability::Interval(3_600_000));
+        Queue::create(dir, id, &spec).unwrap();
+    }
+
+    /// The live files in this user's directory whose names hold queue `id`.
+    fn live_files_of(id: u32) -> Vec<String> {
+        // SAFETY: geteuid has no preconditions.
+        let dir = default_dir_of(unsafe { libc::geteuid() });
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(".interval-") && n.contains(&format!("-{id}-")))
+            .collect()
+    }
+
+    /// An `interval` queue's pushes, pops and syncs never write the live
+    /// part of its file on the disk: its mapping is a tmpfs file, the
+    /// disk file's live range stays a hole of zeros (only its header page
+    /// and its image are allocated), and a sync writes the image only.
+    #[test]
+    fn an_interval_queues_live_part_is_in_tmpfs_and_its_disk_file_gets_no_live_writes() {
+        let dir = DiskDir::new("live-tmpfs");
+        interval_queue(&dir.0, 1, 256, 304);
+        let disk = queue_path(&dir.0, 1);
+        let q = Queue::open(&dir.0, 1).unwrap();
+        let live = q.live_path().expect("a live part").to_path_buf();
+        assert!(on_tmpfs(&live), "{}", live.display());
+        assert!(!on_tmpfs(&disk));
+        // `tvmq list` of the directory that holds it does not see a queue.
+        assert_eq!(crate::file::queue_file_id(live.file_name().unwrap()), None);
+        for i in 0..200u32 {
+            q.push(&[i as u8; 304]).unwrap();
+        }
+        let mut out = [0u8; 304];
+        for _ in 0..10 {
+            q.pop(&mut out, Wait::NoWait).unwrap();
+        }
+        q.sync().unwrap();
+        let info = crate::file::map::read_header(&dir.0, 1).unwrap();
+        let image = live_len(&info).unwrap();
+        let f = File::open(&disk).unwrap();
+        let mut live_range = vec![0u8; (image - INFO_BYTES) as usize];
+        f.read_exact_at(&mut live_range, INFO_BYTES).unwrap();
+        assert!(live_range.iter().all(|&b| b == 0), "the disk file's live range was written");
+        // The image got the records (the slots lie there as from DATA_OFFSET).
+        let stride = crate::file::layout::stride_for(304, true);
+        let mut slot = vec![0u8; 304];
+        f.read_exact_at(&mut slot, image + 4096 + 199 * stride + 16).unwrap();
+        assert_eq!(slot, vec![199u8; 304], "the sync wrote the image");
+        // Allocated on the disk: the header page and the image, not the
+        // live range (a hole).
+        let allocated = f.metadata().unwrap().blocks() * 512;
+        let wanted = INFO_BYTES + (info.file_size - image);
+        assert!(allocated <= wanted + 4096, "{allocated} bytes allocated, header and image are {wanted}");
+        assert!(info.file_size - wanted > 1 << 20, "a live range worth the check");
+        drop(q);
+        Queue::drop_queue(&dir.0, 1).unwrap();
+        assert!(!live.exists() && !disk.exists(), "drop removes both files");
+    }
+
+    /// After a reboot tmpfs is empty: an `interval` queue whose live part
+    /// is missing is rebuilt from its image (what its last sync wrote:
+    /// records popped since are delivered again, those pushed since are
+    /// lost, as after a machine crash within the interval), and processes
+    /// that attach while its live part exists share it, without recovery.
+    #[test]
+    fn an_interval_queue_without_its_live_part_is_rebuilt_from_its_image() {
+        let dir = DiskDir::new("live-reboot");
+        interval_queue(&dir.0, 1, 64, 16);
+        let q = Queue::open(&dir.0, 1).unwrap();
+        // Another attach shares the live part as it is (attached before the
+        // changes: an attach syncs what it finds unsynced; and handles are
+        // dropped at the end only: a drop syncs).
+        let again = Queue::open(&dir.0, 1).unwrap();
+        let rec = |i: u32| [i.to_le_bytes(), [7; 4], [8; 4], [9; 4]].concat();
+        let mut out = [0u8; 16];
+        for i in 1..=20 {
+            q.push(&rec(i)).unwrap();
+        }
+        for _ in 0..5 {
+            q.pop(&mut out, Wait::NoWait).unwrap();
+        }
+        q.sync().unwrap(); // the image: 6..=20 queued
+        for i in 21..=30 {
+            q.push(&rec(i)).unwrap();
+        }
+        for _ in 0..3 {
+            q.pop(&mut out, Wait::NoWait).unwrap(); // 6..=8, not synced
+        }
+        let live = q.live_path().unwrap().to_path_buf();
+        assert_eq!(again.live_path(), Some(&*live));
+        assert_eq!(again.depth(), 22);
+        assert!(again.durable_stats().unwrap().last_recovery.is_none(), "no recovery");
+        // The reboot: the tmpfs file is gone (the attached handle keeps an
+        // unlinked mapping, as a process of the previous boot would).
+        std::fs::remove_file(&live).unwrap();
+        let r = Queue::open(&dir.0, 1).unwrap();
+        assert_eq!(r.live_path(), Some(&*live), "made again under the same name");
+        let found = r.durable_stats().unwrap().last_recovery.expect("a recovery ran");
+        assert_eq!((found.kept, found.watermark), (15, 5), "{found:?}");
+        let mut got = Vec::new();
+        while let Ok(n) = r.pop(&mut out, Wait::NoWait) {
+            assert_eq!(n, 16);
+            got.push(u32::from_le_bytes(out[..4].try_into().unwrap()));
+        }
+        assert_eq!(got, (6..=20).collect::<Vec<u32>>(), "what the last sync wrote");
+        drop(r); // synced: the image holds an empty ring
+        // A file of that name that is not this queue's live part (here: a
+        // live part of the right size whose header was damaged) is replaced
+        // and rebuilt from the image too.
+        let f = std::fs::OpenOptions::new().write(true).open(&live).unwrap();
+        f.write_all_at(b"garbage!", LIVE_ID_OFFSET).unwrap();
+        drop(f);
+        let r = Queue::open(&dir.0, 1).unwrap();
+        let found = r.durable_stats().unwrap().last_recovery.expect("a recovery ran");
+        assert_eq!((found.runs, found.kept), (2, 0), "rebuilt again, counted: {found:?}");
+        drop(r);
+        // A link in its place is refused, never followed.
+        std::fs::remove_file(&live).unwrap();
+        std::os::unix::fs::symlink("/dev/null", &live).unwrap();
+        assert_eq!(Queue::open(&dir.0, 1).unwrap_err().code(), SHM_ERR_ACCES);
+        std::fs::remove_file(&live).unwrap();
+        drop((q, again));
+    }
+
+    /// Creations racing for one `interval` queue leave one queue file and
+    /// one live part: the losers remove the live parts they made.
+    #[test]
+    fn racing_creations_of_an_interval_queue_leave_one_live_part() {
+        const ID: u32 = 4_000_000_007;
+        let dir = DiskDir::new("live-race");
+        let before = live_files_of(ID);
+        let new = || live_files_of(ID).into_iter().filter(|n| !before.contains(n)).collect::<Vec<_>>();
+        let wins: usize = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..6)
+                .map(|_| {
+                    let d = dir.0.clone();
+                    s.spawn(move || {
+                        let mut spec = Spec::new(64, 16);
+                        spec.durability = Some(Durability::Interval(1000));
+                        usize::from(Queue::create(&d, ID, &spec).is_ok())
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).sum()
+        });
+        assert_eq!(wins, 1);
+        let disk = std::fs::metadata(queue_path(&dir.0, ID)).unwrap();
+        let names = new();
+        assert_eq!(names.len(), 1, "{names:?}");
+        assert!(names[0].starts_with(&format!(".interval-{:x}-{}-", disk.dev(), disk.ino())), "{names:?}");
+        Queue::drop_queue(&dir.0, ID).unwrap();
+        assert_eq!(new(), Vec::<String>::new());
+    }
+}
