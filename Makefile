@@ -20,8 +20,12 @@ CFLAGS   ?= -O2 -Wall
 LINK     := -I include -L $(LIBDIR) -ltvm -lpthread -Wl,-rpath,$(LIBDIR)
 ROWS     ?= 4000000
 THREADS  ?= 1 2 4 10
+# A command that waits until what the later targets need (DPDK, Boost, fonts,
+# redis-server, a second user) is installed: .ci/run installs those in the
+# background while the build and the Rust tests run, and sets it. Empty: no wait.
+WAIT_DEPS ?=
 
-.PHONY: all build run test test-all lint header test-rust test-c examples seed bench bench-drivers bench-smoke bench-net bench-net-smoke net-driver loom soak clean install uninstall test-install test-python test-readme
+.PHONY: deps all build run test test-all lint header test-rust test-c examples seed bench bench-drivers bench-smoke bench-net bench-net-smoke net-driver loom soak clean install uninstall test-install test-python test-readme
 
 all: build
 
@@ -46,7 +50,7 @@ run: seed
 test:
 	@$(MAKE) --no-print-directory PROFILE=ci test-all
 
-test-all: build lint header test-rust loom test-c examples test-python test-readme test-install bench-smoke bench-net-smoke
+test-all: build lint header test-rust loom deps test-c examples test-python test-readme test-install bench-smoke bench-net-smoke
 
 # The library's layers (the table in src/lib.rs): scripts/check-layers.py.
 lint:
@@ -65,7 +69,10 @@ test-rust:
 	$(CARGO) test --profile ci --workspace --all-targets
 	$(CARGO) test --profile ci --workspace --doc
 
-test-c: seed
+deps:
+	@$(if $(WAIT_DEPS),$(WAIT_DEPS),true)
+
+test-c: seed deps
 	@LIBDIR=$(LIBDIR) SEED=$(SEED) SEEDBIN=$(SEEDBIN) TVMQ=$(TVMQ) bash c-tests/run.sh
 
 # The examples must keep working: build and run each (scripts/examples.sh).
@@ -80,7 +87,7 @@ test-python: examples
 test-readme: test-python seed
 	@LIBDIR=$(LIBDIR) bash scripts/test-readme.sh
 
-bench-drivers: build
+bench-drivers: build deps
 	@mkdir -p $(BENCHBIN)
 	gcc -O2 -Wall -Werror -o $(BENCHBIN)/tvmq_driver bench/drivers/tvmq_driver.c $(LINK)
 	g++ -O2 -std=c++17 -Wall -Werror -o $(BENCHBIN)/boost_mq bench/drivers/boost_mq.cpp -lpthread -lrt
@@ -102,7 +109,7 @@ bench-smoke: seed bench-drivers
 	$(TVMQ) bench --smoke --seed-bin $(SEEDBIN) --c-driver $(BENCHBIN)/tvmq_driver --boost-driver $(BENCHBIN)/boost_mq --dpdk-driver $(BENCHBIN)/dpdk_ring --latency-driver $(BENCHBIN)/latency --out target/bench-smoke >/dev/null
 
 # bench/drivers/net_driver.c: the C client's driver for make bench-net.
-net-driver: build
+net-driver: build deps
 	@mkdir -p $(BENCHBIN)
 	gcc -O2 -Wall -Werror -o $(BENCHBIN)/net_driver bench/drivers/net_driver.c -I bench/drivers $(LINK)
 
