@@ -31,8 +31,13 @@ all: build
 
 # libtvm.so carries the soname libtvm.so.0 (see make install), so programs
 # linked in the build tree look for that name: it points to the fresh build.
+# With `ci`, every target (the tests too): the tests' dev-dependencies change
+# the features of some build dependencies (syn, serde for cbindgen), so building
+# only --lib --bins first would compile the workspace's crates a second time
+# for `cargo test`.
+BUILD_TARGETS := $(if $(filter ci,$(PROFILE)),--all-targets,--lib --bins)
 build:
-	$(CARGO) build --profile $(PROFILE) --workspace --lib --bins
+	$(CARGO) build --profile $(PROFILE) --workspace $(BUILD_TARGETS)
 	@ln -sfn libtvm.so $(LIBDIR)/libtvm.so.$(SOMAJOR)
 
 # Compile the two seed programs, unchanged, against our header and library.
@@ -65,8 +70,17 @@ header: build
 		git diff --exit-code -- include/tvm.h || { echo "include/tvm.h differs from what the build generates: commit it"; exit 1; }; \
 	fi
 
+# With cargo-nextest when installed (each test a process of its own, tests of
+# every binary in parallel: many wait on sockets, children or timers, so the
+# slowest binary no longer runs alone at the end), else cargo test. Doc tests
+# run with cargo test either way (nextest does not run them).
+NEXTEST  := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo yes)
 test-rust:
+ifeq ($(NEXTEST),yes)
+	$(CARGO) nextest run --cargo-profile ci --workspace --all-targets --no-fail-fast --failure-output immediate-final
+else
 	$(CARGO) test --profile ci --workspace --all-targets
+endif
 	$(CARGO) test --profile ci --workspace --doc
 
 deps:
