@@ -20,15 +20,24 @@ CFLAGS   ?= -O2 -Wall
 LINK     := -I include -L $(LIBDIR) -ltvm -lpthread -Wl,-rpath,$(LIBDIR)
 ROWS     ?= 4000000
 THREADS  ?= 1 2 4 10
+# A command that waits until what the later targets need (DPDK, Boost, fonts,
+# redis-server, a second user) is installed: .ci/run installs those in the
+# background while the build and the Rust tests run, and sets it. Empty: no wait.
+WAIT_DEPS ?=
 
-.PHONY: all build run test test-all lint header test-rust test-c examples seed bench bench-drivers bench-smoke bench-net bench-net-smoke net-driver loom soak clean install uninstall test-install test-python test-readme
+.PHONY: deps all build run test test-all lint header test-rust test-c examples seed bench bench-drivers bench-smoke bench-net bench-net-smoke net-driver loom soak clean install uninstall test-install test-python test-readme
 
 all: build
 
 # libtvm.so carries the soname libtvm.so.0 (see make install), so programs
 # linked in the build tree look for that name: it points to the fresh build.
+# With `ci`, every target (the tests too): the tests' dev-dependencies change
+# the features of some build dependencies (syn, serde for cbindgen), so building
+# only --lib --bins first would compile the workspace's crates a second time
+# for `cargo test`.
+BUILD_TARGETS := $(if $(filter ci,$(PROFILE)),--all-targets,--lib --bins)
 build:
-	$(CARGO) build --profile $(PROFILE) --workspace --lib --bins
+	$(CARGO) build --profile $(PROFILE) --workspace $(BUILD_TARGETS)
 	@ln -sfn libtvm.so $(LIBDIR)/libtvm.so.$(SOMAJOR)
 
 # Compile the two seed programs, unchanged, against our header and library.
@@ -46,7 +55,7 @@ run: seed
 test:
 	@$(MAKE) --no-print-directory PROFILE=ci test-all
 
-test-all: build lint header test-rust loom test-c examples test-python test-readme test-install bench-smoke bench-net-smoke
+test-all: build lint header test-rust loom deps test-c examples test-python test-readme test-install bench-smoke bench-net-smoke
 
 # The library's layers (the table in src/lib.rs): scripts/check-layers.py.
 lint:
@@ -61,11 +70,23 @@ header: build
 		git diff --exit-code -- include/tvm.h || { echo "include/tvm.h differs from what the build generates: commit it"; exit 1; }; \
 	fi
 
+# With cargo-nextest when installed (each test a process of its own, tests of
+# every binary in parallel: many wait on sockets, children or timers, so the
+# slowest binary no longer runs alone at the end), else cargo test. Doc tests
+# run with cargo test either way (nextest does not run them).
+NEXTEST  := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo yes)
 test-rust:
+ifeq ($(NEXTEST),yes)
+	$(CARGO) nextest run --cargo-profile ci --workspace --all-targets --no-fail-fast --failure-output immediate-final
+else
 	$(CARGO) test --profile ci --workspace --all-targets
+endif
 	$(CARGO) test --profile ci --workspace --doc
 
-test-c: seed
+deps:
+	@$(if $(WAIT_DEPS),$(WAIT_DEPS),true)
+
+test-c: seed deps
 	@LIBDIR=$(LIBDIR) SEED=$(SEED) SEEDBIN=$(SEEDBIN) TVMQ=$(TVMQ) bash c-tests/run.sh
 
 # The examples must keep working: build and run each (scripts/examples.sh).
@@ -80,7 +101,7 @@ test-python: examples
 test-readme: test-python seed
 	@LIBDIR=$(LIBDIR) bash scripts/test-readme.sh
 
-bench-drivers: build
+bench-drivers: build deps
 	@mkdir -p $(BENCHBIN)
 	gcc -O2 -Wall -Werror -o $(BENCHBIN)/tvmq_driver bench/drivers/tvmq_driver.c $(LINK)
 	g++ -O2 -std=c++17 -Wall -Werror -o $(BENCHBIN)/boost_mq bench/drivers/boost_mq.cpp -lpthread -lrt
@@ -102,7 +123,7 @@ bench-smoke: seed bench-drivers
 	$(TVMQ) bench --smoke --seed-bin $(SEEDBIN) --c-driver $(BENCHBIN)/tvmq_driver --boost-driver $(BENCHBIN)/boost_mq --dpdk-driver $(BENCHBIN)/dpdk_ring --latency-driver $(BENCHBIN)/latency --out target/bench-smoke >/dev/null
 
 # bench/drivers/net_driver.c: the C client's driver for make bench-net.
-net-driver: build
+net-driver: build deps
 	@mkdir -p $(BENCHBIN)
 	gcc -O2 -Wall -Werror -o $(BENCHBIN)/net_driver bench/drivers/net_driver.c -I bench/drivers $(LINK)
 

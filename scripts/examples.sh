@@ -16,7 +16,9 @@ for p in queue_demo orders_producer orders_consumer; do
     gcc "${CFLAGS[@]}" -o "$OUT/$p" "examples/c/$p.c" "${LINK[@]}"
 done
 g++ -std=c++17 "${CFLAGS[@]}" -o "$OUT/queue_cpp" examples/cpp/queue.cpp "${LINK[@]}"
-cargo build -q --profile ci -p tvmq --examples
+# --workspace, as make build: with -p tvmq alone Cargo resolves other features,
+# rebuilds the library and, after it, make's next build rebuilds every crate.
+cargo build -q --profile ci --workspace --examples
 EXAMPLES=$PWD/target/ci/examples   # the profile make test builds its tests with (Cargo.toml)
 
 TVMDBD=$(mktemp -d /dev/shm/tvmq-examples.XXXXXX)

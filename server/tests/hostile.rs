@@ -388,32 +388,43 @@ fn random_well_formed_commands_never_break_the_server() {
         b"\r\n*1\r\n",
         b"a very long value beyond sixteen bytes",
     ];
-    let mut c = Conn::connect(addr);
-    let mut replies = 0u64;
-    for i in 0..20_000u64 {
-        let r = splitmix64(i);
-        let name = names[(r % names.len() as u64) as usize];
-        let argc = (r >> 8) % 6;
-        let mut args: Vec<&[u8]> = vec![name];
-        for k in 0..argc {
-            args.push(words[(splitmix64(r ^ k) % words.len() as u64) as usize]);
-        }
-        // A blocking pop must end: its timeout is short.
-        if name.eq_ignore_ascii_case(b"BLPOP") || name.eq_ignore_ascii_case(b"BRPOP") {
-            args.push(b"0.001");
-        }
-        c.send(&args);
-        match c.try_read() {
-            Some(_) => replies += 1,
-            None => panic!("no reply to {args:?}"),
-        }
-        if name.eq_ignore_ascii_case(b"QUIT") {
-            c = Conn::connect(addr);
-        }
-        if i % 500 == 0 {
-            assert_eq!(c.cmd(&[b"AUTH", b"pw"]), V::Simple("OK".into()), "the server still answers");
-        }
-    }
+    // The 20,000 commands on 4 connections at once, 5,000 each: a wrong
+    // password holds its connection 100 ms (AUTH_FAILURE_DELAY), so one
+    // connection alone spent most of its 35 s asleep.
+    let clients: Vec<_> = (0..4u64)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let mut c = Conn::connect(addr);
+                let mut replies = 0u64;
+                for i in t * 5000..(t + 1) * 5000 {
+                    let r = splitmix64(i);
+                    let name = names[(r % names.len() as u64) as usize];
+                    let argc = (r >> 8) % 6;
+                    let mut args: Vec<&[u8]> = vec![name];
+                    for k in 0..argc {
+                        args.push(words[(splitmix64(r ^ k) % words.len() as u64) as usize]);
+                    }
+                    // A blocking pop must end: its timeout is short.
+                    if name.eq_ignore_ascii_case(b"BLPOP") || name.eq_ignore_ascii_case(b"BRPOP") {
+                        args.push(b"0.001");
+                    }
+                    c.send(&args);
+                    match c.try_read() {
+                        Some(_) => replies += 1,
+                        None => panic!("no reply to {args:?}"),
+                    }
+                    if name.eq_ignore_ascii_case(b"QUIT") {
+                        c = Conn::connect(addr);
+                    }
+                    if i % 500 == 0 {
+                        assert_eq!(c.cmd(&[b"AUTH", b"pw"]), V::Simple("OK".into()), "the server still answers");
+                    }
+                }
+                replies
+            })
+        })
+        .collect();
+    let replies: u64 = clients.into_iter().map(|h| h.join().unwrap()).sum();
     eprintln!("{replies} replies to 20,000 random commands");
     assert!(replies > 15_000);
     assert_eq!(server.signal_and_wait(15, Duration::from_secs(20)), Some(0), "no panic: a clean exit");

@@ -153,7 +153,7 @@ fn redis_py_over_tls() {
     let server = start_tls(&dir, &certs, &["--tls-ca-cert-file", &ca_file]);
     let port = server.tls_addr().unwrap().port().to_string();
     let script = r#"
-import sys, redis
+import sys, redis, redis.retry, redis.backoff
 port, ca, cert, key, other = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
 r = redis.Redis(host="127.0.0.1", port=port, ssl=True, ssl_ca_certs=ca, ssl_certfile=cert, ssl_keyfile=key)
 assert r.ping()
@@ -168,9 +168,12 @@ back = []
 while len(back) < 2000:
     back += r.lpop("pyq", 500)
 assert back == recs, "records differ"
+# One attempt each: redis-py would otherwise retry a refused connection with
+# backoff (seconds), only to be refused again the same way.
+once = redis.retry.Retry(redis.backoff.NoBackoff(), 0)
 def refused(**kw):
     try:
-        redis.Redis(host="127.0.0.1", port=port, ssl=True, socket_timeout=5, **kw).ping()
+        redis.Redis(host="127.0.0.1", port=port, ssl=True, socket_timeout=5, retry=once, **kw).ping()
         return False
     except (redis.exceptions.ConnectionError, OSError):
         return True
