@@ -478,6 +478,29 @@ mod tests {
         assert!(!live.exists() && !disk.exists(), "drop removes both files");
     }
 
+    /// An `interval` queue with leases keeps its live part in its queue
+    /// file (its syncs persist the lease table in place there): no live
+    /// file in tmpfs, and its records are in the disk file's mapping.
+    #[test]
+    fn an_interval_queue_with_leases_keeps_its_live_part_in_its_queue_file() {
+        const ID: u32 = 4_000_000_011;
+        let dir = DiskDir::new("live-leases");
+        let mut spec = Spec::new(64, 16);
+        spec.durability = Some(Durability::Interval(3_600_000));
+        spec.leases = Some(crate::spec::LeaseSpec { max_leases: 8, ..Default::default() });
+        Queue::create(&dir.0, ID, &spec).unwrap();
+        let q = Queue::open(&dir.0, ID).unwrap();
+        assert_eq!(q.live_path(), None);
+        assert!(live_files_of(ID).is_empty(), "{:?}", live_files_of(ID));
+        q.push(&[5u8; 16]).unwrap();
+        let mut out = [0u8; 16];
+        let (_, lease) = q.pop_lease(&mut out, Wait::NoWait, std::time::Duration::ZERO).unwrap();
+        q.ack(&lease).unwrap();
+        drop(q);
+        Queue::drop_queue(&dir.0, ID).unwrap();
+        assert!(!queue_path(&dir.0, ID).exists());
+    }
+
     /// After a reboot tmpfs is empty: an `interval` queue whose live part
     /// is missing is rebuilt from its image (what its last sync wrote:
     /// records popped since are delivered again, those pushed since are
