@@ -381,7 +381,9 @@ impl<S: Storage> Ring<S> {
         let free = self.add_lap(lap);
         if seq & SKIP != 0 {
             // Nothing to deliver. Release it; failure means a recoverer
-            // republished it, which it may (it is still empty).
+            // republished it, which it may (it is still empty: its slot's
+            // checksum is some earlier record's, erased as in a release).
+            forget_seal(&slot.check);
             let _ = slot.seq.compare_exchange(seq, free, Ordering::SeqCst, Ordering::Relaxed);
             return Ok(None);
         }
@@ -395,7 +397,9 @@ impl<S: Storage> Ring<S> {
             // Nobody recovers a slot whose holder announces it (see
             // `Announce::robbable`), so the slot is still ours: a plain store
             // releases it. Release: our reads of the record come before the
-            // next producer's writes.
+            // next producer's writes, and so does the checksum's erasure
+            // (see `forget_seal`).
+            forget_seal(&slot.check);
             slot.seq.store(free, Ordering::Release);
             return if valid { Ok(Some(len)) } else { Err(RingError::Corrupt) };
         }
@@ -456,6 +460,7 @@ impl<S: Storage> Ring<S> {
         let Claim { lap, index, seq } = claim;
         let slot = self.store.slot(index);
         if seq & SKIP != 0 {
+            forget_seal(&slot.check); // as in `take`
             let _ = slot.seq.compare_exchange(seq, self.add_lap(lap), Ordering::SeqCst, Ordering::Relaxed);
             return Ok(None);
         }
@@ -476,6 +481,7 @@ impl<S: Storage> Ring<S> {
         let free = self.add_lap(claim.lap);
         if !robbable {
             // As in `take`: nobody recovers a slot whose holder announces it.
+            forget_seal(&slot.check);
             slot.seq.store(free, Ordering::Release);
             return Ok(());
         }
@@ -507,6 +513,23 @@ impl<S: Storage> Ring<S> {
         let ahead = index + distance;
         self.store.prefetch(if ahead >= self.cap as usize { ahead - self.cap as usize } else { ahead });
     }
+}
+
+/// Erases the checksum of a record whose slot its consumer is about to
+/// release (before the releasing store, which orders it before the next
+/// lap's writes). The producer of an `interval` queue does not seal its
+/// record (its sync does, later): without this, the next lap's record
+/// would be published beside the checksum of this one, and a crash image
+/// holding that slot's header from a sync after the publication but its
+/// bytes from a sync before it (sectors of a page land independently)
+/// would pass for this record published again one lap later (which
+/// recovery accepts, see `Ring::rebuild`): a record consumed before the
+/// last sync would come back. A robbable consumer (releasing by CAS) does
+/// not erase it: should the CAS fail, the slot holds the record published
+/// again, whose checksum must stay.
+#[inline]
+fn forget_seal(check: &AtomicU32) {
+    check.store(0, Ordering::Relaxed);
 }
 
 /// Writes a durable record's checksum into its slot's `check`.

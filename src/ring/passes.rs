@@ -256,6 +256,43 @@ mod tests {
         v
     }
 
+    /// A consumer that announces its claims: it releases with a store.
+    struct Announced;
+
+    impl super::super::Announce for Announced {
+        fn claiming(&self, _: super::super::Holder, _: u64) {}
+        fn idle(&self) {}
+        fn robbable(&self) -> bool {
+            false
+        }
+    }
+
+    /// An `interval` ring (its producers do not seal; its syncs' pass does):
+    /// after a record is consumed and the next lap's record published in its
+    /// slot, unsealed, a crash image may hold the slot's header (published,
+    /// next lap) with the consumed record's bytes (sectors of a page land
+    /// independently). The consumed record must not pass for one published
+    /// again a lap later: its consumer erased its checksum.
+    #[test]
+    fn a_consumed_record_never_passes_for_the_next_laps_record() {
+        let r = ring(2);
+        for i in 0..2u8 {
+            r.push(&[i; 5], &Silent, &mut NeverRecover).unwrap();
+            // The sync's pass seals it.
+            r.storage().slot(i as usize).check.store(seal(42, u64::from(i), &[i; 5]), Ordering::Relaxed);
+        }
+        let mut out = [0u8; 8];
+        assert_eq!(r.pop(&mut out, &Announced, &mut NeverRecover).unwrap(), 5);
+        // The next lap's record in slot 0 (position 2), not sealed yet.
+        r.push(&[9; 5], &Silent, &mut NeverRecover).unwrap();
+        // The image: slot 0's header as now, its bytes as before.
+        // SAFETY: nobody else uses the ring.
+        unsafe { r.storage().write(0, 0, &[0u8; 5]) };
+        let got = r.rebuild(42, 1);
+        assert_eq!((got.kept, got.torn), (1, 1), "{got:?}");
+        assert_eq!(pop_all(&r), vec![vec![1; 5]]);
+    }
+
     #[test]
     fn a_rebuild_keeps_published_records_and_skips_holes() {
         let r = ring(8);
