@@ -158,10 +158,11 @@ pub fn check_queue_dir(dir: &Path, writable: bool) -> Result<()> {
     Ok(())
 }
 
-/// Opens a queue file without following links or blocking, and checks that
-/// it is a regular file owned by us or by the directory's owner.
-pub(crate) fn open_checked(dir: &Path, path: &Path, write: bool) -> Result<File> {
-    let dir_owner = check_dir(dir, false)?;
+/// Opens `path` without following a link, blocking (a FIFO) or making it
+/// the controlling terminal; `None` when nothing is there. Errors: a
+/// symbolic link or no permission (`SHM_ERR_ACCES`), others
+/// (`SHM_ERR_INVAL`).
+pub(crate) fn open_nofollow(path: &Path, write: bool) -> Result<Option<File>> {
     let c = cpath(path)?;
     let mode = if write { libc::O_RDWR } else { libc::O_RDONLY };
     // SAFETY: open with a valid C path; the fd is owned by the File below.
@@ -170,15 +171,24 @@ pub(crate) fn open_checked(dir: &Path, path: &Path, write: bool) -> Result<File>
     };
     if fd < 0 {
         let e = std::io::Error::last_os_error();
-        return Err(match e.raw_os_error() {
-            Some(libc::ENOENT) => no_queue(path),
-            Some(libc::ELOOP) => Error::new(SHM_ERR_ACCES, format!("{} is a symbolic link: refused", path.display())),
-            Some(libc::EACCES | libc::EPERM) => io_error(SHM_ERR_ACCES, "cannot open", path, e),
-            _ => io_error(SHM_ERR_INVAL, "cannot open", path, e),
-        });
+        return match e.raw_os_error() {
+            Some(libc::ENOENT) => Ok(None),
+            Some(libc::ELOOP) => {
+                Err(Error::new(SHM_ERR_ACCES, format!("{} is a symbolic link: refused", path.display())))
+            }
+            Some(libc::EACCES | libc::EPERM) => Err(io_error(SHM_ERR_ACCES, "cannot open", path, e)),
+            _ => Err(io_error(SHM_ERR_INVAL, "cannot open", path, e)),
+        };
     }
     // SAFETY: fd is a fresh descriptor that nothing else owns.
-    let file = unsafe { File::from_raw_fd(fd) };
+    Ok(Some(unsafe { File::from_raw_fd(fd) }))
+}
+
+/// Opens a queue file without following links or blocking, and checks that
+/// it is a regular file owned by us or by the directory's owner.
+pub(crate) fn open_checked(dir: &Path, path: &Path, write: bool) -> Result<File> {
+    let dir_owner = check_dir(dir, false)?;
+    let file = open_nofollow(path, write)?.ok_or_else(|| no_queue(path))?;
     let meta = file.metadata().map_err(|e| io_error(SHM_ERR_INVAL, "cannot stat", path, e))?;
     if !meta.file_type().is_file() {
         return Err(Error::new(SHM_ERR_INVAL, format!("{} is not a regular file: refused", path.display())));

@@ -188,25 +188,7 @@ enum Found {
 /// queue file's owner (or ours), of the right size, with the header page
 /// `want`. A link, a file of another type or owner is refused.
 fn open_existing(path: &Path, want: &[u8], len: u64, ident: &Identity, write: bool) -> Result<Found> {
-    let c = cpath(path)?;
-    let mode = if write { libc::O_RDWR } else { libc::O_RDONLY };
-    // SAFETY: open with a valid C path; the fd is owned by the File below.
-    let fd = unsafe {
-        libc::open(c.as_ptr(), mode | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY)
-    };
-    if fd < 0 {
-        let e = std::io::Error::last_os_error();
-        return match e.raw_os_error() {
-            Some(libc::ENOENT) => Ok(Found::Missing),
-            Some(libc::ELOOP) => {
-                Err(Error::new(SHM_ERR_ACCES, format!("{} is a symbolic link: refused", path.display())))
-            }
-            Some(libc::EACCES | libc::EPERM) => Err(io_error(SHM_ERR_ACCES, "cannot open", path, e)),
-            _ => Err(io_error(SHM_ERR_INVAL, "cannot open", path, e)),
-        };
-    }
-    // SAFETY: fd is a fresh descriptor that nothing else owns.
-    let file = unsafe { File::from_raw_fd(fd) };
+    let Some(file) = super::dir::open_nofollow(path, write)? else { return Ok(Found::Missing) };
     let meta = file.metadata().map_err(|e| io_error(SHM_ERR_INVAL, "cannot stat", path, e))?;
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
