@@ -50,20 +50,7 @@ pub(crate) fn create(dir: &Path, id: u32, spec: &Spec) -> Result<()> {
         std::process::id(),
         SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ));
-    let ctmp = cpath(&tmp)?;
-    // SAFETY: open with a valid C path; the returned fd is owned by `file` below.
-    let fd = unsafe {
-        libc::open(
-            ctmp.as_ptr(),
-            libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            spec.mode as libc::c_uint,
-        )
-    };
-    if fd < 0 {
-        return Err(io_error(SHM_ERR_ACCES, "cannot create", &tmp, std::io::Error::last_os_error()));
-    }
-    // SAFETY: fd is a fresh descriptor that nothing else owns.
-    let file = unsafe { File::from_raw_fd(fd) };
+    let file = create_exclusive(&tmp, spec.mode)?;
     let durable = spec.durability.is_some();
     let mut live = None;
     let result = fill_new_file(&file, &tmp, &info, &options, spec.mode, durable)
@@ -244,28 +231,53 @@ pub(crate) fn allocated_ranges(info: &Info) -> Vec<(u64, u64)> {
 
 /// Moves the finished temporary file to its name, failing if the name exists.
 fn publish(tmp: &Path, path: &Path, id: u32) -> Result<()> {
-    let (ctmp, cfinal) = (cpath(tmp)?, cpath(path)?);
+    match publish_new(tmp, path) {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(Error::new(TBL_ARD_EXIST, format!("queue {id} already exists ({})", path.display()))),
+        Err(e) => Err(io_error(SHM_ERR_ACCES, "cannot create", path, e)),
+    }
+}
+
+/// Creates the new file `tmp` with `mode` (the umask may narrow it): it
+/// must not exist, and no link is followed.
+pub(super) fn create_exclusive(tmp: &Path, mode: u32) -> Result<File> {
+    let ctmp = cpath(tmp)?;
+    // SAFETY: open with a valid C path; the returned fd is owned by the File below.
+    let fd = unsafe {
+        libc::open(
+            ctmp.as_ptr(),
+            libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            mode as libc::c_uint,
+        )
+    };
+    if fd < 0 {
+        return Err(io_error(SHM_ERR_ACCES, "cannot create", tmp, std::io::Error::last_os_error()));
+    }
+    // SAFETY: fd is a fresh descriptor that nothing else owns.
+    Ok(unsafe { File::from_raw_fd(fd) })
+}
+
+/// Gives the filled file `tmp` the name `path` unless `path` exists:
+/// `Ok(false)` then (`tmp` is left for the caller to remove).
+pub(super) fn publish_new(tmp: &Path, path: &Path) -> std::io::Result<bool> {
+    let (ctmp, cfinal) = (cpath(tmp).map_err(std::io::Error::other)?, cpath(path).map_err(std::io::Error::other)?);
     // SAFETY: valid C paths; renameat2 does not keep them.
     let rc = unsafe {
         libc::renameat2(libc::AT_FDCWD, ctmp.as_ptr(), libc::AT_FDCWD, cfinal.as_ptr(), libc::RENAME_NOREPLACE)
     };
-    let err = if rc == 0 { return Ok(()) } else { std::io::Error::last_os_error() };
+    let err = if rc == 0 { return Ok(true) } else { std::io::Error::last_os_error() };
     let err = match err.raw_os_error() {
         // File systems without RENAME_NOREPLACE: link() fails on an existing name too.
         Some(libc::EINVAL | libc::ENOSYS) => match std::fs::hard_link(tmp, path) {
             Ok(()) => {
                 let _ = std::fs::remove_file(tmp);
-                return Ok(());
+                return Ok(true);
             }
             Err(e) => e,
         },
         _ => err,
     };
-    if err.kind() == std::io::ErrorKind::AlreadyExists {
-        Err(Error::new(TBL_ARD_EXIST, format!("queue {id} already exists ({})", path.display())))
-    } else {
-        Err(io_error(SHM_ERR_ACCES, "cannot create", path, err))
-    }
+    if err.kind() == std::io::ErrorKind::AlreadyExists { Ok(false) } else { Err(err) }
 }
 
 fn available_bytes(dir: &Path) -> Option<u64> {

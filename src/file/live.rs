@@ -30,13 +30,13 @@
 //! runs (`crate::durable::recover`) and rebuilds the ring from the image.
 //! A killed process leaves it as it was: the next attach uses it.
 
-use super::create::{allocated_ranges, zero_fill};
+use super::create::{allocated_ranges, create_exclusive, publish_new, zero_fill};
 use super::dir::default_dir_of;
+use super::io_error;
 use super::layout::{CONTROL_OFFSET, Control, INFO_BYTES, Info, OPTIONS_OFFSET, Options, SyncWords, image_offset};
-use super::{cpath, io_error};
 use crate::error::*;
 use std::fs::File;
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -292,35 +292,9 @@ fn make(info: &Info, want: &[u8], len: u64, ident: &Identity, stamp: bool) -> Re
     let path = ident.path();
     static SEQ: AtomicU64 = AtomicU64::new(0);
     let tmp = dir.join(format!(".interval-tmp.{}.{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed)));
-    let ctmp = cpath(&tmp)?;
-    // SAFETY: open with a valid C path; the returned fd is owned by `file` below.
-    let fd = unsafe {
-        libc::open(
-            ctmp.as_ptr(),
-            libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            ident.mode as libc::c_uint,
-        )
-    };
-    if fd < 0 {
-        return Err(io_error(SHM_ERR_ACCES, "cannot create", &tmp, std::io::Error::last_os_error()));
-    }
-    // SAFETY: fd is a fresh descriptor that nothing else owns.
-    let file = unsafe { File::from_raw_fd(fd) };
-    let r = fill(&file, &tmp, info, want, len, ident.mode, stamp).and_then(|()| {
-        let cfinal = cpath(&path)?;
-        // SAFETY: valid C paths; renameat2 does not keep them.
-        let rc = unsafe {
-            libc::renameat2(libc::AT_FDCWD, ctmp.as_ptr(), libc::AT_FDCWD, cfinal.as_ptr(), libc::RENAME_NOREPLACE)
-        };
-        if rc == 0 {
-            return Ok(true);
-        }
-        let e = std::io::Error::last_os_error();
-        match e.kind() {
-            std::io::ErrorKind::AlreadyExists => Ok(false),
-            _ => Err(io_error(SHM_ERR_ACCES, "cannot create", &path, e)),
-        }
-    });
+    let file = create_exclusive(&tmp, ident.mode)?;
+    let r = fill(&file, &tmp, info, want, len, ident.mode, stamp)
+        .and_then(|()| publish_new(&tmp, &path).map_err(|e| io_error(SHM_ERR_ACCES, "cannot create", &path, e)));
     match r {
         Ok(true) => Ok(Some(Live { file, path, made: true })),
         Ok(false) => {
@@ -380,7 +354,7 @@ fn fill(file: &File, tmp: &Path, info: &Info, want: &[u8], len: u64, mode: u32, 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::file::queue_path;
+    use crate::file::{cpath, queue_path};
     use crate::queue::{Queue, Wait};
     use crate::spec::{Durability, Spec};
     use crate::test_support::DiskDir;
