@@ -199,7 +199,10 @@ impl Queue {
 
     fn from_file(file: QueueFile, register: bool) -> Result<Queue> {
         let info = QueueInfo::from_header(file.info(), file.options());
-        let mut ring = Ring::new(file.storage()?, info.capacity, info.record_size as usize);
+        // An `interval` queue's consumers erase the checksums of the records
+        // they take (see `Ring::erasing_seals`).
+        let erase_seals = matches!(info.durability, Some(Durability::Interval(_)));
+        let mut ring = Ring::new(file.storage()?, info.capacity, info.record_size as usize).erasing_seals(erase_seals);
         let mut registry = file.registry()?;
         let mut durable = None;
         if let (Some(policy), true) = (info.durability, register) {
@@ -222,7 +225,7 @@ impl Queue {
             // After a machine restart, the first to attach rebuilds the ring
             // from its slots (before anyone registers or uses it).
             if crate::durable::recover::attach(&file, &ring, key, || registry.reset_all())?.is_some() {
-                ring = Ring::new(file.storage()?, info.capacity, info.record_size as usize);
+                ring = Ring::new(file.storage()?, info.capacity, info.record_size as usize).erasing_seals(erase_seals);
             }
             let d = Arc::new(Durable::new(&file, policy)?);
             if d.is_dirty() {

@@ -383,7 +383,7 @@ impl<S: Storage> Ring<S> {
             // Nothing to deliver. Release it; failure means a recoverer
             // republished it, which it may (it is still empty: its slot's
             // checksum is some earlier record's, erased as in a release).
-            forget_seal(&slot.check);
+            self.forget_seal(&slot.check, lap);
             let _ = slot.seq.compare_exchange(seq, free, Ordering::SeqCst, Ordering::Relaxed);
             return Ok(None);
         }
@@ -399,7 +399,7 @@ impl<S: Storage> Ring<S> {
             // releases it. Release: our reads of the record come before the
             // next producer's writes, and so does the checksum's erasure
             // (see `forget_seal`).
-            forget_seal(&slot.check);
+            self.forget_seal(&slot.check, lap);
             slot.seq.store(free, Ordering::Release);
             return if valid { Ok(Some(len)) } else { Err(RingError::Corrupt) };
         }
@@ -460,7 +460,7 @@ impl<S: Storage> Ring<S> {
         let Claim { lap, index, seq } = claim;
         let slot = self.store.slot(index);
         if seq & SKIP != 0 {
-            forget_seal(&slot.check); // as in `take`
+            self.forget_seal(&slot.check, lap); // as in `take`
             let _ = slot.seq.compare_exchange(seq, self.add_lap(lap), Ordering::SeqCst, Ordering::Relaxed);
             return Ok(None);
         }
@@ -481,7 +481,7 @@ impl<S: Storage> Ring<S> {
         let free = self.add_lap(claim.lap);
         if !robbable {
             // As in `take`: nobody recovers a slot whose holder announces it.
-            forget_seal(&slot.check);
+            self.forget_seal(&slot.check, claim.lap);
             slot.seq.store(free, Ordering::Release);
             return Ok(());
         }
@@ -513,23 +513,73 @@ impl<S: Storage> Ring<S> {
         let ahead = index + distance;
         self.store.prefetch(if ahead >= self.cap as usize { ahead - self.cap as usize } else { ahead });
     }
-}
 
-/// Erases the checksum of a record whose slot its consumer is about to
-/// release (before the releasing store, which orders it before the next
-/// lap's writes). The producer of an `interval` queue does not seal its
-/// record (its sync does, later): without this, the next lap's record
-/// would be published beside the checksum of this one, and a crash image
-/// holding that slot's header from a sync after the publication but its
-/// bytes from a sync before it (sectors of a page land independently)
-/// would pass for this record published again one lap later (which
-/// recovery accepts, see `Ring::rebuild`): a record consumed before the
-/// last sync would come back. A robbable consumer (releasing by CAS) does
-/// not erase it: should the CAS fail, the slot holds the record published
-/// again, whose checksum must stay.
-#[inline]
-fn forget_seal(check: &AtomicU32) {
-    check.store(0, Ordering::Relaxed);
+    /// Erases the checksum of a record of lap `lap` whose slot its consumer
+    /// is about to release (before the releasing store, which orders it
+    /// before the next lap's writes), on an `interval` queue's ring. Its
+    /// producers do not seal their records (its syncs do, later): without
+    /// this, the next lap's record would be published beside the checksum
+    /// of this one, and a crash image holding that slot's header from a
+    /// sync after the publication but its bytes from a sync before it
+    /// (sectors of a page land independently) would pass for this record
+    /// published again one lap later (which recovery accepts, see
+    /// `Ring::rebuild`): a record consumed before the last sync would come
+    /// back. A robbable consumer (releasing by CAS) does not erase it:
+    /// should the CAS fail, the slot holds the record published again,
+    /// whose checksum must stay.
+    ///
+    /// Other rings skip it (one test of a flag): the producers of `always`
+    /// queues seal their records before publishing them (the slot header,
+    /// 16 bytes at a 16-byte boundary, lands whole, so a published header
+    /// never stands beside an older checksum), and nothing reads the
+    /// checksum of a queue that is not durable.
+    ///
+    /// It writes the lap's [`tombstone`](Ring::tombstone), not 0, so that
+    /// the seal pass, which may be about to seal this record, can tell
+    /// (see `Ring::seal_if_held`). Release: a seal pass that reads the
+    /// tombstone of a later lap sees that lap's `seq` too.
+    #[inline(always)]
+    fn forget_seal(&self, check: &AtomicU32, lap: u64) {
+        if self.erase_seals {
+            #[cfg(not(loom))]
+            check.store(self.tombstone(lap), Ordering::Release);
+            // Under loom a swap, the same write: loom leaves a store
+            // unordered after a compare-exchange its thread has not seen,
+            // and lets later loads read either, which the hardware's single
+            // order of writes to a word never does.
+            #[cfg(loom)]
+            check.swap(self.tombstone(lap), Ordering::Release);
+        }
+    }
+
+    /// (The seal pass.) Writes `check`, the checksum of the record slot
+    /// `index` held at `lap` (`seq`, published) when its bytes were read
+    /// just before, if the slot still holds that record and its consumer
+    /// has not erased the checksum. Returns whether it wrote it.
+    ///
+    /// Unchanged `seq` after the copy: nobody consumed or rewrote the
+    /// record meanwhile, so the checksum is its own. Its consumer may still
+    /// erase the checksum and release the slot at any instant (two stores,
+    /// the releasing one possibly not visible yet when the erasure is), and
+    /// the checksum must not land after the erasure: the next lap's record
+    /// would be published beside it (see `forget_seal`). So the checksum is
+    /// written by CAS against the value read before `seq` was looked at,
+    /// and not at all when that value is this lap's tombstone (the consumer
+    /// erased it): an erasure that comes later in the word's order than
+    /// the read makes the CAS fail, or comes after the CAS and wins. (A
+    /// value read that a later lap left is a release store, read with
+    /// acquire: `seq` then shows that lap, and nothing is written.) A
+    /// consumer that releases by CAS (robbable) erases nothing: its
+    /// record's checksum may stay, as it does when no pass runs.
+    pub(crate) fn seal_if_held(&self, index: usize, lap: u64, seq: u64, check: u32) -> bool {
+        let slot = self.store.slot(index);
+        let before = slot.check.load(Ordering::Acquire);
+        if slot.seq.load(Ordering::Acquire) != seq || before == self.tombstone(lap) {
+            return false;
+        }
+        // Release: see `release_held`.
+        slot.check.compare_exchange(before, check, Ordering::Release, Ordering::Relaxed).is_ok()
+    }
 }
 
 /// Writes a durable record's checksum into its slot's `check`.

@@ -422,3 +422,31 @@ fn loom_unrobbable_producer_publishes_with_a_store() {
         assert_eq!(got, [1, 2]);
     });
 }
+
+/// An `interval` ring's seal pass (sealing a record it read) racing the
+/// record's consumer (erasing its checksum and releasing the slot with a
+/// store) and the next lap's producer (publishing unsealed): the old
+/// record's checksum never ends beside the next lap's record.
+#[test]
+fn loom_a_seal_pass_never_writes_back_an_erased_checksum() {
+    const CHECK: u32 = 0x5ea1_c0de;
+    model(|| {
+        let r = Arc::new(Ring::new(HeapStorage::new(1, 1), 1, 1).erasing_seals(true));
+        r.push(&[1], &Silent, &mut NeverRecover).unwrap();
+        let consumer = {
+            let r = r.clone();
+            thread::spawn(move || {
+                let ann = Honoured(recorder());
+                let got = pop_n(&r, 1, &ann, &mut NeverRecover);
+                push_retry(&r, 2, &Silent, &mut NeverRecover);
+                got
+            })
+        };
+        // The pass read the record at lap 0 (published) and sealed it.
+        r.seal_if_held(0, 0, PUBLISHED, CHECK);
+        assert_eq!(consumer.join().unwrap(), [1]);
+        let slot = r.storage().slot(0);
+        assert_eq!(slot.seq.load(Ordering::SeqCst), r.add_lap(0) | PUBLISHED);
+        assert_ne!(slot.check.load(Ordering::SeqCst), CHECK, "the consumed record's checksum beside the next record");
+    });
+}

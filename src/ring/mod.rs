@@ -173,6 +173,11 @@ pub(crate) struct Ring<S> {
     head_hint: CachePadded<AtomicU64>,
     /// The same for consumers: a recent `tail`, erring on "empty".
     tail_hint: CachePadded<AtomicU64>,
+    /// Consumers erase a record's checksum when they release its slot (see
+    /// `claim::forget_seal`): only an `interval` queue's (its producers do
+    /// not seal; elsewhere the next producer writes its own checksum, or
+    /// nobody reads it). Set by [`erasing_seals`](Self::erasing_seals).
+    erase_seals: bool,
 }
 
 /// A slot claimed by a producer (free for `lap`) or a consumer (published
@@ -203,7 +208,26 @@ impl<S: Storage> Ring<S> {
             record_size,
             head_hint: CachePadded(AtomicU64::new(head)),
             tail_hint: CachePadded(AtomicU64::new(tail)),
+            erase_seals: false,
         }
+    }
+
+    /// This ring, its consumers erasing the checksum of each record whose
+    /// slot they release (an `interval` queue's ring: see
+    /// `claim::forget_seal`).
+    pub(crate) fn erasing_seals(mut self, erase: bool) -> Ring<S> {
+        self.erase_seals = erase;
+        self
+    }
+
+    /// What a consumer of lap `lap` leaves in its slot's checksum when it
+    /// releases it (see `claim::forget_seal`): never 0 at lap 0 (a fresh
+    /// slot's value), and different at consecutive laps, so that the seal
+    /// pass tells a checksum erased by this lap's consumer from one left
+    /// by an earlier lap (see `Ring::seal_if_held`).
+    #[inline(always)]
+    pub(crate) fn tombstone(&self, lap: u64) -> u32 {
+        !((lap >> self.one_lap.trailing_zeros()) as u32)
     }
 
     /// Number of slots.

@@ -149,6 +149,13 @@ impl<S: Storage> Ring<S> {
             } else {
                 lap
             };
+            if entry.is_none() {
+                // Whatever checksum it held (a tombstone too, see
+                // `forget_seal`) belongs to no record now: a tombstone of
+                // the lap it is given would stop the seal pass from sealing
+                // that lap's record (see `seal_if_held`).
+                slot.check.store(0, Ordering::Relaxed);
+            }
             slot.seq.store(seq, Ordering::Release);
         }
         let cursors = self.store.cursors();
@@ -225,16 +232,9 @@ impl Ring<MapStorage> {
         }
         self.store.snapshot(index, &mut buf[..len]);
         let check = seal(key, lap + index as u64, &buf[..len]);
+        // The copy before the look at `seq` (in `seal_if_held`).
         fence(Ordering::Acquire);
-        // Unchanged after the copy: nobody consumed or rewrote the record
-        // meanwhile, so the checksum is its own. (If it is consumed and its
-        // slot written again right after this test, the new record carries
-        // this stale checksum until the next pass, which covers its
-        // position: it is a change made after this sync began, not promised
-        // by it.)
-        if slot.seq.load(Ordering::Relaxed) == seq {
-            slot.check.store(check, Ordering::Relaxed);
-        }
+        self.seal_if_held(index, lap, seq, check);
     }
 }
 
@@ -245,6 +245,11 @@ mod tests {
 
     fn ring(cap: u64) -> Ring<HeapStorage> {
         Ring::new(HeapStorage::new(cap as usize, 8), cap, 8)
+    }
+
+    /// An `interval` queue's ring: its consumers erase checksums.
+    fn interval_ring(cap: u64) -> Ring<HeapStorage> {
+        ring(cap).erasing_seals(true)
     }
 
     fn pop_all(r: &Ring<HeapStorage>) -> Vec<Vec<u8>> {
@@ -275,7 +280,7 @@ mod tests {
     /// again a lap later: its consumer erased its checksum.
     #[test]
     fn a_consumed_record_never_passes_for_the_next_laps_record() {
-        let r = ring(2);
+        let r = interval_ring(2);
         for i in 0..2u8 {
             r.push(&[i; 5], &Silent, &mut NeverRecover).unwrap();
             // The sync's pass seals it.
@@ -291,6 +296,60 @@ mod tests {
         let got = r.rebuild(42, 1);
         assert_eq!((got.kept, got.torn), (1, 1), "{got:?}");
         assert_eq!(pop_all(&r), vec![vec![1; 5]]);
+    }
+
+    /// The seal pass read a record (published at lap 0) and computed its
+    /// checksum; meanwhile its consumer erased the checksum, and its
+    /// releasing store is not visible yet: the pass must not write the
+    /// checksum back (the slot is about to hold the next lap's record).
+    #[test]
+    fn a_seal_pass_never_writes_back_a_checksum_its_consumer_erased() {
+        let r = interval_ring(2);
+        r.push(&[7; 5], &Silent, &mut NeverRecover).unwrap();
+        let check = seal(42, 0, &[7; 5]);
+        let slot = r.storage().slot(0);
+        // The consumer's erasure, as `forget_seal` does it, before its release.
+        slot.check.store(r.tombstone(0), Ordering::Relaxed);
+        assert!(!r.seal_if_held(0, 0, PUBLISHED, check));
+        assert_eq!(slot.check.load(Ordering::Relaxed), r.tombstone(0));
+        // Not yet erased: sealed.
+        r.push(&[8; 5], &Silent, &mut NeverRecover).unwrap();
+        let check1 = seal(42, 1, &[8; 5]);
+        assert!(r.seal_if_held(1, 0, PUBLISHED, check1));
+        assert_eq!(r.storage().slot(1).check.load(Ordering::Relaxed), check1);
+        // The next lap's record beside the previous lap's tombstone: sealed.
+        let mut out = [0u8; 8];
+        assert_eq!(r.pop(&mut out, &Announced, &mut NeverRecover).unwrap(), 5);
+        assert_eq!(r.pop(&mut out, &Announced, &mut NeverRecover).unwrap(), 5);
+        assert_eq!(slot.check.load(Ordering::Relaxed), r.tombstone(0));
+        r.push(&[9; 5], &Silent, &mut NeverRecover).unwrap();
+        let lap1 = r.add_lap(0);
+        let check2 = seal(42, lap1, &[9; 5]);
+        assert!(r.seal_if_held(0, lap1, lap1 | PUBLISHED, check2));
+        assert_eq!(slot.check.load(Ordering::Relaxed), check2);
+        // Once released, never.
+        assert_eq!(r.pop(&mut out, &Announced, &mut NeverRecover).unwrap(), 5);
+        assert!(!r.seal_if_held(0, lap1, lap1 | PUBLISHED, check2));
+        assert_eq!(slot.check.load(Ordering::Relaxed), r.tombstone(lap1));
+    }
+
+    /// A slot a rebuild leaves without a record holds no checksum, not
+    /// even a tombstone: a tombstone of the lap it is given would stop the
+    /// seal pass from sealing the record published there next.
+    #[test]
+    fn a_slot_a_rebuild_frees_is_sealed_again_at_its_lap() {
+        let r = interval_ring(2);
+        r.push(&[7; 5], &Silent, &mut NeverRecover).unwrap();
+        let mut out = [0u8; 8];
+        assert_eq!(r.pop(&mut out, &Announced, &mut NeverRecover).unwrap(), 5);
+        // The image: the consumer's erasure landed, its release did not.
+        let slot = r.storage().slot(0);
+        slot.seq.store(PUBLISHED, Ordering::Relaxed);
+        let got = r.rebuild(42, 0);
+        assert_eq!((got.kept, got.torn, got.head, got.tail), (0, 1, 0, 0), "{got:?}");
+        assert_eq!(slot.check.load(Ordering::Relaxed), 0);
+        r.push(&[8; 5], &Silent, &mut NeverRecover).unwrap();
+        assert!(r.seal_if_held(0, 0, PUBLISHED, seal(42, 0, &[8; 5])));
     }
 
     #[test]
