@@ -298,6 +298,31 @@ mod tests {
         assert_eq!(pop_all(&r), vec![vec![1; 5]]);
     }
 
+    /// As above, for a record whose consumer saved it elsewhere (a lease
+    /// entry) and died holding its slot: the recovery that releases the
+    /// slot on its behalf (`release_held`) erases its checksum as the
+    /// consumer's release would have.
+    #[test]
+    fn a_record_released_for_a_dead_consumer_never_passes_for_the_next_laps_record() {
+        let r = interval_ring(2);
+        for i in 0..2u8 {
+            r.push(&[i; 5], &Silent, &mut NeverRecover).unwrap();
+            r.storage().slot(i as usize).check.store(seal(42, u64::from(i), &[i; 5]), Ordering::Relaxed);
+        }
+        // The consumer of position 0 copies the record out and dies holding the slot.
+        let claim = r.claim_pop(&Silent, &mut NeverRecover).unwrap();
+        let mut out = [0u8; 8];
+        assert_eq!(r.read_claimed(claim, &mut out).unwrap(), Some(5));
+        assert!(r.release_held(0));
+        assert!(!r.release_held(0), "released once");
+        r.push(&[9; 5], &Silent, &mut NeverRecover).unwrap();
+        // SAFETY: nobody else uses the ring.
+        unsafe { r.storage().write(0, 0, &[0u8; 5]) };
+        let got = r.rebuild(42, 1);
+        assert_eq!((got.kept, got.torn), (1, 1), "{got:?}");
+        assert_eq!(pop_all(&r), vec![vec![1; 5]]);
+    }
+
     /// The seal pass read a record (published at lap 0) and computed its
     /// checksum; meanwhile its consumer erased the checksum, and its
     /// releasing store is not visible yet: the pass must not write the

@@ -38,10 +38,41 @@ impl<S: Storage> Ring<S> {
     /// [`pop_committed`](Self::pop_committed)): one CAS, which succeeds only
     /// while the slot still holds that position's record. Returns whether
     /// this call released it.
+    ///
+    /// On a ring whose consumers erase checksums (an `interval` queue's),
+    /// the record's checksum is erased first, as its consumer's release
+    /// would have (see `forget_seal`), while the slot still holds the
+    /// record: by CAS against the value read, so that a checksum written
+    /// meanwhile (a seal pass sealing this record: erased on the next
+    /// round; the next lap's, once the slot moved on: left) is never
+    /// overwritten blindly. Should the release CAS then fail, the slot
+    /// was released by its consumer (alive after all, releasing by CAS
+    /// without erasing: the erasure is what it would have done) or by
+    /// another recovery: a record published again (which needs its
+    /// checksum) comes only from a recovery that found no lease entry
+    /// holding the record, never beside this one.
     pub(crate) fn release_held(&self, at: u64) -> bool {
         let (lap, index) = self.position(at);
         let slot = self.store.slot(index);
-        slot.seq.compare_exchange(lap | PUBLISHED, self.add_lap(lap), Ordering::SeqCst, Ordering::Relaxed).is_ok()
+        let held = lap | PUBLISHED;
+        if self.erase_seals {
+            let tomb = self.tombstone(lap);
+            loop {
+                // Acquire: a checksum read here that a later lap left (its
+                // consumer's tombstone, or its seal: both release stores)
+                // comes with that lap's `seq`.
+                let before = slot.check.load(Ordering::Acquire);
+                if slot.seq.load(Ordering::Acquire) != held {
+                    return false;
+                }
+                if before == tomb
+                    || slot.check.compare_exchange(before, tomb, Ordering::Release, Ordering::Relaxed).is_ok()
+                {
+                    break;
+                }
+            }
+        }
+        slot.seq.compare_exchange(held, self.add_lap(lap), Ordering::SeqCst, Ordering::Relaxed).is_ok()
     }
 
     /// Recovers the slots whose holders are gone although nobody waits on
