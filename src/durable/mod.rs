@@ -229,6 +229,17 @@ pub(crate) mod defer {
     }
 }
 
+/// A test aid: each sync is made this much slower
+/// (`TVMQ_TEST_SYNC_DELAY_MS`, read once), so that the tests of a program
+/// built on the library (the server's) see which threads wait for syncs.
+fn test_sync_delay() -> Option<Duration> {
+    static DELAY: std::sync::OnceLock<Option<Duration>> = std::sync::OnceLock::new();
+    *DELAY.get_or_init(|| {
+        let ms = std::env::var("TVMQ_TEST_SYNC_DELAY_MS").ok()?.parse::<u64>().ok()?;
+        (ms > 0).then(|| Duration::from_millis(ms))
+    })
+}
+
 /// Longest a sync is waited for before its syncer is checked for death.
 const STALE_LOCK: Duration = Duration::from_secs(1);
 /// How long the syncer of an `always` queue waits for no new caller before
@@ -508,6 +519,9 @@ impl Durable {
             self.gather();
         }
         w.batch_start.store(w.arrivals.load(Ordering::SeqCst), Ordering::Relaxed);
+        if let Some(delay) = test_sync_delay() {
+            std::thread::sleep(delay);
+        }
         #[cfg(test)]
         if let Some(hook) = &self.hook {
             hook(&SyncEvent::Begin);

@@ -22,8 +22,9 @@ use crate::registry::INTENTS;
 use crate::ring::{Announce, Holder, RingError};
 use crate::spec::LeaseSpec;
 use parking_lot::Mutex;
+use std::cell::Cell;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// A queue's lease table and settings, and this process's name in it.
@@ -38,13 +39,23 @@ pub(crate) struct Leases {
     base: usize,
     /// The dead-letter queue, opened when first needed.
     dead_letter: Mutex<Option<Arc<Queue>>>,
+    /// A sweep on a thread that leaves dead-letter moves to others (see
+    /// [`Queue::sweeps_move_dead_letters`]) found records bound for the
+    /// dead-letter queue: [`Queue::move_dead_letters`] is due.
+    burial_due: AtomicBool,
+}
+
+std::thread_local! {
+    /// Whether sweeps run on this thread move the records they doom to the
+    /// dead-letter queue themselves (see [`Queue::sweeps_move_dead_letters`]).
+    static SWEEPS_BURY: Cell<bool> = const { Cell::new(true) };
 }
 
 impl Leases {
     pub(crate) fn new(table: LeaseTable, settings: LeaseSpec, me: Option<(usize, u32)>) -> Leases {
         let base = me.map_or(0, |(index, _)| index * INTENTS) % table.len();
         let me = me.filter(|&(index, _)| index < Owner::MAX_ENTRIES).map(|(index, r)| Owner::new(index, r));
-        Leases { table, settings, me, base, dead_letter: Mutex::new(None) }
+        Leases { table, settings, me, base, dead_letter: Mutex::new(None), burial_due: AtomicBool::new(false) }
     }
 }
 
@@ -720,8 +731,48 @@ impl Queue {
             self.wake(u32::try_from(swept.ready).unwrap_or(u32::MAX));
         }
         if swept.doomed > 0 {
-            self.bury(l, me);
+            if SWEEPS_BURY.with(Cell::get) {
+                self.bury(l, me);
+            } else {
+                l.burial_due.store(true, Ordering::SeqCst);
+            }
         }
+    }
+
+    /// (For a server's event-loop threads.) Whether the lease sweeps that
+    /// calls on this thread run (inside [`pop_lease`](Self::pop_lease),
+    /// [`pop`](Self::pop) and others, on any queue) move the records they
+    /// find bound for the dead-letter queue themselves (the default). A
+    /// move pushes into the dead-letter queue, which may open its file and
+    /// sync it: a thread that serves other clients meanwhile says `false`,
+    /// and the records wait (`dead-letter-pending` in the stats) until
+    /// [`move_dead_letters`](Self::move_dead_letters) runs elsewhere, as
+    /// [`dead_letters_due`](Self::dead_letters_due) asks.
+    pub fn sweeps_move_dead_letters(on_this_thread: bool) {
+        SWEEPS_BURY.with(|c| c.set(on_this_thread));
+    }
+
+    /// Did a sweep on a thread that leaves dead-letter moves to others find
+    /// records bound for the dead-letter queue (see
+    /// [`sweeps_move_dead_letters`](Self::sweeps_move_dead_letters))? True
+    /// once per such finding: the caller then has
+    /// [`move_dead_letters`](Self::move_dead_letters) run (elsewhere). A
+    /// load when there is nothing; false for a queue without leases.
+    #[inline]
+    pub fn dead_letters_due(&self) -> bool {
+        self.leases
+            .as_ref()
+            .is_some_and(|l| l.burial_due.load(Ordering::Relaxed) && l.burial_due.swap(false, Ordering::SeqCst))
+    }
+
+    /// Moves every record bound for the dead-letter queue there (or drops
+    /// it, counted, on a queue without one), until the dead-letter queue
+    /// refuses one (tried again at a later sweep). May open the dead-letter
+    /// queue and wait for its sync.
+    pub fn move_dead_letters(&self) {
+        let Some(l) = &self.leases else { return };
+        let Some(me) = l.me else { return };
+        self.bury(l, me);
     }
 
     /// Moves every doomed record to the dead-letter queue (or drops it),
