@@ -35,6 +35,10 @@ pub(crate) fn spawn(
 }
 
 fn main(shared: Arc<ServerState>, index: usize, mut rx: UnboundedReceiver<Accepted>) {
+    // A sweep run here (inside a pop or a lease) leaves the records it
+    // dooms for the blocking pool to move to their dead-letter queue (that
+    // push may open the queue and sync it): see `cmd::lease::dead_letters_off_worker`.
+    tvm::Queue::sweeps_move_dead_letters(false);
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

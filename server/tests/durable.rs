@@ -230,3 +230,91 @@ fn acks_of_a_durable_leased_queue_wait_for_shared_syncs_off_the_worker() {
     assert!(syncs < CONNS as u64, "{syncs} syncs for the acks of {CONNS} connections");
     assert_eq!(server.signal_and_wait(libc::SIGKILL, Duration::from_secs(10)), None);
 }
+
+/// The PING of another connection of the same (only) worker, timed while
+/// `conn` waits for replies whose work includes syncs made slow: it
+/// answers well within one sync (the syncs run off the worker).
+fn ping_during(other: &mut Conn, sync_ms: u64, what: &str) {
+    let ping = Instant::now();
+    assert_eq!(other.cmd(&[b"PING"]), V::Simple("PONG".into()));
+    let took = ping.elapsed();
+    assert!(took < Duration::from_millis(sync_ms / 2), "PING took {took:?} during {what}");
+}
+
+/// Records moved into an `always` dead-letter queue (a push and a sync
+/// each, the library's syncs made slow by its test aid; the first also
+/// opens the dead-letter queue): by TVMQ.REJECT, by TVMQ.RELEASE at the
+/// delivery limit, by the sweep of a lease that ran out at the limit, and
+/// by the release of the leases of a connection that closed. Meanwhile a
+/// PING on another connection of the same (only) worker answers at once:
+/// none of it runs on the worker.
+#[test]
+fn dead_letter_moves_into_an_always_queue_run_off_the_worker() {
+    let dir = DiskDir::new("serve-dead-letter-off-worker");
+    always_queue(&dir, 2, "dead", 1000);
+    let mut spec = Spec::new(1000, SIZE as u64);
+    spec.name = "jobs".into();
+    spec.leases = Some(tvm::LeaseSpec { lease_ms: 60_000, max_leases: 256, max_deliveries: 1, dead_letter: Some(2) });
+    Queue::create(dir.path(), 1, &spec).unwrap();
+    const SYNC_MS: u64 = 200;
+    let delay = SYNC_MS.to_string();
+    let how = Spawn { env: &[("TVMQ_TEST_SYNC_DELAY_MS", &delay)], ..Spawn::default() };
+    let mut server = ChildServer::spawn_in(dir.path(), &["--threads", "1"], &how);
+    let mut consumer = Conn::connect(server.addr);
+    let mut other = Conn::connect(server.addr);
+    for i in 0..8 {
+        assert_eq!(other.cmd(&[b"RPUSH", b"jobs", &value(0, i)]), V::Int(i as i64 + 1));
+    }
+    let mut ids = Vec::new();
+    for _ in 0..4 {
+        ids.push(lease_entry(&consumer.cmd(&[b"TVMQ.LEASE", b"jobs"])).0);
+    }
+    // Rejects, pipelined: the first opens the dead-letter queue.
+    let t0 = Instant::now();
+    let mut bytes = Vec::new();
+    for id in &ids[..3] {
+        resp::command(&mut bytes, &[b"TVMQ.REJECT", b"jobs", id]);
+    }
+    consumer.send_raw(&bytes);
+    std::thread::sleep(Duration::from_millis(SYNC_MS / 4));
+    ping_during(&mut other, SYNC_MS, "rejects into an always dead-letter queue");
+    assert!(t0.elapsed() < Duration::from_millis(SYNC_MS * 3), "checked while the rejects run");
+    for _ in 0..3 {
+        assert_eq!(consumer.read(), V::Simple("OK".into()));
+    }
+    assert!(t0.elapsed() >= Duration::from_millis(SYNC_MS * 3), "each move waited for its sync");
+    assert_eq!(other.cmd(&[b"LLEN", b"dead"]), V::Int(3));
+
+    // A release at the delivery limit (1).
+    consumer.send(&[b"TVMQ.RELEASE", b"jobs", &ids[3]]);
+    std::thread::sleep(Duration::from_millis(SYNC_MS / 4));
+    ping_during(&mut other, SYNC_MS, "a release into the dead-letter queue");
+    assert_eq!(consumer.read(), V::Simple("OK".into()));
+    assert_eq!(other.cmd(&[b"LLEN", b"dead"]), V::Int(4));
+
+    // A lease that runs out at the limit: the sweep of the next lease
+    // dooms it, and the move runs off the worker.
+    let _ = lease_entry(&consumer.cmd(&[b"TVMQ.LEASE", b"jobs", b"FOR", b"20"]));
+    std::thread::sleep(Duration::from_millis(60));
+    consumer.send(&[b"TVMQ.LEASE", b"jobs"]);
+    std::thread::sleep(Duration::from_millis(SYNC_MS / 4));
+    ping_during(&mut other, SYNC_MS, "a swept lease's move");
+    let _ = lease_entry(&consumer.read());
+    common::wait_until(Duration::from_secs(5), "the swept record moved", || {
+        other.cmd(&[b"LLEN", b"dead"]) == V::Int(5)
+    });
+
+    // The connection closes holding leases at the limit (the one above
+    // and two more): released off the worker, into the dead-letter queue.
+    for _ in 0..2 {
+        let _ = lease_entry(&consumer.cmd(&[b"TVMQ.LEASE", b"jobs"]));
+    }
+    drop(consumer);
+    std::thread::sleep(Duration::from_millis(SYNC_MS / 4));
+    ping_during(&mut other, SYNC_MS, "a closed connection's leases moved");
+    common::wait_until(Duration::from_secs(5), "the closed connection's leases moved", || {
+        other.cmd(&[b"LLEN", b"dead"]) == V::Int(8)
+    });
+    assert_eq!(other.cmd(&[b"LLEN", b"jobs"]), V::Int(0));
+    assert_eq!(server.signal_and_wait(libc::SIGKILL, Duration::from_secs(10)), None);
+}

@@ -76,6 +76,7 @@ pub(crate) fn ltrim(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<
                 Err(e) => return reply::queue_error(out, q.id(), &e),
             }
         }
+        super::lease::dead_letters_off_worker(&q);
     }
     resp::simple(out, b"OK");
 }
@@ -86,6 +87,7 @@ pub(crate) fn repair(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec
     match ctx.client.last.resolve(ctx.shared, ctx.keys, key) {
         Ok(q) => {
             let r = q.repair();
+            super::lease::dead_letters_off_worker(q);
             resp::integer(out, (r.recovered_pushes + r.recovered_pops) as i64);
         }
         Err(e) => key_error(out, key, &e),

@@ -183,6 +183,7 @@ impl Blocked {
             resp::array_header(out, 2);
             resp::bulk(out, key);
             let (popped, ticket) = q.defer_syncs(|q| pop_bulk(q, out));
+            super::lease::dead_letters_off_worker(q);
             match popped {
                 Ok(true) => {
                     if let Some(t) = ticket {

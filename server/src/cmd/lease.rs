@@ -81,12 +81,71 @@ impl Held {
     /// `always` queue the syncs are put off and not waited for (nobody is
     /// told anything): the next sync of the queue covers them, and a
     /// machine crash before it delivers the records again all the same.
+    /// A lease at its delivery limit on a queue with a dead-letter queue
+    /// goes there, which may open that queue and sync it: those are
+    /// released off the worker ([`Returned`]).
     pub(crate) fn release_all(&mut self) {
+        let mut later = Returned(Vec::new());
         for (_, (q, lease)) in self.map.drain() {
+            if may_dead_letter(&q, &lease, false) {
+                later.0.push((q, lease));
+                continue;
+            }
             // Refused: it ran out, or the queue was dropped; nothing to give back.
             let _ = q.defer_syncs(|q| q.release(&lease, Duration::ZERO));
         }
+        if !later.0.is_empty() {
+            later.release_off_worker();
+        }
         self.pruned = 0;
+    }
+}
+
+/// Leases of a connection that ended, to release off the worker (each may
+/// move its record to a dead-letter queue); released wherever this is
+/// dropped if that never runs.
+struct Returned(Vec<(Arc<Queue>, Lease)>);
+
+impl Returned {
+    /// On a thread of the runtime's blocking pool (here, outside a runtime).
+    fn release_off_worker(self) {
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => drop(rt.spawn_blocking(move || drop(self))),
+            Err(_) => drop(self),
+        }
+    }
+}
+
+impl Drop for Returned {
+    fn drop(&mut self) {
+        for (q, lease) in self.0.drain(..) {
+            let _ = q.defer_syncs(|q| q.release(&lease, Duration::ZERO));
+        }
+    }
+}
+
+/// Would ending `lease` of `q` (`reject`, or a release) move its record to
+/// a dead-letter queue, which may open that queue and sync it?
+fn may_dead_letter(q: &Queue, lease: &Lease, reject: bool) -> bool {
+    let Some(spec) = &q.info().leases else { return false };
+    spec.dead_letter.is_some() && (reject || (spec.max_deliveries > 0 && lease.deliveries() >= spec.max_deliveries))
+}
+
+/// Has moved off the worker the records that a sweep run here found bound
+/// for the dead-letter queue of `q` (workers leave them: see
+/// `Queue::sweeps_move_dead_letters`). A load when there are none.
+#[inline]
+pub(crate) fn dead_letters_off_worker(q: &Arc<Queue>) {
+    if q.dead_letters_due() {
+        move_dead_letters_off_worker(q.clone());
+    }
+}
+
+#[cold]
+fn move_dead_letters_off_worker(q: Arc<Queue>) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(rt) => drop(rt.spawn_blocking(move || q.move_dead_letters())),
+        Err(_) => q.move_dead_letters(),
     }
 }
 
@@ -244,6 +303,7 @@ pub(crate) fn take(q: &Arc<Queue>, want: Want, held: &mut Held, _proto: Proto, o
             }
         }
     }
+    dead_letters_off_worker(q);
     if n == 0 {
         return match failure {
             Some(e) => {
@@ -408,20 +468,46 @@ fn on_lease(
     };
     let (_, mut lease) = held.map.get(&k).cloned()?;
     // A release at the delivery limit and a reject move the record to the
-    // dead-letter queue and sync (on an `always` queue): the reply is held.
+    // dead-letter queue (run off the worker: see `DeadLetter`), and sync
+    // (on an `always` queue): the reply is held.
     let at = out.len();
     let (done, ticket) = q.defer_syncs(|q| f(q, &mut lease));
     match done {
-        Ok(keep) => {
+        Ok(true) => {
             held.map.remove(&k);
-            if keep {
-                return Some(held.insert(&q, lease));
-            }
+            Some(held.insert(&q, lease))
+        }
+        Ok(false) => {
+            ended(ctx.client, &q, k, Ok(()), ticket, at, out);
+            None
+        }
+        Err(e) => {
+            ended(ctx.client, &q, k, Err(e), ticket, at, out);
+            None
+        }
+    }
+}
+
+/// Writes the reply of a lease call that ended lease `k` of `q` (`done`),
+/// whose reply starts at `at` and waits for `ticket`, and forgets the
+/// lease unless it is still good.
+fn ended(
+    client: &mut Client,
+    q: &Arc<Queue>,
+    k: LeaseKey,
+    done: tvm::Result<()>,
+    ticket: Option<SyncTicket>,
+    at: usize,
+    out: &mut Vec<u8>,
+) {
+    let held = &mut client.leases;
+    match done {
+        Ok(()) => {
+            held.map.remove(&k);
             resp::simple(out, b"OK");
             if let Some(t) = ticket {
-                ctx.client.held.add(q, t, at..out.len(), 1, OnFailure::Error);
+                client.held.add(q.clone(), t, at..out.len(), 1, OnFailure::Error);
             }
-            None
         }
         Err(e) => {
             // Ran out (or gone): no call can end it any more.
@@ -429,8 +515,54 @@ fn on_lease(
                 held.map.remove(&k);
             }
             reply::queue_error(out, q.id(), &e);
-            None
         }
+    }
+}
+
+/// A TVMQ.RELEASE or TVMQ.REJECT that moves its record to a dead-letter
+/// queue: run off the worker ([`dead_letter_off_worker`]), since the push
+/// into that queue may open it (a directory scan and a file open, the first
+/// time) and sync it (an `always` one), and a worker serves other
+/// connections meanwhile.
+pub(crate) struct DeadLetter {
+    q: Arc<Queue>,
+    key: LeaseKey,
+    lease: Lease,
+    /// `None`: a reject; else a release's delay.
+    delay: Option<Duration>,
+}
+
+/// The lease `id` of the queue of `key`, if ending it (a reject, or a
+/// release after `delay`) moves its record to a dead-letter queue; `None`
+/// otherwise, and when there is no such lease (the call then runs on the
+/// worker, which writes the error).
+fn dead_letter_call(ctx: &mut Ctx<'_>, key: &[u8], id: &[u8], delay: Option<Duration>) -> Option<DeadLetter> {
+    let q = ctx.client.last.resolve(ctx.shared, ctx.keys, key).ok()?.clone();
+    q.info().leases.as_ref()?.dead_letter?;
+    let k = find(&ctx.client.leases, &q, id).ok()?;
+    let (_, lease) = ctx.client.leases.map.get(&k)?;
+    let lease = *lease;
+    may_dead_letter(&q, &lease, delay.is_none()).then_some(DeadLetter { q, key: k, lease, delay })
+}
+
+/// Runs a [`DeadLetter`] call on a thread of the runtime's blocking pool,
+/// then writes its reply as on the worker (held for the source queue's
+/// syncs it put off: the dead-letter queue's own sync ran there, before the
+/// lease entry was freed).
+pub(crate) async fn dead_letter_off_worker(d: DeadLetter, client: &mut Client, out: &mut Vec<u8>) {
+    let DeadLetter { q, key, lease, delay } = d;
+    let queue = q.clone();
+    let ran = tokio::task::spawn_blocking(move || {
+        queue.defer_syncs(|q| match delay {
+            Some(delay) => q.release(&lease, delay),
+            None => q.reject(&lease),
+        })
+    })
+    .await;
+    let at = out.len();
+    match ran {
+        Ok((done, ticket)) => ended(client, &q, key, done, ticket, at, out),
+        Err(e) => reply::error_fmt(out, format_args!("ERR the dead-letter move of queue {} failed: {e}", q.id())),
     }
 }
 
@@ -474,22 +606,40 @@ pub(crate) fn ack(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8
 }
 
 /// TVMQ.RELEASE key id [DELAY ms]: puts the record back, delivered again
-/// after the delay (at the delivery limit: to the dead-letter queue).
-pub(crate) fn release(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) {
+/// after the delay (at the delivery limit: to the dead-letter queue, off
+/// the worker: `Some`).
+pub(crate) fn release(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) -> Option<DeadLetter> {
     let delay = match (req.get(buf, 3), req.get(buf, 4), req.len()) {
         (None, _, 3) => Duration::ZERO,
         (Some(opt), Some(v), 5) if opt.eq_ignore_ascii_case(b"DELAY") => match millis(v) {
             Some(d) => d,
-            None => return resp::error(out, b"ERR DELAY must be 0 or more milliseconds"),
+            None => {
+                resp::error(out, b"ERR DELAY must be 0 or more milliseconds");
+                return None;
+            }
         },
-        _ => return reply::syntax_error(out),
+        _ => {
+            reply::syntax_error(out);
+            return None;
+        }
     };
-    on_lease(ctx, req.arg(buf, 1), req.arg(buf, 2), out, |q, l| q.release(l, delay).map(|()| false));
+    let (key, id) = (req.arg(buf, 1), req.arg(buf, 2));
+    if let Some(d) = dead_letter_call(ctx, key, id, Some(delay)) {
+        return Some(d);
+    }
+    on_lease(ctx, key, id, out, |q, l| q.release(l, delay).map(|()| false));
+    None
 }
 
-/// TVMQ.REJECT key id: to the dead-letter queue (or dropped without one).
-pub(crate) fn reject(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) {
-    on_lease(ctx, req.arg(buf, 1), req.arg(buf, 2), out, |q, l| q.reject(l).map(|()| false));
+/// TVMQ.REJECT key id: to the dead-letter queue (off the worker: `Some`),
+/// or dropped without one.
+pub(crate) fn reject(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) -> Option<DeadLetter> {
+    let (key, id) = (req.arg(buf, 1), req.arg(buf, 2));
+    if let Some(d) = dead_letter_call(ctx, key, id, None) {
+        return Some(d);
+    }
+    on_lease(ctx, key, id, out, |q, l| q.reject(l).map(|()| false));
+    None
 }
 
 /// TVMQ.EXTEND key id ms: the lease runs out ms from now (0: the queue's

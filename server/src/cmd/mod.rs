@@ -34,6 +34,10 @@ pub(crate) enum Flow {
     /// TVMQ.LEASE of an `always` queue: taken off the worker
     /// ([`blocking::lease_durable`]), the connection waiting for it.
     Lease(lease::DurableLease),
+    /// TVMQ.RELEASE or TVMQ.REJECT moving a record to a dead-letter queue:
+    /// run off the worker ([`lease::dead_letter_off_worker`]), the
+    /// connection waiting for it.
+    DeadLetter(lease::DeadLetter),
     /// The command needs queues `--auto-create` makes: made off the worker
     /// ([`crate::keys::create_off_worker`]), then the command runs again
     /// (its reply is not written yet).
@@ -94,8 +98,16 @@ pub(crate) fn execute(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Ve
             };
         }
         Cmd::Ack => lease::ack(ctx, buf, req, out),
-        Cmd::Release => lease::release(ctx, buf, req, out),
-        Cmd::Reject => lease::reject(ctx, buf, req, out),
+        Cmd::Release => {
+            if let Some(d) = lease::release(ctx, buf, req, out) {
+                return Flow::DeadLetter(d);
+            }
+        }
+        Cmd::Reject => {
+            if let Some(d) = lease::reject(ctx, buf, req, out) {
+                return Flow::DeadLetter(d);
+            }
+        }
         Cmd::Extend => lease::extend(ctx, buf, req, out),
         Cmd::Leases => lease::stats(ctx, buf, req, out),
     }

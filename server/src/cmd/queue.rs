@@ -210,6 +210,8 @@ pub(crate) fn pop(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8
         },
         Some(count) => pop_many(q, out, proto, count),
     });
+    // A pop of a queue with leases may have swept it.
+    super::lease::dead_letters_off_worker(q);
     if let Some(t) = ticket {
         let q = q.clone();
         ctx.client.held.add(q, t, at..out.len(), taken as u64, OnFailure::Deliver);
