@@ -523,12 +523,22 @@ fn power_loss_images_of_an_always_queue_keep_every_acknowledged_push() {
 
 #[test]
 fn power_loss_images_of_an_interval_queue_lose_only_the_window() {
-    let dir = DiskDir::new("interval");
-    let (log, len) = run(Durability::Interval(1), &dir.0, 2);
-    let syncs = log.iter().filter(|e| matches!(e, Event::Copy { synced: true, .. })).count();
-    // The run spans many syncs, which the images need; fewer under load (19
-    // and 20 seen with the two cores busy with parallel builds).
-    assert!(syncs >= 8, "the flusher synced ({syncs})");
+    // The run must span many syncs, which the images need. Under load the
+    // flusher runs less often (19 and 20 seen with the two cores busy with
+    // parallel builds, 6 once at load 6.6): a run with too few is run again
+    // in a fresh directory, up to three times.
+    let mut attempt = 0;
+    let (log, len, syncs) = loop {
+        attempt += 1;
+        let dir = DiskDir::new(&format!("interval-{attempt}"));
+        let (log, len) = run(Durability::Interval(1), &dir.0, 2);
+        let syncs = log.iter().filter(|e| matches!(e, Event::Copy { synced: true, .. })).count();
+        if syncs >= 8 || attempt == 3 {
+            break (log, len, syncs);
+        }
+        eprintln!("interval: the flusher synced {syncs} times in run {attempt}: running again");
+    };
+    assert!(syncs >= 8, "the flusher synced ({syncs}) in each of {attempt} runs");
     let (kept, again) = check_images(Durability::Interval(1), &log, len, images_per_run(), 11);
     eprintln!(
         "interval: {} events, {syncs} syncs, {} images, {kept} records kept, {again} delivered again",
