@@ -12,10 +12,11 @@
 //! word and wakes.
 //! Sleeps are cut into slices of [`SLEEP_SLICE`] so that a producer killed
 //! between publishing and waking delays a sleeper, never strands it. The
-//! slice's timer does not measurably slow a wake-up: a bare shared futex
-//! with and without the timeout, between two processes
-//! (`bench/experiments/wake_latency.c`), had the same p50 within the spread
-//! of the runs, at records 100 us and 1 ms apart.
+//! slice's timer costs a woken sleeper a few tenths of a microsecond: a bare
+//! shared futex taking turns with a pipe between two processes
+//! (`bench/experiments/wake_latency.c`, modes `mix` and `mix-nt`) was behind
+//! the pipe at p50 by 0.2-0.75 us with the timeout, by -1.4 to 0.1 us
+//! without it.
 
 use super::{Queue, Strategy, Wait};
 use crate::clock::{mono_ns, now_ns};
