@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 /// the clock after each. It does not yield: on a loaded machine a thread that
 /// yields waits for the others' time slices (milliseconds) before it looks
 /// again, while one that sleeps is woken, and run, as soon as a push comes.
-pub(crate) const SPIN_BOUND: Duration = Duration::from_micros(5);
+const SPIN_BOUND: Duration = Duration::from_micros(5);
 
 /// Pauses in the first and the longest rounds of the short spin, as powers
 /// of two. Polling an empty queue reads `tail`, which producers are moving:
@@ -46,9 +46,8 @@ const SPIN_LAST_ROUND: u32 = 6;
 /// record without the two system calls); at 0 a pop sleeps at once. So with
 /// records a few microseconds apart a consumer spins and makes no system
 /// call, and with records 10 us or more apart it sleeps as soon as it finds
-/// the queue empty, using no CPU to wait: on a loaded machine a consumer that
-/// spins through every gap uses more than its share of a CPU, and the
-/// scheduler makes it wait for others' time slices (hundreds of microseconds).
+/// the queue empty, using no CPU to wait (a spin before every sleep would
+/// cost it up to half a CPU at 10 us gaps, and catch nothing).
 pub(super) const SPIN_CREDIT_MAX: u32 = 4;
 const SPIN_CREDIT_GAIN: u32 = 2;
 
