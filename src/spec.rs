@@ -74,8 +74,9 @@ pub struct Spec {
     /// waited for before it is recovered.
     pub unblock_timeout_ms: u64,
     /// How long a blocking pop spins (in microseconds) on an empty queue
-    /// before it yields and then sleeps; `Some(-1)`: it never sleeps. `None`:
-    /// the library's default (a few microseconds of spinning and yielding).
+    /// before it sleeps; `Some(-1)`: it never sleeps. `None`: the library's
+    /// default (at most 5 microseconds of spinning, and only while such
+    /// spins have been catching records).
     /// A process can override it with `$TVMQ_SPIN_US`.
     pub spin_us: Option<i64>,
     /// `Some`: a durable queue (see [`crate::Durability`]), whose directory

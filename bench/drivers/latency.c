@@ -1,9 +1,11 @@
 /*
  * latency.c: the latency benchmark (see latency.h) for tvmq, through tvm.h,
  * and for a pipe between the same two processes (the kernel's floor for a
- * wake-up across processes).
+ * wake-up across processes), or both in turn: `alternate` sends even records
+ * through tvmq and odd ones through the pipe, so that the two meet the same
+ * load of the machine, record by record.
  *
- *   latency run  --transport tvmq|pipe [--queue Q] --size S --records R --gap-us G --out FILE
+ *   latency run  --transport tvmq|pipe|alternate [--queue Q] --size S --records R --gap-us G --out FILE
  *   latency idle --transport tvmq|pipe [--queue Q] --size S --seconds N
  *
  * tvmq: queue Q must exist (records of at least S bytes); the consumer pops
@@ -76,12 +78,40 @@ static int pipe_recv(void *ctx, char *rec, size_t size)
     return 0;
 }
 
+/* alternate: tvmq for even records, the pipe for odd ones (each side counts its own). */
+typedef struct alternate {
+    void *tvmq, *pipe;
+    unsigned long long n;
+} alternate;
+
+static void *alternate_open(int producer)
+{
+    static alternate a[2];
+    alternate *me = &a[producer ? 1 : 0];
+    me->tvmq = tvmq_open(producer);
+    me->pipe = pipe_open(producer);
+    return me->tvmq ? me : NULL;
+}
+
+static int alternate_send(void *ctx, const char *rec, size_t size)
+{
+    alternate *a = (alternate *)ctx;
+    return a->n++ % 2 == 0 ? tvmq_send(a->tvmq, rec, size) : pipe_send(a->pipe, rec, size);
+}
+
+static int alternate_recv(void *ctx, char *rec, size_t size)
+{
+    alternate *a = (alternate *)ctx;
+    return a->n++ % 2 == 0 ? tvmq_recv(a->tvmq, rec, size) : pipe_recv(a->pipe, rec, size);
+}
+
 static const latency_ops tvmq_ops = { tvmq_open, tvmq_send, tvmq_recv };
+static const latency_ops alternate_ops = { alternate_open, alternate_send, alternate_recv };
 static const latency_ops pipe_ops = { pipe_open, pipe_send, pipe_recv };
 
 _Noreturn static void usage(const char *msg)
 {
-    fprintf(stderr, "latency: %s\nusage: latency run  --transport tvmq|pipe [--queue Q] --size S --records R --gap-us G --out FILE\n"
+    fprintf(stderr, "latency: %s\nusage: latency run  --transport tvmq|pipe|alternate [--queue Q] --size S --records R --gap-us G --out FILE\n"
                     "       latency idle --transport tvmq|pipe [--queue Q] --size S --seconds N\n", msg);
     exit(2);
 }
@@ -119,12 +149,12 @@ int main(int argc, char *argv[])
     const latency_ops *ops;
     if (!strcmp(transport, "tvmq")) {
         ops = &tvmq_ops;
-    } else if (!strcmp(transport, "pipe")) {
+    } else if (!strcmp(transport, "pipe") || (run && !strcmp(transport, "alternate"))) {
         if (pipe(pipe_fds) != 0) {
             perror("latency: pipe");
             return 1;
         }
-        ops = &pipe_ops;
+        ops = strcmp(transport, "pipe") ? &alternate_ops : &pipe_ops;
     } else {
         usage("unknown transport");
     }

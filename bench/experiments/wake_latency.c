@@ -9,9 +9,14 @@
  *                  YIELDS sched_yield calls, env, default 0); the
  *                  producer bumps the word and wakes only when someone waits
  *   mode futex-nt  the same without the timeout
+ *   mode mix       even records through the pipe, odd ones as futex does,
+ *                  between the same two processes, so that both meet the
+ *                  same load (p50 / p99 printed for each half)
+ *   mode mix-nt    the same with futex-nt
  * Build and run from the project root:
  *   gcc -O2 -Wall -o target/wake_latency bench/experiments/wake_latency.c -I bench/drivers
  *   for m in pipe futex futex-nt pipe; do target/wake_latency $m 100 20000; done
+ *   for m in mix mix-nt; do target/wake_latency $m 100 20000; done
  */
 #define _GNU_SOURCE
 #include "latency.h"
@@ -100,6 +105,18 @@ static int pipe_recv(void *ctx, char *rec, size_t size)
     return read(pipe_fds[0], rec, size) == (ssize_t)size ? 0 : -1;
 }
 
+static unsigned long mix_sent, mix_received;
+
+static int mix_send(void *ctx, const char *rec, size_t size)
+{
+    return mix_sent++ % 2 == 0 ? pipe_send(ctx, rec, size) : fx_send(ctx, rec, size);
+}
+
+static int mix_recv(void *ctx, char *rec, size_t size)
+{
+    return mix_received++ % 2 == 0 ? pipe_recv(ctx, rec, size) : fx_recv(ctx, rec, size);
+}
+
 static int cmp(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -118,6 +135,9 @@ int main(int argc, char *argv[])
         spin_ns = atol(getenv("SPIN_NS"));
     if (getenv("YIELDS"))
         yields = atoi(getenv("YIELDS"));
+    int mix = !strncmp(mode, "mix", 3);
+    if (mix && pipe(pipe_fds) != 0)
+        return 1;
     if (!strcmp(mode, "pipe")) {
         if (pipe(pipe_fds) != 0)
             return 1;
@@ -127,9 +147,9 @@ int main(int argc, char *argv[])
             return 1;
         sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         unlink("/dev/shm/wake_latency.tmp");
-        ops.send = fx_send;
-        ops.recv = fx_recv;
-        timeout_on = strcmp(mode, "futex-nt") != 0;
+        ops.send = mix ? mix_send : fx_send;
+        ops.recv = mix ? mix_recv : fx_recv;
+        timeout_on = strcmp(mode, "futex-nt") != 0 && strcmp(mode, "mix-nt") != 0;
     }
     if (latency_run(&ops, SIZE, n, gap, "/tmp/wake_latency.bin") != 0)
         return 1;
@@ -138,6 +158,21 @@ int main(int argc, char *argv[])
     if (!f || fread(v, 8, n, f) != n)
         return 1;
     fclose(f);
+    if (mix) {
+        /* After the warm-up, even records (the pipe's) and odd ones (the futex's) apart. */
+        uint64_t *half[2] = { malloc(n * 8), malloc(n * 8) };
+        unsigned long long count[2] = { 0, 0 };
+        if (!half[0] || !half[1])
+            return 1;
+        for (unsigned long long i = n / 50; i < n; i++)
+            half[i % 2][count[i % 2]++] = v[i];
+        for (int h = 0; h < 2; h++) {
+            qsort(half[h], count[h], 8, cmp);
+            printf("%-9s gap %u us, %s: p50 %.2f us, p99 %.2f us\n", mode, gap, h ? "futex" : "pipe ",
+                   half[h][count[h] / 2] / 1e3, half[h][count[h] * 99 / 100] / 1e3);
+        }
+        return 0;
+    }
     qsort(v + n / 50, n - n / 50, 8, cmp);
     uint64_t *w = v + n / 50;
     unsigned long long m = n - n / 50;

@@ -122,6 +122,8 @@ pub(crate) fn draw_latency(cells: &[LatencyCell], path: &Path) -> Result<(), Str
         RGBColor(30, 90, 200),
         RGBColor(30, 150, 60),
         RGBColor(140, 60, 160),
+        RGBColor(170, 90, 40),
+        RGBColor(20, 170, 180),
     ];
     let mut subjects: Vec<&str> = Vec::new();
     for c in cells {

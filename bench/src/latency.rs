@@ -3,8 +3,12 @@
 //! every 10 us, 100 us and 1 ms; p50 / p99 / p99.9 / max from an HDR
 //! histogram. Subjects: tvmq with its default wait and spinning
 //! (`TVMQ_SPIN_US=1000`), Boost.Interprocess, a pipe (the kernel's floor for
-//! a wake-up), and crossbeam's `ArrayQueue` between two threads with a
-//! spinning consumer. Also the CPU a consumer blocked on an idle queue uses.
+//! a wake-up), tvmq and a pipe in turn between the same two processes (even
+//! records through tvmq, odd ones through the pipe: on a loaded machine the
+//! load changes from one run to the next more than the two differ; in turn,
+//! record by record, both meet the same load), and crossbeam's `ArrayQueue`
+//! between two threads with a spinning consumer. Also the CPU a consumer
+//! blocked on an idle queue uses.
 //!
 //! The processes are `bench/drivers/latency.c` (tvmq and the pipe) and
 //! `boost_mq latency` (Boost), both on the harness of
@@ -49,8 +53,15 @@ fn records_for(gap_us: u64, smoke: bool) -> u64 {
 }
 
 fn histogram(latencies: &[u64]) -> Result<Histogram<u64>, String> {
+    histogram_of(latencies, 0, 1)
+}
+
+/// The histogram of records `first`, `first + step`, ... after the warm-up
+/// (the first 2 % of all records).
+fn histogram_of(latencies: &[u64], first: usize, step: usize) -> Result<Histogram<u64>, String> {
     let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).map_err(|e| e.to_string())?;
-    for &ns in &latencies[latencies.len() / 50..] {
+    let warm = latencies.len() / 50;
+    for (_, &ns) in latencies.iter().enumerate().skip(warm).filter(|(i, _)| i % step == first) {
         h.record(ns.max(1)).map_err(|e| e.to_string())?;
     }
     Ok(h)
@@ -77,7 +88,18 @@ fn driver_run(
     args: &[&str],
     env: &[(&str, &str)],
     gap: u64,
-) -> Result<Histogram<u64>, String> {
+) -> Result<Vec<Histogram<u64>>, String> {
+    Ok(vec![histogram(&driver_latencies(ctx, program, args, env, gap)?)?])
+}
+
+/// The latencies of one run of a latency driver, one per record, in order.
+fn driver_latencies(
+    ctx: &Ctx,
+    program: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+    gap: u64,
+) -> Result<Vec<u64>, String> {
     let out = ctx.dir.join("latencies.bin");
     let records = records_for(gap, ctx.args.smoke);
     let mut cmd = Command::new(program);
@@ -93,11 +115,11 @@ fn driver_run(
     if lat.len() as u64 != records {
         return Err(format!("{} latencies for {records} records", lat.len()));
     }
-    histogram(&lat)
+    Ok(lat)
 }
 
 /// Crossbeam's queue between two threads: a paced producer, a spinning consumer.
-fn crossbeam_run(gap_us: u64, records: u64) -> Result<Histogram<u64>, String> {
+fn crossbeam_run(gap_us: u64, records: u64) -> Result<Vec<Histogram<u64>>, String> {
     // Room for every record: a consumer that falls behind shows as latency, not as an error.
     let q = Arc::new(ArrayQueue::<(Instant, [u8; SIZE as usize - 16])>::new(records as usize));
     let consumer = {
@@ -123,47 +145,68 @@ fn crossbeam_run(gap_us: u64, records: u64) -> Result<Histogram<u64>, String> {
         q.push((Instant::now(), [7u8; SIZE as usize - 16])).map_err(|_| "crossbeam: full".to_string())?;
     }
     let lat = consumer.join().map_err(|_| "consumer panicked".to_string())?;
-    histogram(&lat)
+    Ok(vec![histogram(&lat)?])
 }
 
-/// One way of measuring a subject: a run at a gap (microseconds).
-type Subject = Box<dyn Fn(&Ctx, u64) -> Result<Histogram<u64>, String>>;
+/// One way of measuring subjects: a run at a gap (microseconds), giving a
+/// histogram for each of the subjects it is listed with.
+type Subject = Box<dyn Fn(&Ctx, u64) -> Result<Vec<Histogram<u64>>, String>>;
+
+/// The subjects of the run in turn: tvmq's records (the even ones) and the pipe's.
+pub(crate) const TVMQ_IN_TURN: &str = "tvmq, in turn with a pipe";
+pub(crate) const PIPE_IN_TURN: &str = "pipe, in turn with tvmq";
 
 /// Runs the latency part: every subject at every gap, then the idle test.
 pub(crate) fn run(ctx: &mut Ctx, driver: Option<&Path>, boost: Option<&Path>) {
-    let mut subjects: Vec<(&'static str, Subject)> = Vec::new();
+    let mut subjects: Vec<(&'static [&'static str], Subject)> = Vec::new();
     if let Some(d) = driver {
         let q = QUEUE.to_string();
         let (d1, d2, d3, q1, q2) = (d.to_path_buf(), d.to_path_buf(), d.to_path_buf(), q.clone(), q.clone());
         subjects.push((
-            "tvmq",
+            &["tvmq"],
             Box::new(move |ctx, gap| {
                 driver_run(ctx, &d1, &["run", "--transport", "tvmq", "--queue", &q1], &[("TVMQ_SPIN_US", "")], gap)
             }),
         ));
         subjects.push((
-            "tvmq spin 1 ms",
+            &["tvmq spin 1 ms"],
             Box::new(move |ctx, gap| {
                 driver_run(ctx, &d2, &["run", "--transport", "tvmq", "--queue", &q2], &[("TVMQ_SPIN_US", SPIN_US)], gap)
             }),
         ));
-        subjects
-            .push(("pipe", Box::new(move |ctx, gap| driver_run(ctx, &d3, &["run", "--transport", "pipe"], &[], gap))));
+        subjects.push((
+            &["pipe"],
+            Box::new(move |ctx, gap| driver_run(ctx, &d3, &["run", "--transport", "pipe"], &[], gap)),
+        ));
+        let (d4, q4) = (d.to_path_buf(), q.clone());
+        subjects.push((
+            &[TVMQ_IN_TURN, PIPE_IN_TURN],
+            Box::new(move |ctx, gap| {
+                let args = ["run", "--transport", "alternate", "--queue", &q4];
+                let lat = driver_latencies(ctx, &d4, &args, &[("TVMQ_SPIN_US", "")], gap)?;
+                Ok(vec![histogram_of(&lat, 0, 2)?, histogram_of(&lat, 1, 2)?])
+            }),
+        ));
     }
     if let Some(b) = boost {
         let (b, q) = (b.to_path_buf(), boost_queue());
-        subjects
-            .push(("Boost mq", Box::new(move |ctx, gap| driver_run(ctx, &b, &["latency", "--queue", &q], &[], gap))));
+        subjects.push((
+            &["Boost mq"],
+            Box::new(move |ctx, gap| driver_run(ctx, &b, &["latency", "--queue", &q], &[], gap)),
+        ));
     }
     subjects.push((
-        "crossbeam (threads, spinning)",
+        &["crossbeam (threads, spinning)"],
         Box::new(|ctx, gap| crossbeam_run(gap, records_for(gap, ctx.args.smoke))),
     ));
     let n = rounds(ctx.args.smoke);
     for gap in GAPS {
-        let mut cells: Vec<LatencyCell> = subjects
+        // The cells of each run, in the order of `subjects`.
+        let mut cells: Vec<Vec<LatencyCell>> = subjects
             .iter()
-            .map(|&(subject, _)| LatencyCell { subject, gap_us: gap, hist: None, error: None })
+            .map(|&(names, _)| {
+                names.iter().map(|&subject| LatencyCell { subject, gap_us: gap, hist: None, error: None }).collect()
+            })
             .collect();
         for round in 0..n {
             // Fresh queues each round: a consumer killed in a failed round
@@ -175,29 +218,36 @@ pub(crate) fn run(ctx: &mut Ctx, driver: Option<&Path>, boost: Option<&Path>) {
             let order: Vec<usize> =
                 if round % 2 == 0 { (0..subjects.len()).collect() } else { (0..subjects.len()).rev().collect() };
             for k in order {
-                let (subject, run) = &subjects[k];
-                let cell = &mut cells[k];
-                if cell.error.is_some() {
+                let (names, run) = &subjects[k];
+                let mine = &mut cells[k];
+                if mine.iter().any(|c| c.error.is_some()) {
                     continue;
                 }
+                let subject = names.join(" / ");
                 ctx.progress(&format!("latency, a record every {gap} us: {subject}, round {}/{n}", round + 1));
                 match run(ctx, gap) {
-                    Ok(h) => match &mut cell.hist {
-                        Some(all) => {
-                            if let Err(e) = all.add(&h) {
-                                cell.error = Some(e.to_string());
+                    Ok(hists) => {
+                        for (cell, h) in mine.iter_mut().zip(hists) {
+                            match &mut cell.hist {
+                                Some(all) => {
+                                    if let Err(e) = all.add(&h) {
+                                        cell.error = Some(e.to_string());
+                                    }
+                                }
+                                None => cell.hist = Some(h),
                             }
                         }
-                        None => cell.hist = Some(h),
-                    },
+                    }
                     Err(e) => {
                         eprintln!("latency {subject} {gap} us: {e}");
-                        cell.error = Some(e);
+                        for cell in mine.iter_mut() {
+                            cell.error = Some(e.clone());
+                        }
                     }
                 }
             }
         }
-        for mut cell in cells {
+        for mut cell in cells.into_iter().flatten() {
             if cell.error.is_some() {
                 cell.hist = None;
             }

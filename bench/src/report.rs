@@ -4,7 +4,7 @@
 use crate::args::BenchArgs;
 use crate::cell::{self, Cell, IdleCell, LatencyCell, find};
 use crate::ctx::Ctx;
-use crate::latency::GAPS;
+use crate::latency::{GAPS, PIPE_IN_TURN, TVMQ_IN_TURN};
 use crate::{chart, durable};
 use std::fmt::Write as _;
 use tvm::error::{Error, SHM_ERR_ACCES};
@@ -298,14 +298,18 @@ fn latency_table(lat: &[LatencyCell], idle: &[IdleCell]) -> (String, String) {
         }
         // The target: tvmq's default blocking pop no slower than a pipe, in the same run.
         let p = |subject: &str| lat.iter().find(|c| c.gap_us == gap && c.subject == subject)?.percentiles();
-        if let (Some(t), Some(pipe)) = (p("tvmq"), p("pipe")) {
-            let _ = writeln!(
-                s,
-                "  {:<40}| {:>7.2}x | {:>7.2}x |",
-                "tvmq / pipe (below 1: tvmq faster)",
-                t[0] / pipe[0].max(1e-3),
-                t[1] / pipe[1].max(1e-3)
-            );
+        for (tvmq, pipe, what) in
+            [("tvmq", "pipe", "tvmq / pipe (below 1: tvmq faster)"), (TVMQ_IN_TURN, PIPE_IN_TURN, "the same, in turn")]
+        {
+            if let (Some(t), Some(pipe)) = (p(tvmq), p(pipe)) {
+                let _ = writeln!(
+                    s,
+                    "  {:<40}| {:>7.2}x | {:>7.2}x |",
+                    what,
+                    t[0] / pipe[0].max(1e-3),
+                    t[1] / pipe[1].max(1e-3)
+                );
+            }
         }
     }
     if !idle.is_empty() {

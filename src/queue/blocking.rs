@@ -11,7 +11,12 @@
 //! sleeping), so the wake-up system call is skipped; otherwise it bumps the
 //! word and wakes.
 //! Sleeps are cut into slices of [`SLEEP_SLICE`] so that a producer killed
-//! between publishing and waking delays a sleeper, never strands it.
+//! between publishing and waking delays a sleeper, never strands it. The
+//! slice's timer costs a woken sleeper a few tenths of a microsecond: a bare
+//! shared futex taking turns with a pipe between two processes
+//! (`bench/experiments/wake_latency.c`, modes `mix` and `mix-nt`) was behind
+//! the pipe at p50 by 0.2-0.75 us with the timeout, by -1.4 to 0.1 us
+//! without it.
 
 use super::{Queue, Strategy, Wait};
 use crate::clock::{mono_ns, now_ns};
@@ -20,13 +25,42 @@ use crate::wait;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-/// The spinning of a pop on an empty queue, before it sleeps: rounds of 8,
-/// 16, 32 and 64 pauses (a few microseconds), each round followed by a look.
-/// It does not yield: on a loaded machine a thread that yields waits for the
-/// others' time slices (milliseconds) before it looks again, while one that
-/// sleeps is woken, and run, as soon as a push comes.
-const EMPTY_POLL_FIRST_ROUND: u32 = 3;
-const EMPTY_POLL_LAST_ROUND: u32 = 6;
+/// The longest the short spin of a blocking pop lasts: the time after which
+/// it sleeps on an empty queue (after a `Strategy::Spin` spin, too). It
+/// looks at the queue after rounds of 8, 16, 32, then 64 `pause`s, and reads
+/// the clock after each. It does not yield: on a loaded machine a thread that
+/// yields waits for the others' time slices (milliseconds) before it looks
+/// again, while one that sleeps is woken, and run, as soon as a push comes.
+const SPIN_BOUND: Duration = Duration::from_micros(5);
+
+/// Pauses in the first and the longest rounds of the short spin, as powers
+/// of two. Polling an empty queue reads `tail`, which producers are moving:
+/// the first round's pauses are long enough not to slow them down.
+const SPIN_FIRST_ROUND: u32 = 3;
+const SPIN_LAST_ROUND: u32 = 6;
+
+/// The short spin is adaptive: a process spins on a queue only while
+/// spinning pays. Its credit (per queue, per process) loses one for every
+/// short spin that ended in a sleep, and gains [`SPIN_CREDIT_GAIN`] for every
+/// sleep that ended within [`SPIN_BOUND`] (a spin would have caught the
+/// record without the two system calls); at 0 a pop sleeps at once. So with
+/// records a few microseconds apart a consumer spins and makes no system
+/// call, and with records 10 us or more apart it sleeps as soon as it finds
+/// the queue empty, using no CPU to wait (a spin before every sleep would
+/// cost it up to half a CPU at 10 us gaps, and catch nothing).
+pub(super) const SPIN_CREDIT_MAX: u32 = 4;
+const SPIN_CREDIT_GAIN: u32 = 2;
+
+/// Where a pop is in its short spin.
+#[derive(Clone, Copy)]
+enum Short {
+    /// Not begun.
+    Ahead,
+    /// Spinning until then, with rounds of 2^round pauses.
+    Until(Instant, u32),
+    /// Over (or skipped): the pop sleeps.
+    Over,
+}
 
 /// Longest single futex sleep; a sleeper re-checks the queue at least this often.
 const SLEEP_SLICE: Duration = Duration::from_millis(200);
@@ -34,23 +68,20 @@ const SLEEP_SLICE: Duration = Duration::from_millis(200);
 /// A pop's state while it finds nothing to take (see [`Queue::idle`]).
 pub(super) struct Idle {
     wait: Wait,
-    /// The next spinning round (2^round pauses). Polling an empty queue reads
-    /// `tail`, which producers are moving: the first round's pauses are long
-    /// enough not to slow them down.
-    round: u32,
+    short: Short,
     spin_until: Option<Instant>,
 }
 
 impl Idle {
     pub(super) fn new(wait: Wait) -> Idle {
-        Idle { wait, round: EMPTY_POLL_FIRST_ROUND, spin_until: None }
+        Idle { wait, short: Short::Ahead, spin_until: None }
     }
 }
 
 impl Queue {
-    /// Nothing to take: spins, yields or sleeps as `idle`'s wait and this
-    /// process's strategy say, then returns for another look; or returns
-    /// the error that ends the pop (`NO_DATA_FOUND`, `MQUE_WAIT_TMO`).
+    /// Nothing to take: spins or sleeps as `idle`'s wait and this process's
+    /// strategy say, then returns for another look; or returns the error
+    /// that ends the pop (`NO_DATA_FOUND`, `MQUE_WAIT_TMO`).
     #[inline]
     pub(super) fn idle(&self, idle: &mut Idle) -> Result<()> {
         let deadline = match idle.wait {
@@ -74,18 +105,62 @@ impl Queue {
                 return Ok(());
             }
         }
-        // A record is often only microseconds away: spin a little before
-        // paying for a sleep and the producer's wake-up (no yield: see
-        // EMPTY_POLL_FIRST_ROUND).
-        if idle.round <= EMPTY_POLL_LAST_ROUND {
-            for _ in 0..1u32 << idle.round {
-                std::hint::spin_loop();
-            }
-            idle.round += 1;
+        if self.short_spin(idle) {
             return Ok(());
         }
-        self.sleep(deadline, || self.nothing_to_take());
+        self.sleep_and_learn(deadline);
         Ok(())
+    }
+
+    /// One round of the short spin (true: look again), or false when it is
+    /// over or skipped (see [`SPIN_CREDIT_MAX`]).
+    fn short_spin(&self, idle: &mut Idle) -> bool {
+        let round = match idle.short {
+            Short::Ahead => {
+                if self.spin_credit.load(Ordering::Relaxed) == 0 {
+                    idle.short = Short::Over;
+                    return false;
+                }
+                idle.short = Short::Until(Instant::now() + SPIN_BOUND, SPIN_FIRST_ROUND);
+                SPIN_FIRST_ROUND
+            }
+            Short::Until(until, round) => {
+                if Instant::now() >= until {
+                    // The spin did not pay: one credit less.
+                    let credit = self.spin_credit.load(Ordering::Relaxed);
+                    if credit > 0 {
+                        self.spin_credit.store(credit - 1, Ordering::Relaxed);
+                    }
+                    idle.short = Short::Over;
+                    return false;
+                }
+                let next = (round + 1).min(SPIN_LAST_ROUND);
+                idle.short = Short::Until(until, next);
+                next
+            }
+            Short::Over => return false,
+        };
+        for _ in 0..1u32 << round {
+            std::hint::spin_loop();
+        }
+        true
+    }
+
+    /// [`sleep`](Self::sleep) for a pop, which gives the short spin credit
+    /// when the sleep was short enough for a spin to have caught the record.
+    fn sleep_and_learn(&self, deadline: Option<Instant>) {
+        // Credit is written only when it changes: the field shares a cache
+        // line with those every pop reads.
+        let credit = self.spin_credit.load(Ordering::Relaxed);
+        if credit >= SPIN_CREDIT_MAX {
+            self.sleep(deadline, || self.nothing_to_take());
+            return;
+        }
+        let t = Instant::now();
+        self.sleep(deadline, || self.nothing_to_take());
+        if t.elapsed() < SPIN_BOUND {
+            self.spin_credit.store((credit + SPIN_CREDIT_GAIN).min(SPIN_CREDIT_MAX), Ordering::Relaxed);
+        }
     }
 
     /// True when a pop would find nothing: no record queued (and, with

@@ -22,7 +22,7 @@ use crate::spec::{Durability, Spec};
 use crate::wait;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 mod blocking;
@@ -88,6 +88,9 @@ pub struct Queue {
     strategy: Strategy,
     /// When this process last reconciled waiter counts (ns since epoch).
     last_reconcile_ns: AtomicU64,
+    /// How much longer this process's pops spin before they sleep (see
+    /// `blocking::SPIN_CREDIT_MAX`).
+    spin_credit: AtomicU32,
     /// False for a read-only [`Queue::inspect`] view: push and pop refuse.
     writable: bool,
     /// The process that opened it (a fork child holds a copy it must not act on).
@@ -263,6 +266,7 @@ impl Queue {
             unblock_timeout,
             strategy: Strategy::choose(std::env::var("TVMQ_SPIN_US").ok().as_deref(), info.spin_us),
             last_reconcile_ns: AtomicU64::new(0),
+            spin_credit: AtomicU32::new(blocking::SPIN_CREDIT_MAX),
             writable: register,
             opener: std::process::id(),
             leases,

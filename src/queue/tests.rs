@@ -167,6 +167,40 @@ fn the_wait_strategy_comes_from_the_environment_then_the_queue() {
     }
 }
 
+/// The default short spin stops once spins stop catching records (a pop
+/// then sleeps at once), and a sleeping pop still gets its record.
+#[test]
+fn pops_whose_spins_catch_nothing_stop_spinning_and_still_get_records() {
+    let dir = TempDir::new("queue", "credit");
+    let q = queue(&dir);
+    if q.wait_strategy() == Strategy::NeverSleep {
+        return; // TVMQ_SPIN_US=-1: no short spin
+    }
+    let credit = || q.spin_credit.load(Ordering::Relaxed);
+    assert_eq!(credit(), blocking::SPIN_CREDIT_MAX);
+    let mut out = [0u8; 8];
+    for left in (0..blocking::SPIN_CREDIT_MAX).rev() {
+        // Nothing comes: the spin fails, and the sleep lasts until the deadline.
+        let r = q.pop(&mut out, Wait::Until(Instant::now() + Duration::from_millis(2)));
+        assert_eq!(r.unwrap_err().code(), MQUE_WAIT_TMO);
+        assert_eq!(credit(), left, "one credit less per failed spin");
+    }
+    let r = q.pop(&mut out, Wait::Until(Instant::now() + Duration::from_millis(2)));
+    assert_eq!(r.unwrap_err().code(), MQUE_WAIT_TMO);
+    assert_eq!(credit(), 0, "no spin, no credit below 0");
+    let producer = {
+        let q = q.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            q.push(b"late").unwrap();
+        })
+    };
+    let n = q.pop(&mut out, Wait::Forever).unwrap();
+    assert_eq!(&out[..n], b"late");
+    producer.join().unwrap();
+    assert_eq!(credit(), 0, "a sleep of 20 ms earns nothing");
+}
+
 #[test]
 fn a_queue_keeps_its_spin_time_and_spinning_pops_keep_their_deadline() {
     let dir = TempDir::new("queue", "spin");

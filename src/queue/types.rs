@@ -12,13 +12,14 @@ use std::time::{Duration, Instant};
 /// when a consumer is asleep.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Strategy {
-    /// Spin for a few microseconds, then sleep on the futex (no CPU
-    /// while asleep; a record that arrives then costs a kernel wake-up,
-    /// tens of microseconds).
+    /// Spin for at most 5 microseconds, and only while such spins have
+    /// been catching records, then sleep on the futex (no CPU while asleep;
+    /// a record that arrives then costs a kernel wake-up, as a pipe's
+    /// reader pays: about 5 microseconds on an idle machine).
     Default,
     /// Spin (a busy loop of `pause`s, one CPU at 100 %) for up to this long
-    /// since the queue was found empty, then spin a few microseconds more,
-    /// then sleep.
+    /// since the queue was found empty, then as `Default` (at most 5
+    /// microseconds more), then sleep.
     Spin(Duration),
     /// Spin for as long as the wait lasts: the lowest latency, and one CPU
     /// at 100 % for as long as the consumer waits.
