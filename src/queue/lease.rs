@@ -13,7 +13,7 @@
 //! consumers work, at every lease deadline, and when a process attaches
 //! after a death (`repair`).
 
-use super::{Idle, Intent, NO_WORD, Patience, Queue, Wait};
+use super::{HeldIntent, Idle, Intent, NO_WORD, Patience, Queue, Wait};
 use crate::clock::{mono_after, mono_ns};
 use crate::error::*;
 use crate::lease::state::{Owner, SlotAction, St, Word, slot_action};
@@ -286,11 +286,23 @@ impl Queue {
     /// are in flight; at once, whatever `wait` says); `NOT_SUPPT_OPT` (the
     /// queue has no leases).
     pub fn pop_lease(&self, out: &mut [u8], wait: Wait, lease: Duration) -> Result<(usize, Lease)> {
+        self.pop_lease_held(out, wait, lease, None)
+    }
+
+    /// [`pop_lease`](Self::pop_lease), announcing through the intent word
+    /// `held` keeps (looked up when it is `None` or another queue's).
+    pub(crate) fn pop_lease_held(
+        &self,
+        out: &mut [u8],
+        wait: Wait,
+        lease: Duration,
+        held: Option<&HeldIntent>,
+    ) -> Result<(usize, Lease)> {
         let l = self.leases()?;
         if out.len() < self.record_size() {
             return Err(self.short_buffer(out.len()));
         }
-        self.pop_lease_after(l, out, wait, lease, None)
+        self.pop_lease_after(l, out, wait, lease, None, held)
     }
 
     /// Acknowledges the delivery `done`, as [`ack`](Self::ack) does, then
@@ -312,6 +324,20 @@ impl Queue {
         wait: Wait,
         lease: Duration,
     ) -> Result<Result<(usize, Lease)>> {
+        self.ack_pop_lease_held(done, out, wait, lease, None)
+    }
+
+    /// [`ack_pop_lease`](Self::ack_pop_lease), announcing through the
+    /// intent word `held` keeps (looked up when it is `None` or another
+    /// queue's).
+    pub(crate) fn ack_pop_lease_held(
+        &self,
+        done: &Lease,
+        out: &mut [u8],
+        wait: Wait,
+        lease: Duration,
+        held: Option<&HeldIntent>,
+    ) -> Result<Result<(usize, Lease)>> {
         if out.len() < self.record_size() {
             return Err(self.short_buffer(out.len()));
         }
@@ -320,12 +346,13 @@ impl Queue {
             return Err(self.late(l));
         }
         self.lease_durably()?;
-        Ok(self.pop_lease_after(l, out, wait, lease, Some((i, now))))
+        Ok(self.pop_lease_after(l, out, wait, lease, Some((i, now)), held))
     }
 
     /// [`pop_lease`](Self::pop_lease), `out` at least a record long; after
     /// an acknowledgement (`Some((entry it freed, the time then))`): the
-    /// queue was checked and the clock read by it.
+    /// queue was checked and the clock read by it. Announces through the
+    /// intent word `held` keeps when it is this queue's.
     #[inline(always)]
     fn pop_lease_after(
         &self,
@@ -334,11 +361,12 @@ impl Queue {
         wait: Wait,
         lease: Duration,
         mut acked: Option<(usize, u64)>,
+        held: Option<&HeldIntent>,
     ) -> Result<(usize, Lease)> {
         let out = &mut out[..self.record_size()];
         let me = self.holder(l)?;
         let lease_ns = Self::lease_ns(l, lease);
-        let (intent, slot) = self.intent_slot();
+        let (intent, slot) = self.intent_slot_held(held);
         // Reduced modulo the table's length by `claim` and `take_ready`:
         // the entry this thread freed last (`base + slot` by default, as
         // `ack` of its previous lease freed it).
