@@ -15,10 +15,12 @@ pub(crate) fn now_ns() -> u64 {
 /// 4 ms): deadlines are computed by [`mono_after`], so that they never come
 /// early. Lease deadlines are kept in it (it restarts with the machine, as
 /// do the processes that hold leases).
+#[inline]
 pub(crate) fn mono_ns() -> u64 {
     read_clock(libc::CLOCK_MONOTONIC_COARSE)
 }
 
+#[inline]
 fn read_clock(id: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes the timespec we pass; both clocks used

@@ -702,6 +702,31 @@ fn leases_go_with_both_policies() {
             }
         }
         assert!(q.durable_stats().unwrap().syncs > before);
+        // ack_pop_lease, record after record, then an empty queue: every
+        // record once, nothing left in flight, nothing back after a reopen.
+        for r in [b"3", b"4", b"5"] {
+            q.push(r).unwrap();
+        }
+        let (_, mut lease) = q.pop_lease(&mut out, Wait::NoWait, Duration::ZERO).unwrap();
+        let mut got = vec![out[0]];
+        loop {
+            match q.ack_pop_lease(&lease, &mut out, Wait::NoWait, Duration::ZERO).unwrap() {
+                Ok((_, next)) => {
+                    got.push(out[0]);
+                    lease = next;
+                }
+                Err(e) => {
+                    assert_eq!(e.code(), NO_DATA_FOUND);
+                    break;
+                }
+            }
+        }
+        assert_eq!(got, b"345");
+        assert_eq!(q.lease_stats().unwrap().in_flight, 0);
+        drop(q);
+        let q = Queue::open(&dir.0, id).unwrap();
+        assert_eq!(q.pop_lease(&mut out, Wait::NoWait, Duration::ZERO).unwrap_err().code(), NO_DATA_FOUND);
+        assert_eq!(q.lease_stats().unwrap().in_flight, 0);
     }
 }
 

@@ -7,8 +7,8 @@
 //! word, so that either kind of call refuses the other's (LEASE_INVALID).
 
 use super::common::{out_buffer, wait_mode};
-use super::handle::on_queue;
 use super::net::{client, popping};
+use super::thread::on_queue_held;
 use super::{CallResult, SATvm, Uenum, call};
 use crate::client::{NetLease, PopWait};
 use crate::error::*;
@@ -169,7 +169,7 @@ pub unsafe extern "C" fn lPopLease(
             let wait = wait_mode(wait, Wait::Forever, Wait::NoWait)?;
             // SAFETY: checked non-NULL; the caller provides `out` with at least p->lSize writable bytes.
             let buf = unsafe { out_buffer(out, h.lSize) };
-            on_queue(h, |q| q.pop_lease(buf, wait, lease_time))
+            on_queue_held(h, |q, held| q.pop_lease_held(buf, wait, lease_time, held))
         });
         // On failure, a token that every call refuses.
         let token = got.as_ref().map_or(TvmLease::ZERO, |(_, leased)| TvmLease::from_lease(leased));
@@ -198,7 +198,7 @@ pub unsafe extern "C" fn lAck(p: *mut SATvm, lease: *mut TvmLease) -> c_long {
     let body = |h: &mut SATvm| -> CallResult {
         // SAFETY: NULL or a readable TvmLease, by the caller's contract.
         let t = unsafe { token(lease) }?;
-        on_queue(h, |q| q.ack(&t))?;
+        on_queue_held(h, |q, _| q.ack(&t))?;
         Ok(1)
     };
     // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
@@ -243,7 +243,7 @@ pub unsafe extern "C" fn lAckPopLease(
         let wait = wait_mode(wait, Wait::Forever, Wait::NoWait)?;
         // SAFETY: checked non-NULL; the caller provides `out` with at least p->lSize writable bytes.
         let buf = unsafe { out_buffer(out, h.lSize) };
-        let acked = on_queue(h, |q| q.ack_pop_lease(&t, buf, wait, lease_time));
+        let acked = on_queue_held(h, |q, held| q.ack_pop_lease_held(&t, buf, wait, lease_time, held));
         let got = match acked {
             Ok(got) => got,
             Err(e) if e.code() == SYNC_FAILED => {
@@ -281,7 +281,7 @@ pub unsafe extern "C" fn lRelease(p: *mut SATvm, lease: *mut TvmLease, delay_ms:
         // SAFETY: NULL or a readable TvmLease, by the caller's contract.
         let t = unsafe { token(lease) }?;
         let delay = millis(delay_ms, "delay")?;
-        on_queue(h, |q| q.release(&t, delay))?;
+        on_queue_held(h, |q, _| q.release(&t, delay))?;
         Ok(1)
     };
     // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
@@ -300,7 +300,7 @@ pub unsafe extern "C" fn lReject(p: *mut SATvm, lease: *mut TvmLease) -> c_long 
     let body = |h: &mut SATvm| -> CallResult {
         // SAFETY: NULL or a readable TvmLease, by the caller's contract.
         let t = unsafe { token(lease) }?;
-        on_queue(h, |q| q.reject(&t))?;
+        on_queue_held(h, |q, _| q.reject(&t))?;
         Ok(1)
     };
     // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
@@ -319,7 +319,7 @@ pub unsafe extern "C" fn lExtendLease(p: *mut SATvm, lease: *mut TvmLease, lease
         // SAFETY: NULL or a readable TvmLease, by the caller's contract.
         let mut t = unsafe { token(lease) }?;
         let lease_time = millis(lease_ms, "lease time")?;
-        on_queue(h, |q| q.extend_lease(&mut t, lease_time))?;
+        on_queue_held(h, |q, _| q.extend_lease(&mut t, lease_time))?;
         // SAFETY: `token` found it non-NULL; the caller provides it writable.
         unsafe { lease.write(TvmLease::from_lease(&t)) };
         Ok(1)

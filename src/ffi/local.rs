@@ -1,7 +1,7 @@
 //! The local (shared-memory) calls of the C API: create, drop, push, pop.
 
 use super::common::{MallocArray, counted, pop_one, popup, record, text, too_large, wait_mode};
-use super::handle::{detach, on_queue, on_table};
+use super::handle::{detach, on_table};
 use super::thread::on_queue_held;
 use super::{CREATE, CallResult, Fail, RC_SUCC, SATvm, TABLE, TCREATE, Uenum, call, call_no_handle};
 use crate::error::*;
@@ -310,7 +310,7 @@ pub unsafe extern "C" fn lPopup(
         };
         // Records already taken are never dropped: every stop is reported
         // next to the array. They come in batches of up to 64 (one claim each).
-        on_queue(h, |q| {
+        on_queue_held(h, |q, _| {
             let mut lens = [0usize; 64];
             while array.len() < expect {
                 let chunk = (expect - array.len()).min(lens.len());
@@ -367,7 +367,7 @@ pub unsafe extern "C" fn lPushs(p: *mut SATvm, n: *mut usize, records: *mut *mut
         let total = total.min(isize::MAX as usize / each * each);
         // SAFETY: the caller provides `*n` records of lSize bytes at `*records`.
         let bytes = unsafe { std::slice::from_raw_parts(base.cast::<u8>(), total) };
-        let (done, err) = on_queue(h, |q| Ok(q.push_many(bytes, each)))?;
+        let (done, err) = on_queue_held(h, |q, _| Ok(q.push_many(bytes, each)))?;
         // SAFETY: checked non-NULL above.
         unsafe { *n = done };
         counted(done, err)

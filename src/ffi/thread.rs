@@ -1,12 +1,13 @@
 //! The calling thread's state in the C layer, in one thread-local that a
 //! push or pop reaches once: the last call's error and effect (lGetTErrno,
 //! lGetEffect), and the queue the thread works on (kept with its intent
-//! word there), which lPush, lPop and lPopWait use without a look into the
+//! word there), which the calls on a handle's queue (lPush, lPop, lPopWait,
+//! lPopup, lPushs, and the lease calls) use without a look into the
 //! attachment table.
 //!
 //! libtvm.so is a shared library, whose thread-locals cost a call
-//! (`__tls_get_addr`) each time a function reaches one: the state a push or
-//! pop needs lives in one, [`STATE`], which has no destructor (so that it
+//! (`__tls_get_addr`) each time a function reaches one: the state a push,
+//! pop or lease call needs lives in one, [`STATE`], which has no destructor (so that it
 //! needs no check of its own state, and outlives every other). What keeps
 //! the queue alive lives beside it, in `KEPT`, reached only when the kept
 //! queue changes.

@@ -22,6 +22,7 @@
 //! Filling(g) -> Leased(g, 1)          ... saved the record: committed (then the ring slot is released)
 //! Filling(g) -> Free(g)               ... found no record (or died: the sweeper)
 //! Leased(g)  -> Free(g)               acknowledged
+//! Leased(g)  -> Filling(g+1, me)      acknowledged, and claimed at once for the holder's next record
 //! Leased(g)  -> Busy(g)               the holder extends or releases
 //! Busy(g)    -> Leased(g+1)           ... extended (the token is updated)
 //! Busy(g)    -> Ready(g) / Dead(g)    ... released (or, at the delivery limit, dead-lettered)

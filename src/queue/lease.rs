@@ -13,7 +13,7 @@
 //! consumers work, at every lease deadline, and when a process attaches
 //! after a death (`repair`).
 
-use super::{Idle, Intent, NO_WORD, Patience, Queue, Wait};
+use super::{HeldIntent, Idle, Intent, NO_WORD, Patience, Queue, Wait};
 use crate::clock::{mono_after, mono_ns};
 use crate::error::*;
 use crate::lease::state::{Owner, SlotAction, St, Word, slot_action};
@@ -67,6 +67,17 @@ pub(crate) enum LeaseSlot {
     Wait,
     /// The record is saved in the lease table: the slot was released.
     Released,
+}
+
+/// What [`Queue::ack_pop_lease`] hands on to the lease that follows the
+/// acknowledgement.
+struct Acked {
+    /// The entry it freed, or claimed for the next record.
+    entry: usize,
+    /// The time it read.
+    now: u64,
+    /// `Some(Filling word)`: it claimed the entry (see `ack_pop_lease_held`).
+    claimed: Option<Word>,
 }
 
 /// A delivery taken with [`Queue::pop_lease`]: the token that acknowledges,
@@ -297,19 +308,31 @@ impl Queue {
     /// are in flight; at once, whatever `wait` says); `NOT_SUPPT_OPT` (the
     /// queue has no leases).
     pub fn pop_lease(&self, out: &mut [u8], wait: Wait, lease: Duration) -> Result<(usize, Lease)> {
+        self.pop_lease_held(out, wait, lease, None)
+    }
+
+    /// [`pop_lease`](Self::pop_lease), announcing through the intent word
+    /// `held` keeps (looked up when it is `None` or another queue's).
+    pub(crate) fn pop_lease_held(
+        &self,
+        out: &mut [u8],
+        wait: Wait,
+        lease: Duration,
+        held: Option<&HeldIntent>,
+    ) -> Result<(usize, Lease)> {
         let l = self.leases()?;
         if out.len() < self.record_size() {
             return Err(self.short_buffer(out.len()));
         }
-        self.pop_lease_after(l, out, wait, lease, None)
+        self.pop_lease_after(l, out, wait, lease, None, held)
     }
 
     /// Acknowledges the delivery `done`, as [`ack`](Self::ack) does, then
     /// leases the next record as [`pop_lease`](Self::pop_lease) does, in
     /// one call: what a consumer that works record after record does, for
     /// less than the two calls (one look-up of the lease table and one
-    /// read of the clock for both, and the entry just freed is the one
-    /// taken first).
+    /// read of the clock for both, and the acknowledged entry, claimed by
+    /// the same change of its word, takes the next record).
     ///
     /// The outer result is the acknowledgement's: on its error (those of
     /// `ack`, and a buffer shorter than a record, checked first) nothing
@@ -323,20 +346,50 @@ impl Queue {
         wait: Wait,
         lease: Duration,
     ) -> Result<Result<(usize, Lease)>> {
+        self.ack_pop_lease_held(done, out, wait, lease, None)
+    }
+
+    /// [`ack_pop_lease`](Self::ack_pop_lease), announcing through the
+    /// intent word `held` keeps (looked up when it is `None` or another
+    /// queue's).
+    pub(crate) fn ack_pop_lease_held(
+        &self,
+        done: &Lease,
+        out: &mut [u8],
+        wait: Wait,
+        lease: Duration,
+        held: Option<&HeldIntent>,
+    ) -> Result<Result<(usize, Lease)>> {
         if out.len() < self.record_size() {
             return Err(self.short_buffer(out.len()));
         }
         let (l, i, w, now) = self.held_lease(done)?;
-        if !l.table.free(i, w) {
-            return Err(self.late(l));
+        // The acknowledged entry is claimed at once for the next record
+        // (`Leased -> Filling`: one change of its word, where `free` then
+        // `claim` make two, to the same word), unless a record waiting for
+        // another delivery comes first (taken into an entry of its own) or
+        // this process cannot hold leases (the lease then fails below).
+        let handover = l.me.filter(|_| !l.table.ready_due(now));
+        let claimed = match handover {
+            Some(me) => Some(l.table.entry(i).change(w, w.claimed(me)).map_err(|_| self.late(l))?),
+            None if l.table.free(i, w) => None,
+            None => return Err(self.late(l)),
+        };
+        if let Err(e) = self.lease_durably() {
+            // Acknowledged (not durably): nothing is taken.
+            if let Some(filling) = claimed {
+                l.table.abandon(i, filling);
+            }
+            return Err(e);
         }
-        self.lease_durably()?;
-        Ok(self.pop_lease_after(l, out, wait, lease, Some((i, now))))
+        let acked = Acked { entry: i, now, claimed };
+        Ok(self.pop_lease_after(l, out, wait, lease, Some(acked), held))
     }
 
     /// [`pop_lease`](Self::pop_lease), `out` at least a record long; after
-    /// an acknowledgement (`Some((entry it freed, the time then))`): the
-    /// queue was checked and the clock read by it.
+    /// an acknowledgement ([`Acked`]), the queue was checked and the clock
+    /// read by it. Announces through the intent word `held` keeps when it
+    /// is this queue's.
     #[inline(always)]
     fn pop_lease_after(
         &self,
@@ -344,37 +397,44 @@ impl Queue {
         out: &mut [u8],
         wait: Wait,
         lease: Duration,
-        mut acked: Option<(usize, u64)>,
+        mut acked: Option<Acked>,
+        held: Option<&HeldIntent>,
     ) -> Result<(usize, Lease)> {
         let out = &mut out[..self.record_size()];
         let me = self.holder(l)?;
         let lease_ns = Self::lease_ns(l, lease);
-        let (intent, slot) = self.intent_slot();
+        let (intent, slot) = self.intent_slot_held(held);
         // Reduced modulo the table's length by `claim` and `take_ready`:
         // the entry this thread freed last (`base + slot` by default, as
         // `ack` of its previous lease freed it).
-        let start = match acked {
-            Some((i, _)) => i,
+        let start = match &acked {
+            Some(a) => a.entry,
             None => l.base + if slot == NO_WORD { INTENTS - 1 } else { slot },
         };
         let mut idle = Idle::new(wait);
         loop {
-            let now = match acked.take() {
-                Some((_, now)) => now,
+            let (now, claimed) = match acked.take() {
+                Some(a) => (a.now, a.claimed),
                 None => {
                     self.check_usable()?;
-                    mono_ns()
+                    (mono_ns(), None)
                 }
             };
             self.upkeep(l, now);
             // The hint's load inline: the call is on every lease otherwise
-            // (about 50 instructions of a call that returns nothing).
-            if l.table.ready_due(now) {
+            // (about 50 instructions of a call that returns nothing). An
+            // entry claimed by the acknowledgement was claimed after the
+            // same look found nothing due.
+            if claimed.is_none() && l.table.ready_due(now) {
                 if let Some(got) = self.take_waiting(l, out, me, start, now, lease_ns) {
                     return got;
                 }
             }
-            let (i, filling) = match l.table.claim(start, me) {
+            let claim = match claimed {
+                Some(filling) => Some((start, filling)),
+                None => l.table.claim(start, me),
+            };
+            let (i, filling) = match claim {
                 Some(claimed) => claimed,
                 None => {
                     // Every entry is in use: leases may have run out, holders
@@ -423,7 +483,11 @@ impl Queue {
             });
             match got {
                 Ok(n) => {
-                    out[n..].fill(0);
+                    // A full-size record (the common case) leaves nothing to
+                    // zero: no call to memset for 0 bytes.
+                    if n < out.len() {
+                        out[n..].fill(0);
+                    }
                     if patience.stalled.is_some() {
                         // It waited for a slow (or dead) producer: the lease
                         // starts now. The entry is ours (leased to us); a

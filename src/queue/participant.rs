@@ -138,6 +138,8 @@ pub(crate) struct HeldIntent {
     key: *const IntentSlots,
     /// The word; NULL: the thread announces nothing in that queue.
     word: *const AtomicU64,
+    /// The word's number in the process's entry ([`NO_WORD`]: none).
+    slot: usize,
     _slots: Arc<IntentSlots>,
     _entry: Option<Rc<ThreadIntent>>,
 }
@@ -234,19 +236,19 @@ impl Queue {
     /// if the thread has none yet. `None` while the thread's table of words
     /// is in use (by a call that a signal handler interrupted).
     pub(crate) fn hold_intent(&self) -> Option<HeldIntent> {
-        let (word, entry) = if self.registered {
+        let (word, slot, entry) = if self.registered {
             let (slot, entry) = THREAD_INTENTS.with(|t| t.find_or_take(self));
-            (self.intent_at(slot).0.map_or(std::ptr::null(), std::ptr::from_ref), Some(entry?))
+            (self.intent_at(slot).0.map_or(std::ptr::null(), std::ptr::from_ref), slot, Some(entry?))
         } else {
-            (std::ptr::null(), None)
+            (std::ptr::null(), NO_WORD, None)
         };
-        Some(HeldIntent { key: Arc::as_ptr(&self.slots), word, _slots: self.slots.clone(), _entry: entry })
+        Some(HeldIntent { key: Arc::as_ptr(&self.slots), word, slot, _slots: self.slots.clone(), _entry: entry })
     }
 
-    /// The intent word `held` keeps when it is this queue's, else the
-    /// thread's word looked up as [`intent`](Self::intent) does.
+    /// The intent word `held` keeps and its number, when `held` is this
+    /// queue's.
     #[inline(always)]
-    pub(super) fn intent_held(&self, held: Option<&HeldIntent>) -> Intent<'_> {
+    fn held_here(&self, held: Option<&HeldIntent>) -> Option<(Intent<'_>, usize)> {
         match held {
             Some(h) if std::ptr::eq(h.key, Arc::as_ptr(&self.slots)) => {
                 // SAFETY: NULL or the word of this thread's slot (kept by
@@ -254,9 +256,29 @@ impl Queue {
                 // is `h.key`: this queue (an allocator belongs to one
                 // queue, and `h._slots` keeps it alive, so that its address
                 // is not reused), whose registry lives as long as `self`.
-                Intent(unsafe { h.word.as_ref() })
+                Some((Intent(unsafe { h.word.as_ref() }), h.slot))
             }
-            _ => self.intent(),
+            _ => None,
+        }
+    }
+
+    /// The intent word `held` keeps when it is this queue's, else the
+    /// thread's word looked up as [`intent`](Self::intent) does.
+    #[inline(always)]
+    pub(super) fn intent_held(&self, held: Option<&HeldIntent>) -> Intent<'_> {
+        match self.held_here(held) {
+            Some((intent, _)) => intent,
+            None => self.intent(),
+        }
+    }
+
+    /// [`intent_slot`](Self::intent_slot), from `held` when it is this
+    /// queue's (no look into the thread's table of words).
+    #[inline(always)]
+    pub(super) fn intent_slot_held(&self, held: Option<&HeldIntent>) -> (Intent<'_>, usize) {
+        match self.held_here(held) {
+            Some(got) => got,
+            None => self.intent_slot(),
         }
     }
 
