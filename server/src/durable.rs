@@ -42,11 +42,8 @@ use tvm::{Queue, SyncTicket};
 const SYNC_THREADS: usize = 4;
 /// How long a sync thread waits for no new wait before it syncs (see
 /// `Inner::gather`), at least; an eighth of the last sync's duration if
-/// longer. More than one look (see [`POLL`]).
-const GATHER_QUIET: Duration = Duration::from_micros(100);
-/// How long a sync thread that gathers or lingers sleeps between looks
-/// (see `pause`); the timer's slack adds to it.
-const POLL: Duration = Duration::from_micros(10);
+/// longer.
+const GATHER_QUIET: Duration = Duration::from_micros(50);
 /// The longest it gathers: half the last sync's duration, at most this.
 /// (Longer than the library's own gathering: a network client's next
 /// request takes a round trip through the worker, the kernel and the
@@ -54,7 +51,7 @@ const POLL: Duration = Duration::from_micros(10);
 /// gathered half of them.)
 const GATHER_MAX: Duration = Duration::from_millis(2);
 /// How long a sync thread keeps a queue after a sync that left nothing to
-/// do, looking (see `pause`) for the next ticket before it gives the queue
+/// do, looking (yielding) for the next ticket before it gives the queue
 /// back and sleeps (`TVMQ_SERVE_SYNC_LINGER_US` overrides it; 0: never).
 /// A lone client's next push comes one round trip after its reply: caught
 /// here, it needs no hand-over (a futex wake of a sleeping thread, on a
@@ -375,20 +372,15 @@ impl Inner {
     }
 
     /// Before a sync of a queue whose last sync covered several waits
-    /// (connections' batches): waits, sleeping between looks, until as many have asked
+    /// (connections' batches): waits, yielding, until as many have asked
     /// since that sync began as it covered and saw arrive while it ran (the
-    /// clients it released ask again), or for half the last sync's duration
-    /// (at most [`GATHER_MAX`]), or, once one of them has asked, none for
-    /// [`GATHER_QUIET`] (or an eighth of the last sync's duration). Without
-    /// it, clients that wait for their replies split into two groups taking
-    /// turns: those a sync released send again while the next sync, begun
-    /// at once for one that asked meanwhile, runs without them (the
-    /// library's syncer gathers its callers the same way).
-    ///
-    /// The quiet time counts from the first new wait, not from the start:
-    /// the released clients cannot ask before the worker has written their
-    /// replies and they have answered, which with many clients takes longer
-    /// than the quiet time: the gathering ended before any came back.
+    /// clients it released ask again), or none for [`GATHER_QUIET`] (or an eighth
+    /// of the last sync's duration), or for half the last sync's duration
+    /// (at most [`GATHER_MAX`]). Without it, clients
+    /// that wait for their replies split into two groups taking turns:
+    /// those a sync released send again while the next sync, begun at once
+    /// for one that asked meanwhile, runs without them (the library's
+    /// syncer gathers its callers the same way).
     fn gather(&self, qs: &QueueSync) {
         let want = qs.gather_for.load(Ordering::Relaxed);
         let from = qs.sync_asks.load(Ordering::Relaxed);
@@ -396,15 +388,14 @@ impl Inner {
         let limit = (took / 2).min(GATHER_MAX);
         let quiet = (took / 8).max(GATHER_QUIET);
         let start = Instant::now();
-        let first = qs.asks.load(Ordering::SeqCst);
-        let (mut seen, mut changed) = (first, start);
+        let (mut seen, mut changed) = (qs.asks.load(Ordering::SeqCst), start);
         while seen.wrapping_sub(from) < want {
-            pause();
+            std::thread::yield_now();
             let now = Instant::now();
             let a = qs.asks.load(Ordering::SeqCst);
             if a != seen {
                 (seen, changed) = (a, now);
-            } else if seen != first && now - changed >= quiet {
+            } else if now - changed >= quiet {
                 return;
             }
             if now - start >= limit {
@@ -475,7 +466,7 @@ impl Inner {
     }
 
     /// After a sync that left nothing asked: keeps the queue for up to
-    /// [`LINGER`], looking (sleeping between looks) for a ticket above `done`, while no
+    /// [`LINGER`], looking (yielding) for a ticket above `done`, while no
     /// other queue waits for a thread. True when one came.
     fn linger(&self, qs: &QueueSync, done: SyncTicket) -> bool {
         if self.linger.is_zero() {
@@ -483,7 +474,7 @@ impl Inner {
         }
         let start = Instant::now();
         loop {
-            pause();
+            std::thread::yield_now();
             if qs.want.lock().0 != Some(done) {
                 return true;
             }
@@ -493,19 +484,6 @@ impl Inner {
             }
         }
     }
-}
-
-/// One look's pause of a sync thread that gathers or lingers: a short
-/// sleep, not a yield. A thread that yields stays runnable and keeps a core
-/// busy, and on 2 cores that is the core the worker and the client need:
-/// measured with redis-benchmark LPUSH (2026-12-02, load 3.2 to 3.6), the
-/// server's CPU time per request fell from 57-71 to 36-41 us at `-c 10` and
-/// from 32-39 to 23-25 us at `-c 50`, the wait from a sync's end to its
-/// connections running from 280 to 160 us and from 860 to 400 us, and
-/// the records per sync and the time to pick up a lone client's next push
-/// stayed the same (a sleep, with the timer's slack, lasts 50 to 90 us here).
-fn pause() {
-    std::thread::sleep(POLL);
 }
 
 #[cfg(test)]
