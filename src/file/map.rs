@@ -100,9 +100,13 @@ impl QueueFile {
             None
         };
         let live_made = live.as_ref().is_some_and(|l| l.made);
+        // The queue file itself is mapped unless there is a live part: one
+        // descriptor then serves both (a process may attach many thousands
+        // of queues, each holding its descriptors open).
+        let file = Arc::new(file);
         let (mapped, live, len) = match live {
-            Some(l) => (l.file, Some(l.path), super::live::live_len(&info).unwrap_or(0)),
-            None => (file.try_clone().map_err(|e| io_error(SHM_ERR_NOMEM, "cannot duplicate", &path, e))?, None, len),
+            Some(l) => (Arc::new(l.file), Some(l.path), super::live::live_len(&info).unwrap_or(0)),
+            None => (file.clone(), None, len),
         };
         let len = usize::try_from(len)
             .map_err(|_| Error::new(MQUE_CRTE_BIG, format!("{} is too large to map", path.display())))?;
@@ -135,17 +139,7 @@ impl QueueFile {
         let control = map
             .view::<Control>(CONTROL_OFFSET as usize)
             .ok_or_else(|| Error::new(SHM_ERR_INVAL, format!("{}: no room for the control block", path.display())))?;
-        Ok(QueueFile {
-            info,
-            options,
-            path,
-            file: Arc::new(file),
-            mapped: Arc::new(mapped),
-            live,
-            live_made,
-            map,
-            control,
-        })
+        Ok(QueueFile { info, options, path, file, mapped, live, live_made, map, control })
     }
 
     /// The live part in tmpfs of an `interval` queue, when it is mapped
@@ -153,6 +147,13 @@ impl QueueFile {
     #[cfg(test)]
     pub(crate) fn live_path(&self) -> Option<&Path> {
         self.live.as_deref()
+    }
+
+    /// How many descriptors this open holds: 1 when the queue file itself
+    /// is mapped, 2 with a live part.
+    #[cfg(test)]
+    pub(crate) fn descriptors(&self) -> usize {
+        if Arc::ptr_eq(&self.file, &self.mapped) { 1 } else { 2 }
     }
 
     /// Did this open make the live part (it was missing)?

@@ -523,6 +523,17 @@ fn default_mode_is_0600() {
     assert_eq!(Queue::inspect(dir, 1).unwrap().info().mode, 0o600);
 }
 
+#[test]
+fn an_open_queue_holds_one_descriptor_unless_it_has_a_live_part() {
+    // A process may attach ten thousand queues: a second descriptor for
+    // each (a duplicate to map) ran a 10,000-queue process out of them.
+    let tmp = TempDir::new("files", "descriptors");
+    let dir = tmp.path();
+    Queue::create(dir, 1, &Spec::new(4, 8)).unwrap();
+    let f = crate::file::map::QueueFile::open(dir, 1, crate::file::map::Access::ReadWrite { populate: false }).unwrap();
+    assert_eq!(f.descriptors(), 1, "the queue file is mapped through the descriptor it was opened with");
+}
+
 /// Child process for the umask tests: creates a queue with the mode in
 /// `TVMQ_FILES_CHILD_MODE` (or the default).
 #[test]
