@@ -53,12 +53,11 @@ struct Column {
     error: Option<String>,
 }
 
-/// du of the files in `dir`, bytes.
-fn du(dir: &Path) -> u64 {
+/// du of the queue files `ids` in `dir`, bytes (the directory also holds
+/// the other parts' queues, which are not counted).
+fn du(dir: &Path, ids: impl Iterator<Item = u32>) -> u64 {
     use std::os::unix::fs::MetadataExt;
-    std::fs::read_dir(dir)
-        .map(|d| d.flatten().filter_map(|e| e.metadata().ok()).map(|m| m.blocks() * 512).sum())
-        .unwrap_or(0)
+    ids.filter_map(|id| std::fs::metadata(tvm::queue_path(dir, id)).ok()).map(|m| m.blocks() * 512).sum()
 }
 
 /// This process's resident memory, bytes.
@@ -329,7 +328,7 @@ fn measure(ctx: &Ctx, dir: &Path, made: &mut u32, n: u32) -> Column {
             tvm::Queue::create(dir, BASE + *made, &spec()).map_err(|e| e.to_string())?;
             *made += 1;
         }
-        col.shm_bytes = du(dir);
+        col.shm_bytes = du(dir, (0..n).map(|k| BASE + k));
         ctx.progress(&format!("many queues: {n} attached"));
         let ids: Vec<u32> = (0..n).map(|k| BASE + k).collect();
         attached_figures(&ids, pairs, col)?;
