@@ -280,22 +280,34 @@ mod tests {
     /// again a lap later: its consumer erased its checksum.
     #[test]
     fn a_consumed_record_never_passes_for_the_next_laps_record() {
+        let r = two_sealed_records();
+        let mut out = [0u8; 8];
+        assert_eq!(r.pop(&mut out, &Announced, &mut NeverRecover).unwrap(), 5);
+        the_next_laps_record_torn_keeps_only_record_1(&r);
+    }
+
+    /// An interval ring of 2 slots holding records `[0; 5]` and `[1; 5]`,
+    /// each sealed as the sync's pass seals it.
+    fn two_sealed_records() -> Ring<HeapStorage> {
         let r = interval_ring(2);
         for i in 0..2u8 {
             r.push(&[i; 5], &Silent, &mut NeverRecover).unwrap();
-            // The sync's pass seals it.
             r.storage().slot(i as usize).check.store(seal(42, u64::from(i), &[i; 5]), Ordering::Relaxed);
         }
-        let mut out = [0u8; 8];
-        assert_eq!(r.pop(&mut out, &Announced, &mut NeverRecover).unwrap(), 5);
-        // The next lap's record in slot 0 (position 2), not sealed yet.
+        r
+    }
+
+    /// Slot 0 was released: the next lap's record goes there (position 2,
+    /// not sealed yet), and a crash image holds slot 0's header as now and
+    /// its bytes as before. The rebuild must take it for torn, not for the
+    /// released record published again, and keep only record 1.
+    fn the_next_laps_record_torn_keeps_only_record_1(r: &Ring<HeapStorage>) {
         r.push(&[9; 5], &Silent, &mut NeverRecover).unwrap();
-        // The image: slot 0's header as now, its bytes as before.
         // SAFETY: nobody else uses the ring.
         unsafe { r.storage().write(0, 0, &[0u8; 5]) };
         let got = r.rebuild(42, 1);
         assert_eq!((got.kept, got.torn), (1, 1), "{got:?}");
-        assert_eq!(pop_all(&r), vec![vec![1; 5]]);
+        assert_eq!(pop_all(r), vec![vec![1; 5]]);
     }
 
     /// As above, for a record whose consumer saved it elsewhere (a lease
@@ -304,23 +316,14 @@ mod tests {
     /// consumer's release would have.
     #[test]
     fn a_record_released_for_a_dead_consumer_never_passes_for_the_next_laps_record() {
-        let r = interval_ring(2);
-        for i in 0..2u8 {
-            r.push(&[i; 5], &Silent, &mut NeverRecover).unwrap();
-            r.storage().slot(i as usize).check.store(seal(42, u64::from(i), &[i; 5]), Ordering::Relaxed);
-        }
+        let r = two_sealed_records();
         // The consumer of position 0 copies the record out and dies holding the slot.
         let claim = r.claim_pop(&Silent, &mut NeverRecover).unwrap();
         let mut out = [0u8; 8];
         assert_eq!(r.read_claimed(claim, &mut out).unwrap(), Some(5));
         assert!(r.release_held(0));
         assert!(!r.release_held(0), "released once");
-        r.push(&[9; 5], &Silent, &mut NeverRecover).unwrap();
-        // SAFETY: nobody else uses the ring.
-        unsafe { r.storage().write(0, 0, &[0u8; 5]) };
-        let got = r.rebuild(42, 1);
-        assert_eq!((got.kept, got.torn), (1, 1), "{got:?}");
-        assert_eq!(pop_all(&r), vec![vec![1; 5]]);
+        the_next_laps_record_torn_keeps_only_record_1(&r);
     }
 
     /// The seal pass read a record (published at lap 0) and computed its

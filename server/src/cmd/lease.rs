@@ -109,10 +109,16 @@ struct Returned(Vec<(Arc<Queue>, Lease)>);
 impl Returned {
     /// On a thread of the runtime's blocking pool (here, outside a runtime).
     fn release_off_worker(self) {
-        match tokio::runtime::Handle::try_current() {
-            Ok(rt) => drop(rt.spawn_blocking(move || drop(self))),
-            Err(_) => drop(self),
-        }
+        off_worker(move || drop(self));
+    }
+}
+
+/// Runs `f` on a thread of the runtime's blocking pool, not waited for
+/// (here, outside a runtime).
+fn off_worker(f: impl FnOnce() + Send + 'static) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(rt) => drop(rt.spawn_blocking(f)),
+        Err(_) => f(),
     }
 }
 
@@ -143,10 +149,7 @@ pub(crate) fn dead_letters_off_worker(q: &Arc<Queue>) {
 
 #[cold]
 fn move_dead_letters_off_worker(q: Arc<Queue>) {
-    match tokio::runtime::Handle::try_current() {
-        Ok(rt) => drop(rt.spawn_blocking(move || q.move_dead_letters())),
-        Err(_) => q.move_dead_letters(),
-    }
+    off_worker(move || q.move_dead_letters());
 }
 
 impl Drop for Held {
