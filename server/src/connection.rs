@@ -210,6 +210,7 @@ async fn run<S: Stream>(s: &mut S, shared: &Arc<ServerState>, worker: &Rc<Worker
                                 blocked = cmd::blocking::lease_durable(d, shared, client, &mut out).await;
                             }
                             Flow::DeadLetter(d) => cmd::lease::dead_letter_off_worker(d, client, &mut out).await,
+                            Flow::OffWorker(job) => cmd::admin::run_off_worker(job, &mut out).await,
                             Flow::Create(keys) => {
                                 // Made off the worker; then the command runs
                                 // again (not consumed). A queue dropped again

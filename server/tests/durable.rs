@@ -318,3 +318,52 @@ fn dead_letter_moves_into_an_always_queue_run_off_the_worker() {
     assert_eq!(other.cmd(&[b"LLEN", b"jobs"]), V::Int(0));
     assert_eq!(server.signal_and_wait(libc::SIGKILL, Duration::from_secs(10)), None);
 }
+
+/// LTRIM of an `always` queue, both forms (drop the first N records; drop
+/// them all), its syncs made slow by the library's test aid: the records
+/// go in one sync, not one per record, and none of it runs on the worker
+/// (a PING on another connection of the only worker answers meanwhile).
+#[test]
+fn ltrim_of_an_always_queue_runs_off_the_worker_in_one_sync() {
+    let dir = DiskDir::new("serve-ltrim-off-worker");
+    always_queue(&dir, 1, "q", 1000);
+    {
+        let q = Queue::open(dir.path(), 1).unwrap();
+        for i in 0..300 {
+            q.push(&value(0, i)).unwrap();
+        }
+    }
+    const SYNC_MS: u64 = 200;
+    let delay = SYNC_MS.to_string();
+    let how = Spawn { env: &[("TVMQ_TEST_SYNC_DELAY_MS", &delay)], ..Spawn::default() };
+    let mut server = ChildServer::spawn_in(dir.path(), &["--threads", "1"], &how);
+    let mut conn = Conn::connect(server.addr);
+    let mut other = Conn::connect(server.addr);
+    // The queue's own syncs (the library's count, whoever ran them).
+    let syncs = |c: &mut Conn| -> u64 {
+        let info = info_field(c, "durability", "durable_queue_1");
+        let n = info.split(',').find_map(|kv| kv.strip_prefix("syncs="));
+        n.and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("no syncs= in {info:?}"))
+    };
+
+    let before = syncs(&mut other);
+    // 200 records: more than one batch of the pops it is made of.
+    conn.send(&[b"LTRIM", b"q", b"200", b"-1"]);
+    std::thread::sleep(Duration::from_millis(SYNC_MS / 4));
+    ping_during(&mut other, SYNC_MS, "an LTRIM of 200 records");
+    assert_eq!(conn.read(), V::Simple("OK".into()));
+    let used = syncs(&mut other) - before;
+    assert!(used <= 2, "LTRIM of 200 records took {used} syncs");
+    assert_eq!(other.cmd(&[b"LLEN", b"q"]), V::Int(100));
+    assert_eq!(other.cmd(&[b"LPOP", b"q"]), V::Bulk(value(0, 200)));
+
+    conn.send(&[b"LTRIM", b"q", b"1", b"0"]);
+    std::thread::sleep(Duration::from_millis(SYNC_MS / 4));
+    ping_during(&mut other, SYNC_MS, "an LTRIM of every record");
+    assert_eq!(conn.read(), V::Simple("OK".into()));
+    assert_eq!(other.cmd(&[b"LLEN", b"q"]), V::Int(0));
+    assert_eq!(server.signal_and_wait(libc::SIGKILL, Duration::from_secs(10)), None);
+    // What the trims removed stays removed across a restart.
+    let q = Queue::open(dir.path(), 1).unwrap();
+    assert_eq!(q.depth(), 0);
+}

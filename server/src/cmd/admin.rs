@@ -10,86 +10,163 @@
 //! (`start` > `stop` once both are resolved: every record present goes).
 //! `TVMQ.REPAIR key` recovers what dead processes left (as `tvmq repair`)
 //! and answers how many records it recovered.
+//!
+//! Each finds its queues on the worker, then does its work off it
+//! ([`OffWorker`]): removing a file, popping a whole ring (with the syncs
+//! of a durable queue: one, for all the records an LTRIM removes) or
+//! scanning one may take long, and the worker serves other connections
+//! meanwhile. The connection waits for the reply, so pipelined commands
+//! keep their order.
 
+use super::Flow;
 use super::context::{Ctx, parse_int};
 use super::queue::key_error;
 use crate::keys::KeyError;
 use crate::reply;
 use resp::Request;
-use tvm::{Queue, Wait};
+use std::sync::Arc;
+use tvm::{Queue, Result};
+
+/// A command's work that may touch the disk or scan a whole ring, to run on
+/// the runtime's blocking pool ([`run_off_worker`]): it appends the
+/// command's reply to the buffer it is given.
+pub(crate) struct OffWorker(Box<Job>);
+
+/// What an [`OffWorker`] runs: it writes the reply into the buffer.
+type Job = dyn FnOnce(&mut Vec<u8>) + Send;
+
+/// The flow that runs `job` off the worker.
+fn off_worker(job: impl FnOnce(&mut Vec<u8>) + Send + 'static) -> Flow {
+    Flow::OffWorker(OffWorker(Box::new(job)))
+}
+
+/// Runs `job` on a thread of the runtime's blocking pool while the calling
+/// connection waits (other connections of the worker go on), then appends
+/// its reply to `out`.
+pub(crate) async fn run_off_worker(job: OffWorker, out: &mut Vec<u8>) {
+    let ran = tokio::task::spawn_blocking(move || {
+        let mut reply = Vec::new();
+        (job.0)(&mut reply);
+        reply
+    })
+    .await;
+    match ran {
+        Ok(reply) => out.extend_from_slice(&reply),
+        Err(e) => reply::error_fmt(out, format_args!("ERR the command failed: {e}")),
+    }
+}
 
 /// DEL key [key ...]: drops each queue named; the number that existed.
-pub(crate) fn del(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) {
-    let mut dropped = 0;
+pub(crate) fn del(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) -> Flow {
+    let mut ids = Vec::new();
     for key in req.iter(buf).skip(1) {
-        let q = match ctx.client.last.resolve(ctx.shared, ctx.keys, key) {
-            Ok(q) => q.clone(),
+        match ctx.client.last.resolve(ctx.shared, ctx.keys, key) {
+            Ok(q) => ids.push(q.id()),
             Err(KeyError::NoSuchQueue) => continue,
-            Err(e) => return key_error(out, key, &e),
-        };
-        match Queue::drop_queue(ctx.shared.dir(), q.id()) {
-            Ok(()) => dropped += 1,
-            Err(e) if e.code() == tvm::error::TBL_NOT_FOUND => {}
-            Err(e) => return reply::queue_error(out, q.id(), &e),
+            Err(e) => {
+                key_error(out, key, &e);
+                return Flow::Next;
+            }
         }
     }
-    resp::integer(out, dropped);
+    let dir = ctx.shared.dir().to_path_buf();
+    off_worker(move |out| {
+        let mut dropped = 0;
+        for id in ids {
+            match Queue::drop_queue(&dir, id) {
+                Ok(()) => dropped += 1,
+                Err(e) if e.code() == tvm::error::TBL_NOT_FOUND => {}
+                Err(e) => return reply::queue_error(out, id, &e),
+            }
+        }
+        resp::integer(out, dropped);
+    })
 }
 
 /// LTRIM key start stop, in the forms a FIFO queue can honour (see the module).
-pub(crate) fn ltrim(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) {
+pub(crate) fn ltrim(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) -> Flow {
     let key = req.arg(buf, 1);
     let (Some(start), Some(stop)) = (parse_int(req.arg(buf, 2)), parse_int(req.arg(buf, 3))) else {
-        return reply::not_an_integer(out);
+        reply::not_an_integer(out);
+        return Flow::Next;
     };
     let q = match ctx.client.last.resolve(ctx.shared, ctx.keys, key) {
         Ok(q) => q.clone(),
         // As Redis: trimming a missing list is fine.
-        Err(KeyError::NoSuchQueue) => return resp::simple(out, b"OK"),
-        Err(e) => return key_error(out, key, &e),
+        Err(KeyError::NoSuchQueue) => {
+            resp::simple(out, b"OK");
+            return Flow::Next;
+        }
+        Err(e) => {
+            key_error(out, key, &e);
+            return Flow::Next;
+        }
     };
     let len = q.depth() as i64;
     let at = |i: i64| if i < 0 { (len + i).max(0) } else { i };
     let (first, last) = (at(start), at(stop));
     let remove = if first > last || first >= len {
-        len
+        None
     } else if stop == -1 {
-        first
+        Some(first as u64)
     } else {
-        return reply::error_fmt(
+        reply::error_fmt(
             out,
             format_args!(
                 "NOT_SUPPT_OPT tvmq queues are FIFO rings: LTRIM keeps a suffix (LTRIM key N -1) or nothing (LTRIM key 1 0)"
             ),
         );
+        return Flow::Next;
     };
-    if remove >= len {
-        if let Err(e) = q.truncate() {
-            return reply::queue_error(out, q.id(), &e);
+    off_worker(move |out| {
+        // A durable queue's pops share one sync, waited for here.
+        let (trimmed, ticket) = q.defer_syncs(|q| match remove {
+            None => q.truncate().map(drop),
+            Some(n) => pop_up_to(q, n),
+        });
+        match trimmed.and_then(|()| ticket.map_or(Ok(()), |t| q.sync_ticket(t))) {
+            Ok(()) => resp::simple(out, b"OK"),
+            Err(e) => reply::queue_error(out, q.id(), &e),
         }
-    } else {
-        let mut rec = vec![0u8; q.record_size()];
-        for _ in 0..remove {
-            match q.pop(&mut rec, Wait::NoWait) {
-                Ok(_) => {}
-                Err(e) if e.code() == tvm::error::NO_DATA_FOUND => break,
-                Err(e) => return reply::queue_error(out, q.id(), &e),
-            }
+        // Records of a queue with leases that its sweeps found bound for
+        // the dead-letter queue: moved here, off the worker already.
+        q.move_dead_letters();
+    })
+}
+
+/// Pops and discards up to `n` records of `q` (fewer if it runs empty), 64
+/// at a time.
+fn pop_up_to(q: &Queue, mut n: u64) -> Result<()> {
+    const CHUNK: usize = 64;
+    let each = q.record_size();
+    let mut scratch = vec![0u8; each * CHUNK];
+    let mut lens = [0usize; CHUNK];
+    while n > 0 {
+        let chunk = n.min(CHUNK as u64) as usize;
+        let (taken, err) = q.pop_into(&mut scratch[..chunk * each], each, &mut lens[..chunk], tvm::Wait::NoWait);
+        n -= taken as u64;
+        match err {
+            None => {}
+            Some(e) if e.code() == tvm::error::NO_DATA_FOUND => break,
+            Some(e) => return Err(e),
         }
-        super::lease::dead_letters_off_worker(&q);
     }
-    resp::simple(out, b"OK");
+    Ok(())
 }
 
 /// TVMQ.REPAIR key: `tvmq repair` on the queue; the records recovered.
-pub(crate) fn repair(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) {
+pub(crate) fn repair(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) -> Flow {
     let key = req.arg(buf, 1);
-    match ctx.client.last.resolve(ctx.shared, ctx.keys, key) {
-        Ok(q) => {
-            let r = q.repair();
-            super::lease::dead_letters_off_worker(q);
-            resp::integer(out, (r.recovered_pushes + r.recovered_pops) as i64);
+    let q: Arc<Queue> = match ctx.client.last.resolve(ctx.shared, ctx.keys, key) {
+        Ok(q) => q.clone(),
+        Err(e) => {
+            key_error(out, key, &e);
+            return Flow::Next;
         }
-        Err(e) => key_error(out, key, &e),
-    }
+    };
+    off_worker(move |out| {
+        let r = q.repair();
+        q.move_dead_letters();
+        resp::integer(out, (r.recovered_pushes + r.recovered_pops) as i64);
+    })
 }

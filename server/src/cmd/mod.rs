@@ -1,7 +1,7 @@
 //! Commands: the name looked up without allocating, the arity and the
 //! authentication checked in Redis's order, then one function per command
 //! in the file of its family: [`queue`] (pushes, pops, LLEN), [`blocking`]
-//! (BLPOP, BRPOP), `admin` (DEL, LTRIM, TVMQ.REPAIR), [`lease`] (TVMQ.LEASE, TVMQ.ACK, ...), [`server`] (connection and server commands), with
+//! (BLPOP, BRPOP), [`admin`] (DEL, LTRIM, TVMQ.REPAIR), [`lease`] (TVMQ.LEASE, TVMQ.ACK, ...), [`server`] (connection and server commands), with
 //! [`table`] naming and describing them all (for COMMAND too) and `context`
 //! what they run with.
 //!
@@ -9,7 +9,7 @@
 //! `blocking` uses `queue`; `server` uses `table`; `blocking`, `queue` and
 //! `server` use `context`; `table` and `context` use no other command module.
 
-mod admin;
+pub(crate) mod admin;
 pub(crate) mod blocking;
 mod context;
 pub(crate) mod lease;
@@ -38,6 +38,10 @@ pub(crate) enum Flow {
     /// run off the worker ([`lease::dead_letter_off_worker`]), the
     /// connection waiting for it.
     DeadLetter(lease::DeadLetter),
+    /// DEL, LTRIM, TVMQ.REPAIR: their work (which may touch the disk or
+    /// scan a whole ring) runs off the worker ([`admin::run_off_worker`]),
+    /// the connection waiting for its reply.
+    OffWorker(admin::OffWorker),
     /// The command needs queues `--auto-create` makes: made off the worker
     /// ([`crate::keys::create_off_worker`]), then the command runs again
     /// (its reply is not written yet).
@@ -85,9 +89,9 @@ pub(crate) fn execute(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Ve
         Cmd::Client => server::client(ctx, buf, req, out),
         Cmd::Config => server::config(ctx, buf, req, out),
         Cmd::Command => server::command(ctx, buf, req, out),
-        Cmd::Del => admin::del(ctx, buf, req, out),
-        Cmd::Ltrim => admin::ltrim(ctx, buf, req, out),
-        Cmd::Repair => admin::repair(ctx, buf, req, out),
+        Cmd::Del => return admin::del(ctx, buf, req, out),
+        Cmd::Ltrim => return admin::ltrim(ctx, buf, req, out),
+        Cmd::Repair => return admin::repair(ctx, buf, req, out),
         Cmd::Lease => {
             return match lease::lease(ctx, buf, req, out) {
                 lease::Next::Done => Flow::Next,
