@@ -464,14 +464,14 @@ impl Queue {
             };
             let entry = l.table.entry(i);
             let ann = LeaseIntent { intent: Intent(intent.0), pos: &entry.pos };
-            let mut pos = 0;
             let mut patience = Patience::new(self);
             // The lease runs from `now` (read above: one read of the clock
             // per lease), unless the ring made this pop wait (below).
             let deadline = mono_after(now, lease_ns);
-            let got = self.ring.pop_committed(out, &ann, &mut patience, |rec, at| {
-                pos = at;
-                let saved = l.table.commit(i, filling, rec, at, now, deadline);
+            // A closure of values (a few words), not of references to them.
+            let (table, queue) = (&l.table, self);
+            let got = self.ring.pop_committed(out, &ann, &mut patience, move |rec, at| {
+                let saved = table.commit(i, filling, rec, at, now, deadline);
                 if saved {
                     // `always`: the saved record is on stable storage before
                     // its slot is released (which the kernel may write back
@@ -481,10 +481,10 @@ impl Queue {
                     // Never put off (`defer_syncs`): the slot's release
                     // must not reach the disk before the saved record.
                     // `interval`: the next sync persists the table.
-                    if let Some(d) = &self.always {
+                    if let Some(d) = &queue.always {
                         let _ = d.sync_now();
                     } else {
-                        self.leases_flagged();
+                        queue.leases_flagged();
                     }
                 }
                 saved
@@ -508,6 +508,8 @@ impl Queue {
                         entry.deadline_ns.store(deadline, Ordering::Relaxed);
                     }
                     l.table.leased_until(now, deadline);
+                    // The position the commit saved (the entry is ours).
+                    let pos = entry.pos.load(Ordering::Relaxed);
                     let lease = self.lease(i, filling.committed(), pos, deadline);
                     return Ok((n, lease));
                 }
