@@ -185,7 +185,11 @@ pub unsafe extern "C" fn lPopLease(
             let wait = wait_mode(wait, Wait::Forever, Wait::NoWait)?;
             // SAFETY: checked non-NULL; the caller provides `out` with at least p->lSize writable bytes.
             let buf = unsafe { out_buffer(out, h.lSize) };
-            on_queue_held(h, |q, held| q.pop_lease_held(buf, wait, lease_ns, held))
+            on_queue_held(
+                h,
+                #[inline(always)]
+                |q, held| q.pop_lease_held(buf, wait, lease_ns, held),
+            )
         });
         match got {
             Ok((_, leased)) => {

@@ -321,6 +321,7 @@ impl Queue {
     /// [`pop_lease`](Self::pop_lease), the lease time in nanoseconds (0:
     /// the queue's), announcing through the intent word `held` keeps
     /// (looked up when it is `None` or another queue's).
+    #[inline(always)]
     pub(crate) fn pop_lease_held(
         &self,
         out: &mut [u8],
