@@ -147,9 +147,7 @@ fn negative_ms(ms: c_long, what: &str) -> Error {
 
 /// Milliseconds from C: negative values are refused.
 fn millis(ms: c_long, what: &str) -> Result<Duration> {
-    u64::try_from(ms)
-        .map(Duration::from_millis)
-        .map_err(|_| negative_ms(ms, what))
+    u64::try_from(ms).map(Duration::from_millis).map_err(|_| negative_ms(ms, what))
 }
 
 /// As lPop, and the record is leased for `lease_ms` milliseconds (0: the
