@@ -14,7 +14,7 @@
 //! after a death (`repair`).
 
 use super::{HeldIntent, Idle, Intent, NO_WORD, Patience, Queue, Wait};
-use crate::clock::{mono_after, mono_ns};
+use crate::clock::{mono_after, mono_after_res, mono_ns, mono_res_ns};
 use crate::error::*;
 use crate::lease::state::{Owner, SlotAction, St, Word, slot_action};
 use crate::lease::table::LeaseTable;
@@ -37,6 +37,10 @@ pub(crate) struct Leases {
     /// Where this process's threads start looking for a free entry: thread
     /// `k` at `base + k`, so that a thread finds the entry it just freed.
     base: usize,
+    /// The queue's lease time in nanoseconds, and the step of the lease
+    /// clock ([`mono_res_ns`]): worked out once, as every lease uses them.
+    default_ns: u64,
+    res_ns: u64,
     /// The dead-letter queue, opened when first needed.
     dead_letter: Mutex<Option<Arc<Queue>>>,
     /// A sweep on a thread that leaves dead-letter moves to others (see
@@ -55,7 +59,17 @@ impl Leases {
     pub(crate) fn new(table: LeaseTable, settings: LeaseSpec, me: Option<(usize, u32)>) -> Leases {
         let base = me.map_or(0, |(index, _)| index * INTENTS) % table.len();
         let me = me.filter(|&(index, _)| index < Owner::MAX_ENTRIES).map(|(index, r)| Owner::new(index, r));
-        Leases { table, settings, me, base, dead_letter: Mutex::new(None), burial_due: AtomicBool::new(false) }
+        let (default_ns, res_ns) = (settings.lease_ms.saturating_mul(1_000_000), mono_res_ns());
+        Leases {
+            table,
+            settings,
+            me,
+            base,
+            default_ns,
+            res_ns,
+            dead_letter: Mutex::new(None),
+            burial_due: AtomicBool::new(false),
+        }
     }
 }
 
@@ -300,7 +314,7 @@ impl Queue {
     /// queue's lease time).
     #[inline]
     fn lease_time_ns(l: &Leases, ns: u64) -> u64 {
-        if ns == 0 { l.settings.lease_ms.saturating_mul(1_000_000) } else { ns }
+        if ns == 0 { l.default_ns } else { ns }
     }
 
     /// Removes the oldest record into `out`, as [`pop`](Self::pop) does, and
@@ -468,7 +482,7 @@ impl Queue {
             let mut patience = Patience::new(self);
             // The lease runs from `now` (read above: one read of the clock
             // per lease), unless the ring made this pop wait (below).
-            let deadline = mono_after(now, lease_ns);
+            let deadline = mono_after_res(now, lease_ns, l.res_ns);
             // A closure of values (a few words), not of references to them.
             let (table, queue) = (&l.table, self);
             let got = self.ring.pop_committed(out, &ann, &mut patience, move |rec, at| {
