@@ -47,7 +47,14 @@ pub(crate) fn mono_res_ns() -> u64 {
 /// tick. Zero stays `now` (at once).
 #[inline]
 pub(crate) fn mono_after(now: u64, dur_ns: u64) -> u64 {
-    if dur_ns == 0 { now } else { now.saturating_add(mono_res_ns()).saturating_add(dur_ns) }
+    mono_after_res(now, dur_ns, mono_res_ns())
+}
+
+/// [`mono_after`] with the tick given (`res_ns`, read from [`mono_res_ns`]
+/// once by the caller).
+#[inline]
+pub(crate) fn mono_after_res(now: u64, dur_ns: u64, res_ns: u64) -> u64 {
+    if dur_ns == 0 { now } else { now.saturating_add(res_ns).saturating_add(dur_ns) }
 }
 
 /// This boot's id as two words (`None` if it cannot be read).

@@ -37,20 +37,21 @@ const _: () = assert!(size_of::<TvmLease>() == 64);
 /// Seed of the token's check: a zeroed token fails it.
 const CHECK_SEED: u32 = 0x7e45_e1a5;
 
-/// A 32-bit check of the private words: each word multiplied by its own
-/// odd constant (independent multiplies, done in parallel), summed, and the
-/// sum mixed (a bijection) before it is cut to 32 bits: any change of the
-/// words changes the result but with odds of about 2^-32. A few cycles: it
-/// is on every call (a byte-wise FNV took 80 ns, a chained word mix 14).
+/// A 32-bit check of the first five private words (the last two hold fixed
+/// values, which each kind of token compares exactly): each word multiplied
+/// by its own odd constant (independent multiplies, done in parallel),
+/// summed, and the sum mixed (a bijection) before it is cut to 32 bits: any
+/// change of the words changes the result but with odds of about 2^-32. A
+/// few cycles: it is on every call (a byte-wise FNV took 80 ns, a chained
+/// word mix 14).
+#[inline]
 fn check(words: &[c_ulonglong; 7]) -> c_uint {
-    const K: [u64; 7] = [
+    const K: [u64; 5] = [
         0x9e37_79b9_7f4a_7c15,
         0xbf58_476d_1ce4_e5b9,
         0x94d0_49bb_1331_11eb,
         0xd6e8_feb8_6659_fd93,
         0xa076_1d64_78bd_642f,
-        0xe703_7ed1_a0b4_28db,
-        0x8ebc_6af0_9c88_c6e3,
     ];
     let mut h = u64::from(CHECK_SEED);
     for (w, k) in words.iter().zip(K) {
@@ -129,11 +130,24 @@ unsafe fn token(lease: *const TvmLease) -> Result<Lease> {
     }
 }
 
+/// A lease time in milliseconds from C, in nanoseconds (saturating; 0 stays
+/// 0: the queue's lease time): negative values are refused.
+#[inline]
+fn lease_nanos(ms: c_long) -> Result<u64> {
+    match u64::try_from(ms) {
+        Ok(ms) => Ok(ms.saturating_mul(1_000_000)),
+        Err(_) => Err(negative_ms(ms, "lease time")),
+    }
+}
+
+#[cold]
+fn negative_ms(ms: c_long, what: &str) -> Error {
+    Error::new(CONDIT_IS_NIL, format!("{what} {ms} ms: 0 or more"))
+}
+
 /// Milliseconds from C: negative values are refused.
 fn millis(ms: c_long, what: &str) -> Result<Duration> {
-    u64::try_from(ms)
-        .map(Duration::from_millis)
-        .map_err(|_| Error::new(CONDIT_IS_NIL, format!("{what} {ms} ms: 0 or more")))
+    u64::try_from(ms).map(Duration::from_millis).map_err(|_| negative_ms(ms, what))
 }
 
 /// As lPop, and the record is leased for `lease_ms` milliseconds (0: the
@@ -165,18 +179,29 @@ pub unsafe extern "C" fn lPopLease(
         if out.is_null() || lease.is_null() {
             return Err(Error::new(CONDIT_IS_NIL, "NULL output buffer or lease").into());
         }
-        let got = millis(lease_ms, "lease time").and_then(|lease_time| {
+        let got = lease_nanos(lease_ms).and_then(|lease_ns| {
             let wait = wait_mode(wait, Wait::Forever, Wait::NoWait)?;
             // SAFETY: checked non-NULL; the caller provides `out` with at least p->lSize writable bytes.
             let buf = unsafe { out_buffer(out, h.lSize) };
-            on_queue_held(h, |q, held| q.pop_lease_held(buf, wait, lease_time, held))
+            on_queue_held(
+                h,
+                #[inline(always)]
+                |q, held| q.pop_lease_held(buf, wait, lease_ns, held),
+            )
         });
-        // On failure, a token that every call refuses.
-        let token = got.as_ref().map_or(TvmLease::ZERO, |(_, leased)| TvmLease::from_lease(leased));
-        // SAFETY: checked non-NULL; the caller provides a writable TvmLease.
-        unsafe { lease.write(token) };
-        got?;
-        Ok(1)
+        match got {
+            Ok((_, leased)) => {
+                // SAFETY: checked non-NULL; the caller provides a writable TvmLease.
+                unsafe { lease.write(TvmLease::from_lease(&leased)) };
+                Ok(1)
+            }
+            Err(e) => {
+                // On failure, a token that every call refuses.
+                // SAFETY: as above.
+                unsafe { lease.write(TvmLease::ZERO) };
+                Err(e.into())
+            }
+        }
     };
     // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
     unsafe { call(p, body) }
@@ -198,7 +223,11 @@ pub unsafe extern "C" fn lAck(p: *mut SATvm, lease: *mut TvmLease) -> c_long {
     let body = |h: &mut SATvm| -> CallResult {
         // SAFETY: NULL or a readable TvmLease, by the caller's contract.
         let t = unsafe { token(lease) }?;
-        on_queue_held(h, |q, _| q.ack(&t))?;
+        on_queue_held(
+            h,
+            #[inline(always)]
+            |q, _| q.ack(&t),
+        )?;
         Ok(1)
     };
     // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
@@ -239,11 +268,11 @@ pub unsafe extern "C" fn lAckPopLease(
         }
         // SAFETY: checked non-NULL; a readable TvmLease by the caller's contract.
         let t = unsafe { token(done) }?;
-        let lease_time = millis(lease_ms, "lease time")?;
+        let lease_ns = lease_nanos(lease_ms)?;
         let wait = wait_mode(wait, Wait::Forever, Wait::NoWait)?;
         // SAFETY: checked non-NULL; the caller provides `out` with at least p->lSize writable bytes.
         let buf = unsafe { out_buffer(out, h.lSize) };
-        let acked = on_queue_held(h, |q, held| q.ack_pop_lease_held(&t, buf, wait, lease_time, held));
+        let acked = on_queue_held(h, |q, held| q.ack_pop_lease_held(&t, buf, wait, lease_ns, held));
         let got = match acked {
             Ok(got) => got,
             Err(e) if e.code() == SYNC_FAILED => {
@@ -256,9 +285,11 @@ pub unsafe extern "C" fn lAckPopLease(
         };
         let token = got.as_ref().map_or(TvmLease::ZERO, |(_, leased)| TvmLease::from_lease(leased));
         // SAFETY: checked non-NULL, writable (they may be the same token:
-        // the new one is written last).
+        // then only the new one is written).
         unsafe {
-            done.write(TvmLease::ZERO);
+            if !std::ptr::eq(done, lease) {
+                done.write(TvmLease::ZERO);
+            }
             lease.write(token);
         }
         got?;

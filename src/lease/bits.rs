@@ -65,13 +65,16 @@ impl Default for IndexWords {
 
 /// One index over a table's entries (see the module doc).
 pub(crate) struct Index {
-    /// Entry 0's head; the table's entries lie in the mapping that the
-    /// table's control reference keeps alive.
-    entries: *mut u8,
+    /// Bytes from one entry's head to the next's.
     stride: usize,
     count: usize,
-    /// Which of `Entry::bits` holds this index's leaves.
-    field: usize,
+    /// Leaf words (`count / 64`, rounded up), and the first of them: word
+    /// `Entry::bits[field]` of the last entry's head (leaf `j` lies `j`
+    /// strides before it), in the mapping that the table's control
+    /// reference keeps alive. Worked out once: every lease call reaches a
+    /// leaf.
+    leaves: usize,
+    leaf0: *const AtomicU64,
     words: *const IndexWords,
     /// `!0` for an index stored inverted (the free set), else 0.
     inv: u64,
@@ -104,11 +107,21 @@ impl Index {
         inverted: bool,
     ) -> Index {
         debug_assert!(count <= super::MAX_ENTRIES as usize && field < 2);
-        Index { entries, stride, count, field, words, inv: if inverted { !0 } else { 0 } }
+        let leaf0 = if count == 0 {
+            std::ptr::null()
+        } else {
+            // SAFETY: count - 1 < count: the head lies in the mapping (see
+            // above), aligned (the stride is a multiple of 64).
+            let head = unsafe { &*entries.add((count - 1) * stride).cast::<Entry>() };
+            &head.bits[field] as *const AtomicU64
+        };
+        let inv = if inverted { !0 } else { 0 };
+        Index { stride, count, leaves: count.div_ceil(64), leaf0, words, inv }
     }
 
+    #[inline]
     fn leaves(&self) -> usize {
-        self.count.div_ceil(64)
+        self.leaves
     }
 
     fn groups(&self) -> usize {
@@ -119,14 +132,14 @@ impl Index {
         self.groups().div_ceil(64)
     }
 
-    /// Leaf word `j` (< `leaves`).
+    /// Leaf word `j` (< `leaves`): in the head of entry `count - 1 - j`.
+    #[inline]
     fn leaf(&self, j: usize) -> &AtomicU64 {
-        assert!(j < self.leaves(), "lease index leaf out of range");
-        let e = self.count - 1 - j;
-        // SAFETY: e < count: the head lies in the mapping (see `new`),
-        // aligned (the stride is a multiple of 64).
-        let head = unsafe { &*self.entries.add(e * self.stride).cast::<Entry>() };
-        &head.bits[self.field]
+        assert!(j < self.leaves, "lease index leaf out of range");
+        // SAFETY: j < leaves <= count, so entry count - 1 - j exists: its
+        // head lies in the mapping (see `new`), `j` strides before the last
+        // entry's, and its `bits[field]` as many bytes before `leaf0`.
+        unsafe { &*self.leaf0.byte_sub(j * self.stride) }
     }
 
     fn words(&self) -> &IndexWords {

@@ -14,7 +14,7 @@
 //! after a death (`repair`).
 
 use super::{HeldIntent, Idle, Intent, NO_WORD, Patience, Queue, Wait};
-use crate::clock::{mono_after, mono_ns};
+use crate::clock::{mono_after, mono_after_res, mono_ns, mono_res_ns};
 use crate::error::*;
 use crate::lease::state::{Owner, SlotAction, St, Word, slot_action};
 use crate::lease::table::LeaseTable;
@@ -37,6 +37,10 @@ pub(crate) struct Leases {
     /// Where this process's threads start looking for a free entry: thread
     /// `k` at `base + k`, so that a thread finds the entry it just freed.
     base: usize,
+    /// The queue's lease time in nanoseconds, and the step of the lease
+    /// clock ([`mono_res_ns`]): worked out once, as every lease uses them.
+    default_ns: u64,
+    res_ns: u64,
     /// The dead-letter queue, opened when first needed.
     dead_letter: Mutex<Option<Arc<Queue>>>,
     /// A sweep on a thread that leaves dead-letter moves to others (see
@@ -55,7 +59,17 @@ impl Leases {
     pub(crate) fn new(table: LeaseTable, settings: LeaseSpec, me: Option<(usize, u32)>) -> Leases {
         let base = me.map_or(0, |(index, _)| index * INTENTS) % table.len();
         let me = me.filter(|&(index, _)| index < Owner::MAX_ENTRIES).map(|(index, r)| Owner::new(index, r));
-        Leases { table, settings, me, base, dead_letter: Mutex::new(None), burial_due: AtomicBool::new(false) }
+        let (default_ns, res_ns) = (settings.lease_ms.saturating_mul(1_000_000), mono_res_ns());
+        Leases {
+            table,
+            settings,
+            me,
+            base,
+            default_ns,
+            res_ns,
+            dead_letter: Mutex::new(None),
+            burial_due: AtomicBool::new(false),
+        }
     }
 }
 
@@ -293,7 +307,14 @@ impl Queue {
 
     /// The lease time asked for, or the queue's default.
     fn lease_ns(l: &Leases, lease: Duration) -> u64 {
-        if lease.is_zero() { l.settings.lease_ms.saturating_mul(1_000_000) } else { nanos(lease) }
+        Self::lease_time_ns(l, nanos(lease))
+    }
+
+    /// [`lease_ns`](Self::lease_ns) of a time in nanoseconds (0: the
+    /// queue's lease time).
+    #[inline]
+    fn lease_time_ns(l: &Leases, ns: u64) -> u64 {
+        if ns == 0 { l.default_ns } else { ns }
     }
 
     /// Removes the oldest record into `out`, as [`pop`](Self::pop) does, and
@@ -308,16 +329,18 @@ impl Queue {
     /// are in flight; at once, whatever `wait` says); `NOT_SUPPT_OPT` (the
     /// queue has no leases).
     pub fn pop_lease(&self, out: &mut [u8], wait: Wait, lease: Duration) -> Result<(usize, Lease)> {
-        self.pop_lease_held(out, wait, lease, None)
+        self.pop_lease_held(out, wait, nanos(lease), None)
     }
 
-    /// [`pop_lease`](Self::pop_lease), announcing through the intent word
-    /// `held` keeps (looked up when it is `None` or another queue's).
+    /// [`pop_lease`](Self::pop_lease), the lease time in nanoseconds (0:
+    /// the queue's), announcing through the intent word `held` keeps
+    /// (looked up when it is `None` or another queue's).
+    #[inline(always)]
     pub(crate) fn pop_lease_held(
         &self,
         out: &mut [u8],
         wait: Wait,
-        lease: Duration,
+        lease: u64,
         held: Option<&HeldIntent>,
     ) -> Result<(usize, Lease)> {
         let l = self.leases()?;
@@ -346,18 +369,18 @@ impl Queue {
         wait: Wait,
         lease: Duration,
     ) -> Result<Result<(usize, Lease)>> {
-        self.ack_pop_lease_held(done, out, wait, lease, None)
+        self.ack_pop_lease_held(done, out, wait, nanos(lease), None)
     }
 
-    /// [`ack_pop_lease`](Self::ack_pop_lease), announcing through the
-    /// intent word `held` keeps (looked up when it is `None` or another
-    /// queue's).
+    /// [`ack_pop_lease`](Self::ack_pop_lease), the lease time in
+    /// nanoseconds (0: the queue's), announcing through the intent word
+    /// `held` keeps (looked up when it is `None` or another queue's).
     pub(crate) fn ack_pop_lease_held(
         &self,
         done: &Lease,
         out: &mut [u8],
         wait: Wait,
-        lease: Duration,
+        lease: u64,
         held: Option<&HeldIntent>,
     ) -> Result<Result<(usize, Lease)>> {
         if out.len() < self.record_size() {
@@ -396,13 +419,13 @@ impl Queue {
         l: &Leases,
         out: &mut [u8],
         wait: Wait,
-        lease: Duration,
+        lease: u64,
         mut acked: Option<Acked>,
         held: Option<&HeldIntent>,
     ) -> Result<(usize, Lease)> {
         let out = &mut out[..self.record_size()];
         let me = self.holder(l)?;
-        let lease_ns = Self::lease_ns(l, lease);
+        let lease_ns = Self::lease_time_ns(l, lease);
         let (intent, slot) = self.intent_slot_held(held);
         // Reduced modulo the table's length by `claim` and `take_ready`:
         // the entry this thread freed last (`base + slot` by default, as
@@ -456,14 +479,14 @@ impl Queue {
             };
             let entry = l.table.entry(i);
             let ann = LeaseIntent { intent: Intent(intent.0), pos: &entry.pos };
-            let (mut pos, mut leased) = (0, (0, 0));
             let mut patience = Patience::new(self);
             // The lease runs from `now` (read above: one read of the clock
             // per lease), unless the ring made this pop wait (below).
-            let got = self.ring.pop_committed(out, &ann, &mut patience, |rec, at| {
-                let deadline = mono_after(now, lease_ns);
-                (pos, leased) = (at, (now, deadline));
-                let saved = l.table.commit(i, filling, rec, at, now, deadline);
+            let deadline = mono_after_res(now, lease_ns, l.res_ns);
+            // A closure of values (a few words), not of references to them.
+            let (table, queue) = (&l.table, self);
+            let got = self.ring.pop_committed(out, &ann, &mut patience, move |rec, at| {
+                let saved = table.commit(i, filling, rec, at, now, deadline);
                 if saved {
                     // `always`: the saved record is on stable storage before
                     // its slot is released (which the kernel may write back
@@ -473,10 +496,10 @@ impl Queue {
                     // Never put off (`defer_syncs`): the slot's release
                     // must not reach the disk before the saved record.
                     // `interval`: the next sync persists the table.
-                    if let Some(d) = &self.always {
+                    if let Some(d) = &queue.always {
                         let _ = d.sync_now();
                     } else {
-                        self.leases_flagged();
+                        queue.leases_flagged();
                     }
                 }
                 saved
@@ -488,18 +511,21 @@ impl Queue {
                     if n < out.len() {
                         out[n..].fill(0);
                     }
+                    let (mut now, mut deadline) = (now, deadline);
                     if patience.stalled.is_some() {
                         // It waited for a slow (or dead) producer: the lease
                         // starts now. The entry is ours (leased to us); a
                         // sweep that read the earlier deadline meanwhile
                         // could only have ended a lease this wait outlasted.
-                        let now = mono_ns();
-                        leased = (now, mono_after(now, lease_ns));
-                        entry.leased_ns.store(leased.0, Ordering::Relaxed);
-                        entry.deadline_ns.store(leased.1, Ordering::Relaxed);
+                        now = mono_ns();
+                        deadline = mono_after(now, lease_ns);
+                        entry.leased_ns.store(now, Ordering::Relaxed);
+                        entry.deadline_ns.store(deadline, Ordering::Relaxed);
                     }
-                    l.table.leased_until(leased.0, leased.1);
-                    let lease = self.lease(i, filling.committed(), pos, leased.1);
+                    l.table.leased_until(now, deadline);
+                    // The position the commit saved (the entry is ours).
+                    let pos = entry.pos.load(Ordering::Relaxed);
+                    let lease = self.lease(i, filling.committed(), pos, deadline);
                     return Ok((n, lease));
                 }
                 Err(RingError::Empty) => l.table.abandon(i, filling),
@@ -579,17 +605,26 @@ impl Queue {
     }
 
     /// Refuses a late call: `LEASE_EXPIRED`, counted.
+    #[cold]
     fn late(&self, l: &Leases) -> Error {
         l.table.control().counters.0.late.fetch_add(1, Ordering::Relaxed);
         Error::code_only(LEASE_EXPIRED)
     }
 
+    /// Refuses a token of another queue (or of an earlier incarnation of
+    /// this one): `LEASE_INVALID`.
+    #[cold]
+    fn foreign_lease(&self) -> Error {
+        Error::new(LEASE_INVALID, format!("not a lease of queue {} (this incarnation)", self.id()))
+    }
+
     /// The entry of a lease that is still good: its table, index, `Leased`
     /// word and the time now. `LEASE_INVALID` for a token of another queue,
     /// `LEASE_EXPIRED` for one that ran out or was ended.
+    #[inline(always)]
     fn held_lease(&self, lease: &Lease) -> Result<(&Leases, usize, Word, u64)> {
         self.check_usable()?;
-        let foreign = || Error::new(LEASE_INVALID, format!("not a lease of queue {} (this incarnation)", self.id()));
+        let foreign = || self.foreign_lease();
         if lease.queue != self.id() || lease.incarnation != self.info.created_ns {
             return Err(foreign());
         }
@@ -620,6 +655,7 @@ impl Queue {
     /// acknowledgement is on stable storage (sharing syncs with other
     /// callers); `SYNC_FAILED` if that sync failed: the record is
     /// acknowledged, but a machine crash may deliver it again.
+    #[inline(always)]
     pub fn ack(&self, lease: &Lease) -> Result<()> {
         let (l, i, w, _) = self.held_lease(lease)?;
         if !l.table.free(i, w) {
