@@ -17,6 +17,15 @@ fn always_queue(dir: &DiskDir, id: u32, name: &str, rows: u64) {
     Queue::create(dir.path(), id, &spec).expect("create the durable queue");
 }
 
+/// A server with one worker in `dir`, whose syncs the test aid `var`
+/// (the server's `TVMQ_SERVE_TEST_SYNC_DELAY_MS` or the library's
+/// `TVMQ_TEST_SYNC_DELAY_MS`) makes `ms` milliseconds slower.
+fn one_worker_with_slow_syncs(dir: &DiskDir, var: &str, ms: u64) -> ChildServer {
+    let delay = ms.to_string();
+    let how = Spawn { env: &[(var, &delay)], ..Spawn::default() };
+    ChildServer::spawn_in(dir.path(), &["--threads", "1"], &how)
+}
+
 /// A value of `SIZE` bytes naming connection `c`, push `i`.
 fn value(c: usize, i: usize) -> Vec<u8> {
     let mut v = format!("c{c}-i{i}-").into_bytes();
@@ -109,9 +118,7 @@ fn a_worker_serves_other_connections_while_a_sync_runs() {
     plain.name = "plain".into();
     Queue::create(dir.path(), 2, &plain).unwrap();
     const DELAY_MS: u64 = 800;
-    let delay = DELAY_MS.to_string();
-    let how = Spawn { env: &[("TVMQ_SERVE_TEST_SYNC_DELAY_MS", &delay)], ..Spawn::default() };
-    let mut server = ChildServer::spawn_in(dir.path(), &["--threads", "1"], &how);
+    let mut server = one_worker_with_slow_syncs(&dir, "TVMQ_SERVE_TEST_SYNC_DELAY_MS", DELAY_MS);
     let mut pusher = Conn::connect(server.addr);
     let mut other = Conn::connect(server.addr);
     assert_eq!(other.cmd(&[b"PING"]), V::Simple("PONG".into()));
@@ -166,9 +173,7 @@ fn acks_of_a_durable_leased_queue_wait_for_shared_syncs_off_the_worker() {
     let dir = DiskDir::new("serve-slow-ack");
     always_leased_queue(&dir, 1, "jobs", 1000);
     const DELAY_MS: u64 = 800;
-    let delay = DELAY_MS.to_string();
-    let how = Spawn { env: &[("TVMQ_SERVE_TEST_SYNC_DELAY_MS", &delay)], ..Spawn::default() };
-    let mut server = ChildServer::spawn_in(dir.path(), &["--threads", "1"], &how);
+    let mut server = one_worker_with_slow_syncs(&dir, "TVMQ_SERVE_TEST_SYNC_DELAY_MS", DELAY_MS);
     let mut consumer = Conn::connect(server.addr);
     let mut other = Conn::connect(server.addr);
     const CONNS: usize = 6;
@@ -257,9 +262,7 @@ fn dead_letter_moves_into_an_always_queue_run_off_the_worker() {
     spec.leases = Some(tvm::LeaseSpec { lease_ms: 60_000, max_leases: 256, max_deliveries: 1, dead_letter: Some(2) });
     Queue::create(dir.path(), 1, &spec).unwrap();
     const SYNC_MS: u64 = 200;
-    let delay = SYNC_MS.to_string();
-    let how = Spawn { env: &[("TVMQ_TEST_SYNC_DELAY_MS", &delay)], ..Spawn::default() };
-    let mut server = ChildServer::spawn_in(dir.path(), &["--threads", "1"], &how);
+    let mut server = one_worker_with_slow_syncs(&dir, "TVMQ_TEST_SYNC_DELAY_MS", SYNC_MS);
     let mut consumer = Conn::connect(server.addr);
     let mut other = Conn::connect(server.addr);
     for i in 0..8 {
@@ -334,9 +337,7 @@ fn ltrim_of_an_always_queue_runs_off_the_worker_in_one_sync() {
         }
     }
     const SYNC_MS: u64 = 200;
-    let delay = SYNC_MS.to_string();
-    let how = Spawn { env: &[("TVMQ_TEST_SYNC_DELAY_MS", &delay)], ..Spawn::default() };
-    let mut server = ChildServer::spawn_in(dir.path(), &["--threads", "1"], &how);
+    let mut server = one_worker_with_slow_syncs(&dir, "TVMQ_TEST_SYNC_DELAY_MS", SYNC_MS);
     let mut conn = Conn::connect(server.addr);
     let mut other = Conn::connect(server.addr);
     // The queue's own syncs (the library's count, whoever ran them).

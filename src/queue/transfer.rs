@@ -80,6 +80,17 @@ impl Queue {
         if let Some(s) = self.lease_stats() {
             left += s.waiting;
         }
+        self.discard(left)
+    }
+
+    /// Pops and discards up to `n` records (fewer when the queue runs
+    /// empty), 64 with each claim, as consumers would take them: records
+    /// waiting to be delivered again come first on a queue with leases. On
+    /// a durable queue each batch of 64 makes a sync, unless the caller
+    /// puts them off ([`defer_syncs`](Self::defer_syncs)). Returns how many
+    /// records it removed; an error other than running empty stops it.
+    pub fn discard(&self, n: u64) -> Result<u64> {
+        let mut left = n;
         let each = self.record_size();
         let mut scratch = vec![0u8; each * 64];
         let mut lens = [0usize; 64];

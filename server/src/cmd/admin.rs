@@ -25,7 +25,7 @@ use crate::keys::KeyError;
 use crate::reply;
 use resp::Request;
 use std::sync::Arc;
-use tvm::{Queue, Result};
+use tvm::Queue;
 
 /// A command's work that may touch the disk or scan a whole ring, to run on
 /// the runtime's blocking pool ([`run_off_worker`]): it appends the
@@ -35,8 +35,9 @@ pub(crate) struct OffWorker(Box<Job>);
 /// What an [`OffWorker`] runs: it writes the reply into the buffer.
 type Job = dyn FnOnce(&mut Vec<u8>) + Send;
 
-/// The flow that runs `job` off the worker.
-fn off_worker(job: impl FnOnce(&mut Vec<u8>) + Send + 'static) -> Flow {
+/// The flow that runs `job` off the worker, the connection waiting for
+/// its reply.
+fn reply_off_worker(job: impl FnOnce(&mut Vec<u8>) + Send + 'static) -> Flow {
     Flow::OffWorker(OffWorker(Box::new(job)))
 }
 
@@ -70,7 +71,7 @@ pub(crate) fn del(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8
         }
     }
     let dir = ctx.shared.dir().to_path_buf();
-    off_worker(move |out| {
+    reply_off_worker(move |out| {
         let mut dropped = 0;
         for id in ids {
             match Queue::drop_queue(&dir, id) {
@@ -118,13 +119,13 @@ pub(crate) fn ltrim(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<
         );
         return Flow::Next;
     };
-    off_worker(move |out| {
+    reply_off_worker(move |out| {
         // A durable queue's pops share one sync, waited for here.
         let (trimmed, ticket) = q.defer_syncs(|q| match remove {
-            None => q.truncate().map(drop),
-            Some(n) => pop_up_to(q, n),
+            None => q.truncate(),
+            Some(n) => q.discard(n),
         });
-        match trimmed.and_then(|()| ticket.map_or(Ok(()), |t| q.sync_ticket(t))) {
+        match trimmed.and_then(|_| ticket.map_or(Ok(()), |t| q.sync_ticket(t))) {
             Ok(()) => resp::simple(out, b"OK"),
             Err(e) => reply::queue_error(out, q.id(), &e),
         }
@@ -132,26 +133,6 @@ pub(crate) fn ltrim(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<
         // the dead-letter queue: moved here, off the worker already.
         q.move_dead_letters();
     })
-}
-
-/// Pops and discards up to `n` records of `q` (fewer if it runs empty), 64
-/// at a time.
-fn pop_up_to(q: &Queue, mut n: u64) -> Result<()> {
-    const CHUNK: usize = 64;
-    let each = q.record_size();
-    let mut scratch = vec![0u8; each * CHUNK];
-    let mut lens = [0usize; CHUNK];
-    while n > 0 {
-        let chunk = n.min(CHUNK as u64) as usize;
-        let (taken, err) = q.pop_into(&mut scratch[..chunk * each], each, &mut lens[..chunk], tvm::Wait::NoWait);
-        n -= taken as u64;
-        match err {
-            None => {}
-            Some(e) if e.code() == tvm::error::NO_DATA_FOUND => break,
-            Some(e) => return Err(e),
-        }
-    }
-    Ok(())
 }
 
 /// TVMQ.REPAIR key: `tvmq repair` on the queue; the records recovered.
@@ -164,7 +145,7 @@ pub(crate) fn repair(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec
             return Flow::Next;
         }
     };
-    off_worker(move |out| {
+    reply_off_worker(move |out| {
         let r = q.repair();
         q.move_dead_letters();
         resp::integer(out, (r.recovered_pushes + r.recovered_pops) as i64);
