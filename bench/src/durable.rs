@@ -38,6 +38,9 @@ use tvm::{Durability, LeaseSpec, Queue, Spec, Wait};
 const SIZE: usize = 304;
 const SECTION: &str = "durable";
 const PLAIN: &str = "plain (disk)";
+/// A second plain queue in the same directory, measured in the same runs:
+/// the control that shows what ratio two identical queues reach here.
+const PLAIN_AGAIN: &str = "plain again (control)";
 const INTERVAL: &str = "interval=1000";
 const ALWAYS: &str = "always";
 const ALWAYS_LEASED: &str = "always + leases";
@@ -56,6 +59,7 @@ const Q4M_POP: f64 = 2876.0;
 /// Queue ids in the benchmark's directory.
 const PLAIN_ID: u32 = 31;
 const INTERVAL_ID: u32 = 32;
+const PLAIN_AGAIN_ID: u32 = 35;
 const ALWAYS_ID: u32 = 33;
 const LEASED_ID: u32 = 34;
 
@@ -241,20 +245,28 @@ fn cells(ctx: &mut Ctx, dir: &Path) {
         // here). It strikes the plain and the interval queue alike but at
         // random, and would decide the ratio.
         // docs/durability.md states it as a cost of queue files on disk.
-        let pair = fresh(dir, PLAIN_ID, records, None)
-            .and_then(|p| Ok((p, fresh(dir, INTERVAL_ID, records, Some(Durability::Interval(1000)))?)));
-        let Some((plain, interval)) = or_say(pair) else { break };
-        // Before the plain queue's run, the interval queue's pending sync
-        // is finished (not timed): its writes would slow the plain queue's
+        // And a second plain queue, the control: the ratio of two plain
+        // queues in the same runs is the resolution of this measurement
+        // (what a ratio of interval to plain can be told from 1.0 by).
+        let queues = fresh(dir, PLAIN_ID, records, None).and_then(|p| {
+            let i = fresh(dir, INTERVAL_ID, records, Some(Durability::Interval(1000)))?;
+            Ok((p, i, fresh(dir, PLAIN_AGAIN_ID, records, None)?))
+        });
+        let Some((plain, interval, again)) = or_say(queues) else { break };
+        // Before a plain queue's run, the interval queue's pending sync is
+        // finished (not timed): its writes would slow the plain queue's
         // threads in this process too.
         let settle = |q: &Arc<Queue>| -> Result<(), String> {
-            if Arc::ptr_eq(q, &plain) { interval.sync().map_err(|e| format!("sync: {e}")) } else { Ok(()) }
+            if Arc::ptr_eq(q, &interval) { Ok(()) } else { interval.sync().map_err(|e| format!("sync: {e}")) }
         };
         let per = records / n as u64;
         let (tests, ops) = if sustained {
-            (vec![(SUSTAINED_TEST, PLAIN), (SUSTAINED_TEST, INTERVAL)], 2 * per * n as u64 * rounds)
+            let tests = vec![(SUSTAINED_TEST, PLAIN), (SUSTAINED_TEST, INTERVAL), (SUSTAINED_TEST, PLAIN_AGAIN)];
+            (tests, 2 * per * n as u64 * rounds)
         } else {
-            (vec![("push", PLAIN), ("pop", PLAIN), ("push", INTERVAL), ("pop", INTERVAL)], per * n as u64 * bursts)
+            let mut tests = vec![("push", PLAIN), ("pop", PLAIN), ("push", INTERVAL), ("pop", INTERVAL)];
+            tests.extend([("push", PLAIN_AGAIN), ("pop", PLAIN_AGAIN)]);
+            (tests, per * n as u64 * bursts)
         };
         // One queue's figures of a run: its push and pop times, or (sustained)
         // their sum over all the rounds.
@@ -269,22 +281,21 @@ fn cells(ctx: &mut Ctx, dir: &Path) {
         };
         let mut round = 0;
         ctx.measure_group(SECTION, &tests, &n.to_string(), ops, SIZE as u64, |_| {
-            round += 1;
-            // Alternate which goes first.
-            if round % 2 == 1 {
-                let mut v = one(&plain)?;
-                v.extend(one(&interval)?);
-                Ok(v)
-            } else {
-                let i = one(&interval)?;
-                let mut v = one(&plain)?;
-                v.extend(i);
-                Ok(v)
+            // The order turns each run (plain, interval, control; then
+            // interval, control, plain; ...), so that none always goes first.
+            let order = [&plain, &interval, &again];
+            let mut got: [Vec<f64>; 3] = Default::default();
+            for k in 0..3 {
+                let at = (round + k) % 3;
+                got[at] = one(order[at])?;
             }
+            round += 1;
+            Ok(got.concat())
         });
     }
-    let _ = Queue::drop_queue(dir, PLAIN_ID);
-    let _ = Queue::drop_queue(dir, INTERVAL_ID);
+    for id in [PLAIN_ID, INTERVAL_ID, PLAIN_AGAIN_ID] {
+        let _ = Queue::drop_queue(dir, id);
+    }
 
     // 2. always, threads, beside redis appendfsync always with as many clients.
     let redis = start_redis(dir);
@@ -347,6 +358,17 @@ fn rate(cells: &[Cell], test: &str, param: &str, subject: &str) -> Option<f64> {
     cell::rate(cells, SECTION, test, param, subject)
 }
 
+/// The rate of `subject` over the plain queue's in each run of the durable
+/// cell `test`, `param` (the runs of a group measure both).
+fn run_ratios(cells: &[Cell], test: &str, param: &str, subject: &str) -> Vec<f64> {
+    let ms = |s: &str| cell::find(cells, SECTION, test, param, s).filter(|c| c.error.is_none()).map(|c| c.ms.clone());
+    match (ms(subject), ms(PLAIN)) {
+        // Same records a run: the rate ratio is the inverse time ratio.
+        (Some(a), Some(p)) => a.iter().zip(&p).map(|(a, p)| p / a.max(1e-9)).collect(),
+        _ => Vec::new(),
+    }
+}
+
 /// The durable queues' targets with what this run measured (empty without durable cells).
 pub(crate) fn summary(cells: &[Cell]) -> String {
     use std::fmt::Write as _;
@@ -365,21 +387,22 @@ pub(crate) fn summary(cells: &[Cell]) -> String {
         };
         let _ = writeln!(t, "  {what:<44} {:>11} vs {:>11}  {verdict}", k(ours), k(theirs));
     };
+    let mut per_run = Vec::new();
     for n in ["1", "4"] {
-        for test in ["push", "pop"] {
+        for test in ["push", "pop", SUSTAINED_TEST] {
+            let what = if test == SUSTAINED_TEST { "sustained" } else { test };
             line(
-                format!("interval=1000 {test} {n} thr. vs plain"),
+                format!("interval=1000 {what} {n} thr. vs plain"),
                 rate(cells, test, n, INTERVAL),
                 rate(cells, test, n, PLAIN),
                 0.9,
             );
+            per_run.push((
+                format!("{what} {n} thr."),
+                run_ratios(cells, test, n, INTERVAL),
+                run_ratios(cells, test, n, PLAIN_AGAIN),
+            ));
         }
-        line(
-            format!("interval=1000 sustained {n} thr. vs plain"),
-            rate(cells, SUSTAINED_TEST, n, INTERVAL),
-            rate(cells, SUSTAINED_TEST, n, PLAIN),
-            0.9,
-        );
     }
     line(
         "always push 1 thr. vs redis -c 1".into(),
@@ -418,5 +441,24 @@ pub(crate) fn summary(cells: &[Cell]) -> String {
             k(rate(cells, "pop", n, ALWAYS))
         );
     }
+    let mut runs = String::new();
+    let _ = writeln!(
+        runs,
+        "  interval=1000 / plain run by run (the lowest of the runs; target: none below 0.9x), beside the\n  \
+         control, a second plain queue / plain in the same runs (what two identical queues differ by here):"
+    );
+    for (what, interval, control) in per_run {
+        let low = |r: &[f64]| r.iter().copied().reduce(f64::min).map_or("-".into(), |x| format!("{x:.2}x"));
+        let below = interval.iter().filter(|&&x| x < 0.9).count();
+        let _ = writeln!(
+            runs,
+            "    {what:<16} interval lowest {:>6} ({below} of {} runs below 0.9x)   control lowest {:>6} ({} below 0.9x)",
+            low(&interval),
+            interval.len(),
+            low(&control),
+            control.iter().filter(|&&x| x < 0.9).count()
+        );
+    }
+    t.push_str(&runs);
     t
 }
