@@ -142,8 +142,8 @@ fn time(way: Way, path: &Path, samples: usize) -> Result<Vec<f64>, String> {
             let file = written(path, len, 0).map_err(|e| err("cannot prepare", e))?;
             // SAFETY: a file of this process's own, mapped whole; nothing
             // else opens it or changes its length while mapped.
-            let mut map = unsafe { memmap2::MmapOptions::new().len(len).map_mut(&file) }
-                .map_err(|e| err("cannot map", e))?;
+            let mut map =
+                unsafe { memmap2::MmapOptions::new().len(len).map_mut(&file) }.map_err(|e| err("cannot map", e))?;
             for i in 0..total {
                 let at = i * record.len();
                 let t = Instant::now();
@@ -206,8 +206,7 @@ fn aligned_block(byte: u8) -> Result<Aligned, String> {
 /// (a multiple of 4 KiB) written in 4 KiB blocks and synced, so that the
 /// timed commits find every block allocated and written.
 fn written(path: &Path, len: usize, flags: i32) -> std::io::Result<File> {
-    let file =
-        OpenOptions::new().create(true).truncate(true).read(true).write(true).custom_flags(flags).open(path)?;
+    let file = OpenOptions::new().create(true).truncate(true).read(true).write(true).custom_flags(flags).open(path)?;
     let block = aligned_block(0).map_err(std::io::Error::other)?;
     for at in (0..len).step_by(4096) {
         file.write_all_at(block.get(), at as u64)?;

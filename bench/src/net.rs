@@ -20,10 +20,10 @@ use crate::args::Part;
 use crate::cell::{self, Cell, rate};
 use crate::ctx::Ctx;
 use crate::harness::ask;
+use crate::net_durable::{self, Bounds};
 use crate::net_servers::{
     REDIS, THREADS, TVMQ, Target, Via, benchmark, cpu_per_request, kilo, make_certs, measuring, start_redis, start_tvmq,
 };
-use crate::net_durable::{self, Bounds};
 use crate::{chart, net_client, net_lease, report};
 use std::fmt::Write as _;
 use std::io::{Read, Write};

@@ -34,8 +34,8 @@ use std::path::{Path, PathBuf};
 /// The section of these cells in the table.
 pub(crate) const SECTION: &str = "always queue on disk vs redis appendfsync always, TCP";
 /// The subject of the client's ceiling: each cell against a plain queue
-/// on the same tvmq serve.
-pub(crate) const PLAIN: &str = "tvmq serve, plain queue";
+/// on the same tvmq serve (no comma: results.csv does not quote).
+pub(crate) const PLAIN: &str = "tvmq serve (plain queue)";
 /// The id of the queue `mylist` (`always`, or plain for [`PLAIN`]) in the
 /// durable server's directory.
 const ID: u32 = 900_002;
@@ -171,10 +171,10 @@ pub(crate) fn notes(bounds: &Bounds, cells: &[Cell]) -> String {
     );
     for c in &bounds.commits {
         let figure = match &c.timings {
-            Ok(t) => format!("{:>6.0} / {:<6.0}", t.p50(), t.p90()),
+            Ok(t) => format!("{:>5.0} / {:.0}", t.p50(), t.p90()),
             Err(e) => format!("error: {}", e.chars().take(80).collect::<String>()),
         };
-        let _ = writeln!(t, "  ({}) {:<82} {figure}", c.way.letter(), c.way.describe());
+        let _ = writeln!(t, "  ({}) {:<80} {figure}", c.way.letter(), c.way.describe());
     }
     let _ = writeln!(t, "{}", bound_line(bounds, cells));
     t
