@@ -197,7 +197,10 @@ impl Options {
         if let Some(d) = spec.durability {
             o.flags |= OPT_DURABLE;
             o.durable = match d {
-                Durability::Always => DurableOptions { policy: POLICY_ALWAYS, ..Default::default() },
+                Durability::Always => {
+                    o.flags |= OPT_IMAGE;
+                    DurableOptions { policy: POLICY_ALWAYS, ..Default::default() }
+                }
                 Durability::Interval(ms) => {
                     o.flags |= OPT_IMAGE;
                     DurableOptions { policy: POLICY_INTERVAL, interval_ms: u64::from(ms), ..Default::default() }
@@ -266,7 +269,7 @@ impl Options {
                 return bad(format!("lease settings out of range: {l:?}"));
             }
         }
-        if self.flags & OPT_IMAGE != 0 && (self.flags & OPT_DURABLE == 0 || self.durable.policy != POLICY_INTERVAL) {
+        if self.flags & OPT_IMAGE != 0 && self.flags & OPT_DURABLE == 0 {
             return bad("a slot image without the interval policy".into());
         }
         let d = &self.durable;
@@ -547,7 +550,7 @@ impl Spec {
             self.rows,
             self.record_size,
             self.durability.is_some(),
-            matches!(self.durability, Some(Durability::Interval(_))),
+            self.durability.is_some(),
             self.leases.as_ref().map_or(0, |l| l.max_leases),
         )
     }
