@@ -186,6 +186,13 @@ pub(crate) struct Options {
     pub(crate) checksum: u64,
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Tests: an `always` queue created by this thread has no image, as
+    /// the files of earlier versions (synced with `msync` in place).
+    pub(crate) static LEGACY_ALWAYS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 impl Options {
     /// The options of a new queue.
     pub(crate) fn new(spec: &Spec) -> Options {
@@ -198,7 +205,13 @@ impl Options {
             o.flags |= OPT_DURABLE;
             o.durable = match d {
                 Durability::Always => {
-                    o.flags |= OPT_IMAGE;
+                    #[cfg(test)]
+                    let image = !LEGACY_ALWAYS.with(std::cell::Cell::get);
+                    #[cfg(not(test))]
+                    let image = true;
+                    if image {
+                        o.flags |= OPT_IMAGE;
+                    }
                     DurableOptions { policy: POLICY_ALWAYS, ..Default::default() }
                 }
                 Durability::Interval(ms) => {
@@ -550,7 +563,9 @@ impl Spec {
             self.rows,
             self.record_size,
             self.durability.is_some(),
-            self.durability.is_some(),
+            // An `interval` or `always` queue has an image (in tests an
+            // `always` queue may be made without, as earlier versions made them).
+            Options::new(self).image(),
             self.leases.as_ref().map_or(0, |l| l.max_leases),
         )
     }
