@@ -15,8 +15,9 @@
 //! | `net` | `--net`: tvmq serve against redis-server, its table, CSV and chart | `report`, `net_client`, `net_durable`, `net_servers`, `chart`, `cell`, `ctx`, `harness` |
 //! | `report` | the matrix's table, CSV, JSON and charts | `durable`, `chart`, `latency`, `args`, `cell`, `ctx` |
 //! | `net_client` | the C client's cells of `--net` (`bench/drivers/net_driver.c`) | `net_servers`, `cell`, `ctx`, `harness` |
-//! | `net_durable` | the durable cells of `--net`: an `always` queue on disk beside redis-server `appendfsync always` | `net_servers`, `ctx`, `harness` |
+//! | `net_durable` | the durable cells of `--net`: an `always` queue on disk beside redis-server `appendfsync always`, and their bounds (the client's ceiling, one commit on the disk) | `net_servers`, `disk_commit`, `cell`, `ctx`, `harness` |
 //! | `net_servers` | the servers under test, redis-benchmark against them, their CPU per request | `harness` |
+//! | `disk_commit` | one commit on the disk timed alone: msync of a mapping, an `O_DIRECT` write, an append + fdatasync | - |
 //! | `durable` | durable queues on the disk beside redis appendfsync always | `inproc`, `cell`, `ctx`, `harness` |
 //! | `leases` | `lPopLease` + `lAck` beside plain `lPop` | `inproc`, `ctx`, `harness` |
 //! | `many` | 10 to 10,000 small queues: memory, call cost, create and list, beside redis-server lists | `net_servers`, `inproc`, `ctx` |
@@ -33,6 +34,7 @@ mod args;
 mod cell;
 mod chart;
 mod ctx;
+mod disk_commit;
 mod durable;
 mod external;
 mod harness;

@@ -20,6 +20,7 @@ use crate::args::Part;
 use crate::cell::{self, Cell, rate};
 use crate::ctx::Ctx;
 use crate::harness::ask;
+use crate::net_durable::{self, Bounds};
 use crate::net_servers::{
     REDIS, THREADS, TVMQ, Target, Via, benchmark, cpu_per_request, kilo, make_certs, measuring, start_redis, start_tvmq,
 };
@@ -200,19 +201,19 @@ pub(crate) fn run(ctx: &mut Ctx) -> Result<(), Error> {
     // `--only durable`: the durable cells alone.
     let only_durable = ctx.args.only == [crate::args::Part::Durable];
     let result = if only_durable {
-        crate::net_durable::cells(ctx, &scratch).map(|()| Vec::new())
+        net_durable::cells(ctx, &scratch).map(|b| (Vec::new(), Some(b)))
     } else {
         matrix(ctx, &scratch)
     };
     let _ = std::fs::remove_dir_all(&scratch);
-    let memory = result.map_err(fail)?;
-    write(ctx, &memory)
+    let (memory, bounds) = result.map_err(fail)?;
+    write(ctx, &memory, bounds.as_ref())
 }
 
 /// RSS figures: (server, KiB before, KiB with the idle connections).
 type Memory = Vec<(&'static str, u64, u64)>;
 
-fn matrix(ctx: &mut Ctx, scratch: &Path) -> Result<Memory, String> {
+fn matrix(ctx: &mut Ctx, scratch: &Path) -> Result<(Memory, Option<Bounds>), String> {
     let dir = ctx.dir.clone();
     let smoke = ctx.args.smoke;
     let scale = |n: u64| whole(if smoke { (n / 100).max(2560) } else { n });
@@ -233,7 +234,7 @@ fn matrix(ctx: &mut Ctx, scratch: &Path) -> Result<Memory, String> {
     // `--only leases`: the lease cells alone.
     if ctx.args.only == [Part::Leases] {
         net_lease::cells(ctx, both, &dir);
-        return Ok(Vec::new());
+        return Ok((Vec::new(), None));
     }
     // Warm up both (connections, first faults of tvmq's queue and redis's allocator).
     for t in both {
@@ -312,8 +313,9 @@ fn matrix(ctx: &mut Ctx, scratch: &Path) -> Result<Memory, String> {
         fresh_list(t, &dir, 1000, 304)?;
     }
     net_lease::cells(ctx, both, &dir);
+    let mut bounds = None;
     if ctx.args.wants(crate::args::Part::Durable) {
-        crate::net_durable::cells(ctx, scratch)?;
+        bounds = Some(net_durable::cells(ctx, scratch)?);
     }
     if let Some(driver) = ctx.args.net_driver.clone() {
         net_client::cells(ctx, both, &driver)?;
@@ -329,7 +331,7 @@ fn matrix(ctx: &mut Ctx, scratch: &Path) -> Result<Memory, String> {
         let (before, with) = idle_memory(t, conns)?;
         memory.push((t.name, before, with));
     }
-    Ok(memory)
+    Ok((memory, bounds))
 }
 
 /// The target of a row, and whether it is met (given tvmq's and redis's rates).
@@ -337,7 +339,7 @@ fn target(cells: &[Cell], c: &Cell, tvmq: f64, redis: f64) -> String {
     let ratio = tvmq / redis;
     let check = |ok: bool| if ok { "met" } else { "MISSED" };
     match (c.section, c.test.as_str()) {
-        (crate::net_durable::SECTION, _) => crate::net_durable::target(&c.param, ratio),
+        (net_durable::SECTION, _) => net_durable::target(&c.param, ratio),
         (s, _) if s.starts_with("TLS") && c.param != "TLS" => String::new(),
         (s, t) if s.starts_with("TLS") => {
             let tcp = |subject| rate(cells, s, t, "TCP", subject).unwrap_or(f64::NAN);
@@ -377,7 +379,7 @@ fn target(cells: &[Cell], c: &Cell, tvmq: f64, redis: f64) -> String {
     }
 }
 
-fn table(cells: &[Cell], memory: &Memory, ctx: &Ctx) -> String {
+fn table(cells: &[Cell], memory: &Memory, bounds: Option<&Bounds>, ctx: &Ctx) -> String {
     let mut t = String::new();
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let redis_version = Command::new("redis-server")
@@ -448,6 +450,25 @@ fn table(cells: &[Cell], memory: &Memory, ctx: &Ctx) -> String {
                 _ => "-".into(),
             };
             let _ = writeln!(t, "{label:<20} | {:<30} | {:<30} | {ratio:<7} | {cpu:<15} | {goal}", text(a), text(b));
+            // The durable cells' client ceiling: the same cell to a plain queue.
+            if let Some(p) = find(net_durable::PLAIN) {
+                let (ratio, goal) = match (rate(cells, s, &test, &param, net_durable::PLAIN), rb) {
+                    (Some(x), Some(y)) => (format!("{:.2}x", x / y), net_durable::ceiling(&param, x / y)),
+                    _ => ("-".into(), String::new()),
+                };
+                let cpu = cpu_per_request(s, &net_durable::plain_param(&param), row, TVMQ)
+                    .map_or("-".into(), |x| format!("{x:.2} / -"));
+                let _ = writeln!(
+                    t,
+                    "{:<20} | {:<30} | {:<30} | {ratio:<7} | {cpu:<15} | {goal}",
+                    "  plain (ceiling)",
+                    text(Some(p)),
+                    "-"
+                );
+            }
+        }
+        if let (net_durable::SECTION, Some(b)) = (s, bounds) {
+            t.push_str(&net_durable::notes(b, cells));
         }
     }
     t.push_str(&net_client::table(cells));
@@ -465,12 +486,12 @@ fn table(cells: &[Cell], memory: &Memory, ctx: &Ctx) -> String {
     t
 }
 
-fn write(ctx: &Ctx, memory: &Memory) -> Result<(), Error> {
+fn write(ctx: &Ctx, memory: &Memory, bounds: Option<&Bounds>) -> Result<(), Error> {
     let out = &ctx.args.out;
     let io =
         |e: std::io::Error| Error::new(tvm::error::SHM_ERR_ACCES, format!("cannot write to {}: {e}", out.display()));
     std::fs::create_dir_all(out).map_err(io)?;
-    let text = table(&ctx.cells, memory, ctx);
+    let text = table(&ctx.cells, memory, bounds, ctx);
     print!("{text}");
     std::fs::write(out.join("table.txt"), &text).map_err(io)?;
     let mut csv = report::csv(&ctx.cells);
@@ -480,6 +501,9 @@ fn write(ctx: &Ctx, memory: &Memory) -> Result<(), Error> {
             "memory,idle connections,{},{name},0,0,1,{before},{with},{with},,",
             if ctx.args.smoke { 500 } else { 5000 }
         );
+    }
+    if let Some(b) = bounds {
+        csv.push_str(&net_durable::csv_rows(b));
     }
     std::fs::write(out.join("results.csv"), csv).map_err(io)?;
     match chart(&ctx.cells, &out.join("chart.png")) {

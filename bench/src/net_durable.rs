@@ -7,16 +7,42 @@
 //! queue `mylist` is made anew before each run with room for the run's
 //! pushes, redis's list deleted. `tvmq bench --net --only durable` runs
 //! these cells alone.
+//!
+//! Beside them, measured in the same run, the two bounds on what any
+//! durable server can reach here, so that a missed target can be told out
+//! of reach or not:
+//! - the client's ceiling: each cell again (same options, values and
+//!   requests) against a plain queue `mylist` (not durable) on the same
+//!   tvmq serve, subject [`PLAIN`]: a durable server cannot beat it, so
+//!   when plain tvmq over redis `always` is below the target, no durable
+//!   server meets it with redis-benchmark on this machine;
+//! - one commit on this disk ([`crate::disk_commit`]): the latency of a tvmq
+//!   `always` sync of one record (msync), of an image sync (`O_DIRECT |
+//!   O_DSYNC`) and of redis's `appendfsync always` (append + fdatasync); at
+//!   `-c 1` each request waits for one commit, so a server that commits
+//!   like tvmq instead of like redis saves at most the difference of their
+//!   medians on each of redis's requests.
 
+use crate::cell::{Cell, rate};
 use crate::ctx::Ctx;
+use crate::disk_commit::{self, Commit, Way};
 use crate::harness::ask;
-use crate::net_servers::{REDIS, TVMQ, Target, Via, benchmark, measuring, start_redis_aof, start_tvmq_on};
-use std::path::Path;
+use crate::net_servers::{REDIS, TVMQ, Target, Via, benchmark, kilo, measuring, start_redis_aof, start_tvmq_on};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
 
 /// The section of these cells in the table.
 pub(crate) const SECTION: &str = "always queue on disk vs redis appendfsync always, TCP";
-/// The id of the `always` queue `mylist` in the durable server's directory.
+/// The subject of the client's ceiling: each cell against a plain queue
+/// on the same tvmq serve (no comma: results.csv does not quote).
+pub(crate) const PLAIN: &str = "tvmq serve (plain queue)";
+/// The id of the queue `mylist` (`always`, or plain for [`PLAIN`]) in the
+/// durable server's directory.
 const ID: u32 = 900_002;
+/// The section of the commit timings in results.csv.
+const COMMIT_SECTION: &str = "one commit on the disk (--disk-dir)";
+/// Commits timed of each way (the smoke run's: 50).
+const COMMITS: usize = 500;
 
 /// The cells: (redis-benchmark options, the table's parameter, requests
 /// a run, the smoke run's). The test is LPUSH.
@@ -27,39 +53,74 @@ const CELLS: [(&[&str], &str, u64, u64); 4] = [
     (&["-c", "10", "-P", "16"], "-c 10 -P 16", 100_000, 2_000),
 ];
 
-/// The target of a row (tvmq's rate over redis's), by its parameter.
-pub(crate) fn target(param: &str, ratio: f64) -> String {
-    let goal = match param {
+/// The goal of a row (tvmq's rate over redis's), by its parameter.
+fn goal(param: &str) -> f64 {
+    match param {
         "-c 1" => 1.2,
         _ => 2.0,
-    };
+    }
+}
+
+/// The target of a row (tvmq's rate over redis's), by its parameter.
+pub(crate) fn target(param: &str, ratio: f64) -> String {
+    let goal = goal(param);
     let check = if ratio >= goal { "met" } else { "MISSED" };
     format!(">= {goal}x redis: {check} ({ratio:.2}x)")
 }
 
-/// Makes `mylist` anew on `t`: tvmq's `always` queue with room for `rows`
-/// records, redis's list deleted.
-fn fresh(t: &Target, dir: &Path, rows: u64) -> Result<(), String> {
+/// What the client's ceiling says of a row's target, given plain tvmq's
+/// rate over redis `always`'s.
+pub(crate) fn ceiling(param: &str, ratio: f64) -> String {
+    let goal = goal(param);
+    if ratio >= goal {
+        format!("{goal}x within this client's reach ({ratio:.2}x)")
+    } else {
+        format!("{goal}x OUT OF REACH with this client ({ratio:.2}x)")
+    }
+}
+
+/// The parameter under which the CPU figures of a cell's plain runs are
+/// noted (apart from its durable runs on the same server).
+pub(crate) fn plain_param(param: &str) -> String {
+    format!("{param} plain")
+}
+
+/// Makes `mylist` anew on `t`: tvmq's queue (`always` when `durable`) with
+/// room for `rows` records, redis's list deleted.
+fn fresh(t: &Target, dir: &Path, rows: u64, durable: bool) -> Result<(), String> {
     if t.name == TVMQ {
         let _ = tvm::Queue::drop_queue(dir, ID);
         let mut spec = tvm::Spec::new(rows, 304);
         spec.name = "mylist".into();
-        spec.durability = Some(tvm::Durability::Always);
+        if durable {
+            spec.durability = Some(tvm::Durability::Always);
+        }
         tvm::Queue::create(dir, ID, &spec).map_err(|e| e.to_string())
     } else {
         ask(t.port, "DEL mylist").map(|_| ())
     }
 }
 
+/// What bounds the durable cells, measured in the run: the commit timings
+/// (the plain cells are in the run's cells), and where they were taken.
+pub(crate) struct Bounds {
+    pub(crate) commits: Vec<Commit>,
+    pub(crate) dir: PathBuf,
+}
+
 /// Runs the cells, the servers' files under `--disk-dir`, their sockets in
-/// `scratch`.
-pub(crate) fn cells(ctx: &mut Ctx, scratch: &Path) -> Result<(), String> {
+/// `scratch`, then times one commit of each way there.
+pub(crate) fn cells(ctx: &mut Ctx, scratch: &Path) -> Result<Bounds, String> {
     let root = ctx.args.disk_dir.join(format!("tvmq-bench-net-durable-{}", std::process::id()));
     let (qdir, rdir) = (root.join("tvmq"), root.join("redis"));
     for d in [&qdir, &rdir] {
         std::fs::create_dir_all(d).map_err(|e| format!("cannot create {}: {e}", d.display()))?;
     }
-    let result = run_cells(ctx, scratch, &qdir, &rdir);
+    let result = run_cells(ctx, scratch, &qdir, &rdir).map(|()| {
+        let samples = if ctx.args.smoke { 50 } else { COMMITS };
+        ctx.progress(&format!("one commit on the disk: {samples} of each way"));
+        Bounds { commits: disk_commit::measure(&root, samples), dir: ctx.args.disk_dir.clone() }
+    });
     let _ = std::fs::remove_dir_all(&root);
     result
 }
@@ -71,23 +132,113 @@ fn run_cells(ctx: &mut Ctx, scratch: &Path, qdir: &Path, rdir: &Path) -> Result<
     let both = [&tvmq, &redis];
     // Warm up (connections, the first faults and syncs of each file).
     for t in both {
-        fresh(t, qdir, 2000)?;
+        fresh(t, qdir, 2000, true)?;
         benchmark(t, Via::Tcp, "lpush", "LPUSH", 500, &["-c", "10", "-d", "304"])?;
     }
     for (opts, param, full, small) in CELLS {
         let n = if smoke { small } else { full };
-        measuring(SECTION, param);
-        ctx.measure_group(SECTION, &[("LPUSH", TVMQ), ("LPUSH", REDIS)], param, n, 304, |_| {
+        let mut extra = opts.to_vec();
+        extra.extend(["-d", "304"]);
+        let tests = [("LPUSH", TVMQ), ("LPUSH", REDIS), ("LPUSH", PLAIN)];
+        ctx.measure_group(SECTION, &tests, param, n, 304, |_| {
             let mut ms = Vec::new();
+            measuring(SECTION, param);
             for t in both {
-                fresh(t, qdir, n + 1000)?;
-                let mut extra = opts.to_vec();
-                extra.extend(["-d", "304"]);
+                fresh(t, qdir, n + 1000, true)?;
                 ms.push(benchmark(t, Via::Tcp, "lpush", "LPUSH", n, &extra)?);
             }
+            // The client's ceiling: the same requests to a plain queue.
+            measuring(SECTION, &plain_param(param));
+            fresh(&tvmq, qdir, n + 1000, false)?;
+            ms.push(benchmark(&tvmq, Via::Tcp, "lpush", "LPUSH", n, &extra)?);
             Ok(ms)
         });
     }
     let _ = tvm::Queue::drop_queue(qdir, ID);
     Ok(())
+}
+
+/// The block under the section: one commit of each way on the disk, and
+/// the `-c 1` bound they give with redis's `-c 1` rate of `cells`.
+pub(crate) fn notes(bounds: &Bounds, cells: &[Cell]) -> String {
+    let mut t = String::new();
+    let samples = bounds.commits.iter().filter_map(|c| c.timings.as_ref().ok()).map(|t| t.us.len()).max();
+    let _ = writeln!(
+        t,
+        "one commit on the disk of {} ({} timed of each way, microseconds): p50 / p90",
+        bounds.dir.display(),
+        samples.unwrap_or(0)
+    );
+    for c in &bounds.commits {
+        let figure = match &c.timings {
+            Ok(t) => format!("{:>5.0} / {:.0}", t.p50(), t.p90()),
+            Err(e) => format!("error: {}", e.chars().take(80).collect::<String>()),
+        };
+        let _ = writeln!(t, "  ({}) {:<80} {figure}", c.way.letter(), c.way.describe());
+    }
+    let _ = writeln!(t, "{}", bound_line(bounds, cells));
+    t
+}
+
+/// The `-c 1` bound in one line: redis's time a request is 1/rate; a server
+/// whose commit is (a) (or (b)) instead of (c) saves at most the difference
+/// of their medians of it.
+fn bound_line(bounds: &Bounds, cells: &[Cell]) -> String {
+    let p50 = |way: Way| bounds.commits.iter().find(|c| c.way == way)?.timings.as_ref().ok().map(|t| t.p50());
+    let Some(redis) = rate(cells, SECTION, "LPUSH", "-c 1", REDIS) else {
+        return "-c 1 bound: no redis -c 1 figure".into();
+    };
+    let Some(append) = p50(Way::Append) else {
+        return "-c 1 bound: no (c) timing".into();
+    };
+    let request = 1e6 / redis;
+    let bound = |way: Way| -> Option<(f64, f64)> {
+        let saved = append - p50(way)?;
+        let left = request - saved;
+        Some((saved, if left > 0.0 { 1e6 / left / redis } else { f64::INFINITY }))
+    };
+    let goal = goal("-c 1");
+    let reach = |ratio: f64| if ratio >= goal { "within reach" } else { "OUT OF REACH" };
+    let mut line = format!("-c 1 bound: redis takes {request:.0} us a request ({})", kilo(redis));
+    if let Some((saved, ratio)) = bound(Way::Msync) {
+        let _ = write!(
+            line,
+            "; committing with (a) instead of (c) saves at most {saved:.0} us of it: at most {ratio:.2}x redis, the {goal}x target {}",
+            reach(ratio)
+        );
+    }
+    if let Some((_, ratio)) = bound(Way::Direct) {
+        let _ = write!(line, "; with (b): at most {ratio:.2}x");
+    }
+    line
+}
+
+/// The commit timings as rows of results.csv (its columns: section, test,
+/// param, subject, records, record_bytes, runs, median_ms, min_ms, max_ms,
+/// median_per_s, error): one row for p50 and one for p90 of each way, the
+/// quantile in `param` and its value in `median_ms`, the samples in `runs`.
+pub(crate) fn csv_rows(bounds: &Bounds) -> String {
+    let mut s = String::new();
+    for c in &bounds.commits {
+        let (way, bytes) = (c.way.test(), c.way.bytes());
+        match &c.timings {
+            Ok(t) => {
+                for (q, us) in [("p50", t.p50()), ("p90", t.p90())] {
+                    let _ = writeln!(
+                        s,
+                        "{COMMIT_SECTION},{way},{q},disk,1,{bytes},{},{:.4},{:.4},{:.4},{:.0},",
+                        t.us.len(),
+                        us / 1e3,
+                        t.min() / 1e3,
+                        t.max() / 1e3,
+                        1e6 / us
+                    );
+                }
+            }
+            Err(e) => {
+                let _ = writeln!(s, "{COMMIT_SECTION},{way},,disk,1,{bytes},0,,,,,{}", e.replace([',', '\n'], ";"));
+            }
+        }
+    }
+    s
 }

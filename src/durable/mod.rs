@@ -294,10 +294,7 @@ impl Durable {
             clean_seen_ns: std::sync::atomic::AtomicU64::new(now_ns()),
             key: crate::ring::seal::queue_key(info.id, info.created_ns),
             image: image::Image::open(file)?,
-            lease_table: match policy {
-                Durability::Interval(_) => lease_table_range(file)?,
-                Durability::Always => None,
-            },
+            lease_table: if file.options().image() { lease_table_range(file)? } else { None },
             #[cfg(test)]
             hook: hooks().lock().ok().and_then(|h| h.iter().find(|(p, _)| p == file.path()).map(|(_, f)| f.clone())),
         })
@@ -542,12 +539,12 @@ impl Durable {
         if self.lease_table.is_some() {
             w.leases_changed.store(0, Ordering::SeqCst);
         }
-        let changed = match self.policy {
+        let changed = match self.image {
             // After the two stores above: a record published before a
             // caller read `started` (or before the flag was cleared) is
             // sealed now; one published later brings another sync.
-            Durability::Interval(_) => [self.seal_published(), self.released_since()],
-            Durability::Always => [(0, 0); 2],
+            Some(_) => [self.seal_published(), self.released_since()],
+            None => [(0, 0); 2],
         };
         let (marked, watermark) = self.write_mark(started_ns);
         // Positions below the watermark this sync writes are never brought
@@ -676,11 +673,11 @@ impl Durable {
             };
         let valid = mark_valid(newest, self.created_ns);
         let from = if valid { newest.consumed.load(Ordering::Relaxed) } else { 0 };
-        let consumed = match self.policy {
+        let consumed = match self.image {
             // `released_since`, just before, found where the released
             // prefix ends (without the scan's limit): not scanned again.
-            Durability::Interval(_) => self.words().released.load(Ordering::Relaxed).max(from),
-            Durability::Always => self.ring.released_until(from, WATERMARK_SCAN),
+            Some(_) => self.words().released.load(Ordering::Relaxed).max(from),
+            None => self.ring.released_until(from, WATERMARK_SCAN),
         };
         if valid && consumed == from {
             return (false, consumed);

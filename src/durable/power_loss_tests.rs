@@ -119,12 +119,23 @@ fn log_sync_event(l: &mut Vec<Event>, event: &SyncEvent, file_len: usize) {
     }
 }
 
+/// Creates queue 1 in `dir` (an `always` queue without an image, as
+/// earlier versions made them, unless `image`).
+fn create(dir: &Path, spec: &Spec, image: bool) {
+    crate::file::layout::LEGACY_ALWAYS.with(|l| l.set(!image));
+    let made = Queue::create(dir, 1, spec);
+    crate::file::layout::LEGACY_ALWAYS.with(|l| l.set(false));
+    made.unwrap();
+    let file = crate::file::map::QueueFile::open(dir, 1, crate::file::map::Access::ReadOnly).unwrap();
+    assert_eq!(file.options().image(), image, "the queue's image");
+}
+
 /// A run of producers and consumers on a durable queue whose syncs are
 /// logged copies; returns the log and the file size.
-fn run(policy: Durability, dir: &Path, seed: u64) -> (Vec<Event>, usize) {
+fn run(policy: Durability, image: bool, dir: &Path, seed: u64) -> (Vec<Event>, usize) {
     let mut spec = Spec::new(CAPACITY, RECORD);
     spec.durability = Some(policy);
-    Queue::create(dir, 1, &spec).unwrap();
+    create(dir, &spec, image);
     let path = queue_path(dir, 1);
     let log = Arc::new(Mutex::new(Vec::new()));
     let file_len = std::fs::metadata(&path).unwrap().len() as usize;
@@ -297,7 +308,14 @@ fn lives(log: &[Event]) -> std::collections::HashMap<u32, Life> {
 }
 
 /// Builds crash images from a run's log and checks what opening each gives.
-fn check_images(policy: Durability, log: &[Event], file_len: usize, images: usize, seed: u64) -> (u64, u64) {
+fn check_images(
+    policy: Durability,
+    image: bool,
+    log: &[Event],
+    file_len: usize,
+    images: usize,
+    seed: u64,
+) -> (u64, u64) {
     let lives = lives(log);
     let copies: Vec<usize> = (0..log.len()).filter(|&i| matches!(log[i], Event::Copy { .. })).collect();
     let returns: Vec<usize> =
@@ -326,13 +344,13 @@ fn check_images(policy: Durability, log: &[Event], file_len: usize, images: usiz
         // the next sync that writes into the image is writing (at its
         // copy, which is then not complete).
         let image_sync = |i: usize| matches!(&log[i], Event::Copy { writes, .. } if !writes.is_empty());
-        let torn = matches!(policy, Durability::Interval(_)) && (x >> 20) % 2 == 0;
+        let torn = image && (x >> 20) % 2 == 0;
         let (t, torn) = match copies.iter().copied().find(|&c| c > t && image_sync(c)) {
             Some(next) if torn => (next, true),
             _ => (t, false),
         };
         let (mut file, last_sync, grain, versions) = crash_file(log, &copies, t, torn, &mut x, file_len);
-        if let Durability::Interval(_) = policy {
+        if image {
             x = splitmix64(x);
             to_image(&mut file, log, t, torn, x);
         }
@@ -528,17 +546,29 @@ fn images_per_run() -> usize {
     env_num("TVMQ_POWER_LOSS_IMAGES", 700)
 }
 
-#[test]
-fn power_loss_images_of_an_always_queue_keep_every_acknowledged_push() {
-    let dir = DiskDir::new("always");
-    let (log, len) = run(Durability::Always, &dir.0, 1);
+/// An `always` queue (its syncs write its image, half the crash images
+/// taken while one is writing), and one made as earlier versions made them
+/// (no image: its syncs `msync` the queue file in place).
+fn always_keeps_every_acknowledged_push(image: bool) {
+    let dir = DiskDir::new(if image { "always" } else { "always-in-place" });
+    let (log, len) = run(Durability::Always, image, &dir.0, 1);
     let syncs = log.iter().filter(|e| matches!(e, Event::Copy { synced: true, .. })).count();
-    let (kept, again) = check_images(Durability::Always, &log, len, images_per_run(), 7);
+    let (kept, again) = check_images(Durability::Always, image, &log, len, images_per_run(), 7);
     eprintln!(
-        "always: {} events, {syncs} syncs, {} images, {kept} records kept, {again} delivered again",
+        "always (image: {image}): {} events, {syncs} syncs, {} images, {kept} records kept, {again} delivered again",
         log.len(),
         images_per_run()
     );
+}
+
+#[test]
+fn power_loss_images_of_an_always_queue_keep_every_acknowledged_push() {
+    always_keeps_every_acknowledged_push(true);
+}
+
+#[test]
+fn power_loss_images_of_an_always_queue_synced_in_place_keep_every_acknowledged_push() {
+    always_keeps_every_acknowledged_push(false);
 }
 
 #[test]
@@ -551,7 +581,7 @@ fn power_loss_images_of_an_interval_queue_lose_only_the_window() {
     let (log, len, syncs) = loop {
         attempt += 1;
         let dir = DiskDir::new(&format!("interval-{attempt}"));
-        let (log, len) = run(Durability::Interval(1), &dir.0, 2);
+        let (log, len) = run(Durability::Interval(1), true, &dir.0, 2);
         let syncs = log.iter().filter(|e| matches!(e, Event::Copy { synced: true, .. })).count();
         if syncs >= 8 || attempt == 3 {
             break (log, len, syncs);
@@ -559,7 +589,7 @@ fn power_loss_images_of_an_interval_queue_lose_only_the_window() {
         eprintln!("interval: the flusher synced {syncs} times in run {attempt}: running again");
     };
     assert!(syncs >= 8, "the flusher synced ({syncs}) in each of {attempt} runs");
-    let (kept, again) = check_images(Durability::Interval(1), &log, len, images_per_run(), 11);
+    let (kept, again) = check_images(Durability::Interval(1), true, &log, len, images_per_run(), 11);
     eprintln!(
         "interval: {} events, {syncs} syncs, {} images, {kept} records kept, {again} delivered again",
         log.len(),
@@ -574,11 +604,11 @@ const LEASES: u64 = 16;
 /// leases, logged as [`run`] logs: consumers acknowledge most deliveries,
 /// release some, and let some leases run out (a lease of 1 ms, never
 /// acknowledged), until every record is acknowledged.
-fn run_leases(policy: Durability, dir: &Path, seed: u64) -> (Vec<Event>, usize) {
+fn run_leases(policy: Durability, image: bool, dir: &Path, seed: u64) -> (Vec<Event>, usize) {
     let mut spec = Spec::new(CAPACITY, RECORD);
     spec.durability = Some(policy);
     spec.leases = Some(crate::spec::LeaseSpec { max_leases: LEASES, ..Default::default() });
-    Queue::create(dir, 1, &spec).unwrap();
+    create(dir, &spec, image);
     let path = queue_path(dir, 1);
     let log = Arc::new(Mutex::new(Vec::new()));
     let file_len = std::fs::metadata(&path).unwrap().len() as usize;
@@ -587,7 +617,7 @@ fn run_leases(policy: Durability, dir: &Path, seed: u64) -> (Vec<Event>, usize) 
     // by the time a system call takes (here 200 us before each copy), during
     // which consumers lease and acknowledge: a sync whose parts came in the
     // wrong order loses records in that gap.
-    let gap = matches!(policy, Durability::Interval(_));
+    let gap = image;
     let hook: SyncHook = Arc::new(move |event| {
         if gap && !matches!(event, SyncEvent::Begin) {
             std::thread::sleep(Duration::from_micros(200));
@@ -721,7 +751,14 @@ struct LeaseLife {
 /// have raised it). The durable point: `always`, the crash; `interval`, the
 /// beginning of the last sync whose image writes all landed.
 /// Returns (records delivered from the images, of which from the lease table).
-fn check_lease_images(policy: Durability, log: &[Event], file_len: usize, images: usize, seed: u64) -> (u64, u64) {
+fn check_lease_images(
+    policy: Durability,
+    image: bool,
+    log: &[Event],
+    file_len: usize,
+    images: usize,
+    seed: u64,
+) -> (u64, u64) {
     let mut lives: std::collections::HashMap<u32, LeaseLife> = Default::default();
     let mut lease_start: [usize; 256] = [0; 256];
     for (i, e) in log.iter().enumerate() {
@@ -775,11 +812,11 @@ fn check_lease_images(policy: Durability, log: &[Event], file_len: usize, images
         // `interval`, in half the images: the crash comes while the next
         // sync's image writes are under way (after it persisted the table).
         let under_way =
-            (interval && (x >> 20) % 2 == 0).then(|| image_syncs.iter().copied().find(|&(_, e)| e >= t)).flatten();
+            (image && (x >> 20) % 2 == 0).then(|| image_syncs.iter().copied().find(|&(_, e)| e >= t)).flatten();
         let t = under_way.map_or(t, |(_, e)| e);
         let (mut file, last_sync, grain, _) = crash_file(log, &copies, t, false, &mut x, file_len);
         let mut durable_point = t;
-        if interval {
+        if image {
             // The lease table lives in place: each page (or sector) as the
             // last sync that persisted it left it, or any later copy up to
             // the crash (the kernel writes pages back when it likes).
@@ -806,9 +843,13 @@ fn check_lease_images(policy: Durability, log: &[Event], file_len: usize, images
                 if under_way.is_some_and(|u| u.0 == i) { Some(true) } else { (e <= t).then_some(false) }
             };
             to_image_with(&mut file, log, LEASES, x, landed);
-            let complete = image_syncs.iter().rfind(|&&(i, e)| e <= t && under_way.is_none_or(|u| u.0 != i));
-            durable_point =
-                complete.map_or(0, |&(i, _)| log[..i].iter().rposition(|e| matches!(e, Event::SyncBegin)).unwrap_or(0));
+            // (`always`: a call returns once its sync, writes and all, is
+            // done: everything that returned before the crash is durable.)
+            if interval {
+                let complete = image_syncs.iter().rfind(|&&(i, e)| e <= t && under_way.is_none_or(|u| u.0 != i));
+                durable_point = complete
+                    .map_or(0, |&(i, _)| log[..i].iter().rposition(|e| matches!(e, Event::SyncBegin)).unwrap_or(0));
+            }
         }
         let _ = std::fs::remove_file(&image_path);
         std::fs::write(&image_path, &file).unwrap();
@@ -880,19 +921,32 @@ fn check_lease_images(policy: Durability, log: &[Event], file_len: usize, images
     (delivered, from_table)
 }
 
-#[test]
-fn power_loss_images_of_an_always_queue_with_leases_keep_every_lease_and_acknowledgement() {
-    let dir = DiskDir::new("always-leases");
-    let (log, len) = run_leases(Durability::Always, &dir.0, 3);
+/// An `always` queue with leases, with an image (its lease table synced in
+/// place before each sync writes the slots into the image, from a snapshot
+/// taken before the table was synced), or synced in place as earlier
+/// versions made them.
+fn always_with_leases_keeps_every_lease_and_acknowledgement(image: bool) {
+    let dir = DiskDir::new(if image { "always-leases" } else { "always-leases-in-place" });
+    let (log, len) = run_leases(Durability::Always, image, &dir.0, 3);
     let syncs = log.iter().filter(|e| matches!(e, Event::Copy { synced: true, .. })).count();
     let images = images_per_run() / 2;
-    let (delivered, from_table) = check_lease_images(Durability::Always, &log, len, images, 13);
+    let (delivered, from_table) = check_lease_images(Durability::Always, image, &log, len, images, 13);
     assert!(from_table > 0, "some images held records in the lease table");
     eprintln!(
-        "always with leases: {} events, {syncs} syncs, {images} images, {delivered} records delivered again \
-         ({from_table} from the lease table)",
+        "always with leases (image: {image}): {} events, {syncs} syncs, {images} images, {delivered} records \
+         delivered again ({from_table} from the lease table)",
         log.len()
     );
+}
+
+#[test]
+fn power_loss_images_of_an_always_queue_with_leases_keep_every_lease_and_acknowledgement() {
+    always_with_leases_keeps_every_lease_and_acknowledgement(true);
+}
+
+#[test]
+fn power_loss_images_of_an_always_queue_with_leases_synced_in_place_keep_every_lease_and_acknowledgement() {
+    always_with_leases_keeps_every_lease_and_acknowledgement(false);
 }
 
 /// The same over an `interval` queue with leases (its lease table synced in
@@ -902,10 +956,10 @@ fn power_loss_images_of_an_always_queue_with_leases_keep_every_lease_and_acknowl
 #[test]
 fn power_loss_images_of_an_interval_queue_with_leases_lose_only_the_window() {
     let dir = DiskDir::new("interval-leases");
-    let (log, len) = run_leases(Durability::Interval(1), &dir.0, 5);
+    let (log, len) = run_leases(Durability::Interval(1), true, &dir.0, 5);
     let syncs = log.iter().filter(|e| matches!(e, Event::Copy { synced: true, .. })).count();
     let images = images_per_run() / 2;
-    let (delivered, from_table) = check_lease_images(Durability::Interval(1), &log, len, images, 17);
+    let (delivered, from_table) = check_lease_images(Durability::Interval(1), true, &log, len, images, 17);
     assert!(from_table > 0, "some images held records in the lease table");
     eprintln!(
         "interval with leases: {} events, {syncs} syncs, {images} images, {delivered} records delivered again \

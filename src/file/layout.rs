@@ -186,6 +186,13 @@ pub(crate) struct Options {
     pub(crate) checksum: u64,
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Tests: an `always` queue created by this thread has no image, as
+    /// the files of earlier versions (synced with `msync` in place).
+    pub(crate) static LEGACY_ALWAYS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 impl Options {
     /// The options of a new queue.
     pub(crate) fn new(spec: &Spec) -> Options {
@@ -197,7 +204,16 @@ impl Options {
         if let Some(d) = spec.durability {
             o.flags |= OPT_DURABLE;
             o.durable = match d {
-                Durability::Always => DurableOptions { policy: POLICY_ALWAYS, ..Default::default() },
+                Durability::Always => {
+                    #[cfg(test)]
+                    let image = !LEGACY_ALWAYS.with(std::cell::Cell::get);
+                    #[cfg(not(test))]
+                    let image = true;
+                    if image {
+                        o.flags |= OPT_IMAGE;
+                    }
+                    DurableOptions { policy: POLICY_ALWAYS, ..Default::default() }
+                }
                 Durability::Interval(ms) => {
                     o.flags |= OPT_IMAGE;
                     DurableOptions { policy: POLICY_INTERVAL, interval_ms: u64::from(ms), ..Default::default() }
@@ -266,7 +282,7 @@ impl Options {
                 return bad(format!("lease settings out of range: {l:?}"));
             }
         }
-        if self.flags & OPT_IMAGE != 0 && (self.flags & OPT_DURABLE == 0 || self.durable.policy != POLICY_INTERVAL) {
+        if self.flags & OPT_IMAGE != 0 && self.flags & OPT_DURABLE == 0 {
             return bad("a slot image without the interval policy".into());
         }
         let d = &self.durable;
@@ -547,7 +563,9 @@ impl Spec {
             self.rows,
             self.record_size,
             self.durability.is_some(),
-            matches!(self.durability, Some(Durability::Interval(_))),
+            // An `interval` or `always` queue has an image (in tests an
+            // `always` queue may be made without, as earlier versions made them).
+            Options::new(self).image(),
             self.leases.as_ref().map_or(0, |l| l.max_leases),
         )
     }

@@ -204,7 +204,7 @@ impl Queue {
         let info = QueueInfo::from_header(file.info(), file.options());
         // An `interval` queue's consumers erase the checksums of the records
         // they take (see `Ring::erasing_seals`).
-        let erase_seals = matches!(info.durability, Some(Durability::Interval(_)));
+        let erase_seals = file.options().image();
         let mut ring = Ring::new(file.storage()?, info.capacity, info.record_size as usize).erasing_seals(erase_seals);
         let mut registry = file.registry()?;
         let mut durable = None;
