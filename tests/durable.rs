@@ -114,13 +114,24 @@ fn boot_id_bytes() -> [u8; 16] {
 /// Clears the boot id in the control page of the queue file at `path`, as
 /// if the machine had restarted since processes last attached.
 fn forget_boot(path: &Path) {
+    assert!(forget_boot_if_there(path), "the boot id is in the control page once");
+}
+
+/// [`forget_boot`] for a copy of a queue that may keep its live part in
+/// tmpfs (an `always` or `interval` queue without leases): its file then
+/// holds no control page, and the copy, having no live part of its own, is
+/// rebuilt from its image when opened, as after a restart. False then.
+fn forget_boot_if_there(path: &Path) -> bool {
     let f = OpenOptions::new().read(true).write(true).open(path).unwrap();
     let mut page = vec![0u8; 4096];
     f.read_exact_at(&mut page, 4096).unwrap();
     let id = boot_id_bytes();
     let at: Vec<usize> = (0..4096 - 16).step_by(8).filter(|&i| page[i..i + 16] == id).collect();
-    assert_eq!(at.len(), 1, "the boot id is in the control page once");
-    f.write_all_at(&[0u8; 16], 4096 + at[0] as u64).unwrap();
+    assert!(at.len() <= 1, "the boot id is in the control page at most once");
+    if let Some(&at) = at.first() {
+        f.write_all_at(&[0u8; 16], 4096 + at as u64).unwrap();
+    }
+    !at.is_empty()
 }
 
 /// Creates durable queue `id` in `dir` (`rows` records of `size` bytes).
@@ -200,18 +211,22 @@ fn kill9_of_every_process_loses_no_acknowledged_push() {
         std::thread::sleep(Duration::from_millis(100 + 150 * u64::from(round)));
         kids.kill_all();
         drop(kids);
-        // The machine-restart view: a copy of the file, its boot id cleared.
+        // The machine-restart view: a copy of the file (its live part, in
+        // tmpfs, is not copied: the copy is rebuilt from its image, which
+        // holds what the syncs wrote).
         let file = tvm::queue_path(&queues, QUEUE);
         let copy = tvm::queue_path(&restarted, QUEUE);
         std::fs::copy(&file, &copy).unwrap();
-        forget_boot(&copy);
+        assert!(!forget_boot_if_there(&copy), "an `always` queue's control page is in its live part");
 
         let (left, none) = drain(&queues);
         assert!(none.is_none(), "no recovery after process deaths on the same boot");
         let (rebuilt, found) = drain(&restarted);
         let found = found.expect("a recovery ran on the copy");
         assert_eq!(found.kept, rebuilt.len() as u64);
-        assert_eq!(found.torn, 0, "nothing torn: every page is the latest ({found:?})");
+        // (Torn slots may be found: an image page copied while a producer,
+        // whose push had not returned, was writing its record. The audit
+        // below proves that no acknowledged push is among them.)
 
         for (name, rest) in [("after the kill", &left), ("after the rebuild", &rebuilt)] {
             // Every acknowledged push delivered once or in a consumer's
@@ -252,7 +267,13 @@ fn a_durable_queue_on_tmpfs_is_refused() {
 #[test]
 fn a_durable_file_copied_to_tmpfs_opens_only_for_inspection() {
     let disk = DiskDir::new("copied");
-    create_durable(&disk.0, 1, 16, 64, Durability::Always);
+    // With leases: its live part is in its queue file (without, an `always`
+    // queue's live part is in tmpfs and a copy holds only its image, which
+    // inspection does not read).
+    let mut spec = Spec::new(16, 64);
+    spec.durability = Some(Durability::Always);
+    spec.leases = Some(tvm::LeaseSpec { max_leases: 4, ..Default::default() });
+    Queue::create(&disk.0, 1, &spec).unwrap();
     Queue::open(&disk.0, 1).unwrap().push(b"kept").unwrap();
     let shm = common::TempDir::new("durable", "copied");
     std::fs::copy(tvm::queue_path(&disk.0, 1), tvm::queue_path(shm.path(), 1)).unwrap();
@@ -310,12 +331,13 @@ fn a_corrupted_durable_file_gives_the_clear_errors_of_today() {
     cases.push(("magic", b));
     let mut b = pristine.clone();
     // The options block follows the Info header in the first page: find its
-    // policy word (1 = always) after the durable flag (2) by searching the
-    // first page for the flag word followed by spin_us and the policy.
+    // policy word (1 = always) after the flags (durable 2 | image 8) by
+    // searching the first page for the flags word followed by spin_us and
+    // the policy.
     let flag_at = (0..4096 - 24)
         .step_by(8)
         .find(|&i| {
-            b[i..i + 8] == 2u64.to_ne_bytes() && b[i + 8..i + 16] == [0; 8] && b[i + 16..i + 24] == 1u64.to_ne_bytes()
+            b[i..i + 8] == 10u64.to_ne_bytes() && b[i + 8..i + 16] == [0; 8] && b[i + 16..i + 24] == 1u64.to_ne_bytes()
         })
         .expect("the options block");
     options(&mut b, flag_at + 16, 2);

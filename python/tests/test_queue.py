@@ -125,6 +125,8 @@ def test_a_durable_file_on_tmpfs_is_named(queue_dir):
         subprocess.run([tvmq_bin, "--dir", disk, "create", "27", "--rows", "4", "--size", "8", "--durable", "always"],
                        check=True, capture_output=True)
         shutil.copy(os.path.join(disk, "queue-27.tvmq"), os.path.join(queue_dir, "queue-27.tvmq"))
+        # Dropped (its live part, in /dev/shm/tvmq-<uid>, with it).
+        subprocess.run([tvmq_bin, "--dir", disk, "drop", "27"], check=True, capture_output=True)
     except subprocess.CalledProcessError as e:
         pytest.skip(f"no durable queue here: {e.stderr.decode().strip()}")
     finally:
