@@ -42,8 +42,10 @@ impl Way {
     /// What it stands for and what it does, for the table.
     pub(crate) fn describe(self) -> &'static str {
         match self {
-            Way::Msync => "tvmq always: store 304 B in a MAP_SHARED file mapping, msync(MS_SYNC) its page",
-            Way::Direct => "image sync: pwrite 4 KiB with O_DIRECT|O_DSYNC into a written file",
+            Way::Msync => {
+                "in place (always files of earlier versions): store 304 B in a MAP_SHARED mapping, msync its page"
+            }
+            Way::Direct => "tvmq always and interval, the image: pwrite 4 KiB with O_DIRECT|O_DSYNC",
             Way::Append => "redis always: write() 330 B to an O_APPEND file, then fdatasync",
         }
     }
@@ -51,8 +53,8 @@ impl Way {
     /// Its test name in results.csv (no commas).
     pub(crate) fn test(self) -> &'static str {
         match self {
-            Way::Msync => "msync 304 B of a MAP_SHARED mapping (tvmq always)",
-            Way::Direct => "pwrite 4 KiB O_DIRECT|O_DSYNC (image sync)",
+            Way::Msync => "msync 304 B of a MAP_SHARED mapping (in place: always files of earlier versions)",
+            Way::Direct => "pwrite 4 KiB O_DIRECT|O_DSYNC (the image: tvmq always and interval)",
             Way::Append => "append 330 B + fdatasync (redis appendfsync always)",
         }
     }
