@@ -1,5 +1,6 @@
-//! The slot image of an `interval` queue: its durable copy, at the end of
-//! its file (see `file::layout::image_offset`).
+//! The slot image of an `interval` queue (and of an `always` queue without
+//! leases, made by this version): its durable copy, at the end of its file
+//! (see `file::layout::image_offset`).
 //!
 //! Why a copy: making the live slots durable with `msync` has the page
 //! cache write back every page the ring dirtied since the last sync, and

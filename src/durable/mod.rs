@@ -57,15 +57,20 @@
 //! higher generation.
 //!
 //! Only what recovery reads is synced: the slots, and the control page when
-//! the watermark moved (for an `interval` queue, their copies in the image:
-//! the pages of the slots sealed by this sync, written with `O_DIRECT |
-//! O_DSYNC`). For an `always` queue: The process table and the cursors are not needed
-//! after a machine crash (recovery clears the one and rebuilds the others),
-//! and on this kind of disk every extra page costs a write of its own. A
-//! sync writes the control page first (`sync_file_range`, which waits for
-//! the write but does not flush the device's cache) and then the dirty
-//! slots with `msync(MS_SYNC)`, whose cache flush makes both durable. A
-//! push alone costs one page or two (its slot), and one flush.
+//! the watermark moved. A queue with an image (`interval`, and `always`
+//! without leases, see [`image`]) writes their copies into it: the pages of
+//! the slots published and released since the last sync, with `O_DIRECT |
+//! O_DSYNC`. (An `always` queue's producers seal their own records anyway:
+//! the sync's seal pass stops at a record still being written, and a later
+//! one whose producer waits for this sync must reach the image sealed.)
+//! An `always` queue without an image (with leases, or made by an earlier
+//! version) syncs in place: the process table and the cursors are not
+//! needed after a machine crash (recovery clears the one and rebuilds the
+//! others), and on this kind of disk every extra page costs a write of its
+//! own, so a sync writes the control page first (`sync_file_range`, which
+//! waits for the write but does not flush the device's cache) and then the
+//! dirty slots with `msync(MS_SYNC)`, whose cache flush makes both durable.
+//! A push alone costs one page or two (its slot), and one flush.
 
 pub(crate) mod flusher;
 pub(crate) mod image;
@@ -267,7 +272,8 @@ pub(crate) struct Durable {
     clean_seen_ns: std::sync::atomic::AtomicU64,
     /// The queue's key, under which its records are sealed.
     key: u64,
-    /// `interval` queues: their durable copy, which syncs write (see [`image`]).
+    /// Queues with an image (`interval`, and `always` without leases): their
+    /// durable copy, which syncs write (see [`image`]).
     image: Option<image::Image>,
     /// `interval` queues with leases: the lease table's bytes in the
     /// mapping (offset, length), synced in place by each sync before the

@@ -137,9 +137,10 @@ const _: () = assert!(size_of::<DurableOptions>() == 64);
 /// and the file ends with a lease table). Bit 2 is left to durable queues.
 pub(crate) const OPT_LEASES: u64 = 4;
 
-/// [`Options::flags`] bit: the file ends with an image of the slots (an
-/// `interval` queue's durable copy, written by its syncs with direct I/O:
-/// see [`image_offset`] and `crate::durable`).
+/// [`Options::flags`] bit: the file ends with an image of the slots (the
+/// durable copy of an `interval` queue, or of an `always` queue without
+/// leases made by this version, written by its syncs with direct I/O: see
+/// [`image_offset`] and `crate::durable`).
 pub(crate) const OPT_IMAGE: u64 = 8;
 
 /// The settings of acknowledged consumption, in [`Options::leases`] (all
@@ -586,7 +587,7 @@ fn page_up(n: u64) -> Option<u64> {
     n.checked_add(4095).map(|e| e / 4096 * 4096)
 }
 
-/// File offset of the image of an `interval` queue ([`OPT_IMAGE`]), after
+/// File offset of the image of a queue with one ([`OPT_IMAGE`]), after
 /// its slots on a page boundary: a copy of the page of the control block
 /// that holds the watermark ([`IMAGE_MARKS_BYTES`]), then a copy of the
 /// slots as they lie from [`DATA_OFFSET`]. Syncs write it with direct I/O

@@ -1,4 +1,5 @@
-//! The live part of an `interval` queue: its control block, process table
+//! The live part of an `interval` queue (or an `always` queue with an
+//! image, without leases): its control block, process table
 //! and slots, kept in a tmpfs file beside the plain queues of the queue
 //! file's owner (`/dev/shm/tvmq-<uid>`), while the queue file on the disk
 //! holds its header and its image (what a restart after a machine crash
@@ -132,7 +133,8 @@ pub(crate) fn live_len(info: &Info) -> Option<u64> {
 }
 
 /// Does a queue with these options keep its live part in tmpfs? An
-/// `interval` queue without leases. One with leases persists its lease
+/// `interval` or `always` queue without leases (any queue with an image
+/// and no lease table). One with leases persists its lease
 /// table in place, in the queue file (a sync writes the table's pages
 /// there after the image: see `durable`), so its live part stays in the
 /// queue file, whose pages the kernel may write back.

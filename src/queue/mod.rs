@@ -202,7 +202,7 @@ impl Queue {
 
     fn from_file(file: QueueFile, register: bool) -> Result<Queue> {
         let info = QueueInfo::from_header(file.info(), file.options());
-        // An `interval` queue's consumers erase the checksums of the records
+        // The consumers of a queue with an image erase the checksums of the records
         // they take (see `Ring::erasing_seals`).
         let erase_seals = file.options().image();
         let mut ring = Ring::new(file.storage()?, info.capacity, info.record_size as usize).erasing_seals(erase_seals);
