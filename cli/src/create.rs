@@ -52,9 +52,10 @@ pub struct CreateArgs {
     /// `always` (a push or pop returns once it is on stable storage) or
     /// `interval=MS` (changes reach the disk within MS milliseconds; a
     /// machine crash may lose the last MS of pushes and deliver again the
-    /// last MS of pops). A queue with leases may be durable with `always`
-    /// (its leases and acknowledgements survive a machine crash too), not
-    /// with `interval=MS`. Default: not durable (survives process crashes only)
+    /// last MS of pops). A queue with leases may be durable with either
+    /// policy: its leases and acknowledgements survive a machine crash too
+    /// (with `interval=MS`, those of the last sync). Default: not durable
+    /// (survives process crashes only)
     #[arg(long, value_name = "always|interval=MS", value_parser = parse_durable)]
     durable: Option<tvm::Durability>,
     /// Give the queue leases (acknowledged consumption: lPopLease, lAck, ...,
