@@ -198,16 +198,30 @@ pub(crate) fn run(ctx: &mut Ctx) -> Result<(), Error> {
     let fail = |e: String| Error::new(SVR_EXCEPTION, e);
     let scratch = PathBuf::from(format!("/tmp/tvmq-bench-net-{}", std::process::id()));
     std::fs::create_dir_all(&scratch).map_err(|e| fail(e.to_string()))?;
-    // `--only durable`: the durable cells alone.
-    let only_durable = ctx.args.only == [crate::args::Part::Durable];
-    let result = if only_durable {
-        net_durable::cells(ctx, &scratch).map(|b| (Vec::new(), Some(b)))
+    // `--only durable`, `--only leases`, or both: those cells alone (any
+    // other part names none of the network matrix: the whole of it runs).
+    let only = ctx.args.only.clone();
+    let result = if named_parts(&only) {
+        let leases = if only.contains(&Part::Leases) { matrix(ctx, &scratch).map(|_| ()) } else { Ok(()) };
+        leases.and_then(|()| {
+            if only.contains(&Part::Durable) {
+                net_durable::cells(ctx, &scratch).map(|b| (Vec::new(), Some(b)))
+            } else {
+                Ok((Vec::new(), None))
+            }
+        })
     } else {
         matrix(ctx, &scratch)
     };
     let _ = std::fs::remove_dir_all(&scratch);
     let (memory, bounds) = result.map_err(fail)?;
     write(ctx, &memory, bounds.as_ref())
+}
+
+/// Does `--only` name parts of the network matrix (durable, leases) and
+/// nothing else? Those then run alone.
+fn named_parts(only: &[Part]) -> bool {
+    !only.is_empty() && only.iter().all(|p| matches!(p, Part::Durable | Part::Leases))
 }
 
 /// RSS figures: (server, KiB before, KiB with the idle connections).
@@ -231,8 +245,9 @@ fn matrix(ctx: &mut Ctx, scratch: &Path) -> Result<(Memory, Option<Bounds>), Str
         Err(e) => return Err(e),
     };
     let both = [&tvmq, &redis];
-    // `--only leases`: the lease cells alone.
-    if ctx.args.only == [Part::Leases] {
+    // `--only leases` (with or without `durable`, which `run` runs): the
+    // lease cells alone.
+    if named_parts(&ctx.args.only) {
         net_lease::cells(ctx, both, &dir);
         return Ok((Vec::new(), None));
     }
