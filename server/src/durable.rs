@@ -94,7 +94,6 @@ pub(crate) struct Held {
     /// they changed.
     queues: Vec<(Arc<Queue>, SyncTicket, u64)>,
     entries: Vec<Entry>,
-    records: u64,
 }
 
 impl Held {
@@ -112,7 +111,6 @@ impl Held {
                 self.queues.len() - 1
             }
         };
-        self.records += records;
         self.entries.push(Entry { queue, reply, on_failure: f });
     }
 
@@ -126,7 +124,8 @@ impl Held {
         if self.queues.is_empty() {
             return;
         }
-        syncers.stats().records.fetch_add(self.records, Ordering::Relaxed);
+        let records = self.queues.iter().map(|q| q.2).sum();
+        syncers.stats().records.fetch_add(records, Ordering::Relaxed);
         let mut failed: Vec<Option<(u32, Arc<str>)>> = Vec::with_capacity(self.queues.len());
         for (q, ticket, records) in &self.queues {
             failed.push(syncers.wait(q, *ticket, *records).await.err().map(|why| (q.id(), why)));
@@ -136,7 +135,6 @@ impl Held {
         }
         self.queues.clear();
         self.entries.clear();
-        self.records = 0;
     }
 }
 

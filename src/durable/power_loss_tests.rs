@@ -119,6 +119,15 @@ fn log_sync_event(l: &mut Vec<Event>, event: &SyncEvent, file_len: usize) {
     }
 }
 
+/// A logged run: the queue's policy, whether it has an image, the log and
+/// the queue file's size.
+struct Logged {
+    policy: Durability,
+    image: bool,
+    log: Vec<Event>,
+    file_len: usize,
+}
+
 /// Creates queue 1 in `dir` (an `always` queue without an image, as
 /// earlier versions made them, unless `image`).
 fn create(dir: &Path, spec: &Spec, image: bool) {
@@ -132,7 +141,7 @@ fn create(dir: &Path, spec: &Spec, image: bool) {
 
 /// A run of producers and consumers on a durable queue whose syncs are
 /// logged copies; returns the log and the file size.
-fn run(policy: Durability, image: bool, dir: &Path, seed: u64) -> (Vec<Event>, usize) {
+fn run(policy: Durability, image: bool, dir: &Path, seed: u64) -> Logged {
     let mut spec = Spec::new(CAPACITY, RECORD);
     spec.durability = Some(policy);
     create(dir, &spec, image);
@@ -257,7 +266,7 @@ fn run(policy: Durability, image: bool, dir: &Path, seed: u64) -> (Vec<Event>, u
     });
     drop(q);
     hooks().lock().unwrap().retain(|(p, _)| p != &path);
-    (take_log(log), file_len)
+    Logged { policy, image, log: take_log(log), file_len }
 }
 
 /// The log of a run whose queue was dropped and its hook taken out of
@@ -308,14 +317,8 @@ fn lives(log: &[Event]) -> std::collections::HashMap<u32, Life> {
 }
 
 /// Builds crash images from a run's log and checks what opening each gives.
-fn check_images(
-    policy: Durability,
-    image: bool,
-    log: &[Event],
-    file_len: usize,
-    images: usize,
-    seed: u64,
-) -> (u64, u64) {
+fn check_images(run: &Logged, images: usize, seed: u64) -> (u64, u64) {
+    let Logged { policy, image, ref log, file_len } = *run;
     let lives = lives(log);
     let copies: Vec<usize> = (0..log.len()).filter(|&i| matches!(log[i], Event::Copy { .. })).collect();
     let returns: Vec<usize> =
@@ -542,6 +545,11 @@ fn copy_len(file_len: usize) -> usize {
     TABLE_OFFSET as usize + (file_len - DATA_OFFSET as usize)
 }
 
+/// The syncs a run logged.
+fn synced(run: &Logged) -> usize {
+    run.log.iter().filter(|e| matches!(e, Event::Copy { synced: true, .. })).count()
+}
+
 fn images_per_run() -> usize {
     env_num("TVMQ_POWER_LOSS_IMAGES", 700)
 }
@@ -551,9 +559,9 @@ fn images_per_run() -> usize {
 /// (no image: its syncs `msync` the queue file in place).
 fn always_keeps_every_acknowledged_push(image: bool) {
     let dir = DiskDir::new(if image { "always" } else { "always-in-place" });
-    let (log, len) = run(Durability::Always, image, &dir.0, 1);
-    let syncs = log.iter().filter(|e| matches!(e, Event::Copy { synced: true, .. })).count();
-    let (kept, again) = check_images(Durability::Always, image, &log, len, images_per_run(), 7);
+    let logged = run(Durability::Always, image, &dir.0, 1);
+    let (log, syncs) = (&logged.log, synced(&logged));
+    let (kept, again) = check_images(&logged, images_per_run(), 7);
     eprintln!(
         "always (image: {image}): {} events, {syncs} syncs, {} images, {kept} records kept, {again} delivered again",
         log.len(),
@@ -578,18 +586,19 @@ fn power_loss_images_of_an_interval_queue_lose_only_the_window() {
     // parallel builds, 6 once at load 6.6): a run with too few is run again
     // in a fresh directory, up to three times.
     let mut attempt = 0;
-    let (log, len, syncs) = loop {
+    let (logged, syncs) = loop {
         attempt += 1;
         let dir = DiskDir::new(&format!("interval-{attempt}"));
-        let (log, len) = run(Durability::Interval(1), true, &dir.0, 2);
-        let syncs = log.iter().filter(|e| matches!(e, Event::Copy { synced: true, .. })).count();
+        let logged = run(Durability::Interval(1), true, &dir.0, 2);
+        let syncs = synced(&logged);
         if syncs >= 8 || attempt == 3 {
-            break (log, len, syncs);
+            break (logged, syncs);
         }
         eprintln!("interval: the flusher synced {syncs} times in run {attempt}: running again");
     };
     assert!(syncs >= 8, "the flusher synced ({syncs}) in each of {attempt} runs");
-    let (kept, again) = check_images(Durability::Interval(1), true, &log, len, images_per_run(), 11);
+    let (kept, again) = check_images(&logged, images_per_run(), 11);
+    let log = &logged.log;
     eprintln!(
         "interval: {} events, {syncs} syncs, {} images, {kept} records kept, {again} delivered again",
         log.len(),
@@ -604,7 +613,7 @@ const LEASES: u64 = 16;
 /// leases, logged as [`run`] logs: consumers acknowledge most deliveries,
 /// release some, and let some leases run out (a lease of 1 ms, never
 /// acknowledged), until every record is acknowledged.
-fn run_leases(policy: Durability, image: bool, dir: &Path, seed: u64) -> (Vec<Event>, usize) {
+fn run_leases(policy: Durability, image: bool, dir: &Path, seed: u64) -> Logged {
     let mut spec = Spec::new(CAPACITY, RECORD);
     spec.durability = Some(policy);
     spec.leases = Some(crate::spec::LeaseSpec { max_leases: LEASES, ..Default::default() });
@@ -725,7 +734,7 @@ fn run_leases(policy: Durability, image: bool, dir: &Path, seed: u64) -> (Vec<Ev
     });
     drop(q);
     hooks().lock().unwrap().retain(|(p, _)| p != &path);
-    (take_log(log), file_len)
+    Logged { policy, image, log: take_log(log), file_len }
 }
 
 /// What the log says about each record of a lease run, as event indices.
@@ -751,14 +760,8 @@ struct LeaseLife {
 /// have raised it). The durable point: `always`, the crash; `interval`, the
 /// beginning of the last sync whose image writes all landed.
 /// Returns (records delivered from the images, of which from the lease table).
-fn check_lease_images(
-    policy: Durability,
-    image: bool,
-    log: &[Event],
-    file_len: usize,
-    images: usize,
-    seed: u64,
-) -> (u64, u64) {
+fn check_lease_images(run: &Logged, images: usize, seed: u64) -> (u64, u64) {
+    let Logged { policy, image, ref log, file_len } = *run;
     let mut lives: std::collections::HashMap<u32, LeaseLife> = Default::default();
     let mut lease_start: [usize; 256] = [0; 256];
     for (i, e) in log.iter().enumerate() {
@@ -926,10 +929,10 @@ fn check_lease_images(
 fn power_loss_images_of_an_always_queue_with_leases_keep_every_lease_and_acknowledgement() {
     let image = false;
     let dir = DiskDir::new("always-leases");
-    let (log, len) = run_leases(Durability::Always, image, &dir.0, 3);
-    let syncs = log.iter().filter(|e| matches!(e, Event::Copy { synced: true, .. })).count();
+    let logged = run_leases(Durability::Always, image, &dir.0, 3);
+    let (log, syncs) = (&logged.log, synced(&logged));
     let images = images_per_run() / 2;
-    let (delivered, from_table) = check_lease_images(Durability::Always, image, &log, len, images, 13);
+    let (delivered, from_table) = check_lease_images(&logged, images, 13);
     assert!(from_table > 0, "some images held records in the lease table");
     eprintln!(
         "always with leases: {} events, {syncs} syncs, {images} images, {delivered} records delivered again \
@@ -945,10 +948,10 @@ fn power_loss_images_of_an_always_queue_with_leases_keep_every_lease_and_acknowl
 #[test]
 fn power_loss_images_of_an_interval_queue_with_leases_lose_only_the_window() {
     let dir = DiskDir::new("interval-leases");
-    let (log, len) = run_leases(Durability::Interval(1), true, &dir.0, 5);
-    let syncs = log.iter().filter(|e| matches!(e, Event::Copy { synced: true, .. })).count();
+    let logged = run_leases(Durability::Interval(1), true, &dir.0, 5);
+    let (log, syncs) = (&logged.log, synced(&logged));
     let images = images_per_run() / 2;
-    let (delivered, from_table) = check_lease_images(Durability::Interval(1), true, &log, len, images, 17);
+    let (delivered, from_table) = check_lease_images(&logged, images, 17);
     assert!(from_table > 0, "some images held records in the lease table");
     eprintln!(
         "interval with leases: {} events, {syncs} syncs, {images} images, {delivered} records delivered again \

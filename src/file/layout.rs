@@ -194,6 +194,17 @@ thread_local! {
     pub(crate) static LEGACY_ALWAYS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
+/// Does this thread make `always` queues without an image (tests only)?
+#[cfg(test)]
+fn legacy_always() -> bool {
+    LEGACY_ALWAYS.with(std::cell::Cell::get)
+}
+
+#[cfg(not(test))]
+fn legacy_always() -> bool {
+    false
+}
+
 impl Options {
     /// The options of a new queue.
     pub(crate) fn new(spec: &Spec) -> Options {
@@ -212,11 +223,7 @@ impl Options {
                     // the image's, where syncing the file in place is one
                     // (lease+ack 2.0 / 5.5 / 10.3 K/s at 1 / 4 / 10 threads
                     // with an image, 3.5 / 8.3 / 17.5 K/s in place).
-                    #[cfg(test)]
-                    let image = spec.leases.is_none() && !LEGACY_ALWAYS.with(std::cell::Cell::get);
-                    #[cfg(not(test))]
-                    let image = spec.leases.is_none();
-                    if image {
+                    if spec.leases.is_none() && !legacy_always() {
                         o.flags |= OPT_IMAGE;
                     }
                     DurableOptions { policy: POLICY_ALWAYS, ..Default::default() }
