@@ -41,7 +41,7 @@
 //! | `file` | queue files: `layout` (bytes and validation), `dir` (directory policy), `create`, `map`, `live` (an `interval` queue's live part in tmpfs) |
 //! | `durable` | durable queues: group-committed syncs, the flusher, recovery after a machine restart |
 //! | `queue` | the safe API: [`Queue`] (and `queue::lease`: [`Queue::pop_lease`], [`Lease`]) |
-//! | `attach` | the process-wide table id or name -> [`Queue`]: [`Attachments`] |
+//! | `attach` | the process-wide table id or name -> [`Queue`]: [`Attachments`], and each thread's cache of it (the library's one cache of queues by id, with the thread's intent words and the C API's last outcome) |
 //! | `client` | the network client of the `lTvm*` calls: RESP to tvmq serve, Redis, Redis Cluster |
 //! | [`ffi`] | the C ABI of `tvm.h`, thin |
 //!

@@ -7,8 +7,8 @@
 //! word, so that either kind of call refuses the other's (LEASE_INVALID).
 
 use super::common::{out_buffer, wait_mode};
+use super::handle::on_queue_held;
 use super::net::{client, popping};
-use super::thread::on_queue_held;
 use super::{CallResult, SATvm, Uenum, call};
 use crate::client::{NetLease, PopWait};
 use crate::error::*;

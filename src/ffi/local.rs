@@ -1,8 +1,8 @@
 //! The local (shared-memory) calls of the C API: create, drop, push, pop.
 
 use super::common::{MallocArray, counted, pop_one, popup, record, text, too_large, wait_mode};
+use super::handle::on_queue_held;
 use super::handle::{detach, on_table};
-use super::thread::on_queue_held;
 use super::{CREATE, CallResult, Fail, RC_SUCC, SATvm, TABLE, TCREATE, Uenum, call, call_no_handle};
 use crate::error::*;
 use crate::file::queue_dir;
