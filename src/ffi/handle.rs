@@ -234,7 +234,7 @@ mod tests {
     use crate::ffi::thread::last;
     use crate::ffi::{RC_SUCC, lCircleQueue, lPush};
     use crate::queue::Wait;
-    use crate::test_support::{TempDir, child_env, child_test};
+    use crate::test_support::{TempDir, child_env, run_child_in};
     use std::ffi::c_void;
 
     /// A handle of its own bound to queue `t` and the 8 bytes at `rec`.
@@ -255,19 +255,8 @@ mod tests {
     /// interrupted one used the freed queue: SIGSEGV).
     #[test]
     fn a_signal_handler_that_changes_the_kept_queue_leaves_the_interrupted_call_its_queue() {
-        let dir = TempDir::new("ffi-thread", "signal");
-        let out = child_test("ffi::handle::tests::child_signal_during_a_call_on_the_kept_queue")
-            .env("TVMDBD", dir.path())
-            .env("TVMQ_TEST_CHILD", "1")
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "the child failed ({}): {}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let dir = TempDir::new("ffi-handle", "signal");
+        run_child_in("ffi::handle::tests::child_signal_during_a_call_on_the_kept_queue", dir.path());
         let mut rec = [0u8; 8];
         let q1 = Queue::open(dir.path(), 1).unwrap();
         for want in [1u64, 2] {

@@ -6,7 +6,7 @@
 //! with the same token: a network token carries [`NET_MARK`] in its sixth
 //! word, so that either kind of call refuses the other's (LEASE_INVALID).
 
-use super::common::{out_buffer, wait_mode};
+use super::common::{OutBuffer, wait_mode};
 use super::handle::on_queue_held;
 use super::net::{client, popping};
 use super::{CallResult, SATvm, Uenum, call};
@@ -79,7 +79,7 @@ impl TvmLease {
         Ok(Lease::from_words(w))
     }
 
-    const ZERO: TvmLease = TvmLease { deliveries: 0, m_uCheck: 0, m_llPriv: [0; 7] };
+    pub(super) const ZERO: TvmLease = TvmLease { deliveries: 0, m_uCheck: 0, m_llPriv: [0; 7] };
 
     fn from_net(l: &NetLease) -> TvmLease {
         let words = [u64::from(l.queue), l.pos, l.tag, u64::from(l.deliveries), 0, NET_MARK, 0];
@@ -181,12 +181,13 @@ pub unsafe extern "C" fn lPopLease(
         }
         let got = lease_nanos(lease_ms).and_then(|lease_ns| {
             let wait = wait_mode(wait, Wait::Forever, Wait::NoWait)?;
-            // SAFETY: checked non-NULL; the caller provides `out` with at least p->lSize writable bytes.
-            let buf = unsafe { out_buffer(out, h.lSize) };
+            // SAFETY: checked non-NULL; the caller provides `out` with at
+            // least min(p->lSize, the record size) writable bytes.
+            let buf = unsafe { OutBuffer::new(out, h.lSize) };
             on_queue_held(
                 h,
                 #[inline(always)]
-                |q, held| q.pop_lease_held(buf, wait, lease_ns, held),
+                |q, held| q.pop_lease_held(buf.take(q.record_size()), wait, lease_ns, held),
             )
         });
         match got {
@@ -270,9 +271,11 @@ pub unsafe extern "C" fn lAckPopLease(
         let t = unsafe { token(done) }?;
         let lease_ns = lease_nanos(lease_ms)?;
         let wait = wait_mode(wait, Wait::Forever, Wait::NoWait)?;
-        // SAFETY: checked non-NULL; the caller provides `out` with at least p->lSize writable bytes.
-        let buf = unsafe { out_buffer(out, h.lSize) };
-        let acked = on_queue_held(h, |q, held| q.ack_pop_lease_held(&t, buf, wait, lease_ns, held));
+        // SAFETY: checked non-NULL; the caller provides `out` with at least
+        // min(p->lSize, the record size) writable bytes.
+        let buf = unsafe { OutBuffer::new(out, h.lSize) };
+        let acked =
+            on_queue_held(h, |q, held| q.ack_pop_lease_held(&t, buf.take(q.record_size()), wait, lease_ns, held));
         let got = match acked {
             Ok(got) => got,
             Err(e) if e.code() == SYNC_FAILED => {
@@ -399,8 +402,10 @@ pub unsafe extern "C" fn lTvmPopLease(
         let got = millis(lease_ms, "lease time").and_then(|time| {
             let wait = wait_mode(wait, PopWait::Forever, PopWait::NoWait)?;
             let (c, t, len) = popping(h)?;
-            // SAFETY: checked non-NULL; the caller provides `out` with at least p->lSize writable bytes.
-            let buf = unsafe { out_buffer(out, len) };
+            // SAFETY: checked non-NULL; the caller provides `out` with at
+            // least p->lSize writable bytes (a shorter record is followed
+            // by zero bytes up to lSize).
+            let buf = unsafe { OutBuffer::new(out, len) }.take(len);
             c.pop_lease(t, buf, wait, time.as_millis() as u64)
         });
         let token = got.as_ref().map_or(TvmLease::ZERO, TvmLease::from_net);

@@ -4,7 +4,7 @@
 //! [`crate::client`]. The handle's connection lives behind m_pPriv, looked
 //! at only by these calls.
 
-use super::common::{MallocArray, counted, pop_one, popup, record, text, wait_mode};
+use super::common::{MallocArray, OutBuffer, counted, pop_one, popup, record, text, wait_mode};
 use super::handle::state_mut;
 use super::{CallResult, Fail, SATvm, TABLE, Uenum, call};
 use crate::client::{Addr, Auth, Client, Dial, PopWait, Tls, TlsOptions};
@@ -366,9 +366,10 @@ pub unsafe extern "C" fn lTvmPush(p: *mut SATvm) -> c_long {
 /// SHM_ERR_EIDRM (tvmq serve: dropped while waiting), and those of lTvmPush.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lTvmPop(p: *mut SATvm, out: *mut c_void, wait: Uenum) -> c_long {
-    let take = |h: &mut SATvm, buf: &mut [u8], wait| {
-        let (c, t, _) = popping(h)?;
-        c.pop(t, buf, wait)
+    let take = |h: &mut SATvm, buf: OutBuffer<'_>, wait| {
+        let (c, t, len) = popping(h)?;
+        // The whole of lSize: a shorter record is followed by zero bytes.
+        c.pop(t, buf.take(len), wait)
     };
     let body = |h: &mut SATvm| {
         // SAFETY: the caller provides `out` with at least p->lSize writable bytes.
