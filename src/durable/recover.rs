@@ -115,7 +115,10 @@ pub(crate) fn attach(
     let floor = match file.lease_table()? {
         Some(table) => {
             let max = file.options().leases().map_or(0, |l| u32::try_from(l.max_deliveries).unwrap_or(u32::MAX));
-            table.reboot(max, |at| ring.release_held(at)).floor
+            // SAFETY: under the recovery lock, in the first attach since
+            // the restart: no queue of this file is open in this process
+            // (nor in any other) before the rebuild ends.
+            unsafe { table.reboot(max, |at| ring.release_held(at)) }.floor
         }
         None => 0,
     };

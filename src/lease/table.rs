@@ -326,14 +326,30 @@ impl LeaseTable {
     /// Saves `rec`, taken from the ring at position number `pos`, in entry
     /// `i` (`Filling` as `filling`) and leases it until `deadline_ns`: the
     /// commit point. False if the entry was not ours any more (a corrupted
-    /// table).
-    pub(crate) fn commit(&self, i: usize, filling: Word, rec: &[u8], pos: u64, now: u64, deadline_ns: u64) -> bool {
+    /// table), or `rec` is empty or longer than the record size.
+    ///
+    /// # Safety
+    /// The caller holds entry `i` as `filling` (the word its claim
+    /// returned), not yet committed or given back: no other thread of this
+    /// process writes or reads the entry's record meanwhile (snapshots
+    /// copy it with volatile reads, and keep a copy only if the state word
+    /// did not change). The table cannot check this: an entry's word lives
+    /// in memory any process may write.
+    pub(crate) unsafe fn commit(
+        &self,
+        i: usize,
+        filling: Word,
+        rec: &[u8],
+        pos: u64,
+        now: u64,
+        deadline_ns: u64,
+    ) -> bool {
         if rec.is_empty() || rec.len() > self.record_size {
             return false;
         }
         let e = self.entry(i);
-        // SAFETY: entry i is `Filling`, ours: nobody else writes its record
-        // (peek only copies it, validating by the state word); rec fits.
+        // SAFETY: entry i is `Filling`, ours (the caller's contract): nobody
+        // else writes its record; rec fits.
         unsafe { std::ptr::copy_nonoverlapping(rec.as_ptr(), self.data(i), rec.len()) };
         e.len.store(rec.len() as u32, Ordering::Relaxed);
         e.pos.store(pos, Ordering::Relaxed);
@@ -352,15 +368,20 @@ impl LeaseTable {
 
     /// Copies entry `i`'s record into `out` (at least the record size); its
     /// length, or `None` if the stored length is impossible (corruption).
-    /// The caller holds the entry (`Taking`, `Leased`, `Busy` or `Dead` as
-    /// its owner).
-    pub(crate) fn read(&self, i: usize, out: &mut [u8]) -> Option<usize> {
+    ///
+    /// # Safety
+    /// The caller holds entry `i` (`Taking`, `Leased`, `Busy` or `Dead` as
+    /// its owner), or no other thread of this process can reach the table
+    /// (a recovery before the queue is opened): nobody writes the entry's
+    /// record while it is copied. The table cannot check this (see
+    /// [`commit`](Self::commit)).
+    pub(crate) unsafe fn read(&self, i: usize, out: &mut [u8]) -> Option<usize> {
         let len = self.entry(i).len.load(Ordering::Relaxed) as usize;
         if len == 0 || len > self.record_size || len > out.len() {
             return None;
         }
-        // SAFETY: the caller holds entry i, so nobody writes its record
-        // meanwhile; len <= record_size bytes lie in the entry.
+        // SAFETY: nobody writes entry i's record meanwhile (the caller's
+        // contract); len <= record_size bytes lie in the entry.
         unsafe { std::ptr::copy_nonoverlapping(self.data(i), out.as_mut_ptr(), len) };
         Some(len)
     }
@@ -679,7 +700,12 @@ impl LeaseTable {
     /// `release_held`, so that it is delivered once, from here. Returns
     /// what it found; its `floor` is the position after the newest one an
     /// entry names (the ring must not give those positions again).
-    pub(crate) fn reboot(&self, max_deliveries: u32, release_held: impl Fn(u64) -> bool) -> Rebooted {
+    ///
+    /// # Safety
+    /// No other thread of this process reaches the table meanwhile (it
+    /// reads every entry's record without holding it): the recovery of the
+    /// first attach after a restart, before any queue of the file is open.
+    pub(crate) unsafe fn reboot(&self, max_deliveries: u32, release_held: impl Fn(u64) -> bool) -> Rebooted {
         let mut found = Rebooted::default();
         let mut buf = vec![0u8; self.record_size];
         // The indexes on disk are hints from another moment: rebuilt.
@@ -688,7 +714,9 @@ impl LeaseTable {
         for i in 0..self.count {
             let e = self.entry(i);
             let w = e.word();
-            if w.st().holds_record() && !self.seal_matches(i, &mut buf) {
+            // SAFETY: no other thread of this process reaches the table
+            // (the caller's contract).
+            if w.st().holds_record() && !unsafe { self.seal_matches(i, &mut buf) } {
                 // Its head and its record reached the disk from different
                 // moments: the entry was reused after its record was
                 // acknowledged, or the record now named was not saved when
@@ -746,10 +774,14 @@ impl LeaseTable {
 
     /// Does entry `i`'s record match its checksum (a table without a seal:
     /// yes)? `buf`: room for a record.
-    fn seal_matches(&self, i: usize, buf: &mut [u8]) -> bool {
+    ///
+    /// # Safety
+    /// As [`read`](Self::read).
+    unsafe fn seal_matches(&self, i: usize, buf: &mut [u8]) -> bool {
         let Some(key) = self.seal else { return true };
         let e = self.entry(i);
-        match self.read(i, buf) {
+        // SAFETY: the caller's contract.
+        match unsafe { self.read(i, buf) } {
             Some(len) => {
                 crate::ring::seal::seal(key, e.pos.load(Ordering::Relaxed), &buf[..len])
                     == e.check.load(Ordering::Relaxed)

@@ -486,7 +486,9 @@ impl Queue {
             // A closure of values (a few words), not of references to them.
             let (table, queue) = (&l.table, self);
             let got = self.ring.pop_committed(out, &ann, &mut patience, move |rec, at| {
-                let saved = table.commit(i, filling, rec, at, now, deadline);
+                // SAFETY: entry i is ours as `filling` (claimed above, not
+                // committed or given back).
+                let saved = unsafe { table.commit(i, filling, rec, at, now, deadline) };
                 if saved {
                     // `always`: the saved record is on stable storage before
                     // its slot is released (which the kernel may write back
@@ -568,7 +570,8 @@ impl Queue {
         lease_ns: u64,
     ) -> Option<Result<(usize, Lease)>> {
         let (i, taking) = l.table.take_ready(now, me, start)?;
-        let Some(n) = l.table.read(i, out) else {
+        // SAFETY: entry i is ours, `Taking` (take_ready).
+        let Some(n) = (unsafe { l.table.read(i, out) }) else {
             l.table.free(i, taking);
             return Some(Err(self.lease_corrupt("a waiting record has an impossible length")));
         };
@@ -593,7 +596,8 @@ impl Queue {
         self.upkeep(l, now);
         let Some(me) = l.me else { return Ok(None) };
         let Some((i, taking)) = l.table.take_ready(now, me, l.base) else { return Ok(None) };
-        let n = l.table.read(i, out);
+        // SAFETY: entry i is ours, `Taking` (take_ready), until it is freed.
+        let n = unsafe { l.table.read(i, out) };
         l.table.free(i, taking);
         self.popped_durably();
         self.leases_flagged();
@@ -760,7 +764,9 @@ impl Queue {
     /// dead-letter queue (or drops it), then frees the entry.
     fn dead_letter(&self, l: &Leases, i: usize, dying: Word) -> Result<()> {
         let mut record = vec![0u8; self.record_size()];
-        let n = l.table.read(i, &mut record).ok_or_else(|| self.lease_corrupt("a record has an impossible length"))?;
+        // SAFETY: entry i is ours, `Dead` as `dying` (the caller's).
+        let n = unsafe { l.table.read(i, &mut record) }
+            .ok_or_else(|| self.lease_corrupt("a record has an impossible length"))?;
         let counters = &l.table.control().counters.0;
         match l.settings.dead_letter {
             None => counters.dropped.fetch_add(1, Ordering::Relaxed),
