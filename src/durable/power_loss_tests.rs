@@ -18,14 +18,15 @@
 //! `TVMQ_POWER_LOSS_IMAGES` sets the number of images per run (`make soak` uses more).
 
 use super::*;
-use crate::file::layout::{DATA_OFFSET, TABLE_OFFSET};
+use crate::file::layout::{CONTROL_OFFSET, DATA_OFFSET, TABLE_OFFSET};
 use crate::file::queue_path;
 use crate::queue::{Queue, Wait};
 use crate::spec::Spec;
 use crate::test_support::{DiskDir, TempDir, env_num, record, splitmix64};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 const PAGE: usize = 4096;
 const SECTOR: usize = 512;
