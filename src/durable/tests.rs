@@ -3,7 +3,7 @@
 //! put off.
 
 use super::hooks::{FAIL_NEXT_SYNC, SyncEvent, SyncHook, hooks};
-use crate::file::layout::{CONTROL_OFFSET, Control, SyncWords};
+use crate::file::layout::BOOT_ID_OFFSET;
 use crate::file::queue_path;
 use crate::queue::Queue;
 use crate::spec::{Durability, Spec};
@@ -45,8 +45,7 @@ fn a_sync_after_an_unfinished_one_writes_what_that_one_did_not() {
         std::fs::create_dir_all(&restarted).unwrap();
         let copy = queue_path(&restarted, 1);
         std::fs::copy(queue_path(&dir.0, 1), &copy).unwrap();
-        let boot =
-            CONTROL_OFFSET + (std::mem::offset_of!(Control, sync) + std::mem::offset_of!(SyncWords, boot_id)) as u64;
+        let boot = BOOT_ID_OFFSET;
         use std::os::unix::fs::FileExt;
         let f = std::fs::OpenOptions::new().write(true).open(&copy).unwrap();
         f.write_all_at(&[0u8; 16], boot).unwrap();
