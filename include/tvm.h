@@ -745,7 +745,7 @@ long lRelease(struct SATvm *p, struct TvmLease *lease, long delay_ms);
  * Thread-safe (one handle per thread; one call at a time per token).
  * Errors: those of lAck; those of pushing into the dead-letter queue
  * (TBL_NOT_FOUND: it does not exist, DATA_SPC_FULL, RECD_TOO_LONG), after
- * which the lease is still held.
+ * which the lease is still kept.
  */
 long lReject(struct SATvm *p, struct TvmLease *lease);
 
@@ -814,7 +814,7 @@ long lTvmRelease(struct SATvm *p, struct TvmLease *lease, long delay_ms);
  * on success. Threads: as lTvmPopLease.
  * Errors: those of lTvmAck; those of the push into the dead-letter queue
  * (TBL_NOT_FOUND, DATA_SPC_FULL, RECD_TOO_LONG), after which the lease is
- * still held.
+ * still kept.
  */
 long lTvmReject(struct SATvm *p, struct TvmLease *lease);
 

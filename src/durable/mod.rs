@@ -178,6 +178,12 @@ impl Durable {
         self.policy
     }
 
+    /// Is the policy `always` (every push and pop waits for its sync)?
+    #[inline(always)]
+    pub(crate) fn is_always(&self) -> bool {
+        matches!(self.policy, Durability::Always)
+    }
+
     fn words(&self) -> &SyncWords {
         &self.control.sync.0
     }
