@@ -25,7 +25,7 @@
 
 use crate::error::*;
 use crate::file::{dir, map};
-use crate::queue::{HeldIntent, IdHasher, Queue};
+use crate::queue::{IdHasher, KeptIntent, Queue};
 use parking_lot::Mutex;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -77,7 +77,7 @@ struct Inner {
 /// A queue this thread reached through a table, and its intent word there.
 struct Entry {
     queue: Arc<Queue>,
-    held: HeldIntent,
+    kept: KeptIntent,
 }
 
 /// The entries of a thread's cache, owned: found in constant time however
@@ -114,7 +114,7 @@ struct ThreadState {
     /// queue is not NULL).
     key: Cell<u64>,
     queue: Cell<*const Queue>,
-    held: Cell<*const HeldIntent>,
+    kept: Cell<*const KeptIntent>,
     /// [`EPOCH`] when the entry was found.
     epoch: Cell<u64>,
     /// A call of this thread is using the cache or a queue it found there
@@ -131,7 +131,7 @@ thread_local! {
         ThreadState {
             key: Cell::new(0),
             queue: Cell::new(std::ptr::null()),
-            held: Cell::new(std::ptr::null()),
+            kept: Cell::new(std::ptr::null()),
             epoch: Cell::new(0),
             busy: Cell::new(false),
             outcome: Cell::new((0, 0)),
@@ -357,7 +357,7 @@ impl Attachments {
             }
             return f(&q);
         }
-        with_held_in(self.instance, || self, id, newly, |q, _| f(q))
+        with_kept_in(self.instance, || self, id, newly, |q, _| f(q))
     }
 
     /// [`with`](Self::with) on the process-wide table, giving `f` this
@@ -365,12 +365,12 @@ impl Attachments {
     /// signal handler made while another call of this thread ran: the
     /// queue's calls look the word up). The C layer's calls.
     #[inline(always)]
-    pub(crate) fn with_process_held<R>(
+    pub(crate) fn with_process_kept<R>(
         id: u32,
         newly: impl FnOnce(),
-        f: impl FnOnce(&Queue, Option<&HeldIntent>) -> Result<R>,
+        f: impl FnOnce(&Queue, Option<&KeptIntent>) -> Result<R>,
     ) -> Result<R> {
-        with_held_in(PROCESS_INSTANCE, Self::process, id, newly, f)
+        with_kept_in(PROCESS_INSTANCE, Self::process, id, newly, f)
     }
 }
 
@@ -382,12 +382,12 @@ impl Attachments {
 /// reference of its own), else resolves it through the table, and gives
 /// `f` no intent word.
 #[inline(always)]
-fn with_held_in<'t, R>(
+fn with_kept_in<'t, R>(
     instance: u64,
     table: impl FnOnce() -> &'t Attachments,
     id: u32,
     newly: impl FnOnce(),
-    f: impl FnOnce(&Queue, Option<&HeldIntent>) -> Result<R>,
+    f: impl FnOnce(&Queue, Option<&KeptIntent>) -> Result<R>,
 ) -> Result<R> {
     STATE.with(|s| {
         if s.busy.get() {
@@ -401,22 +401,22 @@ fn with_held_in<'t, R>(
         tests::signal_point();
         let q = s.queue.get();
         if s.key.get() == key(instance, id) && !q.is_null() && s.epoch.get() == EPOCH.load(Ordering::Acquire) {
-            // SAFETY: a non-NULL `queue` and its `held` point into an entry
+            // SAFETY: a non-NULL `queue` and its `kept` point into an entry
             // of `OWNED`, which this thread alone reaches, and which changes
             // only in a call that set `busy` (this one) after clearing
             // `queue`.
-            let (q, held) = unsafe { (&*q, &*s.held.get()) };
+            let (q, kept) = unsafe { (&*q, &*s.kept.get()) };
             // As the table does: a queue found dropped is resolved again
             // (it may have been re-created).
             if !q.is_dropped() {
-                return f(q, Some(held));
+                return f(q, Some(kept));
             }
         }
         with_found(s, &busy, table(), id, newly, f)
     })
 }
 
-/// [`with_held_in`] when the entry used last is not the one: finds it in
+/// [`with_kept_in`] when the entry used last is not the one: finds it in
 /// the thread's cache (emptied first if the epoch moved), or resolves it
 /// through the table and adds it, and makes it the one used last. The
 /// caller has set `busy`.
@@ -427,7 +427,7 @@ fn with_found<R>(
     table: &Attachments,
     id: u32,
     newly: impl FnOnce(),
-    f: impl FnOnce(&Queue, Option<&HeldIntent>) -> Result<R>,
+    f: impl FnOnce(&Queue, Option<&KeptIntent>) -> Result<R>,
 ) -> Result<R> {
     let key = key(table.instance, id);
     let mut newly = Some(newly);
@@ -436,7 +436,7 @@ fn with_found<R>(
             newly();
         }
     };
-    let found = OWNED.try_with(|owned| -> Result<Option<(*const Queue, *const HeldIntent)>> {
+    let found = OWNED.try_with(|owned| -> Result<Option<(*const Queue, *const KeptIntent)>> {
         // Borrowed: by a call that a signal handler interrupted (outside
         // this cache: the Rust API's).
         let Ok(mut owned) = owned.try_borrow_mut() else { return Ok(None) };
@@ -456,8 +456,8 @@ fn with_found<R>(
                 attached(now);
                 // None: the thread's table of words is in use (by a call
                 // that a signal handler interrupted): not cached.
-                let Some(held) = queue.hold_intent() else { return Ok(None) };
-                let entry = Entry { queue, held };
+                let Some(kept) = queue.keep_intent() else { return Ok(None) };
+                let entry = Entry { queue, kept };
                 match at {
                     Some(i) => {
                         *owned.entries[i] = entry;
@@ -473,19 +473,19 @@ fn with_found<R>(
             }
         };
         let e = &owned.entries[i];
-        let (q, held) = (Arc::as_ptr(&e.queue), std::ptr::from_ref(&e.held));
+        let (q, kept) = (Arc::as_ptr(&e.queue), std::ptr::from_ref(&e.kept));
         s.key.set(key);
         s.epoch.set(epoch);
-        s.held.set(held);
+        s.kept.set(kept);
         s.queue.set(q);
-        Ok(Some((q, held)))
+        Ok(Some((q, kept)))
     });
     match found {
-        Ok(Ok(Some((q, held)))) => {
+        Ok(Ok(Some((q, kept)))) => {
             // SAFETY: pointers into an entry of `OWNED`, which only a call
             // that set `busy` (this one) changes.
-            let (q, held) = unsafe { (&*q, &*held) };
-            f(q, Some(held))
+            let (q, kept) = unsafe { (&*q, &*kept) };
+            f(q, Some(kept))
         }
         Ok(Err(e)) => Err(e),
         // The thread is ending (its cache is gone), or see above.
@@ -497,7 +497,7 @@ fn with_found<R>(
     }
 }
 
-/// [`with_held_in`] for a call that a signal handler makes while another
+/// [`with_kept_in`] for a call that a signal handler makes while another
 /// call of this thread uses the cache: see there.
 #[cold]
 fn with_nested<R>(

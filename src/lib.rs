@@ -38,7 +38,7 @@
 //! | `schema` | record layouts: [`Field`], [`FieldKind`] |
 //! | `lease` | acknowledged consumption: the lease entry's state machine (`state`) and the file's lease table (`table`) |
 //! | `spec` | what a queue is asked to be: [`Spec`], [`LeaseSpec`], [`Durability`], the limits and their validation; no I/O |
-//! | `file` | queue files: `layout` (bytes and validation), `dir` (directory policy), `create`, `map`, `live` (an `interval` queue's live part in tmpfs) |
+//! | `file` | queue files: `layout` (bytes and validation), `dir` (directory policy), `create`, `map`, `live` (an `interval` queue's live part in tmpfs), `make` (a file made atomically), `fs` |
 //! | `durable` | durable queues: group-committed syncs, the flusher, recovery after a machine restart |
 //! | `queue` | the safe API: [`Queue`] (and `queue::lease`: [`Queue::pop_lease`], [`Lease`]) |
 //! | `attach` | the process-wide table id or name -> [`Queue`]: [`Attachments`], and each thread's cache of it (the library's one cache of queues by id, with the thread's intent words and the C API's last outcome) |
@@ -118,7 +118,7 @@ pub use queue::{Process, Queue, QueueInfo, Repair, Stats, Strategy, SyncTicket, 
 #[cfg(not(loom))]
 pub use ring::Peeked;
 #[cfg(not(loom))]
-pub use schema::{Field, FieldKind, MAX_FIELD_NAME, MAX_FIELDS};
+pub use schema::{Field, FieldKind, FieldValue, MAX_FIELD_NAME, MAX_FIELDS};
 #[cfg(not(loom))]
 pub use spec::{
     DEFAULT_LEASE_MS, DEFAULT_MAX_LEASES, DEFAULT_UNBLOCK_TIMEOUT_MS, MAX_LEASE_MS, MAX_LEASES, MAX_NAME, MAX_PART,

@@ -8,7 +8,7 @@
 use super::{CallResult, SATvm, TABLE, call, quietly};
 use crate::attach::Attachments;
 use crate::error::*;
-use crate::queue::{HeldIntent, Queue};
+use crate::queue::{KeptIntent, Queue};
 use parking_lot::Mutex;
 use std::cell::UnsafeCell;
 use std::ffi::c_void;
@@ -19,14 +19,14 @@ use std::ffi::c_void;
 /// found dropped is resolved again (it may have been re-created). See
 /// [`Attachments::with`]: once attached, no lock.
 #[inline(always)]
-fn on_table_held<R>(h: &mut SATvm, t: TABLE, f: impl FnOnce(&Queue, Option<&HeldIntent>) -> Result<R>) -> Result<R> {
-    Attachments::with_process_held(t, || state(h).note_attached(t), f)
+fn on_table_kept<R>(h: &mut SATvm, t: TABLE, f: impl FnOnce(&Queue, Option<&KeptIntent>) -> Result<R>) -> Result<R> {
+    Attachments::with_process_kept(t, || state(h).note_attached(t), f)
 }
 
-/// [`on_table_held`] without the intent word.
+/// [`on_table_kept`] without the intent word.
 #[inline]
 pub(super) fn on_table<R>(h: &mut SATvm, t: TABLE, f: impl FnOnce(&Queue) -> Result<R>) -> Result<R> {
-    on_table_held(h, t, |q, _| f(q))
+    on_table_kept(h, t, |q, _| f(q))
 }
 
 /// Runs `f` on queue `h.tblName`, as [`on_table`].
@@ -37,12 +37,12 @@ pub(super) fn on_queue<R>(h: &mut SATvm, f: impl FnOnce(&Queue) -> Result<R>) ->
 }
 
 /// Runs `f` on queue `h.tblName` with this thread's intent word there, as
-/// [`on_table_held`]: the calls on a handle's queue (lPush, lPop, lPopWait,
+/// [`on_table_kept`]: the calls on a handle's queue (lPush, lPop, lPopWait,
 /// lPopup, lPushs, and the lease calls).
 #[inline(always)]
-pub(super) fn on_queue_held<R>(h: &mut SATvm, f: impl FnOnce(&Queue, Option<&HeldIntent>) -> Result<R>) -> Result<R> {
+pub(super) fn on_queue_kept<R>(h: &mut SATvm, f: impl FnOnce(&Queue, Option<&KeptIntent>) -> Result<R>) -> Result<R> {
     let t = h.tblName;
-    on_table_held(h, t, f)
+    on_table_kept(h, t, f)
 }
 
 /// Removes `t` from the process's attachments (a no-op if it is not there).

@@ -1,7 +1,7 @@
 //! The local (shared-memory) calls of the C API: create, drop, push, pop.
 
 use super::common::{MallocArray, OutBuffer, counted, pop_one, popup, record, text, too_large, wait_mode};
-use super::handle::on_queue_held;
+use super::handle::on_queue_kept;
 use super::handle::{detach, on_table};
 use super::{CREATE, CallResult, Fail, RC_SUCC, SATvm, TABLE, TCREATE, Uenum, call, call_no_handle};
 use crate::error::*;
@@ -190,10 +190,10 @@ pub unsafe extern "C" fn lPush(p: *mut SATvm) -> c_long {
         let rec = unsafe { record(h.pstVoid, h.lSize) }?;
         // Inlined: as a call of its own (the compiler's choice) it cost
         // about 20 instructions a push.
-        on_queue_held(
+        on_queue_kept(
             h,
             #[inline(always)]
-            |q, held| q.push_held(rec, held),
+            |q, kept| q.push_kept(rec, kept),
         )?;
         Ok(1)
     };
@@ -230,10 +230,10 @@ pub unsafe extern "C" fn lPush(p: *mut SATvm) -> c_long {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lPop(p: *mut SATvm, out: *mut c_void, wait: Uenum) -> c_long {
     let take = |h: &mut SATvm, buf: OutBuffer<'_>, wait| {
-        on_queue_held(
+        on_queue_kept(
             h,
             #[inline(always)]
-            |q, held| q.pop_held(buf.take(q.record_size()), wait, held),
+            |q, kept| q.pop_kept(buf.take(q.record_size()), wait, kept),
         )
     };
     let body = |h: &mut SATvm| {
@@ -268,10 +268,10 @@ pub unsafe extern "C" fn lPopWait(p: *mut SATvm, out: *mut c_void, timeout_ms: c
         })
     };
     let take = |h: &mut SATvm, buf: OutBuffer<'_>, wait| {
-        on_queue_held(
+        on_queue_kept(
             h,
             #[inline(always)]
-            |q, held| q.pop_held(buf.take(q.record_size()), wait, held),
+            |q, kept| q.pop_kept(buf.take(q.record_size()), wait, kept),
         )
     };
     let body = |h: &mut SATvm| {
@@ -314,7 +314,7 @@ pub unsafe extern "C" fn lPopup(
         };
         // Records already taken are never dropped: every stop is reported
         // next to the array. They come in batches of up to 64 (one claim each).
-        on_queue_held(h, |q, _| {
+        on_queue_kept(h, |q, _| {
             let mut lens = [0usize; 64];
             while array.len() < expect {
                 let chunk = (expect - array.len()).min(lens.len());
@@ -371,7 +371,7 @@ pub unsafe extern "C" fn lPushs(p: *mut SATvm, n: *mut usize, records: *mut *mut
         let total = total.min(isize::MAX as usize / each * each);
         // SAFETY: the caller provides `*n` records of lSize bytes at `*records`.
         let bytes = unsafe { std::slice::from_raw_parts(base.cast::<u8>(), total) };
-        let (done, err) = on_queue_held(h, |q, _| Ok(q.push_many(bytes, each)))?;
+        let (done, err) = on_queue_kept(h, |q, _| Ok(q.push_many(bytes, each)))?;
         // SAFETY: checked non-NULL above.
         unsafe { *n = done };
         counted(done, err)

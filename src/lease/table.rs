@@ -25,7 +25,7 @@
 //! rare event's (a recovery, `tvmq stat`).
 
 use super::bits::{Index, IndexWords};
-use super::state::{Entry, Owner, St, Word};
+use super::state::{Entry, EntryState, Owner, Word};
 use crate::ring::CachePadded;
 use crate::shm::{SharedMap, SharedRef, ShmSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -276,7 +276,7 @@ impl LeaseTable {
         // bit, if set, goes stale: the next reader of the index clears it).
         let e = self.entry(i);
         let w = e.word();
-        if w.st() == St::Free {
+        if w.state() == EntryState::Free {
             if let Ok(filling) = e.change(w, w.claimed(me)) {
                 return Some((i, filling));
             }
@@ -296,7 +296,7 @@ impl LeaseTable {
             }
             let e = self.entry(i);
             let w = Word(e.state.load(Ordering::SeqCst));
-            if w.st() == St::Free {
+            if w.state() == EntryState::Free {
                 if let Ok(filling) = e.change(w, w.claimed(me)) {
                     return Some((i, filling));
                 }
@@ -412,10 +412,10 @@ impl LeaseTable {
             at = i + 1;
             let e = self.entry(i);
             let w = Word(e.state.load(Ordering::SeqCst));
-            if w.st() != St::Ready {
+            if w.state() != EntryState::Ready {
                 // A stale bit: cleared, then set again if the entry came
                 // back meanwhile (see `lease::bits`).
-                if self.ready.remove(i) && e.word().st() == St::Ready {
+                if self.ready.remove(i) && e.word().state() == EntryState::Ready {
                     self.ready.insert(i);
                 }
                 continue;
@@ -577,7 +577,7 @@ impl LeaseTable {
         let counters = &self.control.counters.0;
         let (mut next_deadline, mut next_ready, mut in_use) = (u64::MAX, u64::MAX, false);
         let mut swept = Swept::default();
-        // Liveness per owner, asked once per sweep.
+        // HolderIs per owner, asked once per sweep.
         let mut known: Vec<(Owner, bool)> = Vec::new();
         let mut is_alive = |o: Owner| match known.iter().find(|k| k.0 == o) {
             Some(k) => k.1,
@@ -594,24 +594,24 @@ impl LeaseTable {
         for i in 0..self.count {
             let e = self.entry(i);
             let w = e.word();
-            in_use |= w.st() != St::Free;
-            let owner_dead = match w.st() {
-                St::Free => {
+            in_use |= w.state() != EntryState::Free;
+            let owner_dead = match w.state() {
+                EntryState::Free => {
                     // Repairs the index (an entry hidden by a process killed
                     // between its change and its bit's); a load if it is fine.
                     self.free.insert(i);
                     continue;
                 }
-                St::Ready => {
+                EntryState::Ready => {
                     next_ready = next_ready.min(e.deadline_ns.load(Ordering::Relaxed));
                     self.ready.insert(i);
                     continue;
                 }
-                St::Doomed => {
+                EntryState::Doomed => {
                     swept.doomed += 1;
                     continue;
                 }
-                St::Leased => {
+                EntryState::Leased => {
                     let dead = !is_alive(w.owner());
                     let deadline = e.deadline_ns.load(Ordering::Relaxed);
                     let pos = e.pos.load(Ordering::Relaxed);
@@ -630,21 +630,21 @@ impl LeaseTable {
                     }
                     dead
                 }
-                St::Filling | St::Taking | St::Busy | St::Dead => {
+                EntryState::Filling | EntryState::Taking | EntryState::Busy | EntryState::Dead => {
                     if is_alive(w.owner()) {
                         continue;
                     }
                     true
                 }
             };
-            let to = match w.st() {
-                St::Leased => w.undelivered(max_deliveries),
+            let to = match w.state() {
+                EntryState::Leased => w.undelivered(max_deliveries),
                 _ => match w.orphaned(max_deliveries) {
                     Some(to) => to,
                     None => continue,
                 },
             };
-            if owner_dead && to.st() == St::Ready {
+            if owner_dead && to.state() == EntryState::Ready {
                 // Due now. Its owner is dead and the sweep lock is ours, so
                 // nobody else writes the entry. (A lease that ran out is due
                 // already, and its live holder may be extending it: not written.)
@@ -653,18 +653,18 @@ impl LeaseTable {
             if e.change(w, to).is_err() {
                 continue;
             }
-            if w.st() != St::Filling {
+            if w.state() != EntryState::Filling {
                 let c = if owner_dead { &counters.orphaned } else { &counters.expired };
                 c.fetch_add(1, Ordering::Relaxed);
             }
-            match to.st() {
-                St::Ready => {
+            match to.state() {
+                EntryState::Ready => {
                     self.ready.insert(i);
                     swept.ready += 1;
                     next_ready = next_ready.min(now);
                 }
-                St::Doomed => swept.doomed += 1,
-                St::Free => self.free.insert(i),
+                EntryState::Doomed => swept.doomed += 1,
+                EntryState::Free => self.free.insert(i),
                 _ => {}
             }
         }
@@ -716,7 +716,7 @@ impl LeaseTable {
             let w = e.word();
             // SAFETY: no other thread of this process reaches the table
             // (the caller's contract).
-            if w.st().holds_record() && !unsafe { self.seal_matches(i, &mut buf) } {
+            if w.state().holds_record() && !unsafe { self.seal_matches(i, &mut buf) } {
                 // Its head and its record reached the disk from different
                 // moments: the entry was reused after its record was
                 // acknowledged, or the record now named was not saved when
@@ -727,20 +727,20 @@ impl LeaseTable {
                 self.free.insert(i);
                 continue;
             }
-            let to = match w.st() {
-                St::Free => {
+            let to = match w.state() {
+                EntryState::Free => {
                     self.free.insert(i);
                     continue;
                 }
-                St::Filling => w.free(),
-                St::Ready | St::Doomed => w,
-                St::Leased | St::Taking | St::Busy => {
+                EntryState::Filling => w.free(),
+                EntryState::Ready | EntryState::Doomed => w,
+                EntryState::Leased | EntryState::Taking | EntryState::Busy => {
                     found.ended += 1;
                     w.undelivered(max_deliveries)
                 }
-                St::Dead => w.doomed(),
+                EntryState::Dead => w.doomed(),
             };
-            if to.st().holds_record() {
+            if to.state().holds_record() {
                 let pos = e.pos.load(Ordering::Relaxed);
                 if release_held(pos) {
                     found.in_ring += 1;
@@ -748,15 +748,15 @@ impl LeaseTable {
                 found.floor = found.floor.max(pos.saturating_add(1));
                 e.deadline_ns.store(0, Ordering::Relaxed);
                 e.leased_ns.store(0, Ordering::Relaxed);
-                match to.st() {
-                    St::Ready => found.ready += 1,
+                match to.state() {
+                    EntryState::Ready => found.ready += 1,
                     _ => found.doomed += 1,
                 }
             }
             e.state.store(to.0, Ordering::SeqCst);
-            match to.st() {
-                St::Free => self.free.insert(i),
-                St::Ready => self.ready.insert(i),
+            match to.state() {
+                EntryState::Free => self.free.insert(i),
+                EntryState::Ready => self.ready.insert(i),
                 _ => {}
             }
         }
@@ -801,7 +801,7 @@ impl LeaseTable {
             }
             let e = self.entry(i);
             let w = e.word();
-            if !w.st().holds_record() {
+            if !w.state().holds_record() {
                 continue;
             }
             let len = (e.len.load(Ordering::Relaxed) as usize).min(self.record_size);
