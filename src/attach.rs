@@ -25,7 +25,7 @@
 
 use crate::error::*;
 use crate::file::{dir, map};
-use crate::queue::{IdHasher, KeptIntent, Queue};
+use crate::queue::{Attacher, IdHasher, KeptIntent, Queue};
 use parking_lot::Mutex;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -33,7 +33,7 @@ use std::ffi::c_long;
 use std::hash::BuildHasherDefault;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering, compiler_fence};
-use std::sync::{Arc, LazyLock, Once};
+use std::sync::{Arc, LazyLock, Once, Weak};
 
 /// Moves whenever a table removes an attachment, or the process forks:
 /// thread caches older than it are dropped.
@@ -56,8 +56,14 @@ extern "C" fn after_fork_in_child() {
 
 /// A table of attached queues. See the module documentation.
 pub struct Attachments {
+    /// Shared with the queues it attached, which find their dead-letter
+    /// queues here ([`Attacher`]).
+    shared: Arc<Shared>,
     /// Tells this table apart in thread caches.
     instance: u64,
+}
+
+struct Shared {
     /// `None`: the process-wide table, whose directory is [`crate::queue_dir`]
     /// at the time a queue is attached.
     dir: Option<PathBuf>,
@@ -72,6 +78,49 @@ struct Inner {
     by_id: HashMap<u32, Arc<Queue>>,
     /// Names already looked up, and the queue they named then.
     names: HashMap<String, u32>,
+}
+
+impl Shared {
+    fn dir(&self) -> PathBuf {
+        self.dir.clone().unwrap_or_else(dir::queue_dir)
+    }
+
+    /// Locks the table, forgetting a fork parent's attachments.
+    fn lock(&self) -> parking_lot::MutexGuard<'_, Inner> {
+        let mut inner = self.inner.lock();
+        let forks = FORKS.load(Ordering::SeqCst);
+        if inner.forks != forks {
+            inner.by_id.clear();
+            inner.names.clear();
+            inner.forks = forks;
+        }
+        inner
+    }
+
+    /// See [`Attachments::resolve`]. A queue opened here finds its
+    /// dead-letter queue in this table.
+    fn resolve(self: &Arc<Self>, id: u32) -> Result<(Arc<Queue>, bool)> {
+        let mut inner = self.lock();
+        if let Some(q) = inner.by_id.get(&id) {
+            if !q.is_dropped() {
+                return Ok((q.clone(), false));
+            }
+            inner.by_id.remove(&id);
+            EPOCH.fetch_add(1, Ordering::Release);
+        }
+        let mut q = Queue::open(&self.dir(), id)?;
+        let me: Weak<Shared> = Arc::downgrade(self);
+        q.attached_by(me);
+        let q = Arc::new(q);
+        inner.by_id.insert(id, q.clone());
+        Ok((q, true))
+    }
+}
+
+impl Attacher for Shared {
+    fn attach(self: Arc<Self>, id: u32) -> Result<Arc<Queue>> {
+        self.resolve(id).map(|(q, _)| q)
+    }
 }
 
 /// A queue this thread reached through a table, and its intent word there.
@@ -230,28 +279,17 @@ impl Attachments {
             // all a child of a multi-threaded process may do before exec).
             unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
         });
-        Attachments {
-            instance,
-            dir,
-            inner: Mutex::new(Inner { forks: FORKS.load(Ordering::SeqCst), ..Inner::default() }),
-        }
+        let inner = Mutex::new(Inner { forks: FORKS.load(Ordering::SeqCst), ..Inner::default() });
+        Attachments { shared: Arc::new(Shared { dir, inner }), instance }
     }
 
     /// The directory whose queues this table attaches.
     pub fn dir(&self) -> PathBuf {
-        self.dir.clone().unwrap_or_else(dir::queue_dir)
+        self.shared.dir()
     }
 
-    /// Locks the table, forgetting a fork parent's attachments.
     fn lock(&self) -> parking_lot::MutexGuard<'_, Inner> {
-        let mut inner = self.inner.lock();
-        let forks = FORKS.load(Ordering::SeqCst);
-        if inner.forks != forks {
-            inner.by_id.clear();
-            inner.names.clear();
-            inner.forks = forks;
-        }
-        inner
+        self.shared.lock()
     }
 
     /// Queue `id`, attaching it if it is not (or the attached one was
@@ -262,17 +300,7 @@ impl Attachments {
 
     /// [`get`](Self::get), saying whether this call attached the queue.
     pub fn resolve(&self, id: u32) -> Result<(Arc<Queue>, bool)> {
-        let mut inner = self.lock();
-        if let Some(q) = inner.by_id.get(&id) {
-            if !q.is_dropped() {
-                return Ok((q.clone(), false));
-            }
-            inner.by_id.remove(&id);
-            EPOCH.fetch_add(1, Ordering::Release);
-        }
-        let q = Arc::new(Queue::open(&self.dir(), id)?);
-        inner.by_id.insert(id, q.clone());
-        Ok((q, true))
+        self.shared.resolve(id)
     }
 
     /// The id of the queue a key names: a queue id written in decimal
@@ -691,6 +719,49 @@ pub(crate) mod tests {
         t1.with(ids[5], || newly += 1, |_| Ok(())).unwrap();
         t1.with(ids[5], || newly += 1, |_| Ok(())).unwrap();
         assert_eq!(newly, 1);
+    }
+
+    /// Entries of this process in the process table of queue `id`.
+    fn my_entries(dir: &Path, id: u32) -> usize {
+        let me = std::process::id();
+        Queue::inspect(dir, id).unwrap().processes().iter().filter(|p| p.pid == me).count()
+    }
+
+    /// Queues 1 and 2 are each other's dead-letter queue. Rejected records
+    /// go both ways through a table: each queue is attached once (one
+    /// entry of this process in each process table, the dead-letter queue
+    /// being the table's), and once the table and its users let go of
+    /// them, both are unmapped and their entries freed (a queue held its
+    /// dead-letter queue strongly: with the table's queues, a cycle).
+    #[test]
+    fn dead_letter_queues_of_each_other_are_attached_once_and_let_go() {
+        let d = TempDir::new("attach", "dlq-cycle");
+        for (id, other) in [(1, 2), (2, 1)] {
+            let mut spec = Spec::new(8, 16);
+            spec.leases = Some(crate::LeaseSpec { dead_letter: Some(other), ..crate::LeaseSpec::default() });
+            Queue::create(d.path(), id, &spec).unwrap();
+        }
+        let t = Attachments::new(d.path().to_path_buf());
+        let mut out = [0u8; 16];
+        for (from, to) in [(1, 2), (2, 1), (1, 2)] {
+            let q = t.get(from).unwrap();
+            q.push(format!("to {to}").as_bytes()).unwrap();
+            let (_, lease) = q.pop_lease(&mut out, Wait::NoWait, std::time::Duration::ZERO).unwrap();
+            q.reject(&lease).unwrap();
+        }
+        for id in [1, 2] {
+            assert_eq!(my_entries(d.path(), id), 1, "queue {id}: attached once");
+        }
+        let (q1, q2) = (t.get(1).unwrap(), t.get(2).unwrap());
+        assert_eq!((q1.depth(), q2.depth()), (1, 2), "each got what the other rejected");
+        drop((q1, q2));
+        assert!(t.detach(1) && t.detach(2));
+        drop(t);
+        for id in [1, 2] {
+            assert_eq!(my_entries(d.path(), id), 0, "queue {id}: let go");
+        }
+        Queue::drop_queue(d.path(), 1).unwrap();
+        Queue::drop_queue(d.path(), 2).unwrap();
     }
 
     #[test]

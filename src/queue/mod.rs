@@ -37,6 +37,7 @@ mod transfer;
 mod types;
 
 pub use durability::SyncTicket;
+pub(crate) use lease::Attacher;
 pub use lease::{Lease, LeaseState, LeaseStats, LeasedRecord};
 pub(crate) use participant::{IdHasher, KeptIntent};
 pub use stats::{Process, Stats};
