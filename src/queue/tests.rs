@@ -217,18 +217,25 @@ fn a_queue_keeps_its_spin_time_and_spinning_pops_keep_their_deadline() {
     let r = q.pop(&mut out, Wait::Until(Instant::now() + Duration::from_millis(30)));
     assert_eq!(r.unwrap_err().code(), MQUE_WAIT_TMO);
     assert!(t.elapsed() >= Duration::from_millis(30));
-    // A spinning consumer gets a record pushed by another thread, and sees a drop.
+    // A spinning consumer gets a record pushed by another thread, and sees
+    // a drop. (Whether it already spins when the record comes or finds it
+    // at once, and whether its second pop starts before the drop or after,
+    // the outcome is the same: each step waits for the one before it.)
+    let (started, popped) = (std::sync::mpsc::channel(), std::sync::mpsc::channel());
     let consumer = {
         let q = q.clone();
+        let (started, popped) = (started.0, popped.0);
         std::thread::spawn(move || {
             let mut out = [0u8; 8];
+            started.send(()).unwrap();
             let n = q.pop(&mut out, Wait::Forever).map(|n| out[..n].to_vec());
+            popped.send(()).unwrap();
             (n, q.pop(&mut out, Wait::Forever).map_err(|e| e.code()))
         })
     };
-    std::thread::sleep(Duration::from_millis(20));
+    started.1.recv().unwrap();
     q.push(b"spun").unwrap();
-    std::thread::sleep(Duration::from_millis(20));
+    popped.1.recv().unwrap();
     Queue::drop_queue(dir.path(), 1).unwrap();
     let (first, second) = consumer.join().unwrap();
     assert_eq!(first.unwrap(), b"spun");
