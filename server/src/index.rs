@@ -120,6 +120,9 @@ pub(crate) struct Index {
     owned: Mutex<Owned>,
     /// Rescans since the start (the first included), for INFO and tests.
     pub(crate) rescans: AtomicU64,
+    /// Queue headers read since the start (rescans' and new files'), for
+    /// INFO and tests: a lookup of an unknown name reads none.
+    pub(crate) headers_read: AtomicU64,
 }
 
 impl Index {
@@ -150,6 +153,7 @@ impl Index {
             rescanning: AtomicBool::new(false),
             owned: Mutex::default(),
             rescans: AtomicU64::new(0),
+            headers_read: AtomicU64::new(0),
         };
         index.rescan(&mut index.watch.lock());
         index
@@ -306,9 +310,15 @@ impl Index {
         }
     }
 
+    /// The name in queue `id`'s header, counted.
+    fn read_name(&self, id: u32) -> tvm::Result<String> {
+        self.headers_read.fetch_add(1, Ordering::Relaxed);
+        tvm::queue_name(&self.dir, id)
+    }
+
     /// Reads the header of queue `id`, new in the directory.
     fn read_one(&self, id: u32, unreadable: &mut HashSet<u32>) {
-        match tvm::queue_name(&self.dir, id) {
+        match self.read_name(id) {
             Ok(name) => self.maps.write().insert(id, name),
             Err(e) if e.code() == TBL_NOT_FOUND => self.forget(id),
             Err(_) => {
@@ -334,7 +344,7 @@ impl Index {
         w.unreadable.clear();
         let mut maps = Maps::default();
         for id in tvm::queue_ids(&self.dir).unwrap_or_default() {
-            match tvm::queue_name(&self.dir, id) {
+            match self.read_name(id) {
                 Ok(name) => maps.insert(id, name),
                 Err(_) => {
                     if w.unreadable.len() < UNREADABLE_MAX {

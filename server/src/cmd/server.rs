@@ -354,7 +354,8 @@ pub(crate) fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u
             "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\nrejected_connections:{}\r\n\
              total_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nqueue_watchers_started:{}\r\n\
              auth_failures:{}\r\nunauthenticated_closed:{}\r\n\
-             queues_indexed:{}\r\nqueues_created:{}\r\nqueues_created_bytes:{}\r\nindex_rescans:{}\r\n\r\n",
+             queues_indexed:{}\r\nqueues_created:{}\r\nqueues_created_bytes:{}\r\nindex_rescans:{}\r\n\
+             index_headers_read:{}\r\n\r\n",
             st.total_connections.load(Ordering::Relaxed),
             commands,
             st.rejected.load(Ordering::Relaxed),
@@ -367,6 +368,7 @@ pub(crate) fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u
             created.0,
             created.1,
             sh.index.rescans.load(Ordering::Relaxed),
+            sh.index.headers_read.load(Ordering::Relaxed),
         );
     }
     if wants("durability") {
