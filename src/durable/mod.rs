@@ -144,7 +144,7 @@ pub(crate) struct Durable {
 impl Durable {
     /// The sync machinery of the durable queue in `file`, whose policy is `policy`.
     pub(crate) fn new(file: &QueueFile, policy: Durability) -> Result<Durable> {
-        let info = file.info();
+        let info = file.header();
         Ok(Durable {
             policy,
             map: file.map().clone(),

@@ -197,7 +197,7 @@ impl Queue {
     }
 
     fn from_file(file: QueueFile, register: bool) -> Result<Queue> {
-        let info = QueueInfo::from_header(file.info(), file.options());
+        let info = QueueInfo::from_header(file.header(), file.options());
         // The consumers of a queue with an image erase the checksums of the records
         // they take (see `Ring::erasing_seals`).
         let erase_seals = file.options().image();
