@@ -12,7 +12,7 @@
 //! the queue alive lives beside it, in `KEPT`, reached only when the kept
 //! queue changes.
 
-use super::handle::{note_attached, on_table};
+use super::handle::{note_attached, on_queue_id};
 use super::{SATvm, TABLE};
 use crate::attach::Attachments;
 use crate::error::Result;
@@ -102,7 +102,7 @@ impl Drop for Busy<'_> {
     }
 }
 
-/// Runs `f` on queue `h.tblName` as [`on_table`] does (attached on first
+/// Runs `f` on queue `h.tblName` as [`on_queue_id`] does (attached on first
 /// use, noted by the handle), with this thread's intent word there: the
 /// kept queue when it is that one, still attached and not dropped (no look
 /// into the attachment table), else through the table.
@@ -125,7 +125,7 @@ pub(super) fn on_queue_kept<R>(h: &mut SATvm, f: impl FnOnce(&Queue, Option<&Kep
                 return f(q, Some(kept));
             }
         }
-        on_queue_other(h, s, f)
+        on_queue_kept_slow(h, s, f)
     })
 }
 
@@ -133,7 +133,7 @@ pub(super) fn on_queue_kept<R>(h: &mut SATvm, f: impl FnOnce(&Queue, Option<&Kep
 /// when there is none, the kept one is stale, or several calls in a row
 /// used it; otherwise goes through the attachment table.
 #[inline(never)]
-fn on_queue_other<R>(
+fn on_queue_kept_slow<R>(
     h: &mut SATvm,
     s: &ThreadState,
     f: impl FnOnce(&Queue, Option<&KeptIntent>) -> Result<R>,
@@ -153,7 +153,7 @@ fn on_queue_other<R>(
             return f(q, Some(kept));
         }
     }
-    on_table(h, t, |q| f(q, None))
+    on_queue_id(h, t, |q| f(q, None))
 }
 
 /// Makes queue `t` the kept one (attaching it if needed: the handle notes
