@@ -9,7 +9,8 @@
 //! back by the kernel on its own schedule (30 s after they were dirtied,
 //! then every few seconds), and each pass cleans every page (a TLB
 //! shootdown each) and makes the next store to it fault again; a fill that
-//! such a pass fell on ran 5 to 15 times slower. tmpfs pages are never
+//! such a pass fell on ran several times slower (docs/measurements.md).
+//! tmpfs pages are never
 //! written back. The live pages were never read after a machine crash
 //! anyway: recovery rebuilds from the image.
 //!

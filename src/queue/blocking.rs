@@ -12,11 +12,9 @@
 //! word and wakes.
 //! Sleeps are cut into slices of [`SLEEP_SLICE`] so that a producer killed
 //! between publishing and waking delays a sleeper, never strands it. The
-//! slice's timer costs a woken sleeper a few tenths of a microsecond: a bare
-//! shared futex taking turns with a pipe between two processes
-//! (`bench/experiments/wake_latency.c`, modes `mix` and `mix-nt`) was behind
-//! the pipe at p50 by 0.2-0.75 us with the timeout, by -1.4 to 0.1 us
-//! without it.
+//! slice's timer costs a woken sleeper a few tenths of a microsecond
+//! (`bench/experiments/wake_latency.c`, modes `mix` and `mix-nt`; the
+//! figures: docs/measurements.md).
 
 use super::{Queue, Strategy, Wait};
 use crate::clock::{mono_ns, now_ns};

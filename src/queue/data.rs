@@ -19,8 +19,8 @@ impl Queue {
 
     /// [`push`](Self::push), announcing through the intent word `kept`
     /// keeps (looked up when it is `None` or another queue's).
-    // Always inlined (into lPush): as a call of its own it costs plain
-    // queues about 15% of their push rate (measured).
+    // Always inlined (into lPush): as a call of its own it cost plain
+    // queues a good part of their push rate (docs/measurements.md).
     #[inline(always)]
     pub(crate) fn push_kept(&self, record: &[u8], kept: Option<&KeptIntent>) -> Result<()> {
         self.check_push(record)?;

@@ -9,8 +9,8 @@ use crate::atomics::{Ordering, fence};
 
 /// How many slots ahead of its claim a thread prefetches into its cache, so
 /// that the cache misses of its next call overlap this one (a fresh slot's
-/// lines come from memory: without it, single-record pushes ran about 20 %
-/// slower here). A prefetch never changes what anyone reads.
+/// lines come from memory: docs/measurements.md). A prefetch never changes
+/// what anyone reads.
 const PREFETCH_AHEAD: usize = 4;
 
 /// Where a consumer's wait for its claimed slot starts (32 pauses, about a

@@ -22,7 +22,8 @@ impl<S: Storage> Ring<S> {
     /// [`push`](Self::push) of a durable ring: the record is sealed under
     /// `key` (see [`seal`]) before it is published. A function of its own,
     /// called by durable queues instead of `push`: with a test of the seal
-    /// in `push` (even one never taken) plain pushes ran about 15% slower.
+    /// in `push` (even one never taken) plain pushes ran slower
+    /// (docs/measurements.md).
     #[inline(never)]
     pub(crate) fn push_sealed(
         &self,

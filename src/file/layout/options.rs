@@ -131,8 +131,7 @@ impl Options {
                     // file (its lease table is persisted in place), and each
                     // sync would then be two device flushes, the table's and
                     // the image's, where syncing the file in place is one
-                    // (lease+ack 2.0 / 5.5 / 10.3 K/s at 1 / 4 / 10 threads
-                    // with an image, 3.5 / 8.3 / 17.5 K/s in place).
+                    // (the figures: docs/measurements.md).
                     if spec.leases.is_none() && !legacy_always() {
                         o.flags |= OPT_IMAGE;
                     }
