@@ -228,9 +228,12 @@ impl Queue {
     /// It takes nothing and returns nothing: look at the queues again.
     ///
     /// At most [`crate::WAIT_ANY_MAX`] words are slept on, the bell's
-    /// included: more queues are `CONDIT_IS_NIL`. On a kernel without
-    /// `futex_waitv` it is `NOT_SUPPT_OPT` at once, having slept on
-    /// nothing (the caller falls back to polling or one queue at a time).
+    /// included.
+    ///
+    /// Errors: `CONDIT_IS_NIL` (no queue and no bell, or more words than
+    /// that), `NOT_SUPPT_OPT` (a kernel without `futex_waitv`: at once,
+    /// having slept on nothing; the caller falls back to polling or one
+    /// queue at a time).
     ///
     /// The protocol is the module's, on every queue at once: announce as a
     /// waiter of each (SeqCst), read each futex word, then re-check every
