@@ -66,7 +66,10 @@ pub struct Field {
 
 impl Field {
     /// Checks the field against a record size: a name of the right length,
-    /// and bytes that lie inside the record (`FLD_DEF_SPILL` otherwise).
+    /// and bytes that lie inside the record.
+    ///
+    /// Errors: `FLD_DEF_SPILL` (an empty or too long name, a NUL in it, or
+    /// bytes outside the record).
     pub fn check(&self, record_size: u64) -> Result<()> {
         if self.name.is_empty() || self.name.len() > MAX_FIELD_NAME || self.name.contains('\0') {
             return Err(Error::new(

@@ -2,7 +2,8 @@
 //! lTvmTruncate (LLEN then LTRIM), lTvmDropTable (DEL), lTvmResetLock
 //! (TVMQ.REPAIR, tvmq serve only).
 
-use super::router::{Answer, Flavor};
+use super::reply::Answer;
+use super::router::Flavor;
 use super::{Client, Key, unexpected};
 use crate::client::conn::ReplyWait;
 use crate::error::*;

@@ -11,7 +11,8 @@
 //!
 //! A Redis has no leases: NOT_SUPPT_OPT, nothing sent.
 
-use super::router::{Answer, Flavor};
+use super::reply::Answer;
+use super::router::Flavor;
 use super::{Client, Key, PopWait, unexpected};
 use crate::client::conn::ReplyWait;
 use crate::error::*;

@@ -85,8 +85,8 @@ impl Durable {
     /// Without it, callers split into two groups that take turns: those a
     /// sync releases push again while the next sync, started at once by a
     /// caller that was waiting, runs without them, so each sync covered
-    /// about half of the callers (measured: 2.1 records per sync with 4
-    /// threads, 5.1 with 10). A lone caller never waits here.
+    /// about half of the callers (docs/measurements.md). A lone caller
+    /// never waits here.
     fn gather(&self) {
         let w = self.words();
         let callers = w.callers.load(Ordering::Relaxed);

@@ -13,7 +13,7 @@ use std::time::Duration;
 impl Durable {
     /// (`interval` queues.) Did pushes or pops happen that no sync covers?
     /// Producers and consumers mark nothing (a shared flag written by every
-    /// push and read by every pop cost them 10-20 % here); the flushers
+    /// push and read by every pop slowed them: docs/measurements.md); the flushers
     /// compare instead: records pushed beyond those the last sync sealed
     /// (`sealed` trails the tail also while a producer is still writing,
     /// so its record brings another sync), records taken beyond those whose

@@ -43,10 +43,8 @@
 //! syncer of an `always` queue first gathers: when others were waiting as
 //! the last sync ended, it waits (yielding) until as many callers have
 //! arrived since the last sync began, or none for 50 us, or for at most
-//! the last sync's duration (see `Durable::gather`). Measured on this
-//! project's VM (ext4 on a virtio disk, 304-byte records): 4 threads went
-//! from 2.1 to 4.0 records per sync and 14 K to 19 K pushes/s, 10 threads
-//! from 5.1 to 9.8 records per sync.
+//! the last sync's duration (see `Durable::gather`): a sync then covers
+//! about twice as many callers (docs/measurements.md).
 //!
 //! # What a sync writes
 //! When consumers moved it since the last sync, a sync writes the consumed
@@ -144,7 +142,7 @@ pub(crate) struct Durable {
 impl Durable {
     /// The sync machinery of the durable queue in `file`, whose policy is `policy`.
     pub(crate) fn new(file: &QueueFile, policy: Durability) -> Result<Durable> {
-        let info = file.info();
+        let info = file.header();
         Ok(Durable {
             policy,
             map: file.map().clone(),

@@ -19,30 +19,30 @@ use std::ffi::c_void;
 /// found dropped is resolved again (it may have been re-created). See
 /// [`Attachments::with`]: once attached, no lock.
 #[inline(always)]
-fn on_table_kept<R>(h: &mut SATvm, t: TABLE, f: impl FnOnce(&Queue, Option<&KeptIntent>) -> Result<R>) -> Result<R> {
+fn on_queue_id_kept<R>(h: &mut SATvm, t: TABLE, f: impl FnOnce(&Queue, Option<&KeptIntent>) -> Result<R>) -> Result<R> {
     Attachments::with_process_kept(t, || state(h).note_attached(t), f)
 }
 
-/// [`on_table_kept`] without the intent word.
+/// Runs `f` on queue `t`, as [`on_queue_id_kept`] without the intent word.
 #[inline]
-pub(super) fn on_table<R>(h: &mut SATvm, t: TABLE, f: impl FnOnce(&Queue) -> Result<R>) -> Result<R> {
-    on_table_kept(h, t, |q, _| f(q))
+pub(super) fn on_queue_id<R>(h: &mut SATvm, t: TABLE, f: impl FnOnce(&Queue) -> Result<R>) -> Result<R> {
+    on_queue_id_kept(h, t, |q, _| f(q))
 }
 
-/// Runs `f` on queue `h.tblName`, as [`on_table`].
+/// Runs `f` on queue `h.tblName`, as [`on_queue_id`].
 #[inline]
 pub(super) fn on_queue<R>(h: &mut SATvm, f: impl FnOnce(&Queue) -> Result<R>) -> Result<R> {
     let t = h.tblName;
-    on_table(h, t, f)
+    on_queue_id(h, t, f)
 }
 
 /// Runs `f` on queue `h.tblName` with this thread's intent word there, as
-/// [`on_table_kept`]: the calls on a handle's queue (lPush, lPop, lPopWait,
-/// lPopup, lPushs, and the lease calls).
+/// [`on_queue_id_kept`]: the calls on a handle's queue (lPush, lPop,
+/// lPopWait, lPopup, lPushs, and the lease calls).
 #[inline(always)]
 pub(super) fn on_queue_kept<R>(h: &mut SATvm, f: impl FnOnce(&Queue, Option<&KeptIntent>) -> Result<R>) -> Result<R> {
     let t = h.tblName;
-    on_table_kept(h, t, f)
+    on_queue_id_kept(h, t, f)
 }
 
 /// Removes `t` from the process's attachments (a no-op if it is not there).
@@ -194,7 +194,7 @@ pub unsafe extern "C" fn vHoldRelease(p: *mut SATvm) {
 }
 
 fn attach(h: &mut SATvm, t: TABLE) -> CallResult {
-    on_table(h, t, |_| Ok(()))?;
+    on_queue_id(h, t, |_| Ok(()))?;
     Ok(0)
 }
 

@@ -42,8 +42,8 @@ const CHECK_SEED: u32 = 0x7e45_e1a5;
 /// by its own odd constant (independent multiplies, done in parallel),
 /// summed, and the sum mixed (a bijection) before it is cut to 32 bits: any
 /// change of the words changes the result but with odds of about 2^-32. A
-/// few cycles: it is on every call (a byte-wise FNV took 80 ns, a chained
-/// word mix 14).
+/// few cycles: it is on every call (a byte-wise FNV and a chained word mix
+/// were slower: docs/measurements.md).
 #[inline]
 fn check(words: &[c_ulonglong; 7]) -> c_uint {
     const K: [u64; 5] = [

@@ -1,8 +1,7 @@
 //! The local (shared-memory) calls of the C API: create, drop, push, pop.
 
 use super::common::{MallocArray, OutBuffer, counted, pop_one, popup, record, text, too_large, wait_mode};
-use super::handle::on_queue_kept;
-use super::handle::{detach, on_table};
+use super::handle::{detach, on_queue_id, on_queue_kept};
 use super::{CREATE, CallResult, Fail, RC_SUCC, SATvm, TABLE, TCREATE, Uenum, call, call_no_handle};
 use crate::error::*;
 use crate::file::queue_dir;
@@ -397,7 +396,7 @@ pub unsafe extern "C" fn lQueueInfo(
     depth: *mut usize,
 ) -> c_long {
     let body = |h: &mut SATvm| {
-        let (size, cap, now) = on_table(h, t, |q| Ok((q.record_size(), q.capacity(), q.depth())))?;
+        let (size, cap, now) = on_queue_id(h, t, |q| Ok((q.record_size(), q.capacity(), q.depth())))?;
         for (ptr, v) in [(record_size, size), (capacity, cap as usize), (depth, now as usize)] {
             // SAFETY: each pointer is NULL (skipped) or, by the caller's
             // contract, points to a writable size_t.

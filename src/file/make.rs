@@ -113,8 +113,8 @@ pub(super) fn fill(file: &File, tmp: &Path, c: &Contents) -> Result<()> {
 /// Writes zeros over bytes `from..to` of the file, `chunk` bytes per write.
 /// On tmpfs, `fallocate` reserves pages but leaves them to be cleared by
 /// whoever touches them first: clearing them here, once, keeps that cost
-/// (page faults over the whole file) out of every attaching process's
-/// first pushes.
+/// (page faults over the whole file: docs/measurements.md) out of every
+/// attaching process's first pushes.
 ///
 /// A durable queue's file on a disk is filled one page per write: the page
 /// cache keeps a file's pages in folios as large as the writes that

@@ -12,6 +12,14 @@ use std::sync::atomic::Ordering;
 impl Queue {
     /// Appends one record of 1..=record_size bytes. Never waits for space:
     /// a full queue gives `DATA_SPC_FULL`.
+    ///
+    /// Errors: `CONDIT_IS_NIL` (an empty record), `RECD_TOO_LONG` (longer
+    /// than the queue's records), `DATA_SPC_FULL`, `SHM_ERR_EIDRM` (the
+    /// queue was dropped), `SHM_ERR_ACCES` (a read-only view),
+    /// `MQUE_WAIT_ERR` (its slot was taken over by a recovery, which
+    /// judged this thread dead: nothing was pushed), `SHM_ERR_INVAL`
+    /// (corrupted shared state), `SYNC_FAILED` (an `always` queue: the
+    /// record is queued, but its sync failed).
     #[inline(always)]
     pub fn push(&self, record: &[u8]) -> Result<()> {
         self.push_kept(record, None)
@@ -19,8 +27,8 @@ impl Queue {
 
     /// [`push`](Self::push), announcing through the intent word `kept`
     /// keeps (looked up when it is `None` or another queue's).
-    // Always inlined (into lPush): as a call of its own it costs plain
-    // queues about 15% of their push rate (measured).
+    // Always inlined (into lPush): as a call of its own it cost plain
+    // queues a good part of their push rate (docs/measurements.md).
     #[inline(always)]
     pub(crate) fn push_kept(&self, record: &[u8], kept: Option<&KeptIntent>) -> Result<()> {
         self.check_push(record)?;
@@ -88,6 +96,9 @@ impl Queue {
     /// bytes apiece, claiming their positions together (one CAS for as many
     /// as there is room for). Returns how many went in; stops at the first
     /// failure (`DATA_SPC_FULL` when the queue fills up), returned alongside.
+    ///
+    /// Errors (alongside the count): `CONDIT_IS_NIL` (`each` 0 or no whole
+    /// record), and those of [`push`](Self::push).
     pub fn push_many(&self, records: &[u8], each: usize) -> (usize, Option<Error>) {
         if each == 0 || records.len() < each {
             return (0, Some(Error::new(CONDIT_IS_NIL, "no records to push (record size 0 or an empty buffer)")));
@@ -117,6 +128,15 @@ impl Queue {
     /// zeroed. Returns the record's length. On a queue with leases, a record
     /// waiting to be delivered again (its lease ran out, or was released)
     /// comes first, and is taken for good.
+    ///
+    /// Errors: `RECD_TOO_LONG` (`out` shorter than the queue's records:
+    /// nothing is taken), `NO_DATA_FOUND` (empty, with `Wait::NoWait`),
+    /// `MQUE_WAIT_TMO` (empty at the deadline of `Wait::Until`),
+    /// `SHM_ERR_EIDRM` (the queue was dropped, also while waiting),
+    /// `SHM_ERR_ACCES` (a read-only view), `MQUE_WAIT_ERR` (its slot was
+    /// taken over by a recovery), `SHM_ERR_INVAL` (corrupted shared state or
+    /// lease table). A failed sync of an `always` queue is not an error
+    /// here (the record is the caller's; the failure is counted in the file).
     pub fn pop(&self, out: &mut [u8], wait: Wait) -> Result<usize> {
         self.pop_kept(out, wait, None)
     }
@@ -210,6 +230,10 @@ impl Queue {
     /// each further record as [`pop`](Self::pop) does. Returns how many were
     /// taken and the error that stopped it early (`NO_DATA_FOUND` with
     /// `NoWait`, `MQUE_WAIT_TMO` at the deadline).
+    ///
+    /// Errors (alongside the count): `RECD_TOO_LONG` (`each` below the
+    /// record size: nothing is taken), and those of [`pop`](Self::pop).
+    /// (At most as many records as `out` holds are taken.)
     pub fn pop_into(&self, out: &mut [u8], each: usize, lens: &mut [usize], wait: Wait) -> (usize, Option<Error>) {
         if each < self.record_size() {
             let msg = format!(
@@ -279,6 +303,8 @@ impl Queue {
 
     /// [`pop_into`](Self::pop_into) appending to a vector, `each` bytes per
     /// record, at most `max` records.
+    ///
+    /// Errors (alongside the count): those of [`pop_into`](Self::pop_into).
     pub fn pop_many(&self, out: &mut Vec<u8>, each: usize, max: usize, wait: Wait) -> (usize, Option<Error>) {
         let at = out.len();
         out.resize(at + max * each, 0);

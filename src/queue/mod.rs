@@ -180,6 +180,15 @@ impl Queue {
     /// Opens queue `id` of `dir` for pushing and popping: validates the file,
     /// maps it (populating its pages unless `TVMQ_POPULATE=0`), and registers
     /// this process in its process table.
+    ///
+    /// Errors: `TBL_NOT_FOUND` (no such queue), `SHM_ERR_ACCES` (no
+    /// permission, a symbolic link, a file of another owner),
+    /// `SHM_ERR_INVAL` / `VER_NOT_MATCH` (not a valid queue file, or of a
+    /// layout this library does not read), `SHM_ERR_NOMEM` / `MQUE_CRTE_BIG`
+    /// (it cannot be mapped), `NOT_DURABLE` (a durable queue's file moved
+    /// onto tmpfs); a durable queue attached after a machine restart
+    /// recovers first: `LOCK_DOWR_ERR` (its recovery lock cannot be taken),
+    /// `SYNC_FAILED` (the recovery's sync failed).
     pub fn open(dir: &Path, id: u32) -> Result<Queue> {
         let populate = std::env::var("TVMQ_POPULATE").map_or(true, |v| v != "0");
         Self::open_with(dir, id, populate)
@@ -187,18 +196,24 @@ impl Queue {
 
     /// [`open`](Self::open), saying whether to map every page now
     /// (`populate`) or let the first touch of each page fault it in.
+    ///
+    /// Errors: those of [`open`](Self::open).
     pub fn open_with(dir: &Path, id: u32, populate: bool) -> Result<Queue> {
         Self::from_file(QueueFile::open(dir, id, Access::ReadWrite { populate })?, true)
     }
 
     /// Opens queue `id` of `dir` read-only, for inspection: no registration;
     /// push and pop fail.
+    ///
+    /// Errors: those of [`open`](Self::open) (the file is only read: no
+    /// recovery runs, so neither `LOCK_DOWR_ERR` nor `SYNC_FAILED`; a
+    /// durable queue's file on tmpfs can be inspected).
     pub fn inspect(dir: &Path, id: u32) -> Result<Queue> {
         Self::from_file(QueueFile::open(dir, id, Access::ReadOnly)?, false)
     }
 
     fn from_file(file: QueueFile, register: bool) -> Result<Queue> {
-        let info = QueueInfo::from_header(file.info(), file.options());
+        let info = QueueInfo::from_header(file.header(), file.options());
         // The consumers of a queue with an image erase the checksums of the records
         // they take (see `Ring::erasing_seals`).
         let erase_seals = file.options().image();

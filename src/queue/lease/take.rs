@@ -67,11 +67,11 @@ impl Queue {
     /// read of the clock for both, and the acknowledged entry, claimed by
     /// the same change of its word, takes the next record).
     ///
-    /// The outer result is the acknowledgement's: on its error (those of
-    /// `ack`, and a buffer shorter than a record, checked first) nothing
-    /// was taken, and, but for `SYNC_FAILED`, `done` is not acknowledged.
-    /// The inner result is the lease's (those of `pop_lease`), the
-    /// acknowledgement being done.
+    /// Errors: the outer result is the acknowledgement's: on its error
+    /// (those of `ack`, and `RECD_TOO_LONG` for a buffer shorter than a
+    /// record, checked first) nothing was taken, and, but for
+    /// `SYNC_FAILED`, `done` is not acknowledged. The inner result is the
+    /// lease's (those of `pop_lease`), the acknowledgement being done.
     pub fn ack_pop_lease(
         &self,
         done: &Lease,

@@ -135,8 +135,10 @@ impl Queue {
     /// (recognised by its magic) or, otherwise, text lines whose fields are
     /// separated by `sep` (the queue must have a field list). Records are
     /// appended after those queued. Returns how many went in, and the error
-    /// that stopped it: `DATA_SPC_FULL` when the queue filled (the records
-    /// before stay pushed), `RECD_TOO_LONG` (a binary export of a queue with
+    /// that stopped it.
+    ///
+    /// Errors (alongside the count): `DATA_SPC_FULL` when the queue filled
+    /// (the records before stay pushed), `RECD_TOO_LONG` (a binary export of a queue with
     /// longer records: checked before any push), `SHM_ERR_INVAL` (not an
     /// export, or cut short: the records before the damage are pushed),
     /// `FIELD_NOT_DEF`, `FLD_NOT_EXIST` / `IDX_DATA_MISM` (a text line that

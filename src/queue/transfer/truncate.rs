@@ -13,6 +13,8 @@ impl Queue {
     /// is woken. On a queue with leases, the records waiting to be
     /// delivered again go too; those leased by consumers stay theirs.
     /// Returns how many records it removed.
+    ///
+    /// Errors: those of [`discard`](Self::discard).
     pub fn truncate(&self) -> Result<u64> {
         let mut left = self.depth();
         if let Some(s) = self.lease_stats() {
@@ -27,6 +29,10 @@ impl Queue {
     /// a durable queue each batch of 64 makes a sync, unless the caller
     /// puts them off ([`defer_syncs`](Self::defer_syncs)). Returns how many
     /// records it removed; an error other than running empty stops it.
+    ///
+    /// Errors: those of [`pop`](Self::pop) but `NO_DATA_FOUND` (running
+    /// empty ends it): `SHM_ERR_EIDRM`, `SHM_ERR_ACCES` (a read-only view),
+    /// `MQUE_WAIT_ERR`, `SHM_ERR_INVAL`.
     pub fn discard(&self, n: u64) -> Result<u64> {
         let mut left = n;
         let each = self.record_size();
