@@ -219,8 +219,8 @@ impl Queue {
         let erase_seals = file.options().image();
         let mut ring = Ring::new(file.storage()?, info.capacity, info.record_size as usize).erasing_seals(erase_seals);
         let mut registry = file.registry()?;
-        let mut durable = None;
-        if let (Some(policy), true) = (info.durability, register) {
+        let durability = info.durability.filter(|_| register);
+        if durability.is_some() {
             if file.is_volatile() && !crate::durable::hooked(file.path()) {
                 // Created on a disk (create refuses tmpfs), then moved or copied
                 // here. (An `interval` queue's live part made by this open goes.)
@@ -242,15 +242,6 @@ impl Queue {
             if crate::durable::recover::attach(&file, &ring, key, || registry.reset_all())?.is_some() {
                 ring = Ring::new(file.storage()?, info.capacity, info.record_size as usize).erasing_seals(erase_seals);
             }
-            let d = Arc::new(Durable::new(&file, policy)?);
-            if d.is_dirty() {
-                // Left by a process that died before its flusher ran.
-                d.sync()?;
-            }
-            if let Durability::Interval(_) = policy {
-                crate::durable::flusher::register(&d);
-            }
-            durable = Some(d);
         }
         let control = file.control();
         let (registered, reconciled) = if register { registry.register(&control.wake.0.waiters) } else { (false, 0) };
@@ -261,11 +252,23 @@ impl Queue {
         if reconciled > 0 {
             control.counters.0.reconciled_waiters.fetch_add(u64::from(reconciled), Ordering::Relaxed);
         }
-        let deaths = if register { registry.unclean_deaths() } else { Vec::new() };
         let unblock_timeout = std::env::var("TVMQ_UNBLOCK_TIMEOUT_MS")
             .ok()
             .and_then(|v| v.parse().ok())
             .map_or(Duration::from_millis(info.unblock_timeout_ms), Duration::from_millis);
+        // The sync machinery, once registered: the sync lock names its
+        // holder by this process's entry (see `crate::durable::lock`).
+        let durable = match durability.map(|policy| Self::durable_part(&file, policy, registry.me(), unblock_timeout)) {
+            Some(Err(e)) => {
+                if register && !registered {
+                    control.state.0.unregistered.fetch_sub(1, Ordering::SeqCst);
+                }
+                return Err(e);
+            }
+            Some(Ok(d)) => Some(d),
+            None => None,
+        };
+        let deaths = if register { registry.unclean_deaths() } else { Vec::new() };
         let leases = match (file.lease_table()?, &info.leases) {
             (Some(table), Some(settings)) => Some(Box::new(lease::Leases::new(table, settings.clone(), registry.me()))),
             _ => None,
@@ -293,6 +296,26 @@ impl Queue {
             queue.registry.forget(&deaths);
         }
         Ok(queue)
+    }
+
+    /// The sync machinery of a durable queue opened for writing by this
+    /// process, registered as `me`: made, synced if a process died before
+    /// its flusher ran, and handed to the flusher (`interval`).
+    fn durable_part(
+        file: &QueueFile,
+        policy: Durability,
+        me: Option<(usize, u32)>,
+        unknown_after: Duration,
+    ) -> Result<Arc<Durable>> {
+        let d = Arc::new(Durable::new(file, policy, me, unknown_after)?);
+        if d.is_dirty() {
+            // Left by a process that died before its flusher ran.
+            d.sync()?;
+        }
+        if let Durability::Interval(_) = policy {
+            crate::durable::flusher::register(&d);
+        }
+        Ok(d)
     }
 
     /// Recovers what dead processes left that nobody waits on: their
@@ -401,6 +424,12 @@ impl Queue {
     /// `interval` queues, whose pushes and pops test this and find nothing
     /// to do.
     #[inline(always)]
+    /// (Tests.) The sync machinery of a durable queue.
+    #[cfg(test)]
+    pub(crate) fn durable_in_test(&self) -> Option<&Durable> {
+        self.durable.as_deref()
+    }
+
     fn always(&self) -> Option<&Durable> {
         self.durable.as_deref().filter(|d| d.is_always())
     }
