@@ -35,7 +35,7 @@
 use super::dir::default_dir_of;
 use super::fs::io_error;
 use super::layout::{HEADER_BYTES, Header, OPTIONS_OFFSET, Options, fnv1a, header_page, image_offset};
-use super::make::{Contents, create_exclusive, fill, publish_new, temporary_name, unlink_if_same};
+use super::make::{Contents, create_temporary, fill, publish_new, unlink_if_same};
 use crate::error::*;
 use std::fs::File;
 use std::os::unix::fs::{FileExt, MetadataExt};
@@ -280,8 +280,7 @@ fn live_dir(ident: &Identity) -> Result<PathBuf> {
 fn make(info: &Header, want: &[u8], len: u64, ident: &Identity, stamp: bool) -> Result<Option<Live>> {
     let dir = live_dir(ident)?;
     let path = ident.path();
-    let tmp = temporary_name(&dir, ".interval-tmp.");
-    let file = create_exclusive(&tmp, ident.mode)?;
+    let (tmp, file) = create_temporary(&dir, ".interval-tmp.", ident.mode)?;
     // As for a plain queue in /dev/shm: every page reserved now and
     // cleared once, but the process table's intent pages, left a hole.
     let ranges: Vec<(u64, u64)> =
