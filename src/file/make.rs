@@ -46,12 +46,20 @@ pub(super) fn create_temporary(dir: &Path, prefix: &str, mode: u32) -> Result<(P
     loop {
         let tmp = temporary_name(dir, prefix);
         let file = create_exclusive(&tmp, mode)?;
-        if take_maker_lock(&file) {
+        // Ours if we hold it and its name still leads to it: a cleanup
+        // that took the lock between our create and our lock removes it,
+        // and lets the lock go once it has (we would get it then).
+        if take_maker_lock(&file) && still_named(&tmp, &file) {
             return Ok((tmp, file));
         }
-        // A cleanup took it first (between our create and our lock), and
-        // removes it: another name.
+        // Another name.
     }
+}
+
+/// Does `path` lead to the open file `file`?
+fn still_named(path: &Path, file: &File) -> bool {
+    let Ok(mine) = file.metadata() else { return false };
+    std::fs::symlink_metadata(path).is_ok_and(|m| (m.dev(), m.ino()) == (mine.dev(), mine.ino()))
 }
 
 /// Removes the temporary file `path` if its maker is gone (nobody holds
