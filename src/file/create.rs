@@ -62,7 +62,7 @@ pub(crate) fn create(dir: &Path, id: u32, spec: &Spec) -> Result<()> {
             // queue file is published, so that no process finds one without
             // the other (the queue file keeps its inode through the rename).
             if image {
-                let ident = live::Identity::of(&file, &info, &tmp)?;
+                let ident = live::Identity::of(&file, &info, &tmp, &path)?;
                 live = Some(live::create(&info, &options, &ident)?);
             }
             Ok(())

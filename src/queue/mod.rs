@@ -171,6 +171,28 @@ impl Queue {
         }
     }
 
+    /// Removes this user's orphaned live parts: the files in
+    /// `/dev/shm/tvmq-<euid>` that hold the live part of a durable queue
+    /// (`interval`, or `always` without leases) whose queue file is gone or
+    /// is another file now (removed otherwise than by
+    /// [`drop_queue`](Self::drop_queue): `rm`, or its directory removed)
+    /// and that no process uses; and the temporary files of live parts
+    /// whose makers died. Every create and attach of such a queue does
+    /// this too. Never fails: what cannot be read or removed is left (a
+    /// live part made by an earlier version, which does not record its
+    /// queue file, is kept).
+    pub fn remove_orphaned_live_parts() -> crate::file::OrphansRemoved {
+        file::orphans::remove_orphans()
+    }
+
+    /// Orphaned live parts this process removed since it started (at its
+    /// creates and attaches, and in
+    /// [`remove_orphaned_live_parts`](Self::remove_orphaned_live_parts)),
+    /// and the bytes of memory they held. Never fails.
+    pub fn orphaned_live_parts_removed() -> (u64, u64) {
+        file::orphans::removed_so_far()
+    }
+
     /// Removes the temporary files that creations of queue `id` in `dir`
     /// left behind when their process died; returns how many.
     pub fn remove_stale_temporaries(dir: &Path, id: u32) -> usize {
