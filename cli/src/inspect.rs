@@ -312,12 +312,17 @@ pub fn repair(dir: &Path, id: u32) -> Result<(), Error> {
     let q = Queue::open_with(dir, id, false)?;
     let r = q.repair();
     let removed = Queue::remove_stale_temporaries(dir, id);
+    let orphans = Queue::remove_orphaned_live_parts();
     println!(
         "queue {id}: {} record(s) of dead consumers published again, {} claim(s) of dead producers skipped, \
-         {} sleeper(s) of dead processes uncounted, {removed} stale temporary file(s) removed{}",
+         {} sleeper(s) of dead processes uncounted, {removed} stale temporary file(s) removed; \
+         {} orphaned live part(s) of removed queues ({} bytes) and {} of their temporary file(s) removed{}",
         r.recovered_pops,
         r.recovered_pushes,
         r.reconciled_waiters,
+        orphans.live_parts,
+        orphans.bytes,
+        orphans.temporaries,
         if r.alone {
             ""
         } else {
