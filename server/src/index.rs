@@ -26,6 +26,11 @@
 //! used at all (`fs.inotify.max_user_instances` reached), the background
 //! thread rescans every [`RESCAN_EVERY`] instead, and lookups never scan.
 //! No scan ever runs on a worker thread.
+//!
+//! When a queue file goes, the background thread also removes the live
+//! parts (in `/dev/shm/tvmq-<uid>`) of durable queues whose files are gone
+//! ([`tvm::Queue::remove_orphaned_live_parts`]): a queue removed with
+//! `rm`, not dropped, would otherwise hold that memory until a reboot.
 
 use crate::shutdown::Shutdown;
 use inotify::{EventMask, Inotify, WatchMask};
@@ -123,6 +128,11 @@ pub(crate) struct Index {
     /// Queue headers read since the start (rescans' and new files'), for
     /// INFO and tests: a lookup of an unknown name reads none.
     pub(crate) headers_read: AtomicU64,
+    /// A queue file went since the background thread last removed the
+    /// live parts left by removed queues (see [`Index::run`]).
+    orphans_due: AtomicBool,
+    /// Those sweeps since the start (the first at start), for INFO and tests.
+    pub(crate) orphan_sweeps: AtomicU64,
 }
 
 impl Index {
@@ -154,6 +164,8 @@ impl Index {
             owned: Mutex::default(),
             rescans: AtomicU64::new(0),
             headers_read: AtomicU64::new(0),
+            orphans_due: AtomicBool::new(true),
+            orphan_sweeps: AtomicU64::new(0),
         };
         index.rescan(&mut index.watch.lock());
         index
@@ -295,7 +307,12 @@ impl Index {
             }
             for (id, appeared) in changes {
                 unreadable.remove(&id);
-                if appeared { self.read_one(id, unreadable) } else { self.forget(id) }
+                if appeared {
+                    self.read_one(id, unreadable)
+                } else {
+                    self.forget(id);
+                    self.orphans_due.store(true, Ordering::Relaxed);
+                }
             }
         }
         if lost {
@@ -380,6 +397,16 @@ impl Index {
             if w.overflowed || (w.inotify.is_none() && since_rescan >= RESCAN_EVERY) {
                 self.rescan(&mut w);
                 since_rescan = Duration::ZERO;
+                // Without events, a removal is seen only at a rescan.
+                self.orphans_due.store(true, Ordering::Relaxed);
+            }
+            drop(w);
+            if self.orphans_due.swap(false, Ordering::Relaxed) {
+                // A queue file went (removed by `rm`, say, not dropped):
+                // the live part in tmpfs of a durable one is memory nobody
+                // frees otherwise. Here, never on a worker: it stats files.
+                tvm::Queue::remove_orphaned_live_parts();
+                self.orphan_sweeps.fetch_add(1, Ordering::Relaxed);
             }
         }
     }

@@ -349,13 +349,15 @@ pub(crate) fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u
         );
     }
     if wants("stats") {
+        let orphans = tvm::Queue::orphaned_live_parts_removed();
         let _ = write!(
             t,
             "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\nrejected_connections:{}\r\n\
              total_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nqueue_watchers_started:{}\r\n\
              auth_failures:{}\r\nunauthenticated_closed:{}\r\n\
              queues_indexed:{}\r\nqueues_created:{}\r\nqueues_created_bytes:{}\r\nindex_rescans:{}\r\n\
-             index_headers_read:{}\r\n\r\n",
+             index_headers_read:{}\r\nlive_parts_removed:{}\r\nlive_parts_removed_bytes:{}\r\n\
+             index_orphan_sweeps:{}\r\n\r\n",
             st.total_connections.load(Ordering::Relaxed),
             commands,
             st.rejected.load(Ordering::Relaxed),
@@ -369,6 +371,9 @@ pub(crate) fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u
             created.1,
             sh.index.rescans.load(Ordering::Relaxed),
             sh.index.headers_read.load(Ordering::Relaxed),
+            orphans.0,
+            orphans.1,
+            sh.index.orphan_sweeps.load(Ordering::Relaxed),
         );
     }
     if wants("durability") {
