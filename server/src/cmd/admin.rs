@@ -12,49 +12,24 @@
 //! and answers how many records it recovered.
 //!
 //! Each finds its queues on the worker, then does its work off it
-//! ([`OffWorker`]): removing a file, popping a whole ring (with the syncs
+//! ([`Job`]): removing a file, popping a whole ring (with the syncs
 //! of a durable queue: one, for all the records an LTRIM removes) or
 //! scanning one may take long, and the worker serves other connections
 //! meanwhile. The connection waits for the reply, so pipelined commands
 //! keep their order.
 
 use super::Flow;
-use super::context::{Ctx, parse_int};
-use super::queue::key_error;
+use super::context::{Ctx, key_error, parse_int};
+use super::off_worker::Job;
 use crate::keys::KeyError;
 use crate::reply;
 use resp::Request;
-use std::sync::Arc;
 use tvm::Queue;
-
-/// A command's work that may touch the disk or scan a whole ring, to run on
-/// the runtime's blocking pool ([`run_off_worker`]): it appends the
-/// command's reply to the buffer it is given.
-pub(crate) struct OffWorker(Box<Job>);
-
-/// What an [`OffWorker`] runs: it writes the reply into the buffer.
-type Job = dyn FnOnce(&mut Vec<u8>) + Send;
 
 /// The flow that runs `job` off the worker, the connection waiting for
 /// its reply.
 fn reply_off_worker(job: impl FnOnce(&mut Vec<u8>) + Send + 'static) -> Flow {
-    Flow::OffWorker(OffWorker(Box::new(job)))
-}
-
-/// Runs `job` on a thread of the runtime's blocking pool while the calling
-/// connection waits (other connections of the worker go on), then appends
-/// its reply to `out`.
-pub(crate) async fn run_off_worker(job: OffWorker, out: &mut Vec<u8>) {
-    let ran = tokio::task::spawn_blocking(move || {
-        let mut reply = Vec::new();
-        (job.0)(&mut reply);
-        reply
-    })
-    .await;
-    match ran {
-        Ok(reply) => out.extend_from_slice(&reply),
-        Err(e) => reply::error_fmt(out, format_args!("ERR the command failed: {e}")),
-    }
+    Flow::OffWorker(Job::new(job))
 }
 
 /// DEL key [key ...]: drops each queue named; the number that existed.
@@ -138,13 +113,7 @@ pub(crate) fn ltrim(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<
 /// TVMQ.REPAIR key: `tvmq repair` on the queue; the records recovered.
 pub(crate) fn repair(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) -> Flow {
     let key = req.arg(buf, 1);
-    let q: Arc<Queue> = match ctx.client.last.resolve(ctx.shared, ctx.keys, key) {
-        Ok(q) => q.clone(),
-        Err(e) => {
-            key_error(out, key, &e);
-            return Flow::Next;
-        }
-    };
+    let Some(q) = ctx.queue(key, out) else { return Flow::Next };
     reply_off_worker(move |out| {
         let r = q.repair();
         q.move_dead_letters();

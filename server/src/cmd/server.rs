@@ -320,7 +320,7 @@ pub(crate) fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u
     let sh = ctx.shared;
     let st = &sh.stats;
     let (commands, input, output) = sh.totals();
-    let created = sh.index.owned();
+    let created = sh.index.created_queues();
     let mut t = String::new();
     if wants("server") {
         let _ = write!(
@@ -400,8 +400,8 @@ pub(crate) fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u
     resp::verbatim(out, ctx.client.proto, b"txt", t.as_bytes());
 }
 
-/// INFO's `# Durability`: the syncs this server ran for replies it held
-/// (pushes and pops of `always` queues answered only once on stable
+/// INFO's `# Durability`: the syncs this server ran for the replies that
+/// waited for them (pushes and pops of `always` queues answered only once on stable
 /// storage), and each durable queue's own sync counters (every process's
 /// syncs, from the queue file).
 fn durability_section(sh: &crate::state::ServerState, t: &mut String) {

@@ -1,36 +1,10 @@
-//! Durable (`always`) queues served without waiting on the event loop.
-//!
-//! A push to an `always` queue (and a pop from one) runs with its sync put
-//! off ([`Queue::defer_syncs`]): the record is published at once, the
-//! reply is written into the connection's output buffer, and the command
-//! leaves a [`SyncTicket`] in the connection's [`Held`] list. Before the
-//! connection writes its output (once per batch of pipelined commands), it
-//! waits, as a task, until every ticket of that output is covered by a
-//! completed sync: other connections of the worker go on meanwhile.
-//!
-//! The syncs run on the server's [`Syncers`]: a few threads off the
-//! workers. A queue with tickets waiting is handed to one of them, which
-//! runs the library's sync for the highest ticket asked for
-//! ([`Queue::sync_ticket`]: the group commit, shared with other processes
-//! that push to the queue), tells the waiting tasks (a `watch` channel per
-//! queue), and runs again at once if more tickets arrived meanwhile. So one
-//! sync covers everything published before it began: the commands of every
-//! connection and worker, and of local programs.
-//!
-//! A failed sync turns the held replies of pushes into errors (the records
-//! are in the queue but not known to be on stable storage, as the
-//! library's `SYNC_FAILED` says); held pops are delivered anyway (the
-//! records were taken: an error would lose them; a crash may deliver them
-//! again), as a local pop does.
-//!
-//! Any command that changes a durable queue does the same: run its calls
-//! inside `defer_syncs`, then `client.held.add(queue, ticket, reply bytes,
-//! records, OnFailure::Error)` (acks of leases: `Error`, since the client
-//! must not believe an ack durable that is not).
+//! The server's sync threads ([`Syncers`]): each takes a queue whose
+//! connections wait for a sync, runs the library's group commit for the
+//! highest ticket asked for, and tells the waiting tasks; and their
+//! counters, for INFO ([`SyncStats`]).
 
 use parking_lot::{Condvar, Mutex};
 use std::collections::{HashMap, VecDeque};
-use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -62,108 +36,18 @@ const LINGER: Duration = Duration::from_micros(400);
 /// which a queue's syncs stop gathering: such batches arrive one after
 /// another as the worker reads them, each big enough to be worth a sync of
 /// its own, and a sync that waited for all of them would leave the disk
-/// idle meanwhile (measured with `redis-benchmark -c 10 -P 16` on an
-/// `always` queue, 2026-12-02: 175-216 K pushes/s gathering, 215-261 K
-/// without; `-c 10` without pipelining gathers, as before).
+/// idle meanwhile (the measurements: docs/server.md, durable queues;
+/// clients that do not pipeline still gather).
 const PIPELINED: u64 = 4;
 
-/// What a held reply becomes when its sync fails.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum OnFailure {
-    /// An error reply in its place (pushes, acks: the client must not
-    /// believe them durable).
-    Error,
-    /// Written as it is (pops: the records are the client's now).
-    Deliver,
-}
-
-/// One reply held for a sync.
-struct Entry {
-    /// Index into `Held::queues`.
-    queue: usize,
-    /// The bytes of the reply in the output buffer.
-    reply: Range<usize>,
-    on_failure: OnFailure,
-}
-
-/// The replies in a connection's output buffer that wait for syncs, and
-/// the highest ticket of each queue they need.
-#[derive(Default)]
-pub(crate) struct Held {
-    /// Each queue, the highest ticket its replies need, and the records
-    /// they changed.
-    queues: Vec<(Arc<Queue>, SyncTicket, u64)>,
-    entries: Vec<Entry>,
-}
-
-impl Held {
-    /// Holds the reply `reply` (bytes of the output buffer) of a command on
-    /// `q` until `ticket` is covered; it changed `records` records.
-    pub(crate) fn add(&mut self, q: Arc<Queue>, ticket: SyncTicket, reply: Range<usize>, records: u64, f: OnFailure) {
-        let queue = match self.queues.iter().position(|(h, _, _)| Arc::ptr_eq(h, &q)) {
-            Some(i) => {
-                self.queues[i].1 = self.queues[i].1.max(ticket);
-                self.queues[i].2 += records;
-                i
-            }
-            None => {
-                self.queues.push((q, ticket, records));
-                self.queues.len() - 1
-            }
-        };
-        self.entries.push(Entry { queue, reply, on_failure: f });
-    }
-
-    pub(crate) fn is_empty(&self) -> bool {
-        self.queues.is_empty()
-    }
-
-    /// Waits until every held reply's sync has completed (or failed), then
-    /// turns the replies whose sync failed into errors, and forgets them.
-    pub(crate) async fn settle(&mut self, syncers: &Syncers, out: &mut Vec<u8>) {
-        if self.queues.is_empty() {
-            return;
-        }
-        let records = self.queues.iter().map(|q| q.2).sum();
-        syncers.stats().records.fetch_add(records, Ordering::Relaxed);
-        let mut failed: Vec<Option<(u32, Arc<str>)>> = Vec::with_capacity(self.queues.len());
-        for (q, ticket, records) in &self.queues {
-            failed.push(syncers.wait(q, *ticket, *records).await.err().map(|why| (q.id(), why)));
-        }
-        if failed.iter().any(Option::is_some) {
-            rewrite_failed(out, &self.entries, &failed);
-        }
-        self.queues.clear();
-        self.entries.clear();
-    }
-}
-
-/// Replaces the replies of `entries` whose queue's sync failed (`failed`,
-/// by queue: its id and why) and that become errors with `SYNC_FAILED`
-/// errors, last first so that the ranges of earlier ones stay valid.
-#[cold]
-fn rewrite_failed(out: &mut Vec<u8>, entries: &[Entry], failed: &[Option<(u32, Arc<str>)>]) {
-    for e in entries.iter().rev() {
-        let Some((id, why)) = &failed[e.queue] else { continue };
-        if e.on_failure == OnFailure::Deliver || e.reply.end > out.len() {
-            continue;
-        }
-        let text =
-            format!("SYNC_FAILED queue {id}: the change is in the queue but not known to be on stable storage: {why}");
-        let mut reply = Vec::with_capacity(text.len() + 3);
-        resp::error(&mut reply, text.replace(['\r', '\n'], " ").as_bytes());
-        out.splice(e.reply.clone(), reply);
-    }
-}
-
-/// Counters of the syncs run for held replies, for INFO.
+/// Counters of the syncs run for unsynced replies, for INFO.
 #[derive(Default)]
 pub(crate) struct SyncStats {
     /// Syncs run (tickets already covered when their turn came not counted).
     pub(crate) syncs: AtomicU64,
     /// Syncs that failed.
     pub(crate) failures: AtomicU64,
-    /// Records (pushed or popped) whose replies were held.
+    /// Records (pushed or popped) whose replies waited for a sync.
     pub(crate) records: AtomicU64,
     /// How long the last sync took, microseconds.
     pub(crate) last_us: AtomicU64,
@@ -218,7 +102,7 @@ struct QueueSync {
     ended: AtomicU64,
 }
 
-/// The server's sync threads (started at the first held reply; they end
+/// The server's sync threads (started at the first unsynced reply; they end
 /// when the server's state is dropped).
 pub(crate) struct Syncers {
     inner: Arc<Inner>,
@@ -275,7 +159,7 @@ impl Syncers {
         &self.inner.stats
     }
 
-    /// Sync threads running (0 before the first held reply).
+    /// Sync threads running (0 before the first unsynced reply).
     pub(crate) fn threads(&self) -> usize {
         self.inner.threads.get().copied().unwrap_or(0)
     }
@@ -304,7 +188,7 @@ impl Syncers {
             return q.sync_ticket(ticket).map_err(|e| Arc::from(e.to_string()));
         }
         let inner = &self.inner;
-        let qs = inner.entry(q);
+        let qs = inner.sync_state(q);
         let mut rx = qs.progress.subscribe();
         let _ = qs.first_ask.compare_exchange(0, inner.now_us() + 1, Ordering::Relaxed, Ordering::Relaxed);
         qs.ask_records.fetch_add(records, Ordering::Relaxed);
@@ -343,7 +227,7 @@ impl Inner {
 
     /// The sync state of `q`, made when it has none yet (forgetting those
     /// of queues no longer open).
-    fn entry(&self, q: &Arc<Queue>) -> Arc<QueueSync> {
+    fn sync_state(&self, q: &Arc<Queue>) -> Arc<QueueSync> {
         let key = Arc::as_ptr(q) as usize;
         let mut map = self.queues.lock();
         if let Some(qs) = map.get(&key) {
@@ -508,28 +392,5 @@ impl Inner {
                 return false;
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A failed sync turns the held replies of pushes into `SYNC_FAILED`
-    /// errors, in place, and leaves those of pops and of other queues.
-    #[test]
-    fn a_failed_sync_turns_held_push_replies_into_errors() {
-        let mut out = b":1\r\n$1\r\nx\r\n:2\r\n:7\r\n".to_vec();
-        let entries = vec![
-            Entry { queue: 0, reply: 0..4, on_failure: OnFailure::Error },
-            Entry { queue: 0, reply: 4..11, on_failure: OnFailure::Deliver },
-            Entry { queue: 0, reply: 11..15, on_failure: OnFailure::Error },
-            Entry { queue: 1, reply: 15..19, on_failure: OnFailure::Error },
-        ];
-        rewrite_failed(&mut out, &entries, &[Some((3, Arc::from("msync failed: EIO"))), None]);
-        let text = String::from_utf8(out).unwrap();
-        let err = "-SYNC_FAILED queue 3: the change is in the queue but not known to be on stable storage: \
-                   msync failed: EIO\r\n";
-        assert_eq!(text, format!("{err}$1\r\nx\r\n{err}:7\r\n"));
     }
 }
