@@ -95,9 +95,9 @@ pub(crate) fn execute(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Ve
         Cmd::Client => server::client(ctx, buf, req, out),
         Cmd::Config => server::config(ctx, buf, req, out),
         Cmd::Command => server::command(ctx, buf, req, out),
-        Cmd::Del => return admin::del(ctx, buf, req, out),
-        Cmd::Ltrim => return admin::ltrim(ctx, buf, req, out),
-        Cmd::Repair => return admin::repair(ctx, buf, req, out),
+        Cmd::Del => return admin::del(ctx, buf, req, out).map_or(Flow::Next, Flow::OffWorker),
+        Cmd::Ltrim => return admin::ltrim(ctx, buf, req, out).map_or(Flow::Next, Flow::OffWorker),
+        Cmd::Repair => return admin::repair(ctx, buf, req, out).map_or(Flow::Next, Flow::OffWorker),
         Cmd::Lease => {
             return match lease::lease(ctx, buf, req, out) {
                 lease::LeaseFlow::Done => Flow::Next,
