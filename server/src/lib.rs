@@ -156,10 +156,10 @@ impl Server {
                 .map_err(|e| Error::new(SVR_EXCEPTION, format!("cannot start a worker thread: {e}")))?;
             server.threads.push(handle);
         }
-        let sh = shared.clone();
+        let acceptor_shared = shared.clone();
         let acceptor = std::thread::Builder::new()
             .name("tvmq-accept".into())
-            .spawn(move || listener::accept_loop(rt, listeners, sh, senders))
+            .spawn(move || listener::accept_loop(rt, listeners, acceptor_shared, senders))
             .map_err(|e| Error::new(SVR_EXCEPTION, format!("cannot start the acceptor thread: {e}")))?;
         server.threads.push(acceptor);
         Ok(server)

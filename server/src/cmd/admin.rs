@@ -106,7 +106,7 @@ pub(crate) fn ltrim(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<
 /// TVMQ.REPAIR key: `tvmq repair` on the queue; the records recovered.
 pub(crate) fn repair(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) -> Option<Job> {
     let key = req.arg(buf, 1);
-    let Some(q) = ctx.queue(key, out) else { return None };
+    let q = ctx.queue(key, out)?;
     Some(Job::new(move |out| {
         let r = q.repair();
         q.move_dead_letters();

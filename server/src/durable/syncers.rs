@@ -188,18 +188,18 @@ impl Syncers {
             return q.sync_ticket(ticket).map_err(|e| Arc::from(e.to_string()));
         }
         let inner = &self.inner;
-        let qs = inner.sync_state(q);
-        let mut rx = qs.progress.subscribe();
-        let _ = qs.first_ask.compare_exchange(0, inner.now_us() + 1, Ordering::Relaxed, Ordering::Relaxed);
-        qs.ask_records.fetch_add(records, Ordering::Relaxed);
-        qs.asks.fetch_add(1, Ordering::SeqCst);
+        let queue_sync = inner.sync_state(q);
+        let mut rx = queue_sync.progress.subscribe();
+        let _ = queue_sync.first_ask.compare_exchange(0, inner.now_us() + 1, Ordering::Relaxed, Ordering::Relaxed);
+        queue_sync.ask_records.fetch_add(records, Ordering::Relaxed);
+        queue_sync.asks.fetch_add(1, Ordering::SeqCst);
         let hand_over = {
-            let mut want = qs.want.lock();
+            let mut want = queue_sync.want.lock();
             want.0 = want.0.max(Some(ticket));
             !std::mem::replace(&mut want.1, true)
         };
         if hand_over {
-            inner.jobs.lock().0.push_back(qs.clone());
+            inner.jobs.lock().0.push_back(queue_sync.clone());
             inner.ready.notify_one();
         }
         let seen = rx
@@ -208,7 +208,7 @@ impl Syncers {
             .map(|p| p.clone());
         match seen {
             Ok(p) if p.done >= Some(ticket) => {
-                let ended = qs.ended.load(Ordering::Relaxed);
+                let ended = queue_sync.ended.load(Ordering::Relaxed);
                 inner.stats.woken.fetch_add(1, Ordering::Relaxed);
                 inner.stats.wake_us.fetch_add(inner.now_us().saturating_sub(ended), Ordering::Relaxed);
                 Ok(())
@@ -230,15 +230,15 @@ impl Inner {
     fn sync_state(&self, q: &Arc<Queue>) -> Arc<QueueSync> {
         let key = Arc::as_ptr(q) as usize;
         let mut map = self.queues.lock();
-        if let Some(qs) = map.get(&key) {
-            if qs.queue.upgrade().is_some_and(|h| Arc::ptr_eq(&h, q)) {
-                return qs.clone();
+        if let Some(queue_sync) = map.get(&key) {
+            if queue_sync.queue.upgrade().is_some_and(|h| Arc::ptr_eq(&h, q)) {
+                return queue_sync.clone();
             }
         }
         if map.len() >= 64 {
-            map.retain(|_, qs| qs.queue.strong_count() > 0);
+            map.retain(|_, queue_sync| queue_sync.queue.strong_count() > 0);
         }
-        let qs = Arc::new(QueueSync {
+        let queue_sync = Arc::new(QueueSync {
             queue: Arc::downgrade(q),
             want: Mutex::new((None, false)),
             progress: watch::Sender::new(Progress::default()),
@@ -252,27 +252,27 @@ impl Inner {
             first_ask: AtomicU64::new(0),
             ended: AtomicU64::new(0),
         });
-        map.insert(key, qs.clone());
-        qs
+        map.insert(key, queue_sync.clone());
+        queue_sync
     }
 
     /// A sync thread: takes queues with tickets waiting, one at a time,
     /// until the server's state is dropped.
     fn run_thread(&self) {
         loop {
-            let qs = {
+            let queue_sync = {
                 let mut jobs = self.jobs.lock();
                 loop {
                     if jobs.1 {
                         return;
                     }
-                    if let Some(qs) = jobs.0.pop_front() {
-                        break qs;
+                    if let Some(queue_sync) = jobs.0.pop_front() {
+                        break queue_sync;
                     }
                     self.ready.wait(&mut jobs);
                 }
             };
-            self.serve(&qs);
+            self.serve(&queue_sync);
         }
     }
 
@@ -286,18 +286,18 @@ impl Inner {
     /// those a sync released send again while the next sync, begun at once
     /// for one that asked meanwhile, runs without them (the library's
     /// syncer gathers its callers the same way).
-    fn gather(&self, qs: &QueueSync) {
-        let want = qs.gather_for.load(Ordering::Relaxed);
-        let from = qs.sync_asks.load(Ordering::Relaxed);
-        let took = Duration::from_micros(qs.last_took_us.load(Ordering::Relaxed));
+    fn gather(&self, queue_sync: &QueueSync) {
+        let want = queue_sync.gather_for.load(Ordering::Relaxed);
+        let from = queue_sync.sync_asks.load(Ordering::Relaxed);
+        let took = Duration::from_micros(queue_sync.last_took_us.load(Ordering::Relaxed));
         let limit = (took / 2).min(GATHER_MAX);
         let quiet = (took / 8).max(GATHER_QUIET);
         let start = Instant::now();
-        let (mut seen, mut changed) = (qs.asks.load(Ordering::SeqCst), start);
+        let (mut seen, mut changed) = (queue_sync.asks.load(Ordering::SeqCst), start);
         while seen.wrapping_sub(from) < want {
             std::thread::yield_now();
             let now = Instant::now();
-            let a = qs.asks.load(Ordering::SeqCst);
+            let a = queue_sync.asks.load(Ordering::SeqCst);
             if a != seen {
                 (seen, changed) = (a, now);
             } else if now - changed >= quiet {
@@ -309,47 +309,47 @@ impl Inner {
         }
     }
 
-    /// Syncs `qs` for the highest ticket asked for, again while more are.
-    fn serve(&self, qs: &QueueSync) {
+    /// Syncs `queue_sync` for the highest ticket asked for, again while more are.
+    fn serve(&self, queue_sync: &QueueSync) {
         loop {
-            if qs.gather_for.load(Ordering::Relaxed) > 1 && !qs.pipelined.load(Ordering::Relaxed) {
-                self.gather(qs);
+            if queue_sync.gather_for.load(Ordering::Relaxed) > 1 && !queue_sync.pipelined.load(Ordering::Relaxed) {
+                self.gather(queue_sync);
             }
-            let Some(want) = qs.want.lock().0 else {
-                qs.want.lock().1 = false;
+            let Some(want) = queue_sync.want.lock().0 else {
+                queue_sync.want.lock().1 = false;
                 return;
             };
-            let Some(q) = qs.queue.upgrade() else {
-                qs.want.lock().1 = false;
+            let Some(q) = queue_sync.queue.upgrade() else {
+                queue_sync.want.lock().1 = false;
                 return;
             };
             let result = if q.is_synced(want) {
                 Ok(())
             } else {
                 let t0 = Instant::now();
-                let asked = qs.first_ask.swap(0, Ordering::Relaxed);
+                let asked = queue_sync.first_ask.swap(0, Ordering::Relaxed);
                 if asked != 0 {
                     self.stats.asked.fetch_add(1, Ordering::Relaxed);
                     self.stats.ask_us.fetch_add(self.now_us().saturating_sub(asked - 1), Ordering::Relaxed);
                 }
-                let asks = qs.asks.load(Ordering::SeqCst);
-                let records = qs.ask_records.load(Ordering::Relaxed);
+                let asks = queue_sync.asks.load(Ordering::SeqCst);
+                let records = queue_sync.ask_records.load(Ordering::Relaxed);
                 if !self.delay.is_zero() {
                     std::thread::sleep(self.delay);
                 }
                 let r = q.sync_ticket(want);
-                qs.ended.store(self.now_us(), Ordering::Relaxed);
+                queue_sync.ended.store(self.now_us(), Ordering::Relaxed);
                 let us = t0.elapsed().as_micros() as u64;
                 // The waits this sync covered and those that arrived while
                 // it ran: as many are waited for (counted from its start)
                 // before the next one (see `gather`).
-                let from = qs.sync_asks.swap(asks, Ordering::Relaxed);
-                let during = qs.asks.load(Ordering::SeqCst).wrapping_sub(asks);
-                qs.gather_for.store(asks.wrapping_sub(from).wrapping_add(during), Ordering::Relaxed);
-                let covered = records.wrapping_sub(qs.sync_records.swap(records, Ordering::Relaxed));
+                let from = queue_sync.sync_asks.swap(asks, Ordering::Relaxed);
+                let during = queue_sync.asks.load(Ordering::SeqCst).wrapping_sub(asks);
+                queue_sync.gather_for.store(asks.wrapping_sub(from).wrapping_add(during), Ordering::Relaxed);
+                let covered = records.wrapping_sub(queue_sync.sync_records.swap(records, Ordering::Relaxed));
                 let waits = asks.wrapping_sub(from).max(1);
-                qs.pipelined.store(covered >= PIPELINED * waits, Ordering::Relaxed);
-                qs.last_took_us.store(us, Ordering::Relaxed);
+                queue_sync.pipelined.store(covered >= PIPELINED * waits, Ordering::Relaxed);
+                queue_sync.last_took_us.store(us, Ordering::Relaxed);
                 let s = &self.stats;
                 s.syncs.fetch_add(1, Ordering::Relaxed);
                 s.last_us.store(us, Ordering::Relaxed);
@@ -360,12 +360,12 @@ impl Inner {
                 r
             };
             drop(q);
-            qs.progress.send_modify(|p| match &result {
+            queue_sync.progress.send_modify(|p| match &result {
                 Ok(()) => p.done = p.done.max(Some(want)),
                 Err(e) => p.failed = Some((want, Arc::from(e.to_string()))),
             });
-            if qs.want.lock().0 == Some(want) && !self.linger(qs, want) {
-                let mut w = qs.want.lock();
+            if queue_sync.want.lock().0 == Some(want) && !self.linger(queue_sync, want) {
+                let mut w = queue_sync.want.lock();
                 if w.0 == Some(want) {
                     w.1 = false;
                     return;
@@ -377,14 +377,14 @@ impl Inner {
     /// After a sync that left nothing asked: keeps the queue for up to
     /// [`LINGER`], looking (yielding) for a ticket above `done`, while no
     /// other queue waits for a thread. True when one came.
-    fn linger(&self, qs: &QueueSync, done: SyncTicket) -> bool {
+    fn linger(&self, queue_sync: &QueueSync, done: SyncTicket) -> bool {
         if self.linger.is_zero() {
             return false;
         }
         let start = Instant::now();
         loop {
             std::thread::yield_now();
-            if qs.want.lock().0 != Some(done) {
+            if queue_sync.want.lock().0 != Some(done) {
                 return true;
             }
             let jobs = self.jobs.lock();

@@ -3,7 +3,7 @@
 //! TVMQ.EXTEND and TVMQ.LEASES (the queue's lease statistics). Why these
 //! verbs and not Redis Streams' is in docs/protocol.md.
 //!
-//! A lease belongs to the connection that took it ([`OwnedLeases`], in
+//! A lease belongs to the connection that took it ([`OwnedLeases`](owned::OwnedLeases), in
 //! its `Client`): only that connection can end or extend it, and when the
 //! connection ends, however it ends (QUIT, EOF, a killed client, a client
 //! that stopped reading and was dropped after `--write-timeout`, the
