@@ -11,8 +11,9 @@
 //! this dispatcher uses every family; `blocking` uses `lease` and `queue`;
 //! `lease` uses `queue`; `admin`, `blocking`, `lease`, `queue` and `server`
 //! use `context`, which uses only `lease::owned` (the leases a connection
-//! owns); `server` uses `table`; `off_worker` and `table` use no other
-//! command module.
+//! owns); `admin`, `blocking`, `lease` and `queue` use `off_worker`;
+//! `server` uses `table`; `off_worker` and `table` use no other command
+//! module.
 
 pub(crate) mod admin;
 pub(crate) mod blocking;
