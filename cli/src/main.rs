@@ -9,9 +9,11 @@
 mod create;
 mod def;
 mod inspect;
+mod interrupt;
 mod leases;
 mod transfer;
 
+use clap::error::{ContextKind, ContextValue};
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -195,16 +197,30 @@ fn man(command: Option<&str>, out: Option<&Path>) -> Result<(), Error> {
         }
         return Ok(());
     }
-    let file = command.map_or("tvmq.1".to_string(), |c| format!("tvmq-{c}.1"));
-    let Some((_, page)) = pages.iter().find(|(f, _)| *f == file) else {
-        let names: Vec<&str> =
-            pages.iter().skip(1).filter_map(|(f, _)| f.strip_prefix("tvmq-")?.strip_suffix(".1")).collect();
-        return Err(Error::new(
-            tvm::error::NOT_SUPPT_OPT,
-            format!("tvmq has no subcommand {:?}: its pages are those of {}", command.unwrap_or(""), names.join(", ")),
-        ));
+    let page = match command {
+        Some(name) => man_page_named(name)?,
+        None => "tvmq.1".to_string(),
+    };
+    let Some((_, page)) = pages.iter().find(|(f, _)| *f == page) else {
+        return Err(failed(format!("no manual page {page}")));
     };
     page.render(&mut std::io::stdout()).map_err(|e| failed(format!("cannot write the manual page: {e}")))
+}
+
+/// The file name of subcommand `name`'s manual page (`tvmq-create.1`), if
+/// tvmq has that subcommand.
+fn man_page_named(name: &str) -> Result<String, Error> {
+    let file = format!("tvmq-{name}.1");
+    let pages = man_pages();
+    if pages.iter().any(|(f, _)| *f == file) {
+        return Ok(file);
+    }
+    let names: Vec<&str> =
+        pages.iter().skip(1).filter_map(|(f, _)| f.strip_prefix("tvmq-")?.strip_suffix(".1")).collect();
+    Err(Error::new(
+        tvm::error::NOT_SUPPT_OPT,
+        format!("tvmq has no subcommand {name:?}: its pages are those of {}", names.join(", ")),
+    ))
 }
 
 #[derive(ValueEnum, Clone, Copy)]
@@ -214,12 +230,49 @@ enum Shell {
     Fish,
 }
 
+/// The help a usage error points to: `tvmq create --help` when the command
+/// line names a subcommand (its first word that is not `--dir DIR`), else
+/// `tvmq --help`.
+fn help_named(args: &[String]) -> String {
+    let mut words = args.iter().skip(1);
+    let mut sub = None;
+    while let Some(w) = words.next() {
+        if w == "--dir" {
+            words.next();
+        } else if !w.starts_with('-') {
+            sub = Some(w.as_str());
+            break;
+        }
+    }
+    match sub.filter(|s| Cli::command().get_subcommands().any(|c| c.get_name() == *s)) {
+        Some(s) => format!("tvmq {s} --help"),
+        None => "tvmq --help".to_string(),
+    }
+}
+
+/// A usage error: one line on stderr naming the help to read, exit status 2.
+fn usage_error(line: &str, help: &str) -> ExitCode {
+    eprintln!("tvmq: {line} (see {help})");
+    ExitCode::from(2)
+}
+
+/// The arguments' errors found after parsing (what clap cannot check: a
+/// queue's settings together, a manual page's name): usage errors too.
+fn check_usage(cli: &Cli) -> Result<(), (Error, &'static str)> {
+    match &cli.command {
+        Command::Create(args) => create::check(args).map_err(|e| (e, "create")),
+        Command::Man { command: Some(name), .. } => man_page_named(name).map(|_| ()).map_err(|e| (e, "man")),
+        _ => Ok(()),
+    }
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         // --help and --version are not errors: print them as clap does.
         Err(e) if !e.use_stderr() => e.exit(),
-        // A usage error: one line, like every other error (`tvmq --help` has the rest).
+        // A usage error: one line, like every other error, naming the help
+        // of the subcommand it is about (`tvmq create --help`).
         Err(e) => {
             let text = e.to_string();
             let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
@@ -229,10 +282,19 @@ fn main() -> ExitCode {
                 let more: Vec<&str> = lines.take_while(|l| !l.starts_with("Usage:")).collect();
                 line = format!("{line} {}", more.join(", "));
             }
-            eprintln!("tvmq: {line} (see tvmq --help)");
-            return ExitCode::from(2);
+            if let Some(ContextValue::Strings(valid)) =
+                e.get(ContextKind::ValidValue).filter(|v| !matches!(v, ContextValue::Strings(v) if v.is_empty()))
+            {
+                line = format!("{line}: one of {}", valid.join(", "));
+            }
+            return usage_error(&line, &help_named(&std::env::args().collect::<Vec<_>>()));
         }
     };
+    if let Err((e, sub)) = check_usage(&cli) {
+        let name = tvm::error::name(i64::from(e.code())).unwrap_or("UNKNOWN");
+        eprintln!("tvmq: {}; see tvmq {sub} --help ({name})", e.what());
+        return ExitCode::from(2);
+    }
     if !matches!(cli.command, Command::Serve(_) | Command::Bench(_)) {
         // Output into a closed pipe (`tvmq stat 21 | head -3`) ends the
         // command quietly, as Unix tools do. The server and the benchmark
@@ -291,7 +353,8 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("tvmq: {e}");
-            ExitCode::FAILURE
+            // Stopped by a signal it caught (tvmq import): the shell's status for it.
+            interrupt::caught().map_or(ExitCode::FAILURE, |sig| ExitCode::from(128 + sig as u8))
         }
     }
 }
