@@ -319,8 +319,9 @@ fn main() -> ExitCode {
         | Command::Repair { .. }
         | Command::Export(_)
         | Command::Import(_)
-        | Command::Serve(_) => Some(false),
-        Command::Bench(_) | Command::Completions { .. } | Command::Man { .. } => None,
+        | Command::Serve(_)
+        | Command::Bench(_) => Some(false),
+        Command::Completions { .. } | Command::Man { .. } => None,
     };
     if let Some(Err(e)) = needs_dir.map(|missing_ok| require_dir(&dir, from, missing_ok)) {
         eprintln!("tvmq: {e}");
@@ -332,7 +333,8 @@ fn main() -> ExitCode {
         Command::List { json } => inspect::list(&dir, json),
         Command::Stat { id, json } => inspect::stat(&dir, id, json),
         Command::Peek { id, count, json, leases } => inspect::peek(&dir, id, count, json, leases),
-        Command::Bench(args) => tvmq_bench::run(&args),
+        // Its own directory under --dir or $TVMDBD when given, else under /dev/shm.
+        Command::Bench(args) => tvmq_bench::run(&args, (from != DirFrom::Default).then_some(dir.as_path())),
         Command::Repair { id } => inspect::repair(&dir, id),
         Command::Sync { id } => inspect::sync(&dir, id),
         Command::Export(args) => transfer::export(&dir, &args),

@@ -677,3 +677,59 @@ fn repair_counts_what_its_own_opening_recovered() {
         "{out}"
     );
 }
+
+/// `tvmq bench` works in a directory of its own under --dir or $TVMDBD, and
+/// a run stopped by SIGINT (Ctrl-C) or SIGTERM removes it, queue files
+/// (hundreds of MB of shared memory) included, and exits 130 or 143.
+#[test]
+fn a_stopped_bench_removes_its_queues_from_dir_or_tvmdbd() {
+    for (sig, name, status, by_env) in [(libc::SIGINT, "SIGINT", 130, false), (libc::SIGTERM, "SIGTERM", 143, true)] {
+        let tmp = TempDir::new("cli", &format!("bench-stop-{status}"));
+        let base = tmp.path().join("queues");
+        fs::create_dir(&base).unwrap();
+        let out = tmp.path().join("out");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tvmq"));
+        if by_env {
+            cmd.env("TVMDBD", &base);
+        } else {
+            cmd.arg("--dir").arg(&base).env("TVMDBD", tmp.path().join("not-this-one"));
+        }
+        // Far more work than the test waits for: 1,000 runs of each cell.
+        let child = cmd
+            .args(["bench", "--only", "threads", "--records", "1000000", "--runs", "1000", "--out"])
+            .arg(&out)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // If the test fails before its signal, the run still stops (and cleans up).
+        struct Stop(Option<u32>);
+        impl Drop for Stop {
+            fn drop(&mut self) {
+                if let Some(pid) = self.0 {
+                    // SAFETY: SIGTERM to our child, not yet waited for.
+                    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+                }
+            }
+        }
+        let mut stop = Stop(Some(child.id()));
+        let queue_files = || -> usize {
+            let dirs =
+                fs::read_dir(&base).map(|d| d.flatten().map(|e| e.path()).collect::<Vec<_>>()).unwrap_or_default();
+            dirs.iter().filter_map(|d| fs::read_dir(d).ok()).flat_map(|d| d.flatten()).count()
+        };
+        wait_for("the bench made a queue under its base directory", || queue_files() > 0);
+        let made: Vec<String> =
+            fs::read_dir(&base).unwrap().flatten().map(|e| e.file_name().into_string().unwrap()).collect();
+        assert_eq!(made, [format!("tvmq-bench-{}", child.id())], "the bench's own directory");
+        // SAFETY: a signal to our own child, which has not been waited for.
+        assert_eq!(unsafe { libc::kill(child.id() as i32, sig) }, 0);
+        stop.0 = None;
+        let r: Run = child.wait_with_output().unwrap().into();
+        assert_eq!(r.status.code(), Some(status), "stderr: {}", r.stderr);
+        assert!(r.stderr.contains(&format!("stopped by {name}")), "{}", r.stderr);
+        let left: Vec<_> = fs::read_dir(&base).unwrap().flatten().map(|e| e.path()).collect();
+        assert!(left.is_empty(), "the stopped bench left {left:?}");
+        assert!(!out.exists(), "a stopped bench writes no report");
+    }
+}
