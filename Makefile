@@ -26,7 +26,7 @@ THREADS  ?= 1 2 4 10
 # sets it. Empty: no wait.
 WAIT_DEPS ?=
 
-.PHONY: deps test-deps all build run test test-all lint header test-rust test-c examples seed bench bench-drivers bench-smoke bench-net bench-net-smoke net-driver loom soak clean install uninstall test-install test-python test-readme
+.PHONY: deps test-scripts all build run test test-all lint header test-rust test-c examples seed bench bench-drivers bench-smoke bench-net bench-net-smoke net-driver loom soak clean install uninstall test-install test-python test-readme
 
 all: build
 
@@ -62,7 +62,7 @@ test:
 	@bash scripts/deps.sh start $(DEPS_STATE)
 	@$(MAKE) --no-print-directory PROFILE=ci test-all WAIT_DEPS="bash scripts/deps.sh wait $(DEPS_STATE)"
 
-test-all: build lint test-deps header test-rust loom deps test-c examples test-python test-readme test-install bench-smoke bench-net-smoke
+test-all: build lint test-scripts header test-rust loom deps test-c examples test-python test-readme test-install bench-smoke bench-net-smoke
 
 # The library's layers (the table in src/lib.rs): scripts/check-layers.py.
 lint:
@@ -93,10 +93,12 @@ endif
 deps:
 	@$(if $(WAIT_DEPS),$(WAIT_DEPS),true)
 
-# scripts/deps.sh's logic, on a simulated empty machine (nothing installed
-# or removed): what it would install, as root and as another user.
-test-deps:
+# The scripts' logic: scripts/deps.sh on simulated machines (nothing
+# installed or removed: what it would install, as root and as another
+# user), and the rates scripts/run.sh (make run) prints.
+test-scripts:
 	@bash scripts/test-deps.sh
+	@bash scripts/test-run.sh
 
 test-c: seed deps
 	@LIBDIR=$(LIBDIR) SEED=$(SEED) SEEDBIN=$(SEEDBIN) TVMQ=$(TVMQ) bash c-tests/run.sh

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/test-deps.sh (make test-deps): scripts/deps.sh's logic, on
+# scripts/test-deps.sh (make test-scripts): scripts/deps.sh's logic, on
 # simulated machines (DEPS_PATH, DEPS_ROOT, DEPS_UID, --dry-run): nothing is
 # installed or removed. The package sets expected are read from the list
 # itself (`deps.sh list`), so that adding a package needs no change here.
