@@ -12,7 +12,7 @@ use tvm::{Error, Queue, Spec};
     tvmq create 21 --rows 4000000 --size 304 --name QUEUE_USER_INFO\n  \
     tvmq create --def queues.def          # the queues of an STVM definition file\n  \
     tvmq create 21 --rows 100000 --size 304 --spin-us 1000   # pops spin 1 ms before sleeping\n  \
-    tvmq --dir /var/lib/tvmq create 21 --rows 100000 --size 304 --durable always   # survives a machine crash\n\n\
+    tvmq --dir /var/lib/tvmq create 21 --rows 100000 --size 304 --durable always   # survives a machine crash\n  \
     tvmq create 21 --rows 100000 --size 304 --lease-ms 30000 --max-deliveries 5 --dead-letter 22   # leases (lPopLease)\n\n\
     A definition file sets the next queue's id and rows, then describes its record as a C struct:\n  \
     set TABLE=22\n  set TABLESPACE=10000\n  create queue QUEUE_USER_FIELD ( acct_id long, user_no char(21), user_nm char[81] );\n\

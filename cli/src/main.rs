@@ -11,6 +11,7 @@ mod def;
 mod inspect;
 mod interrupt;
 mod leases;
+mod man;
 mod transfer;
 
 use clap::error::{ContextKind, ContextValue};
@@ -66,7 +67,7 @@ enum Command {
         /// Queue id
         id: u32,
         /// How many records, from the oldest
-        #[arg(long, default_value_t = 10)]
+        #[arg(long, value_name = "N", default_value_t = 10)]
         count: usize,
         /// One JSON document: {"id", "depth", "records": [{"position", "state", "length", "fields" or "hex"}]}
         #[arg(long)]
@@ -168,50 +169,35 @@ fn require_dir(dir: &Path, from: DirFrom, missing_ok: bool) -> Result<(), Error>
     }
 }
 
-/// The manual pages: tvmq(1), then tvmq-<subcommand>(1) for each
-/// subcommand, with their file names.
-fn man_pages() -> Vec<(String, clap_mangen::Man)> {
-    let mut cmd = Cli::command().disable_help_subcommand(true);
-    cmd.build();
-    let mut pages: Vec<clap::Command> = vec![cmd.clone()];
-    pages.extend(cmd.get_subcommands().filter(|s| !s.is_hide_set()).cloned());
-    pages
-        .into_iter()
-        .map(|c| {
-            let man = clap_mangen::Man::new(c);
-            (man.get_filename(), man)
-        })
-        .collect()
-}
-
 fn man(command: Option<&str>, out: Option<&Path>) -> Result<(), Error> {
     let failed = |what: String| Error::new(tvm::error::SVR_EXCEPTION, what);
-    let pages = man_pages();
+    let pages = man::pages(Cli::command());
     if let Some(dir) = out {
-        for (file, page) in &pages {
+        for (i, (file, page)) in pages.iter().enumerate() {
             let path = dir.join(file);
             let mut bytes = Vec::new();
-            page.render(&mut bytes).map_err(|e| failed(format!("cannot render {file}: {e}")))?;
+            man::render(page, i > 0, &mut bytes).map_err(|e| failed(format!("cannot render {file}: {e}")))?;
             std::fs::write(&path, bytes).map_err(|e| failed(format!("cannot write {}: {e}", path.display())))?;
             println!("{}", path.display());
         }
         return Ok(());
     }
-    let page = match command {
+    let file = match command {
         Some(name) => man_page_named(name)?,
         None => "tvmq.1".to_string(),
     };
-    let Some((_, page)) = pages.iter().find(|(f, _)| *f == page) else {
-        return Err(failed(format!("no manual page {page}")));
+    let Some(i) = pages.iter().position(|(f, _)| *f == file) else {
+        return Err(failed(format!("no manual page {file}")));
     };
-    page.render(&mut std::io::stdout()).map_err(|e| failed(format!("cannot write the manual page: {e}")))
+    man::render(&pages[i].1, i > 0, &mut std::io::stdout())
+        .map_err(|e| failed(format!("cannot write the manual page: {e}")))
 }
 
 /// The file name of subcommand `name`'s manual page (`tvmq-create.1`), if
 /// tvmq has that subcommand.
 fn man_page_named(name: &str) -> Result<String, Error> {
     let file = format!("tvmq-{name}.1");
-    let pages = man_pages();
+    let pages = man::pages(Cli::command());
     if pages.iter().any(|(f, _)| *f == file) {
         return Ok(file);
     }

@@ -30,7 +30,7 @@ pub struct ExportArgs {
     /// File to write (created, or emptied; mode 0600); - for stdout
     file: PathBuf,
     /// Form of the file (default: text for a queue with a field list, binary otherwise)
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, value_name = "text|binary")]
     format: Option<Format>,
     /// Separator between the fields of a text line
     #[arg(long, default_value = "|")]
