@@ -81,7 +81,8 @@ pub fn export(dir: &Path, args: &ExportArgs) -> Result<(), Error> {
         q.export(&mut w, &format)?
     };
     let what = if text { "text" } else { "binary" };
-    let msg = format!("exported {n} records of queue {} to {} ({what})", args.id, args.file.display());
+    let to = if to_stdout { "stdout".to_string() } else { args.file.display().to_string() };
+    let msg = format!("exported {} of queue {} to {to} ({what})", count(n, "record"), args.id);
     if to_stdout {
         eprintln!("{msg}");
     } else {
