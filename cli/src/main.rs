@@ -98,7 +98,10 @@ enum Command {
     /// Measure tvmq against crossbeam, the bare ring (and, given by `make
     /// bench`, the seed programs, the C driver and Boost.Interprocess)
     #[command(
-        after_help = "Examples:\n  tvmq bench --only threads --runs 3\n  make bench   # the whole matrix with every peer"
+        after_help = "Its queues go in a directory of its own, tvmq-bench-<pid>, under --dir or $TVMDBD when given, \
+        else under /dev/shm; it is removed at the end, also when SIGINT (Ctrl-C) or SIGTERM stops the run \
+        (which also kills its child processes and removes its peers' files).\n\n\
+        Examples:\n  tvmq bench --only threads --runs 3\n  make bench   # the whole matrix with every peer"
     )]
     Bench(tvmq_bench::BenchArgs),
     /// Serve the queues over the network, speaking the Redis protocol
