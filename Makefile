@@ -21,11 +21,12 @@ LINK     := -I include -L $(LIBDIR) -ltvm -lpthread -Wl,-rpath,$(LIBDIR)
 ROWS     ?= 4000000
 THREADS  ?= 1 2 4 10
 # A command that waits until what the later targets need (DPDK, Boost, fonts,
-# redis-server, a second user) is installed: .ci/run installs those in the
-# background while the build and the Rust tests run, and sets it. Empty: no wait.
+# redis-server, a second user) is installed: `make test` installs those in the
+# background while the build and the Rust tests run (scripts/deps.sh), and
+# sets it. Empty: no wait.
 WAIT_DEPS ?=
 
-.PHONY: deps all build run test test-all lint header test-rust test-c examples seed bench bench-drivers bench-smoke bench-net bench-net-smoke net-driver loom soak clean install uninstall test-install test-python test-readme
+.PHONY: deps test-scripts all build run test test-all lint header test-rust test-c examples seed bench bench-drivers bench-smoke bench-net bench-net-smoke net-driver loom soak clean install uninstall test-install test-python test-readme
 
 all: build
 
@@ -51,11 +52,17 @@ seed: build
 run: seed
 	@TVMQ=$(TVMQ) SEEDBIN=$(SEEDBIN) ROWS=$(ROWS) THREADS="$(THREADS)" bash scripts/run.sh
 
-# Everything CI checks, with the `ci` profile (see PROFILE above).
+# Everything CI checks, with the `ci` profile (see PROFILE above). First
+# scripts/deps.sh installs what is missing (as root; as another user it
+# prints the one command to run, and nothing is built): what the build and
+# the Rust tests need at once, the rest in the background meanwhile, which
+# the first target needing it waits for (deps, WAIT_DEPS).
+DEPS_STATE := $(CURDIR)/target/deps
 test:
-	@$(MAKE) --no-print-directory PROFILE=ci test-all
+	@bash scripts/deps.sh start $(DEPS_STATE)
+	@$(MAKE) --no-print-directory PROFILE=ci test-all WAIT_DEPS="bash scripts/deps.sh wait $(DEPS_STATE)"
 
-test-all: build lint header test-rust loom deps test-c examples test-python test-readme test-install bench-smoke bench-net-smoke
+test-all: build lint test-scripts header test-rust loom deps test-c examples test-python test-readme test-install bench-smoke bench-net-smoke
 
 # The layers of the library (the table in src/lib.rs) and of the server (server/src/lib.rs),
 # and no circle between the files of any crate: scripts/check-layers.py.
@@ -86,6 +93,13 @@ endif
 
 deps:
 	@$(if $(WAIT_DEPS),$(WAIT_DEPS),true)
+
+# The scripts' logic: scripts/deps.sh on simulated machines (nothing
+# installed or removed: what it would install, as root and as another
+# user), and the rates scripts/run.sh (make run) prints.
+test-scripts:
+	@bash scripts/test-deps.sh
+	@bash scripts/test-run.sh
 
 test-c: seed deps
 	@LIBDIR=$(LIBDIR) SEED=$(SEED) SEEDBIN=$(SEEDBIN) TVMQ=$(TVMQ) bash c-tests/run.sh

@@ -169,8 +169,8 @@ static void lease_dead_letter(void)
     rec64 out;
     TvmLease l;
 
+    make_queue(dlq, 8, sizeof(rec64)); /* first: tvmq create warns of a missing one */
     make_lease_queue(t, 8, "--max-deliveries 2 --dead-letter 41");
-    make_queue(dlq, 8, sizeof(rec64));
     REQUIRE(push_n(p, t, 1) && push_n(p, t, 2));
     queuevoid(p, out, sizeof(out), t);
     REQUIRE_SUCC(lPopLease(p, &out, QUE_NOWAIT, 0, &l), p);
@@ -212,7 +212,7 @@ static void lease_reject_without_its_queue(void)
     rec64 out;
     TvmLease l;
 
-    make_lease_queue(t, 8, "--dead-letter 49");
+    make_lease_queue(t, 8, "--dead-letter 49 2>/dev/null"); /* its warning: queue 49 is missing */
     REQUIRE(push_n(p, t, 1));
     queuevoid(p, out, sizeof(out), t);
     REQUIRE_SUCC(lPopLease(p, &out, QUE_NOWAIT, 0, &l), p);

@@ -20,7 +20,11 @@ pub const UNKNOWN_MESSAGE: &CStr = c"unknown error code";
 /// (NOT_SUPPT_OPT)`), else the code's standard message (`queue is full: no
 /// space for insert data (DATA_SPC_FULL)`). A detail therefore says what
 /// happened on its own, in the terms of the call that failed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Its `Debug` form names the code and gives the message too (`Error {
+/// code: 97, name: "MQUE_WAIT_TMO", message: "timed out waiting for queue
+/// records" }`), since that is what `fn main() -> Result<(), Error>` prints.
+#[derive(Clone, PartialEq, Eq)]
 pub struct Error {
     code: u32,
     detail: Cow<'static, str>,
@@ -68,6 +72,16 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let name = name(i64::from(self.code)).unwrap_or("UNKNOWN");
         write!(f, "{} ({name})", self.what())
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Error")
+            .field("code", &self.code)
+            .field("name", &name(i64::from(self.code)).unwrap_or("UNKNOWN"))
+            .field("message", &self.what())
+            .finish()
     }
 }
 
@@ -156,6 +170,23 @@ mod tests {
         assert_eq!(
             Error::code_only(DATA_SPC_FULL).to_string(),
             "queue is full: no space for insert data (DATA_SPC_FULL)"
+        );
+    }
+
+    #[test]
+    fn debug_names_the_code_and_gives_the_message() {
+        // What `fn main() -> Result<(), Error>` prints on an error.
+        assert_eq!(
+            format!("{:?}", Error::code_only(MQUE_WAIT_TMO)),
+            r#"Error { code: 97, name: "MQUE_WAIT_TMO", message: "timed out waiting for queue records" }"#
+        );
+        assert_eq!(
+            format!("{:?}", Error::new(TBL_NOT_FOUND, "no queue 21 in /tmp")),
+            r#"Error { code: 44, name: "TBL_NOT_FOUND", message: "no queue 21 in /tmp" }"#
+        );
+        assert_eq!(
+            format!("{:?}", Error::code_only(5000)),
+            r#"Error { code: 5000, name: "UNKNOWN", message: "unknown error code" }"#
         );
     }
 }

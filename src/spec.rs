@@ -125,6 +125,21 @@ impl Spec {
         })
     }
 
+    /// The checks [`Queue::create`](crate::Queue::create) makes of this spec
+    /// for queue `id` before it touches the disk, so that a command can tell
+    /// a usage error (`tvmq create` exits 2) from a failure.
+    ///
+    /// Errors: `CONDIT_IS_NIL` (0 rows or record size, a mode beyond 0777, a
+    /// spin time, durable interval, lease time or delivery limit out of
+    /// range, 0 leases), `MQUE_CRTE_BIG` (more rows, a longer record or more
+    /// leases than a queue holds, a file too large to address),
+    /// `NOT_SUPPT_OPT` (a queue that is its own dead-letter queue).
+    pub fn check(&self, id: u32) -> Result<()> {
+        self.check_geometry()?;
+        self.check_settings(id)?;
+        self.checked_file_size().map(|_| ())
+    }
+
     /// Checks the geometry: rows and record size from 1 to their limits.
     pub(crate) fn check_geometry(&self) -> Result<()> {
         if self.rows == 0 || self.record_size == 0 {

@@ -197,6 +197,7 @@ fn idle_memory(t: &Target, n: usize) -> Result<(u64, u64), String> {
 pub(crate) fn run(ctx: &mut Ctx) -> Result<(), Error> {
     let fail = |e: String| Error::new(SVR_EXCEPTION, e);
     let scratch = PathBuf::from(format!("/tmp/tvmq-bench-net-{}", std::process::id()));
+    crate::scratch::remember(&scratch);
     std::fs::create_dir_all(&scratch).map_err(|e| fail(e.to_string()))?;
     // `--only durable`, `--only leases`, or both: those cells alone (any
     // other part names none of the network matrix: the whole of it runs).

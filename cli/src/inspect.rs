@@ -1,6 +1,7 @@
 //! `tvmq list`, `tvmq stat`, `tvmq peek` (text, or one JSON document with
 //! `--json`; the keys are documented in `docs/cli-json.md`) and `tvmq repair`.
 
+use crate::create::count;
 use serde_json::{Value, json};
 use std::path::Path;
 use tvm::{Error, FieldKind, Peeked, Queue, QueueInfo};
@@ -138,14 +139,13 @@ fn durability_text(q: &Queue) {
     match d.last_recovery {
         None => println!("restart recovery never"),
         Some(r) => println!(
-            "restart recovery {}: {} record(s) kept, {} torn or unwritten slot(s) and {} consumed record(s) \
-             dropped, {} moved, {} hole(s) skipped (run {})",
+            "restart recovery {}: {} kept, {} and {} dropped, {} moved, {} skipped (run {})",
             time(r.at_ns),
-            r.kept,
-            r.torn,
-            r.stale,
+            count(r.kept, "record"),
+            count(r.torn, "torn or unwritten slot"),
+            count(r.stale, "consumed record"),
             r.moved,
-            r.holes,
+            count(r.holes, "hole"),
             r.runs
         ),
     }
@@ -314,7 +314,7 @@ pub fn peek(dir: &Path, id: u32, count: usize, as_json: bool, leases: bool) -> R
         print_json(&json!({ "id": id, "depth": q.depth(), "records": records }));
         return Ok(());
     }
-    println!("queue {id}: {} record(s) queued, showing {}", q.depth(), seen.len());
+    println!("queue {id}: {} queued, showing {}", crate::create::count(q.depth(), "record"), seen.len());
     for (pos, p) in &seen {
         match p {
             Peeked::Record(rec) => match decode(i, rec) {
@@ -334,14 +334,15 @@ pub fn peek(dir: &Path, id: u32, count: usize, as_json: bool, leases: bool) -> R
 pub fn repair(dir: &Path, id: u32) -> Result<(), Error> {
     // Opening registers this process; that alone repairs after a death.
     let q = Queue::open_with(dir, id, false)?;
-    let r = q.repair();
+    let (at_open, r) = (q.repaired_at_open(), q.repair());
     let removed = Queue::remove_stale_temporaries(dir, id);
     println!(
-        "queue {id}: {} record(s) of dead consumers published again, {} claim(s) of dead producers skipped, \
-         {} sleeper(s) of dead processes uncounted, {removed} stale temporary file(s) removed{}",
-        r.recovered_pops,
-        r.recovered_pushes,
-        r.reconciled_waiters,
+        "queue {id}: {} of dead consumers published again, {} of dead producers skipped, \
+         {} of dead processes uncounted, {} removed{}",
+        count(r.recovered_pops + at_open.recovered_pops, "record"),
+        count(r.recovered_pushes + at_open.recovered_pushes, "claim"),
+        count(u64::from(r.reconciled_waiters + at_open.reconciled_waiters), "sleeper"),
+        count(removed as u64, "stale temporary file"),
         if r.alone {
             ""
         } else {

@@ -9,9 +9,12 @@
 mod create;
 mod def;
 mod inspect;
+mod interrupt;
 mod leases;
+mod man;
 mod transfer;
 
+use clap::error::{ContextKind, ContextValue};
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -64,7 +67,7 @@ enum Command {
         /// Queue id
         id: u32,
         /// How many records, from the oldest
-        #[arg(long, default_value_t = 10)]
+        #[arg(long, value_name = "N", default_value_t = 10)]
         count: usize,
         /// One JSON document: {"id", "depth", "records": [{"position", "state", "length", "fields" or "hex"}]}
         #[arg(long)]
@@ -95,7 +98,10 @@ enum Command {
     /// Measure tvmq against crossbeam, the bare ring (and, given by `make
     /// bench`, the seed programs, the C driver and Boost.Interprocess)
     #[command(
-        after_help = "Examples:\n  tvmq bench --only threads --runs 3\n  make bench   # the whole matrix with every peer"
+        after_help = "Its queues go in a directory of its own, tvmq-bench-<pid>, under --dir or $TVMDBD when given, \
+        else under /dev/shm; it is removed at the end, also when SIGINT (Ctrl-C) or SIGTERM stops the run \
+        (which also kills its child processes and removes its peers' files).\n\n\
+        Examples:\n  tvmq bench --only threads --runs 3\n  make bench   # the whole matrix with every peer"
     )]
     Bench(tvmq_bench::BenchArgs),
     /// Serve the queues over the network, speaking the Redis protocol
@@ -166,45 +172,44 @@ fn require_dir(dir: &Path, from: DirFrom, missing_ok: bool) -> Result<(), Error>
     }
 }
 
-/// The manual pages: tvmq(1), then tvmq-<subcommand>(1) for each
-/// subcommand, with their file names.
-fn man_pages() -> Vec<(String, clap_mangen::Man)> {
-    let mut cmd = Cli::command().disable_help_subcommand(true);
-    cmd.build();
-    let mut pages: Vec<clap::Command> = vec![cmd.clone()];
-    pages.extend(cmd.get_subcommands().filter(|s| !s.is_hide_set()).cloned());
-    pages
-        .into_iter()
-        .map(|c| {
-            let man = clap_mangen::Man::new(c);
-            (man.get_filename(), man)
-        })
-        .collect()
-}
-
 fn man(command: Option<&str>, out: Option<&Path>) -> Result<(), Error> {
     let failed = |what: String| Error::new(tvm::error::SVR_EXCEPTION, what);
-    let pages = man_pages();
+    let pages = man::pages(Cli::command());
     if let Some(dir) = out {
-        for (file, page) in &pages {
+        for (i, (file, page)) in pages.iter().enumerate() {
             let path = dir.join(file);
             let mut bytes = Vec::new();
-            page.render(&mut bytes).map_err(|e| failed(format!("cannot render {file}: {e}")))?;
+            man::render(page, i > 0, &mut bytes).map_err(|e| failed(format!("cannot render {file}: {e}")))?;
             std::fs::write(&path, bytes).map_err(|e| failed(format!("cannot write {}: {e}", path.display())))?;
             println!("{}", path.display());
         }
         return Ok(());
     }
-    let file = command.map_or("tvmq.1".to_string(), |c| format!("tvmq-{c}.1"));
-    let Some((_, page)) = pages.iter().find(|(f, _)| *f == file) else {
-        let names: Vec<&str> =
-            pages.iter().skip(1).filter_map(|(f, _)| f.strip_prefix("tvmq-")?.strip_suffix(".1")).collect();
-        return Err(Error::new(
-            tvm::error::NOT_SUPPT_OPT,
-            format!("tvmq has no subcommand {:?}: its pages are those of {}", command.unwrap_or(""), names.join(", ")),
-        ));
+    let file = match command {
+        Some(name) => man_page_named(name)?,
+        None => "tvmq.1".to_string(),
     };
-    page.render(&mut std::io::stdout()).map_err(|e| failed(format!("cannot write the manual page: {e}")))
+    let Some(i) = pages.iter().position(|(f, _)| *f == file) else {
+        return Err(failed(format!("no manual page {file}")));
+    };
+    man::render(&pages[i].1, i > 0, &mut std::io::stdout())
+        .map_err(|e| failed(format!("cannot write the manual page: {e}")))
+}
+
+/// The file name of subcommand `name`'s manual page (`tvmq-create.1`), if
+/// tvmq has that subcommand.
+fn man_page_named(name: &str) -> Result<String, Error> {
+    let file = format!("tvmq-{name}.1");
+    let pages = man::pages(Cli::command());
+    if pages.iter().any(|(f, _)| *f == file) {
+        return Ok(file);
+    }
+    let names: Vec<&str> =
+        pages.iter().skip(1).filter_map(|(f, _)| f.strip_prefix("tvmq-")?.strip_suffix(".1")).collect();
+    Err(Error::new(
+        tvm::error::NOT_SUPPT_OPT,
+        format!("tvmq has no subcommand {name:?}: its pages are those of {}", names.join(", ")),
+    ))
 }
 
 #[derive(ValueEnum, Clone, Copy)]
@@ -214,12 +219,49 @@ enum Shell {
     Fish,
 }
 
+/// The help a usage error points to: `tvmq create --help` when the command
+/// line names a subcommand (its first word that is not `--dir DIR`), else
+/// `tvmq --help`.
+fn help_named(args: &[String]) -> String {
+    let mut words = args.iter().skip(1);
+    let mut sub = None;
+    while let Some(w) = words.next() {
+        if w == "--dir" {
+            words.next();
+        } else if !w.starts_with('-') {
+            sub = Some(w.as_str());
+            break;
+        }
+    }
+    match sub.filter(|s| Cli::command().get_subcommands().any(|c| c.get_name() == *s)) {
+        Some(s) => format!("tvmq {s} --help"),
+        None => "tvmq --help".to_string(),
+    }
+}
+
+/// A usage error: one line on stderr naming the help to read, exit status 2.
+fn usage_error(line: &str, help: &str) -> ExitCode {
+    eprintln!("tvmq: {line} (see {help})");
+    ExitCode::from(2)
+}
+
+/// The arguments' errors found after parsing (what clap cannot check: a
+/// queue's settings together, a manual page's name): usage errors too.
+fn check_usage(cli: &Cli) -> Result<(), (Error, &'static str)> {
+    match &cli.command {
+        Command::Create(args) => create::check(args).map_err(|e| (e, "create")),
+        Command::Man { command: Some(name), .. } => man_page_named(name).map(|_| ()).map_err(|e| (e, "man")),
+        _ => Ok(()),
+    }
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         // --help and --version are not errors: print them as clap does.
         Err(e) if !e.use_stderr() => e.exit(),
-        // A usage error: one line, like every other error (`tvmq --help` has the rest).
+        // A usage error: one line, like every other error, naming the help
+        // of the subcommand it is about (`tvmq create --help`).
         Err(e) => {
             let text = e.to_string();
             let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
@@ -229,10 +271,19 @@ fn main() -> ExitCode {
                 let more: Vec<&str> = lines.take_while(|l| !l.starts_with("Usage:")).collect();
                 line = format!("{line} {}", more.join(", "));
             }
-            eprintln!("tvmq: {line} (see tvmq --help)");
-            return ExitCode::from(2);
+            if let Some(ContextValue::Strings(valid)) =
+                e.get(ContextKind::ValidValue).filter(|v| !matches!(v, ContextValue::Strings(v) if v.is_empty()))
+            {
+                line = format!("{line}: one of {}", valid.join(", "));
+            }
+            return usage_error(&line, &help_named(&std::env::args().collect::<Vec<_>>()));
         }
     };
+    if let Err((e, sub)) = check_usage(&cli) {
+        let name = tvm::error::name(i64::from(e.code())).unwrap_or("UNKNOWN");
+        eprintln!("tvmq: {}; see tvmq {sub} --help ({name})", e.what());
+        return ExitCode::from(2);
+    }
     if !matches!(cli.command, Command::Serve(_) | Command::Bench(_)) {
         // Output into a closed pipe (`tvmq stat 21 | head -3`) ends the
         // command quietly, as Unix tools do. The server and the benchmark
@@ -257,8 +308,9 @@ fn main() -> ExitCode {
         | Command::Repair { .. }
         | Command::Export(_)
         | Command::Import(_)
-        | Command::Serve(_) => Some(false),
-        Command::Bench(_) | Command::Completions { .. } | Command::Man { .. } => None,
+        | Command::Serve(_)
+        | Command::Bench(_) => Some(false),
+        Command::Completions { .. } | Command::Man { .. } => None,
     };
     if let Some(Err(e)) = needs_dir.map(|missing_ok| require_dir(&dir, from, missing_ok)) {
         eprintln!("tvmq: {e}");
@@ -270,7 +322,8 @@ fn main() -> ExitCode {
         Command::List { json } => inspect::list(&dir, json),
         Command::Stat { id, json } => inspect::stat(&dir, id, json),
         Command::Peek { id, count, json, leases } => inspect::peek(&dir, id, count, json, leases),
-        Command::Bench(args) => tvmq_bench::run(&args),
+        // Its own directory under --dir or $TVMDBD when given, else under /dev/shm.
+        Command::Bench(args) => tvmq_bench::run(&args, (from != DirFrom::Default).then_some(dir.as_path())),
         Command::Repair { id } => inspect::repair(&dir, id),
         Command::Sync { id } => inspect::sync(&dir, id),
         Command::Export(args) => transfer::export(&dir, &args),
@@ -291,7 +344,8 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("tvmq: {e}");
-            ExitCode::FAILURE
+            // Stopped by a signal it caught (tvmq import): the shell's status for it.
+            interrupt::caught().map_or(ExitCode::FAILURE, |sig| ExitCode::from(128 + sig as u8))
         }
     }
 }

@@ -160,7 +160,8 @@ def test_batches():
     assert q.push_many([b"1", b"22", b"333"]) == 3
     with pytest.raises(tvmq.Full) as e:
         q.push_many([b"4", b"5", b"6"])
-    assert e.value.pushed == 2
+    # One name for "how many went in" across calls (import_file's too).
+    assert e.value.count == 2 and e.value.pushed == 2
     got = q.pop_many(10)
     assert [r.rstrip(b"\0") for r in got] == [b"1", b"22", b"333", b"4", b"5"]
     with pytest.raises(tvmq.Empty):
@@ -220,6 +221,10 @@ def test_truncate_export_and_import(tmp_path):
     with pytest.raises(tvmq.Full) as e:
         small.import_file(str(tmp_path / "o.bin"))
     assert e.value.count == 3
+    assert len(small.pop_many(5)) == 3
+    with pytest.raises(tvmq.Empty) as e:
+        small.pop(wait=False)
+    assert e.value.count is None  # a call that does not stop partway
 
 
 @pytest.mark.skipif(not EXAMPLES, reason="TVMQ_EXAMPLES_BIN (the built C examples) is not set")

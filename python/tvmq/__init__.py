@@ -127,13 +127,17 @@ class Lease(ctypes.Structure):
 
 
 class TvmError(Exception):
-    """A libtvm call failed: ``code`` is the tvm code, ``name`` its macro name."""
+    """A libtvm call failed: ``code`` is the tvm code, ``name`` its macro name.
+    ``count`` is, for a call that stops partway (:meth:`Queue.push_many`,
+    :meth:`Queue.import_file`), how many records it had pushed, which stay;
+    ``None`` for the others."""
 
     def __init__(self, code: int, name: str, message: str, call: str = ""):
         self.code = code
         self.name = name
         self.message = message
         self.call = call
+        self.count: Optional[int] = None
         super().__init__(f"{call + ': ' if call else ''}{message} ({name}, code {code})")
 
 
@@ -484,7 +488,7 @@ class Queue:
     def import_file(self, path: str, sep: Optional[str] = "|") -> int:
         """Appends the records of an export (``lImportFile``; text or binary).
         Returns how many went in; a full queue raises :class:`Full` after
-        pushing what fitted (its ``count`` attribute says how many)."""
+        pushing what fitted (its ``count`` says how many)."""
         lib = load_library()
         s = sep.encode() if sep is not None else None
         if lib.lImportFile(self.id, str(path).encode(), s) != RC_SUCC:
@@ -526,8 +530,8 @@ class Queue:
     def push_many(self, records: Sequence[Record]) -> int:
         """Pushes records in one call (``lPushs``), each padded with zero bytes
         to the longest; returns how many went in. If the queue fills, the
-        records before stay pushed and :class:`Full` is raised with
-        ``pushed`` set on it."""
+        records before stay pushed and :class:`Full` is raised with its
+        ``count`` saying how many (also as ``pushed``, its earlier name)."""
         if not records:
             return 0
         datas = [bytes(r) for r in records]
@@ -540,6 +544,7 @@ class Queue:
         rc = load_library().lPushs(self._h, ctypes.byref(n), ctypes.byref(p))
         if rc != RC_SUCC:
             e = _error(self._h.contents.m_lErrno, "lPushs")
+            e.count = n.value
             e.pushed = n.value  # type: ignore[attr-defined]
             raise e
         return n.value

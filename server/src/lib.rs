@@ -293,10 +293,11 @@ pub fn run(dir: &Path, args: &ServeArgs) -> Result<(), Error> {
         on.push(format!("{a} (TLS{})", if args.tls_client_certs_required() { ", client certificates" } else { "" }));
     }
     println!(
-        "tvmq serve: listening on {}; queues in {}; {} worker threads{}",
+        "tvmq serve: listening on {}; queues in {}; {} worker thread{}{}",
         on.join(" and "),
         dir.display(),
         server.shared.threads,
+        if server.shared.threads == 1 { "" } else { "s" },
         match args.auto_create {
             Some(a) => format!("; missing queues created with {} records of {} bytes", a.rows, a.size),
             None => String::new(),

@@ -107,8 +107,18 @@ pub(crate) fn queue_error(out: &mut Vec<u8>, id: u32, e: &Error) {
     match e.code() {
         DATA_SPC_FULL => error_fmt(out, format_args!("{name} queue {id} is full: no space for insert data")),
         SHM_ERR_EIDRM => error_fmt(out, format_args!("{name} queue {id} was dropped")),
+        // A detail that names the queue itself is not prefixed again
+        // ("queue 24: queue 24 has no leases").
+        _ if starts_with_queue(e.what(), id) => error_fmt(out, format_args!("{name} {}", e.what())),
         _ => error_fmt(out, format_args!("{name} queue {id}: {}", e.what())),
     }
+}
+
+/// Does `what` begin with "queue <id>" (then a space, a colon or its end)?
+fn starts_with_queue(what: &str, id: u32) -> bool {
+    what.strip_prefix("queue ")
+        .and_then(|rest| rest.strip_prefix(id.to_string().as_str()))
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', ':', '\'']))
 }
 
 /// An error that is not about one queue (auto-creation, lookups):
@@ -121,7 +131,7 @@ pub(crate) fn plain_error(out: &mut Vec<u8>, e: &Error) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tvm::error::{RECD_TOO_LONG, TBL_NOT_FOUND};
+    use tvm::error::{NOT_SUPPT_OPT, RECD_TOO_LONG, TBL_NOT_FOUND};
 
     fn text(f: impl FnOnce(&mut Vec<u8>)) -> String {
         let mut out = Vec::new();
@@ -143,6 +153,20 @@ mod tests {
         assert!(text(|o| queue_error(o, 3, &e)).starts_with("-RECD_TOO_LONG queue 3: "));
         assert!(text(|o| queue_error(o, 3, &e)).ends_with("a  b\r\n"), "CR LF cannot end the line");
         assert!(text(|o| plain_error(o, &Error::code_only(TBL_NOT_FOUND))).starts_with("-TBL_NOT_FOUND "));
+    }
+
+    #[test]
+    fn a_detail_naming_its_queue_is_not_prefixed_again() {
+        let e = Error::new(NOT_SUPPT_OPT, "queue 24 has no leases (create it with leases: tvmq create --lease-ms ...)");
+        assert_eq!(
+            text(|o| queue_error(o, 24, &e)),
+            "-NOT_SUPPT_OPT queue 24 has no leases (create it with leases: tvmq create --lease-ms ...)\r\n"
+        );
+        // Another queue's number, or one that merely begins the same, is no match.
+        let e = Error::new(NOT_SUPPT_OPT, "queue 245 has no leases");
+        assert!(text(|o| queue_error(o, 24, &e)).starts_with("-NOT_SUPPT_OPT queue 24: queue 245 "));
+        let e = Error::new(NOT_SUPPT_OPT, "queue 24's dead-letter queue 25 is full");
+        assert!(text(|o| queue_error(o, 24, &e)).starts_with("-NOT_SUPPT_OPT queue 24's dead-letter"));
     }
 
     #[test]

@@ -106,6 +106,8 @@ pub struct Queue {
     /// `interval` queues test this and find nothing to do.
     always: Option<Arc<Durable>>,
     file: QueueFile,
+    /// What opening it recovered (see [`Queue::repaired_at_open`]).
+    repaired_at_open: Repair,
 }
 
 impl std::fmt::Debug for Queue {
@@ -258,7 +260,7 @@ impl Queue {
             (Some(table), Some(settings)) => Some(Box::new(lease::Leases::new(table, settings.clone(), registry.me()))),
             _ => None,
         };
-        let queue = Queue {
+        let mut queue = Queue {
             ring,
             registry,
             slots: Arc::new(IntentSlots::default()),
@@ -274,12 +276,19 @@ impl Queue {
             always: durable.clone().filter(|d| d.policy() == Durability::Always),
             durable,
             file,
+            repaired_at_open: Repair {
+                recovered_pushes: 0,
+                recovered_pops: 0,
+                reconciled_waiters: reconciled,
+                alone: false,
+            },
         };
         if !deaths.is_empty() {
             // A process died attached: what it held and nobody waits on is
             // recovered now rather than left for a later lap.
-            queue.repair();
+            let r = queue.repair();
             queue.registry.forget(&deaths);
+            queue.repaired_at_open = Repair { reconciled_waiters: r.reconciled_waiters + reconciled, ..r };
         }
         Ok(queue)
     }
@@ -325,6 +334,16 @@ impl Queue {
             s.last_recovery_ns.store(now_ns(), Ordering::Relaxed);
         }
         Repair { recovered_pushes: pushes, recovered_pops: pops, reconciled_waiters: reconciled, alone }
+    }
+
+    /// What opening this queue recovered: when a process had died
+    /// attached, the repair made then (see [`Queue::repair`]), and the
+    /// sleepers of dead processes uncounted when this process registered.
+    /// `tvmq repair` adds it to its own repair's, so that it reports what
+    /// it recovered in all. `alone` is that of the repair at opening
+    /// (false when there was none).
+    pub fn repaired_at_open(&self) -> Repair {
+        self.repaired_at_open
     }
 
     /// What the queue is (its validated header).

@@ -278,7 +278,11 @@ impl Queue {
         if fields.is_empty() {
             return Err(Error::new(
                 FIELD_NOT_DEF,
-                format!("queue {} has no field list: only a binary export can be imported into it", self.id()),
+                format!(
+                    "not a binary export (it does not begin with TVMQDUMP), and queue {} has no field list to \
+                     read text lines with",
+                    self.id()
+                ),
             ));
         }
         check_sep(sep)?;
@@ -303,7 +307,7 @@ impl Queue {
             }
             rec.fill(0);
             parse_line(&line, fields, sep.as_bytes(), &mut rec)
-                .map_err(|e| Error::new(e.code(), format!("line {number}: {}", e.detail())))?;
+                .map_err(|e| Error::new(e.code(), format!("line {number}: {}", e.what())))?;
             self.push(&rec)?;
             *n += 1;
         }
