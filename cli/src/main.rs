@@ -10,6 +10,9 @@ mod create;
 mod def;
 mod inspect;
 mod leases;
+mod metrics;
+mod records;
+mod top;
 mod transfer;
 
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
@@ -47,8 +50,10 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Show a queue's header, counters, waiters, processes and fields
-    #[command(after_help = "Examples:\n  tvmq stat 21\n  tvmq stat 21 --json")]
+    /// Show a queue's header, counters, waiters, processes and fields (tvmq top: all of them, live)
+    #[command(
+        after_help = "Examples:\n  tvmq stat 21\n  tvmq stat 21 --json\n  tvmq top        # every queue, live, with rates"
+    )]
     Stat {
         /// Queue id
         id: u32,
@@ -73,6 +78,19 @@ enum Command {
         #[arg(long)]
         leases: bool,
     },
+    /// A live view of every queue: depth, rates, waiters, processes, leases, syncs (q or Ctrl-C quits)
+    #[command(
+        after_help = "Keys: Up/Down PgUp/PgDn Home/End move, Enter one queue's detail with sparklines (Esc back),\n\
+        s the next sort key, r reverse, / a filter on id or name, q or Ctrl-C quit.\n\n\
+        Examples:\n  tvmq top\n  tvmq top --interval 0.5"
+    )]
+    Top(top::TopArgs),
+    /// Print every queue's counters in the Prometheus text format, or serve them with a web dashboard
+    Metrics(metrics::MetricsArgs),
+    /// Push records to a queue: the arguments, or the lines of stdin (text or --hex)
+    Push(records::PushArgs),
+    /// Pop records from a queue and print them, a line each (text or --hex)
+    Pop(records::PopArgs),
     /// Make everything pushed and popped on a queue so far durable (on
     /// stable storage) before returning
     #[command(after_help = "Example:\n  tvmq sync 21")]
@@ -233,10 +251,11 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if !matches!(cli.command, Command::Serve(_) | Command::Bench(_)) {
+    if !matches!(cli.command, Command::Serve(_) | Command::Bench(_) | Command::Metrics(_)) {
         // Output into a closed pipe (`tvmq stat 21 | head -3`) ends the
-        // command quietly, as Unix tools do. The server and the benchmark
-        // keep SIGPIPE ignored: they write to sockets and children.
+        // command quietly, as Unix tools do. The servers (serve, metrics
+        // --listen) and the benchmark keep SIGPIPE ignored: they write to
+        // sockets and children.
         // SAFETY: restores the default action of one signal before any
         // thread is started; no handler is installed.
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
@@ -257,6 +276,10 @@ fn main() -> ExitCode {
         | Command::Repair { .. }
         | Command::Export(_)
         | Command::Import(_)
+        | Command::Top(_)
+        | Command::Metrics(_)
+        | Command::Push(_)
+        | Command::Pop(_)
         | Command::Serve(_) => Some(false),
         Command::Bench(_) | Command::Completions { .. } | Command::Man { .. } => None,
     };
@@ -275,6 +298,10 @@ fn main() -> ExitCode {
         Command::Sync { id } => inspect::sync(&dir, id),
         Command::Export(args) => transfer::export(&dir, &args),
         Command::Import(args) => transfer::import(&dir, &args),
+        Command::Top(args) => top::run(&dir, &args),
+        Command::Metrics(args) => metrics::run(&dir, &args),
+        Command::Push(args) => records::push(&dir, &args),
+        Command::Pop(args) => records::pop(&dir, &args),
         Command::Serve(args) => tvmq_server::run(&dir, &args),
         Command::Completions { shell } => {
             let shell = match shell {
