@@ -57,7 +57,8 @@ test:
 
 test-all: build lint header test-rust loom deps test-c examples test-python test-readme test-install bench-smoke bench-net-smoke
 
-# The library's layers (the table in src/lib.rs): scripts/check-layers.py.
+# The layers of the library (the table in src/lib.rs) and of the server (server/src/lib.rs),
+# and no circle between the files of any crate: scripts/check-layers.py.
 lint:
 	python3 scripts/check-layers.py
 	$(CARGO) fmt --check

@@ -206,11 +206,11 @@ async fn run<S: Stream>(s: &mut S, shared: &Arc<ServerState>, worker: &Rc<Worker
                             Flow::Next => {}
                             Flow::Close => end = Some(End::Close),
                             Flow::Block(b) => blocked = Some(b),
-                            Flow::Lease(d) => {
+                            Flow::LeaseOffWorker(d) => {
                                 blocked = cmd::blocking::lease_durable(d, shared, client, &mut out).await;
                             }
                             Flow::DeadLetter(d) => cmd::lease::dead_letter_off_worker(d, client, &mut out).await,
-                            Flow::OffWorker(job) => cmd::admin::run_off_worker(job, &mut out).await,
+                            Flow::OffWorker(job) => cmd::off_worker::run(job, &mut out).await,
                             Flow::Create(keys) => {
                                 // Made off the worker; then the command runs
                                 // again (not consumed). A queue dropped again
@@ -224,7 +224,7 @@ async fn run<S: Stream>(s: &mut S, shared: &Arc<ServerState>, worker: &Rc<Worker
                                             commands -= 1;
                                             continue;
                                         }
-                                        Err((key, e)) => cmd::queue::key_error(&mut out, &key, &e),
+                                        Err((key, e)) => cmd::key_error(&mut out, &key, &e),
                                     }
                                 }
                             }
@@ -377,7 +377,7 @@ async fn read_some<S: Stream>(
 
 /// Writes the replies in `out` (counting their bytes), then clears it;
 /// first waits (this task only) until the syncs that replies of durable
-/// queues are held for have completed (see [`crate::durable`]).
+/// queues wait for have completed (see [`crate::durable`]).
 async fn flush<S: Stream>(
     s: &mut S,
     out: &mut Vec<u8>,
@@ -386,8 +386,8 @@ async fn flush<S: Stream>(
     stats: &WorkerStats,
     stall: Duration,
 ) -> io::Result<()> {
-    if !client.held.is_empty() {
-        client.held.settle(&shared.syncers, out).await;
+    if !client.unsynced.is_empty() {
+        client.unsynced.settle(&shared.syncers, out).await;
     }
     stats.add_output(out.len());
     stream::write_all(s, out, stall).await
@@ -427,7 +427,7 @@ async fn wait_blocked<S: Stream>(
         b.register(shared);
         // An `always` queue's leases are taken off the worker.
         let got = match b.durable_lease() {
-            Some((q, want)) => cmd::lease::take_durable(&q, want, client, out).await,
+            Some((q, args)) => cmd::lease::take_durable(&q, args, client, out).await,
             None => b.try_pop(client, out),
         };
         if got {

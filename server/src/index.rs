@@ -97,7 +97,7 @@ struct Watch {
 
 /// The queues this server created that still exist, and their file sizes.
 #[derive(Default)]
-struct Owned {
+struct CreatedQueues {
     sizes: HashMap<u32, u64>,
     bytes: u64,
 }
@@ -117,7 +117,7 @@ pub(crate) struct Index {
     maps: RwLock<Maps>,
     watch: Mutex<Watch>,
     rescanning: AtomicBool,
-    owned: Mutex<Owned>,
+    created_queues: Mutex<CreatedQueues>,
     /// Rescans since the start (the first included), for INFO and tests.
     pub(crate) rescans: AtomicU64,
 }
@@ -148,7 +148,7 @@ impl Index {
                 overflowed: false,
             }),
             rescanning: AtomicBool::new(false),
-            owned: Mutex::default(),
+            created_queues: Mutex::default(),
             rescans: AtomicU64::new(0),
         };
         index.rescan(&mut index.watch.lock());
@@ -212,17 +212,17 @@ impl Index {
     /// with a file of `bytes` bytes.
     pub(crate) fn created(&self, id: u32, name: &str, bytes: u64) {
         self.maps.write().insert(id, name.to_string());
-        let mut owned = self.owned.lock();
-        if let Some(old) = owned.sizes.insert(id, bytes) {
-            owned.bytes -= old;
+        let mut created_queues = self.created_queues.lock();
+        if let Some(old) = created_queues.sizes.insert(id, bytes) {
+            created_queues.bytes -= old;
         }
-        owned.bytes += bytes;
+        created_queues.bytes += bytes;
     }
 
     /// Queues this server created that still exist, and their bytes.
-    pub(crate) fn owned(&self) -> (usize, u64) {
-        let owned = self.owned.lock();
-        (owned.sizes.len(), owned.bytes)
+    pub(crate) fn created_queues(&self) -> (usize, u64) {
+        let created_queues = self.created_queues.lock();
+        (created_queues.sizes.len(), created_queues.bytes)
     }
 
     /// May this server create `n` more queues of `bytes` bytes each?
@@ -244,17 +244,17 @@ impl Index {
                 Ok(())
             }
         };
-        fits(self.owned()).or_else(|_| {
+        fits(self.created_queues()).or_else(|_| {
             self.refresh();
-            fits(self.owned())
+            fits(self.created_queues())
         })
     }
 
     fn forget(&self, id: u32) {
         self.maps.write().remove(id);
-        let mut owned = self.owned.lock();
-        if let Some(b) = owned.sizes.remove(&id) {
-            owned.bytes -= b;
+        let mut created_queues = self.created_queues.lock();
+        if let Some(b) = created_queues.sizes.remove(&id) {
+            created_queues.bytes -= b;
         }
     }
 
@@ -344,11 +344,12 @@ impl Index {
             }
         }
         {
-            let mut owned = self.owned.lock();
-            let gone: Vec<u32> = owned.sizes.keys().copied().filter(|id| !maps.by_id.contains_key(id)).collect();
+            let mut created_queues = self.created_queues.lock();
+            let gone: Vec<u32> =
+                created_queues.sizes.keys().copied().filter(|id| !maps.by_id.contains_key(id)).collect();
             for id in gone {
-                if let Some(b) = owned.sizes.remove(&id) {
-                    owned.bytes -= b;
+                if let Some(b) = created_queues.sizes.remove(&id) {
+                    created_queues.bytes -= b;
                 }
             }
         }

@@ -12,11 +12,12 @@
 //! |---|---|---|
 //! | `listener` | binding, accepting, `--maxclients`, handing connections to workers | `worker`, `state` |
 //! | `worker` | one thread per core, each a tokio current-thread runtime | `connection`, `local`, `keys`, `state` |
-//! | `connection` | read, run every complete command, write the replies once; limits | `cmd`, `local`, `stream`, `state` |
-//! | `cmd` | dispatch, then one file per family: `queue` (push, pop, LLEN), `blocking` (BLPOP), `server` (the rest), `table` (the commands, COMMAND), `context` (what a command runs with) | `keys`, `waiters`, `reply`, `state` |
+//! | `connection` | read, run every complete command, write the replies once; limits | `cmd`, `local`, `keys`, `state`, `stream` |
+//! | `cmd` | dispatch, then one file per family: `queue` (push, pop, LLEN), `blocking` (BLPOP), `admin` (DEL, LTRIM, TVMQ.REPAIR), `lease/` (the TVMQ.LEASE family: `owned`, `args`, `take`, `end`, `stats`), `server` (the rest), `table` (the commands, COMMAND); `context` (what a command runs with), `off_worker` (what it hands to the blocking pool) | `durable`, `keys`, `state`, `waiters`, `reply` |
 //! | `local` | what one worker's connections share: key cache, buffer pool, stop notice | `keys` |
-//! | `keys` | key -> queue, caches, `--auto-create`, its bounds and its id scheme | `index`, `state` |
-//! | `state` | `ServerState`, what every thread shares: options, queues, counters | `config`, `index`, `waiters`, `shutdown` |
+//! | `keys` | key -> queue, caches, `--auto-create`, its bounds and its id scheme | `state`, `index`, `reply` |
+//! | `state` | `ServerState`, what every thread shares: options, queues, counters | `durable`, `index`, `waiters`, `shutdown`, `tls`, `config` |
+//! | `durable` | `always` queues: a connection's replies waiting for a sync (`replies`), the sync threads (`syncers`) | - |
 //! | `index` | queue name -> ids of the directory, kept current by inotify; the queues the server created (the budget) | `shutdown` |
 //! | `waiters` | blocked clients and the bounded pool of watcher threads that wake them | `shutdown` |
 //! | `shutdown` | the stop signal | - |
@@ -24,6 +25,10 @@
 //! | `tls` | `--tls-port`: the certificates, read at the start | `config` |
 //! | `reply` | error replies in the protocol's words | - |
 //! | [`config`] | the options ([`ServeArgs`]) | - |
+//!
+//! `scripts/check-layers.py` (part of `make lint`) reads this table: each
+//! module uses exactly the modules its row names, all below it; and no
+//! file uses, through any chain, a file that uses it back.
 //!
 //! A push goes from the read buffer straight into the shared-memory ring
 //! ([`tvm::Queue::push`]) and a pop from the ring straight into the output
@@ -151,10 +156,10 @@ impl Server {
                 .map_err(|e| Error::new(SVR_EXCEPTION, format!("cannot start a worker thread: {e}")))?;
             server.threads.push(handle);
         }
-        let sh = shared.clone();
+        let acceptor_shared = shared.clone();
         let acceptor = std::thread::Builder::new()
             .name("tvmq-accept".into())
-            .spawn(move || listener::accept_loop(rt, listeners, sh, senders))
+            .spawn(move || listener::accept_loop(rt, listeners, acceptor_shared, senders))
             .map_err(|e| Error::new(SVR_EXCEPTION, format!("cannot start the acceptor thread: {e}")))?;
         server.threads.push(acceptor);
         Ok(server)

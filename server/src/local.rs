@@ -56,7 +56,7 @@ pub(crate) struct WorkerLocal {
     pub(crate) keys: WorkerKeys,
     pub(crate) pool: Pool,
     /// Connections being served.
-    pub(crate) live: Cell<usize>,
+    pub(crate) connections: Cell<usize>,
     /// The stop, told to this worker's connections by the worker (so that a
     /// connection waiting for its client polls a notification no other
     /// core touches).

@@ -86,6 +86,14 @@ pub(crate) fn syntax_error(out: &mut Vec<u8>) {
     resp::error(out, b"ERR syntax error");
 }
 
+/// A null array: `*-1` in RESP2, `_` in RESP3.
+pub(crate) fn null_array(out: &mut Vec<u8>, proto: resp::Proto) {
+    match proto {
+        resp::Proto::Resp2 => resp::null_array(out),
+        resp::Proto::Resp3 => resp::null(out, proto),
+    }
+}
+
 /// A HELP subcommand's reply: its lines, as an array of simple strings.
 pub(crate) fn help(out: &mut Vec<u8>, lines: &[&[u8]]) {
     resp::array_header(out, lines.len());

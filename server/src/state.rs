@@ -118,7 +118,7 @@ pub(crate) struct ServerState {
     pub(crate) budget: Budget,
     /// The size of the file of a queue `--auto-create` makes (0 without it).
     pub(crate) auto_bytes: u64,
-    /// The threads that sync `always` queues for held replies.
+    /// The threads that sync `always` queues for the replies waiting on them.
     pub(crate) syncers: crate::durable::Syncers,
 }
 

@@ -57,7 +57,8 @@ pub(crate) const PER_CALL: usize = tvm::WAIT_ANY_MAX - 1;
 /// The pool may grow to max(worker threads, this) watcher threads.
 pub(crate) const MIN_WATCHERS: usize = 8;
 
-/// The clients waiting on one queue, oldest ticket first.
+/// The clients waiting on one queue, by their place in line (the earliest
+/// first).
 pub(crate) struct WaitList {
     queue: Arc<Queue>,
     inner: Mutex<ListInner>,
@@ -96,7 +97,7 @@ impl WaitList {
 /// Every queue's list of blocked clients, server-wide, and the watchers.
 pub(crate) struct Waiters {
     lists: Mutex<HashMap<u32, Arc<WaitList>>>,
-    tickets: AtomicU64,
+    places: AtomicU64,
     pool: Mutex<Vec<Arc<Watcher>>>,
     max_watchers: usize,
     /// Watcher threads started (for INFO and tests).
@@ -115,24 +116,25 @@ impl Waiters {
     pub(crate) fn new(workers: usize) -> Waiters {
         Waiters {
             lists: Mutex::default(),
-            tickets: AtomicU64::new(0),
+            places: AtomicU64::new(0),
             pool: Mutex::default(),
             max_watchers: workers.max(MIN_WATCHERS),
             watchers_started: AtomicU64::new(0),
         }
     }
 
-    /// A new ticket: a client's place in line, kept while it stays blocked.
-    pub(crate) fn ticket(&self) -> u64 {
-        self.tickets.fetch_add(1, Ordering::Relaxed)
+    /// A new place in line for a client, kept while it stays blocked
+    /// (the lowest is served first).
+    pub(crate) fn next_place(&self) -> u64 {
+        self.places.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Puts the client with `ticket` and `notify` on the list of `queue`,
+    /// Puts the client at `place` and `notify` on the list of `queue`,
     /// giving the list to a watcher if it has none.
     pub(crate) fn register(
         &self,
         queue: &Arc<Queue>,
-        ticket: u64,
+        place: u64,
         notify: &Arc<Notify>,
         shutdown: &Arc<Shutdown>,
     ) -> Arc<WaitList> {
@@ -150,7 +152,7 @@ impl Waiters {
             list.clone()
         };
         let mut inner = list.inner.lock();
-        inner.waiting.insert(ticket, notify.clone());
+        inner.waiting.insert(place, notify.clone());
         if !inner.watched {
             inner.watched = true;
             // Read before the client's next look at the queue: a push after
@@ -194,15 +196,15 @@ impl Waiters {
         Ok(())
     }
 
-    /// Takes the client with `ticket` off `list`; false if it was not on it
+    /// Takes the client at `place` off `list`; false if it was not on it
     /// (a wake-up took it off).
-    pub(crate) fn unregister(list: &WaitList, ticket: u64) -> bool {
-        list.inner.lock().waiting.remove(&ticket).is_some()
+    pub(crate) fn unregister(list: &WaitList, place: u64) -> bool {
+        list.inner.lock().waiting.remove(&place).is_some()
     }
 
-    /// Is the client with `ticket` on `list`?
-    pub(crate) fn contains(list: &WaitList, ticket: u64) -> bool {
-        list.inner.lock().waiting.contains_key(&ticket)
+    /// Is the client at `place` on `list`?
+    pub(crate) fn contains(list: &WaitList, place: u64) -> bool {
+        list.inner.lock().waiting.contains_key(&place)
     }
 
     fn wake_all(inner: &mut ListInner) {

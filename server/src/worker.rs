@@ -37,7 +37,7 @@ pub(crate) fn spawn(
 fn main(shared: Arc<ServerState>, index: usize, mut rx: UnboundedReceiver<Accepted>) {
     // A sweep run here (inside a pop or a lease) leaves the records it
     // dooms for the blocking pool to move to their dead-letter queue (that
-    // push may open the queue and sync it): see `cmd::lease::dead_letters_off_worker`.
+    // push may open the queue and sync it): see `cmd::off_worker::move_dead_letters`.
     tvm::Queue::sweeps_move_dead_letters(false);
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
@@ -52,7 +52,7 @@ fn main(shared: Arc<ServerState>, index: usize, mut rx: UnboundedReceiver<Accept
         index,
         keys: WorkerKeys::default(),
         pool: Pool::default(),
-        live: Cell::new(0),
+        connections: Cell::new(0),
         stop: tokio::sync::Notify::new(),
     });
     local.block_on(&rt, async {
@@ -78,7 +78,7 @@ fn main(shared: Arc<ServerState>, index: usize, mut rx: UnboundedReceiver<Accept
         // Connections answer what they have read and close; a write to a
         // client that does not read is given up at its stall timeout.
         let deadline = tokio::time::Instant::now() + shared.args.write_stall() + Duration::from_secs(1);
-        while worker.live.get() > 0 && tokio::time::Instant::now() < deadline {
+        while worker.connections.get() > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
     });
@@ -86,25 +86,25 @@ fn main(shared: Arc<ServerState>, index: usize, mut rx: UnboundedReceiver<Accept
 }
 
 /// Counts a connection out however it ends.
-struct Live {
+struct Counted {
     worker: Rc<WorkerLocal>,
     shared: Arc<ServerState>,
 }
 
-impl Drop for Live {
+impl Drop for Counted {
     fn drop(&mut self) {
-        self.worker.live.set(self.worker.live.get() - 1);
+        self.worker.connections.set(self.worker.connections.get() - 1);
         self.shared.stats.connected.fetch_sub(1, Ordering::Relaxed);
         self.shared.worker_conns[self.worker.index].fetch_sub(1, Ordering::Relaxed);
     }
 }
 
 fn start(shared: &Arc<ServerState>, worker: &Rc<WorkerLocal>, c: Accepted) {
-    worker.live.set(worker.live.get() + 1);
-    let live = Live { worker: worker.clone(), shared: shared.clone() };
+    worker.connections.set(worker.connections.get() + 1);
+    let counted = Counted { worker: worker.clone(), shared: shared.clone() };
     let (shared, worker) = (shared.clone(), worker.clone());
     tokio::task::spawn_local(async move {
-        let _live = live;
+        let _counted = counted;
         match c {
             Accepted::Tcp(s, peer) => match tokio::net::TcpStream::from_std(s) {
                 Ok(s) => {

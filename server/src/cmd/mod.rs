@@ -1,23 +1,30 @@
 //! Commands: the name looked up without allocating, the arity and the
 //! authentication checked in Redis's order, then one function per command
 //! in the file of its family: [`queue`] (pushes, pops, LLEN), [`blocking`]
-//! (BLPOP, BRPOP), [`admin`] (DEL, LTRIM, TVMQ.REPAIR), [`lease`] (TVMQ.LEASE, TVMQ.ACK, ...), [`server`] (connection and server commands), with
-//! [`table`] naming and describing them all (for COMMAND too) and `context`
-//! what they run with.
+//! (BLPOP, BRPOP), [`admin`] (DEL, LTRIM, TVMQ.REPAIR), [`lease`]
+//! (TVMQ.LEASE, TVMQ.ACK, ...), [`server`] (connection and server
+//! commands), with [`table`] naming and describing them all (for COMMAND
+//! too), `context` what they run with, and [`off_worker`] the work they
+//! hand to the runtime's blocking pool.
 //!
-//! Inside, imports go one way: this dispatcher uses every family;
-//! `blocking` uses `queue`; `server` uses `table`; `blocking`, `queue` and
-//! `server` use `context`; `table` and `context` use no other command module.
+//! Inside, imports go one way (`scripts/check-layers.py` finds a circle):
+//! this dispatcher uses every family; `blocking` uses `lease` and `queue`;
+//! `lease` uses `queue`; `admin`, `blocking`, `lease`, `queue` and `server`
+//! use `context`, which uses only `lease::owned` (the leases a connection
+//! owns); `admin`, `blocking`, `lease` and `queue` use `off_worker`;
+//! `server` uses `table`; `off_worker` and `table` use no other command
+//! module.
 
 pub(crate) mod admin;
 pub(crate) mod blocking;
 mod context;
 pub(crate) mod lease;
+pub(crate) mod off_worker;
 pub(crate) mod queue;
 pub(crate) mod server;
 pub(crate) mod table;
 
-pub(crate) use context::{Client, Ctx};
+pub(crate) use context::{Client, Ctx, key_error};
 
 use crate::reply;
 use resp::Request;
@@ -33,15 +40,15 @@ pub(crate) enum Flow {
     Block(blocking::Blocked),
     /// TVMQ.LEASE of an `always` queue: taken off the worker
     /// ([`blocking::lease_durable`]), the connection waiting for it.
-    Lease(lease::DurableLease),
+    LeaseOffWorker(lease::DurableLease),
     /// TVMQ.RELEASE or TVMQ.REJECT moving a record to a dead-letter queue:
     /// run off the worker ([`lease::dead_letter_off_worker`]), the
     /// connection waiting for it.
     DeadLetter(lease::DeadLetter),
     /// DEL, LTRIM, TVMQ.REPAIR: their work (which may touch the disk or
-    /// scan a whole ring) runs off the worker ([`admin::run_off_worker`]),
-    /// the connection waiting for its reply.
-    OffWorker(admin::OffWorker),
+    /// scan a whole ring) runs off the worker ([`off_worker::run`]), the
+    /// connection waiting for its reply.
+    OffWorker(off_worker::Job),
     /// The command needs queues `--auto-create` makes: made off the worker
     /// ([`crate::keys::create_off_worker`]), then the command runs again
     /// (its reply is not written yet).
@@ -89,16 +96,16 @@ pub(crate) fn execute(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Ve
         Cmd::Client => server::client(ctx, buf, req, out),
         Cmd::Config => server::config(ctx, buf, req, out),
         Cmd::Command => server::command(ctx, buf, req, out),
-        Cmd::Del => return admin::del(ctx, buf, req, out),
-        Cmd::Ltrim => return admin::ltrim(ctx, buf, req, out),
-        Cmd::Repair => return admin::repair(ctx, buf, req, out),
+        Cmd::Del => return admin::del(ctx, buf, req, out).map_or(Flow::Next, Flow::OffWorker),
+        Cmd::Ltrim => return admin::ltrim(ctx, buf, req, out).map_or(Flow::Next, Flow::OffWorker),
+        Cmd::Repair => return admin::repair(ctx, buf, req, out).map_or(Flow::Next, Flow::OffWorker),
         Cmd::Lease => {
             return match lease::lease(ctx, buf, req, out) {
-                lease::Next::Done => Flow::Next,
-                lease::Next::Block(q, timeout, want) => {
-                    Flow::Block(blocking::Blocked::lease(ctx.shared, req.arg(buf, 1), q, timeout, want))
+                lease::LeaseFlow::Done => Flow::Next,
+                lease::LeaseFlow::Block(q, timeout, args) => {
+                    Flow::Block(blocking::Blocked::lease(ctx.shared, req.arg(buf, 1), q, timeout, args))
                 }
-                lease::Next::Durable(d) => Flow::Lease(d),
+                lease::LeaseFlow::OffWorker(d) => Flow::LeaseOffWorker(d),
             };
         }
         Cmd::Ack => lease::ack(ctx, buf, req, out),

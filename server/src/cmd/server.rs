@@ -317,10 +317,10 @@ pub(crate) fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u
                     || (s.eq_ignore_ascii_case(b"default"))
             })
     };
-    let sh = ctx.shared;
-    let st = &sh.stats;
-    let (commands, input, output) = sh.totals();
-    let created = sh.index.owned();
+    let shared = ctx.shared;
+    let st = &shared.stats;
+    let (commands, input, output) = shared.totals();
+    let created = shared.index.created_queues();
     let mut t = String::new();
     if wants("server") {
         let _ = write!(
@@ -332,11 +332,11 @@ pub(crate) fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u
             std::env::consts::OS,
             std::env::consts::ARCH,
             std::process::id(),
-            sh.tcp_addr.map_or(0, |a| a.port()),
-            sh.unix_path.as_deref().map(|p| p.display().to_string()).unwrap_or_default(),
-            sh.started.elapsed().as_secs(),
-            sh.threads,
-            sh.dir.display(),
+            shared.tcp_addr.map_or(0, |a| a.port()),
+            shared.unix_path.as_deref().map(|p| p.display().to_string()).unwrap_or_default(),
+            shared.started.elapsed().as_secs(),
+            shared.threads,
+            shared.dir.display(),
         );
     }
     if wants("clients") {
@@ -344,7 +344,7 @@ pub(crate) fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u
             t,
             "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:{}\r\n\r\n",
             st.connected.load(Ordering::Relaxed),
-            sh.args.maxclients,
+            shared.args.maxclients,
             st.blocked.load(Ordering::Relaxed),
         );
     }
@@ -360,28 +360,28 @@ pub(crate) fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u
             st.rejected.load(Ordering::Relaxed),
             input,
             output,
-            sh.waiters.watchers_started.load(Ordering::Relaxed),
+            shared.waiters.watchers_started.load(Ordering::Relaxed),
             st.auth_failures.load(Ordering::Relaxed),
             st.unauthenticated_closed.load(Ordering::Relaxed),
-            sh.index.len(),
+            shared.index.len(),
             created.0,
             created.1,
-            sh.index.rescans.load(Ordering::Relaxed),
+            shared.index.rescans.load(Ordering::Relaxed),
         );
     }
     if wants("durability") {
-        durability_section(sh, &mut t);
+        durability_section(shared, &mut t);
     }
     if wants("queues") {
         t.push_str("# Queues\r\n");
         // From the index, not the directory, and at most INFO_QUEUES_MAX
         // headers read: the worker serves other clients meanwhile.
-        let (ids, all) = sh.index.lowest_ids(INFO_QUEUES_MAX);
+        let (ids, all) = shared.index.lowest_ids(INFO_QUEUES_MAX);
         if all > ids.len() {
             let _ = write!(t, "queues_not_listed:{} (tvmq list shows every queue)\r\n", all - ids.len());
         }
         for id in ids {
-            let Ok(q) = tvm::Queue::inspect(sh.dir(), id) else { continue };
+            let Ok(q) = tvm::Queue::inspect(shared.dir(), id) else { continue };
             let s = q.stats();
             let _ = write!(
                 t,
@@ -400,12 +400,12 @@ pub(crate) fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u
     resp::verbatim(out, ctx.client.proto, b"txt", t.as_bytes());
 }
 
-/// INFO's `# Durability`: the syncs this server ran for replies it held
-/// (pushes and pops of `always` queues answered only once on stable
+/// INFO's `# Durability`: the syncs this server ran for the replies that
+/// waited for them (pushes and pops of `always` queues answered only once on stable
 /// storage), and each durable queue's own sync counters (every process's
 /// syncs, from the queue file).
-fn durability_section(sh: &crate::state::ServerState, t: &mut String) {
-    let s = sh.syncers.stats();
+fn durability_section(shared: &crate::state::ServerState, t: &mut String) {
+    let s = shared.syncers.stats();
     let syncs = s.syncs.load(Ordering::Relaxed);
     let records = s.records.load(Ordering::Relaxed);
     let total_us = s.total_us.load(Ordering::Relaxed);
@@ -416,7 +416,7 @@ fn durability_section(sh: &crate::state::ServerState, t: &mut String) {
          durable_records_held:{records}\r\ndurable_records_per_sync:{:.2}\r\ndurable_sync_last_us:{}\r\n\
          durable_sync_avg_us:{:.0}\r\ndurable_ask_to_sync_avg_us:{:.0}\r\n\
          durable_wake_avg_us:{:.0}\r\n",
-        sh.syncers.threads(),
+        shared.syncers.threads(),
         s.failures.load(Ordering::Relaxed),
         ratio(records, syncs),
         s.last_us.load(Ordering::Relaxed),
@@ -425,12 +425,12 @@ fn durability_section(sh: &crate::state::ServerState, t: &mut String) {
         ratio(s.wake_us.load(Ordering::Relaxed), s.woken.load(Ordering::Relaxed)),
     );
     // As INFO queues: from the index, at most INFO_QUEUES_MAX headers read.
-    let (ids, all) = sh.index.lowest_ids(INFO_QUEUES_MAX);
+    let (ids, all) = shared.index.lowest_ids(INFO_QUEUES_MAX);
     if all > ids.len() {
         let _ = write!(t, "queues_not_looked_at:{}\r\n", all - ids.len());
     }
     for id in ids {
-        let Ok(q) = tvm::Queue::inspect(sh.dir(), id) else { continue };
+        let Ok(q) = tvm::Queue::inspect(shared.dir(), id) else { continue };
         let Some(d) = q.durable_stats() else { continue };
         let _ = write!(
             t,

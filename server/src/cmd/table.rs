@@ -73,7 +73,7 @@ impl Cmd {
     }
 
     /// Its entry in the command table.
-    pub(crate) fn spec(self) -> &'static Spec {
+    pub(crate) fn spec(self) -> &'static CommandSpec {
         &COMMANDS[self as usize]
     }
 
@@ -84,7 +84,7 @@ impl Cmd {
 }
 
 /// One command as COMMAND describes it.
-pub(crate) struct Spec {
+pub(crate) struct CommandSpec {
     /// Lowercase name.
     pub(crate) name: &'static str,
     /// Redis's arity: `n` exactly `n` arguments (the name included), `-n` at least `n`.
@@ -108,8 +108,8 @@ const fn spec(
     categories: &'static [&'static str],
     summary: &'static str,
     group: &'static str,
-) -> Spec {
-    Spec {
+) -> CommandSpec {
+    CommandSpec {
         name,
         arity,
         flags,
@@ -127,7 +127,7 @@ const fn spec(
 const NO_KEYS: (i64, i64, i64) = (0, 0, 0);
 
 /// In the order of [`Cmd`].
-pub(crate) static COMMANDS: [Spec; 26] = [
+pub(crate) static COMMANDS: [CommandSpec; 26] = [
     spec(
         "ping",
         -1,
@@ -349,12 +349,12 @@ pub(crate) static COMMANDS: [Spec; 26] = [
 ];
 
 /// The table entry named `name` (any case).
-pub(crate) fn find(name: &[u8]) -> Option<&'static Spec> {
+pub(crate) fn find(name: &[u8]) -> Option<&'static CommandSpec> {
     Cmd::lookup(name).map(Cmd::spec)
 }
 
 /// Appends COMMAND's description of one command (Redis 7: ten elements).
-pub(crate) fn write_info(out: &mut Vec<u8>, proto: Proto, s: &Spec) {
+pub(crate) fn write_info(out: &mut Vec<u8>, proto: Proto, s: &CommandSpec) {
     resp::array_header(out, 10);
     resp::bulk(out, s.name.as_bytes());
     resp::integer(out, s.arity);
@@ -375,7 +375,7 @@ pub(crate) fn write_info(out: &mut Vec<u8>, proto: Proto, s: &Spec) {
 }
 
 /// Appends COMMAND DOCS's map of one command (its value only).
-pub(crate) fn write_docs(out: &mut Vec<u8>, proto: Proto, s: &Spec) {
+pub(crate) fn write_docs(out: &mut Vec<u8>, proto: Proto, s: &CommandSpec) {
     resp::map_header(out, proto, 4);
     for (k, v) in [("summary", s.summary), ("since", s.since), ("group", s.group), ("complexity", s.complexity)] {
         resp::bulk(out, k.as_bytes());
@@ -413,7 +413,7 @@ pub(crate) fn command(proto: Proto, args: &mut dyn Iterator<Item = &[u8]>, out: 
             }
         }
     } else if sub.eq_ignore_ascii_case(b"DOCS") {
-        let specs: Vec<&Spec> =
+        let specs: Vec<&CommandSpec> =
             if rest.is_empty() { COMMANDS.iter().collect() } else { rest.iter().filter_map(|n| find(n)).collect() };
         resp::map_header(out, proto, specs.len());
         for s in specs {
