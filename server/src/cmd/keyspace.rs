@@ -126,9 +126,8 @@ pub(crate) fn scan(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u
         i += 2;
     }
     let index = &ctx.shared.index;
-    if cursor == 0 {
-        index.refresh();
-    }
+    // What the kernel has queued about the directory (one read when nothing).
+    index.refresh();
     let (ids, next) = match u32::try_from(cursor) {
         Ok(from) if lists => index.ids_from(from, count),
         _ => (Vec::new(), None),
