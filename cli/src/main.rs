@@ -225,6 +225,19 @@ fn man(command: Option<&str>, out: Option<&Path>) -> Result<(), Error> {
     page.render(&mut std::io::stdout()).map_err(|e| failed(format!("cannot write the manual page: {e}")))
 }
 
+/// Raises this process's soft limit of open files to its hard limit (what
+/// any process may do, as Go's runtime does at start); nothing on failure.
+fn raise_open_files_limit() {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit and setrlimit with a valid rlimit pointer.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
+
 #[derive(ValueEnum, Clone, Copy)]
 enum Shell {
     Bash,
@@ -259,6 +272,12 @@ fn main() -> ExitCode {
         // SAFETY: restores the default action of one signal before any
         // thread is started; no handler is installed.
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
+    if matches!(cli.command, Command::Serve(_) | Command::Top(_) | Command::Metrics(_) | Command::Bench(_)) {
+        // A watcher keeps each queue's file open (a read-only view a
+        // queue), and the server its attachments too: 10,000 queues need
+        // more descriptors than a common soft limit of 1024.
+        raise_open_files_limit();
     }
     let from = match (&cli.dir, std::env::var_os("TVMDBD")) {
         (Some(_), _) => DirFrom::Flag,
