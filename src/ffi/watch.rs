@@ -111,7 +111,7 @@ pub unsafe extern "C" fn lQueueStats(p: *mut SATvm, t: TABLE, s: *mut TvmQueueSt
     unsafe { call(p, body) }
 }
 
-/// Lists the queues of the queue directory ($TVMDBD, or /dev/shm/tvmq-<uid>):
+/// Lists the queues of the queue directory ($TVMDBD, or `/dev/shm/tvmq-<uid>`):
 /// sets `*n` to how many there are and writes the first `max` of their
 /// ids, in ascending order, to `ids` (which may be NULL when `max` is 0:
 /// call once to learn the count, then with an array that large; queues
