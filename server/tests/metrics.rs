@@ -135,6 +135,31 @@ fn the_exposition_counts_what_was_done_and_promtool_finds_nothing_to_fix() {
 }
 
 #[test]
+fn durable_syncs_are_counted_per_queue_and_in_the_server_s_histogram() {
+    let dir = DiskDir::new("metrics-always");
+    let mut spec = tvm::Spec::new(100, 16);
+    spec.name = "LEDGER".into();
+    spec.durability = Some(tvm::Durability::Always);
+    tvm::Queue::create(dir.path(), 31, &spec).expect("an always queue on the disk");
+    let server = tvmq_server::Server::start(dir.path(), &args(&["--metrics-port", "0"])).expect("server starts");
+    let mut c = Conn::connect(server.tcp_addr().unwrap());
+    for i in 0..3 {
+        assert_eq!(c.cmd(&[b"RPUSH", b"31", format!("entry {i}").as_bytes()]), V::Int(i + 1));
+    }
+    let (status, text) = http(server.metrics_addr().unwrap(), "/metrics", "");
+    assert_eq!(status, 200);
+    let syncs = value(&text, "tvmq_queue_syncs_total{queue=\"31\",name=\"LEDGER\"}");
+    let held = value(&text, "tvmq_durable_sync_seconds_count");
+    assert!(held >= 1.0, "the server synced for its replies: {held}");
+    assert!(syncs >= held, "every sync of the server is one of the queue's: {syncs} >= {held}");
+    assert_eq!(value(&text, "tvmq_durable_sync_seconds_bucket{le=\"+Inf\"}"), held);
+    assert!(value(&text, "tvmq_durable_sync_seconds_sum") > 0.0);
+    drop(c);
+    server.stop();
+    tvm::Queue::drop_queue(dir.path(), 31).unwrap();
+}
+
+#[test]
 fn the_metrics_port_refuses_what_it_does_not_serve() {
     let dir = TempDir::new("server", "metrics-bounds");
     create(&dir, 21, "Q", 10, 8);
