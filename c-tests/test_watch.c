@@ -26,12 +26,7 @@ static TvmQueueStats stats_of(SATvm *p, TABLE t)
  * create, or stops the test. */
 static void make_queue_with(TABLE t, size_t rows, const char *opts)
 {
-    const char *tvmq = getenv("TVMQ");
-    char cmd[4096];
-    REQUIRE(tvmq != NULL);
-    snprintf(cmd, sizeof(cmd), "'%s' create %u --rows %zu --size %zu %s >/dev/null", tvmq, t, rows,
-             sizeof(rec64), opts);
-    REQUIRE(system(cmd) == 0);
+    make_queue_cli(t, rows, sizeof(rec64), opts);
 }
 
 /* Every member after pushes and pops; the same values tvmq stat shows. */

@@ -21,14 +21,6 @@ fn ok(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 fn make(dir: &Path, id: u32, name: &str, rows: u64, size: u64, leases: Option<LeaseSpec>) {
     let mut spec = Spec::new(rows, size);
     spec.name = name.into();
@@ -85,7 +77,7 @@ impl Drop for Tmux {
 
 #[test]
 fn top_in_a_terminal_shows_the_queues_and_leaves_the_terminal_as_it_was() {
-    if !have("tmux") {
+    if !common::have_tool("tmux") {
         eprintln!("SKIP tvmq top in a terminal: tmux is not installed (Debian: tmux)");
         return;
     }
@@ -227,20 +219,9 @@ fn metrics_match_stat_json_and_promtool_finds_nothing_to_fix() {
     assert_eq!(value(&text, "tvmq_queue_waiters{queue=\"24\",name=\"EMPTY\"}"), 1);
     assert_eq!(value(&text, "tvmq_queue_processes{queue=\"21\",name=\"ORDERS\"}"), 1, "this test's process");
     assert_eq!(value(&text, "tvmq_queues"), 4);
-    if have("promtool") {
-        let mut p = Command::new("promtool")
-            .args(["check", "metrics"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        std::io::Write::write_all(&mut p.stdin.take().unwrap(), text.as_bytes()).unwrap();
-        let o = p.wait_with_output().unwrap();
-        let said = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
-        assert!(o.status.success() && said.is_empty(), "promtool check metrics: {said}");
-    } else {
-        eprintln!("SKIP promtool check: promtool is not installed (Debian: prometheus)");
+    match common::promtool_complaints(&text) {
+        Some(said) => assert_eq!(said, "", "promtool check metrics"),
+        None => eprintln!("SKIP promtool check: promtool is not installed (Debian: prometheus)"),
     }
     // The bound: two listed, the rest summed.
     let text = ok(&tvmq(d, &["metrics", "--max-queues", "2"]));

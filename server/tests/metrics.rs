@@ -42,29 +42,6 @@ fn value(text: &str, series: &str) -> f64 {
         .expect("a number")
 }
 
-fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-/// `promtool check metrics` on `text`: its complaints (empty: none).
-fn promtool(text: &str) -> String {
-    let mut p = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool runs");
-    p.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
-    let out = p.wait_with_output().unwrap();
-    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    if out.status.success() { said } else { format!("promtool failed: {said}") }
-}
-
 #[test]
 fn the_exposition_counts_what_was_done_and_promtool_finds_nothing_to_fix() {
     let dir = TempDir::new("server", "metrics");
@@ -105,10 +82,9 @@ fn the_exposition_counts_what_was_done_and_promtool_finds_nothing_to_fix() {
     let (status, bearer) = http(maddr, "/metrics", "Authorization: Bearer s3cret\r\n");
     assert_eq!(status, 200);
     assert!(bearer.contains("# TYPE tvmq_durable_sync_seconds histogram"));
-    if have("promtool") {
-        assert_eq!(promtool(&text), "", "promtool check metrics");
-    } else {
-        eprintln!("SKIP promtool check: promtool is not installed (Debian: prometheus)");
+    match promtool_complaints(&text) {
+        Some(said) => assert_eq!(said, "", "promtool check metrics"),
+        None => eprintln!("SKIP promtool check: promtool is not installed (Debian: prometheus)"),
     }
 
     // /api/queues: the same counters, the server's, a bound on the answer.
@@ -288,7 +264,7 @@ fn attr(dom: &str, marker: &str, attr: &str) -> Option<String> {
 
 #[test]
 fn the_dashboard_in_chromium_shows_the_queues_their_depth_and_a_chart() {
-    if !have("chromium") {
+    if !have_tool("chromium") {
         eprintln!("SKIP the dashboard test: chromium is not installed (Debian: chromium)");
         return;
     }
@@ -355,7 +331,7 @@ fn prometheus_query(prom: SocketAddr, query: &str, at: f64) -> Option<f64> {
 
 #[test]
 fn prometheus_scrapes_the_port_and_its_rate_is_the_push_rate() {
-    if !have("prometheus") {
+    if !have_tool("prometheus") {
         eprintln!("SKIP the Prometheus test: prometheus is not installed (Debian: prometheus)");
         return;
     }
