@@ -109,8 +109,12 @@ fn top_in_a_terminal_shows_the_queues_and_leaves_the_terminal_as_it_was() {
     let screen = tmux.wait_for(&["queue 21", "capacity 1000", "pushed 437", "depth, last"]);
     assert!(screen.contains("depth 437"), "{screen}");
     tmux.keys(&["Escape"]);
+    // Back to the table (a key right after Escape would read as Alt and that key).
+    tmux.wait_for(&["DEPTH / CAPACITY"]);
     // A filter that leaves JOBS alone.
-    tmux.keys(&["/", "J", "O", "B", "Enter"]);
+    tmux.keys(&["/"]);
+    tmux.wait_for(&["filter: _"]);
+    tmux.keys(&["J", "O", "B", "Enter"]);
     let screen = tmux.wait_for(&["filter: JOB", "(1 shown)"]);
     assert!(!screen.contains("ORDERS"), "{screen}");
     tmux.keys(&["q"]);
