@@ -188,7 +188,7 @@ I_BIN       := $(PREFIX)/bin
 I_SHARE     := $(PREFIX)/share
 # The pages `tvmq man --out` writes: tvmq.1 and tvmq-<subcommand>.1 (a cli
 # test checks this list against it).
-MANPAGES    := tvmq tvmq-create tvmq-drop tvmq-list tvmq-stat tvmq-peek tvmq-sync tvmq-repair tvmq-export tvmq-import tvmq-bench \
+MANPAGES    := tvmq tvmq-create tvmq-drop tvmq-list tvmq-stat tvmq-peek tvmq-top tvmq-metrics tvmq-push tvmq-pop tvmq-sync tvmq-repair tvmq-export tvmq-import tvmq-bench \
                tvmq-serve tvmq-completions tvmq-man
 INSTALLED   := $(I_LIB)/libtvm.so.$(VERSION) $(I_LIB)/libtvm.so.$(SOMAJOR) $(I_LIB)/libtvm.so $(I_LIB)/libtvm.a \
                $(I_INC)/tvm.h $(I_INC)/tmain.h $(I_BIN)/tvmq $(patsubst %,$(I_SHARE)/man/man1/%.1,$(MANPAGES)) \

@@ -16,7 +16,8 @@
 #    NULL and garbage arguments to every function and queue files corrupted
 #    while attached (test_hostile.c), STVM's other queue calls and
 #    lCreateQueueEx for every kind of queue (test_stvm.c), an export and
-#    import of 1 M records while a producer and a consumer run (test_export.c).
+#    import of 1 M records while a producer and a consumer run (test_export.c),
+#    lQueueStats, lListQueues and sGetTErrDetail (test_watch.c).
 # 4. network: the lTvm* calls (test_net.c), the seeds' network twins
 #    (net_push.c, net_pop.c) and a Redis Cluster (net_cluster.sh), against a
 #    redis-server started here ($REDIS_SERVER, $REDIS_CLI: found on PATH)
@@ -276,7 +277,7 @@ run_test seed_concurrent_2_push_2_pop t_seed_concurrent 5 400000 pop_bench:2:400
 run_test seed_concurrent_2x2_processes t_seed_concurrent 3 200000 \
     pop_bench:1:100000 push_bench:1:100000 pop_bench:1:100000 push_bench:1:100000
 
-for prog in test_api test_mt test_wake test_hostile test_lease test_stvm test_export; do
+for prog in test_api test_mt test_wake test_hostile test_lease test_stvm test_export test_watch; do
     echo "== $prog"
     if ! build_prog "$prog" >"$LOGDIR/build-$prog.log" 2>&1; then
         echo "FAIL  build_$prog"

@@ -17,12 +17,7 @@
  * (e.g. "--lease-ms 30000"), or stops the test. */
 static void make_lease_queue(TABLE t, size_t rows, const char *opts)
 {
-    const char *tvmq = getenv("TVMQ");
-    char cmd[4096];
-    REQUIRE(tvmq != NULL);
-    snprintf(cmd, sizeof(cmd), "'%s' create %u --rows %zu --size %zu %s >/dev/null", tvmq, t, rows,
-             sizeof(rec64), opts);
-    REQUIRE(system(cmd) == 0);
+    make_queue_cli(t, rows, sizeof(rec64), opts);
 }
 
 /* Pops with a lease from queue t into *out (QUE_NOWAIT, retried for up to

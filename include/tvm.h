@@ -24,6 +24,7 @@
 #include <unistd.h>
 #include <stddef.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 /* Error codes (m_lErrno, lGetTErrno). sGetTError(code) gives the message, sGetTErrName(code) the name. */
 #define TVM_DONE_SUCC    0  /* success */
@@ -510,6 +511,73 @@ typedef struct TvmTls {
 } TvmTls;
 
 /**
+ * A queue's counters and gauges at one instant, for lQueueStats. Zero it,
+ * set `size = sizeof(TvmQueueStats)`, then call lQueueStats. Later
+ * versions of tvmq only add members at the end: a program built against
+ * this tvm.h keeps working with them (the library writes only the members
+ * this one has), and a program built against a later tvm.h with this
+ * library finds the members this one lacks left as it set them (zero).
+ * Counters only grow while the queue exists; gauges say what is now.
+ */
+typedef struct TvmQueueStats {
+  /**
+   * sizeof(TvmQueueStats) as the program was compiled: how many bytes of
+   * the struct the library may write.
+   */
+  size_t size;
+  /**
+   * Largest record, in bytes.
+   */
+  uint64_t record_size;
+  /**
+   * Exact capacity, in records.
+   */
+  uint64_t capacity;
+  /**
+   * Records queued now (gauge; leased records are not counted).
+   */
+  uint64_t depth;
+  /**
+   * Records pushed since the queue was created (counter).
+   */
+  uint64_t pushed;
+  /**
+   * Records popped or leased since the queue was created (counter).
+   */
+  uint64_t popped;
+  /**
+   * Threads of every process asleep in a blocking pop now (gauge).
+   */
+  uint64_t waiters;
+  /**
+   * Processes attached now (gauge), the calling one included (the call
+   * attaches the queue).
+   */
+  uint64_t processes;
+  /**
+   * Leases held by consumers now (gauge; 0 for a plain queue).
+   */
+  uint64_t leases_in_flight;
+  /**
+   * Records delivered again after a lease ran out, its holder died or it
+   * was released (counter).
+   */
+  uint64_t redelivered;
+  /**
+   * Leases that ran out (counter).
+   */
+  uint64_t expired;
+  /**
+   * Records moved to the dead-letter queue (counter).
+   */
+  uint64_t dead_lettered;
+  /**
+   * Syncs to stable storage completed (counter; 0 unless the queue is durable).
+   */
+  uint64_t syncs;
+} TvmQueueStats;
+
+/**
  * lPop/lTvmPop: block until a record arrives.
  */
 #define QUE_NORMAL 0
@@ -545,7 +613,8 @@ const char *sGetTErrName(long code);
 long lGetTErrno(void);
 
 /**
- * Sets the calling thread's last error code.
+ * Sets the calling thread's last error code (its detail text,
+ * sGetTErrDetail(), becomes "").
  */
 void vSetTErrno(long code);
 
@@ -586,6 +655,19 @@ long lInitQueueOptions(struct TvmQueueOptions *opt, size_t size);
  * FTYPE_NOT_DEF, FLD_DEF_SPILL).
  */
 long lCreateQueueEx(struct SATvm *p, TABLE t, const struct TvmQueueOptions *opt);
+
+/**
+ * Returns the detail text of the calling thread's last error: what
+ * happened beyond its code, in the library's words (for lTvmConnect after
+ * a refused AUTH: "127.0.0.1:5050 refused the credentials: WRONGPASS
+ * invalid username-password pair or user is disabled."; for a missing
+ * queue: the path looked at); "" when the last call succeeded (or after
+ * vSetTErrno), or when its error has no more to say than sGetTError(code).
+ * The string is the calling thread's: valid until its next call of this
+ * library, not to be modified or freed. Never fails; never NULL.
+ * A tvmq addition, not in STVM.
+ */
+const char *sGetTErrDetail(void);
 
 /**
  * Makes everything pushed and popped on queue t so far (by every thread of
@@ -1338,6 +1420,34 @@ long lImportFile(TABLE t, char *file, char *sep);
  * Errors: CONDIT_IS_NIL (NULL handle), and those of lExportFile.
  */
 long lDumpTable(struct SATvm *p, TABLE t);
+
+/**
+ * Fills `*s` with the counters of queue t (attaching it on first use, as
+ * lQueueInfo does), read at one instant while other threads and processes
+ * go on. `s->size` must be set to sizeof(TvmQueueStats) first; the library
+ * writes the members it knows and leaves `size` and any later member as
+ * they are. m_lEffect = 1 on success. Thread-safe (one handle per
+ * thread). A tvmq addition, not in STVM.
+ * Errors: CONDIT_IS_NIL (NULL handle, NULL s, or s->size below the size
+ * of the first version of the struct: nothing written), TBL_NOT_FOUND,
+ * SHM_ERR_ACCES, SHM_ERR_INVAL / VER_NOT_MATCH (not a valid queue file),
+ * SHM_ERR_EIDRM, NOT_DURABLE (a durable queue's file moved onto tmpfs).
+ */
+long lQueueStats(struct SATvm *p, TABLE t, struct TvmQueueStats *s);
+
+/**
+ * Lists the queues of the queue directory ($TVMDBD, or `/dev/shm/tvmq-<uid>`):
+ * sets `*n` to how many there are and writes the first `max` of their
+ * ids, in ascending order, to `ids` (which may be NULL when `max` is 0:
+ * call once to learn the count, then with an array that large; queues
+ * made meanwhile are not in it). A directory that does not exist holds no
+ * queue (`*n` = 0). lGetEffect() = ids written. Thread-safe; needs no
+ * handle. A tvmq addition, not in STVM.
+ * Errors (RC_FAIL, lGetTErrno(), sGetTErrDetail()): CONDIT_IS_NIL (NULL
+ * `n`, or NULL `ids` with `max` above 0), SHM_ERR_INVAL (the path is not a
+ * directory), SHM_ERR_ACCES (the directory cannot be read).
+ */
+long lListQueues(TABLE *ids, size_t max, size_t *n);
 
 #ifdef __cplusplus
 }  // extern "C"

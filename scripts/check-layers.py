@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 LIB = ROOT / "src" / "lib.rs"
 SERVER_LIB = ROOT / "server" / "src" / "lib.rs"
 README = ROOT / "README.md"
-CRATES = ["src", "server/src", "cli/src", "bench/src", "resp/src"]
+CRATES = ["src", "server/src", "cli/src", "bench/src", "resp/src", "watch/src"]
 
 
 def blank(text):

@@ -38,6 +38,9 @@ now    python3            cmd python3                        # scripts/check-lay
 now    python3-venv       py ensurepip venv                  # server/tests: redis-py in a virtual environment; make test-python
 now    redis-tools        cmd redis-cli redis-benchmark      # server/tests: redis-cli and redis-benchmark against tvmq serve
 now    openssl            cmd openssl                        # TLS tests: scripts/tls-certs.sh makes their certificates
+now    tmux               cmd tmux                           # cli/tests/watch.rs: tvmq top driven in a terminal
+now    prometheus         cmd prometheus promtool            # server/tests/metrics.rs: promtool checks the exposition, Prometheus scrapes it
+now    chromium           cmd chromium                       # server/tests/metrics.rs: the dashboard loaded in headless Chromium
 later  redis-server       cmd redis-server                   # c-tests: the lTvm* calls against a redis-server and a Redis Cluster
 later  libboost-dev       file /usr/include/boost/interprocess/ipc/message_queue.hpp   # make bench-smoke: the Boost.Interprocess peer
 later  fonts-dejavu-core  file /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf         # make bench-smoke: the charts' font

@@ -114,7 +114,7 @@ pub use file::{
 #[cfg(not(loom))]
 pub use queue::{ExportFormat, Lease, LeaseState, LeaseStats, LeasedRecord};
 #[cfg(not(loom))]
-pub use queue::{Process, Queue, QueueInfo, Repair, Stats, Strategy, SyncTicket, Wait};
+pub use queue::{Process, Queue, QueueInfo, Repair, Snapshot, Stats, Strategy, SyncTicket, Wait};
 #[cfg(not(loom))]
 pub use ring::Peeked;
 #[cfg(not(loom))]

@@ -77,6 +77,8 @@ pub enum Part {
     Leases,
     /// 10, 1,000 and 10,000 small queues: /dev/shm, memory, call cost, create and list, beside redis-server lists
     Many,
+    /// A metrics scrape of 10,000 small queues (time, bytes), and a metrics reader beside a push/pop loop
+    Metrics,
 }
 
 impl BenchArgs {

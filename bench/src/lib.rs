@@ -20,6 +20,7 @@
 //! | `disk_commit` | one commit on the disk timed alone: msync of a mapping, an `O_DIRECT` write, an append + fdatasync | - |
 //! | `durable` | durable queues on the disk beside redis appendfsync always | `inproc`, `cell`, `ctx`, `harness`, `scratch` |
 //! | `leases` | `lPopLease` + `lAck` beside plain `lPop` | `inproc`, `ctx`, `harness` |
+//! | `watch` | a metrics scrape of 10,000 queues, a metrics reader beside a push/pop loop | `ctx` |
 //! | `many` | 10 to 10,000 small queues: memory, call cost, create and list, beside redis-server lists | `net_servers`, `inproc`, `ctx` |
 //! | `chart` | chart.png, latency.png, and the drawing pieces `net` shares | `latency`, `cell` |
 //! | `latency` | push-to-pop latency across processes, idle consumers' CPU | `external`, `cell`, `ctx`, `harness`, `scratch` |
@@ -50,6 +51,7 @@ mod net_lease;
 mod net_servers;
 mod report;
 mod scratch;
+mod watch;
 
 pub use args::{BenchArgs, Part};
 
@@ -194,6 +196,12 @@ fn run_matrix(ctx: &mut Ctx) -> Result<(), Error> {
     // 9. Many small queues.
     if args.wants(Part::Many) {
         ctx.many = many::run(ctx);
+    }
+
+    // 10. Watching them: a metrics scrape, a reader beside a push/pop loop.
+    if args.wants(Part::Metrics) {
+        let text = watch::run(ctx);
+        ctx.many.push_str(&text);
     }
     Ok(())
 }

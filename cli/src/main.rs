@@ -12,6 +12,9 @@ mod inspect;
 mod interrupt;
 mod leases;
 mod man;
+mod metrics;
+mod records;
+mod top;
 mod transfer;
 
 use clap::error::{ContextKind, ContextValue};
@@ -50,8 +53,10 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Show a queue's header, counters, waiters, processes and fields
-    #[command(after_help = "Examples:\n  tvmq stat 21\n  tvmq stat 21 --json")]
+    /// Show a queue's header, counters, waiters, processes and fields (tvmq top: all of them, live)
+    #[command(
+        after_help = "Examples:\n  tvmq stat 21\n  tvmq stat 21 --json\n  tvmq top        # every queue, live, with rates"
+    )]
     Stat {
         /// Queue id
         id: u32,
@@ -76,6 +81,19 @@ enum Command {
         #[arg(long)]
         leases: bool,
     },
+    /// A live view of every queue: depth, rates, waiters, processes, leases, syncs (q or Ctrl-C quits)
+    #[command(
+        after_help = "Keys: Up/Down PgUp/PgDn Home/End move, Enter one queue's detail with sparklines (Esc back),\n\
+        s the next sort key, r reverse, / a filter on id or name, q or Ctrl-C quit.\n\n\
+        Examples:\n  tvmq top\n  tvmq top --interval 0.5"
+    )]
+    Top(top::TopArgs),
+    /// Print every queue's counters in the Prometheus text format, or serve them with a web dashboard
+    Metrics(metrics::MetricsArgs),
+    /// Push records to a queue: the arguments, or the lines of stdin (text or --hex)
+    Push(records::PushArgs),
+    /// Pop records from a queue and print them, a line each (text or --hex)
+    Pop(records::PopArgs),
     /// Make everything pushed and popped on a queue so far durable (on
     /// stable storage) before returning
     #[command(after_help = "Example:\n  tvmq sync 21")]
@@ -212,6 +230,19 @@ fn man_page_named(name: &str) -> Result<String, Error> {
     ))
 }
 
+/// Raises this process's soft limit of open files to its hard limit (what
+/// any process may do, as Go's runtime does at start); nothing on failure.
+fn raise_open_files_limit() {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit and setrlimit with a valid rlimit pointer.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
+
 #[derive(ValueEnum, Clone, Copy)]
 enum Shell {
     Bash,
@@ -284,13 +315,20 @@ fn main() -> ExitCode {
         eprintln!("tvmq: {}; see tvmq {sub} --help ({name})", e.what());
         return ExitCode::from(2);
     }
-    if !matches!(cli.command, Command::Serve(_) | Command::Bench(_)) {
+    if !matches!(cli.command, Command::Serve(_) | Command::Bench(_) | Command::Metrics(_)) {
         // Output into a closed pipe (`tvmq stat 21 | head -3`) ends the
-        // command quietly, as Unix tools do. The server and the benchmark
-        // keep SIGPIPE ignored: they write to sockets and children.
+        // command quietly, as Unix tools do. The servers (serve, metrics
+        // --listen) and the benchmark keep SIGPIPE ignored: they write to
+        // sockets and children.
         // SAFETY: restores the default action of one signal before any
         // thread is started; no handler is installed.
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
+    if matches!(cli.command, Command::Serve(_) | Command::Top(_) | Command::Metrics(_) | Command::Bench(_)) {
+        // A watcher keeps each queue's file open (a read-only view a
+        // queue), and the server its attachments too: 10,000 queues need
+        // more descriptors than a common soft limit of 1024.
+        raise_open_files_limit();
     }
     let from = match (&cli.dir, std::env::var_os("TVMDBD")) {
         (Some(_), _) => DirFrom::Flag,
@@ -308,6 +346,10 @@ fn main() -> ExitCode {
         | Command::Repair { .. }
         | Command::Export(_)
         | Command::Import(_)
+        | Command::Top(_)
+        | Command::Metrics(_)
+        | Command::Push(_)
+        | Command::Pop(_)
         | Command::Serve(_)
         | Command::Bench(_) => Some(false),
         Command::Completions { .. } | Command::Man { .. } => None,
@@ -328,6 +370,10 @@ fn main() -> ExitCode {
         Command::Sync { id } => inspect::sync(&dir, id),
         Command::Export(args) => transfer::export(&dir, &args),
         Command::Import(args) => transfer::import(&dir, &args),
+        Command::Top(args) => top::run(&dir, &args),
+        Command::Metrics(args) => metrics::run(&dir, &args),
+        Command::Push(args) => records::push(&dir, &args),
+        Command::Pop(args) => records::pop(&dir, &args),
         Command::Serve(args) => tvmq_server::run(&dir, &args),
         Command::Completions { shell } => {
             let shell = match shell {

@@ -24,6 +24,8 @@ pub const PASSWORD_ENV: &str = "TVMQ_REQUIREPASS";
 const MAX_PASSWORD_FILE: u64 = 64 * 1024;
 /// The default `--tls-handshake-timeout`, in seconds.
 pub const DEFAULT_TLS_HANDSHAKE_TIMEOUT_SECS: u64 = 5;
+/// The default `--metrics-max-queues`.
+pub const DEFAULT_METRICS_MAX_QUEUES: usize = 10_000;
 /// The default `--max-queues`.
 pub const DEFAULT_MAX_QUEUES: usize = 10_000;
 /// Without `--max-memory`, the queues the server creates may take this
@@ -99,6 +101,17 @@ pub struct ServeArgs {
     /// Close a TLS connection whose handshake has not completed within this many seconds
     #[arg(long, default_value_t = DEFAULT_TLS_HANDSHAKE_TIMEOUT_SECS, value_name = "SECS")]
     pub tls_handshake_timeout: u64,
+    /// Serve Prometheus metrics (/metrics), the web dashboard (/) and /api/queues on this HTTP port
+    /// (0: any free port, printed at startup)
+    #[arg(long, value_name = "PORT")]
+    pub metrics_port: Option<u16>,
+    /// Address of --metrics-port (loopback by default; elsewhere protected mode asks for a password,
+    /// which every request must then carry: HTTP Basic, any user, or a Bearer token)
+    #[arg(long, default_value = "127.0.0.1", value_name = "ADDR", requires = "metrics_port")]
+    pub metrics_bind: IpAddr,
+    /// Queues the metrics list one by one (the lowest ids); the rest are summed into queue="other"
+    #[arg(long, default_value_t = DEFAULT_METRICS_MAX_QUEUES, value_name = "N")]
+    pub metrics_max_queues: usize,
 }
 
 impl Default for ServeArgs {
@@ -125,6 +138,9 @@ impl Default for ServeArgs {
             tls_key_file: None,
             tls_ca_cert_file: None,
             tls_handshake_timeout: DEFAULT_TLS_HANDSHAKE_TIMEOUT_SECS,
+            metrics_port: None,
+            metrics_bind: IpAddr::from([127, 0, 0, 1]),
+            metrics_max_queues: DEFAULT_METRICS_MAX_QUEUES,
         }
     }
 }

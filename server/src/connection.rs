@@ -201,7 +201,7 @@ async fn run<S: Stream>(s: &mut S, shared: &Arc<ServerState>, worker: &Rc<Worker
                     }
                     if !req.is_empty() {
                         commands += 1;
-                        let mut ctx = Ctx { shared, keys: &worker.keys, client: &mut *client };
+                        let mut ctx = Ctx { shared, keys: &worker.keys, client: &mut *client, stats };
                         match cmd::execute(&mut ctx, data, &req, &mut out) {
                             Flow::Next => {}
                             Flow::Close => end = Some(End::Close),

@@ -30,7 +30,7 @@
 use crate::shutdown::Shutdown;
 use inotify::{EventMask, Inotify, WatchMask};
 use parking_lot::{Mutex, RwLock};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -62,7 +62,8 @@ pub(crate) enum Found {
 #[derive(Default)]
 struct Maps {
     by_name: HashMap<String, Vec<u32>>,
-    by_id: HashMap<u32, String>,
+    /// Ordered, so that SCAN walks it from a cursor.
+    by_id: BTreeMap<u32, String>,
 }
 
 impl Maps {
@@ -184,14 +185,17 @@ impl Index {
     /// it knows in all.
     pub(crate) fn lowest_ids(&self, max: usize) -> (Vec<u32>, usize) {
         let maps = self.maps.read();
-        let mut ids: Vec<u32> = maps.by_id.keys().copied().collect();
-        let all = ids.len();
-        if all > max {
-            ids.select_nth_unstable(max);
-            ids.truncate(max);
-        }
-        ids.sort_unstable();
-        (ids, all)
+        (maps.by_id.keys().copied().take(max).collect(), maps.by_id.len())
+    }
+
+    /// Up to `count` ids from `from` on, in order, and the id after the
+    /// last of them (None: there is none). Costs what `count` ids do,
+    /// whatever the size of the table (SCAN).
+    pub(crate) fn ids_from(&self, from: u32, count: usize) -> (Vec<u32>, Option<u32>) {
+        let maps = self.maps.read();
+        let mut walk = maps.by_id.range(from..).map(|(&id, _)| id);
+        let ids: Vec<u32> = walk.by_ref().take(count).collect();
+        (ids, walk.next())
     }
 
     /// Applies the changes the kernel has queued (none: one `read`). Does not

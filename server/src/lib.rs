@@ -10,6 +10,7 @@
 //!
 //! | module | concern | uses |
 //! |---|---|---|
+//! | `metrics` | `--metrics-port`: the server's counters for the exposition and the dashboard, and their HTTP server (`tvmq_watch`) | `cmd`, `state`, `config` |
 //! | `listener` | binding, accepting, `--maxclients`, handing connections to workers | `worker`, `state` |
 //! | `worker` | one thread per core, each a tokio current-thread runtime | `connection`, `local`, `keys`, `state` |
 //! | `connection` | read, run every complete command, write the replies once; limits | `cmd`, `local`, `keys`, `state`, `stream` |
@@ -17,7 +18,8 @@
 //! | `local` | what one worker's connections share: key cache, buffer pool, stop notice | `keys` |
 //! | `keys` | key -> queue, caches, `--auto-create`, its bounds and its id scheme | `state`, `index`, `reply` |
 //! | `state` | `ServerState`, what every thread shares: options, queues, counters | `durable`, `index`, `waiters`, `shutdown`, `tls`, `config` |
-//! | `durable` | `always` queues: a connection's replies waiting for a sync (`replies`), the sync threads (`syncers`) | - |
+//! | `durable` | `always` queues: a connection's replies waiting for a sync (`replies`), the sync threads (`syncers`) | `histogram` |
+//! | `histogram` | durations in fixed buckets, in atomics (the syncs' `tvmq_durable_sync_seconds`) | - |
 //! | `index` | queue name -> ids of the directory, kept current by inotify; the queues the server created (the budget) | `shutdown` |
 //! | `waiters` | blocked clients and the bounded pool of watcher threads that wake them | `shutdown` |
 //! | `shutdown` | the stop signal | - |
@@ -51,10 +53,12 @@ mod cmd;
 pub mod config;
 mod connection;
 mod durable;
+mod histogram;
 mod index;
 mod keys;
 mod listener;
 mod local;
+mod metrics;
 mod reply;
 mod shutdown;
 mod state;
@@ -80,6 +84,8 @@ use tvm::error::{BOOT_PARM_ERR, Error, SOCK_BIND_ERR, SVR_EXCEPTION};
 pub struct Server {
     shared: Arc<ServerState>,
     threads: Vec<JoinHandle<()>>,
+    /// `--metrics-port`'s server.
+    metrics: Option<tvmq_watch::Http>,
 }
 
 impl Server {
@@ -92,7 +98,9 @@ impl Server {
     /// [`tvm::check_queue_dir`] (a directory this process cannot use; it
     /// must be writable with `--auto-create`), `SOCK_BIND_ERR` (address in
     /// use, bad unix socket path), `SVR_EXCEPTION` (threads or runtimes
-    /// that cannot start).
+    /// that cannot start). With `--metrics-port`: `BOOT_PARM_ERR` (protected
+    /// mode's refusal of a `--metrics-bind` off loopback without a password),
+    /// `SOCK_BIND_ERR` (its port in use).
     pub fn start(dir: &Path, args: &ServeArgs) -> Result<Server, Error> {
         if args.no_tcp && args.unixsocket.is_none() && args.tls_port.is_none() {
             return Err(Error::new(BOOT_PARM_ERR, "--no-tcp needs --unixsocket or --tls-port: nothing to listen on"));
@@ -144,7 +152,8 @@ impl Server {
             auto_bytes,
             syncers: durable::Syncers::default(),
         });
-        let mut server = Server { shared: shared.clone(), threads: Vec::new() };
+        let metrics = metrics::start(&shared)?;
+        let mut server = Server { shared: shared.clone(), threads: Vec::new(), metrics };
         let indexer = index::spawn(index, shared.shutdown.clone())
             .map_err(|e| Error::new(SVR_EXCEPTION, format!("cannot start the index thread: {e}")))?;
         server.threads.push(indexer);
@@ -175,6 +184,11 @@ impl Server {
     /// asked for any).
     pub fn tls_addr(&self) -> Option<SocketAddr> {
         self.shared.tls_addr
+    }
+
+    /// The address of `--metrics-port` (the real port when 0 asked for any).
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().map(tvmq_watch::Http::local_addr)
     }
 
     /// The unix socket it listens on.
@@ -210,6 +224,9 @@ impl Server {
     }
 
     fn stop_inner(&mut self) {
+        if let Some(m) = self.metrics.take() {
+            m.stop();
+        }
         self.shared.shutdown.set();
         self.shared.waiters.wake_everyone();
         for t in self.threads.drain(..) {
@@ -291,6 +308,9 @@ pub fn run(dir: &Path, args: &ServeArgs) -> Result<(), Error> {
     }
     if let Some(a) = server.tls_addr() {
         on.push(format!("{a} (TLS{})", if args.tls_client_certs_required() { ", client certificates" } else { "" }));
+    }
+    if let Some(a) = server.metrics_addr() {
+        on.push(format!("http://{a}/ (metrics, dashboard)"));
     }
     println!(
         "tvmq serve: listening on {}; queues in {}; {} worker thread{}{}",

@@ -52,7 +52,13 @@ pub(crate) struct WorkerStats {
     commands: AtomicU64,
     input: AtomicU64,
     output: AtomicU64,
+    /// Commands run, by the command table's order (the metrics'
+    /// `tvmq_server_commands_total{command}`).
+    by_command: [AtomicU64; COMMAND_KINDS],
 }
+
+/// Room for the commands of the command table (`cmd::table` checks it is enough).
+pub(crate) const COMMAND_KINDS: usize = 32;
 
 impl WorkerStats {
     #[inline]
@@ -64,6 +70,19 @@ impl WorkerStats {
     #[inline]
     pub(crate) fn add_commands(&self, n: u64) {
         Self::add(&self.commands, n)
+    }
+
+    /// Counts a command of kind `kind` (its place in the command table).
+    #[inline]
+    pub(crate) fn count_command(&self, kind: usize) {
+        if let Some(c) = self.by_command.get(kind) {
+            Self::add(c, 1)
+        }
+    }
+
+    /// Commands of kind `kind` this worker has run.
+    pub(crate) fn command_count(&self, kind: usize) -> u64 {
+        self.by_command.get(kind).map_or(0, |c| c.load(Ordering::Relaxed))
     }
 
     /// Counts bytes read.

@@ -34,7 +34,7 @@ fn redis_cli_ping_push_pop_llen() {
     assert_eq!(cli(addr, &["CONFIG", "GET", "save"]), "save");
     assert_eq!(cli(addr, &["CONFIG", "GET", "appendonly"]), "appendonly\nno");
     assert!(cli(addr, &["INFO"]).contains("queue_21:name=QUEUE_USER_INFO,record_size=16,capacity=100"));
-    assert_eq!(cli(addr, &["COMMAND", "COUNT"]), "26");
+    assert_eq!(cli(addr, &["COMMAND", "COUNT"]), "30");
     server.stop();
 }
 
@@ -183,9 +183,9 @@ fn command_docs_and_info_for_redis_cli_interactive_mode() {
     let (V::Arr(docs) | V::Map(docs)) = c.cmd(&[b"COMMAND", b"DOCS"]) else {
         panic!("COMMAND DOCS is a map (flattened in RESP2)")
     };
-    assert_eq!(docs.len(), 2 * 26);
+    assert_eq!(docs.len(), 2 * 30);
     let V::Arr(all) = c.cmd(&[b"COMMAND"]) else { panic!("COMMAND is an array") };
-    assert_eq!(all.len(), 26);
+    assert_eq!(all.len(), 30);
     assert!(all.iter().all(|e| matches!(e, V::Arr(f) if f.len() == 10)));
     assert_eq!(c.cmd(&[b"CLIENT", b"SETINFO", b"lib-name", b"redis-rs"]), V::Simple("OK".into()));
     assert!(matches!(c.cmd(&[b"CLIENT", b"ID"]), V::Int(n) if n > 0));

@@ -6,8 +6,9 @@
 //! the values the API takes and gives ([`Wait`], [`Strategy`], [`QueueInfo`],
 //! [`Repair`]), `data` the data path (push, pop, batches), `blocking` the
 //! waits of pops on an empty queue and the wake-ups of pushes, `durability`
-//! the glue to durable queues, `stats` the counters, `participant` how the
-//! queue takes part in the ring (its announcements and its
+//! the glue to durable queues, `stats` the counters (`snapshot` all of
+//! them in one cheap read, for watchers), `participant` how the queue takes
+//! part in the ring (its announcements and its
 //! [`Stall`](crate::ring::Stall) policy), [`lease`] acknowledged consumption.
 
 use crate::clock::now_ns;
@@ -30,6 +31,7 @@ mod data;
 mod durability;
 mod lease;
 mod participant;
+mod snapshot;
 mod stats;
 #[cfg(test)]
 mod tests;
@@ -41,6 +43,7 @@ pub use durability::SyncTicket;
 pub use lease::{Lease, LeaseState, LeaseStats, LeasedRecord};
 pub(crate) use participant::{HeldIntent, IdHasher};
 use participant::{Intent, NO_WORD, Patience};
+pub use snapshot::Snapshot;
 pub use stats::{Process, Stats};
 pub use transfer::ExportFormat;
 pub use types::{QueueInfo, Repair, Strategy, Wait};

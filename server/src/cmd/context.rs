@@ -6,7 +6,7 @@ use super::lease::owned::OwnedLeases;
 use crate::durable::UnsyncedReplies;
 use crate::keys::{KeyError, LastKey, WorkerKeys};
 use crate::reply;
-use crate::state::ServerState;
+use crate::state::{ServerState, WorkerStats};
 use resp::Proto;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -67,6 +67,8 @@ pub(crate) struct Ctx<'a> {
     pub(crate) shared: &'a ServerState,
     pub(crate) keys: &'a WorkerKeys,
     pub(crate) client: &'a mut Client,
+    /// The worker's counters.
+    pub(crate) stats: &'a WorkerStats,
 }
 
 impl Ctx<'_> {

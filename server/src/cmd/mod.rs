@@ -2,22 +2,23 @@
 //! authentication checked in Redis's order, then one function per command
 //! in the file of its family: [`queue`] (pushes, pops, LLEN), [`blocking`]
 //! (BLPOP, BRPOP), [`admin`] (DEL, LTRIM, TVMQ.REPAIR), [`lease`]
-//! (TVMQ.LEASE, TVMQ.ACK, ...), [`server`] (connection and server
-//! commands), with [`table`] naming and describing them all (for COMMAND
-//! too), `context` what they run with, and [`off_worker`] the work they
-//! hand to the runtime's blocking pool.
+//! (TVMQ.LEASE, TVMQ.ACK, ...), [`keyspace`] (SCAN, KEYS, DBSIZE, TYPE),
+//! [`server`] (connection and server commands), with [`table`] naming and
+//! describing them all (for COMMAND too), `context` what they run with,
+//! and [`off_worker`] the work they hand to the runtime's blocking pool.
 //!
 //! Inside, imports go one way (`scripts/check-layers.py` finds a circle):
 //! this dispatcher uses every family; `blocking` uses `lease` and `queue`;
-//! `lease` uses `queue`; `admin`, `blocking`, `lease`, `queue` and `server`
-//! use `context`, which uses only `lease::owned` (the leases a connection
-//! owns); `admin`, `blocking`, `lease` and `queue` use `off_worker`;
-//! `server` uses `table`; `off_worker` and `table` use no other command
-//! module.
+//! `lease` uses `queue`; `admin`, `blocking`, `keyspace`, `lease`, `queue`
+//! and `server` use `context`, which uses only `lease::owned` (the leases a
+//! connection owns); `admin`, `blocking`, `keyspace`, `lease` and `queue`
+//! use `off_worker`; `server` uses `table`; `off_worker` and `table` use no
+//! other command module.
 
 pub(crate) mod admin;
 pub(crate) mod blocking;
 mod context;
+pub(crate) mod keyspace;
 pub(crate) mod lease;
 pub(crate) mod off_worker;
 pub(crate) mod queue;
@@ -64,6 +65,7 @@ pub(crate) fn execute(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Ve
         unknown_command(out, buf, req);
         return Flow::Next;
     };
+    ctx.stats.count_command(cmd as usize);
     let spec = cmd.spec();
     let argc = req.len() as i64;
     if (spec.arity > 0 && argc != spec.arity) || (spec.arity < 0 && argc < -spec.arity) {
@@ -121,6 +123,10 @@ pub(crate) fn execute(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Ve
         }
         Cmd::Extend => lease::extend(ctx, buf, req, out),
         Cmd::Leases => lease::stats(ctx, buf, req, out),
+        Cmd::Scan => keyspace::scan(ctx, buf, req, out),
+        Cmd::Keys => return keyspace::keys(ctx, buf, req, out).map_or(Flow::Next, Flow::OffWorker),
+        Cmd::Dbsize => keyspace::dbsize(ctx, out),
+        Cmd::Type => keyspace::key_type(ctx, buf, req, out),
     }
     match ctx.client.create.take() {
         None => Flow::Next,

@@ -33,6 +33,10 @@ pub(crate) enum Cmd {
     Reject,
     Extend,
     Leases,
+    Scan,
+    Keys,
+    Dbsize,
+    Type,
 }
 
 impl Cmd {
@@ -67,6 +71,10 @@ impl Cmd {
             11 if is(b"TVMQ.REJECT") => Cmd::Reject,
             11 if is(b"TVMQ.EXTEND") => Cmd::Extend,
             11 if is(b"TVMQ.LEASES") => Cmd::Leases,
+            4 if is(b"SCAN") => Cmd::Scan,
+            4 if is(b"KEYS") => Cmd::Keys,
+            6 if is(b"DBSIZE") => Cmd::Dbsize,
+            4 if is(b"TYPE") => Cmd::Type,
             _ => return None,
         };
         Some(cmd)
@@ -127,7 +135,7 @@ const fn spec(
 const NO_KEYS: (i64, i64, i64) = (0, 0, 0);
 
 /// In the order of [`Cmd`].
-pub(crate) static COMMANDS: [CommandSpec; 26] = [
+pub(crate) static COMMANDS: [CommandSpec; 30] = [
     spec(
         "ping",
         -1,
@@ -346,7 +354,46 @@ pub(crate) static COMMANDS: [CommandSpec; 26] = [
         "TVMQ.LEASES key: the queue's lease statistics.",
         "list",
     ),
+    spec(
+        "scan",
+        -2,
+        &["readonly"],
+        NO_KEYS,
+        &["@keyspace", "@read", "@slow"],
+        "SCAN cursor [MATCH pattern] [COUNT n] [TYPE list]: the next queues (their ids) from the cursor, at most 1000 examined.",
+        "generic",
+    ),
+    spec(
+        "keys",
+        2,
+        &["readonly"],
+        NO_KEYS,
+        &["@keyspace", "@read", "@slow", "@dangerous"],
+        "KEYS pattern: the ids of every queue matching the pattern.",
+        "generic",
+    ),
+    spec(
+        "dbsize",
+        1,
+        &["readonly", "fast"],
+        NO_KEYS,
+        &["@keyspace", "@read", "@fast"],
+        "Returns the number of queues.",
+        "server",
+    ),
+    spec(
+        "type",
+        2,
+        &["readonly", "fast"],
+        (1, 1, 1),
+        &["@keyspace", "@read", "@fast"],
+        "Returns list for a queue, none for a key no queue has.",
+        "generic",
+    ),
 ];
+
+// The worker's counters have room for every command.
+const _: () = assert!(COMMANDS.len() <= crate::state::COMMAND_KINDS);
 
 /// The table entry named `name` (any case).
 pub(crate) fn find(name: &[u8]) -> Option<&'static CommandSpec> {

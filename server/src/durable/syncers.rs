@@ -53,6 +53,8 @@ pub(crate) struct SyncStats {
     pub(crate) last_us: AtomicU64,
     /// How long all of them took, microseconds.
     pub(crate) total_us: AtomicU64,
+    /// How long each took (the metrics' `tvmq_durable_sync_seconds`).
+    pub(crate) seconds: crate::histogram::Histogram,
     /// Syncs whose first wait was timed, and the time from that wait to the
     /// sync's start (hand-over, wake-up and gathering), microseconds.
     pub(crate) asked: AtomicU64,
@@ -339,7 +341,9 @@ impl Inner {
                 }
                 let r = q.sync_ticket(want);
                 queue_sync.ended.store(self.now_us(), Ordering::Relaxed);
-                let us = t0.elapsed().as_micros() as u64;
+                let took = t0.elapsed();
+                self.stats.seconds.observe(took);
+                let us = took.as_micros() as u64;
                 // The waits this sync covered and those that arrived while
                 // it ran: as many are waited for (counted from its start)
                 // before the next one (see `gather`).
