@@ -134,6 +134,7 @@
 #define LEASE_EXPIRED  105  /* the lease ran out (or was acknowledged, released or rejected already): the record may have gone to another consumer */
 #define LEASE_LIMIT    106  /* too many leases in flight on the queue (its maximum of leases is reached) */
 #define LEASE_INVALID  107  /* not a lease of this queue: a token of another queue, or a garbage token */
+#define REPL_TIMEOUT   108  /* not replicated in time; the record may or may not be there */
 
 /* The version of tvmq's libtvm that this header comes with (STVM's TVM_VERSION names its own). */
 #define TVM_VERSION "0.1.0"
@@ -588,6 +589,26 @@ long lInitQueueOptions(struct TvmQueueOptions *opt, size_t size);
 long lCreateQueueEx(struct SATvm *p, TABLE t, const struct TvmQueueOptions *opt);
 
 /**
+ * As lCreateQueueEx, on the Redis or Redis Cluster handle p is connected
+ * to: stores the lease options of `*opt` (lease_ms, max_deliveries,
+ * dead_letter, max_leases) in the hash `{t}:opts` (docs/client.md, "Leases
+ * on Redis"), where every program's lTvmPopLease on queue t finds them. The
+ * other members do not apply to a Redis list (it needs no creation, has
+ * no capacity and holds values of any size) and are ignored; without
+ * opt->leases nothing is stored. m_lEffect = 0.
+ * Against tvmq serve: RMT_NOT_SUPPT (create the queue on the server's
+ * machine: tvmq create, or lCreateQueueEx there).
+ * Threads: one handle per thread, as lTvmPush.
+ * Errors: CONDIT_IS_NIL (NULL handle or opt, size too small, lease
+ * settings out of range as lCreateQueueEx checks them), NOT_SUPPT_OPT (a
+ * later member set; a queue as its own dead-letter queue), TBL_ARD_EXIST
+ * (`{t}:opts` exists: queue t has lease options already; lTvmDropTable
+ * removes them), RMT_NOT_SUPPT, SERV_NOT_CONN, and the SOCK_* codes of
+ * lTvmPush; with lTvmRequireReplicas, REPL_TIMEOUT.
+ */
+long lTvmCreateQueueEx(struct SATvm *p, TABLE t, const struct TvmQueueOptions *opt);
+
+/**
  * Makes everything pushed and popped on queue t so far (by every thread of
  * this process, and by other processes before the call) durable: when it
  * returns RC_SUCC, those changes are on stable storage and survive a
@@ -764,15 +785,23 @@ long lExtendLease(struct SATvm *p, struct TvmLease *lease, long lease_ms);
  * leases the oldest record of queue p->tblName (its key: the decimal id)
  * into the p->lSize bytes at `out` (zero bytes after a shorter record), for
  * `lease_ms` milliseconds (0: the queue's lease time), with tvmq serve's
- * TVMQ.LEASE. QUE_NORMAL waits for a record, QUE_NOWAIT does not
- * (NO_DATA_FOUND). `*lease` receives the token, as lPopLease's (on failure,
+ * TVMQ.LEASE, or on a Redis or Redis Cluster with tvmq's lease script
+ * (docs/client.md, "Leases on Redis": the queue's lease options must have
+ * been stored with lTvmCreateQueueEx). QUE_NORMAL waits for a record,
+ * QUE_NOWAIT does not (NO_DATA_FOUND). `*lease` receives the token, as lPopLease's (on failure,
  * one every call refuses); end it with lTvmAck, lTvmRelease or lTvmReject,
  * extend it with lTvmExtendLease, through the same handle.
- * Owner mode: the lease belongs to the handle's connection. If that
- * connection closes or breaks (the program dies, is killed, or
+ * tvmq serve, owner mode: the lease belongs to the handle's connection. If
+ * that connection closes or breaks (the program dies, is killed, or
  * vTvmDisconnect is called), the server delivers the record again at once
  * (its `deliveries` raised); then the token's calls fail with
- * LEASE_EXPIRED. A lease also runs out by time, as locally. A record
+ * LEASE_EXPIRED. A lease also runs out by time, as locally. On a Redis a
+ * lease ends by time only (a consumer that dies holding one has its record
+ * delivered again when it runs out), and its token works on any handle
+ * connected there; records released or run out are delivered again before
+ * the list's, and a record at the queue's delivery limit goes to its
+ * dead-letter list instead; a blocked call looks again at most every
+ * 200 ms for records released by others. A record
  * longer than p->lSize is released (delivered again) and RECD_TOO_LONG
  * returned. A handle sharing a connection (lTvmShare) takes and ends its
  * leases on its own private connection. m_lEffect = 1 on success.
@@ -782,19 +811,24 @@ long lExtendLease(struct SATvm *p, struct TvmLease *lease, long lease_ms);
  * NO_DATA_FOUND, RECD_TOO_LONG; CONDIT_IS_NIL also for a NULL lease or a
  * negative lease_ms); LEASE_LIMIT (the queue's maximum of leases are in
  * flight, at once whatever `wait`); NOT_SUPPT_OPT (the queue has no
- * leases, or the server has none: a redis-server, where nothing is sent).
+ * leases: on a Redis, no `{t}:opts`).
  */
 long lTvmPopLease(struct SATvm *p, void *out, Uenum wait, long lease_ms, struct TvmLease *lease);
 
 /**
  * As lAck, on the server: acknowledges the lease `*lease` of queue
- * p->tblName taken by lTvmPopLease through this handle (TVMQ.ACK).
- * m_lEffect = 1 on success. Threads: as lTvmPopLease.
+ * p->tblName taken by lTvmPopLease through this handle (TVMQ.ACK; on a
+ * Redis, the lease script, through any handle). Fenced: once a lease ran
+ * out, neither its token nor a copy acknowledges the record's next
+ * delivery. m_lEffect = 1 on success. With lTvmRequireReplicas, RC_SUCC
+ * comes once the replicas have the acknowledgement. Threads: as
+ * lTvmPopLease.
  * Errors: LEASE_EXPIRED (the lease ran out, was already ended, or the
  * handle's connection broke since it was taken: the server released it),
  * LEASE_INVALID (a local token, a token of another queue, a zeroed or
  * garbage one), CONDIT_IS_NIL, SERV_NOT_CONN, SOCK_*, TBL_NOT_FOUND,
- * NOT_SUPPT_OPT (a redis-server).
+ * NOT_SUPPT_OPT (a Redis queue without lease options), REPL_TIMEOUT (with
+ * lTvmRequireReplicas: acknowledged on the master only).
  */
 long lTvmAck(struct SATvm *p, struct TvmLease *lease);
 
@@ -1182,6 +1216,30 @@ long lTvmCount(struct SATvm *p, size_t *n);
  * SOCK_* codes of lTvmPush.
  */
 long lTvmTruncate(struct SATvm *p, TABLE t);
+
+/**
+ * From now on a write of handle p returns RC_SUCC only once `replicas`
+ * replicas of the Redis master have it: lTvmPush, lTvmAck, lTvmRelease,
+ * lTvmReject, lTvmExtendLease and lTvmCreateQueueEx send `WAIT replicas
+ * timeout_ms` with their command (in the same write on the handle's own
+ * connection to a Redis: one round trip; after the answer on a shared
+ * connection or a Redis Cluster), and lAsyWait sends one WAIT per queue
+ * pushed to since the last lAsyWait. When fewer replicas have the write
+ * within `timeout_ms`, the call fails with REPL_TIMEOUT: the write was
+ * done on the master, but a failover may lose it (the record may or may
+ * not be there); lAsyWait then reports REPL_TIMEOUT with m_lEffect = the
+ * records that went in. A master with fewer replicas than asked: every
+ * write fails so, after the timeout. lTvmPopLease and the pops are not
+ * waited for (a lease lost in a failover is delivered again). `replicas`
+ * 0 turns it off. Call it after lTvmConnect (which resets it): it holds
+ * for the handle's connection, its reconnections, and handles that
+ * lTvmShare it afterwards.
+ * Threads: one handle per thread, as lTvmConnect.
+ * Errors: CONDIT_IS_NIL (NULL handle, negative replicas, timeout_ms < 1
+ * with replicas > 0), SERV_NOT_CONN, NOT_SUPPT_OPT (a server without
+ * replicas: tvmq serve).
+ */
+long lTvmRequireReplicas(struct SATvm *p, long replicas, long timeout_ms);
 
 /**
  * Attaches queue t for handle p (as lAttchTable), for a handle made with

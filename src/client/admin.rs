@@ -2,6 +2,7 @@
 //! lTvmTruncate (LLEN then LTRIM), lTvmDropTable (DEL), lTvmResetLock
 //! (TVMQ.REPAIR, tvmq serve only).
 
+use super::redis_lease::{SUFFIXES, tagged};
 use super::router::{Answer, Flavor};
 use super::{Client, Key, unexpected};
 use crate::client::conn::ReplyWait;
@@ -39,9 +40,17 @@ impl Client {
         Ok(n)
     }
 
-    /// Drops queue `t` (DEL): true when it existed.
+    /// Drops queue `t` (DEL): true when it existed. On a Redis its lease
+    /// keys go too (`{t}:opts` and the others: docs/client.md), in the
+    /// same DEL (one slot).
     pub(crate) fn drop_queue(&mut self, t: u32) -> Result<bool> {
-        Ok(self.int_command(t, b"DEL", &[])? > 0)
+        if self.flavor == Flavor::Other {
+            return Ok(self.int_command(t, b"DEL", &[])? > 0);
+        }
+        let keys: Vec<Vec<u8>> = SUFFIXES.iter().map(|s| tagged(t, s)).collect();
+        let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+        self.dead_letters.retain(|d| d.0 != t);
+        Ok(self.int_command(t, b"DEL", &refs)? > 0)
     }
 
     /// tvmq serve's repair of queue `t` (TVMQ.REPAIR): the records

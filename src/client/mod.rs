@@ -9,7 +9,10 @@
 //! | `conn` | one socket: connect with a timeout (and TLS), write, read and parse replies |
 //! | `router` | the commands in flight, per node; cluster routing and redirections; error words to codes |
 //! | `pipeline` | one connection shared by many handles (combining, auto-pipelining) |
-//! | `lease` | leases of tvmq serve (TVMQ.LEASE, TVMQ.ACK, ...), on the connection that holds them |
+//! | `script` | Lua scripts of a Redis: EVALSHA, EVAL after NOSCRIPT; SHA-1 |
+//! | `replicas` | lTvmRequireReplicas: WAIT after writes |
+//! | `lease` | the lease calls; tvmq serve's (TVMQ.LEASE, TVMQ.ACK, ...), on the connection that holds them |
+//! | `redis_lease` | the lease calls on a Redis or a Redis Cluster (`lease.lua`) |
 //! | this file | [`Client`]: a handle's view (push, pop, popup, asynchronous pushes, held values) |
 //!
 //! Conventions (docs/protocol.md): the key of queue `t` is its decimal id;
@@ -19,7 +22,10 @@ mod admin;
 mod conn;
 mod lease;
 mod pipeline;
+mod redis_lease;
+mod replicas;
 mod router;
+mod script;
 mod slot;
 mod tls;
 
@@ -135,6 +141,12 @@ pub(crate) struct Client {
     next: u64,
     /// The server takes `LPOP key count`; cleared when it refuses it.
     lpop_count: bool,
+    /// lTvmRequireReplicas: the writes wait for replicas.
+    replicas: Option<replicas::Replicas>,
+    /// Queues pushed to asynchronously since the last lAsyWait (with replicas required).
+    async_queues: Vec<u32>,
+    /// Redis leases: the dead_letter option each queue had at the last run.
+    dead_letters: Vec<(u32, String)>,
 }
 
 fn unexpected(what: &str, a: &Answer) -> Error {
@@ -169,6 +181,9 @@ impl Client {
             held: Vec::new(),
             next: 0,
             lpop_count: true,
+            replicas: None,
+            async_queues: Vec::new(),
+            dead_letters: Vec::new(),
         })
     }
 
@@ -194,6 +209,9 @@ impl Client {
             held: Vec::new(),
             next: 0,
             lpop_count: self.lpop_count,
+            replicas: self.replicas,
+            async_queues: Vec::new(),
+            dead_letters: Vec::new(),
         }
     }
 
@@ -229,7 +247,7 @@ impl Client {
     /// Pushes one record (RPUSH) and waits for the answer.
     pub(crate) fn push(&mut self, t: u32, rec: &[u8]) -> Result<()> {
         let key = Key::of(t);
-        match self.exec(key, ReplyWait::Normal, |w| resp::command(w, &[b"RPUSH", key.as_bytes(), rec]))? {
+        match self.exec_replicated(key, ReplyWait::Normal, |w| resp::command(w, &[b"RPUSH", key.as_bytes(), rec]))? {
             Answer::Int(_) => Ok(()),
             a => Err(unexpected("RPUSH", &a)),
         }
@@ -241,6 +259,9 @@ impl Client {
     pub(crate) fn push_async(&mut self, t: u32, rec: &[u8]) -> Result<()> {
         if let Some(e) = self.tally.failure() {
             return Err(e);
+        }
+        if self.replicas.is_some() && !self.async_queues.contains(&t) {
+            self.async_queues.push(t);
         }
         let key = Key::of(t);
         let encode = |w: &mut Vec<u8>| resp::command(w, &[b"RPUSH", key.as_bytes(), rec]);
@@ -282,6 +303,12 @@ impl Client {
         if !settled && first.is_none() {
             return (n, Some(Error::new(SVR_EXCEPTION, "the shared connection failed")));
         }
+        if first.is_none() && n > 0 {
+            if let Err(e) = self.wait_replicas_async() {
+                return (n, Some(e));
+            }
+        }
+        self.async_queues.clear();
         (n, first)
     }
 

@@ -365,15 +365,23 @@ pub unsafe extern "C" fn lExtendLease(p: *mut SATvm, lease: *mut TvmLease, lease
 /// leases the oldest record of queue p->tblName (its key: the decimal id)
 /// into the p->lSize bytes at `out` (zero bytes after a shorter record), for
 /// `lease_ms` milliseconds (0: the queue's lease time), with tvmq serve's
-/// TVMQ.LEASE. QUE_NORMAL waits for a record, QUE_NOWAIT does not
-/// (NO_DATA_FOUND). `*lease` receives the token, as lPopLease's (on failure,
+/// TVMQ.LEASE, or on a Redis or Redis Cluster with tvmq's lease script
+/// (docs/client.md, "Leases on Redis": the queue's lease options must have
+/// been stored with lTvmCreateQueueEx). QUE_NORMAL waits for a record,
+/// QUE_NOWAIT does not (NO_DATA_FOUND). `*lease` receives the token, as lPopLease's (on failure,
 /// one every call refuses); end it with lTvmAck, lTvmRelease or lTvmReject,
 /// extend it with lTvmExtendLease, through the same handle.
-/// Owner mode: the lease belongs to the handle's connection. If that
-/// connection closes or breaks (the program dies, is killed, or
+/// tvmq serve, owner mode: the lease belongs to the handle's connection. If
+/// that connection closes or breaks (the program dies, is killed, or
 /// vTvmDisconnect is called), the server delivers the record again at once
 /// (its `deliveries` raised); then the token's calls fail with
-/// LEASE_EXPIRED. A lease also runs out by time, as locally. A record
+/// LEASE_EXPIRED. A lease also runs out by time, as locally. On a Redis a
+/// lease ends by time only (a consumer that dies holding one has its record
+/// delivered again when it runs out), and its token works on any handle
+/// connected there; records released or run out are delivered again before
+/// the list's, and a record at the queue's delivery limit goes to its
+/// dead-letter list instead; a blocked call looks again at most every
+/// 200 ms for records released by others. A record
 /// longer than p->lSize is released (delivered again) and RECD_TOO_LONG
 /// returned. A handle sharing a connection (lTvmShare) takes and ends its
 /// leases on its own private connection. m_lEffect = 1 on success.
@@ -383,7 +391,7 @@ pub unsafe extern "C" fn lExtendLease(p: *mut SATvm, lease: *mut TvmLease, lease
 /// NO_DATA_FOUND, RECD_TOO_LONG; CONDIT_IS_NIL also for a NULL lease or a
 /// negative lease_ms); LEASE_LIMIT (the queue's maximum of leases are in
 /// flight, at once whatever `wait`); NOT_SUPPT_OPT (the queue has no
-/// leases, or the server has none: a redis-server, where nothing is sent).
+/// leases: on a Redis, no `{t}:opts`).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lTvmPopLease(
     p: *mut SATvm,
@@ -414,13 +422,18 @@ pub unsafe extern "C" fn lTvmPopLease(
 }
 
 /// As lAck, on the server: acknowledges the lease `*lease` of queue
-/// p->tblName taken by lTvmPopLease through this handle (TVMQ.ACK).
-/// m_lEffect = 1 on success. Threads: as lTvmPopLease.
+/// p->tblName taken by lTvmPopLease through this handle (TVMQ.ACK; on a
+/// Redis, the lease script, through any handle). Fenced: once a lease ran
+/// out, neither its token nor a copy acknowledges the record's next
+/// delivery. m_lEffect = 1 on success. With lTvmRequireReplicas, RC_SUCC
+/// comes once the replicas have the acknowledgement. Threads: as
+/// lTvmPopLease.
 /// Errors: LEASE_EXPIRED (the lease ran out, was already ended, or the
 /// handle's connection broke since it was taken: the server released it),
 /// LEASE_INVALID (a local token, a token of another queue, a zeroed or
 /// garbage one), CONDIT_IS_NIL, SERV_NOT_CONN, SOCK_*, TBL_NOT_FOUND,
-/// NOT_SUPPT_OPT (a redis-server).
+/// NOT_SUPPT_OPT (a Redis queue without lease options), REPL_TIMEOUT (with
+/// lTvmRequireReplicas: acknowledged on the master only).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lTvmAck(p: *mut SATvm, lease: *mut TvmLease) -> c_long {
     let body = |h: &mut SATvm| -> CallResult {

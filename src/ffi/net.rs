@@ -515,3 +515,38 @@ pub unsafe extern "C" fn lTvmTruncate(p: *mut SATvm, t: TABLE) -> c_long {
     // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
     unsafe { call(p, body) }
 }
+
+/// From now on a write of handle p returns RC_SUCC only once `replicas`
+/// replicas of the Redis master have it: lTvmPush, lTvmAck, lTvmRelease,
+/// lTvmReject, lTvmExtendLease and lTvmCreateQueueEx send `WAIT replicas
+/// timeout_ms` with their command (in the same write on the handle's own
+/// connection to a Redis: one round trip; after the answer on a shared
+/// connection or a Redis Cluster), and lAsyWait sends one WAIT per queue
+/// pushed to since the last lAsyWait. When fewer replicas have the write
+/// within `timeout_ms`, the call fails with REPL_TIMEOUT: the write was
+/// done on the master, but a failover may lose it (the record may or may
+/// not be there); lAsyWait then reports REPL_TIMEOUT with m_lEffect = the
+/// records that went in. A master with fewer replicas than asked: every
+/// write fails so, after the timeout. lTvmPopLease and the pops are not
+/// waited for (a lease lost in a failover is delivered again). `replicas`
+/// 0 turns it off. Call it after lTvmConnect (which resets it): it holds
+/// for the handle's connection, its reconnections, and handles that
+/// lTvmShare it afterwards.
+/// Threads: one handle per thread, as lTvmConnect.
+/// Errors: CONDIT_IS_NIL (NULL handle, negative replicas, timeout_ms < 1
+/// with replicas > 0), SERV_NOT_CONN, NOT_SUPPT_OPT (a server without
+/// replicas: tvmq serve).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lTvmRequireReplicas(p: *mut SATvm, replicas: c_long, timeout_ms: c_long) -> c_long {
+    let body = |h: &mut SATvm| -> CallResult {
+        let count = u32::try_from(replicas)
+            .map_err(|_| Error::new(CONDIT_IS_NIL, format!("replicas {replicas}: 0 or more")))?;
+        let ms = u64::try_from(timeout_ms).ok().filter(|&ms| ms > 0 || count == 0).ok_or_else(|| {
+            Error::new(CONDIT_IS_NIL, format!("timeout {timeout_ms} ms: 1 or more (WAIT 0 would wait forever)"))
+        })?;
+        client(h)?.require_replicas(count, Duration::from_millis(ms))?;
+        Ok(0)
+    };
+    // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
+    unsafe { call(p, body) }
+}

@@ -1,0 +1,240 @@
+//! Leases on a Redis or a Redis Cluster: lTvmPopLease and its companions
+//! over the keys of `lease.lua` (docs/client.md, "Leases on Redis"), every
+//! one in the hash slot of the queue's own key, each call one script run
+//! (EVALSHA) that also takes back what is due: expired leases, delayed
+//! releases. No daemon, no connection-bound state: a consumer that dies
+//! holding a lease has its record delivered again when the lease runs out.
+//!
+//! A blocking lease on an empty queue waits with `BLMOVE t {t}:stage`
+//! (the record it moves is leased by the next run, taken before the
+//! queue's own), for at most the time to the next deadline the script
+//! reports, or [`POLL`] (a record released by another consumer wakes no
+//! one: it is seen at the next look).
+
+use super::lease::NetLease;
+use super::router::{Answer, Flavor};
+use super::script::Script;
+use super::slot::key_slot;
+use super::{Client, Key, PopWait, blpop_secs, unexpected};
+use crate::client::conn::ReplyWait;
+use crate::error::*;
+use crate::spec::LeaseSpec;
+use std::time::Duration;
+
+/// The lease script.
+pub(crate) static LEASE_SCRIPT: Script = Script::new(include_str!("lease.lua"));
+
+/// The longest a blocked lease waits before it looks again.
+const POLL: Duration = Duration::from_millis(200);
+
+/// What the client believes a queue's dead_letter option is before it has
+/// asked (matches no value, so the first run tells it).
+const UNKNOWN: &str = "?";
+
+/// Outbox records moved on by one call at most (the rest by later calls).
+const FORWARD_MAX: usize = 1000;
+
+/// The names of a queue's lease keys besides its own (`{t}:<suffix>`).
+pub(crate) const SUFFIXES: [&str; 10] =
+    ["stage", "retry", "leased", "rec", "dlv", "delayed", "opts", "stats", "seq", "dead"];
+
+/// `{t}:<suffix>`.
+pub(crate) fn tagged(t: u32, suffix: &str) -> Vec<u8> {
+    format!("{{{t}}}:{suffix}").into_bytes()
+}
+
+/// A run's reply: its status word and the rest.
+struct Run {
+    status: Vec<u8>,
+    rest: Vec<Vec<u8>>,
+}
+
+fn number(v: &[u8]) -> Option<i64> {
+    std::str::from_utf8(v).ok()?.parse().ok()
+}
+
+impl Client {
+    /// The dead-letter option this handle believes queue `t` has.
+    fn dead_letter(&self, t: u32) -> String {
+        self.dead_letters.iter().find(|d| d.0 == t).map_or_else(|| UNKNOWN.to_owned(), |d| d.1.clone())
+    }
+
+    fn set_dead_letter(&mut self, t: u32, dl: String) {
+        match self.dead_letters.iter_mut().find(|d| d.0 == t) {
+            Some(d) => d.1 = dl,
+            None => self.dead_letters.push((t, dl)),
+        }
+    }
+
+    /// Runs the lease script for queue `t` (`op` and its arguments),
+    /// learning the queue's dead-letter option first if need be, and moves
+    /// the outbox on when the run says it holds records.
+    fn run_lease(&mut self, t: u32, op: &[u8], args: &[&[u8]], replicate: bool) -> Result<Run> {
+        for _ in 0..3 {
+            let dl = self.dead_letter(t);
+            // The dead-letter list: the queue named, or {t}:dead when that
+            // queue is in another slot of a cluster (moved on below).
+            let target = match dl.as_str() {
+                "" | UNKNOWN => None,
+                d => Some(d.parse::<u32>().map_err(|_| {
+                    Error::new(SVR_EXCEPTION, format!("dead_letter {d:?} of {{{t}}}:opts is not a queue id"))
+                })?),
+            };
+            let outbox = match target {
+                Some(d) => {
+                    self.flavor == Flavor::Cluster && key_slot(Key::of(d).as_bytes()) != key_slot(Key::of(t).as_bytes())
+                }
+                None => false,
+            };
+            let own = Key::of(t);
+            let mut keys: Vec<Vec<u8>> = vec![own.as_bytes().to_vec()];
+            keys.extend(SUFFIXES[..9].iter().map(|s| tagged(t, s)));
+            keys.push(match target {
+                Some(d) if !outbox => Key::of(d).as_bytes().to_vec(),
+                _ => tagged(t, "dead"),
+            });
+            let key_refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+            let mut argv: Vec<&[u8]> = vec![op, dl.as_bytes(), if outbox { b"1" } else { b"0" }];
+            argv.extend_from_slice(args);
+            let answer = self.eval(&LEASE_SCRIPT, own, &key_refs, &argv, replicate)?;
+            let Answer::Values(mut v) = answer else { return Err(unexpected("the lease script", &answer)) };
+            if v.len() < 2 {
+                return Err(unexpected("the lease script", &Answer::Values(v)));
+            }
+            let rest = v.split_off(2);
+            let (status, second) = (std::mem::take(&mut v[0]), std::mem::take(&mut v[1]));
+            if status == b"DL" {
+                self.set_dead_letter(t, String::from_utf8_lossy(&second).into_owned());
+                continue;
+            }
+            if let (true, Some(d), Some(n)) = (outbox, target, number(&second)) {
+                if n > 0 {
+                    self.forward_dead(t, d)?;
+                }
+            }
+            return Ok(Run { status, rest });
+        }
+        Err(Error::new(SVR_EXCEPTION, format!("the dead_letter option of queue {t} keeps changing")))
+    }
+
+    /// Moves the records of `{t}:dead` to queue `d` (in another slot): each
+    /// is pushed, then removed (LREM of one equal value). At least once: a
+    /// client that dies between the two, or two clients moving the same
+    /// record at once, leave it twice in `d`, never lost.
+    fn forward_dead(&mut self, t: u32, d: u32) -> Result<()> {
+        let (own, to) = (Key::of(t), Key::of(d));
+        let outbox = tagged(t, "dead");
+        for _ in 0..FORWARD_MAX {
+            let v = match self.exec(own, ReplyWait::Normal, |w| resp::command(w, &[b"LINDEX", &outbox, b"0"]))? {
+                Answer::Nil => return Ok(()),
+                Answer::Value(v) => v,
+                a => return Err(unexpected("LINDEX", &a)),
+            };
+            self.exec_replicated(to, ReplyWait::Normal, |w| resp::command(w, &[b"RPUSH", to.as_bytes(), &v]))?;
+            self.exec(own, ReplyWait::Normal, |w| resp::command(w, &[b"LREM", &outbox, b"1", &v]))?;
+        }
+        Ok(())
+    }
+
+    /// [`Client::pop_lease`] on a Redis.
+    pub(crate) fn redis_pop_lease(&mut self, t: u32, out: &mut [u8], wait: PopWait, lease_ms: u64) -> Result<NetLease> {
+        let ms = lease_ms.to_string();
+        loop {
+            let run = self.run_lease(t, b"LEASE", &[ms.as_bytes()], false)?;
+            match (run.status.as_slice(), run.rest.as_slice()) {
+                (b"OK", [member, n, value]) => {
+                    let (pos, tag) = super::lease::parse_id(member)
+                        .ok_or_else(|| Error::new(SOCK_COM_EXCP, "unreadable lease id from the lease script"))?;
+                    let deliveries = number(n).and_then(|n| u32::try_from(n).ok()).unwrap_or(u32::MAX);
+                    let lease = NetLease { queue: t, pos, tag, deliveries };
+                    if value.len() > out.len() {
+                        let _ = self.redis_end(&lease, b"RELEASE", Some(0));
+                        return Err(Error::new(
+                            RECD_TOO_LONG,
+                            format!(
+                                "a value of {} bytes does not fit the record of {} bytes: released",
+                                value.len(),
+                                out.len()
+                            ),
+                        ));
+                    }
+                    out[..value.len()].copy_from_slice(value);
+                    out[value.len()..].fill(0);
+                    return Ok(lease);
+                }
+                (b"EMPTY", [hint]) => {
+                    if wait == PopWait::NoWait {
+                        return Err(Error::code_only(NO_DATA_FOUND));
+                    }
+                    let hint = number(hint).unwrap_or(-1);
+                    let pause = match u64::try_from(hint) {
+                        Ok(ms) => Duration::from_millis(ms.max(1)).min(POLL),
+                        Err(_) => POLL,
+                    };
+                    let key = Key::of(t);
+                    let (stage, secs) = (tagged(t, "stage"), blpop_secs(pause));
+                    let cmd = |w: &mut Vec<u8>| {
+                        resp::command(w, &[b"BLMOVE", key.as_bytes(), &stage, b"LEFT", b"RIGHT", secs.as_bytes()])
+                    };
+                    match self.exec_blocking(key, ReplyWait::Extra(pause), cmd)? {
+                        Answer::Nil | Answer::Value(_) => {}
+                        a => return Err(unexpected("BLMOVE", &a)),
+                    }
+                }
+                _ => return Err(Error::new(SOCK_COM_EXCP, "unexpected reply from the lease script")),
+            }
+        }
+    }
+
+    /// Ends or changes `lease` on a Redis: ACK, RELEASE (delay ms), REJECT,
+    /// EXTEND (lease ms); EXTEND returns the new id.
+    pub(crate) fn redis_end(&mut self, lease: &NetLease, op: &[u8], ms: Option<u64>) -> Result<Option<(u64, u64)>> {
+        let (member, ms) = (lease.id(), ms.unwrap_or(0).to_string());
+        let run = self.run_lease(lease.queue, op, &[member.as_bytes(), ms.as_bytes()], true)?;
+        match (run.status.as_slice(), run.rest.as_slice()) {
+            (b"OK", []) => Ok(None),
+            (b"OK", [new]) => Ok(super::lease::parse_id(new)),
+            _ => Err(Error::new(SOCK_COM_EXCP, "unexpected reply from the lease script")),
+        }
+    }
+
+    /// lTvmCreateQueueEx: on a Redis, the lease options of queue `t` in
+    /// `{t}:opts` (TBL_ARD_EXIST when it has some already; nothing without
+    /// leases); RMT_NOT_SUPPT on another server (tvmq serve).
+    pub(crate) fn create_options(&mut self, t: u32, o: Option<&LeaseSpec>) -> Result<()> {
+        if self.flavor == Flavor::Other {
+            return Err(Error::new(
+                RMT_NOT_SUPPT,
+                "tvmq serve creates no queue over the network: create it on its machine (tvmq create)",
+            ));
+        }
+        let Some(o) = o else { return Ok(()) };
+        let key = Key::of(t);
+        let opts = tagged(t, "opts");
+        let (ms, max, leases) = (o.lease_ms.to_string(), o.max_deliveries.to_string(), o.max_leases.to_string());
+        let dl = o.dead_letter.map(|d| d.to_string()).unwrap_or_default();
+        let fields: [&[u8]; 8] = [
+            b"lease_ms",
+            ms.as_bytes(),
+            b"max_deliveries",
+            max.as_bytes(),
+            b"dead_letter",
+            dl.as_bytes(),
+            b"max_leases",
+            leases.as_bytes(),
+        ];
+        let mut args: Vec<&[u8]> = vec![b"EVAL", CREATE.as_bytes(), b"1", &opts];
+        args.extend_from_slice(&fields);
+        match self.exec_replicated(key, ReplyWait::Normal, |w| resp::command(w, &args))? {
+            Answer::Int(1) => Ok(()),
+            Answer::Int(_) => {
+                Err(Error::new(TBL_ARD_EXIST, format!("queue {t} has lease options already ({{{t}}}:opts)")))
+            }
+            a => Err(unexpected("the options script", &a)),
+        }
+    }
+}
+
+/// Writes the options hash unless it exists (1: written, 0: it existed).
+const CREATE: &str = "if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end \
+                      redis.call('HSET', KEYS[1], unpack(ARGV)) return 1";
