@@ -385,6 +385,21 @@ t_net_lease_kill() {
     "$REDIS_CLI" $c -p "$port" del 27 '{27}:opts' '{27}:stats' '{27}:seq' '{27}:dlv' >/dev/null
 }
 
+# t_net_spread PORTS...: queue 41 spread over 6 shards of the cluster
+# (net_spread.c): 3,000 records pushed, then every master holds shard keys
+# (41.<i>.<n>) with records; popped each once; then leased and acknowledged.
+t_net_spread() {
+    local p n
+    run_bounded "$OUT/net_spread" 127.0.0.1 "$1" push 3000 || fail "net_spread push failed" || return 1
+    for p in "$@"; do
+        n=$("$REDIS_CLI" -p "$p" --scan --pattern '41.*' | wc -l)
+        echo "master :$p holds $n shards of queue 41: $("$REDIS_CLI" -p "$p" --scan --pattern '41.*' | while read -r k; do printf '%s=%s ' "$k" "$("$REDIS_CLI" -p "$p" llen "$k")"; done)"
+        [ "$n" -gt 0 ] || fail "master :$p holds no shard of queue 41" || return 1
+    done
+    run_bounded "$OUT/net_spread" 127.0.0.1 "$1" pop 3000 || fail "net_spread pop failed" || return 1
+    run_bounded "$OUT/net_spread" 127.0.0.1 "$1" lease 1000 || fail "net_spread lease failed"
+}
+
 # A port P for a cluster node: P and its cluster bus port P + 10000 both free.
 cluster_port() {
     python3 - <<'PY'
@@ -571,6 +586,14 @@ else
                 run_test net_redis_cluster_lease_sequence t_net_lease "${CLUSTER_PORTS[0]}" redis
                 run_test net_redis_cluster_lease_consumers_killed t_net_lease_kill "${CLUSTER_PORTS[0]}" -c
             fi
+            if build_prog net_spread >"$LOGDIR/build-net_spread.log" 2>&1; then
+                run_test net_redis_cluster_spread_queue_every_master t_net_spread "${CLUSTER_PORTS[@]}"
+            else
+                echo "FAIL  build_net_spread"
+                sed -e 's/^/      | /' "$LOGDIR/build-net_spread.log" | head -n 40
+                FAILED=$((FAILED + 1))
+                FAILED_NAMES+=(build_net_spread)
+            fi
             kill -KILL "${CLUSTER_PIDS[@]}" 2>/dev/null
             wait "${CLUSTER_PIDS[@]}" 2>/dev/null
         fi
@@ -622,6 +645,25 @@ elif [ -x "$OUT/net_push" ] && [ -x "$OUT/net_pop" ]; then
     fi
     kill -TERM "$TVMQ_PID" 2>/dev/null
     wait "$TVMQ_PID" 2>/dev/null
+fi
+
+# Failover (c-tests/failover.sh): the Redis master killed with SIGKILL and
+# restarted as a replica while producers push with lTvmRequireReplicas(p, 1,
+# ...) and leasing consumers run, behind three sentinels
+# (lTvmConnectSentinel) and in a Redis Cluster with replicas; once each here
+# ($FAILOVERS), five times in `make failover`.
+t_failover() { TIMEOUT=300 run_bounded bash "$SRC/failover.sh" "$1" "$FAILOVERS" "$OUT" "$LIBDIR"; }
+# (auth: lTvmSentinelAuth and lTvmAuth, net_sentinel_auth.c, no failover)
+echo "== network: failover"
+FAILOVERS=${FAILOVERS:-1}
+if [ -z "$REDIS_SERVER" ] || [ -z "$REDIS_CLI" ]; then
+    echo "SKIP  network_failover  (redis-server and redis-cli are needed)"
+    SKIPPED=$((SKIPPED + 1))
+else
+    run_test net_sentinel_auth t_failover auth
+    for kind in sentinel cluster; do
+        run_test "net_${kind}_failover_${FAILOVERS}x" t_failover "$kind"
+    done
 fi
 
 # lTvmAuth (net_auth.c) against a `$TVMQ serve --requirepass` and a

@@ -1069,6 +1069,67 @@ long lTvmConnectTls(struct SATvm *p, const char *ip, long port, int timeout_secs
 long lTvmAuth(struct SATvm *p, const char *user, const char *password);
 
 /**
+ * Connects handle p to the Redis master that the sentinels call `master`
+ * (`sentinel monitor <master> ...`), and follows it through failovers.
+ * `sentinels` is "host:port,host:port,..." (IPv6: "[::1]:26379"); they
+ * are asked in turn (`SENTINEL get-master-addr-by-name`), the one that
+ * answered first next time, and the server they name must answer ROLE
+ * with "master". Afterwards, when a call finds the master gone (its
+ * connection refused, lost or timed out), demoted (`-READONLY`) or cut
+ * off (`-MASTERDOWN`), the sentinels are asked again and the handle
+ * reconnects to the master they name, retrying within `timeout_secs`
+ * (0 or less: within 30 s). A call the server certainly did not execute
+ * (a connection that could not be made, READONLY, MASTERDOWN) is then
+ * sent again to the new master and succeeds; a call whose connection
+ * broke before its answer fails with its SOCK_* code (it may or may not
+ * have been executed: a push may then be there twice if retried) and
+ * the next call goes to the new master. lTvmPopLease waits through a
+ * failover (a lease taken and unanswered runs out and is delivered
+ * again). Asynchronous pushes cut by a failover are reported by lAsyWait,
+ * and those after it go to the new master. With lTvmRequireReplicas a
+ * push that returned RC_SUCC is on the master and on that many replicas,
+ * one of which the sentinels promote. Handles that share this handle's
+ * connection (lTvmShare) do not follow the master: give each its own.
+ * Credentials: lTvmAuth for the master and replicas, lTvmSentinelAuth for
+ * the sentinels (which may have their own password), both before this
+ * call. Otherwise as lTvmConnect (timeouts, keys, calls).
+ * Threads: as lTvmConnect.
+ * Errors: CONDIT_IS_NIL (NULL handle, sentinels or master; empty list or
+ * name), BOOT_PARM_ERR (an item that is not host:port), SOCK_CONN_ERR,
+ * SOCK_CONN_TMO and the other SOCK_* codes (no sentinel answered, or the
+ * master could not be reached in time: the message says which),
+ * SVR_EXCEPTION (no sentinel knows `master`, or the server named is not a
+ * master in time).
+ */
+long lTvmConnectSentinel(struct SATvm *p, const char *sentinels, const char *master, int timeout_secs);
+
+/**
+ * As lTvmConnectSentinel, over TLS: the sentinels and the master (and its
+ * successors) are reached with TLS as `tls` says (see TvmTls and
+ * lTvmConnectTls: one configuration for both; a server_name, if set, must
+ * be on every certificate). Errors: those of lTvmConnectSentinel and the
+ * TLS ones of lTvmConnectTls.
+ */
+long lTvmConnectSentinelTls(struct SATvm *p, const char *sentinels, const char *master, int timeout_secs, const struct TvmTls *tls);
+
+/**
+ * Sets the credentials handle p gives the sentinels of lTvmConnectSentinel
+ * (`AUTH password`, or `AUTH user password`): a sentinel started with its
+ * own password (`requirepass` in its configuration, which is not the
+ * master's: the master's is given with lTvmAuth). Call it before
+ * lTvmConnectSentinel. `password` NULL clears them. The strings are
+ * copied. Threading: as lTvmConnect.
+ * Returns RC_SUCC; errors: CONDIT_IS_NIL (NULL handle, or a user without
+ * a password). A sentinel that refuses them is skipped as one that does
+ * not answer (the message of the failed connect quotes its answer).
+ *
+ * # Safety
+ * `p` is NULL or a live handle; `user` and `password` are NULL or
+ * NUL-terminated strings.
+ */
+long lTvmSentinelAuth(struct SATvm *p, const char *user, const char *password);
+
+/**
  * Makes handle p use the connection of handle `src` (already connected):
  * the commands of every handle sharing a connection are pipelined
  * together (auto-pipelining), so that N threads doing synchronous calls
@@ -1240,6 +1301,30 @@ long lTvmTruncate(struct SATvm *p, TABLE t);
  * replicas: tvmq serve).
  */
 long lTvmRequireReplicas(struct SATvm *p, long replicas, long timeout_ms);
+
+/**
+ * Spreads queue t, on handle p, over `shards` keys of the Redis Cluster
+ * (or Redis) p is connected to: one logical queue whose shards are spread
+ * evenly over the cluster's hash slots, so that with at least as many
+ * shards as masters (and the equal slot ranges `redis-cli --cluster
+ * create` gives) every master holds some, and a hot queue's load is
+ * shared by all of them. Shard i is the key "<t>.<i>.<n>", n the smallest
+ * number from 0 whose key's slot is in the i-th of `shards` equal parts of
+ * the 16384 slots (a rule any client can follow). From then on, on this
+ * handle: lTvmPush and lAsyPush of queue t go to the shards in turn;
+ * lTvmPop and lTvmPopLease start at the next shard in turn and take from
+ * the first that has a record (FIFO within a shard, not across shards;
+ * a waiting pop waits on one shard at a time for at most 200 ms);
+ * lTvmCount sums the shards; lTvmDropTable drops them all;
+ * lTvmCreateQueueEx stores the lease options on every shard (a lease
+ * token names its shard). Every program using the queue must spread it
+ * with the same `shards`. lTvmPopup and lTvmTruncate of a spread queue
+ * fail with NOT_SUPPT_OPT. `shards` 0 or 1: queue t is one key again.
+ * Threads: one handle per thread, as lTvmConnect.
+ * Errors: CONDIT_IS_NIL (NULL handle, shards < 0 or more than 1024),
+ * SERV_NOT_CONN, NOT_SUPPT_OPT (tvmq serve: no spread queues).
+ */
+long lTvmSpread(struct SATvm *p, TABLE t, long shards);
 
 /**
  * Attaches queue t for handle p (as lAttchTable), for a handle made with

@@ -24,6 +24,8 @@ use std::time::Duration;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct NetLease {
     pub(crate) queue: u32,
+    /// The shard of a spread queue (from 1; 0: the queue's own key).
+    pub(crate) shard: u32,
     pub(crate) pos: u64,
     pub(crate) tag: u64,
     pub(crate) deliveries: u32,
@@ -88,7 +90,8 @@ impl Client {
         let Some((pos, tag)) = parse_id(&id) else {
             return Err(Error::new(SOCK_COM_EXCP, format!("unreadable lease id {:?}", String::from_utf8_lossy(&id))));
         };
-        let lease = NetLease { queue: t, pos, tag, deliveries: u32::try_from(deliveries).unwrap_or(u32::MAX) };
+        let lease =
+            NetLease { queue: t, shard: 0, pos, tag, deliveries: u32::try_from(deliveries).unwrap_or(u32::MAX) };
         if value.len() > out.len() {
             let _ = self.release(&lease, 0);
             return Err(Error::new(
@@ -180,7 +183,7 @@ mod tests {
         for bad in [&b""[..], b"1", b"a-1", b"1-", b"1-2-3"] {
             assert_eq!(parse_id(bad), None);
         }
-        let l = NetLease { queue: 1, pos: 3, tag: 4, deliveries: 1 };
+        let l = NetLease { queue: 1, shard: 0, pos: 3, tag: 4, deliveries: 1 };
         assert_eq!(l.id(), "3-4");
         let e = no_leases(Error::new(SVR_EXCEPTION, "the server answered: ERR unknown command 'TVMQ.LEASE'"));
         assert_eq!(e.code(), NOT_SUPPT_OPT);

@@ -14,12 +14,13 @@
 use super::lease::NetLease;
 use super::router::{Answer, Flavor};
 use super::script::Script;
+use super::sentinel::master_lost;
 use super::slot::key_slot;
 use super::{Client, Key, PopWait, blpop_secs, unexpected};
 use crate::client::conn::ReplyWait;
 use crate::error::*;
 use crate::spec::LeaseSpec;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The lease script.
 pub(crate) static LEASE_SCRIPT: Script = Script::new(include_str!("lease.lua"));
@@ -38,9 +39,18 @@ const FORWARD_MAX: usize = 1000;
 pub(crate) const SUFFIXES: [&str; 10] =
     ["stage", "retry", "leased", "rec", "dlv", "delayed", "opts", "stats", "seq", "dead"];
 
-/// `{t}:<suffix>`.
-pub(crate) fn tagged(t: u32, suffix: &str) -> Vec<u8> {
-    format!("{{{t}}}:{suffix}").into_bytes()
+/// `{key}:<suffix>` (in the slot of `key`).
+pub(crate) fn tagged(key: Key, suffix: &str) -> Vec<u8> {
+    let mut v = Vec::with_capacity(key.as_bytes().len() + suffix.len() + 3);
+    v.push(b'{');
+    v.extend_from_slice(key.as_bytes());
+    v.extend_from_slice(b"}:");
+    v.extend_from_slice(suffix.as_bytes());
+    v
+}
+
+fn shown(key: Key) -> String {
+    String::from_utf8_lossy(key.as_bytes()).into_owned()
 }
 
 /// A run's reply: its status word and the rest.
@@ -54,44 +64,48 @@ fn number(v: &[u8]) -> Option<i64> {
 }
 
 impl Client {
-    /// The dead-letter option this handle believes queue `t` has.
-    fn dead_letter(&self, t: u32) -> String {
-        self.dead_letters.iter().find(|d| d.0 == t).map_or_else(|| UNKNOWN.to_owned(), |d| d.1.clone())
+    /// The dead-letter option this handle believes queue key `own` has.
+    fn dead_letter(&self, own: Key) -> String {
+        self.dead_letters.iter().find(|d| d.0 == own).map_or_else(|| UNKNOWN.to_owned(), |d| d.1.clone())
     }
 
-    fn set_dead_letter(&mut self, t: u32, dl: String) {
-        match self.dead_letters.iter_mut().find(|d| d.0 == t) {
+    fn set_dead_letter(&mut self, own: Key, dl: String) {
+        match self.dead_letters.iter_mut().find(|d| d.0 == own) {
             Some(d) => d.1 = dl,
-            None => self.dead_letters.push((t, dl)),
+            None => self.dead_letters.push((own, dl)),
         }
     }
 
-    /// Runs the lease script for queue `t` (`op` and its arguments),
+    /// Forgets what it believed of queue key `own` (dropped).
+    pub(crate) fn forget_dead_letter(&mut self, own: Key) {
+        self.dead_letters.retain(|d| d.0 != own);
+    }
+
+    /// Runs the lease script for queue key `own` (`op` and its arguments),
     /// learning the queue's dead-letter option first if need be, and moves
     /// the outbox on when the run says it holds records.
-    fn run_lease(&mut self, t: u32, op: &[u8], args: &[&[u8]], replicate: bool) -> Result<Run> {
+    fn run_lease(&mut self, own: Key, op: &[u8], args: &[&[u8]], replicate: bool) -> Result<Run> {
         for _ in 0..3 {
-            let dl = self.dead_letter(t);
+            let dl = self.dead_letter(own);
             // The dead-letter list: the queue named, or {t}:dead when that
             // queue is in another slot of a cluster (moved on below).
             let target = match dl.as_str() {
                 "" | UNKNOWN => None,
                 d => Some(d.parse::<u32>().map_err(|_| {
-                    Error::new(SVR_EXCEPTION, format!("dead_letter {d:?} of {{{t}}}:opts is not a queue id"))
+                    Error::new(SVR_EXCEPTION, format!("dead_letter {d:?} of {{{}}}:opts is not a queue id", shown(own)))
                 })?),
             };
             let outbox = match target {
                 Some(d) => {
-                    self.flavor == Flavor::Cluster && key_slot(Key::of(d).as_bytes()) != key_slot(Key::of(t).as_bytes())
+                    self.flavor == Flavor::Cluster && key_slot(Key::of(d).as_bytes()) != key_slot(own.as_bytes())
                 }
                 None => false,
             };
-            let own = Key::of(t);
             let mut keys: Vec<Vec<u8>> = vec![own.as_bytes().to_vec()];
-            keys.extend(SUFFIXES[..9].iter().map(|s| tagged(t, s)));
+            keys.extend(SUFFIXES[..9].iter().map(|s| tagged(own, s)));
             keys.push(match target {
                 Some(d) if !outbox => Key::of(d).as_bytes().to_vec(),
-                _ => tagged(t, "dead"),
+                _ => tagged(own, "dead"),
             });
             let key_refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
             let mut argv: Vec<&[u8]> = vec![op, dl.as_bytes(), if outbox { b"1" } else { b"0" }];
@@ -104,26 +118,26 @@ impl Client {
             let rest = v.split_off(2);
             let (status, second) = (std::mem::take(&mut v[0]), std::mem::take(&mut v[1]));
             if status == b"DL" {
-                self.set_dead_letter(t, String::from_utf8_lossy(&second).into_owned());
+                self.set_dead_letter(own, String::from_utf8_lossy(&second).into_owned());
                 continue;
             }
             if let (true, Some(d), Some(n)) = (outbox, target, number(&second)) {
                 if n > 0 {
-                    self.forward_dead(t, d)?;
+                    self.forward_dead(own, d)?;
                 }
             }
             return Ok(Run { status, rest });
         }
-        Err(Error::new(SVR_EXCEPTION, format!("the dead_letter option of queue {t} keeps changing")))
+        Err(Error::new(SVR_EXCEPTION, format!("the dead_letter option of queue {} keeps changing", shown(own))))
     }
 
     /// Moves the records of `{t}:dead` to queue `d` (in another slot): each
     /// is pushed, then removed (LREM of one equal value). At least once: a
     /// client that dies between the two, or two clients moving the same
     /// record at once, leave it twice in `d`, never lost.
-    fn forward_dead(&mut self, t: u32, d: u32) -> Result<()> {
-        let (own, to) = (Key::of(t), Key::of(d));
-        let outbox = tagged(t, "dead");
+    fn forward_dead(&mut self, own: Key, d: u32) -> Result<()> {
+        let to = Key::of(d);
+        let outbox = tagged(own, "dead");
         for _ in 0..FORWARD_MAX {
             let v = match self.exec(own, ReplyWait::Normal, |w| resp::command(w, &[b"LINDEX", &outbox, b"0"]))? {
                 Answer::Nil => return Ok(()),
@@ -136,52 +150,69 @@ impl Client {
         Ok(())
     }
 
-    /// [`Client::pop_lease`] on a Redis.
+    /// [`Client::pop_lease`] on a Redis (a spread queue: its shards in turn).
     pub(crate) fn redis_pop_lease(&mut self, t: u32, out: &mut [u8], wait: PopWait, lease_ms: u64) -> Result<NetLease> {
         let ms = lease_ms.to_string();
+        // Behind sentinels, a lease call cut by a failover is made again on
+        // the new master: a lease taken and unanswered runs out there (or
+        // was lost with the old master), so nothing is lost.
+        let deadline = Instant::now() + self.failover_bound();
+        let again = |c: &Client, e: &Error| c.follows_master() && master_lost(e) && Instant::now() < deadline;
         loop {
-            let run = self.run_lease(t, b"LEASE", &[ms.as_bytes()], false)?;
-            match (run.status.as_slice(), run.rest.as_slice()) {
-                (b"OK", [member, n, value]) => {
-                    let (pos, tag) = super::lease::parse_id(member)
-                        .ok_or_else(|| Error::new(SOCK_COM_EXCP, "unreadable lease id from the lease script"))?;
-                    let deliveries = number(n).and_then(|n| u32::try_from(n).ok()).unwrap_or(u32::MAX);
-                    let lease = NetLease { queue: t, pos, tag, deliveries };
-                    if value.len() > out.len() {
-                        let _ = self.redis_end(&lease, b"RELEASE", Some(0));
-                        return Err(Error::new(
-                            RECD_TOO_LONG,
-                            format!(
-                                "a value of {} bytes does not fit the record of {} bytes: released",
-                                value.len(),
-                                out.len()
-                            ),
-                        ));
+            let order = self.pop_order(t);
+            let mut soonest = -1i64;
+            for &(shard, own) in &order {
+                let run = match self.run_lease(own, b"LEASE", &[ms.as_bytes()], false) {
+                    Err(e) if again(self, &e) => continue,
+                    r => r?,
+                };
+                match (run.status.as_slice(), run.rest.as_slice()) {
+                    (b"OK", [member, n, value]) => {
+                        let (pos, tag) = super::lease::parse_id(member)
+                            .ok_or_else(|| Error::new(SOCK_COM_EXCP, "unreadable lease id from the lease script"))?;
+                        let deliveries = number(n).and_then(|n| u32::try_from(n).ok()).unwrap_or(u32::MAX);
+                        let lease = NetLease { queue: t, shard, pos, tag, deliveries };
+                        if value.len() > out.len() {
+                            let _ = self.redis_end(&lease, b"RELEASE", Some(0));
+                            return Err(Error::new(
+                                RECD_TOO_LONG,
+                                format!(
+                                    "a value of {} bytes does not fit the record of {} bytes: released",
+                                    value.len(),
+                                    out.len()
+                                ),
+                            ));
+                        }
+                        out[..value.len()].copy_from_slice(value);
+                        out[value.len()..].fill(0);
+                        return Ok(lease);
                     }
-                    out[..value.len()].copy_from_slice(value);
-                    out[value.len()..].fill(0);
-                    return Ok(lease);
+                    (b"EMPTY", [hint]) => {
+                        let hint = number(hint).unwrap_or(-1);
+                        if hint >= 0 && (soonest < 0 || hint < soonest) {
+                            soonest = hint;
+                        }
+                    }
+                    _ => return Err(Error::new(SOCK_COM_EXCP, "unexpected reply from the lease script")),
                 }
-                (b"EMPTY", [hint]) => {
-                    if wait == PopWait::NoWait {
-                        return Err(Error::code_only(NO_DATA_FOUND));
-                    }
-                    let hint = number(hint).unwrap_or(-1);
-                    let pause = match u64::try_from(hint) {
-                        Ok(ms) => Duration::from_millis(ms.max(1)).min(POLL),
-                        Err(_) => POLL,
-                    };
-                    let key = Key::of(t);
-                    let (stage, secs) = (tagged(t, "stage"), blpop_secs(pause));
-                    let cmd = |w: &mut Vec<u8>| {
-                        resp::command(w, &[b"BLMOVE", key.as_bytes(), &stage, b"LEFT", b"RIGHT", secs.as_bytes()])
-                    };
-                    match self.exec_blocking(key, ReplyWait::Extra(pause), cmd)? {
-                        Answer::Nil | Answer::Value(_) => {}
-                        a => return Err(unexpected("BLMOVE", &a)),
-                    }
-                }
-                _ => return Err(Error::new(SOCK_COM_EXCP, "unexpected reply from the lease script")),
+            }
+            if wait == PopWait::NoWait {
+                return Err(Error::code_only(NO_DATA_FOUND));
+            }
+            let pause = match u64::try_from(soonest) {
+                Ok(ms) => Duration::from_millis(ms.max(1)).min(POLL),
+                Err(_) => POLL,
+            };
+            let key = order[0].1;
+            let (stage, secs) = (tagged(key, "stage"), blpop_secs(pause));
+            let cmd = |w: &mut Vec<u8>| {
+                resp::command(w, &[b"BLMOVE", key.as_bytes(), &stage, b"LEFT", b"RIGHT", secs.as_bytes()])
+            };
+            match self.exec_blocking(key, ReplyWait::Extra(pause), cmd) {
+                Ok(Answer::Nil | Answer::Value(_)) => {}
+                Err(e) if again(self, &e) => {}
+                Ok(a) => return Err(unexpected("BLMOVE", &a)),
+                Err(e) => return Err(e),
             }
         }
     }
@@ -190,7 +221,8 @@ impl Client {
     /// EXTEND (lease ms); EXTEND returns the new id.
     pub(crate) fn redis_end(&mut self, lease: &NetLease, op: &[u8], ms: Option<u64>) -> Result<Option<(u64, u64)>> {
         let (member, ms) = (lease.id(), ms.unwrap_or(0).to_string());
-        let run = self.run_lease(lease.queue, op, &[member.as_bytes(), ms.as_bytes()], true)?;
+        let own = self.shard(lease.queue, lease.shard)?;
+        let run = self.run_lease(own, op, &[member.as_bytes(), ms.as_bytes()], true)?;
         match (run.status.as_slice(), run.rest.as_slice()) {
             (b"OK", []) => Ok(None),
             (b"OK", [new]) => Ok(super::lease::parse_id(new)),
@@ -209,8 +241,6 @@ impl Client {
             ));
         }
         let Some(o) = o else { return Ok(()) };
-        let key = Key::of(t);
-        let opts = tagged(t, "opts");
         let (ms, max, leases) = (o.lease_ms.to_string(), o.max_deliveries.to_string(), o.max_leases.to_string());
         let dl = o.dead_letter.map(|d| d.to_string()).unwrap_or_default();
         let fields: [&[u8]; 8] = [
@@ -223,15 +253,22 @@ impl Client {
             b"max_leases",
             leases.as_bytes(),
         ];
-        let mut args: Vec<&[u8]> = vec![b"EVAL", CREATE.as_bytes(), b"1", &opts];
-        args.extend_from_slice(&fields);
-        match self.exec_replicated(key, ReplyWait::Normal, |w| resp::command(w, &args))? {
-            Answer::Int(1) => Ok(()),
-            Answer::Int(_) => {
-                Err(Error::new(TBL_ARD_EXIST, format!("queue {t} has lease options already ({{{t}}}:opts)")))
+        for key in self.queue_keys(t) {
+            let opts = tagged(key, "opts");
+            let mut args: Vec<&[u8]> = vec![b"EVAL", CREATE.as_bytes(), b"1", &opts];
+            args.extend_from_slice(&fields);
+            match self.exec_replicated(key, ReplyWait::Normal, |w| resp::command(w, &args))? {
+                Answer::Int(1) => {}
+                Answer::Int(_) => {
+                    return Err(Error::new(
+                        TBL_ARD_EXIST,
+                        format!("queue {t} has lease options already ({{{}}}:opts)", shown(key)),
+                    ));
+                }
+                a => return Err(unexpected("the options script", &a)),
             }
-            a => Err(unexpected("the options script", &a)),
         }
+        Ok(())
     }
 }
 

@@ -64,9 +64,19 @@ impl Client {
         &mut self,
         key: Key,
         wait: ReplyWait,
-        encode: impl FnOnce(&mut Vec<u8>),
+        encode: impl Fn(&mut Vec<u8>),
     ) -> Result<Answer> {
         let Some(rep) = self.replicas else { return self.exec(key, wait, encode) };
+        self.with_failover(|c| c.exec_replicated_once(rep, key, wait, &encode))
+    }
+
+    fn exec_replicated_once(
+        &mut self,
+        rep: Replicas,
+        key: Key,
+        wait: ReplyWait,
+        encode: impl FnOnce(&mut Vec<u8>),
+    ) -> Result<Answer> {
         let (n, ms) = rep.args();
         let wait_cmd = |w: &mut Vec<u8>| resp::command(w, &[b"WAIT", n.as_bytes(), ms.as_bytes()]);
         let (first, second) = (self.ticket(), self.ticket());
@@ -84,9 +94,9 @@ impl Client {
                 rep.check(&w)?;
                 return Ok(a);
             }
-            _ => self.exec(key, wait, encode)?,
+            _ => self.exec_link(key, wait, encode)?,
         };
-        let w = self.exec(key, ReplyWait::Extra(rep.timeout), wait_cmd)?;
+        let w = self.exec_link(key, ReplyWait::Extra(rep.timeout), wait_cmd)?;
         rep.check(&w)?;
         Ok(answer)
     }
@@ -97,8 +107,8 @@ impl Client {
         let queues = std::mem::take(&mut self.async_queues);
         let Some(rep) = self.replicas else { return Ok(()) };
         let (n, ms) = rep.args();
-        for t in queues {
-            let a = self.exec(Key::of(t), ReplyWait::Extra(rep.timeout), |w| {
+        for key in queues {
+            let a = self.exec(key, ReplyWait::Extra(rep.timeout), |w| {
                 resp::command(w, &[b"WAIT", n.as_bytes(), ms.as_bytes()])
             })?;
             rep.check(&a)?;

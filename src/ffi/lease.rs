@@ -82,20 +82,20 @@ impl TvmLease {
     const ZERO: TvmLease = TvmLease { deliveries: 0, m_uCheck: 0, m_llPriv: [0; 7] };
 
     fn from_net(l: &NetLease) -> TvmLease {
-        let words = [u64::from(l.queue), l.pos, l.tag, u64::from(l.deliveries), 0, NET_MARK, 0];
+        let words = [u64::from(l.queue), l.pos, l.tag, u64::from(l.deliveries), u64::from(l.shard), NET_MARK, 0];
         TvmLease { deliveries: l.deliveries, m_uCheck: check(&words), m_llPriv: words }
     }
 
     fn to_net(self) -> Result<NetLease> {
         let w = self.m_llPriv;
-        if self.m_uCheck != check(&w) || w[5] != NET_MARK || w[6] != 0 || w[4] != 0 {
+        if self.m_uCheck != check(&w) || w[5] != NET_MARK || w[6] != 0 || w[4] > u64::from(u32::MAX) {
             return Err(Error::new(
                 LEASE_INVALID,
                 "not a network lease token (a local one, zeroed, garbage or altered)",
             ));
         }
         let queue = u32::try_from(w[0]).map_err(|_| Error::new(LEASE_INVALID, "not a network lease token"))?;
-        Ok(NetLease { queue, pos: w[1], tag: w[2], deliveries: w[3] as u32 })
+        Ok(NetLease { queue, shard: w[4] as u32, pos: w[1], tag: w[2], deliveries: w[3] as u32 })
     }
 }
 
@@ -524,7 +524,7 @@ mod tests {
         d.deliveries = 100; // public: the caller may scribble on it
         assert!(d.to_lease().is_ok());
         // Network tokens: refused by the local calls, and the other way round.
-        let n = NetLease { queue: 21, pos: 5, tag: 7 << 32 | 3, deliveries: 2 };
+        let n = NetLease { queue: 21, shard: 2, pos: 5, tag: 7 << 32 | 3, deliveries: 2 };
         let nt = TvmLease::from_net(&n);
         assert_eq!(nt.deliveries, 2);
         assert_eq!(nt.to_net().unwrap(), n);
