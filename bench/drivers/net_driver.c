@@ -13,6 +13,10 @@
  *                    driver first fills the queue with R records, lAsyPush,
  *                    outside the clock)
  *       asypush      N threads each lAsyPush R/N records, then lAsyWait
+ *       lease        N threads each lTvmPopLease(QUE_NOWAIT) + lTvmAck R/N
+ *                    records (the driver first fills the queue, as for pop;
+ *                    on a Redis it stores lease options for the queue with
+ *                    lTvmCreateQueueEx if it has none)
  *       echo         N threads each make R/N round trips of S bytes over
  *                    their own TCP connection to an echo server (no tvm.h)
  *       echo-server  serves echo on H:P, a thread per connection, until
@@ -26,6 +30,9 @@
  *   --shared   the N threads' handles share one connection (lTvmShare);
  *              default: each thread connects its own handle
  *   --nowait   pop with QUE_NOWAIT (LPOP) instead of QUE_NORMAL (BLPOP)
+ *   --replicas K  lTvmRequireReplicas(p, K, 5000) on every handle: pushes
+ *              and acks wait for K replicas (Redis)
+ *   --spread S lTvmSpread(p, Q, S) on every handle (Redis, Redis Cluster)
  *   --queue Q  queue id (default 21; its key on the server is "Q")
  *   --size S   record size in bytes (default 304, the seed's dbUser; the
  *              echo uses S + 16, the seed's 320-byte slot, unless given)
@@ -73,7 +80,9 @@ static struct {
     int shared;
     int timeout;
     int nowait;
-} cfg = { "127.0.0.1", 5050, NULL, 1, 0, 21, 304, 0, 0, 10, 0 };
+    long replicas;
+    long spread;
+} cfg = { "127.0.0.1", 5050, NULL, 1, 0, 21, 304, 0, 0, 10, 0, 0, 0 };
 
 typedef struct {
     _Alignas(128) int index;
@@ -122,7 +131,7 @@ static double run_threads(job_t *jobs, void *(*worker)(void *))
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: net_driver --host H --port P --op push|pop|asypush|echo --threads N --records R\n"
+    fprintf(stderr, "usage: net_driver --host H --port P --op push|pop|asypush|lease|echo --threads N --records R\n"
                     "                  [--queue Q] [--size S] [--shared] [--nowait] [--timeout SECS]\n"
                     "       net_driver --op echo-server|resp-server --port P [--host H] [--size S]\n");
     exit(2);
@@ -161,6 +170,18 @@ static void *tvm_worker(void *arg)
         }
         if (lAsyWait(p) != RC_SUCC)
             report(p, "lAsyWait", j);
+    } else if (strcmp(cfg.op, "lease") == 0) {
+        TvmLease l;
+        for (unsigned long long i = 0; i < j->count; i++) {
+            queuevoid(p, *rec, cfg.size, cfg.queue);
+            if (lTvmPopLease(p, rec, QUE_NOWAIT, 0, &l) != RC_SUCC) {
+                report(p, "lTvmPopLease", j);
+                continue;
+            }
+            p->tblName = cfg.queue;
+            if (lTvmAck(p, &l) != RC_SUCC)
+                report(p, "lTvmAck", j);
+        }
     } else {
         for (unsigned long long i = 0; i < j->count; i++)
             if (lTvmPop(p, rec, cfg.nowait ? QUE_NOWAIT : QUE_NORMAL) != RC_SUCC)
@@ -168,6 +189,19 @@ static void *tvm_worker(void *arg)
     }
     free(rec);
     return NULL;
+}
+
+/* The options of --replicas and --spread on a connected handle. */
+static void configure(SATvm *p)
+{
+    if (cfg.spread && lTvmSpread(p, cfg.queue, cfg.spread) != RC_SUCC) {
+        fprintf(stderr, "net_driver: lTvmSpread: %s\n", sGetTError(p->m_lErrno));
+        exit(1);
+    }
+    if (cfg.replicas && lTvmRequireReplicas(p, cfg.replicas, 5000) != RC_SUCC) {
+        fprintf(stderr, "net_driver: lTvmRequireReplicas: %s\n", sGetTError(p->m_lErrno));
+        exit(1);
+    }
 }
 
 /* Fills the queue with n records (lAsyPush on one connection). */
@@ -179,6 +213,19 @@ static void fill(unsigned long long n)
     if (lTvmConnect(p, (char *)cfg.host, cfg.port, cfg.timeout) != RC_SUCC) {
         fprintf(stderr, "net_driver: fill: lTvmConnect: %s\n", sGetTError(p->m_lErrno));
         exit(1);
+    }
+    if (cfg.spread)
+        lTvmSpread(p, cfg.queue, cfg.spread);
+    if (strcmp(cfg.op, "lease") == 0) {
+        TvmQueueOptions o;
+        lInitQueueOptions(&o, sizeof(o));
+        o.leases = true;
+        /* tvmq serve creates no queue over the network: RMT_NOT_SUPPT. */
+        if (lTvmCreateQueueEx(p, cfg.queue, &o) != RC_SUCC && p->m_lErrno != TBL_ARD_EXIST &&
+            p->m_lErrno != RMT_NOT_SUPPT) {
+            fprintf(stderr, "net_driver: lTvmCreateQueueEx: %s\n", sGetTError(p->m_lErrno));
+            exit(1);
+        }
     }
     queuevoid(p, *rec, cfg.size, cfg.queue);
     for (unsigned long long i = 0; i < n; i++) {
@@ -197,7 +244,7 @@ static void fill(unsigned long long n)
 static double run_tvm(job_t *jobs)
 {
     SATvm *g = (SATvm *)pGetSATvm();
-    if (strcmp(cfg.op, "pop") == 0)
+    if (strcmp(cfg.op, "pop") == 0 || strcmp(cfg.op, "lease") == 0)
         fill(cfg.records);
     if (cfg.shared && lTvmConnect(g, (char *)cfg.host, cfg.port, cfg.timeout) != RC_SUCC) {
         fprintf(stderr, "net_driver: lTvmConnect %s:%ld: %s\n", cfg.host, cfg.port, sGetTError(g->m_lErrno));
@@ -210,6 +257,7 @@ static double run_tvm(job_t *jobs)
             fprintf(stderr, "net_driver: connecting thread %d: %s\n", i, sGetTError(p->m_lErrno));
             exit(1);
         }
+        configure(p);
     }
     double ms = run_threads(jobs, tvm_worker);
     for (int i = 0; i < cfg.threads; i++)
@@ -426,6 +474,10 @@ int main(int argc, char **argv)
             cfg.size_given = 1;
         } else if (strcmp(a, "--timeout") == 0)
             cfg.timeout = atoi(v);
+        else if (strcmp(a, "--replicas") == 0)
+            cfg.replicas = atol(v);
+        else if (strcmp(a, "--spread") == 0)
+            cfg.spread = atol(v);
         else
             usage();
     }
@@ -434,7 +486,8 @@ int main(int argc, char **argv)
     if (strcmp(cfg.op, "echo-server") == 0 || strcmp(cfg.op, "resp-server") == 0)
         return echo_server(strcmp(cfg.op, "resp-server") == 0);
     int echo = strcmp(cfg.op, "echo") == 0;
-    if (!echo && strcmp(cfg.op, "push") && strcmp(cfg.op, "pop") && strcmp(cfg.op, "asypush"))
+    if (!echo && strcmp(cfg.op, "push") && strcmp(cfg.op, "pop") && strcmp(cfg.op, "asypush") &&
+        strcmp(cfg.op, "lease"))
         usage();
     if (cfg.threads < 1 || cfg.threads > MAX_THREADS || cfg.records < (unsigned long long)cfg.threads ||
         cfg.size < 8)

@@ -77,6 +77,8 @@ pub enum Part {
     Leases,
     /// 10, 1,000 and 10,000 small queues: /dev/shm, memory, call cost, create and list, beside redis-server lists
     Many,
+    /// --net: the C client on Redis beyond one machine (lease script beside BLMOVE + LREM, pushes waiting for a replica)
+    Redis,
 }
 
 impl BenchArgs {
