@@ -271,6 +271,25 @@ int main(int argc, char **argv)
         CHECK_FAIL(lTvmAck(p, &l), p, LEASE_EXPIRED);
         vTvmDisconnect(a);
         vCloneFree(a);
+        /* lTvmAckPopLease: the acknowledgement and the next lease in one
+         * call; a stale `done` does nothing (its deliveries not 0). */
+        push_rec(&NET, p, 24, 11);
+        push_rec(&NET, p, 24, 12);
+        CHECK_SUCC(take(&NET, p, &r, QUE_NOWAIT, 0, &l), p);
+        CHECK_EQ(r.n, 11);
+        TvmLease first = l;
+        queuevoid(p, r, sizeof(r), 24);
+        CHECK_SUCC(lTvmAckPopLease(p, &l, &r, QUE_NOWAIT, 0, &l), p);
+        CHECK_EQ(r.n, 12);
+        CHECK_EQU(l.deliveries, 1);
+        queuevoid(p, r, sizeof(r), 24);
+        CHECK_FAIL(lTvmAckPopLease(p, &first, &r, QUE_NOWAIT, 0, &mine), p, LEASE_EXPIRED);
+        CHECK(first.deliveries != 0);
+        queuevoid(p, r, sizeof(r), 24);
+        CHECK_FAIL(lTvmAckPopLease(p, &l, &r, QUE_NOWAIT, 0, &mine), p, NO_DATA_FOUND);
+        CHECK_EQU(l.deliveries, 0);
+        p->tblName = 24;
+        CHECK_FAIL(lTvmAck(p, &mine), p, LEASE_INVALID);
         /* lTvmRequireReplicas on a master without replicas: REPL_TIMEOUT
          * after the timeout, the record pushed all the same. */
         CHECK_SUCC(lTvmRequireReplicas(p, 1, 50), p);

@@ -382,7 +382,7 @@ t_net_lease_kill() {
     done
     v=$("$REDIS_CLI" $c -p "$port" hlen '{27}:rec')
     [ "$v" = 0 ] || fail "{27}:rec holds $v records after the run" || return 1
-    "$REDIS_CLI" $c -p "$port" del 27 '{27}:opts' '{27}:stats' '{27}:seq' '{27}:dlv' >/dev/null
+    "$REDIS_CLI" $c -p "$port" del 27 '{27}:opts' '{27}:stats' '{27}:seq' >/dev/null
 }
 
 # t_net_spread PORTS...: queue 41 spread over 6 shards of the cluster

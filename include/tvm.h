@@ -833,6 +833,23 @@ long lTvmPopLease(struct SATvm *p, void *out, Uenum wait, long lease_ms, struct 
 long lTvmAck(struct SATvm *p, struct TvmLease *lease);
 
 /**
+ * As lAckPopLease, on the server: acknowledges `*done` (as lTvmAck) and
+ * leases the next record of queue p->tblName (as lTvmPopLease) in one
+ * call: on a Redis (a queue not spread) one run of the lease script, one
+ * round trip instead of two; on tvmq serve the two calls. `done` and
+ * `lease` may be the same token. m_lEffect = 1 on success. With
+ * lTvmRequireReplicas the acknowledgement is replicated before RC_SUCC.
+ * Returns RC_SUCC when both are done: `*lease` holds the new token.
+ * Otherwise RC_FAIL, and `done->deliveries` says which part failed:
+ * not 0: the acknowledgement failed (the errors of lTvmAck), nothing was
+ * acknowledged or taken, both tokens unchanged; 0: `*done` was
+ * acknowledged (and set to a token every call refuses), then the lease
+ * failed (the errors of lTvmPopLease: NO_DATA_FOUND, LEASE_LIMIT, ...),
+ * `*lease` refused by every call. Threads: as lTvmPopLease.
+ */
+long lTvmAckPopLease(struct SATvm *p, struct TvmLease *done, void *out, Uenum wait, long lease_ms, struct TvmLease *lease);
+
+/**
  * As lRelease, on the server (TVMQ.RELEASE ... DELAY): the record of
  * `*lease` is delivered again `delay_ms` milliseconds from now (0: at
  * once); at the queue's delivery limit it goes to the dead-letter queue.

@@ -340,6 +340,7 @@ fn matrix(ctx: &mut Ctx, scratch: &Path) -> Result<(Memory, Option<Bounds>), Str
     }
     if let Some(driver) = ctx.args.net_driver.clone() {
         net_client::cells(ctx, both, &driver)?;
+        net_redis::cells(ctx, &redis, &driver)?;
         let _ = tvm::Queue::drop_queue(&dir, 21);
     }
 
@@ -548,7 +549,9 @@ fn chart(cells: &[Cell], path: &Path) -> Result<(), String> {
 
     let mut rows: Vec<(String, &str, &str)> = Vec::new();
     let charted = |c: &&Cell| {
-        !c.section.starts_with("value size") && !c.section.starts_with("TLS") && c.section != net_client::SECTION
+        !c.section.starts_with("value size")
+            && !c.section.starts_with("TLS")
+            && c.section != net_client::SECTION
             && c.section != net_redis::SECTION
     };
     for c in cells.iter().filter(charted) {

@@ -165,7 +165,6 @@ pub(crate) fn cells(ctx: &mut Ctx, servers: [&Target; 2], driver: &Path) -> Resu
         Ok(ms)
     });
     drop((echo, minimal));
-    crate::net_redis::cells(ctx, servers[1], driver)?;
     Ok(())
 }
 

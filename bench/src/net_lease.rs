@@ -171,10 +171,10 @@ enum Way {
 }
 
 /// One consumer: takes records until `left` runs out; the numbers it took.
-fn consume(t: &Target, me: usize, way: Way, k_per_trip: usize, left: &AtomicU64) -> Result<Vec<u64>, String> {
+fn consume(t: &Target, me: usize, way: Way, left: &AtomicU64) -> Result<Vec<u64>, String> {
     let mut c = Client::connect(t.port)?;
     let mut got = Vec::new();
-    let k = k_per_trip.to_string();
+    let k = K.to_string();
     let processing = format!("{KEY}:processing:{me}");
     // What the previous round took and is to be acknowledged with the next write.
     let mut pending: Vec<Vec<u8>> = Vec::new();
@@ -197,22 +197,6 @@ fn consume(t: &Target, me: usize, way: Way, k_per_trip: usize, left: &AtomicU64)
             }
             _ => 0,
         };
-        // One record a round trip (the hand-written consumer): its
-        // acknowledgement is a round trip of its own, as a consumer that
-        // acknowledges once done with a record makes it.
-        let acks = if k_per_trip == 1 && acks > 0 {
-            c.send()?;
-            for _ in 0..acks {
-                match c.read()? {
-                    R::Int(1) => {}
-                    r => return Err(format!("acknowledgement answered {r:?}")),
-                }
-            }
-            pending.clear();
-            0
-        } else {
-            acks
-        };
         let done = left.load(Ordering::Relaxed) == 0;
         let takes = if done {
             0
@@ -223,10 +207,10 @@ fn consume(t: &Target, me: usize, way: Way, k_per_trip: usize, left: &AtomicU64)
                     1
                 }
                 (Way::Acked, true) => {
-                    for _ in 0..k_per_trip {
+                    for _ in 0..K {
                         c.queue(&[b"BLMOVE", KEY.as_bytes(), processing.as_bytes(), b"LEFT", b"RIGHT", b"0.001"]);
                     }
-                    k_per_trip
+                    K
                 }
                 (Way::Pop, _) => {
                     c.queue(&[b"LPOP", KEY.as_bytes(), k.as_bytes()]);
@@ -299,20 +283,6 @@ fn consume(t: &Target, me: usize, way: Way, k_per_trip: usize, left: &AtomicU64)
 /// One timed run of `consumers` consumers on `t`: its milliseconds, after
 /// checking that every record was taken exactly once and nothing is left.
 fn run(t: &Target, dir: &Path, n: u64, consumers: usize, way: Way) -> Result<f64, String> {
-    run_k(t, dir, n, consumers, way, K)
-}
-
-/// Redis's reliable-queue pattern written by hand, a record at a time:
-/// `BLMOVE` to the consumer's processing list, then `LREM` of it, each its
-/// own round trip (as the C client's lTvmPopLease and lTvmAck are), by
-/// `consumers` consumers: the milliseconds of `n` records, checked as the
-/// other cells are.
-pub(crate) fn hand_written(t: &Target, dir: &Path, n: u64, consumers: usize) -> Result<f64, String> {
-    run_k(t, dir, n, consumers, Way::Acked, 1)
-}
-
-/// [`run`] with `k` records a round trip.
-fn run_k(t: &Target, dir: &Path, n: u64, consumers: usize, way: Way, k: usize) -> Result<f64, String> {
     fill(t, dir, n, consumers)?;
     let left = Arc::new(AtomicU64::new(n));
     let started = Instant::now();
@@ -320,7 +290,7 @@ fn run_k(t: &Target, dir: &Path, n: u64, consumers: usize, way: Way, k: usize) -
         let hs: Vec<_> = (0..consumers)
             .map(|me| {
                 let left = left.clone();
-                s.spawn(move || consume(t, me, way, k, &left))
+                s.spawn(move || consume(t, me, way, &left))
             })
             .collect();
         hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("a consumer panicked".into()))).collect()

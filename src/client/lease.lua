@@ -7,23 +7,23 @@
 --   2 {t}:stage    LIST  records a blocked consumer moved out of t (BLMOVE), taken before t
 --   3 {t}:retry    LIST  ids to deliver again (released, or their lease ran out), taken first
 --   4 {t}:leased   ZSET  "<id>-<tag>" of each lease, scored by its deadline (ms, server clock)
---   5 {t}:rec      HASH  id -> the record, while it is leased or waits to be delivered again
---   6 {t}:dlv      HASH  id -> deliveries so far
---   7 {t}:delayed  ZSET  ids released with a delay, scored by when they are due (ms)
---   8 {t}:opts     HASH  lease_ms, max_deliveries, dead_letter, max_leases
---   9 {t}:stats    HASH  leased, acked, released, expired, redelivered, dead-lettered, dropped
---  10 {t}:seq      STRING the last id or tag given (INCR)
---  11 the dead-letter list: "d" (the queue named by dead_letter), or "{t}:dead"
+--   5 {t}:rec      HASH  "<id>" -> the record, "<id>:n" -> its deliveries so far, while it
+--                        is leased or waits to be delivered again
+--   6 {t}:delayed  ZSET  ids released with a delay, scored by when they are due (ms)
+--   7 {t}:opts     HASH  lease_ms, max_deliveries, dead_letter, max_leases
+--   8 {t}:stats    HASH  acked, released, expired, redelivered, dead-lettered, dropped
+--   9 {t}:seq      STRING the last id or tag given (INCRBY)
+--  10 the dead-letter list: "d" (the queue named by dead_letter), or "{t}:dead"
 --     when "d" is in another slot of a cluster (the client then moves it on)
--- ARGV: 1 op (LEASE ACK RELEASE REJECT EXTEND), 2 the dead_letter the client
--- believes ("" none), 3 "1" when KEYS[11] is "{t}:dead" (its length is
--- returned), 4 LEASE/EXTEND: ms (0: lease_ms); other ops: "<id>-<tag>",
--- 5 RELEASE: delay ms, EXTEND: ms.
+-- ARGV: 1 op (LEASE ACK RELEASE REJECT EXTEND, ACKLEASE: ACK then LEASE), 2
+-- the dead_letter the client believes ("" none), 3 "1" when KEYS[10] is
+-- "{t}:dead" (its length is returned), 4 LEASE: ms (0: lease_ms); other
+-- ops: "<id>-<tag>", 5 RELEASE: delay ms, EXTEND and ACKLEASE: ms.
 -- Replies: {"OK", outbox, ...}, {"EMPTY", outbox, ms to the next deadline or
 -- -1}, {"DL", dead_letter} (the client's is stale: nothing done), or an
 -- error whose first word is the tvm code.
-local ready, stage, retry, leased, rec, dlv, delayed, opts, stats, seq, dead =
-    KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
+local ready, stage, retry, leased, rec, delayed, opts, stats, seq, dead =
+    KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local op = ARGV[1]
 local o = redis.call('HMGET', opts, 'lease_ms', 'max_deliveries', 'dead_letter', 'max_leases')
 if not o[1] then
@@ -48,8 +48,7 @@ end
 -- The record of id leaves for the dead-letter list (or is dropped).
 local function bury(id)
     local v = redis.call('HGET', rec, id)
-    redis.call('HDEL', rec, id)
-    redis.call('HDEL', dlv, id)
+    redis.call('HDEL', rec, id, id .. ':n')
     if v and dl ~= '' then
         redis.call('RPUSH', dead, v)
         redis.call('HINCRBY', stats, 'dead-lettered', 1)
@@ -61,8 +60,7 @@ end
 -- The record of id is to be delivered again (after delay ms), or buried
 -- at the delivery limit.
 local function again(id, delay)
-    local n = tonumber(redis.call('HGET', dlv, id)) or 0
-    if max_dlv > 0 and n >= max_dlv then
+    if max_dlv > 0 and (tonumber(redis.call('HGET', rec, id .. ':n')) or 0) >= max_dlv then
         bury(id)
     elseif delay > 0 then
         redis.call('ZADD', delayed, now + delay, id)
@@ -90,24 +88,17 @@ local function lease_time(ms)
     return ms
 end
 
-if op == 'LEASE' then
+local function lease(ms)
     local max_leases = tonumber(o[4]) or 0
     if max_leases > 0 and redis.call('ZCARD', leased) >= max_leases then
         return redis.error_reply('LEASE_LIMIT queue ' .. ready .. ' has ' .. max_leases .. ' leases in flight, its maximum')
     end
-    local id, v
+    -- Records to deliver again first, then those a blocked consumer
+    -- staged, then the list's: one LMPOP for the three.
+    local id, v, n, tag
     while true do
-        id = redis.call('LPOP', retry)
-        if not id then break end
-        v = redis.call('HGET', rec, id)
-        if v then break end
-    end
-    if not id then
-        v = redis.call('LPOP', stage)
-        if not v then
-            v = redis.call('LPOP', ready)
-        end
-        if not v then
+        local got = redis.call('LMPOP', 3, retry, stage, ready, 'LEFT')
+        if not got then
             local hint = -1
             local a = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
             local b = redis.call('ZRANGE', leased, 0, 0, 'WITHSCORES')
@@ -118,17 +109,31 @@ if op == 'LEASE' then
             end
             return {'EMPTY', outbox(), tostring(hint)}
         end
-        id = tostring(redis.call('INCR', seq))
-        redis.call('HSET', rec, id, v)
+        if got[1] == retry then
+            id = got[2][1]
+            v = redis.call('HGET', rec, id)
+            if v then
+                n = redis.call('HINCRBY', rec, id .. ':n', 1)
+                redis.call('HINCRBY', stats, 'redelivered', 1)
+                tag = redis.call('INCR', seq)
+                break
+            end
+        else
+            v = got[2][1]
+            tag = redis.call('INCRBY', seq, 2)
+            id = tostring(tag - 1)
+            n = 1
+            redis.call('HSET', rec, id, v, id .. ':n', 1)
+            break
+        end
     end
-    local n = redis.call('HINCRBY', dlv, id, 1)
-    redis.call('HINCRBY', stats, 'leased', 1)
-    if n > 1 then
-        redis.call('HINCRBY', stats, 'redelivered', 1)
-    end
-    local m = id .. '-' .. redis.call('INCR', seq)
-    redis.call('ZADD', leased, now + lease_time(ARGV[4]), m)
+    local m = id .. '-' .. tag
+    redis.call('ZADD', leased, now + lease_time(ms), m)
     return {'OK', outbox(), m, tostring(n), v}
+end
+
+if op == 'LEASE' then
+    return lease(ARGV[4])
 end
 
 local m = ARGV[4]
@@ -147,10 +152,12 @@ if tonumber(deadline) < now then
     again(id, 0)
     return redis.error_reply('LEASE_EXPIRED the lease ran out ' .. (now - tonumber(deadline)) .. ' ms ago')
 end
-if op == 'ACK' then
-    redis.call('HDEL', rec, id)
-    redis.call('HDEL', dlv, id)
+if op == 'ACK' or op == 'ACKLEASE' then
+    redis.call('HDEL', rec, id, id .. ':n')
     redis.call('HINCRBY', stats, 'acked', 1)
+    if op == 'ACKLEASE' then
+        return lease(ARGV[5])
+    end
     return {'OK', outbox()}
 elseif op == 'RELEASE' then
     redis.call('HINCRBY', stats, 'released', 1)

@@ -104,6 +104,26 @@ impl Client {
         Ok(lease)
     }
 
+    /// Acknowledges `done` and leases the next record of queue `t` (as
+    /// [`Client::pop_lease`]): in one round trip on a Redis (a queue of one
+    /// key, `done` of it), else the two calls. The outer error: the
+    /// acknowledgement failed and nothing was done; the inner: it was
+    /// acknowledged, then the lease failed.
+    pub(crate) fn ack_pop_lease(
+        &mut self,
+        done: &NetLease,
+        t: u32,
+        out: &mut [u8],
+        wait: PopWait,
+        lease_ms: u64,
+    ) -> Result<Result<NetLease>> {
+        if self.on_redis() && done.queue == t && done.shard == 0 && !self.is_spread(t) {
+            return self.redis_ack_pop_lease(done, t, out, wait, lease_ms);
+        }
+        self.ack(done)?;
+        Ok(self.pop_lease(t, out, wait, lease_ms))
+    }
+
     /// Acknowledges `lease`; LEASE_EXPIRED when the server holds no such
     /// lease for this connection (it ran out, was ended, or the connection
     /// broke since).

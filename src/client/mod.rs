@@ -159,8 +159,8 @@ pub(crate) struct Client {
     replicas: Option<replicas::Replicas>,
     /// Keys pushed to asynchronously since the last lAsyWait (with replicas required).
     async_queues: Vec<Key>,
-    /// Redis leases: the dead_letter option each queue key had at the last run.
-    dead_letters: Vec<(Key, String)>,
+    /// Redis leases: each queue key's dead_letter option at the last run, and its script keys.
+    dead_letters: Vec<redis_lease::LeaseKeys>,
     /// lTvmSpread: the queues spread over several keys.
     spread: Vec<(u32, spread::Spread)>,
     /// lTvmConnectSentinel: the sentinels that name the master.

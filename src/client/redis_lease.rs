@@ -36,8 +36,7 @@ const UNKNOWN: &str = "?";
 const FORWARD_MAX: usize = 1000;
 
 /// The names of a queue's lease keys besides its own (`{t}:<suffix>`).
-pub(crate) const SUFFIXES: [&str; 10] =
-    ["stage", "retry", "leased", "rec", "dlv", "delayed", "opts", "stats", "seq", "dead"];
+pub(crate) const SUFFIXES: [&str; 9] = ["stage", "retry", "leased", "rec", "delayed", "opts", "stats", "seq", "dead"];
 
 /// `{key}:<suffix>` (in the slot of `key`).
 pub(crate) fn tagged(key: Key, suffix: &str) -> Vec<u8> {
@@ -53,9 +52,11 @@ fn shown(key: Key) -> String {
     String::from_utf8_lossy(key.as_bytes()).into_owned()
 }
 
-/// A run's reply: its status word and the rest.
+/// A run's reply: its status word, its second item (the outbox's length,
+/// or the dead-letter option with `DL`) and the rest.
 struct Run {
     status: Vec<u8>,
+    second: Vec<u8>,
     rest: Vec<Vec<u8>>,
 }
 
@@ -63,50 +64,85 @@ fn number(v: &[u8]) -> Option<i64> {
     std::str::from_utf8(v).ok()?.parse().ok()
 }
 
+/// What a handle knows of one queue key's lease keys: the dead-letter
+/// option at the last run, and the script's keys made for it (kept: a
+/// call builds none).
+pub(crate) struct LeaseKeys {
+    own: Key,
+    dl: String,
+    /// The dead-letter queue, and whether its records go through `{t}:dead`.
+    target: Option<u32>,
+    outbox: bool,
+    keys: Vec<Vec<u8>>,
+}
+
+impl LeaseKeys {
+    fn new(own: Key, dl: String, cluster: bool) -> Result<LeaseKeys> {
+        // The dead-letter list: the queue named, or {t}:dead when that
+        // queue is in another slot of a cluster (moved on by the client).
+        let target = match dl.as_str() {
+            "" | UNKNOWN => None,
+            d => Some(d.parse::<u32>().map_err(|_| {
+                Error::new(SVR_EXCEPTION, format!("dead_letter {d:?} of {{{}}}:opts is not a queue id", shown(own)))
+            })?),
+        };
+        let outbox = target.is_some_and(|d| cluster && key_slot(Key::of(d).as_bytes()) != key_slot(own.as_bytes()));
+        let mut keys: Vec<Vec<u8>> = vec![own.as_bytes().to_vec()];
+        keys.extend(SUFFIXES[..8].iter().map(|s| tagged(own, s)));
+        keys.push(match target {
+            Some(d) if !outbox => Key::of(d).as_bytes().to_vec(),
+            _ => tagged(own, "dead"),
+        });
+        Ok(LeaseKeys { own, dl, target, outbox, keys })
+    }
+}
+
 impl Client {
-    /// The dead-letter option this handle believes queue key `own` has.
-    fn dead_letter(&self, own: Key) -> String {
-        self.dead_letters.iter().find(|d| d.0 == own).map_or_else(|| UNKNOWN.to_owned(), |d| d.1.clone())
-    }
-
-    fn set_dead_letter(&mut self, own: Key, dl: String) {
-        match self.dead_letters.iter_mut().find(|d| d.0 == own) {
-            Some(d) => d.1 = dl,
-            None => self.dead_letters.push((own, dl)),
-        }
-    }
-
-    /// Forgets what it believed of queue key `own` (dropped).
+    /// Forgets what it knew of queue key `own` (dropped).
     pub(crate) fn forget_dead_letter(&mut self, own: Key) {
-        self.dead_letters.retain(|d| d.0 != own);
+        self.dead_letters.retain(|d| d.own != own);
     }
 
     /// Runs the lease script for queue key `own` (`op` and its arguments),
     /// learning the queue's dead-letter option first if need be, and moves
     /// the outbox on when the run says it holds records.
     fn run_lease(&mut self, own: Key, op: &[u8], args: &[&[u8]], replicate: bool) -> Result<Run> {
+        let cluster = self.flavor == Flavor::Cluster;
         for _ in 0..3 {
-            let dl = self.dead_letter(own);
-            // The dead-letter list: the queue named, or {t}:dead when that
-            // queue is in another slot of a cluster (moved on below).
-            let target = match dl.as_str() {
-                "" | UNKNOWN => None,
-                d => Some(d.parse::<u32>().map_err(|_| {
-                    Error::new(SVR_EXCEPTION, format!("dead_letter {d:?} of {{{}}}:opts is not a queue id", shown(own)))
-                })?),
-            };
-            let outbox = match target {
-                Some(d) => {
-                    self.flavor == Flavor::Cluster && key_slot(Key::of(d).as_bytes()) != key_slot(own.as_bytes())
+            let at = match self.dead_letters.iter().position(|d| d.own == own) {
+                Some(at) => at,
+                None => {
+                    self.dead_letters.push(LeaseKeys::new(own, UNKNOWN.to_owned(), cluster)?);
+                    self.dead_letters.len() - 1
                 }
-                None => false,
             };
-            let mut keys: Vec<Vec<u8>> = vec![own.as_bytes().to_vec()];
-            keys.extend(SUFFIXES[..9].iter().map(|s| tagged(own, s)));
-            keys.push(match target {
-                Some(d) if !outbox => Key::of(d).as_bytes().to_vec(),
-                _ => tagged(own, "dead"),
-            });
+            // Taken out for the call (the client is borrowed by it), put back after.
+            let lk = self.dead_letters.swap_remove(at);
+            let r = self.run_lease_with(&lk, op, args, replicate);
+            let (outbox, target) = (lk.outbox, lk.target);
+            self.dead_letters.push(lk);
+            let Run { status, second, rest } = r?;
+            if status == b"DL" {
+                let fresh = LeaseKeys::new(own, String::from_utf8_lossy(&second).into_owned(), cluster)?;
+                self.forget_dead_letter(own);
+                self.dead_letters.push(fresh);
+                continue;
+            }
+            if let (true, Some(d), Some(n)) = (outbox, target, number(&second)) {
+                if n > 0 {
+                    self.forward_dead(own, d)?;
+                }
+            }
+            return Ok(Run { status, second, rest });
+        }
+        Err(Error::new(SVR_EXCEPTION, format!("the dead_letter option of queue {} keeps changing", shown(own))))
+    }
+
+    /// One run of the lease script with the keys of `lk`: its status, its
+    /// second item and the rest.
+    fn run_lease_with(&mut self, lk: &LeaseKeys, op: &[u8], args: &[&[u8]], replicate: bool) -> Result<Run> {
+        {
+            let (own, dl, outbox, keys) = (lk.own, &lk.dl, lk.outbox, &lk.keys);
             let key_refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
             let mut argv: Vec<&[u8]> = vec![op, dl.as_bytes(), if outbox { b"1" } else { b"0" }];
             argv.extend_from_slice(args);
@@ -116,19 +152,8 @@ impl Client {
                 return Err(unexpected("the lease script", &Answer::Values(v)));
             }
             let rest = v.split_off(2);
-            let (status, second) = (std::mem::take(&mut v[0]), std::mem::take(&mut v[1]));
-            if status == b"DL" {
-                self.set_dead_letter(own, String::from_utf8_lossy(&second).into_owned());
-                continue;
-            }
-            if let (true, Some(d), Some(n)) = (outbox, target, number(&second)) {
-                if n > 0 {
-                    self.forward_dead(own, d)?;
-                }
-            }
-            return Ok(Run { status, rest });
+            Ok(Run { status: std::mem::take(&mut v[0]), second: std::mem::take(&mut v[1]), rest })
         }
-        Err(Error::new(SVR_EXCEPTION, format!("the dead_letter option of queue {} keeps changing", shown(own))))
     }
 
     /// Moves the records of `{t}:dead` to queue `d` (in another slot): each
@@ -167,26 +192,7 @@ impl Client {
                     r => r?,
                 };
                 match (run.status.as_slice(), run.rest.as_slice()) {
-                    (b"OK", [member, n, value]) => {
-                        let (pos, tag) = super::lease::parse_id(member)
-                            .ok_or_else(|| Error::new(SOCK_COM_EXCP, "unreadable lease id from the lease script"))?;
-                        let deliveries = number(n).and_then(|n| u32::try_from(n).ok()).unwrap_or(u32::MAX);
-                        let lease = NetLease { queue: t, shard, pos, tag, deliveries };
-                        if value.len() > out.len() {
-                            let _ = self.redis_end(&lease, b"RELEASE", Some(0));
-                            return Err(Error::new(
-                                RECD_TOO_LONG,
-                                format!(
-                                    "a value of {} bytes does not fit the record of {} bytes: released",
-                                    value.len(),
-                                    out.len()
-                                ),
-                            ));
-                        }
-                        out[..value.len()].copy_from_slice(value);
-                        out[value.len()..].fill(0);
-                        return Ok(lease);
-                    }
+                    (b"OK", [_, _, _]) => return self.leased(t, shard, &run.rest, out),
                     (b"EMPTY", [hint]) => {
                         let hint = number(hint).unwrap_or(-1);
                         if hint >= 0 && (soonest < 0 || hint < soonest) {
@@ -215,6 +221,52 @@ impl Client {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// The lease a run's reply `[member, deliveries, value]` gives, the
+    /// value copied into `out` (too long: released, RECD_TOO_LONG).
+    fn leased(&mut self, t: u32, shard: u32, rest: &[Vec<u8>], out: &mut [u8]) -> Result<NetLease> {
+        let [member, n, value] = rest else { return Err(Error::new(SOCK_COM_EXCP, "unexpected lease reply")) };
+        let (pos, tag) = super::lease::parse_id(member)
+            .ok_or_else(|| Error::new(SOCK_COM_EXCP, "unreadable lease id from the lease script"))?;
+        let deliveries = number(n).and_then(|n| u32::try_from(n).ok()).unwrap_or(u32::MAX);
+        let lease = NetLease { queue: t, shard, pos, tag, deliveries };
+        if value.len() > out.len() {
+            let _ = self.redis_end(&lease, b"RELEASE", Some(0));
+            return Err(Error::new(
+                RECD_TOO_LONG,
+                format!("a value of {} bytes does not fit the record of {} bytes: released", value.len(), out.len()),
+            ));
+        }
+        out[..value.len()].copy_from_slice(value);
+        out[value.len()..].fill(0);
+        Ok(lease)
+    }
+
+    /// lTvmAckPopLease on a Redis, queue `t` of one key: acknowledges
+    /// `done` and leases the next record in one run (one round trip). The
+    /// outer error: the acknowledgement failed, nothing done; the inner:
+    /// acknowledged, then the lease failed.
+    pub(crate) fn redis_ack_pop_lease(
+        &mut self,
+        done: &NetLease,
+        t: u32,
+        out: &mut [u8],
+        wait: PopWait,
+        lease_ms: u64,
+    ) -> Result<Result<NetLease>> {
+        let (member, ms) = (done.id(), lease_ms.to_string());
+        let run = match self.run_lease(Key::of(t), b"ACKLEASE", &[member.as_bytes(), ms.as_bytes()], true) {
+            Ok(run) => run,
+            Err(e) if e.code() == LEASE_LIMIT => return Ok(Err(e)),
+            Err(e) => return Err(e),
+        };
+        Ok(match (run.status.as_slice(), run.rest.as_slice()) {
+            (b"OK", [_, _, _]) => self.leased(t, 0, &run.rest, out),
+            (b"EMPTY", _) if wait == PopWait::NoWait => Err(Error::code_only(NO_DATA_FOUND)),
+            (b"EMPTY", _) => self.redis_pop_lease(t, out, wait, lease_ms),
+            _ => Err(Error::new(SOCK_COM_EXCP, "unexpected reply from the lease script")),
+        })
     }
 
     /// Ends or changes `lease` on a Redis: ACK, RELEASE (delay ms), REJECT,

@@ -446,6 +446,56 @@ pub unsafe extern "C" fn lTvmAck(p: *mut SATvm, lease: *mut TvmLease) -> c_long 
     unsafe { call(p, body) }
 }
 
+/// As lAckPopLease, on the server: acknowledges `*done` (as lTvmAck) and
+/// leases the next record of queue p->tblName (as lTvmPopLease) in one
+/// call: on a Redis (a queue not spread) one run of the lease script, one
+/// round trip instead of two; on tvmq serve the two calls. `done` and
+/// `lease` may be the same token. m_lEffect = 1 on success. With
+/// lTvmRequireReplicas the acknowledgement is replicated before RC_SUCC.
+/// Returns RC_SUCC when both are done: `*lease` holds the new token.
+/// Otherwise RC_FAIL, and `done->deliveries` says which part failed:
+/// not 0: the acknowledgement failed (the errors of lTvmAck), nothing was
+/// acknowledged or taken, both tokens unchanged; 0: `*done` was
+/// acknowledged (and set to a token every call refuses), then the lease
+/// failed (the errors of lTvmPopLease: NO_DATA_FOUND, LEASE_LIMIT, ...),
+/// `*lease` refused by every call. Threads: as lTvmPopLease.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lTvmAckPopLease(
+    p: *mut SATvm,
+    done: *mut TvmLease,
+    out: *mut c_void,
+    wait: Uenum,
+    lease_ms: c_long,
+    lease: *mut TvmLease,
+) -> c_long {
+    let body = |h: &mut SATvm| -> CallResult {
+        if out.is_null() || lease.is_null() || done.is_null() {
+            return Err(Error::new(CONDIT_IS_NIL, "NULL output buffer or lease").into());
+        }
+        // SAFETY: checked non-NULL; a readable TvmLease by the caller's contract.
+        let d = unsafe { net_token(done, h.tblName) }?;
+        let time = millis(lease_ms, "lease time")?;
+        let wait = wait_mode(wait, PopWait::Forever, PopWait::NoWait)?;
+        let (c, t, len) = popping(h)?;
+        // SAFETY: checked non-NULL; the caller provides `out` with at least p->lSize writable bytes.
+        let buf = unsafe { out_buffer(out, len) };
+        let got = c.ack_pop_lease(&d, t, buf, wait, time.as_millis() as u64)?;
+        let token = got.as_ref().map_or(TvmLease::ZERO, TvmLease::from_net);
+        // SAFETY: checked non-NULL, writable (they may be the same token:
+        // then only the new one is written).
+        unsafe {
+            if !std::ptr::eq(done, lease) {
+                done.write(TvmLease::ZERO);
+            }
+            lease.write(token);
+        }
+        got?;
+        Ok(1)
+    };
+    // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
+    unsafe { call(p, body) }
+}
+
 /// As lRelease, on the server (TVMQ.RELEASE ... DELAY): the record of
 /// `*lease` is delivered again `delay_ms` milliseconds from now (0: at
 /// once); at the queue's delivery limit it goes to the dead-letter queue.
