@@ -295,11 +295,18 @@ int main(int argc, char **argv)
         CHECK_SUCC(lTvmRequireReplicas(p, 1, 50), p);
         bind_rec(p, &r, 26, 1);
         CHECK_FAIL(lTvmPush(p), p, REPL_TIMEOUT);
+        /* Asynchronous pushes: lAsyWait waits for the replicas once. */
+        for (long k = 2; k <= 4; k++) {
+            bind_rec(p, &r, 26, k);
+            CHECK_SUCC(lAsyPush(p), p);
+        }
+        CHECK_FAIL(lAsyWait(p), p, REPL_TIMEOUT);
+        CHECK_EQ(p->m_lEffect, 3);
         CHECK_SUCC(lTvmRequireReplicas(p, 0, 0), p);
         size_t n = 0;
         p->tblName = 26;
         CHECK_SUCC(lTvmCount(p, &n), p);
-        CHECK_EQU(n, 2); /* record 9 of the sequence, and this one */
+        CHECK_EQU(n, 5); /* record 9 of the sequence, and these four */
         for (TABLE t = 24; t <= 26; t++)
             CHECK_SUCC(lTvmDropTable(p, t), p);
         vTvmDisconnect(p);

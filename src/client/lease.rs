@@ -43,6 +43,20 @@ pub(crate) fn parse_id(id: &[u8]) -> Option<(u64, u64)> {
     Some((a.parse().ok()?, b.parse().ok()?))
 }
 
+/// Copies a leased `value` into `out` (zero bytes after it); RECD_TOO_LONG
+/// when it does not fit (the caller releases the lease).
+pub(crate) fn deliver(value: &[u8], out: &mut [u8]) -> Result<()> {
+    if value.len() > out.len() {
+        return Err(Error::new(
+            RECD_TOO_LONG,
+            format!("a value of {} bytes does not fit the record of {} bytes: released", value.len(), out.len()),
+        ));
+    }
+    out[..value.len()].copy_from_slice(value);
+    out[value.len()..].fill(0);
+    Ok(())
+}
+
 /// A server that does not know the command: it has no leases.
 fn no_leases(e: Error) -> Error {
     if e.code() == SVR_EXCEPTION && e.detail().contains("unknown command") {
@@ -92,15 +106,10 @@ impl Client {
         };
         let lease =
             NetLease { queue: t, shard: 0, pos, tag, deliveries: u32::try_from(deliveries).unwrap_or(u32::MAX) };
-        if value.len() > out.len() {
+        if let Err(e) = deliver(&value, out) {
             let _ = self.release(&lease, 0);
-            return Err(Error::new(
-                RECD_TOO_LONG,
-                format!("a value of {} bytes does not fit the record of {} bytes: released", value.len(), out.len()),
-            ));
+            return Err(e);
         }
-        out[..value.len()].copy_from_slice(&value);
-        out[value.len()..].fill(0);
         Ok(lease)
     }
 

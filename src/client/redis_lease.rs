@@ -141,19 +141,16 @@ impl Client {
     /// One run of the lease script with the keys of `lk`: its status, its
     /// second item and the rest.
     fn run_lease_with(&mut self, lk: &LeaseKeys, op: &[u8], args: &[&[u8]], replicate: bool) -> Result<Run> {
-        {
-            let (own, dl, outbox, keys) = (lk.own, &lk.dl, lk.outbox, &lk.keys);
-            let key_refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
-            let mut argv: Vec<&[u8]> = vec![op, dl.as_bytes(), if outbox { b"1" } else { b"0" }];
-            argv.extend_from_slice(args);
-            let answer = self.eval(&LEASE_SCRIPT, own, &key_refs, &argv, replicate)?;
-            let Answer::Values(mut v) = answer else { return Err(unexpected("the lease script", &answer)) };
-            if v.len() < 2 {
-                return Err(unexpected("the lease script", &Answer::Values(v)));
-            }
-            let rest = v.split_off(2);
-            Ok(Run { status: std::mem::take(&mut v[0]), second: std::mem::take(&mut v[1]), rest })
+        let key_refs: Vec<&[u8]> = lk.keys.iter().map(Vec::as_slice).collect();
+        let mut argv: Vec<&[u8]> = vec![op, lk.dl.as_bytes(), if lk.outbox { b"1" } else { b"0" }];
+        argv.extend_from_slice(args);
+        let answer = self.eval(&LEASE_SCRIPT, lk.own, &key_refs, &argv, replicate)?;
+        let Answer::Values(mut v) = answer else { return Err(unexpected("the lease script", &answer)) };
+        if v.len() < 2 {
+            return Err(unexpected("the lease script", &Answer::Values(v)));
         }
+        let rest = v.split_off(2);
+        Ok(Run { status: std::mem::take(&mut v[0]), second: std::mem::take(&mut v[1]), rest })
     }
 
     /// Moves the records of `{t}:dead` to queue `d` (in another slot): each
@@ -231,15 +228,10 @@ impl Client {
             .ok_or_else(|| Error::new(SOCK_COM_EXCP, "unreadable lease id from the lease script"))?;
         let deliveries = number(n).and_then(|n| u32::try_from(n).ok()).unwrap_or(u32::MAX);
         let lease = NetLease { queue: t, shard, pos, tag, deliveries };
-        if value.len() > out.len() {
+        if let Err(e) = super::lease::deliver(value, out) {
             let _ = self.redis_end(&lease, b"RELEASE", Some(0));
-            return Err(Error::new(
-                RECD_TOO_LONG,
-                format!("a value of {} bytes does not fit the record of {} bytes: released", value.len(), out.len()),
-            ));
+            return Err(e);
         }
-        out[..value.len()].copy_from_slice(value);
-        out[value.len()..].fill(0);
         Ok(lease)
     }
 

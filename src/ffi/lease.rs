@@ -130,6 +130,22 @@ unsafe fn token(lease: *const TvmLease) -> Result<Lease> {
     }
 }
 
+/// After an acknowledgement that succeeded: `*done` refused by every call
+/// from now on, `*lease` the new token (`token`; ZERO when the lease
+/// failed). They may be the same token: then only the new one is written.
+///
+/// # Safety
+/// `done` and `lease` point to writable TvmLease values.
+unsafe fn hand_over(done: *mut TvmLease, lease: *mut TvmLease, token: TvmLease) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        if !std::ptr::eq(done, lease) {
+            done.write(TvmLease::ZERO);
+        }
+        lease.write(token);
+    }
+}
+
 /// A lease time in milliseconds from C, in nanoseconds (saturating; 0 stays
 /// 0: the queue's lease time): negative values are refused.
 #[inline]
@@ -284,14 +300,8 @@ pub unsafe extern "C" fn lAckPopLease(
             Err(e) => return Err(e.into()),
         };
         let token = got.as_ref().map_or(TvmLease::ZERO, |(_, leased)| TvmLease::from_lease(leased));
-        // SAFETY: checked non-NULL, writable (they may be the same token:
-        // then only the new one is written).
-        unsafe {
-            if !std::ptr::eq(done, lease) {
-                done.write(TvmLease::ZERO);
-            }
-            lease.write(token);
-        }
+        // SAFETY: both checked non-NULL, writable by the caller's contract.
+        unsafe { hand_over(done, lease, token) };
         got?;
         Ok(1)
     };
@@ -481,14 +491,8 @@ pub unsafe extern "C" fn lTvmAckPopLease(
         let buf = unsafe { out_buffer(out, len) };
         let got = c.ack_pop_lease(&d, t, buf, wait, time.as_millis() as u64)?;
         let token = got.as_ref().map_or(TvmLease::ZERO, TvmLease::from_net);
-        // SAFETY: checked non-NULL, writable (they may be the same token:
-        // then only the new one is written).
-        unsafe {
-            if !std::ptr::eq(done, lease) {
-                done.write(TvmLease::ZERO);
-            }
-            lease.write(token);
-        }
+        // SAFETY: both checked non-NULL, writable by the caller's contract.
+        unsafe { hand_over(done, lease, token) };
         got?;
         Ok(1)
     };
