@@ -26,7 +26,7 @@ THREADS  ?= 1 2 4 10
 # sets it. Empty: no wait.
 WAIT_DEPS ?=
 
-.PHONY: deps test-scripts all build run test test-all lint header test-rust test-c examples seed bench bench-drivers bench-smoke bench-net bench-net-smoke net-driver loom soak clean install uninstall test-install test-python test-readme
+.PHONY: deps test-scripts all build run test test-all lint header test-rust test-c examples seed bench bench-drivers bench-smoke bench-net bench-net-smoke net-driver loom soak failover clean install uninstall test-install test-python test-readme
 
 all: build
 
@@ -154,10 +154,15 @@ bench-net-smoke: net-driver
 
 # The long soak (10 minutes, then the power-loss model of durable queues with
 # 20,000 images a policy and 30 kill -9 rounds); `make test` runs the short ones.
-soak:
+soak: failover
 	TVMQ_SOAK_SECONDS=600 $(CARGO) test --release -p tvmq --test soak -- --nocapture
 	TVMQ_POWER_LOSS_IMAGES=20000 $(CARGO) test --release -p tvmq --lib power_loss -- --nocapture
 	TVMQ_DURABLE_ROUNDS=30 $(CARGO) test --release -p tvmq --test durable -- --nocapture
+
+# The Redis failover tests of make test-c, five failovers each (behind
+# Sentinel, then in a Redis Cluster with replicas): about 3 minutes.
+failover: build
+	@for kind in sentinel cluster; do bash c-tests/failover.sh $$kind 5 $(CURDIR)/target $(LIBDIR) || exit 1; done
 
 # Model checking of the ring and the lease table with loom (about 10 s of
 # models, after it builds the library's tests under --cfg loom in

@@ -118,7 +118,7 @@ mod tests {
     #[test]
     fn numbers_match_the_spec() {
         // STVM's 103 (0..=102), then tvmq's own.
-        assert_eq!(CODES.len(), 108);
+        assert_eq!(CODES.len(), 109);
         assert_eq!(NOT_DURABLE, 103);
         assert_eq!(SYNC_FAILED, 104);
         assert_eq!(TVM_DONE_SUCC, 0);
@@ -134,7 +134,7 @@ mod tests {
         assert_eq!(MQUE_CRTE_BIG, 99);
         assert_eq!(SERV_NOT_CONN, 101);
         assert_eq!(PART_AR_EXIST, 102);
-        assert_eq!((LEASE_EXPIRED, LEASE_LIMIT, LEASE_INVALID), (105, 106, 107));
+        assert_eq!((LEASE_EXPIRED, LEASE_LIMIT, LEASE_INVALID, REPL_TIMEOUT), (105, 106, 107, 108));
     }
 
     #[test]

@@ -196,7 +196,7 @@ impl Spec {
 
 impl LeaseSpec {
     /// Checks the lease settings of queue `id`.
-    fn check(&self, id: u32) -> Result<()> {
+    pub(crate) fn check(&self, id: u32) -> Result<()> {
         if !(1..=MAX_LEASE_MS).contains(&self.lease_ms) {
             return Err(Error::new(
                 CONDIT_IS_NIL,

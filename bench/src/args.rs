@@ -79,6 +79,8 @@ pub enum Part {
     Many,
     /// A metrics scrape of 10,000 small queues (time, bytes), and a metrics reader beside a push/pop loop
     Metrics,
+    /// --net: the C client on Redis beyond one machine (lease script beside BLMOVE + LREM, pushes waiting for a replica)
+    Redis,
 }
 
 impl BenchArgs {

@@ -12,8 +12,9 @@
 //!
 //! | module | concern | uses |
 //! |---|---|---|
-//! | `net` | `--net`: tvmq serve against redis-server, its table, CSV and chart | `report`, `net_client`, `net_durable`, `net_servers`, `chart`, `cell`, `ctx`, `harness`, `scratch` |
+//! | `net` | `--net`: tvmq serve against redis-server, its table, CSV and chart | `report`, `net_redis`, `net_client`, `net_lease`, `net_durable`, `net_servers`, `chart`, `cell`, `ctx`, `harness`, `scratch` |
 //! | `report` | the matrix's table, CSV, JSON and charts | `durable`, `chart`, `latency`, `args`, `cell`, `ctx` |
+//! | `net_redis` | the C client on Redis beyond one machine: the lease script beside BLMOVE + LREM by hand, pushes waiting for a replica | `net_client`, `net_servers`, `cell`, `ctx`, `harness` |
 //! | `net_client` | the C client's cells of `--net` (`bench/drivers/net_driver.c`) | `net_servers`, `cell`, `ctx`, `harness` |
 //! | `net_durable` | the durable cells of `--net`: an `always` queue on disk beside redis-server `appendfsync always`, and their bounds (the client's ceiling, one commit on the disk) | `net_servers`, `disk_commit`, `cell`, `ctx`, `harness`, `scratch` |
 //! | `net_servers` | the servers under test, redis-benchmark against them, their CPU per request | `harness` |
@@ -48,6 +49,7 @@ mod net;
 mod net_client;
 mod net_durable;
 mod net_lease;
+mod net_redis;
 mod net_servers;
 mod report;
 mod scratch;

@@ -9,7 +9,12 @@
 //! | `conn` | one socket: connect with a timeout (and TLS), write, read and parse replies |
 //! | `router` | the commands in flight, per node; cluster routing and redirections; error words to codes |
 //! | `pipeline` | one connection shared by many handles (combining, auto-pipelining) |
-//! | `lease` | leases of tvmq serve (TVMQ.LEASE, TVMQ.ACK, ...), on the connection that holds them |
+//! | `script` | Lua scripts of a Redis: EVALSHA, EVAL after NOSCRIPT; SHA-1 |
+//! | `replicas` | lTvmRequireReplicas: WAIT after writes |
+//! | `spread` | lTvmSpread: one queue over keys on every master of a cluster |
+//! | `sentinel` | lTvmConnectSentinel: the master from the sentinels, followed through failovers |
+//! | `lease` | the lease calls; tvmq serve's (TVMQ.LEASE, TVMQ.ACK, ...), on the connection that holds them |
+//! | `redis_lease` | the lease calls on a Redis or a Redis Cluster (`lease.lua`) |
 //! | this file | [`Client`]: a handle's view (push, pop, popup, asynchronous pushes, held values) |
 //!
 //! Conventions (docs/protocol.md): the key of queue `t` is its decimal id;
@@ -19,12 +24,18 @@ mod admin;
 mod conn;
 mod lease;
 mod pipeline;
+mod redis_lease;
+mod replicas;
 mod router;
+mod script;
+mod sentinel;
 mod slot;
+mod spread;
 mod tls;
 
 pub(crate) use conn::Addr;
 pub(crate) use lease::NetLease;
+pub(crate) use sentinel::Sentinels;
 pub(crate) use tls::{Tls, TlsOptions};
 
 /// How every connection of a client is made, beyond its address: TLS, and
@@ -62,16 +73,25 @@ pub(crate) const FLUSH_BYTES: usize = 64 * 1024;
 /// Records asked for by one `LPOP key count` of lTvmPopup.
 const POPUP_CHUNK: usize = 4096;
 
-/// The key of a queue: its id in decimal.
-#[derive(Clone, Copy)]
+/// The key of a queue: its id in decimal, or a shard of a spread queue
+/// (`spread`: `<t>.<i>.<n>`).
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Key {
-    buf: [u8; 10],
+    buf: [u8; 32],
     len: u8,
 }
 
 impl Key {
+    /// A key of at most 32 bytes (longer is cut: the callers make short ones).
+    pub(crate) fn named(name: &[u8]) -> Key {
+        let mut buf = [0u8; 32];
+        let len = name.len().min(32);
+        buf[..len].copy_from_slice(&name[..len]);
+        Key { buf, len: len as u8 }
+    }
+
     pub(crate) fn of(t: u32) -> Key {
-        let mut buf = [0u8; 10];
+        let mut buf = [0u8; 32];
         let mut digits = [0u8; 10];
         let (mut v, mut n) = (t, 0);
         loop {
@@ -135,6 +155,16 @@ pub(crate) struct Client {
     next: u64,
     /// The server takes `LPOP key count`; cleared when it refuses it.
     lpop_count: bool,
+    /// lTvmRequireReplicas: the writes wait for replicas.
+    replicas: Option<replicas::Replicas>,
+    /// Keys pushed to asynchronously since the last lAsyWait (with replicas required).
+    async_queues: Vec<Key>,
+    /// Redis leases: each queue key's dead_letter option at the last run, and its script keys.
+    dead_letters: Vec<redis_lease::LeaseKeys>,
+    /// lTvmSpread: the queues spread over several keys.
+    spread: Vec<(u32, spread::Spread)>,
+    /// lTvmConnectSentinel: the sentinels that name the master.
+    sentinels: Option<sentinel::Sentinels>,
 }
 
 fn unexpected(what: &str, a: &Answer) -> Error {
@@ -158,18 +188,45 @@ impl Client {
     /// connection of the client is made with them); see [`Router::connect`].
     pub(crate) fn connect_with(addr: Addr, timeout: Option<Duration>, dial: Dial) -> Result<Client> {
         let router = Router::connect(&addr, timeout, dial.clone())?;
-        Ok(Client {
-            flavor: router.flavor(),
-            link: Link::Own(router),
+        Ok(Client::new(Link::Own(router), addr, timeout, dial))
+    }
+
+    /// Connects to the master the sentinels name (`dial` for the master and
+    /// its successors, the sentinels' own in `sentinels`), and follows it
+    /// through failovers; see [`sentinel`].
+    pub(crate) fn connect_sentinel(
+        sentinels: sentinel::Sentinels,
+        timeout: Option<Duration>,
+        dial: Dial,
+    ) -> Result<Client> {
+        let mut c = Client::new(Link::Gone, Addr::Tcp { host: String::new(), port: 0 }, timeout, dial);
+        c.sentinels = Some(sentinels);
+        let deadline = Instant::now() + c.failover_bound();
+        c.follow_master(deadline)?;
+        Ok(c)
+    }
+
+    fn new(link: Link, seed: Addr, timeout: Option<Duration>, dial: Dial) -> Client {
+        Client {
+            flavor: match &link {
+                Link::Own(r) => r.flavor(),
+                _ => Flavor::Redis,
+            },
+            link,
             private: None,
-            seed: addr,
+            seed,
             timeout,
             dial,
             tally: Arc::default(),
             held: Vec::new(),
             next: 0,
             lpop_count: true,
-        })
+            replicas: None,
+            async_queues: Vec::new(),
+            dead_letters: Vec::new(),
+            sentinels: None,
+            spread: Vec::new(),
+        }
     }
 
     /// A new client sharing this one's connection (which becomes shared).
@@ -194,6 +251,11 @@ impl Client {
             held: Vec::new(),
             next: 0,
             lpop_count: self.lpop_count,
+            replicas: self.replicas,
+            async_queues: Vec::new(),
+            dead_letters: Vec::new(),
+            sentinels: None,
+            spread: Vec::new(),
         }
     }
 
@@ -202,8 +264,14 @@ impl Client {
         self.next
     }
 
-    /// Runs one command on the handle's connection.
-    fn exec(&mut self, key: Key, wait: ReplyWait, encode: impl FnOnce(&mut Vec<u8>)) -> Outcome {
+    /// Runs one command on the handle's connection (following the master
+    /// through a failover when the handle has sentinels).
+    fn exec(&mut self, key: Key, wait: ReplyWait, encode: impl Fn(&mut Vec<u8>)) -> Outcome {
+        self.with_failover(|c| c.exec_link(key, wait, &encode))
+    }
+
+    /// Runs one command on the handle's connection, as it is.
+    fn exec_link(&mut self, key: Key, wait: ReplyWait, encode: impl FnOnce(&mut Vec<u8>)) -> Outcome {
         let id = self.ticket();
         match &mut self.link {
             Link::Own(r) => r.call(id, key.as_bytes(), wait, encode),
@@ -214,7 +282,7 @@ impl Client {
 
     /// Runs a command that may block the connection for long: on the
     /// handle's own connection, or on a shared handle's private one.
-    fn exec_blocking(&mut self, key: Key, wait: ReplyWait, encode: impl FnOnce(&mut Vec<u8>)) -> Outcome {
+    fn exec_blocking(&mut self, key: Key, wait: ReplyWait, encode: impl Fn(&mut Vec<u8>)) -> Outcome {
         if !matches!(self.link, Link::Shared(_)) {
             return self.exec(key, wait, encode);
         }
@@ -228,8 +296,8 @@ impl Client {
 
     /// Pushes one record (RPUSH) and waits for the answer.
     pub(crate) fn push(&mut self, t: u32, rec: &[u8]) -> Result<()> {
-        let key = Key::of(t);
-        match self.exec(key, ReplyWait::Normal, |w| resp::command(w, &[b"RPUSH", key.as_bytes(), rec]))? {
+        let key = self.push_key(t);
+        match self.exec_replicated(key, ReplyWait::Normal, |w| resp::command(w, &[b"RPUSH", key.as_bytes(), rec]))? {
             Answer::Int(_) => Ok(()),
             a => Err(unexpected("RPUSH", &a)),
         }
@@ -242,7 +310,10 @@ impl Client {
         if let Some(e) = self.tally.failure() {
             return Err(e);
         }
-        let key = Key::of(t);
+        let key = self.push_key(t);
+        if self.replicas.is_some() && !self.async_queues.contains(&key) {
+            self.async_queues.push(key);
+        }
         let encode = |w: &mut Vec<u8>| resp::command(w, &[b"RPUSH", key.as_bytes(), rec]);
         match &mut self.link {
             Link::Own(r) => {
@@ -282,6 +353,17 @@ impl Client {
         if !settled && first.is_none() {
             return (n, Some(Error::new(SVR_EXCEPTION, "the shared connection failed")));
         }
+        if let Some(e) = &first {
+            // The master gone: the next pushes go to its successor.
+            if self.sentinels.is_some() && sentinel::master_lost(e) {
+                let _ = self.follow_master(Instant::now() + self.failover_bound());
+            }
+        } else if n > 0 {
+            if let Err(e) = self.wait_replicas_async() {
+                return (n, Some(e));
+            }
+        }
+        self.async_queues.clear();
         (n, first)
     }
 
@@ -322,6 +404,9 @@ impl Client {
     }
 
     fn pop_value(&mut self, t: u32, wait: PopWait) -> Result<Vec<u8>> {
+        if self.is_spread(t) {
+            return self.spread_pop(t, wait);
+        }
         let key = Key::of(t);
         let lpop = |w: &mut Vec<u8>| resp::command(w, &[b"LPOP", key.as_bytes()]);
         let blpop = |w: &mut Vec<u8>| resp::command(w, &[b"BLPOP", key.as_bytes(), b"0"]);
@@ -396,6 +481,9 @@ impl Client {
                 }
                 None => break,
             }
+        }
+        if self.is_spread(t) {
+            return (got, Some(Error::new(NOT_SUPPT_OPT, "lTvmPopup on a spread queue: pop with lTvmPop")));
         }
         let until = match secs {
             0 => Until::Now,

@@ -82,20 +82,20 @@ impl TvmLease {
     const ZERO: TvmLease = TvmLease { deliveries: 0, m_uCheck: 0, m_llPriv: [0; 7] };
 
     fn from_net(l: &NetLease) -> TvmLease {
-        let words = [u64::from(l.queue), l.pos, l.tag, u64::from(l.deliveries), 0, NET_MARK, 0];
+        let words = [u64::from(l.queue), l.pos, l.tag, u64::from(l.deliveries), u64::from(l.shard), NET_MARK, 0];
         TvmLease { deliveries: l.deliveries, m_uCheck: check(&words), m_llPriv: words }
     }
 
     fn to_net(self) -> Result<NetLease> {
         let w = self.m_llPriv;
-        if self.m_uCheck != check(&w) || w[5] != NET_MARK || w[6] != 0 || w[4] != 0 {
+        if self.m_uCheck != check(&w) || w[5] != NET_MARK || w[6] != 0 || w[4] > u64::from(u32::MAX) {
             return Err(Error::new(
                 LEASE_INVALID,
                 "not a network lease token (a local one, zeroed, garbage or altered)",
             ));
         }
         let queue = u32::try_from(w[0]).map_err(|_| Error::new(LEASE_INVALID, "not a network lease token"))?;
-        Ok(NetLease { queue, pos: w[1], tag: w[2], deliveries: w[3] as u32 })
+        Ok(NetLease { queue, shard: w[4] as u32, pos: w[1], tag: w[2], deliveries: w[3] as u32 })
     }
 }
 
@@ -127,6 +127,22 @@ unsafe fn token(lease: *const TvmLease) -> Result<Lease> {
     match unsafe { lease.as_ref() } {
         None => Err(Error::new(CONDIT_IS_NIL, "NULL lease")),
         Some(t) => t.to_lease(),
+    }
+}
+
+/// After an acknowledgement that succeeded: `*done` refused by every call
+/// from now on, `*lease` the new token (`token`; ZERO when the lease
+/// failed). They may be the same token: then only the new one is written.
+///
+/// # Safety
+/// `done` and `lease` point to writable TvmLease values.
+unsafe fn hand_over(done: *mut TvmLease, lease: *mut TvmLease, token: TvmLease) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        if !std::ptr::eq(done, lease) {
+            done.write(TvmLease::ZERO);
+        }
+        lease.write(token);
     }
 }
 
@@ -284,14 +300,8 @@ pub unsafe extern "C" fn lAckPopLease(
             Err(e) => return Err(e.into()),
         };
         let token = got.as_ref().map_or(TvmLease::ZERO, |(_, leased)| TvmLease::from_lease(leased));
-        // SAFETY: checked non-NULL, writable (they may be the same token:
-        // then only the new one is written).
-        unsafe {
-            if !std::ptr::eq(done, lease) {
-                done.write(TvmLease::ZERO);
-            }
-            lease.write(token);
-        }
+        // SAFETY: both checked non-NULL, writable by the caller's contract.
+        unsafe { hand_over(done, lease, token) };
         got?;
         Ok(1)
     };
@@ -365,15 +375,23 @@ pub unsafe extern "C" fn lExtendLease(p: *mut SATvm, lease: *mut TvmLease, lease
 /// leases the oldest record of queue p->tblName (its key: the decimal id)
 /// into the p->lSize bytes at `out` (zero bytes after a shorter record), for
 /// `lease_ms` milliseconds (0: the queue's lease time), with tvmq serve's
-/// TVMQ.LEASE. QUE_NORMAL waits for a record, QUE_NOWAIT does not
-/// (NO_DATA_FOUND). `*lease` receives the token, as lPopLease's (on failure,
+/// TVMQ.LEASE, or on a Redis or Redis Cluster with tvmq's lease script
+/// (docs/client.md, "Leases on Redis": the queue's lease options must have
+/// been stored with lTvmCreateQueueEx). QUE_NORMAL waits for a record,
+/// QUE_NOWAIT does not (NO_DATA_FOUND). `*lease` receives the token, as lPopLease's (on failure,
 /// one every call refuses); end it with lTvmAck, lTvmRelease or lTvmReject,
 /// extend it with lTvmExtendLease, through the same handle.
-/// Owner mode: the lease belongs to the handle's connection. If that
-/// connection closes or breaks (the program dies, is killed, or
+/// tvmq serve, owner mode: the lease belongs to the handle's connection. If
+/// that connection closes or breaks (the program dies, is killed, or
 /// vTvmDisconnect is called), the server delivers the record again at once
 /// (its `deliveries` raised); then the token's calls fail with
-/// LEASE_EXPIRED. A lease also runs out by time, as locally. A record
+/// LEASE_EXPIRED. A lease also runs out by time, as locally. On a Redis a
+/// lease ends by time only (a consumer that dies holding one has its record
+/// delivered again when it runs out), and its token works on any handle
+/// connected there; records released or run out are delivered again before
+/// the list's, and a record at the queue's delivery limit goes to its
+/// dead-letter list instead; a blocked call looks again at most every
+/// 200 ms for records released by others. A record
 /// longer than p->lSize is released (delivered again) and RECD_TOO_LONG
 /// returned. A handle sharing a connection (lTvmShare) takes and ends its
 /// leases on its own private connection. m_lEffect = 1 on success.
@@ -383,7 +401,7 @@ pub unsafe extern "C" fn lExtendLease(p: *mut SATvm, lease: *mut TvmLease, lease
 /// NO_DATA_FOUND, RECD_TOO_LONG; CONDIT_IS_NIL also for a NULL lease or a
 /// negative lease_ms); LEASE_LIMIT (the queue's maximum of leases are in
 /// flight, at once whatever `wait`); NOT_SUPPT_OPT (the queue has no
-/// leases, or the server has none: a redis-server, where nothing is sent).
+/// leases: on a Redis, no `{t}:opts`).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lTvmPopLease(
     p: *mut SATvm,
@@ -414,19 +432,68 @@ pub unsafe extern "C" fn lTvmPopLease(
 }
 
 /// As lAck, on the server: acknowledges the lease `*lease` of queue
-/// p->tblName taken by lTvmPopLease through this handle (TVMQ.ACK).
-/// m_lEffect = 1 on success. Threads: as lTvmPopLease.
+/// p->tblName taken by lTvmPopLease through this handle (TVMQ.ACK; on a
+/// Redis, the lease script, through any handle). Fenced: once a lease ran
+/// out, neither its token nor a copy acknowledges the record's next
+/// delivery. m_lEffect = 1 on success. With lTvmRequireReplicas, RC_SUCC
+/// comes once the replicas have the acknowledgement. Threads: as
+/// lTvmPopLease.
 /// Errors: LEASE_EXPIRED (the lease ran out, was already ended, or the
 /// handle's connection broke since it was taken: the server released it),
 /// LEASE_INVALID (a local token, a token of another queue, a zeroed or
 /// garbage one), CONDIT_IS_NIL, SERV_NOT_CONN, SOCK_*, TBL_NOT_FOUND,
-/// NOT_SUPPT_OPT (a redis-server).
+/// NOT_SUPPT_OPT (a Redis queue without lease options), REPL_TIMEOUT (with
+/// lTvmRequireReplicas: acknowledged on the master only).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lTvmAck(p: *mut SATvm, lease: *mut TvmLease) -> c_long {
     let body = |h: &mut SATvm| -> CallResult {
         // SAFETY: NULL or a readable TvmLease, by the caller's contract.
         let l = unsafe { net_token(lease, h.tblName) }?;
         client(h)?.ack(&l)?;
+        Ok(1)
+    };
+    // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
+    unsafe { call(p, body) }
+}
+
+/// As lAckPopLease, on the server: acknowledges `*done` (as lTvmAck) and
+/// leases the next record of queue p->tblName (as lTvmPopLease) in one
+/// call: on a Redis (a queue not spread) one run of the lease script, one
+/// round trip instead of two; on tvmq serve the two calls. `done` and
+/// `lease` may be the same token. m_lEffect = 1 on success. With
+/// lTvmRequireReplicas the acknowledgement is replicated before RC_SUCC.
+/// Returns RC_SUCC when both are done: `*lease` holds the new token.
+/// Otherwise RC_FAIL, and `done->deliveries` says which part failed:
+/// not 0: the acknowledgement failed (the errors of lTvmAck), nothing was
+/// acknowledged or taken, both tokens unchanged; 0: `*done` was
+/// acknowledged (and set to a token every call refuses), then the lease
+/// failed (the errors of lTvmPopLease: NO_DATA_FOUND, LEASE_LIMIT, ...),
+/// `*lease` refused by every call. Threads: as lTvmPopLease.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lTvmAckPopLease(
+    p: *mut SATvm,
+    done: *mut TvmLease,
+    out: *mut c_void,
+    wait: Uenum,
+    lease_ms: c_long,
+    lease: *mut TvmLease,
+) -> c_long {
+    let body = |h: &mut SATvm| -> CallResult {
+        if out.is_null() || lease.is_null() || done.is_null() {
+            return Err(Error::new(CONDIT_IS_NIL, "NULL output buffer or lease").into());
+        }
+        // SAFETY: checked non-NULL; a readable TvmLease by the caller's contract.
+        let d = unsafe { net_token(done, h.tblName) }?;
+        let time = millis(lease_ms, "lease time")?;
+        let wait = wait_mode(wait, PopWait::Forever, PopWait::NoWait)?;
+        let (c, t, len) = popping(h)?;
+        // SAFETY: checked non-NULL; the caller provides `out` with at least p->lSize writable bytes.
+        let buf = unsafe { out_buffer(out, len) };
+        let got = c.ack_pop_lease(&d, t, buf, wait, time.as_millis() as u64)?;
+        let token = got.as_ref().map_or(TvmLease::ZERO, TvmLease::from_net);
+        // SAFETY: both checked non-NULL, writable by the caller's contract.
+        unsafe { hand_over(done, lease, token) };
+        got?;
         Ok(1)
     };
     // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
@@ -511,7 +578,7 @@ mod tests {
         d.deliveries = 100; // public: the caller may scribble on it
         assert!(d.to_lease().is_ok());
         // Network tokens: refused by the local calls, and the other way round.
-        let n = NetLease { queue: 21, pos: 5, tag: 7 << 32 | 3, deliveries: 2 };
+        let n = NetLease { queue: 21, shard: 2, pos: 5, tag: 7 << 32 | 3, deliveries: 2 };
         let nt = TvmLease::from_net(&n);
         assert_eq!(nt.deliveries, 2);
         assert_eq!(nt.to_net().unwrap(), n);
