@@ -26,6 +26,16 @@ const MAX_PASSWORD_FILE: u64 = 64 * 1024;
 pub const DEFAULT_TLS_HANDSHAKE_TIMEOUT_SECS: u64 = 5;
 /// The default `--max-queues`.
 pub const DEFAULT_MAX_QUEUES: usize = 10_000;
+/// The shortest password accepted at the start, in bytes: a shorter one is
+/// guessed too soon at the 10 tries a second a connection may make.
+pub const MIN_PASSWORD_LEN: usize = 8;
+/// The longest argument a client that has not authenticated may send
+/// (Redis's bound before AUTH).
+pub const PREAUTH_MAX_ARG_LEN: usize = 16 * 1024;
+/// The longest password accepted at the start, in bytes: the longest
+/// argument an unauthenticated client may send (a longer one could never
+/// be given).
+pub const MAX_PASSWORD_LEN: usize = PREAUTH_MAX_ARG_LEN;
 /// Without `--max-memory`, the queues the server creates may take this
 /// share of the size of the filesystem that holds the queue directory
 /// (numerator, denominator): half (of a tmpfs, half of its size).
@@ -160,7 +170,8 @@ impl ServeArgs {
     /// The password clients must give: `--requirepass`, else the first line
     /// of `--requirepass-file`, else `env` (the value of
     /// [`PASSWORD_ENV`], which [`crate::Server::start`] reads), else none.
-    /// An empty one is an error, wherever it comes from.
+    /// Wherever it comes from, one shorter than [`MIN_PASSWORD_LEN`] or
+    /// longer than [`MAX_PASSWORD_LEN`] bytes is an error that says why.
     pub fn password(&self, env: Option<OsString>) -> Result<Option<Vec<u8>>, String> {
         let (secret, from) = if let Some(p) = &self.requirepass {
             (p.as_bytes().to_vec(), "--requirepass".to_string())
@@ -173,6 +184,20 @@ impl ServeArgs {
         };
         if secret.is_empty() {
             return Err(format!("{from}: the password is empty; give a non-empty one, or none to need no AUTH"));
+        }
+        if secret.len() < MIN_PASSWORD_LEN {
+            return Err(format!(
+                "{from}: the password is {} bytes, at least {MIN_PASSWORD_LEN} are needed: a connection may try \
+                 10 passwords a second, so a short one is soon guessed (make one with `openssl rand -base64 24`)",
+                secret.len()
+            ));
+        }
+        if secret.len() > MAX_PASSWORD_LEN {
+            return Err(format!(
+                "{from}: the password is {} bytes, at most {MAX_PASSWORD_LEN} are allowed: an unauthenticated \
+                 client may send no longer argument, so no client could ever give it",
+                secret.len()
+            ));
         }
         Ok(Some(secret))
     }
@@ -311,12 +336,25 @@ mod tests {
     fn passwords_come_from_one_place_and_are_never_empty() {
         let none = ServeArgs::default();
         assert_eq!(none.password(None), Ok(None));
-        assert_eq!(none.password(Some("s3".into())), Ok(Some(b"s3".to_vec())));
+        assert_eq!(none.password(Some("s3cret-s3cret".into())), Ok(Some(b"s3cret-s3cret".to_vec())));
         assert!(none.password(Some("".into())).is_err());
-        let given = ServeArgs { requirepass: Some("a".into()), ..ServeArgs::default() };
-        assert_eq!(given.password(Some("b".into())), Ok(Some(b"a".to_vec())), "the option wins");
+        let given = ServeArgs { requirepass: Some("aaaaaaaa".into()), ..ServeArgs::default() };
+        assert_eq!(given.password(Some("bbbbbbbb".into())), Ok(Some(b"aaaaaaaa".to_vec())), "the option wins");
         assert!(ServeArgs { requirepass: Some(String::new()), ..ServeArgs::default() }.password(None).is_err());
         assert!(Cli::try_parse_from(["serve", "--requirepass", "a", "--requirepass-file", "f"]).is_err());
+    }
+
+    #[test]
+    fn passwords_are_8_bytes_to_the_preauth_argument_limit() {
+        let with = |len: usize| ServeArgs { requirepass: Some("p".repeat(len)), ..ServeArgs::default() }.password(None);
+        let short = with(MIN_PASSWORD_LEN - 1).unwrap_err();
+        assert!(short.contains("is 7 bytes, at least 8") && short.contains("guessed"), "{short}");
+        assert!(with(MIN_PASSWORD_LEN).is_ok());
+        assert!(with(MAX_PASSWORD_LEN).is_ok());
+        let long = with(MAX_PASSWORD_LEN + 1).unwrap_err();
+        assert!(long.contains("at most 16384") && long.contains("no client could ever give it"), "{long}");
+        let env = ServeArgs::default().password(Some("x".into())).unwrap_err();
+        assert!(env.starts_with("$TVMQ_REQUIREPASS: the password is 1 bytes"), "{env}");
     }
 
     #[test]
@@ -331,7 +369,7 @@ mod tests {
         assert!(open("127.0.0.1", &[]).is_none());
         assert!(open("::1", &[]).is_none());
         assert!(open("::ffff:127.0.0.1", &[]).is_none());
-        assert!(open("0.0.0.0", &["--requirepass", "x"]).is_none());
+        assert!(open("0.0.0.0", &["--requirepass", "x"]).is_none(), "its length is checked later");
         assert!(open("0.0.0.0", &["--protected-mode", "no"]).is_none());
         assert!(
             Cli::parse_from(["serve", "--bind", "0.0.0.0"]).serve.protected_mode_refusal(Some("x".as_ref())).is_none()

@@ -110,6 +110,9 @@ pub(crate) fn hello(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<
         if !valid_name(n) {
             return resp::error(out, b"ERR Client names cannot contain spaces, newlines or special characters.");
         }
+        if n.len() > MAX_CLIENT_VALUE {
+            return too_long(out, "a client name", n);
+        }
         ctx.client.name = (!n.is_empty()).then(|| n.to_vec());
     }
     ctx.client.proto = proto;
@@ -133,6 +136,18 @@ pub(crate) fn hello(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<
 /// A client name: printable ASCII without blanks (Redis's rule).
 fn valid_name(n: &[u8]) -> bool {
     n.iter().all(|&c| (b'!'..=b'~').contains(&c))
+}
+
+/// The longest client name (`CLIENT SETNAME`, `HELLO ... SETNAME`) and
+/// `CLIENT SETINFO` value kept, in bytes: a connection keeps them while it
+/// lasts, so that 10 connections naming themselves with 16 MB each would
+/// hold 160 MB.
+const MAX_CLIENT_VALUE: usize = 512;
+
+/// The refusal of a name or value longer than [`MAX_CLIENT_VALUE`].
+fn too_long(out: &mut Vec<u8>, what: &str, value: &[u8]) {
+    let text = format!("ERR {what} is {} bytes, at most {MAX_CLIENT_VALUE} are allowed", value.len());
+    resp::error(out, text.as_bytes());
 }
 
 /// SELECT 0: the only database.
@@ -162,6 +177,9 @@ pub(crate) fn client(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec
         if !valid_name(name) {
             return resp::error(out, b"ERR Client names cannot contain spaces, newlines or special characters.");
         }
+        if name.len() > MAX_CLIENT_VALUE {
+            return too_long(out, "a client name", name);
+        }
         ctx.client.name = (!name.is_empty()).then(|| name.to_vec());
         resp::simple(out, b"OK");
     } else if is(b"GETNAME") {
@@ -189,6 +207,9 @@ pub(crate) fn client(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec
                 out,
                 b"ERR lib-name and lib-ver cannot contain spaces, newlines or special characters.",
             );
+        }
+        if value.len() > MAX_CLIENT_VALUE {
+            return too_long(out, if slot == 0 { "lib-name" } else { "lib-ver" }, value);
         }
         ctx.client.lib[slot] = (!value.is_empty()).then(|| value.to_vec());
         resp::simple(out, b"OK");
