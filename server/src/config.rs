@@ -71,8 +71,13 @@ pub struct ServeArgs {
     #[arg(long, default_value = "yes", value_name = "yes|no", value_parser = parse_yes_no, action = clap::ArgAction::Set)]
     pub protected_mode: bool,
     /// Connections served at once; more are told "-ERR max number of clients reached" and closed
+    /// (lowered, with a warning, to what the open-file limit allows)
     #[arg(long, default_value_t = DEFAULT_MAXCLIENTS, value_name = "N")]
     pub maxclients: usize,
+    /// Queues held open at once; beyond, the least recently used one nobody is using is closed
+    /// (0: sized from the open-file limit)
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub max_open_queues: usize,
     /// Create a missing queue on first use (push, blocking pop) with ROWS records of SIZE bytes
     #[arg(long, value_name = "ROWSxSIZE", value_parser = parse_auto_create)]
     pub auto_create: Option<AutoCreate>,
@@ -123,6 +128,7 @@ impl Default for ServeArgs {
             requirepass_file: None,
             protected_mode: true,
             maxclients: DEFAULT_MAXCLIENTS,
+            max_open_queues: 0,
             auto_create: None,
             max_queues: DEFAULT_MAX_QUEUES,
             max_memory: None,

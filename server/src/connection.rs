@@ -158,13 +158,14 @@ async fn run<S: Stream>(s: &mut S, shared: &Arc<ServerState>, worker: &Rc<Worker
     let mut needed = 0;
     loop {
         // Wait for bytes, holding no pooled buffer meanwhile (unless a long
-        // command is arriving).
+        // command is arriving), nor a queue.
         input.release(pool);
         if input.data.len() < READ_SIZE {
             pool.give_output(std::mem::take(&mut out));
             if req.capacity() > 1024 {
                 req = Request::new();
             }
+            client.last.forget();
             if let Err(end) = wait_readable(s, shared, stop.as_mut(), idle).await {
                 return end;
             }

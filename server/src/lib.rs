@@ -10,15 +10,17 @@
 //!
 //! | module | concern | uses |
 //! |---|---|---|
-//! | `listener` | binding, accepting, `--maxclients`, handing connections to workers | `worker`, `state` |
+//! | `listener` | binding, accepting (out of descriptors too), `--maxclients`, handing connections to workers | `worker`, `state` |
 //! | `worker` | one thread per core, each a tokio current-thread runtime | `connection`, `local`, `keys`, `state` |
 //! | `connection` | read, run every complete command, write the replies once; limits | `cmd`, `local`, `keys`, `state`, `stream` |
 //! | `cmd` | dispatch, then one file per family: `queue` (push, pop, LLEN), `blocking` (BLPOP), `admin` (DEL, LTRIM, TVMQ.REPAIR), `lease/` (the TVMQ.LEASE family: `owned`, `args`, `take`, `end`, `stats`), `server` (the rest), `table` (the commands, COMMAND); `context` (what a command runs with), `off_worker` (what it hands to the blocking pool) | `durable`, `keys`, `state`, `waiters`, `reply` |
 //! | `local` | what one worker's connections share: key cache, buffer pool, stop notice | `keys` |
-//! | `keys` | key -> queue, caches, `--auto-create`, its bounds and its id scheme | `state`, `index`, `reply` |
-//! | `state` | `ServerState`, what every thread shares: options, queues, counters | `durable`, `index`, `waiters`, `shutdown`, `tls`, `config` |
+//! | `keys` | key -> queue, caches, `--auto-create`, its bounds and its id scheme | `state`, `index`, `open`, `reply` |
+//! | `state` | `ServerState`, what every thread shares: options, queues, counters | `durable`, `index`, `open`, `waiters`, `shutdown`, `tls`, `config` |
 //! | `durable` | `always` queues: a connection's replies waiting for a sync (`replies`), the sync threads (`syncers`) | - |
 //! | `index` | queue name -> ids of the directory, kept current by inotify; the queues the server created (the budget) | `shutdown` |
+//! | `open` | the queues held open, at most as many as the descriptors allow, the least recently used idle one closed | - |
+//! | `descriptors` | the open-file limit, raised, and shared between the server, the queues and the clients | - |
 //! | `waiters` | blocked clients and the bounded pool of watcher threads that wake them | `shutdown` |
 //! | `shutdown` | the stop signal | - |
 //! | `stream` | TCP, unix and TLS sockets behind one trait; the I/O steps | - |
@@ -50,11 +52,13 @@
 mod cmd;
 pub mod config;
 mod connection;
+mod descriptors;
 mod durable;
 mod index;
 mod keys;
 mod listener;
 mod local;
+mod open;
 mod reply;
 mod shutdown;
 mod state;
@@ -117,11 +121,15 @@ impl Server {
         let tcp_addr = listeners.tcp.as_ref().and_then(|l| l.local_addr().ok());
         let tls_addr = listeners.tls.as_ref().and_then(|l| l.local_addr().ok());
         let threads = args.worker_threads();
+        // The workers, the acceptor and `run`'s signals.
+        let fds = fd_plan(threads + 2, args);
         let limits = resp::Limits { max_bulk_len: args.max_bulk_len, ..resp::Limits::default() };
         let shared = Arc::new(ServerState {
             args: args.clone(),
             dir: dir.to_path_buf(),
-            attachments: tvm::Attachments::new(dir.to_path_buf()),
+            attachments: open::OpenQueues::new(dir.to_path_buf(), fds.open_queues),
+            nofile: fds.limit,
+            maxclients: fds.maxclients,
             limits,
             query_limit: args.max_bulk_len.saturating_mul(2).max(1 << 20),
             password,
@@ -225,6 +233,17 @@ impl Drop for Server {
             self.stop_inner();
         }
     }
+}
+
+/// Raises the open-file limit and shares it out ([`descriptors::plan`]),
+/// saying on stderr what it lowered.
+fn fd_plan(runtimes: usize, args: &ServeArgs) -> descriptors::Plan {
+    let (limit, stuck) = descriptors::raise_limit();
+    let plan = descriptors::plan(limit, runtimes, args.maxclients, args.max_open_queues);
+    for warning in stuck.iter().chain(&plan.warnings) {
+        eprintln!("tvmq serve: warning: {warning}");
+    }
+    plan
 }
 
 /// Checks `--auto-create`'s geometry as queue creation will (a refusal at

@@ -31,6 +31,8 @@ pub(crate) struct Stats {
     pub(crate) tls_handshake_failures: AtomicU64,
     /// When (seconds since the start) a failed handshake was last logged.
     pub(crate) tls_failure_logged: AtomicU64,
+    /// Connections accept(2) failed to give (out of descriptors, ...).
+    pub(crate) accept_errors: AtomicU64,
 }
 
 /// The rate-limited report of failed AUTHs on stderr: when it last
@@ -83,9 +85,13 @@ impl WorkerStats {
 pub(crate) struct ServerState {
     pub(crate) args: ServeArgs,
     pub(crate) dir: PathBuf,
-    /// The queues this server has attached, by id (names are looked up in
-    /// the queue headers).
-    pub(crate) attachments: tvm::Attachments,
+    /// The queues this server holds open, by id, at most as many as its
+    /// descriptors allow (names are looked up in the index).
+    pub(crate) attachments: crate::open::OpenQueues,
+    /// The soft limit of open files, raised at the start.
+    pub(crate) nofile: u64,
+    /// `--maxclients`, lowered to what the open-file limit allows.
+    pub(crate) maxclients: usize,
     pub(crate) limits: resp::Limits,
     /// The most bytes of one command a connection buffers (twice
     /// `--max-bulk-len`, at least 1 MiB): beyond, it is closed.

@@ -301,7 +301,7 @@ pub(crate) fn config(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec
         ("save", String::new()),
         ("appendonly", "no".into()),
         ("databases", "1".into()),
-        ("maxclients", a.maxclients.to_string()),
+        ("maxclients", ctx.shared.maxclients.to_string()),
         ("timeout", a.timeout.to_string()),
         ("port", ctx.shared.tcp_addr.map_or(0, |t| t.port()).to_string()),
         ("bind", a.bind.to_string()),
@@ -363,18 +363,21 @@ pub(crate) fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u
     if wants("clients") {
         let _ = write!(
             t,
-            "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:{}\r\n\r\n",
+            "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:{}\r\nopen_files_limit:{}\r\n\r\n",
             st.connected.load(Ordering::Relaxed),
-            shared.args.maxclients,
+            shared.maxclients,
             st.blocked.load(Ordering::Relaxed),
+            shared.nofile,
         );
     }
     if wants("stats") {
+        let open = shared.attachments.counts();
         let _ = write!(
             t,
             "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\nrejected_connections:{}\r\n\
              total_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nqueue_watchers_started:{}\r\n\
              auth_failures:{}\r\nunauthenticated_closed:{}\r\n\
+             accept_errors:{}\r\nopen_queues:{}\r\nmax_open_queues:{}\r\nqueues_closed:{}\r\n\
              queues_indexed:{}\r\nqueues_created:{}\r\nqueues_created_bytes:{}\r\nindex_rescans:{}\r\n\r\n",
             st.total_connections.load(Ordering::Relaxed),
             commands,
@@ -384,6 +387,10 @@ pub(crate) fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u
             shared.waiters.watchers_started.load(Ordering::Relaxed),
             st.auth_failures.load(Ordering::Relaxed),
             st.unauthenticated_closed.load(Ordering::Relaxed),
+            st.accept_errors.load(Ordering::Relaxed),
+            open.0,
+            open.1,
+            open.2,
             shared.index.len(),
             created.0,
             created.1,
