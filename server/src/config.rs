@@ -26,6 +26,8 @@ const MAX_PASSWORD_FILE: u64 = 64 * 1024;
 pub const DEFAULT_TLS_HANDSHAKE_TIMEOUT_SECS: u64 = 5;
 /// The default `--max-queues`.
 pub const DEFAULT_MAX_QUEUES: usize = 10_000;
+/// The default `--auth-timeout`, in seconds.
+pub const DEFAULT_AUTH_TIMEOUT_SECS: u64 = 5;
 /// The shortest password accepted at the start, in bytes: a shorter one is
 /// guessed too soon at the 10 tries a second a connection may make.
 pub const MIN_PASSWORD_LEN: usize = 8;
@@ -74,6 +76,14 @@ pub struct ServeArgs {
     /// (lowered, with a warning, to what the open-file limit allows)
     #[arg(long, default_value_t = DEFAULT_MAXCLIENTS, value_name = "N")]
     pub maxclients: usize,
+    /// Connections that have not authenticated yet (with a password); beyond, the oldest of them
+    /// is closed (0: half of --maxclients)
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub max_unauthenticated: usize,
+    /// Close a connection that has not authenticated within this many seconds (with a password;
+    /// 0: never)
+    #[arg(long, default_value_t = DEFAULT_AUTH_TIMEOUT_SECS, value_name = "SECS")]
+    pub auth_timeout: u64,
     /// Queues held open at once; beyond, the least recently used one nobody is using is closed
     /// (0: sized from the open-file limit)
     #[arg(long, default_value_t = 0, value_name = "N")]
@@ -128,6 +138,8 @@ impl Default for ServeArgs {
             requirepass_file: None,
             protected_mode: true,
             maxclients: DEFAULT_MAXCLIENTS,
+            max_unauthenticated: 0,
+            auth_timeout: DEFAULT_AUTH_TIMEOUT_SECS,
             max_open_queues: 0,
             auto_create: None,
             max_queues: DEFAULT_MAX_QUEUES,
@@ -159,6 +171,11 @@ impl ServeArgs {
     /// How long a write may make no progress before the client is dropped.
     pub fn write_stall(&self) -> Duration {
         Duration::from_secs(self.write_timeout.max(1))
+    }
+
+    /// How long a connection may take to authenticate, if a limit is set.
+    pub fn auth_limit(&self) -> Option<Duration> {
+        (self.auth_timeout > 0).then(|| Duration::from_secs(self.auth_timeout))
     }
 
     /// How long a TLS handshake may take (at least a second).

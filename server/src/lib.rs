@@ -11,15 +11,16 @@
 //! | module | concern | uses |
 //! |---|---|---|
 //! | `listener` | binding, accepting (out of descriptors too), `--maxclients`, handing connections to workers | `worker`, `state` |
-//! | `worker` | one thread per core, each a tokio current-thread runtime | `connection`, `local`, `keys`, `state` |
-//! | `connection` | read, run every complete command, write the replies once; limits | `cmd`, `local`, `keys`, `state`, `stream` |
+//! | `worker` | one thread per core, each a tokio current-thread runtime | `connection`, `local`, `keys`, `preauth`, `state` |
+//! | `connection` | read, run every complete command, write the replies once; limits | `cmd`, `local`, `keys`, `preauth`, `state`, `stream`, `config` |
 //! | `cmd` | dispatch, then one file per family: `queue` (push, pop, LLEN), `blocking` (BLPOP), `admin` (DEL, LTRIM, TVMQ.REPAIR), `lease/` (the TVMQ.LEASE family: `owned`, `args`, `take`, `end`, `stats`), `server` (the rest), `table` (the commands, COMMAND); `context` (what a command runs with), `off_worker` (what it hands to the blocking pool) | `durable`, `keys`, `state`, `waiters`, `reply` |
 //! | `local` | what one worker's connections share: key cache, buffer pool, stop notice | `keys` |
 //! | `keys` | key -> queue, caches, `--auto-create`, its bounds and its id scheme | `state`, `index`, `open`, `reply` |
-//! | `state` | `ServerState`, what every thread shares: options, queues, counters | `durable`, `index`, `open`, `waiters`, `shutdown`, `tls`, `config` |
+//! | `state` | `ServerState`, what every thread shares: options, queues, counters | `durable`, `index`, `open`, `preauth`, `waiters`, `shutdown`, `tls`, `config` |
 //! | `durable` | `always` queues: a connection's replies waiting for a sync (`replies`), the sync threads (`syncers`) | - |
 //! | `index` | queue name -> ids of the directory, kept current by inotify; the queues the server created (the budget) | `shutdown` |
 //! | `open` | the queues held open, at most as many as the descriptors allow, the least recently used idle one closed | - |
+//! | `preauth` | connections not authenticated yet: their bound and their time | - |
 //! | `descriptors` | the open-file limit, raised, and shared between the server, the queues and the clients | - |
 //! | `waiters` | blocked clients and the bounded pool of watcher threads that wake them | `shutdown` |
 //! | `shutdown` | the stop signal | - |
@@ -59,6 +60,7 @@ mod keys;
 mod listener;
 mod local;
 mod open;
+mod preauth;
 mod reply;
 mod shutdown;
 mod state;
@@ -130,6 +132,7 @@ impl Server {
             attachments: open::OpenQueues::new(dir.to_path_buf(), fds.open_queues),
             nofile: fds.limit,
             maxclients: fds.maxclients,
+            unauthenticated: preauth::Unauthenticated::new(max_unauthenticated(args, fds.maxclients)),
             limits,
             query_limit: args.max_bulk_len.saturating_mul(2).max(1 << 20),
             password,
@@ -233,6 +236,23 @@ impl Drop for Server {
             self.stop_inner();
         }
     }
+}
+
+/// `--max-unauthenticated`, or half of `maxclients` (in effect), at least 1;
+/// one not below `maxclients` gets a warning (such connections could then
+/// fill it).
+fn max_unauthenticated(args: &ServeArgs, maxclients: usize) -> usize {
+    if args.max_unauthenticated == 0 {
+        return (maxclients / 2).max(1);
+    }
+    if args.max_unauthenticated >= maxclients && args.authenticates_clients(None) {
+        eprintln!(
+            "tvmq serve: warning: --max-unauthenticated {} is not below --maxclients {maxclients}: connections \
+             that never authenticate can fill every slot",
+            args.max_unauthenticated
+        );
+    }
+    args.max_unauthenticated
 }
 
 /// Raises the open-file limit and shares it out ([`descriptors::plan`]),

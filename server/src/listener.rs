@@ -5,8 +5,8 @@
 //! acceptor then gives up a spare one to refuse the waiting connection with
 //! a reply, logs at most a line a second, and never spins.
 
-use crate::state::ServerState;
-use crate::worker::Accepted;
+use crate::state::{ServerState, Slot};
+use crate::worker::{Accepted, Incoming};
 use std::io;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -126,7 +126,7 @@ enum Kind {
 /// What the acceptor keeps between connections.
 struct Acceptor {
     shared: Arc<ServerState>,
-    workers: Vec<UnboundedSender<Accepted>>,
+    workers: Vec<UnboundedSender<Incoming>>,
     /// A descriptor kept open to be closed when accept(2) finds none left,
     /// so that the connection waiting can be told why it is refused
     /// instead of being left without a reply.
@@ -140,7 +140,7 @@ pub(crate) fn accept_loop(
     rt: tokio::runtime::Runtime,
     listeners: Listeners,
     shared: Arc<ServerState>,
-    workers: Vec<UnboundedSender<Accepted>>,
+    workers: Vec<UnboundedSender<Incoming>>,
 ) {
     let mut a = Acceptor { shared, workers, spare: spare(), logged: None };
     rt.block_on(async {
@@ -258,25 +258,20 @@ impl Acceptor {
             }
             return;
         }
+        let Some((i, _)) = shared.worker_conns.iter().enumerate().min_by_key(|(_, n)| n.load(Ordering::Relaxed)) else {
+            return;
+        };
+        let slot = Slot::take(shared, i);
+        let pending = shared.password.is_some().then(|| shared.unauthenticated.admit(shared.args.auth_limit()));
         let conn = match c {
             Raw::Tcp(s, peer) => s.into_std().map(|s| Accepted::Tcp(s, peer)),
             Raw::Unix(s) => s.into_std().map(Accepted::Unix),
             Raw::Tls(s, peer) => s.into_std().map(|s| Accepted::Tls(s, peer)),
         };
-        let conn = match conn {
-            Ok(conn) => conn,
-            Err(e) => return eprintln!("tvmq serve: cannot hand a connection over: {e}"),
-        };
-        let Some((i, _)) = shared.worker_conns.iter().enumerate().min_by_key(|(_, n)| n.load(Ordering::Relaxed)) else {
-            return;
-        };
-        st.connected.fetch_add(1, Ordering::Relaxed);
-        shared.worker_conns[i].fetch_add(1, Ordering::Relaxed);
-        if let Err(back) = self.workers[i].send(conn) {
-            // The worker is gone (the server is stopping).
-            drop(back);
-            st.connected.fetch_sub(1, Ordering::Relaxed);
-            shared.worker_conns[i].fetch_sub(1, Ordering::Relaxed);
+        match conn {
+            // A worker gone: the server is stopping.
+            Ok(conn) => drop(self.workers[i].send(Incoming { conn, slot, pending })),
+            Err(e) => eprintln!("tvmq serve: cannot hand a connection over: {e}"),
         }
     }
 }

@@ -92,6 +92,8 @@ pub(crate) struct ServerState {
     pub(crate) nofile: u64,
     /// `--maxclients`, lowered to what the open-file limit allows.
     pub(crate) maxclients: usize,
+    /// The connections that have not authenticated yet (with a password).
+    pub(crate) unauthenticated: std::sync::Arc<crate::preauth::Unauthenticated>,
     pub(crate) limits: resp::Limits,
     /// The most bytes of one command a connection buffers (twice
     /// `--max-bulk-len`, at least 1 MiB): beyond, it is closed.
@@ -126,6 +128,29 @@ pub(crate) struct ServerState {
     pub(crate) auto_bytes: u64,
     /// The threads that sync `always` queues for the replies waiting on them.
     pub(crate) syncers: crate::durable::Syncers,
+}
+
+/// A connection's place in `--maxclients` and in its worker's count, taken
+/// when the listener hands it out and given back however it ends.
+pub(crate) struct Slot {
+    shared: std::sync::Arc<ServerState>,
+    worker: usize,
+}
+
+impl Slot {
+    /// Takes a place for a connection that worker `worker` will serve.
+    pub(crate) fn take(shared: &std::sync::Arc<ServerState>, worker: usize) -> Slot {
+        shared.stats.connected.fetch_add(1, Ordering::Relaxed);
+        shared.worker_conns[worker].fetch_add(1, Ordering::Relaxed);
+        Slot { shared: shared.clone(), worker }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.shared.stats.connected.fetch_sub(1, Ordering::Relaxed);
+        self.shared.worker_conns[self.worker].fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl ServerState {

@@ -5,7 +5,8 @@
 use crate::connection;
 use crate::keys::WorkerKeys;
 use crate::local::{Pool, WorkerLocal};
-use crate::state::ServerState;
+use crate::preauth::Pending;
+use crate::state::{ServerState, Slot};
 use std::cell::Cell;
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -25,16 +26,24 @@ pub(crate) enum Accepted {
     Tls(std::net::TcpStream, SocketAddr),
 }
 
+/// A connection handed to a worker, with its place in `--maxclients` and,
+/// when a password is set, among the unauthenticated connections.
+pub(crate) struct Incoming {
+    pub(crate) conn: Accepted,
+    pub(crate) slot: Slot,
+    pub(crate) pending: Option<Pending>,
+}
+
 /// Starts worker `index`.
 pub(crate) fn spawn(
     shared: Arc<ServerState>,
     index: usize,
-    rx: UnboundedReceiver<Accepted>,
+    rx: UnboundedReceiver<Incoming>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new().name(format!("tvmq-worker-{index}")).spawn(move || main(shared, index, rx))
 }
 
-fn main(shared: Arc<ServerState>, index: usize, mut rx: UnboundedReceiver<Accepted>) {
+fn main(shared: Arc<ServerState>, index: usize, mut rx: UnboundedReceiver<Incoming>) {
     // A sweep run here (inside a pop or a lease) leaves the records it
     // dooms for the blocking pool to move to their dead-letter queue (that
     // push may open the queue and sync it): see `cmd::off_worker::move_dead_letters`.
@@ -85,36 +94,36 @@ fn main(shared: Arc<ServerState>, index: usize, mut rx: UnboundedReceiver<Accept
     // Dropping `local` cancels what is left (nothing, unless a write stalled).
 }
 
-/// Counts a connection out however it ends.
+/// Counts a connection out of its worker however it ends (its
+/// [`Slot`] counts it out of the server's).
 struct Counted {
     worker: Rc<WorkerLocal>,
-    shared: Arc<ServerState>,
+    _slot: Slot,
 }
 
 impl Drop for Counted {
     fn drop(&mut self) {
         self.worker.connections.set(self.worker.connections.get() - 1);
-        self.shared.stats.connected.fetch_sub(1, Ordering::Relaxed);
-        self.shared.worker_conns[self.worker.index].fetch_sub(1, Ordering::Relaxed);
     }
 }
 
-fn start(shared: &Arc<ServerState>, worker: &Rc<WorkerLocal>, c: Accepted) {
+fn start(shared: &Arc<ServerState>, worker: &Rc<WorkerLocal>, c: Incoming) {
+    let Incoming { conn, slot, pending } = c;
     worker.connections.set(worker.connections.get() + 1);
-    let counted = Counted { worker: worker.clone(), shared: shared.clone() };
+    let counted = Counted { worker: worker.clone(), _slot: slot };
     let (shared, worker) = (shared.clone(), worker.clone());
     tokio::task::spawn_local(async move {
         let _counted = counted;
-        match c {
+        match conn {
             Accepted::Tcp(s, peer) => match tokio::net::TcpStream::from_std(s) {
                 Ok(s) => {
                     let _ = s.set_nodelay(true);
-                    connection::serve(s, shared, worker, peer.to_string()).await
+                    connection::serve(s, shared, worker, peer.to_string(), pending).await
                 }
                 Err(e) => eprintln!("tvmq serve: cannot register a connection: {e}"),
             },
             Accepted::Unix(s) => match tokio::net::UnixStream::from_std(s) {
-                Ok(s) => connection::serve(s, shared, worker, "unix".to_string()).await,
+                Ok(s) => connection::serve(s, shared, worker, "unix".to_string(), pending).await,
                 Err(e) => eprintln!("tvmq serve: cannot register a connection: {e}"),
             },
             Accepted::Tls(s, peer) => match tokio::net::TcpStream::from_std(s) {
@@ -123,16 +132,19 @@ fn start(shared: &Arc<ServerState>, worker: &Rc<WorkerLocal>, c: Accepted) {
                     let Some(acceptor) = shared.tls.clone() else { return };
                     // Bounded: a client that opens the connection and sends
                     // nothing (or too little) holds its --maxclients slot
-                    // no longer than --tls-handshake-timeout.
+                    // no longer than --tls-handshake-timeout (or --auth-timeout).
                     let limit = shared.args.tls_handshake();
                     let handshake = tokio::select! {
                         biased;
                         // The stop does not wait for handshakes.
                         _ = shared.shutdown.wait() => return,
+                        why = crate::preauth::closed(pending.as_ref()) => {
+                            return handshake_failed(&shared, &peer, &String::from_utf8_lossy(why.reply()));
+                        }
                         r = tokio::time::timeout(limit, acceptor.accept(s)) => r,
                     };
                     match handshake {
-                        Ok(Ok(s)) => connection::serve(s, shared, worker, peer.to_string()).await,
+                        Ok(Ok(s)) => connection::serve(s, shared, worker, peer.to_string(), pending).await,
                         Ok(Err(e)) => handshake_failed(&shared, &peer, &e.to_string()),
                         Err(_) => handshake_failed(&shared, &peer, &format!("no handshake within {limit:?}")),
                     }

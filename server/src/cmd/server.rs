@@ -361,12 +361,16 @@ pub(crate) fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u
         );
     }
     if wants("clients") {
+        let unauthenticated = shared.unauthenticated.counts();
         let _ = write!(
             t,
-            "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:{}\r\nopen_files_limit:{}\r\n\r\n",
+            "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:{}\r\n\
+             unauthenticated_clients:{}\r\nmax_unauthenticated:{}\r\nopen_files_limit:{}\r\n\r\n",
             st.connected.load(Ordering::Relaxed),
             shared.maxclients,
             st.blocked.load(Ordering::Relaxed),
+            unauthenticated.0,
+            unauthenticated.1,
             shared.nofile,
         );
     }
@@ -376,8 +380,9 @@ pub(crate) fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u
             t,
             "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\nrejected_connections:{}\r\n\
              total_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nqueue_watchers_started:{}\r\n\
-             auth_failures:{}\r\nunauthenticated_closed:{}\r\n\
-             accept_errors:{}\r\nopen_queues:{}\r\nmax_open_queues:{}\r\nqueues_closed:{}\r\n\
+             auth_failures:{}\r\nunauthenticated_closed:{}\r\nunauthenticated_evicted:{}\r\nauth_timeouts:{}\r\n\
+             accept_errors:{}\r\nopen_queues:{}\r\nmax_open_queues:{}\r\n\
+             queues_closed:{}\r\n\
              queues_indexed:{}\r\nqueues_created:{}\r\nqueues_created_bytes:{}\r\nindex_rescans:{}\r\n\r\n",
             st.total_connections.load(Ordering::Relaxed),
             commands,
@@ -387,6 +392,8 @@ pub(crate) fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u
             shared.waiters.watchers_started.load(Ordering::Relaxed),
             st.auth_failures.load(Ordering::Relaxed),
             st.unauthenticated_closed.load(Ordering::Relaxed),
+            shared.unauthenticated.evicted.load(Ordering::Relaxed),
+            shared.unauthenticated.timed_out.load(Ordering::Relaxed),
             st.accept_errors.load(Ordering::Relaxed),
             open.0,
             open.1,
