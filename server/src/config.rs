@@ -28,6 +28,8 @@ pub const DEFAULT_TLS_HANDSHAKE_TIMEOUT_SECS: u64 = 5;
 pub const DEFAULT_MAX_QUEUES: usize = 10_000;
 /// The default `--auth-timeout`, in seconds.
 pub const DEFAULT_AUTH_TIMEOUT_SECS: u64 = 5;
+/// The default `--tls-handshakes-per-second`.
+pub const DEFAULT_TLS_HANDSHAKES_PER_SECOND: u32 = 500;
 /// The shortest password accepted at the start, in bytes: a shorter one is
 /// guessed too soon at the 10 tries a second a connection may make.
 pub const MIN_PASSWORD_LEN: usize = 8;
@@ -124,6 +126,9 @@ pub struct ServeArgs {
     /// Close a TLS connection whose handshake has not completed within this many seconds
     #[arg(long, default_value_t = DEFAULT_TLS_HANDSHAKE_TIMEOUT_SECS, value_name = "SECS")]
     pub tls_handshake_timeout: u64,
+    /// TLS handshakes begun per second at most; a TLS connection beyond is closed at once
+    #[arg(long, default_value_t = DEFAULT_TLS_HANDSHAKES_PER_SECOND, value_name = "N")]
+    pub tls_handshakes_per_second: u32,
 }
 
 impl Default for ServeArgs {
@@ -153,6 +158,7 @@ impl Default for ServeArgs {
             tls_key_file: None,
             tls_ca_cert_file: None,
             tls_handshake_timeout: DEFAULT_TLS_HANDSHAKE_TIMEOUT_SECS,
+            tls_handshakes_per_second: DEFAULT_TLS_HANDSHAKES_PER_SECOND,
         }
     }
 }

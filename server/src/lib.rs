@@ -10,8 +10,9 @@
 //!
 //! | module | concern | uses |
 //! |---|---|---|
-//! | `listener` | binding, accepting (out of descriptors too), `--maxclients`, handing connections to workers | `worker`, `state` |
-//! | `worker` | one thread per core, each a tokio current-thread runtime | `connection`, `local`, `keys`, `preauth`, `state` |
+//! | `listener` | binding, accepting (out of descriptors too), `--maxclients`, the TLS handshakes' budget, handing connections out | `handshake`, `worker`, `state` |
+//! | `handshake` | TLS handshakes on a thread of their own, then to the worker | `worker`, `preauth`, `state`, `stream` |
+//! | `worker` | one thread per core, each a tokio current-thread runtime | `connection`, `local`, `keys`, `preauth`, `state`, `stream` |
 //! | `connection` | read, run every complete command, write the replies once; limits | `cmd`, `local`, `keys`, `preauth`, `state`, `stream`, `config` |
 //! | `cmd` | dispatch, then one file per family: `queue` (push, pop, LLEN), `blocking` (BLPOP), `admin` (DEL, LTRIM, TVMQ.REPAIR), `lease/` (the TVMQ.LEASE family: `owned`, `args`, `take`, `end`, `stats`), `server` (the rest), `table` (the commands, COMMAND); `context` (what a command runs with), `off_worker` (what it hands to the blocking pool) | `durable`, `keys`, `state`, `waiters`, `reply` |
 //! | `local` | what one worker's connections share: key cache, buffer pool, stop notice | `keys` |
@@ -24,7 +25,7 @@
 //! | `descriptors` | the open-file limit, raised, and shared between the server, the queues and the clients | - |
 //! | `waiters` | blocked clients and the bounded pool of watcher threads that wake them | `shutdown` |
 //! | `shutdown` | the stop signal | - |
-//! | `stream` | TCP, unix and TLS sockets behind one trait; the I/O steps | - |
+//! | `stream` | TCP, unix and TLS sockets behind one trait (a TCP socket that moves between threads); the I/O steps | - |
 //! | `tls` | `--tls-port`: the certificates, read at the start | `config` |
 //! | `reply` | error replies in the protocol's words | - |
 //! | [`config`] | the options ([`ServeArgs`]) | - |
@@ -55,6 +56,7 @@ pub mod config;
 mod connection;
 mod descriptors;
 mod durable;
+mod handshake;
 mod index;
 mod keys;
 mod listener;
@@ -123,8 +125,8 @@ impl Server {
         let tcp_addr = listeners.tcp.as_ref().and_then(|l| l.local_addr().ok());
         let tls_addr = listeners.tls.as_ref().and_then(|l| l.local_addr().ok());
         let threads = args.worker_threads();
-        // The workers, the acceptor and `run`'s signals.
-        let fds = fd_plan(threads + 2, args);
+        // The workers, the acceptor, the TLS handshakes' thread and `run`'s signals.
+        let fds = fd_plan(threads + 3, args);
         let limits = resp::Limits { max_bulk_len: args.max_bulk_len, ..resp::Limits::default() };
         let shared = Arc::new(ServerState {
             args: args.clone(),
@@ -167,10 +169,13 @@ impl Server {
                 .map_err(|e| Error::new(SVR_EXCEPTION, format!("cannot start a worker thread: {e}")))?;
             server.threads.push(handle);
         }
+        let (handshakes, tls_threads) = handshake::spawn(&shared, &senders)
+            .map_err(|e| Error::new(SVR_EXCEPTION, format!("cannot start the TLS handshakes' thread: {e}")))?;
+        server.threads.extend(tls_threads);
         let acceptor_shared = shared.clone();
         let acceptor = std::thread::Builder::new()
             .name("tvmq-accept".into())
-            .spawn(move || listener::accept_loop(rt, listeners, acceptor_shared, senders))
+            .spawn(move || listener::accept_loop(rt, listeners, acceptor_shared, senders, handshakes))
             .map_err(|e| Error::new(SVR_EXCEPTION, format!("cannot start the acceptor thread: {e}")))?;
         server.threads.push(acceptor);
         Ok(server)

@@ -1,10 +1,13 @@
 //! Listening: the sockets are bound before anything starts (so that a port
 //! in use fails the start), then one acceptor thread hands each connection
 //! to the worker serving the fewest, refusing those beyond `--maxclients`
-//! as Redis does, until the stop. Out of descriptors, accept(2) fails: the
-//! acceptor then gives up a spare one to refuse the waiting connection with
-//! a reply, logs at most a line a second, and never spins.
+//! as Redis does, until the stop. TLS connections go through the
+//! handshakes' thread first, within `--tls-handshakes-per-second`. Out of
+//! descriptors, accept(2) fails: the acceptor then gives up a spare one to
+//! refuse the waiting connection with a reply, logs at most a line a
+//! second, and never spins.
 
+use crate::handshake::Handshakes;
 use crate::state::{ServerState, Slot};
 use crate::worker::{Accepted, Incoming};
 use std::io;
@@ -127,12 +130,15 @@ enum Kind {
 struct Acceptor {
     shared: Arc<ServerState>,
     workers: Vec<UnboundedSender<Incoming>>,
+    handshakes: Handshakes,
     /// A descriptor kept open to be closed when accept(2) finds none left,
     /// so that the connection waiting can be told why it is refused
     /// instead of being left without a reply.
     spare: Option<std::fs::File>,
     /// When an accept error was last logged, and the count then.
     logged: Option<(Instant, u64)>,
+    /// TLS handshakes that may still begin this second.
+    tls_budget: Budget,
 }
 
 /// Accepts until the stop, on the runtime `rt` the listeners were bound in.
@@ -141,8 +147,10 @@ pub(crate) fn accept_loop(
     listeners: Listeners,
     shared: Arc<ServerState>,
     workers: Vec<UnboundedSender<Incoming>>,
+    handshakes: Handshakes,
 ) {
-    let mut a = Acceptor { shared, workers, spare: spare(), logged: None };
+    let rate = shared.args.tls_handshakes_per_second;
+    let mut a = Acceptor { shared, workers, handshakes, spare: spare(), logged: None, tls_budget: Budget::new(rate) };
     rt.block_on(async {
         let Listeners { tcp, unix, tls, .. } = listeners;
         loop {
@@ -243,7 +251,8 @@ impl Acceptor {
         self.logged = Some((Instant::now(), errors));
     }
 
-    /// Hands `c` to the worker with the fewest connections, or refuses it.
+    /// Hands `c` to the worker with the fewest connections (a TLS one
+    /// through the handshakes' thread), or refuses it.
     fn dispatch(&mut self, c: Raw) {
         let shared = &self.shared;
         let st = &shared.stats;
@@ -258,6 +267,10 @@ impl Acceptor {
             }
             return;
         }
+        if matches!(c, Raw::Tls(..)) && !self.tls_budget.take() {
+            st.tls_handshakes_refused.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         let Some((i, _)) = shared.worker_conns.iter().enumerate().min_by_key(|(_, n)| n.load(Ordering::Relaxed)) else {
             return;
         };
@@ -266,7 +279,10 @@ impl Acceptor {
         let conn = match c {
             Raw::Tcp(s, peer) => s.into_std().map(|s| Accepted::Tcp(s, peer)),
             Raw::Unix(s) => s.into_std().map(Accepted::Unix),
-            Raw::Tls(s, peer) => s.into_std().map(|s| Accepted::Tls(s, peer)),
+            Raw::Tls(s, peer) => {
+                self.handshakes.begin(s, peer, slot, pending);
+                return;
+            }
         };
         match conn {
             // A worker gone: the server is stopping.
@@ -298,6 +314,31 @@ impl Refuse for tokio::net::UnixStream {
 
 /// Redis's reply to a client beyond maxclients, before the close.
 const REFUSAL: &[u8] = b"-ERR max number of clients reached\r\n";
+
+/// A per-second budget: `rate` a second, as many at once at most.
+struct Budget {
+    rate: f64,
+    tokens: f64,
+    at: Instant,
+}
+
+impl Budget {
+    fn new(rate: u32) -> Budget {
+        Budget { rate: f64::from(rate), tokens: f64::from(rate), at: Instant::now() }
+    }
+
+    /// Takes one, if there is one left.
+    fn take(&mut self) -> bool {
+        let now = Instant::now();
+        self.tokens = (self.tokens + now.duration_since(self.at).as_secs_f64() * self.rate).min(self.rate);
+        self.at = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            return true;
+        }
+        false
+    }
+}
 
 /// Removes the unix socket file when the server stops, if it is still the
 /// file this server bound (`id`: its device and inode): another server may

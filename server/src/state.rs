@@ -31,6 +31,8 @@ pub(crate) struct Stats {
     pub(crate) tls_handshake_failures: AtomicU64,
     /// When (seconds since the start) a failed handshake was last logged.
     pub(crate) tls_failure_logged: AtomicU64,
+    /// TLS connections closed unshaken: past `--tls-handshakes-per-second`.
+    pub(crate) tls_handshakes_refused: AtomicU64,
     /// Connections accept(2) failed to give (out of descriptors, ...).
     pub(crate) accept_errors: AtomicU64,
 }
@@ -131,7 +133,8 @@ pub(crate) struct ServerState {
 }
 
 /// A connection's place in `--maxclients` and in its worker's count, taken
-/// when the listener hands it out and given back however it ends.
+/// when the listener hands it out and given back however it ends (in the
+/// TLS handshakes' thread, or its worker).
 pub(crate) struct Slot {
     shared: std::sync::Arc<ServerState>,
     worker: usize,
@@ -143,6 +146,11 @@ impl Slot {
         shared.stats.connected.fetch_add(1, Ordering::Relaxed);
         shared.worker_conns[worker].fetch_add(1, Ordering::Relaxed);
         Slot { shared: shared.clone(), worker }
+    }
+
+    /// The worker that serves the connection.
+    pub(crate) fn worker(&self) -> usize {
+        self.worker
     }
 }
 

@@ -7,11 +7,11 @@ use crate::keys::WorkerKeys;
 use crate::local::{Pool, WorkerLocal};
 use crate::preauth::Pending;
 use crate::state::{ServerState, Slot};
+use crate::stream::Movable;
 use std::cell::Cell;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::sync::mpsc::UnboundedReceiver;
 
@@ -22,8 +22,9 @@ const PURGE_EVERY: Duration = Duration::from_secs(1);
 pub(crate) enum Accepted {
     Tcp(std::net::TcpStream, SocketAddr),
     Unix(std::os::unix::net::UnixStream),
-    /// From `--tls-port`: the handshake is still to do.
-    Tls(std::net::TcpStream, SocketAddr),
+    /// From `--tls-port`, its handshake made (by [`crate::handshake`]); its
+    /// socket parked, to be registered with the worker's runtime.
+    Tls(Box<tokio_rustls::server::TlsStream<Movable>>, SocketAddr),
 }
 
 /// A connection handed to a worker, with its place in `--maxclients` and,
@@ -126,45 +127,10 @@ fn start(shared: &Arc<ServerState>, worker: &Rc<WorkerLocal>, c: Incoming) {
                 Ok(s) => connection::serve(s, shared, worker, "unix".to_string(), pending).await,
                 Err(e) => eprintln!("tvmq serve: cannot register a connection: {e}"),
             },
-            Accepted::Tls(s, peer) => match tokio::net::TcpStream::from_std(s) {
-                Ok(s) => {
-                    let _ = s.set_nodelay(true);
-                    let Some(acceptor) = shared.tls.clone() else { return };
-                    // Bounded: a client that opens the connection and sends
-                    // nothing (or too little) holds its --maxclients slot
-                    // no longer than --tls-handshake-timeout (or --auth-timeout).
-                    let limit = shared.args.tls_handshake();
-                    let handshake = tokio::select! {
-                        biased;
-                        // The stop does not wait for handshakes.
-                        _ = shared.shutdown.wait() => return,
-                        why = crate::preauth::closed(pending.as_ref()) => {
-                            return handshake_failed(&shared, &peer, &String::from_utf8_lossy(why.reply()));
-                        }
-                        r = tokio::time::timeout(limit, acceptor.accept(s)) => r,
-                    };
-                    match handshake {
-                        Ok(Ok(s)) => connection::serve(s, shared, worker, peer.to_string(), pending).await,
-                        Ok(Err(e)) => handshake_failed(&shared, &peer, &e.to_string()),
-                        Err(_) => handshake_failed(&shared, &peer, &format!("no handshake within {limit:?}")),
-                    }
-                }
+            Accepted::Tls(mut s, peer) => match s.get_mut().0.unpark() {
+                Ok(()) => connection::serve(*s, shared, worker, peer.to_string(), pending).await,
                 Err(e) => eprintln!("tvmq serve: cannot register a connection: {e}"),
             },
         }
     });
-}
-
-/// Counts a failed TLS handshake and says why on stderr, at most once a
-/// second for the whole server (a port scan or a flood of bad clients
-/// must not flood the log).
-fn handshake_failed(shared: &ServerState, peer: &SocketAddr, why: &str) {
-    let failures = shared.stats.tls_handshake_failures.fetch_add(1, Ordering::Relaxed) + 1;
-    let now = shared.started.elapsed().as_secs();
-    let last = shared.stats.tls_failure_logged.load(Ordering::Relaxed);
-    if (failures == 1 || now > last)
-        && shared.stats.tls_failure_logged.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
-    {
-        eprintln!("tvmq serve: TLS handshake with {peer} failed: {why} ({failures} failures so far)");
-    }
 }

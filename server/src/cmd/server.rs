@@ -381,7 +381,7 @@ pub(crate) fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u
             "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\nrejected_connections:{}\r\n\
              total_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nqueue_watchers_started:{}\r\n\
              auth_failures:{}\r\nunauthenticated_closed:{}\r\nunauthenticated_evicted:{}\r\nauth_timeouts:{}\r\n\
-             accept_errors:{}\r\nopen_queues:{}\r\nmax_open_queues:{}\r\n\
+             accept_errors:{}\r\ntls_handshakes_refused:{}\r\nopen_queues:{}\r\nmax_open_queues:{}\r\n\
              queues_closed:{}\r\n\
              queues_indexed:{}\r\nqueues_created:{}\r\nqueues_created_bytes:{}\r\nindex_rescans:{}\r\n\r\n",
             st.total_connections.load(Ordering::Relaxed),
@@ -395,6 +395,7 @@ pub(crate) fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u
             shared.unauthenticated.evicted.load(Ordering::Relaxed),
             shared.unauthenticated.timed_out.load(Ordering::Relaxed),
             st.accept_errors.load(Ordering::Relaxed),
+            st.tls_handshakes_refused.load(Ordering::Relaxed),
             open.0,
             open.1,
             open.2,
