@@ -25,7 +25,7 @@ THREADS  ?= 1 2 4 10
 # background while the build and the Rust tests run, and sets it. Empty: no wait.
 WAIT_DEPS ?=
 
-.PHONY: deps all build run test test-all lint header test-rust test-c examples seed bench bench-drivers bench-smoke bench-net bench-net-smoke net-driver loom soak clean install uninstall test-install test-python test-readme
+.PHONY: deps all build run test test-all lint header test-rust test-c examples seed bench bench-drivers bench-smoke bench-net bench-net-smoke net-driver loom soak attack clean install uninstall test-install test-python test-readme
 
 all: build
 
@@ -144,6 +144,14 @@ soak:
 	TVMQ_SOAK_SECONDS=600 $(CARGO) test --release -p tvmq --test soak -- --nocapture
 	TVMQ_POWER_LOSS_IMAGES=20000 $(CARGO) test --release -p tvmq --lib power_loss -- --nocapture
 	TVMQ_DURABLE_ROUNDS=30 $(CARGO) test --release -p tvmq --test durable -- --nocapture
+
+# The attacks on `tvmq serve` of issue 34 at full size, each against a server of
+# its own, another client PINGing meanwhile (scripts/attack.py; a few minutes,
+# by hand; ATTACK_ARGS="NAME ..." runs some, "--list" names them): the figures
+# docs/server.md quotes. The tests (server/tests/attack_*.rs) bound the same
+# attacks at a smaller size.
+attack: build
+	python3 scripts/attack.py --tvmq $(TVMQ) $(ATTACK_ARGS)
 
 # Model checking of the ring and the lease table with loom (about 10 s of
 # models, after it builds the library's tests under --cfg loom in
