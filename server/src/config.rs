@@ -64,8 +64,8 @@ pub struct ServeArgs {
     /// Mode of the unix socket, in octal (Redis's unixsocketperm); 700: its owner only
     #[arg(long, default_value = "700", value_name = "OCTAL", value_parser = parse_octal_mode)]
     pub unixsocketperm: u32,
-    /// Require AUTH with this password before anything else; other users see it in ps: prefer
-    /// --requirepass-file or $TVMQ_REQUIREPASS
+    /// Require AUTH with this password (8 bytes to 16 KiB) before anything else; other users see
+    /// it in ps: prefer --requirepass-file or $TVMQ_REQUIREPASS
     #[arg(long, value_name = "SECRET", conflicts_with = "requirepass_file")]
     pub requirepass: Option<String>,
     /// Require AUTH with the password on the first line of this file (its newline stripped)

@@ -8,12 +8,15 @@
 //! [`MAX_POP_REPLY`](crate::cmd::queue::MAX_POP_REPLY) bytes of records, or
 //! one record), and while a write waits for the client nothing more is read
 //! from it; a client that reads none of its replies for `--write-timeout`
-//! is closed. Between batches an idle connection holds no buffer at all:
-//! buffers come from, and go back to, the worker's pool.
+//! is closed. Between batches an idle connection holds no buffer at all
+//! (buffers come from, and go back to, the worker's pool), nor a queue.
 //!
 //! Until it has authenticated (when a password is required), a connection
-//! may send only small commands ([`PREAUTH_LIMITS`]), checked on their
-//! length headers before the bytes they announce are read; a wrong
+//! may send only small commands ([`PREAUTH_LIMITS`], at most
+//! [`PREAUTH_QUERY_LIMIT`] bytes in all), checked on their length headers
+//! before the bytes they announce are read, and a partial one waits in a
+//! mapping of its own size; it is closed at `--auth-timeout`, or when newer
+//! unauthenticated connections push it out ([`crate::preauth`]); a wrong
 //! password is answered after [`AUTH_FAILURE_DELAY`] (this connection's
 //! task sleeps, the worker serves the others), and the
 //! [`MAX_AUTH_FAILURES`]th closes the connection.

@@ -91,10 +91,14 @@ pub struct Server {
 }
 
 impl Server {
-    /// Checks the options and the directory, binds the sockets and starts
-    /// the acceptor and the workers. The password is `--requirepass`, else
+    /// Checks the options and the directory, raises this process's soft
+    /// limit of open files to its hard limit (and lowers `--maxclients` to
+    /// what it allows, with a warning on stderr), binds the sockets and
+    /// starts the acceptor, the workers and, with `--tls-port`, the TLS
+    /// handshakes' threads. The password is `--requirepass`, else
     /// `--requirepass-file`'s, else `$TVMQ_REQUIREPASS`'s. Errors:
-    /// `BOOT_PARM_ERR` (an empty password, an unreadable password file,
+    /// `BOOT_PARM_ERR` (a password of fewer than 8 bytes or more than 16 KiB,
+    /// an unreadable password file,
     /// protected mode's refusal, nothing to listen on, a TLS certificate or
     /// key file that cannot be read or used), those of
     /// [`tvm::check_queue_dir`] (a directory this process cannot use; it
