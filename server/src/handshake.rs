@@ -69,14 +69,7 @@ fn main(shared: Arc<ServerState>, workers: Vec<UnboundedSender<Incoming>>, mut r
     if let Err(e) = rustix::process::setpriority_process(Some(rustix::thread::gettid()), NICE) {
         eprintln!("tvmq serve: cannot lower the priority of the TLS handshakes' thread: {e}");
     }
-    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("tvmq serve: the TLS handshakes' thread cannot start its runtime: {e}");
-            shared.shutdown.set();
-            return;
-        }
-    };
+    let Some(rt) = shared.thread_runtime("the TLS handshakes' thread") else { return };
     let workers = Rc::new(workers);
     let local = tokio::task::LocalSet::new();
     local.block_on(&rt, async {

@@ -173,6 +173,19 @@ impl ServerState {
         })
     }
 
+    /// A current-thread runtime for one of the server's threads (`who`);
+    /// if none can be had, says so on stderr and begins the stop.
+    pub(crate) fn thread_runtime(&self, who: &str) -> Option<tokio::runtime::Runtime> {
+        match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            Ok(rt) => Some(rt),
+            Err(e) => {
+                eprintln!("tvmq serve: {who} cannot start its runtime: {e}");
+                self.shutdown.set();
+                None
+            }
+        }
+    }
+
     /// The queue directory.
     pub(crate) fn dir(&self) -> &Path {
         &self.dir

@@ -49,14 +49,7 @@ fn main(shared: Arc<ServerState>, index: usize, mut rx: UnboundedReceiver<Incomi
     // dooms for the blocking pool to move to their dead-letter queue (that
     // push may open the queue and sync it): see `cmd::off_worker::move_dead_letters`.
     tvm::Queue::sweeps_move_dead_letters(false);
-    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("tvmq serve: worker {index}: cannot start its runtime: {e}");
-            shared.shutdown.set();
-            return;
-        }
-    };
+    let Some(rt) = shared.thread_runtime(&format!("worker {index}")) else { return };
     let local = tokio::task::LocalSet::new();
     let worker = Rc::new(WorkerLocal {
         index,
