@@ -215,6 +215,7 @@ fn out_of_descriptors_accept_refuses_with_a_reply_and_logs_once_a_second() {
         assert!(taken < 20, "no descriptor ran out");
     }
     let t = Instant::now();
+    let cpu = cpu_seconds(server.pid());
     let mut refused = 0;
     while t.elapsed() < Duration::from_millis(2500) {
         let mut s = TcpStream::connect(addr).unwrap();
@@ -222,13 +223,16 @@ fn out_of_descriptors_accept_refuses_with_a_reply_and_logs_once_a_second() {
         refused += 1;
         std::thread::sleep(Duration::from_millis(5));
     }
+    let cpu = cpu_seconds(server.pid()) - cpu;
     let lines: Vec<String> = server.stderr.lock().unwrap().iter().filter(|l| l.contains("accept:")).cloned().collect();
     eprintln!(
-        "{refused} connections refused out of descriptors in 2.5 s; {} log lines: {:?}",
+        "{refused} connections refused out of descriptors in 2.5 s, server CPU {cpu:.2} s; {} log lines: {:?}",
         lines.len(),
         lines.first()
     );
     assert!(refused >= 20, "{refused}");
+    // An acceptor spinning on the error would take a whole core.
+    assert!(cpu < 1.0, "the server took {cpu:.2} s of CPU in 2.5 s");
     assert!(!lines.is_empty() && lines.len() <= 4, "at most a line a second: {lines:?}");
     // The held connections are still served.
     for s in &mut held {
