@@ -31,6 +31,10 @@ pub(crate) struct Stats {
     pub(crate) tls_handshake_failures: AtomicU64,
     /// When (seconds since the start) a failed handshake was last logged.
     pub(crate) tls_failure_logged: AtomicU64,
+    /// TLS connections closed unshaken: past `--tls-handshakes-per-second`.
+    pub(crate) tls_handshakes_refused: AtomicU64,
+    /// Connections accept(2) failed to give (out of descriptors, ...).
+    pub(crate) accept_errors: AtomicU64,
 }
 
 /// The rate-limited report of failed AUTHs on stderr: when it last
@@ -102,9 +106,15 @@ impl WorkerStats {
 pub(crate) struct ServerState {
     pub(crate) args: ServeArgs,
     pub(crate) dir: PathBuf,
-    /// The queues this server has attached, by id (names are looked up in
-    /// the queue headers).
-    pub(crate) attachments: tvm::Attachments,
+    /// The queues this server holds open, by id, at most as many as its
+    /// descriptors allow (names are looked up in the index).
+    pub(crate) attachments: crate::open::OpenQueues,
+    /// The soft limit of open files, raised at the start.
+    pub(crate) nofile: u64,
+    /// `--maxclients`, lowered to what the open-file limit allows.
+    pub(crate) maxclients: usize,
+    /// The connections that have not authenticated yet (with a password).
+    pub(crate) unauthenticated: std::sync::Arc<crate::preauth::Unauthenticated>,
     pub(crate) limits: resp::Limits,
     /// The most bytes of one command a connection buffers (twice
     /// `--max-bulk-len`, at least 1 MiB): beyond, it is closed.
@@ -141,6 +151,35 @@ pub(crate) struct ServerState {
     pub(crate) syncers: crate::durable::Syncers,
 }
 
+/// A connection's place in `--maxclients` and in its worker's count, taken
+/// when the listener hands it out and given back however it ends (in the
+/// TLS handshakes' thread, or its worker).
+pub(crate) struct Slot {
+    shared: std::sync::Arc<ServerState>,
+    worker: usize,
+}
+
+impl Slot {
+    /// Takes a place for a connection that worker `worker` will serve.
+    pub(crate) fn take(shared: &std::sync::Arc<ServerState>, worker: usize) -> Slot {
+        shared.stats.connected.fetch_add(1, Ordering::Relaxed);
+        shared.worker_conns[worker].fetch_add(1, Ordering::Relaxed);
+        Slot { shared: shared.clone(), worker }
+    }
+
+    /// The worker that serves the connection.
+    pub(crate) fn worker(&self) -> usize {
+        self.worker
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.shared.stats.connected.fetch_sub(1, Ordering::Relaxed);
+        self.shared.worker_conns[self.worker].fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 impl ServerState {
     /// Commands run, bytes read and written, by every worker.
     pub(crate) fn totals(&self) -> (u64, u64, u64) {
@@ -151,6 +190,19 @@ impl ServerState {
                 o + w.output.load(Ordering::Relaxed),
             )
         })
+    }
+
+    /// A current-thread runtime for one of the server's threads (`who`);
+    /// if none can be had, says so on stderr and begins the stop.
+    pub(crate) fn thread_runtime(&self, who: &str) -> Option<tokio::runtime::Runtime> {
+        match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            Ok(rt) => Some(rt),
+            Err(e) => {
+                eprintln!("tvmq serve: {who} cannot start its runtime: {e}");
+                self.shutdown.set();
+                None
+            }
+        }
     }
 
     /// The queue directory.

@@ -330,7 +330,7 @@ fn two_thousand_blocked_clients_cost_no_thread_and_little_memory() {
 fn random_well_formed_commands_never_break_the_server() {
     let dir = TempDir::new("server", "fuzz");
     create(&dir, 1, "one", 50, 16);
-    let mut server = ChildServer::start(&dir, &["--auto-create", "20x8", "--requirepass", "pw"]);
+    let mut server = ChildServer::start(&dir, &["--auto-create", "20x8", "--requirepass", "password"]);
     let addr = server.addr;
     let names: [&[u8]; 22] = [
         b"PING",
@@ -367,7 +367,7 @@ fn random_well_formed_commands_never_break_the_server() {
         b"-9223372036854775808",
         b"",
         b"x",
-        b"pw",
+        b"password",
         b"default",
         b"AUTH",
         b"SETNAME",
@@ -417,7 +417,7 @@ fn random_well_formed_commands_never_break_the_server() {
                         c = Conn::connect(addr);
                     }
                     if i % 500 == 0 {
-                        assert_eq!(c.cmd(&[b"AUTH", b"pw"]), V::Simple("OK".into()), "the server still answers");
+                        assert_eq!(c.cmd(&[b"AUTH", b"password"]), V::Simple("OK".into()), "the server still answers");
                     }
                 }
                 replies

@@ -110,6 +110,9 @@ pub(crate) fn hello(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<
         if !valid_name(n) {
             return resp::error(out, b"ERR Client names cannot contain spaces, newlines or special characters.");
         }
+        if n.len() > MAX_CLIENT_VALUE {
+            return too_long(out, "a client name", n);
+        }
         ctx.client.name = (!n.is_empty()).then(|| n.to_vec());
     }
     ctx.client.proto = proto;
@@ -133,6 +136,18 @@ pub(crate) fn hello(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<
 /// A client name: printable ASCII without blanks (Redis's rule).
 fn valid_name(n: &[u8]) -> bool {
     n.iter().all(|&c| (b'!'..=b'~').contains(&c))
+}
+
+/// The longest client name (`CLIENT SETNAME`, `HELLO ... SETNAME`) and
+/// `CLIENT SETINFO` value kept, in bytes: a connection keeps them while it
+/// lasts, so that 10 connections naming themselves with 16 MB each would
+/// hold 160 MB.
+const MAX_CLIENT_VALUE: usize = 512;
+
+/// The refusal of a name or value longer than [`MAX_CLIENT_VALUE`].
+fn too_long(out: &mut Vec<u8>, what: &str, value: &[u8]) {
+    let text = format!("ERR {what} is {} bytes, at most {MAX_CLIENT_VALUE} are allowed", value.len());
+    resp::error(out, text.as_bytes());
 }
 
 /// SELECT 0: the only database.
@@ -162,6 +177,9 @@ pub(crate) fn client(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec
         if !valid_name(name) {
             return resp::error(out, b"ERR Client names cannot contain spaces, newlines or special characters.");
         }
+        if name.len() > MAX_CLIENT_VALUE {
+            return too_long(out, "a client name", name);
+        }
         ctx.client.name = (!name.is_empty()).then(|| name.to_vec());
         resp::simple(out, b"OK");
     } else if is(b"GETNAME") {
@@ -189,6 +207,9 @@ pub(crate) fn client(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec
                 out,
                 b"ERR lib-name and lib-ver cannot contain spaces, newlines or special characters.",
             );
+        }
+        if value.len() > MAX_CLIENT_VALUE {
+            return too_long(out, if slot == 0 { "lib-name" } else { "lib-ver" }, value);
         }
         ctx.client.lib[slot] = (!value.is_empty()).then(|| value.to_vec());
         resp::simple(out, b"OK");
@@ -280,7 +301,7 @@ pub(crate) fn config(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec
         ("save", String::new()),
         ("appendonly", "no".into()),
         ("databases", "1".into()),
-        ("maxclients", a.maxclients.to_string()),
+        ("maxclients", ctx.shared.maxclients.to_string()),
         ("timeout", a.timeout.to_string()),
         ("port", ctx.shared.tcp_addr.map_or(0, |t| t.port()).to_string()),
         ("bind", a.bind.to_string()),
@@ -340,20 +361,28 @@ pub(crate) fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u
         );
     }
     if wants("clients") {
+        let unauthenticated = shared.unauthenticated.counts();
         let _ = write!(
             t,
-            "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:{}\r\n\r\n",
+            "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:{}\r\n\
+             unauthenticated_clients:{}\r\nmax_unauthenticated:{}\r\nopen_files_limit:{}\r\n\r\n",
             st.connected.load(Ordering::Relaxed),
-            shared.args.maxclients,
+            shared.maxclients,
             st.blocked.load(Ordering::Relaxed),
+            unauthenticated.0,
+            unauthenticated.1,
+            shared.nofile,
         );
     }
     if wants("stats") {
+        let open = shared.attachments.counts();
         let _ = write!(
             t,
             "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\nrejected_connections:{}\r\n\
              total_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nqueue_watchers_started:{}\r\n\
-             auth_failures:{}\r\nunauthenticated_closed:{}\r\n\
+             auth_failures:{}\r\nunauthenticated_closed:{}\r\nunauthenticated_evicted:{}\r\nauth_timeouts:{}\r\n\
+             accept_errors:{}\r\ntls_handshakes_refused:{}\r\nopen_queues:{}\r\nmax_open_queues:{}\r\n\
+             queues_closed:{}\r\n\
              queues_indexed:{}\r\nqueues_created:{}\r\nqueues_created_bytes:{}\r\nindex_rescans:{}\r\n\r\n",
             st.total_connections.load(Ordering::Relaxed),
             commands,
@@ -363,6 +392,13 @@ pub(crate) fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u
             shared.waiters.watchers_started.load(Ordering::Relaxed),
             st.auth_failures.load(Ordering::Relaxed),
             st.unauthenticated_closed.load(Ordering::Relaxed),
+            shared.unauthenticated.evicted.load(Ordering::Relaxed),
+            shared.unauthenticated.timed_out.load(Ordering::Relaxed),
+            st.accept_errors.load(Ordering::Relaxed),
+            st.tls_handshakes_refused.load(Ordering::Relaxed),
+            open.0,
+            open.1,
+            open.2,
             shared.index.len(),
             created.0,
             created.1,
