@@ -35,11 +35,11 @@
 //! | `ring` | the lock-free algorithm over a `Storage` (heap or mapping); no files, no C |
 //! | `wait` | futex sleep and wake on a word of shared memory |
 //! | `registry` | which processes are attached; is a position's holder provably alive? |
-//! | `schema` | record layouts: [`Field`], [`FieldKind`] |
+//! | `schema` | record layouts: [`Field`], [`FieldKind`], and the one decoder of a field's value ([`Field::value`], [`FieldValue`]) |
 //! | `lease` | acknowledged consumption: the lease entry's state machine (`state`) and the file's lease table (`table`) |
 //! | `spec` | what a queue is asked to be: [`Spec`], [`LeaseSpec`], [`Durability`], the limits and their validation; no I/O |
-//! | `file` | queue files: `layout` (bytes and validation), `dir` (directory policy), `create`, `map`, `live` (an `interval` queue's live part in tmpfs) |
-//! | `durable` | durable queues: group-committed syncs, the flusher, recovery after a machine restart |
+//! | `file` | queue files: `layout` (bytes and validation), `dir` (directory policy), `create`, `map`, `live` (an `interval` queue's live part in tmpfs), `make` (a file made atomically), `fs` |
+//! | `durable` | durable queues: the sync lock, group-committed syncs, the flusher, recovery after a machine restart |
 //! | `queue` | the safe API: [`Queue`] (and `queue::lease`: [`Queue::pop_lease`], [`Lease`]) |
 //! | `attach` | the process-wide table id or name -> [`Queue`]: [`Attachments`] |
 //! | `client` | the network client of the `lTvm*` calls: RESP to tvmq serve, Redis, Redis Cluster |
@@ -118,7 +118,7 @@ pub use queue::{Process, Queue, QueueInfo, Repair, Snapshot, Stats, Strategy, Sy
 #[cfg(not(loom))]
 pub use ring::Peeked;
 #[cfg(not(loom))]
-pub use schema::{Field, FieldKind, MAX_FIELD_NAME, MAX_FIELDS};
+pub use schema::{Field, FieldKind, FieldValue, MAX_FIELD_NAME, MAX_FIELDS};
 #[cfg(not(loom))]
 pub use spec::{
     DEFAULT_LEASE_MS, DEFAULT_MAX_LEASES, DEFAULT_UNBLOCK_TIMEOUT_MS, MAX_LEASE_MS, MAX_LEASES, MAX_NAME, MAX_PART,

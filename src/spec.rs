@@ -244,6 +244,8 @@ pub enum Durability {
 
 impl Durability {
     /// Parses `always` or `interval=MS`.
+    ///
+    /// Errors: `CONDIT_IS_NIL` (anything else, or `MS` out of range).
     pub fn parse(s: &str) -> Result<Durability> {
         let bad = || {
             Error::new(

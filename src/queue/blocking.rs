@@ -12,11 +12,9 @@
 //! word and wakes.
 //! Sleeps are cut into slices of [`SLEEP_SLICE`] so that a producer killed
 //! between publishing and waking delays a sleeper, never strands it. The
-//! slice's timer costs a woken sleeper a few tenths of a microsecond: a bare
-//! shared futex taking turns with a pipe between two processes
-//! (`bench/experiments/wake_latency.c`, modes `mix` and `mix-nt`) was behind
-//! the pipe at p50 by 0.2-0.75 us with the timeout, by -1.4 to 0.1 us
-//! without it.
+//! slice's timer costs a woken sleeper a few tenths of a microsecond
+//! (`bench/experiments/wake_latency.c`, modes `mix` and `mix-nt`; the
+//! figures: docs/measurements.md).
 
 use super::{Queue, Strategy, Wait};
 use crate::clock::{mono_ns, now_ns};
@@ -230,9 +228,12 @@ impl Queue {
     /// It takes nothing and returns nothing: look at the queues again.
     ///
     /// At most [`crate::WAIT_ANY_MAX`] words are slept on, the bell's
-    /// included: more queues are `CONDIT_IS_NIL`. On a kernel without
-    /// `futex_waitv` it is `NOT_SUPPT_OPT` at once, having slept on
-    /// nothing (the caller falls back to polling or one queue at a time).
+    /// included.
+    ///
+    /// Errors: `CONDIT_IS_NIL` (no queue and no bell, or more words than
+    /// that), `NOT_SUPPT_OPT` (a kernel without `futex_waitv`: at once,
+    /// having slept on nothing; the caller falls back to polling or one
+    /// queue at a time).
     ///
     /// The protocol is the module's, on every queue at once: announce as a
     /// waiter of each (SeqCst), read each futex word, then re-check every
