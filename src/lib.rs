@@ -38,7 +38,7 @@
 //! | `schema` | record layouts: [`Field`], [`FieldKind`] |
 //! | `lease` | acknowledged consumption: the lease entry's state machine (`state`) and the file's lease table (`table`) |
 //! | `spec` | what a queue is asked to be: [`Spec`], [`LeaseSpec`], [`Durability`], the limits and their validation; no I/O |
-//! | `file` | queue files: `layout` (bytes and validation), `dir` (directory policy), `create`, `map`, `live` (an `interval` queue's live part in tmpfs) |
+//! | `file` | queue files: `layout` (bytes and validation), `dir` (directory policy), `create`, `map`, `live` (an `interval` queue's live part in tmpfs), `make` (a file made atomically), `fs` |
 //! | `durable` | durable queues: group-committed syncs, the flusher, recovery after a machine restart |
 //! | `queue` | the safe API: [`Queue`] (and `queue::lease`: [`Queue::pop_lease`], [`Lease`]) |
 //! | `attach` | the process-wide table id or name -> [`Queue`]: [`Attachments`] |

@@ -261,6 +261,24 @@ impl Image {
     }
 }
 
+/// (`interval` queues with leases.) The lease table's bytes in the
+/// mapping: (offset, length).
+pub(crate) fn lease_table_range(file: &QueueFile) -> Result<Option<(usize, usize)>> {
+    let info = file.info();
+    let entries = file.options().lease_entries();
+    if entries == 0 {
+        return Ok(None);
+    }
+    let at = crate::file::layout::lease_table_offset(info.capacity, info.record_size, true);
+    let n = crate::lease::table::table_bytes(entries, info.record_size);
+    match at.zip(n).and_then(|(a, n)| Some((usize::try_from(a).ok()?, usize::try_from(n).ok()?))) {
+        Some((a, n)) if a.checked_add(n).is_some_and(|end| end <= file.map().len()) => Ok(Some((a, n))),
+        _ => {
+            Err(Error::new(SHM_ERR_INVAL, format!("{}: the lease table does not fit the file", file.path().display())))
+        }
+    }
+}
+
 /// A page of a snapshot: aligned as direct I/O needs its buffers.
 #[repr(C, align(4096))]
 #[derive(Clone, Copy)]

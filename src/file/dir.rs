@@ -2,7 +2,7 @@
 //! names, and opening a queue file without following links or trusting a
 //! file of another owner.
 
-use super::{cpath, io_error};
+use super::fs::{cpath, io_error};
 use crate::error::*;
 use std::fs::File;
 use std::os::fd::FromRawFd;

@@ -2,10 +2,11 @@
 //! mapping and the typed views the queue works through.
 
 use super::dir::{open_checked, queue_path};
+use super::fs::{FsKind, io_error};
 use super::layout::{
     CONTROL_OFFSET, Control, DATA_OFFSET, INFO_BYTES, Info, Options, TABLE_OFFSET, lease_table_offset,
 };
-use super::{io_error, is_tmpfs};
+use super::make::unlink_if_same;
 use crate::error::*;
 use crate::lease::table::LeaseTable;
 use crate::registry::Registry;
@@ -76,6 +77,13 @@ pub(crate) fn read_header(dir: &Path, id: u32) -> Result<Info> {
     open_validated(dir, id, false).map(|(_, info, ..)| info)
 }
 
+/// The name in the header of queue `id` of `dir`, read without mapping the
+/// file (one open and one read of its header). Errors: those of opening a
+/// queue (`TBL_NOT_FOUND`, `SHM_ERR_INVAL`, ...).
+pub fn queue_name(dir: &Path, id: u32) -> Result<String> {
+    read_header(dir, id).map(|h| h.name().to_string())
+}
+
 impl QueueFile {
     /// Opens queue `id` in `dir`, refusing anything that is not a regular
     /// queue file of ours with a valid header.
@@ -125,7 +133,7 @@ impl QueueFile {
             // Nor the process table's intent pages (a hole in a version 2
             // file): populating would allocate every one of them. A process
             // touches its own page only.
-            let tmpfs = is_tmpfs(&mapped);
+            let tmpfs = FsKind::of(&mapped) == FsKind::Tmpfs;
             match info.sparse_range() {
                 Some((start, end)) => {
                     map.populate_range(tmpfs, 0, start as usize);
@@ -165,7 +173,7 @@ impl QueueFile {
     /// leads to another file.
     pub(crate) fn remove_live(&self) {
         if let Some(path) = &self.live {
-            super::live::unlink(path, &self.mapped);
+            let _ = unlink_if_same(path, &self.mapped);
         }
     }
 
@@ -197,7 +205,7 @@ impl QueueFile {
 
     /// Is the file on tmpfs or ramfs (never durable)?
     pub(crate) fn is_volatile(&self) -> bool {
-        super::is_volatile_fs(&self.file)
+        FsKind::of(&self.file).is_volatile()
     }
 
     /// The shared control block (a view that keeps the mapping alive).

@@ -89,7 +89,7 @@ impl Queue {
     /// still cover them).
     pub fn sync_ticket(&self, ticket: SyncTicket) -> Result<()> {
         match &self.always {
-            Some(d) => d.sync_to(ticket.0),
+            Some(d) => d.wait_for_sync(ticket.0),
             None => Ok(()),
         }
     }

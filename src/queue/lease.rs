@@ -497,7 +497,7 @@ impl Queue {
                     // must not reach the disk before the saved record.
                     // `interval`: the next sync persists the table.
                     if let Some(d) = &queue.always {
-                        let _ = d.sync_now();
+                        let _ = d.sync_undeferred();
                     } else {
                         queue.leases_flagged();
                     }

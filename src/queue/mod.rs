@@ -209,7 +209,7 @@ impl Queue {
         let mut registry = file.registry()?;
         let mut durable = None;
         if let (Some(policy), true) = (info.durability, register) {
-            if crate::file::is_volatile_fs(file.file()) && !crate::durable::hooked(file.path()) {
+            if file.is_volatile() && !crate::durable::hooked(file.path()) {
                 // Created on a disk (create refuses tmpfs), then moved or copied
                 // here. (An `interval` queue's live part made by this open goes.)
                 if file.live_made() {
