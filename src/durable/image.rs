@@ -77,6 +77,12 @@ impl Image {
         Ok(Some(Image { out, offset, slots_len, stride, capacity: info.capacity }))
     }
 
+    /// The descriptor that writes the image (`O_DIRECT | O_DSYNC`).
+    pub(crate) fn fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        self.out.as_raw_fd()
+    }
+
     /// Writes into the image the pages of the slots of the positions
     /// (counts) in each range `from..to` of `changed`, and the watermark's
     /// page when `marks`, from the mapping `map`. Returns once they are on
