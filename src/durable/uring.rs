@@ -107,7 +107,10 @@ pub enum SyncStart {
 /// (a push outside [`Queue::defer_syncs`](crate::Queue::defer_syncs),
 /// [`Queue::sync_ticket`](crate::Queue::sync_ticket)) before it reaped it:
 /// it would wait for itself. Dropping it waits for the syncs in flight
-/// and finishes them.
+/// and finishes them. The kernel tells the owning thread of completions
+/// (and of the ring's end) by interrupting what it waits in: a blocking
+/// system call of that thread may return `EINTR` (a socket read with a
+/// timeout does), which an event loop's poll retries.
 pub struct SyncRing {
     ring: IoUring,
     signal: std::fs::File,
@@ -255,6 +258,9 @@ impl SyncRing {
             ops.push(Op::Nop);
         } else if let Err(e) = d.ops(&begun, &mut ops) {
             error = Some(e);
+        }
+        if ops.is_empty() {
+            // Nothing to write (and no delay): reaped at once.
             ops.push(Op::Nop);
         }
         let at = match self.syncs.iter().position(Option::is_none) {
@@ -420,16 +426,27 @@ impl Durable {
         match &self.image {
             Some(image) => {
                 // (`interval` queues with leases snapshot their slots first:
-                // they hold no tickets, and never come here.)
-                for (at, len, to) in image.plan(&b.changed, b.control) {
+                // they hold no tickets, and never come here.) The slots'
+                // pages are durable before the watermark's page is written,
+                // as in `Image::write`: a watermark that reached the disk
+                // before the slots it passes would drop records whose pops
+                // were never answered.
+                let (fd, then_sync) = image.ring_fd();
+                let plan = image.plan(&b.changed, b.control);
+                let marks = b.control && plan.last().is_some_and(|w| w.0 == image.marks_page());
+                for (i, &(at, len, to)) in plan.iter().enumerate() {
                     if at.checked_add(len).is_none_or(|end| end > self.map.len() as u64) {
                         return Err(Error::new(SHM_ERR_INVAL, "image write beyond the mapping"));
                     }
+                    let last_slots = i + 1 == plan.len() - usize::from(marks);
                     let mut done = 0;
                     while done < len {
                         let n = (len - done).min(MAX_WRITE);
-                        ops.push(Op::Write { fd: image.fd(), at: at + done, len: n as u32, to: to + done });
+                        ops.push(Op::Write { fd, at: at + done, len: n as u32, to: to + done });
                         done += n;
+                    }
+                    if then_sync && (last_slots || i + 1 == plan.len()) {
+                        ops.push(Op::DataSync { fd, from: 0, len: 0 });
                     }
                 }
             }
