@@ -745,7 +745,7 @@ long lRelease(struct SATvm *p, struct TvmLease *lease, long delay_ms);
  * Thread-safe (one handle per thread; one call at a time per token).
  * Errors: those of lAck; those of pushing into the dead-letter queue
  * (TBL_NOT_FOUND: it does not exist, DATA_SPC_FULL, RECD_TOO_LONG), after
- * which the lease is still held.
+ * which the lease is still kept.
  */
 long lReject(struct SATvm *p, struct TvmLease *lease);
 
@@ -814,7 +814,7 @@ long lTvmRelease(struct SATvm *p, struct TvmLease *lease, long delay_ms);
  * on success. Threads: as lTvmPopLease.
  * Errors: those of lTvmAck; those of the push into the dead-letter queue
  * (TBL_NOT_FOUND, DATA_SPC_FULL, RECD_TOO_LONG), after which the lease is
- * still held.
+ * still kept.
  */
 long lTvmReject(struct SATvm *p, struct TvmLease *lease);
 
@@ -1325,7 +1325,9 @@ long lExportFile(TABLE t, char *file, char *sep);
  * queue without field list), FLD_NOT_EXIST (a line with another number of
  * fields), IDX_DATA_MISM (a field's text does not fit it), VER_NOT_MATCH /
  * SHM_ERR_INVAL (not an export this version reads, or cut short: the
- * records before the damage are pushed), and those of lPush.
+ * records before the damage are pushed; VER_NOT_MATCH too for a binary
+ * export made on a machine of the other byte order without a field list
+ * to turn its numbers around by), and those of lPush.
  */
 long lImportFile(TABLE t, char *file, char *sep);
 

@@ -118,7 +118,7 @@ pub use queue::{Process, Queue, QueueInfo, Repair, Stats, Strategy, SyncTicket, 
 #[cfg(not(loom))]
 pub use ring::Peeked;
 #[cfg(not(loom))]
-pub use schema::{Field, FieldKind, MAX_FIELD_NAME, MAX_FIELDS};
+pub use schema::{Field, FieldKind, FieldValue, MAX_FIELD_NAME, MAX_FIELDS};
 #[cfg(not(loom))]
 pub use spec::{
     DEFAULT_LEASE_MS, DEFAULT_MAX_LEASES, DEFAULT_UNBLOCK_TIMEOUT_MS, MAX_LEASE_MS, MAX_LEASES, MAX_NAME, MAX_PART,

@@ -61,7 +61,7 @@ pub(crate) struct IntentPage {
 #[repr(C, align(64))]
 pub(crate) struct ProcHead {
     /// Pid of the holder, for display (0: never held or left cleanly).
-    /// Liveness is decided by the lock, never by this pid.
+    /// Whether it is alive is decided by the lock, never by this pid.
     pub(crate) pid: AtomicU32,
     /// Bumped by each new holder (0: the entry was never taken).
     pub(crate) generation: AtomicU32,
@@ -150,7 +150,7 @@ enum Table {
 
 /// Is the holder of a position alive?
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Liveness {
+pub(crate) enum HolderIs {
     /// Proven dead: no live process announces the position.
     Dead,
     /// A live process announces it.
@@ -360,7 +360,7 @@ impl Registry {
     /// Is the `role` holder of position number `at` alive? One `fcntl` per
     /// registered entry. `unregistered`: processes are attached without an
     /// entry (they cannot announce).
-    pub(crate) fn holder(&self, role: Holder, at: u64, unregistered: bool) -> Liveness {
+    pub(crate) fn holder(&self, role: Holder, at: u64, unregistered: bool) -> HolderIs {
         let mut unknown = unregistered;
         for index in 0..MAX_PROCS {
             let entry = self.entry(index);
@@ -380,13 +380,13 @@ impl Registry {
             // Only a held (or our own) entry's page is read: its holder
             // cleared it when it took the entry.
             if self.intents(index).iter().any(|w| covers(w.0.load(Ordering::Acquire), role, at)) {
-                return Liveness::Alive;
+                return HolderIs::Alive;
             }
             if entry.anonymous.load(Ordering::Acquire) > 0 {
                 unknown = true;
             }
         }
-        if unknown { Liveness::Unknown } else { Liveness::Dead }
+        if unknown { HolderIs::Unknown } else { HolderIs::Dead }
     }
 
     /// Counts one of our threads into the waiter count before it sleeps. The
@@ -585,17 +585,17 @@ mod tests {
         assert_eq!(me.others_alive(), 1);
 
         other.intent_word(0).unwrap().store(intent_word(Holder::Producer, 100), Ordering::SeqCst);
-        assert_eq!(me.holder(Holder::Producer, 100, false), Liveness::Alive);
-        assert_eq!(me.holder(Holder::Producer, 163, false), Liveness::Alive, "a claim covers 64 positions");
-        assert_eq!(me.holder(Holder::Producer, 164, false), Liveness::Dead);
-        assert_eq!(me.holder(Holder::Producer, 99, false), Liveness::Dead);
-        assert_eq!(me.holder(Holder::Consumer, 100, false), Liveness::Dead, "the role counts");
-        assert_eq!(me.holder(Holder::Producer, 200, true), Liveness::Unknown, "unregistered processes");
+        assert_eq!(me.holder(Holder::Producer, 100, false), HolderIs::Alive);
+        assert_eq!(me.holder(Holder::Producer, 163, false), HolderIs::Alive, "a claim covers 64 positions");
+        assert_eq!(me.holder(Holder::Producer, 164, false), HolderIs::Dead);
+        assert_eq!(me.holder(Holder::Producer, 99, false), HolderIs::Dead);
+        assert_eq!(me.holder(Holder::Consumer, 100, false), HolderIs::Dead, "the role counts");
+        assert_eq!(me.holder(Holder::Producer, 200, true), HolderIs::Unknown, "unregistered processes");
         other.add_anonymous();
-        assert_eq!(me.holder(Holder::Producer, 200, false), Liveness::Unknown, "threads without a word");
+        assert_eq!(me.holder(Holder::Producer, 200, false), HolderIs::Unknown, "threads without a word");
         // Our own announcements count too.
         me.intent_word(3).unwrap().store(intent_word(Holder::Consumer, 7), Ordering::SeqCst);
-        assert_eq!(other.holder(Holder::Consumer, 7, false), Liveness::Alive);
+        assert_eq!(other.holder(Holder::Consumer, 7, false), HolderIs::Alive);
     }
 
     #[test]
@@ -615,14 +615,14 @@ mod tests {
         other.enter_wait(&waiters);
         other.intent_word(0).unwrap().store(intent_word(Holder::Producer, 5), Ordering::SeqCst);
         assert_eq!(waiters.load(Ordering::SeqCst), 2);
-        assert_eq!(me.holder(Holder::Producer, 5, false), Liveness::Alive);
+        assert_eq!(me.holder(Holder::Producer, 5, false), HolderIs::Alive);
         assert_eq!(me.reconcile(&waiters), 0, "a live process's sleepers stay counted");
 
         // It dies: its lock goes with its file description; its entry stays as it was.
         let index = other.mine.unwrap().index;
         drop(other);
         me.entry(index).pid.store(4_000_000, Ordering::SeqCst);
-        assert_eq!(me.holder(Holder::Producer, 5, false), Liveness::Dead);
+        assert_eq!(me.holder(Holder::Producer, 5, false), HolderIs::Dead);
         let deaths = me.unclean_deaths();
         assert_eq!(deaths, vec![(index, 4_000_000)]);
         assert_eq!(me.reconcile(&waiters), 2);
@@ -686,8 +686,8 @@ mod tests {
         assert_eq!(a.register(&waiters), (true, 0));
         assert_eq!(b.register(&waiters), (true, 0));
         b.intent_word(31).unwrap().store(intent_word(Holder::Consumer, 9), Ordering::SeqCst);
-        assert_eq!(a.holder(Holder::Consumer, 9, false), Liveness::Alive);
-        assert_eq!(a.holder(Holder::Producer, 9, false), Liveness::Dead);
+        assert_eq!(a.holder(Holder::Consumer, 9, false), HolderIs::Alive);
+        assert_eq!(a.holder(Holder::Producer, 9, false), HolderIs::Dead);
         assert!(a.unclean_deaths().is_empty());
         assert_eq!(a.reconcile(&waiters), 0);
         assert_eq!((a.others_alive(), a.live().len()), (1, 2));

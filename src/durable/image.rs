@@ -66,7 +66,7 @@ impl Image {
         if !file.options().image() {
             return Ok(None);
         }
-        let info = file.info();
+        let info = file.header();
         let bad = || Error::new(SHM_ERR_INVAL, "the queue's geometry overflows its image");
         let offset = image_offset(info.capacity, info.record_size, file.options().lease_entries()).ok_or_else(bad)?;
         let stride = stride_for(info.record_size, true);
@@ -288,7 +288,7 @@ impl Image {
 /// (`interval` queues with leases.) The lease table's bytes in the
 /// mapping: (offset, length).
 pub(crate) fn lease_table_range(file: &QueueFile) -> Result<Option<(usize, usize)>> {
-    let info = file.info();
+    let info = file.header();
     let entries = file.options().lease_entries();
     if entries == 0 {
         return Ok(None);

@@ -148,7 +148,7 @@ pub(crate) struct Durable {
 impl Durable {
     /// The sync machinery of the durable queue in `file`, whose policy is `policy`.
     pub(crate) fn new(file: &QueueFile, policy: Durability) -> Result<Durable> {
-        let info = file.info();
+        let info = file.header();
         Ok(Durable {
             policy,
             map: file.map().clone(),
@@ -180,6 +180,12 @@ impl Durable {
     /// The queue's policy.
     pub(crate) fn policy(&self) -> Durability {
         self.policy
+    }
+
+    /// Is the policy `always` (every push and pop waits for its sync)?
+    #[inline(always)]
+    pub(crate) fn is_always(&self) -> bool {
+        matches!(self.policy, Durability::Always)
     }
 
     fn words(&self) -> &SyncWords {

@@ -97,7 +97,7 @@ pub(crate) fn attach(
     if stored_boot_id(control) == now {
         return Ok(None); // another process recovered it meanwhile
     }
-    let created_ns = file.info().created_ns;
+    let created_ns = file.header().created_ns;
     let map = file.map();
     // An `interval` queue's durable state is its image (the live pages on
     // the disk are whatever the kernel wrote back: never read).

@@ -8,7 +8,7 @@
 
 use super::common::{out_buffer, wait_mode};
 use super::net::{client, popping};
-use super::thread::on_queue_held;
+use super::thread::on_queue_kept;
 use super::{CallResult, SATvm, Uenum, call};
 use crate::client::{NetLease, PopWait};
 use crate::error::*;
@@ -183,10 +183,10 @@ pub unsafe extern "C" fn lPopLease(
             let wait = wait_mode(wait, Wait::Forever, Wait::NoWait)?;
             // SAFETY: checked non-NULL; the caller provides `out` with at least p->lSize writable bytes.
             let buf = unsafe { out_buffer(out, h.lSize) };
-            on_queue_held(
+            on_queue_kept(
                 h,
                 #[inline(always)]
-                |q, held| q.pop_lease_held(buf, wait, lease_ns, held),
+                |q, kept| q.pop_lease_kept(buf, wait, lease_ns, kept),
             )
         });
         match got {
@@ -223,7 +223,7 @@ pub unsafe extern "C" fn lAck(p: *mut SATvm, lease: *mut TvmLease) -> c_long {
     let body = |h: &mut SATvm| -> CallResult {
         // SAFETY: NULL or a readable TvmLease, by the caller's contract.
         let t = unsafe { token(lease) }?;
-        on_queue_held(
+        on_queue_kept(
             h,
             #[inline(always)]
             |q, _| q.ack(&t),
@@ -272,7 +272,7 @@ pub unsafe extern "C" fn lAckPopLease(
         let wait = wait_mode(wait, Wait::Forever, Wait::NoWait)?;
         // SAFETY: checked non-NULL; the caller provides `out` with at least p->lSize writable bytes.
         let buf = unsafe { out_buffer(out, h.lSize) };
-        let acked = on_queue_held(h, |q, held| q.ack_pop_lease_held(&t, buf, wait, lease_ns, held));
+        let acked = on_queue_kept(h, |q, kept| q.ack_pop_lease_kept(&t, buf, wait, lease_ns, kept));
         let got = match acked {
             Ok(got) => got,
             Err(e) if e.code() == SYNC_FAILED => {
@@ -312,7 +312,7 @@ pub unsafe extern "C" fn lRelease(p: *mut SATvm, lease: *mut TvmLease, delay_ms:
         // SAFETY: NULL or a readable TvmLease, by the caller's contract.
         let t = unsafe { token(lease) }?;
         let delay = millis(delay_ms, "delay")?;
-        on_queue_held(h, |q, _| q.release(&t, delay))?;
+        on_queue_kept(h, |q, _| q.release(&t, delay))?;
         Ok(1)
     };
     // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
@@ -325,13 +325,13 @@ pub unsafe extern "C" fn lRelease(p: *mut SATvm, lease: *mut TvmLease, delay_ms:
 /// Thread-safe (one handle per thread; one call at a time per token).
 /// Errors: those of lAck; those of pushing into the dead-letter queue
 /// (TBL_NOT_FOUND: it does not exist, DATA_SPC_FULL, RECD_TOO_LONG), after
-/// which the lease is still held.
+/// which the lease is still kept.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lReject(p: *mut SATvm, lease: *mut TvmLease) -> c_long {
     let body = |h: &mut SATvm| -> CallResult {
         // SAFETY: NULL or a readable TvmLease, by the caller's contract.
         let t = unsafe { token(lease) }?;
-        on_queue_held(h, |q, _| q.reject(&t))?;
+        on_queue_kept(h, |q, _| q.reject(&t))?;
         Ok(1)
     };
     // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
@@ -350,7 +350,7 @@ pub unsafe extern "C" fn lExtendLease(p: *mut SATvm, lease: *mut TvmLease, lease
         // SAFETY: NULL or a readable TvmLease, by the caller's contract.
         let mut t = unsafe { token(lease) }?;
         let lease_time = millis(lease_ms, "lease time")?;
-        on_queue_held(h, |q, _| q.extend_lease(&mut t, lease_time))?;
+        on_queue_kept(h, |q, _| q.extend_lease(&mut t, lease_time))?;
         // SAFETY: `token` found it non-NULL; the caller provides it writable.
         unsafe { lease.write(TvmLease::from_lease(&t)) };
         Ok(1)
@@ -457,7 +457,7 @@ pub unsafe extern "C" fn lTvmRelease(p: *mut SATvm, lease: *mut TvmLease, delay_
 /// on success. Threads: as lTvmPopLease.
 /// Errors: those of lTvmAck; those of the push into the dead-letter queue
 /// (TBL_NOT_FOUND, DATA_SPC_FULL, RECD_TOO_LONG), after which the lease is
-/// still held.
+/// still kept.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lTvmReject(p: *mut SATvm, lease: *mut TvmLease) -> c_long {
     let body = |h: &mut SATvm| -> CallResult {

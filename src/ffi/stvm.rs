@@ -276,7 +276,9 @@ pub unsafe extern "C" fn lExportFile(t: TABLE, file: *mut c_char, sep: *mut c_ch
 /// queue without field list), FLD_NOT_EXIST (a line with another number of
 /// fields), IDX_DATA_MISM (a field's text does not fit it), VER_NOT_MATCH /
 /// SHM_ERR_INVAL (not an export this version reads, or cut short: the
-/// records before the damage are pushed), and those of lPush.
+/// records before the damage are pushed; VER_NOT_MATCH too for a binary
+/// export made on a machine of the other byte order without a field list
+/// to turn its numbers around by), and those of lPush.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lImportFile(t: TABLE, file: *mut c_char, sep: *mut c_char) -> c_long {
     call_no_handle(|| {

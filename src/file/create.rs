@@ -3,7 +3,7 @@
 
 use super::dir::{check_dir, open_checked, queue_path};
 use super::fs::{FsKind, cpath, io_error};
-use super::layout::{INFO_BYTES, Info, Options, header_page};
+use super::layout::{HEADER_BYTES, Header, Options, header_page};
 use super::live;
 use super::make::{Contents, Unlinked, create_exclusive, fill, publish_new, temporary_name, unlink_if_same};
 use crate::error::*;
@@ -20,7 +20,7 @@ pub(crate) fn create(dir: &Path, id: u32, spec: &Spec) -> Result<()> {
         let what = format!("{} rows of {} bytes make a file too large to address", spec.rows, spec.record_size);
         Error::new(MQUE_CRTE_BIG, what)
     })?;
-    let info = Info::new(id, spec, size)?;
+    let info = Header::new(id, spec, size)?;
     let options = Options::new(spec);
 
     if spec.durability.is_some() {
@@ -82,13 +82,15 @@ pub(crate) fn create(dir: &Path, id: u32, spec: &Spec) -> Result<()> {
 }
 
 /// The byte ranges of a new queue file that are written when it is made:
-/// all but its hole ([`Info::allocated_ranges`]); for an `interval` queue
+/// all but its hole ([`Header::allocated_ranges`]); for an `interval` queue
 /// (`image`) only its header page and its image, its live part being kept
 /// in tmpfs (see [`super::live`]: the range between is a hole that nothing
 /// writes).
-fn disk_ranges(info: &Info, image: bool) -> Vec<(u64, u64)> {
+fn disk_ranges(info: &Header, image: bool) -> Vec<(u64, u64)> {
     match image.then(|| live::live_len(info)).flatten() {
-        Some(live) => [(0, INFO_BYTES.min(live)), (live, info.file_size)].into_iter().filter(|(a, b)| a < b).collect(),
+        Some(live) => {
+            [(0, HEADER_BYTES.min(live)), (live, info.file_size)].into_iter().filter(|(a, b)| a < b).collect()
+        }
         None => info.allocated_ranges(),
     }
 }

@@ -33,7 +33,7 @@
 
 use super::dir::default_dir_of;
 use super::fs::io_error;
-use super::layout::{INFO_BYTES, Info, OPTIONS_OFFSET, Options, fnv1a, header_page, image_offset};
+use super::layout::{HEADER_BYTES, Header, OPTIONS_OFFSET, Options, fnv1a, header_page, image_offset};
 use super::make::{Contents, create_exclusive, fill, publish_new, temporary_name, unlink_if_same};
 use crate::error::*;
 use std::fs::File;
@@ -42,7 +42,7 @@ use std::path::{Path, PathBuf};
 
 /// Offset, in the live file's header page, of its [`LiveId`] (after the
 /// queue file's header and options, which the page repeats).
-pub(crate) const LIVE_ID_OFFSET: u64 = INFO_BYTES - 64;
+pub(crate) const LIVE_ID_OFFSET: u64 = HEADER_BYTES - 64;
 const _: () = assert!(OPTIONS_OFFSET as u64 + size_of::<Options>() as u64 <= LIVE_ID_OFFSET);
 
 /// First bytes of a [`LiveId`].
@@ -86,7 +86,7 @@ pub(crate) struct Identity {
 
 impl Identity {
     /// The identity of the queue file `disk` (open), whose header is `info`.
-    pub(crate) fn of(disk: &File, info: &Info, path: &Path) -> Result<Identity> {
+    pub(crate) fn of(disk: &File, info: &Header, path: &Path) -> Result<Identity> {
         let m = disk.metadata().map_err(|e| io_error(SHM_ERR_INVAL, "cannot stat", path, e))?;
         Ok(Identity {
             dev: m.dev(),
@@ -126,7 +126,7 @@ impl Identity {
 
 /// Bytes of the live file of a queue with header `info`: everything before
 /// its image.
-pub(crate) fn live_len(info: &Info) -> Option<u64> {
+pub(crate) fn live_len(info: &Header) -> Option<u64> {
     image_offset(info.capacity, info.record_size, 0)
 }
 
@@ -142,7 +142,7 @@ pub(crate) fn in_tmpfs(options: &Options) -> bool {
 
 /// The header page a live file must hold: the queue file's header and
 /// options, and the identity.
-fn live_header_page(info: &Info, options: &Options, ident: &Identity) -> Vec<u8> {
+fn live_header_page(info: &Header, options: &Options, ident: &Identity) -> Vec<u8> {
     let mut page = header_page(info, options);
     let at = LIVE_ID_OFFSET as usize;
     page[at..at + size_of::<LiveId>()].copy_from_slice(ident.live_id().as_bytes());
@@ -196,7 +196,7 @@ fn open_existing(path: &Path, want: &[u8], len: u64, ident: &Identity, write: bo
 
 /// The live file of the queue file `ident`, if there is one (never made):
 /// for inspection and for dropping.
-pub(crate) fn find(info: &Info, options: &Options, ident: &Identity, write: bool) -> Result<Option<Live>> {
+pub(crate) fn find(info: &Header, options: &Options, ident: &Identity, write: bool) -> Result<Option<Live>> {
     let len = live_len(info).ok_or_else(too_large)?;
     let path = ident.path();
     match open_existing(&path, &live_header_page(info, options, ident), len, ident, write)? {
@@ -207,7 +207,7 @@ pub(crate) fn find(info: &Info, options: &Options, ident: &Identity, write: bool
 
 /// The live file of the queue file `ident`, made (all zero but its header,
 /// to be rebuilt from the image) if it is missing or not ours.
-pub(crate) fn attach(info: &Info, options: &Options, ident: &Identity) -> Result<Live> {
+pub(crate) fn attach(info: &Header, options: &Options, ident: &Identity) -> Result<Live> {
     let len = live_len(info).ok_or_else(too_large)?;
     let path = ident.path();
     let want = live_header_page(info, options, ident);
@@ -236,7 +236,7 @@ pub(crate) fn attach(info: &Info, options: &Options, ident: &Identity) -> Result
 
 /// (Creation of an `interval` queue.) Makes its live file, stamped with this
 /// boot's id (its first attach needs no recovery). Fails if it exists.
-pub(crate) fn create(info: &Info, options: &Options, ident: &Identity) -> Result<Live> {
+pub(crate) fn create(info: &Header, options: &Options, ident: &Identity) -> Result<Live> {
     let len = live_len(info).ok_or_else(too_large)?;
     let want = live_header_page(info, options, ident);
     make(info, &want, len, ident, true)?
@@ -276,7 +276,7 @@ fn live_dir(ident: &Identity) -> Result<PathBuf> {
 /// Makes the live file: a temporary file filled and published under its
 /// name, which must not exist (`Ok(None)` if another process published one
 /// first). `stamp`: write this boot's id into its control block.
-fn make(info: &Info, want: &[u8], len: u64, ident: &Identity, stamp: bool) -> Result<Option<Live>> {
+fn make(info: &Header, want: &[u8], len: u64, ident: &Identity, stamp: bool) -> Result<Option<Live>> {
     let dir = live_dir(ident)?;
     let path = ident.path();
     let tmp = temporary_name(&dir, ".interval-tmp.");
@@ -367,8 +367,8 @@ mod tests {
         let info = crate::file::map::read_header(&dir.0, 1).unwrap();
         let image = live_len(&info).unwrap();
         let f = File::open(&disk).unwrap();
-        let mut live_range = vec![0u8; (image - INFO_BYTES) as usize];
-        f.read_exact_at(&mut live_range, INFO_BYTES).unwrap();
+        let mut live_range = vec![0u8; (image - HEADER_BYTES) as usize];
+        f.read_exact_at(&mut live_range, HEADER_BYTES).unwrap();
         assert!(live_range.iter().all(|&b| b == 0), "the disk file's live range was written");
         // The image got the records (the slots lie there as from DATA_OFFSET).
         let stride = crate::file::layout::stride_for(304, true);
@@ -378,7 +378,7 @@ mod tests {
         // Allocated on the disk: the header page and the image, not the
         // live range (a hole).
         let allocated = f.metadata().unwrap().blocks() * 512;
-        let wanted = INFO_BYTES + (info.file_size - image);
+        let wanted = HEADER_BYTES + (info.file_size - image);
         assert!(allocated <= wanted + 4096, "{allocated} bytes allocated, header and image are {wanted}");
         assert!(info.file_size - wanted > 1 << 20, "a live range worth the check");
         drop(q);

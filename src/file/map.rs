@@ -4,7 +4,7 @@
 use super::dir::{open_checked, queue_path};
 use super::fs::{FsKind, io_error};
 use super::layout::{
-    CONTROL_OFFSET, Control, DATA_OFFSET, INFO_BYTES, Info, Options, TABLE_OFFSET, lease_table_offset,
+    CONTROL_OFFSET, Control, DATA_OFFSET, HEADER_BYTES, Header, Options, TABLE_OFFSET, lease_table_offset,
 };
 use super::make::unlink_if_same;
 use crate::error::*;
@@ -31,7 +31,7 @@ pub(crate) enum Access {
 
 /// An open, validated, mapped queue file.
 pub(crate) struct QueueFile {
-    info: Info,
+    header: Header,
     options: Options,
     path: PathBuf,
     /// The queue file.
@@ -49,17 +49,17 @@ pub(crate) struct QueueFile {
 
 /// Opens queue `id`'s file in `dir` and reads and validates its header,
 /// without mapping anything.
-fn open_validated(dir: &Path, id: u32, write: bool) -> Result<(File, Info, Options, u64, PathBuf)> {
+fn open_validated(dir: &Path, id: u32, write: bool) -> Result<(File, Header, Options, u64, PathBuf)> {
     let path = queue_path(dir, id);
     let file = open_checked(dir, &path, write)?;
     let len = file.metadata().map_err(|e| io_error(SHM_ERR_INVAL, "cannot stat", &path, e))?.len();
-    if len < INFO_BYTES {
+    if len < HEADER_BYTES {
         return Err(Error::new(SHM_ERR_INVAL, format!("{} is truncated ({len} bytes)", path.display())));
     }
-    let mut raw = [0u8; INFO_BYTES as usize];
+    let mut raw = [0u8; HEADER_BYTES as usize];
     file.read_exact_at(&mut raw, 0).map_err(|e| io_error(SHM_ERR_INVAL, "cannot read", &path, e))?;
     let short = || Error::new(SHM_ERR_INVAL, format!("{}: its header is too short", path.display()));
-    let info = Info::from_bytes(&raw).ok_or_else(short)?;
+    let info = Header::from_bytes(&raw).ok_or_else(short)?;
     let options = Options::from_header(&raw).ok_or_else(short)?;
     // The durable flag changes the slot stride and the lease settings the
     // file's end; a corrupted flag fails one of the checks.
@@ -73,7 +73,7 @@ fn open_validated(dir: &Path, id: u32, write: bool) -> Result<(File, Info, Optio
 }
 
 /// The validated header of queue `id` in `dir`, read without mapping the file.
-pub(crate) fn read_header(dir: &Path, id: u32) -> Result<Info> {
+pub(crate) fn read_header(dir: &Path, id: u32) -> Result<Header> {
     open_validated(dir, id, false).map(|(_, info, ..)| info)
 }
 
@@ -147,7 +147,7 @@ impl QueueFile {
         let control = map
             .view::<Control>(CONTROL_OFFSET as usize)
             .ok_or_else(|| Error::new(SHM_ERR_INVAL, format!("{}: no room for the control block", path.display())))?;
-        Ok(QueueFile { info, options, path, file, mapped, live, live_made, map, control })
+        Ok(QueueFile { header: info, options, path, file, mapped, live, live_made, map, control })
     }
 
     /// The live part in tmpfs of an `interval` queue, when it is mapped
@@ -178,8 +178,8 @@ impl QueueFile {
     }
 
     /// The validated header.
-    pub(crate) fn info(&self) -> &Info {
-        &self.info
+    pub(crate) fn header(&self) -> &Header {
+        &self.header
     }
 
     /// The validated options of the header.
@@ -215,7 +215,7 @@ impl QueueFile {
 
     /// The ring's storage in this mapping.
     pub(crate) fn storage(&self) -> Result<MapStorage> {
-        let i = &self.info;
+        let i = &self.header;
         MapStorage::new(
             &self.map,
             CONTROL_OFFSET as usize + std::mem::offset_of!(Control, cursors),
@@ -229,7 +229,7 @@ impl QueueFile {
 
     /// The lease table, if the queue has leases.
     pub(crate) fn lease_table(&self) -> Result<Option<LeaseTable>> {
-        let i = &self.info;
+        let i = &self.header;
         let entries = self.options.lease_entries();
         if entries == 0 {
             return Ok(None);
@@ -249,7 +249,7 @@ impl QueueFile {
 
     /// This process's view of the file's process table (not registered yet).
     pub(crate) fn registry(&self) -> Result<Registry> {
-        Registry::new(&self.map, TABLE_OFFSET as usize, self.mapped.clone(), self.info.table_layout())
+        Registry::new(&self.map, TABLE_OFFSET as usize, self.mapped.clone(), self.header.table_layout())
             .ok_or_else(|| Error::new(SHM_ERR_INVAL, format!("{}: no room for the process table", self.path.display())))
     }
 }

@@ -1,7 +1,9 @@
 //! The data path: pushes and pops of one record or of a batch, blocking or
 //! not, on plain, durable and lease queues.
 
-use super::{HeldIntent, Idle, Intent, Patience, Queue, Wait, lease};
+use super::blocking::Idle;
+use super::participant::{Intent, IntentOnLeaseQueue, KeptIntent, Patience};
+use super::{Queue, Wait};
 use crate::durable::Durable;
 use crate::error::*;
 use crate::ring::{Announce, Peeked, RingError};
@@ -12,18 +14,18 @@ impl Queue {
     /// a full queue gives `DATA_SPC_FULL`.
     #[inline(always)]
     pub fn push(&self, record: &[u8]) -> Result<()> {
-        self.push_held(record, None)
+        self.push_kept(record, None)
     }
 
-    /// [`push`](Self::push), announcing through the intent word `held`
+    /// [`push`](Self::push), announcing through the intent word `kept`
     /// keeps (looked up when it is `None` or another queue's).
     // Always inlined (into lPush): as a call of its own it costs plain
     // queues about 15% of their push rate (measured).
     #[inline(always)]
-    pub(crate) fn push_held(&self, record: &[u8], held: Option<&HeldIntent>) -> Result<()> {
+    pub(crate) fn push_kept(&self, record: &[u8], kept: Option<&KeptIntent>) -> Result<()> {
         self.check_push(record)?;
-        let intent = self.intent_held(held);
-        if let Some(d) = &self.always {
+        let intent = self.intent_kept(kept);
+        if let Some(d) = self.always() {
             return self.push_always(d, record, intent);
         }
         // Plain and `interval` queues (the flusher finds the change, and
@@ -93,14 +95,14 @@ impl Queue {
         if let Err(e) = self.check_push(&records[..each]) {
             return (0, Some(e));
         }
-        let (done, err) = match &self.always {
+        let (done, err) = match self.always() {
             // Plain and `interval` queues (see `push`).
             None => self.ring.push_batch(records, each, &self.intent(), &mut Patience::new(self)),
             Some(d) => self.ring.push_batch_sealed(d.key(), records, each, &self.intent(), &mut Patience::new(self)),
         };
         if done > 0 {
             self.wake(done as u32);
-            if let Some(d) = &self.always {
+            if let Some(d) = self.always() {
                 // One sync for the whole batch.
                 if let Err(e) = d.sync() {
                     return (done, Some(e));
@@ -116,14 +118,14 @@ impl Queue {
     /// waiting to be delivered again (its lease ran out, or was released)
     /// comes first, and is taken for good.
     pub fn pop(&self, out: &mut [u8], wait: Wait) -> Result<usize> {
-        self.pop_held(out, wait, None)
+        self.pop_kept(out, wait, None)
     }
 
-    /// [`pop`](Self::pop), announcing through the intent word `held` keeps
+    /// [`pop`](Self::pop), announcing through the intent word `kept` keeps
     /// (looked up when it is `None` or another queue's). Always inlined
     /// (into lPop): as a call of its own it cost about 20 instructions a pop.
     #[inline(always)]
-    pub(crate) fn pop_held(&self, out: &mut [u8], wait: Wait, held: Option<&HeldIntent>) -> Result<usize> {
+    pub(crate) fn pop_kept(&self, out: &mut [u8], wait: Wait, kept: Option<&KeptIntent>) -> Result<usize> {
         if self.leases.is_some() {
             return self.pop_with_leases(out, wait);
         }
@@ -132,7 +134,7 @@ impl Queue {
         let mut idle = Idle::new(wait);
         loop {
             self.check_usable()?;
-            if let Some(n) = self.pop_ring(out, &self.intent_held(held))? {
+            if let Some(n) = self.pop_ring(out, &self.intent_kept(kept))? {
                 return Ok(n);
             }
             // Nothing queued: wait as the strategy says (shared with the lease path).
@@ -153,7 +155,7 @@ impl Queue {
                 return Ok(n);
             }
             // Through its own instance of `Ring::pop` (see `lease::Own`).
-            if let Some(n) = self.pop_ring(out, &lease::Own(self.intent()))? {
+            if let Some(n) = self.pop_ring(out, &IntentOnLeaseQueue(self.intent()))? {
                 return Ok(n);
             }
             self.idle(&mut idle)?;

@@ -15,7 +15,7 @@ impl Queue {
     /// is counted in the file, and a crash may deliver them again.
     #[inline]
     pub(super) fn popped_durably(&self) {
-        if let Some(d) = &self.always {
+        if let Some(d) = self.always() {
             let _ = sync_popped(d);
         }
     }
@@ -64,7 +64,7 @@ impl Queue {
     /// inside `f` cannot happen (none runs); it shows when the ticket is
     /// waited for.
     pub fn defer_syncs<R>(&self, f: impl FnOnce(&Queue) -> R) -> (R, Option<SyncTicket>) {
-        let Some(d) = &self.always else {
+        let Some(d) = self.always() else {
             return (f(self), None);
         };
         let guard = crate::durable::defer::begin(d);
@@ -76,7 +76,7 @@ impl Queue {
     /// Has the sync `ticket` names completed (the changes it covers are on
     /// stable storage)? Never waits. `true` on a queue that is not `always`.
     pub fn is_synced(&self, ticket: SyncTicket) -> bool {
-        self.always.as_ref().is_none_or(|d| d.covered(ticket.0))
+        self.always().is_none_or(|d| d.covered(ticket.0))
     }
 
     /// Waits until the sync `ticket` names has completed, running it when
@@ -88,7 +88,7 @@ impl Queue {
     /// the queue but not known to be on stable storage; a later sync may
     /// still cover them).
     pub fn sync_ticket(&self, ticket: SyncTicket) -> Result<()> {
-        match &self.always {
+        match self.always() {
             Some(d) => d.wait_for_sync(ticket.0),
             None => Ok(()),
         }
@@ -115,7 +115,7 @@ impl Queue {
         ring: &mut SyncRing,
         token: u64,
     ) -> Result<SyncStart> {
-        match &self.always {
+        match self.durable.as_ref().filter(|d| d.is_always()) {
             Some(d) => ring.start(d, self.clone(), ticket.0, token),
             None => Ok(SyncStart::Covered),
         }

@@ -16,7 +16,7 @@ use crate::error::*;
 use crate::file;
 use crate::file::layout::Control;
 use crate::file::map::{Access, QueueFile};
-use crate::registry::{IntentSlots, Liveness, Registry};
+use crate::registry::{HolderIs, IntentSlots, Registry};
 use crate::ring::{Holder, MapStorage, Ring};
 use crate::spec::{Durability, Spec};
 use crate::wait;
@@ -36,11 +36,9 @@ mod tests;
 mod transfer;
 mod types;
 
-use blocking::Idle;
 pub use durability::SyncTicket;
 pub use lease::{Lease, LeaseState, LeaseStats, LeasedRecord};
-pub(crate) use participant::{HeldIntent, IdHasher};
-use participant::{Intent, NO_WORD, Patience};
+pub(crate) use participant::{IdHasher, KeptIntent};
 pub use stats::{Process, Stats};
 pub use transfer::ExportFormat;
 pub use types::{QueueInfo, Repair, Strategy, Wait};
@@ -100,11 +98,9 @@ pub struct Queue {
     /// places).
     leases: Option<Box<lease::Leases>>,
     info: QueueInfo,
-    /// Durable queues: the sync machinery (shared with the flusher thread).
+    /// Durable queues: the sync machinery (shared with the flusher thread;
+    /// see [`always`](Self::always)).
     durable: Option<Arc<Durable>>,
-    /// The same, for `always` queues only: the pushes and pops of plain and
-    /// `interval` queues test this and find nothing to do.
-    always: Option<Arc<Durable>>,
     file: QueueFile,
 }
 
@@ -201,7 +197,7 @@ impl Queue {
     }
 
     fn from_file(file: QueueFile, register: bool) -> Result<Queue> {
-        let info = QueueInfo::from_header(file.info(), file.options());
+        let info = QueueInfo::from_header(file.header(), file.options());
         // The consumers of a queue with an image erase the checksums of the records
         // they take (see `Ring::erasing_seals`).
         let erase_seals = file.options().image();
@@ -271,7 +267,6 @@ impl Queue {
             opener: std::process::id(),
             leases,
             info,
-            always: durable.clone().filter(|d| d.policy() == Durability::Always),
             durable,
             file,
         };
@@ -308,9 +303,9 @@ impl Queue {
         let unregistered = self.unregistered();
         let dead = |holder, at| {
             let dead = match self.registry.holder(holder, at, unregistered) {
-                Liveness::Dead => true,
-                Liveness::Unknown => alone,
-                Liveness::Alive => false,
+                HolderIs::Dead => true,
+                HolderIs::Unknown => alone,
+                HolderIs::Alive => false,
             };
             // A lease consumer's slot: waited for, or released (its record
             // is in the lease table), never published again.
@@ -384,6 +379,14 @@ impl Queue {
     /// How long a stalled slot of unknown holder is waited for.
     pub fn unblock_timeout(&self) -> Duration {
         self.unblock_timeout
+    }
+
+    /// The sync machinery of an `always` queue: `None` for plain and
+    /// `interval` queues, whose pushes and pops test this and find nothing
+    /// to do.
+    #[inline(always)]
+    fn always(&self) -> Option<&Durable> {
+        self.durable.as_deref().filter(|d| d.is_always())
     }
 
     #[inline]

@@ -1,10 +1,10 @@
-//! The header at offset 0 of a queue file ([`Info`]): magic, version,
+//! The header at offset 0 of a queue file ([`Header`]): magic, version,
 //! geometry, name, record layout and checksum, written once at creation
 //! and checked on every open.
 
 use super::fnv::fnv1a;
 use super::geometry::{file_size_for, stride_for};
-use super::offsets::{CONTROL_OFFSET, DATA_OFFSET, INFO_BYTES, SPARSE_START, TABLE_OFFSET};
+use super::offsets::{CONTROL_OFFSET, DATA_OFFSET, HEADER_BYTES, SPARSE_START, TABLE_OFFSET};
 use crate::error::*;
 use crate::registry::{MAX_PROCS, TableLayout};
 use crate::ring::{MAX_CAPACITY, one_lap};
@@ -41,7 +41,7 @@ pub(crate) struct FieldDesc {
 /// The immutable header at offset 0. Every field is checked on open.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Info {
+pub(crate) struct Header {
     pub(crate) magic: [u8; 8],
     pub(crate) version: u32,
     pub(crate) info_bytes: u32,
@@ -89,9 +89,9 @@ fn c_str(bytes: &[u8]) -> Option<&str> {
     std::str::from_utf8(&bytes[..end]).ok()
 }
 
-impl Info {
+impl Header {
     /// The header of a new queue (its geometry is assumed checked).
-    pub(crate) fn new(id: u32, spec: &Spec, file_size: u64) -> Result<Info> {
+    pub(crate) fn new(id: u32, spec: &Spec, file_size: u64) -> Result<Header> {
         if spec.fields.len() > MAX_FIELDS {
             return Err(Error::new(
                 FLD_DEF_SPILL,
@@ -107,10 +107,10 @@ impl Info {
             slot.len = f.len;
             slot.kind = f.kind.code();
         }
-        let mut info = Info {
+        let mut info = Header {
             magic: MAGIC,
             version: VERSION,
-            info_bytes: INFO_BYTES as u32,
+            info_bytes: HEADER_BYTES as u32,
             control_offset: CONTROL_OFFSET,
             table_offset: TABLE_OFFSET,
             data_offset: DATA_OFFSET,
@@ -137,25 +137,25 @@ impl Info {
     }
 
     /// A header from the first bytes of a file (`None` if too few).
-    pub(crate) fn from_bytes(raw: &[u8]) -> Option<Info> {
-        if raw.len() < size_of::<Info>() {
+    pub(crate) fn from_bytes(raw: &[u8]) -> Option<Header> {
+        if raw.len() < size_of::<Header>() {
             return None;
         }
-        // SAFETY: Info is plain data (integers and byte arrays): any bytes
-        // are a value, and `raw` holds at least size_of::<Info>() of them.
-        Some(unsafe { std::ptr::read_unaligned(raw.as_ptr().cast::<Info>()) })
+        // SAFETY: Header is plain data (integers and byte arrays): any bytes
+        // are a value, and `raw` holds at least size_of::<Header>() of them.
+        Some(unsafe { std::ptr::read_unaligned(raw.as_ptr().cast::<Header>()) })
     }
 
     /// The header's bytes, as written to the file.
     pub(crate) fn as_bytes(&self) -> &[u8] {
-        // SAFETY: Info is repr(C) plain data without padding (checked by the
+        // SAFETY: Header is repr(C) plain data without padding (checked by the
         // layout test), so all its bytes are initialised.
-        unsafe { std::slice::from_raw_parts((self as *const Info).cast::<u8>(), size_of::<Info>()) }
+        unsafe { std::slice::from_raw_parts((self as *const Header).cast::<u8>(), size_of::<Header>()) }
     }
 
     /// FNV-1a 64 of the header bytes before the checksum.
     pub(crate) fn compute_checksum(&self) -> u64 {
-        fnv1a(&self.as_bytes()[..offset_of!(Info, checksum)])
+        fnv1a(&self.as_bytes()[..offset_of!(Header, checksum)])
     }
 
     /// How the process table lies in the file (of a validated header).
@@ -170,7 +170,7 @@ impl Info {
     }
 
     /// The byte ranges of a new file that are allocated (and, on tmpfs,
-    /// cleared) when it is made: all but its hole ([`Info::sparse_range`]).
+    /// cleared) when it is made: all but its hole ([`Header::sparse_range`]).
     pub(crate) fn allocated_ranges(&self) -> Vec<(u64, u64)> {
         match self.sparse_range() {
             Some((start, end)) => {
@@ -230,7 +230,7 @@ impl Info {
         if self.checksum != self.compute_checksum() {
             return bad("header checksum mismatch: the header was modified or corrupted".into());
         }
-        if u64::from(self.info_bytes) != INFO_BYTES
+        if u64::from(self.info_bytes) != HEADER_BYTES
             || self.control_offset != CONTROL_OFFSET
             || self.table_offset != TABLE_OFFSET
             || self.data_offset != DATA_OFFSET
@@ -288,7 +288,7 @@ mod tests {
     fn info_has_no_padding() {
         // Sum of field sizes == struct size: every byte is covered by the checksum.
         let fields = 8 + 4 + 4 + 10 * 8 + 4 * 4 + NAME_BYTES + PART_BYTES + MAX_FIELDS * size_of::<FieldDesc>() + 8;
-        assert_eq!(size_of::<Info>(), fields);
+        assert_eq!(size_of::<Header>(), fields);
         assert_eq!(size_of::<FieldDesc>(), FIELD_NAME_BYTES + 16);
         assert_eq!(size_of::<SlotHeader>(), SLOT_HEADER_BYTES);
     }

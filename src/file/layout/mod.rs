@@ -4,7 +4,7 @@
 //!
 //! | offset | size | content |
 //! |---|---|---|
-//! | 0 | 4 KiB | [`Info`]: magic, version, geometry, name, fields, checksum (immutable) |
+//! | 0 | 4 KiB | [`Header`]: magic, version, geometry, name, fields, checksum (immutable) |
 //! | 4096 | 4 KiB | [`Control`]: ring cursors, futex and waiter count, dropped flag, counters; for durable queues the sync words, the last recovery's findings and the two copies of the consumed watermark |
 //! | 8192 | 1,056 KiB | process table ([`crate::registry`]); version 2: 256 heads of 64 bytes (16 KiB), then 256 intent pages of 4 KiB at [`SPARSE_START`], then 16 KiB unused; version 1: 256 entries of 4,224 bytes |
 //! | [`DATA_OFFSET`] | capacity x stride | slots: 16-byte header + record, stride = 16 + record size rounded up to 8 |
@@ -20,7 +20,7 @@
 //! offsets of everything else are those of version 1, which differs only in
 //! the process table (see [`crate::registry::TableLayout`]).
 //!
-//! By part: `offsets` (where the parts lie), `header` ([`Info`]),
+//! By part: `offsets` (where the parts lie), `header` ([`Header`]),
 //! `options` ([`Options`], and the size of the file a `Spec` needs),
 //! `control` ([`Control`]), `geometry` (strides, the lease table's and the
 //! image's offsets, file sizes), `fnv` (the checksum).

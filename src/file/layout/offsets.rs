@@ -2,8 +2,8 @@
 
 use crate::registry::{HEADS_BYTES, TABLE_BYTES};
 
-/// Bytes reserved for [`Info`].
-pub(crate) const INFO_BYTES: u64 = 4096;
+/// Bytes reserved for [`Header`].
+pub(crate) const HEADER_BYTES: u64 = 4096;
 /// File offset of [`Control`].
 pub(crate) const CONTROL_OFFSET: u64 = 4096;
 /// File offset of the process table.

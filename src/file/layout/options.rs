@@ -5,16 +5,16 @@
 
 use super::fnv::fnv1a;
 use super::geometry::file_size_for;
-use super::header::Info;
-use super::offsets::INFO_BYTES;
+use super::header::Header;
+use super::offsets::HEADER_BYTES;
 use crate::error::*;
 use crate::spec::{Durability, MAX_INTERVAL_MS, MAX_LEASE_MS, MAX_LEASES, Spec};
 use std::mem::offset_of;
 
-const _: () = assert!(size_of::<Info>() as u64 + size_of::<Options>() as u64 <= INFO_BYTES);
+const _: () = assert!(size_of::<Header>() as u64 + size_of::<Options>() as u64 <= HEADER_BYTES);
 
-/// File offset of [`Options`], right after [`Info`].
-pub(crate) const OPTIONS_OFFSET: usize = size_of::<Info>();
+/// File offset of [`Options`], right after [`Header`].
+pub(crate) const OPTIONS_OFFSET: usize = size_of::<Header>();
 const _: () = assert!(OPTIONS_OFFSET % 8 == 0);
 
 /// [`Options::flags`] bit: `spin_us` is set.
@@ -76,7 +76,7 @@ pub(crate) struct LeaseOptions {
 const _: () = assert!(size_of::<LeaseOptions>() == 64);
 
 /// Per-queue settings added after layout version 1, in the header's unused
-/// bytes after [`Info`]. A file made before them holds zeros there, which
+/// bytes after [`Header`]. A file made before them holds zeros there, which
 /// mean "as before" (and an all-zero block needs no checksum), so such files
 /// open unchanged; a block that is not all zero must match its checksum.
 #[repr(C)]
@@ -273,9 +273,9 @@ impl Spec {
 
 /// The header page of a new queue file: its header, then its options, the
 /// rest zero.
-pub(crate) fn header_page(info: &Info, options: &Options) -> Vec<u8> {
-    let mut page = vec![0u8; INFO_BYTES as usize];
-    page[..size_of::<Info>()].copy_from_slice(info.as_bytes());
+pub(crate) fn header_page(info: &Header, options: &Options) -> Vec<u8> {
+    let mut page = vec![0u8; HEADER_BYTES as usize];
+    page[..size_of::<Header>()].copy_from_slice(info.as_bytes());
     page[OPTIONS_OFFSET..OPTIONS_OFFSET + size_of::<Options>()].copy_from_slice(options.as_bytes());
     page
 }
