@@ -131,7 +131,7 @@ enum End {
 pub(crate) async fn serve<S: Stream>(mut s: S, shared: Arc<ServerState>, worker: Rc<WorkerLocal>, peer: String) {
     let id = shared.stats.next_client_id.fetch_add(1, Ordering::Relaxed) + 1;
     let mut client = Client::new(id, shared.password.is_none(), peer);
-    client.unsynced = crate::durable::UnsyncedReplies::new(worker.syncs.clone());
+    client.unsynced = worker.unsynced_replies();
     let end = run(&mut s, &shared, &worker, &mut client).await;
     if let End::Error(e) = end {
         // UnexpectedEof: a TLS client gone without its close notice (as

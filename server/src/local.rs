@@ -2,7 +2,7 @@
 //! threads): the key cache, the buffer pool, the stop notice, its syncs,
 //! and the sizes of the buffers.
 
-use crate::durable::WorkerSyncs;
+use crate::durable::{UnsyncedReplies, WorkerSyncs};
 use crate::keys::WorkerKeys;
 use std::cell::Cell;
 
@@ -65,4 +65,12 @@ pub(crate) struct WorkerLocal {
     /// Its own syncs of `always` queues, on its io_uring (`None`: the
     /// server's sync threads run them).
     pub(crate) syncs: Option<std::rc::Rc<WorkerSyncs>>,
+}
+
+impl WorkerLocal {
+    /// The replies of a new connection of this worker that will wait for
+    /// syncs: on this worker's ring, else on the sync threads.
+    pub(crate) fn unsynced_replies(&self) -> UnsyncedReplies {
+        UnsyncedReplies::new(self.syncs.clone())
+    }
 }

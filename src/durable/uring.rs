@@ -549,7 +549,11 @@ mod tests {
         assert_eq!(q.start_sync(ticket, &mut ring, 8).unwrap(), SyncStart::Covered);
         // Pops too: their release reaches the image.
         let mut out = [0u8; 64];
-        let ((), popped) = q.defer_syncs(|q| (0..30).for_each(|_| drop(q.pop(&mut out, crate::Wait::NoWait).unwrap())));
+        let ((), popped) = q.defer_syncs(|q| {
+            for _ in 0..30 {
+                q.pop(&mut out, crate::Wait::NoWait).unwrap();
+            }
+        });
         let t2 = push_deferred(&q, 100, 120).max(popped.unwrap());
         assert_eq!(q.start_sync(t2, &mut ring, 9).unwrap(), SyncStart::Started);
         assert!(reap_all(&mut ring).iter().all(|(t, r)| *t == 9 && r.is_ok()));
