@@ -119,7 +119,7 @@ impl UnsyncedReplies {
         let mut failed: Vec<Option<(u32, Arc<str>)>> = Vec::with_capacity(self.queues.len());
         for a in &self.queues {
             let r = match &self.ring {
-                Some(ring) => ring.wait(&a.queue, a.ticket).await,
+                Some(ring) => ring.wait(&a.queue, a.ticket, a.records).await,
                 None => commits.syncers.wait(&a.queue, a.ticket, a.records).await,
             };
             failed.push(r.err().map(|why| (a.queue.id(), why)));

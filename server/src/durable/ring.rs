@@ -80,6 +80,18 @@ struct Waited {
     ended: u64,
     /// No wait released by the last sync has run yet.
     first_woken: AtomicBool,
+    /// Waits asked (one a connection's batch), and the records they carry.
+    asks: u64,
+    records: u64,
+    /// `asks` and `records` when the running (or last) sync started, and
+    /// `asks` when the one before it started and when the last one ended.
+    asks_at_start: u64,
+    records_at_start: u64,
+    asks_at_prev_start: u64,
+    records_at_prev_start: u64,
+    asks_at_end: u64,
+    /// When the last wait asked.
+    last_ask: u64,
 }
 
 /// A worker's syncs on its own ring (see the module's documentation).
@@ -124,7 +136,7 @@ impl WorkerSyncs {
 
     /// Waits until a sync covering `ticket` of `q` has completed: `Err`
     /// with why when the sync failed.
-    pub(crate) async fn wait(&self, q: &Arc<Queue>, ticket: SyncTicket) -> Result<(), Arc<str>> {
+    pub(crate) async fn wait(&self, q: &Arc<Queue>, ticket: SyncTicket, records: u64) -> Result<(), Arc<str>> {
         if q.is_synced(ticket) {
             return Ok(());
         }
@@ -148,14 +160,26 @@ impl WorkerSyncs {
                             started: 0,
                             ended: 0,
                             first_woken: AtomicBool::new(false),
+                            asks: 0,
+                            records: 0,
+                            asks_at_start: 0,
+                            records_at_start: 0,
+                            asks_at_prev_start: 0,
+                            records_at_prev_start: 0,
+                            asks_at_end: 0,
+                            last_ask: 0,
                         });
                         queues.last_mut().expect("just pushed")
                     }
                 };
             w.want = w.want.max(Some(ticket));
+            let now = self.rings.now_us();
             if w.first_ask == 0 {
-                w.first_ask = self.rings.now_us() + 1;
+                w.first_ask = now + 1;
             }
+            w.asks += 1;
+            w.records += records;
+            w.last_ask = now;
         }
         self.kick.notify_one();
         let mut slept = false;
@@ -187,7 +211,19 @@ impl WorkerSyncs {
     async fn drive(self: Rc<Self>, mut ring: AsyncFd<SyncRing>) {
         let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Waited2>();
         let mut others = self.rings.ended.subscribe();
+        let mut gathering = false;
         loop {
+            if gathering {
+                // Waiting for the clients the last sync released (see
+                // `gathers`): the other tasks run, and the processor is
+                // offered to the clients' processes meanwhile.
+                std::thread::yield_now();
+                tokio::task::yield_now().await;
+                let _ = ring.get_ref().take_signal();
+                self.reap(ring.get_mut());
+                gathering = self.start(ring.get_mut(), &done_tx);
+                continue;
+            }
             let behind = self.queues.borrow().iter().any(|w| w.behind_other);
             tokio::select! {
                 biased;
@@ -211,7 +247,7 @@ impl WorkerSyncs {
             // served in this turn of the loop ask before the sync begins.
             tokio::task::yield_now().await;
             self.reap(ring.get_mut());
-            self.start(ring.get_mut(), &done_tx);
+            gathering = self.start(ring.get_mut(), &done_tx);
         }
     }
 
@@ -244,6 +280,7 @@ impl WorkerSyncs {
         if let Some(w) = self.queues.borrow_mut().iter_mut().find(|w| w.key == key) {
             w.running = None;
             w.ended = now;
+            w.asks_at_end = w.asks;
             w.first_woken.store(true, Ordering::Relaxed);
             let us = now.saturating_sub(w.started);
             s.last_us.store(us, Ordering::Relaxed);
@@ -261,10 +298,12 @@ impl WorkerSyncs {
 
     /// Begins a sync for each queue with a ticket asked for and none
     /// running.
-    fn start(&self, ring: &mut SyncRing, done: &mpsc::UnboundedSender<Waited2>) {
+    fn start(&self, ring: &mut SyncRing, done: &mpsc::UnboundedSender<Waited2>) -> bool {
         if self.inline {
-            return self.sync_inline();
+            self.sync_inline();
+            return false;
         }
+        let mut gathering = false;
         let mut covered = false;
         let now = self.rings.now_us();
         let mut queues = self.queues.borrow_mut();
@@ -280,6 +319,10 @@ impl WorkerSyncs {
             if q.is_synced(want) {
                 w.want = None;
                 covered = true;
+                continue;
+            }
+            if gathers(w, now) {
+                gathering = true;
                 continue;
             }
             match q.start_sync(want, ring, w.key as u64) {
@@ -317,6 +360,7 @@ impl WorkerSyncs {
         if covered {
             self.progress.notify_waiters();
         }
+        gathering
     }
 
     /// (`TVMQ_SERVE_SYNC=inline`.) Runs here, waiting for the disk, one
@@ -347,6 +391,8 @@ impl WorkerSyncs {
     fn began(&self, w: &mut Waited, want: SyncTicket, now: u64) {
         w.running = Some(want);
         w.started = now;
+        w.asks_at_prev_start = std::mem::replace(&mut w.asks_at_start, w.asks);
+        w.records_at_prev_start = std::mem::replace(&mut w.records_at_start, w.records);
         let asked = std::mem::take(&mut w.first_ask);
         if asked != 0 {
             let asked = asked - 1;
@@ -356,4 +402,34 @@ impl WorkerSyncs {
             s.behind_us.fetch_add(w.ended.saturating_sub(asked), Ordering::Relaxed);
         }
     }
+}
+
+/// Records a wait carries on average (a connection's pipelined batch) from
+/// which a queue's syncs do not gather (as the sync threads': such batches
+/// are worth a sync each).
+const PIPELINED: u64 = 4;
+/// How long a gathering waits for no new wait, at least, and at most.
+const GATHER_QUIET_US: u64 = 50;
+const GATHER_MAX_US: u64 = 2000;
+
+/// Should the next sync of `w` wait (at `now`) for more waits? Yes while
+/// fewer have asked since the last sync began than that sync covered plus
+/// those that arrived during it (the clients it released ask again),
+/// unless its waits were pipelined batches, none asked for a while (an
+/// eighth of the last sync, at least [`GATHER_QUIET_US`]), or half the
+/// last sync (at most [`GATHER_MAX_US`]) passed since it ended. Without
+/// it, clients that wait for their replies split into two groups taking
+/// turns, each sync carrying half of them (as the library's syncer and the
+/// sync threads gather).
+fn gathers(w: &Waited, now: u64) -> bool {
+    let covered = w.asks_at_start - w.asks_at_prev_start;
+    let target = w.asks_at_end - w.asks_at_prev_start;
+    let pipelined = w.records_at_start - w.records_at_prev_start >= PIPELINED * covered;
+    if covered <= 1 || pipelined || w.asks - w.asks_at_start >= target {
+        return false;
+    }
+    let took = w.ended.saturating_sub(w.started);
+    let quiet = (took / 8).max(GATHER_QUIET_US);
+    let limit = (took / 2).min(GATHER_MAX_US);
+    now.saturating_sub(w.last_ask.max(w.ended)) < quiet && now.saturating_sub(w.ended) < limit
 }
