@@ -104,7 +104,7 @@ pub use ring::{LocalRing, MAX_CAPACITY};
 #[cfg(not(loom))]
 pub use attach::Attachments;
 #[cfg(not(loom))]
-pub use durable::{DurableStats, RecoveryStats};
+pub use durable::{DurableStats, RecoveryStats, SyncRing, SyncStart};
 #[cfg(not(loom))]
 pub use escape::escape_name;
 #[cfg(not(loom))]

@@ -211,6 +211,7 @@ pub(crate) async fn serve<S: Stream>(
 ) {
     let id = shared.stats.next_client_id.fetch_add(1, Ordering::Relaxed) + 1;
     let mut client = Client::new(id, shared.password.is_none(), peer);
+    client.unsynced = worker.unsynced_replies();
     let end = run(&mut s, &shared, &worker, &mut client, pending).await;
     if let End::Unauthenticated(why) = end {
         let mut out = Vec::new();
@@ -498,7 +499,7 @@ async fn flush<S: Stream>(
     stall: Duration,
 ) -> io::Result<()> {
     if !client.unsynced.is_empty() {
-        client.unsynced.settle(&shared.syncers, out).await;
+        client.unsynced.settle(&shared.durable, out).await;
     }
     stats.add_output(out.len());
     stream::write_all(s, out, stall).await

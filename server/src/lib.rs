@@ -16,10 +16,10 @@
 //! | `worker` | one thread per core, each a tokio current-thread runtime | `connection`, `local`, `keys`, `preauth`, `state`, `stream` |
 //! | `connection` | read, run every complete command, write the replies once; limits | `cmd`, `local`, `keys`, `preauth`, `state`, `stream`, `config` |
 //! | `cmd` | dispatch, then one file per family: `queue` (push, pop, LLEN), `blocking` (BLPOP), `admin` (DEL, LTRIM, TVMQ.REPAIR), `lease/` (the TVMQ.LEASE family: `owned`, `args`, `take`, `end`, `stats`), `server` (the rest), `table` (the commands, COMMAND); `context` (what a command runs with), `off_worker` (what it hands to the blocking pool) | `durable`, `keys`, `state`, `waiters`, `reply` |
-//! | `local` | what one worker's connections share: key cache, buffer pool, stop notice | `keys` |
+//! | `local` | what one worker's connections share: key cache, buffer pool, stop notice, its syncs | `keys`, `durable` |
 //! | `keys` | key -> queue, caches, `--auto-create`, its bounds and its id scheme | `state`, `index`, `open`, `reply` |
 //! | `state` | `ServerState`, what every thread shares: options, queues, counters | `durable`, `index`, `open`, `preauth`, `waiters`, `shutdown`, `tls`, `config` |
-//! | `durable` | `always` queues: a connection's replies waiting for a sync (`replies`), the sync threads (`syncers`) | `histogram` |
+//! | `durable` | `always` queues: a connection's replies waiting for a sync (`replies`), the worker's own syncs on its io_uring (`ring`), the sync threads where there is none (`syncers`) | `histogram` |
 //! | `histogram` | durations in fixed buckets, in atomics (the syncs' `tvmq_durable_sync_seconds`) | - |
 //! | `index` | queue name -> ids of the directory, kept current by inotify; the queues the server created (the budget) | `shutdown` |
 //! | `open` | the queues held open, at most as many as the descriptors allow, the least recently used idle one closed | - |
@@ -51,7 +51,10 @@
 //! # Ok::<(), tvm::Error>(())
 //! ```
 #![warn(missing_docs)]
-#![forbid(unsafe_code)]
+// One `unsafe` block in the crate: the registration of a worker's io_uring
+// eventfd with its runtime (`durable::ring`), whose contract (the
+// descriptor stays open and the same) tokio cannot check.
+#![deny(unsafe_code)]
 
 mod cmd;
 pub mod config;
@@ -167,7 +170,7 @@ impl Server {
             index: index.clone(),
             budget,
             auto_bytes,
-            syncers: durable::Syncers::default(),
+            durable: durable::Commits::default(),
         });
         let metrics = metrics::start(&shared)?;
         let mut server = Server { shared: shared.clone(), threads: Vec::new(), metrics };

@@ -147,8 +147,9 @@ pub(crate) struct ServerState {
     pub(crate) budget: Budget,
     /// The size of the file of a queue `--auto-create` makes (0 without it).
     pub(crate) auto_bytes: u64,
-    /// The threads that sync `always` queues for the replies waiting on them.
-    pub(crate) syncers: crate::durable::Syncers,
+    /// How `always` queues are synced for the replies waiting on them: the
+    /// workers' rings, or the sync threads.
+    pub(crate) durable: crate::durable::Commits,
 }
 
 /// A connection's place in `--maxclients` and in its worker's count, taken

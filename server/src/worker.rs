@@ -51,12 +51,20 @@ fn main(shared: Arc<ServerState>, index: usize, mut rx: UnboundedReceiver<Incomi
     tvm::Queue::sweeps_move_dead_letters(false);
     let Some(rt) = shared.thread_runtime(&format!("worker {index}")) else { return };
     let local = tokio::task::LocalSet::new();
+    // The worker's own syncs of `always` queues (their task on this
+    // worker's loop), or none: the sync threads.
+    let syncs = {
+        let _rt = rt.enter();
+        let _local = local.enter();
+        shared.durable.for_worker()
+    };
     let worker = Rc::new(WorkerLocal {
         index,
         keys: WorkerKeys::default(),
         pool: Pool::default(),
         connections: Cell::new(0),
         stop: tokio::sync::Notify::new(),
+        syncs,
     });
     local.block_on(&rt, async {
         let mut purge = tokio::time::interval(PURGE_EVERY);

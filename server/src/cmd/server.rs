@@ -441,24 +441,27 @@ pub(crate) fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u
 /// storage), and each durable queue's own sync counters (every process's
 /// syncs, from the queue file).
 fn durability_section(shared: &crate::state::ServerState, t: &mut String) {
-    let s = shared.syncers.stats();
+    let s = shared.durable.stats();
     let syncs = s.syncs.load(Ordering::Relaxed);
     let records = s.records.load(Ordering::Relaxed);
     let total_us = s.total_us.load(Ordering::Relaxed);
     let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
     let _ = write!(
         t,
-        "# Durability\r\ndurable_sync_threads:{}\r\ndurable_syncs:{syncs}\r\ndurable_sync_failures:{}\r\n\
-         durable_records_held:{records}\r\ndurable_records_per_sync:{:.2}\r\ndurable_sync_last_us:{}\r\n\
-         durable_sync_avg_us:{:.0}\r\ndurable_ask_to_sync_avg_us:{:.0}\r\n\
-         durable_wake_avg_us:{:.0}\r\n",
-        shared.syncers.threads(),
+        "# Durability\r\ndurable_ring_workers:{}\r\ndurable_sync_threads:{}\r\ndurable_syncs:{syncs}\r\n\
+         durable_sync_failures:{}\r\ndurable_records_held:{records}\r\ndurable_records_per_sync:{:.2}\r\n\
+         durable_sync_last_us:{}\r\ndurable_sync_avg_us:{:.0}\r\ndurable_ask_to_sync_avg_us:{:.0}\r\n\
+         durable_behind_sync_avg_us:{:.0}\r\ndurable_wake_avg_us:{:.0}\r\ndurable_release_avg_us:{:.0}\r\n",
+        shared.durable.ring_workers(),
+        shared.durable.syncers.threads(),
         s.failures.load(Ordering::Relaxed),
         ratio(records, syncs),
         s.last_us.load(Ordering::Relaxed),
         ratio(total_us, syncs),
         ratio(s.ask_us.load(Ordering::Relaxed), s.asked.load(Ordering::Relaxed)),
+        ratio(s.behind_us.load(Ordering::Relaxed), s.asked.load(Ordering::Relaxed)),
         ratio(s.wake_us.load(Ordering::Relaxed), s.woken.load(Ordering::Relaxed)),
+        ratio(s.release_us.load(Ordering::Relaxed), s.released.load(Ordering::Relaxed)),
     );
     // As INFO queues: from the index, at most INFO_QUEUES_MAX headers read.
     let (ids, all) = shared.index.lowest_ids(INFO_QUEUES_MAX);

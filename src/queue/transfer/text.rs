@@ -1,9 +1,9 @@
 //! The text export format (see `transfer`): one line per record, its
 //! fields (decoded by [`Field::value`]) separated by the separator.
 
+use super::batch::Batched;
 use super::io_error;
 use crate::error::*;
-use crate::queue::Queue;
 use crate::schema::{Field, FieldKind, FieldValue};
 use std::io::{BufRead, Write};
 
@@ -165,9 +165,10 @@ fn parse_line(line: &[u8], fields: &[Field], sep: &[u8], rec: &mut [u8]) -> Resu
     Ok(())
 }
 
-/// Pushes the records of the text lines read from `r` into `q`, counting
-/// them in `n`.
-pub(super) fn import(q: &Queue, r: &mut impl BufRead, sep: &str, n: &mut u64) -> Result<()> {
+/// Pushes the records of the text lines read from `r` (through `pushes`,
+/// into its queue), counting them in `n`.
+pub(super) fn import(pushes: &mut Batched<'_>, r: &mut impl BufRead, sep: &str, n: &mut u64) -> Result<()> {
+    let q = pushes.queue();
     let fields = &q.info().fields;
     if fields.is_empty() {
         return Err(Error::new(
@@ -202,7 +203,7 @@ pub(super) fn import(q: &Queue, r: &mut impl BufRead, sep: &str, n: &mut u64) ->
         rec.fill(0);
         parse_line(&line, fields, sep.as_bytes(), &mut rec)
             .map_err(|e| Error::new(e.code(), format!("line {number}: {}", e.what())))?;
-        q.push(&rec)?;
+        pushes.push(&rec)?;
         *n += 1;
     }
 }
