@@ -285,6 +285,22 @@ impl Queue {
         result
     }
 
+    /// For a watcher of a queue with leases (a server whose clients wait to
+    /// lease from it, say): how long until a lease call may find a record
+    /// that no push brought: a lease running out, a released record coming
+    /// due, or the periodic look for holders that died; zero when one may
+    /// be due now (a lease call then settles it, or finds nothing: the
+    /// hints this reads err early). `None` for a queue without leases, or
+    /// with nothing in flight or waiting: then only a push or a release
+    /// brings a record, and both wake the queue's sleepers (the futex that
+    /// [`wait_for_any_push`](Self::wait_for_any_push) sleeps on). Three loads.
+    pub fn lease_due_in(&self) -> Option<Duration> {
+        let l = self.leases.as_ref()?;
+        let h = &l.table.control().hints.0;
+        let next = l.table.next_event_ns().min(h.next_sweep_ns.load(Ordering::Relaxed));
+        (next != u64::MAX).then(|| Duration::from_nanos(next.saturating_sub(mono_ns())))
+    }
+
     /// Wakes one sleeper, if any announced itself (see the module doc for
     /// why a SeqCst load after the claim suffices).
     #[inline]
