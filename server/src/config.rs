@@ -24,6 +24,8 @@ pub const PASSWORD_ENV: &str = "TVMQ_REQUIREPASS";
 const MAX_PASSWORD_FILE: u64 = 64 * 1024;
 /// The default `--tls-handshake-timeout`, in seconds.
 pub const DEFAULT_TLS_HANDSHAKE_TIMEOUT_SECS: u64 = 5;
+/// The default `--pool-threads`.
+pub const DEFAULT_POOL_THREADS: usize = 8;
 /// The default `--max-queues`.
 pub const DEFAULT_MAX_QUEUES: usize = 10_000;
 /// Without `--max-memory`, the queues the server creates may take this
@@ -75,6 +77,10 @@ pub struct ServeArgs {
     /// Worker threads (0: one per available core)
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub threads: usize,
+    /// Threads that run the work taken off the workers (queue creation, TVMQ.REPAIR, LTRIM, DEL, scans,
+    /// leases of always queues); more work waits in line, in order
+    #[arg(long, default_value_t = DEFAULT_POOL_THREADS, value_name = "N", value_parser = parse_pool_threads)]
+    pub pool_threads: usize,
     /// Close a connection idle for this many seconds (0: never); blocked clients are not idle
     #[arg(long, default_value_t = 0, value_name = "SECS")]
     pub timeout: u64,
@@ -117,6 +123,7 @@ impl Default for ServeArgs {
             max_queues: DEFAULT_MAX_QUEUES,
             max_memory: None,
             threads: 0,
+            pool_threads: DEFAULT_POOL_THREADS,
             timeout: 0,
             write_timeout: DEFAULT_WRITE_TIMEOUT_SECS,
             max_bulk_len: DEFAULT_MAX_BULK_LEN,
@@ -235,6 +242,17 @@ fn read_password_file(path: &Path) -> Result<Vec<u8>, String> {
     let line = bytes.split(|&b| b == b'\n').next().unwrap_or_default();
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     Ok(line.to_vec())
+}
+
+/// The most `--pool-threads`.
+pub const MAX_POOL_THREADS: usize = 1024;
+
+/// Parses `--pool-threads`: 1 to [`MAX_POOL_THREADS`].
+pub fn parse_pool_threads(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (1..=MAX_POOL_THREADS).contains(&n) => Ok(n),
+        _ => Err(format!("{s:?}: expected 1 to {MAX_POOL_THREADS} threads")),
+    }
 }
 
 /// Parses `yes` or `no` (Redis's spelling of its boolean settings).

@@ -209,8 +209,12 @@ async fn run<S: Stream>(s: &mut S, shared: &Arc<ServerState>, worker: &Rc<Worker
                             Flow::LeaseOffWorker(d) => {
                                 blocked = cmd::blocking::lease_durable(d, shared, client, &mut out).await;
                             }
-                            Flow::DeadLetter(d) => cmd::lease::dead_letter_off_worker(d, client, &mut out).await,
-                            Flow::OffWorker(job) => cmd::off_worker::run(job, &mut out).await,
+                            Flow::DeadLetter(d) => {
+                                cmd::lease::dead_letter_off_worker(&shared.pool, d, client, &mut out).await
+                            }
+                            Flow::OffWorker(job) => cmd::off_worker::run(&shared.pool, job, &mut out).await,
+                            Flow::LeaseStats(scan) => cmd::lease::stats_off_worker(scan, shared, &mut out).await,
+                            Flow::Info(rest) => cmd::server::info_off_worker(rest, shared, &mut out).await,
                             Flow::Create(keys) => {
                                 // Made off the worker; then the command runs
                                 // again (not consumed). A queue dropped again
@@ -427,7 +431,7 @@ async fn wait_blocked<S: Stream>(
         b.register(shared);
         // An `always` queue's leases are taken off the worker.
         let got = match b.durable_lease() {
-            Some((q, args)) => cmd::lease::take_durable(&q, args, client, out).await,
+            Some((q, args)) => cmd::lease::take_durable(&shared.pool, &q, args, client, out).await,
             None => b.try_pop(client, out),
         };
         if got {
@@ -445,9 +449,9 @@ async fn wait_blocked<S: Stream>(
                 resp::error(out, b"ERR server is shutting down");
                 return Err(End::Stop);
             }
+            // A push, a lease event (records released, or whose lease ran
+            // out: see `crate::waiters`), the queue dropped, the stop.
             _ = notify.notified() => {}
-            // TVMQ.LEASE: records released or whose lease ran out.
-            _ = sleep_or_never(b.recheck()) => {}
             _ = async { match deadline { Some(d) => tokio::time::sleep_until(d).await, None => std::future::pending().await } } => {
                 b.timed_out(proto, out);
                 return Ok(());

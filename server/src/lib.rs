@@ -55,6 +55,7 @@ mod index;
 mod keys;
 mod listener;
 mod local;
+mod pool;
 mod reply;
 mod shutdown;
 mod state;
@@ -128,7 +129,7 @@ impl Server {
             auth_log: parking_lot::Mutex::default(),
             stats: Stats::default(),
             shutdown: Arc::default(),
-            waiters: waiters::Waiters::new(threads),
+            waiters: waiters::Waiters::new(),
             started: Instant::now(),
             tcp_addr,
             unix_path: args.unixsocket.clone(),
@@ -143,6 +144,9 @@ impl Server {
             budget,
             auto_bytes,
             syncers: durable::Syncers::default(),
+            pool: pool::Pool::new(args.pool_threads),
+            lease_scans: pool::Coalesce::new(),
+            info_scans: pool::Coalesce::new(),
         });
         let mut server = Server { shared: shared.clone(), threads: Vec::new() };
         let indexer = index::spawn(index, shared.shutdown.clone())
@@ -215,6 +219,9 @@ impl Server {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
+        // What the workers handed over and nobody waits for any more (leases
+        // of closed connections given back, ...) runs before the stop ends.
+        self.shared.pool.stop();
         listener::remove_socket(self.shared.unix_path.as_deref(), self.shared.unix_id);
     }
 }

@@ -3,10 +3,12 @@
 
 use crate::config::ServeArgs;
 use crate::index::{Budget, Index};
+use crate::pool::{Coalesce, Pool};
 use crate::shutdown::Shutdown;
 use crate::waiters::Waiters;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
@@ -93,7 +95,7 @@ pub(crate) struct ServerState {
     pub(crate) password: Option<Vec<u8>>,
     pub(crate) auth_log: parking_lot::Mutex<AuthLog>,
     pub(crate) stats: Stats,
-    pub(crate) shutdown: std::sync::Arc<Shutdown>,
+    pub(crate) shutdown: Arc<Shutdown>,
     pub(crate) waiters: Waiters,
     pub(crate) started: Instant,
     pub(crate) tcp_addr: Option<SocketAddr>,
@@ -113,13 +115,29 @@ pub(crate) struct ServerState {
     pub(crate) tls: Option<crate::tls::Acceptor>,
     pub(crate) tls_addr: Option<SocketAddr>,
     /// Queue names -> ids, kept current; the queues this server created.
-    pub(crate) index: std::sync::Arc<Index>,
+    pub(crate) index: Arc<Index>,
     /// `--max-queues` and `--max-memory` (its default worked out).
     pub(crate) budget: Budget,
     /// The size of the file of a queue `--auto-create` makes (0 without it).
     pub(crate) auto_bytes: u64,
     /// The threads that sync `always` queues for the replies waiting on them.
     pub(crate) syncers: crate::durable::Syncers,
+    /// The bounded pool that runs what the workers hand over.
+    pub(crate) pool: Pool,
+    /// Scans of lease tables (TVMQ.LEASES), shared by equal ones waiting in
+    /// line: by queue id and mapping.
+    pub(crate) lease_scans: Arc<Coalesce<(u32, usize), Option<tvm::LeaseStats>>>,
+    /// INFO's sections that read queue headers, shared likewise.
+    pub(crate) info_scans: Arc<Coalesce<InfoScan, String>>,
+}
+
+/// An INFO section that reads queue headers (in the pool).
+#[derive(Clone, Copy, Hash, PartialEq, Eq, Debug)]
+pub(crate) enum InfoScan {
+    /// `# Queues`.
+    Queues,
+    /// The per-queue lines of `# Durability`.
+    Durability,
 }
 
 impl ServerState {

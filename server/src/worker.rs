@@ -39,6 +39,9 @@ fn main(shared: Arc<ServerState>, index: usize, mut rx: UnboundedReceiver<Accept
     // dooms for the blocking pool to move to their dead-letter queue (that
     // push may open the queue and sync it): see `cmd::off_worker::move_dead_letters`.
     tvm::Queue::sweeps_move_dead_letters(false);
+    // Work nobody waits for (leases of closed connections given back, ...)
+    // goes to the pool from here.
+    shared.pool.enter();
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

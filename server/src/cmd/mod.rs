@@ -12,8 +12,8 @@
 //! `lease` uses `queue`; `admin`, `blocking`, `lease`, `queue` and `server`
 //! use `context`, which uses only `lease::owned` (the leases a connection
 //! owns); `admin`, `blocking`, `lease` and `queue` use `off_worker`;
-//! `server` uses `table`; `off_worker` and `table` use no other command
-//! module.
+//! `server` uses `table` and `off_worker`; `off_worker` and `table` use no
+//! other command module.
 
 pub(crate) mod admin;
 pub(crate) mod blocking;
@@ -49,6 +49,12 @@ pub(crate) enum Flow {
     /// scan a whole ring) runs off the worker ([`off_worker::run`]), the
     /// connection waiting for its reply.
     OffWorker(off_worker::Job),
+    /// TVMQ.LEASES: the lease table's scan runs off the worker
+    /// ([`lease::stats_off_worker`]), the connection waiting for it.
+    LeaseStats(lease::LeaseScan),
+    /// INFO with sections that read queue headers: they are read off the
+    /// worker ([`server::info_off_worker`]), the connection waiting.
+    Info(server::InfoRest),
     /// The command needs queues `--auto-create` makes: made off the worker
     /// ([`crate::keys::create_off_worker`]), then the command runs again
     /// (its reply is not written yet).
@@ -85,7 +91,11 @@ pub(crate) fn execute(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Ve
         }
         Cmd::Ping => server::ping(ctx, buf, req, out),
         Cmd::Echo => resp::bulk(out, req.arg(buf, 1)),
-        Cmd::Info => server::info(ctx, buf, req, out),
+        Cmd::Info => {
+            if let Some(rest) = server::info(ctx, buf, req, out) {
+                return Flow::Info(rest);
+            }
+        }
         Cmd::Auth => server::auth(ctx, buf, req, out),
         Cmd::Hello => server::hello(ctx, buf, req, out),
         Cmd::Quit => {
@@ -120,7 +130,11 @@ pub(crate) fn execute(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Ve
             }
         }
         Cmd::Extend => lease::extend(ctx, buf, req, out),
-        Cmd::Leases => lease::stats(ctx, buf, req, out),
+        Cmd::Leases => {
+            if let Some(scan) = lease::stats(ctx, buf, req, out) {
+                return Flow::LeaseStats(scan);
+            }
+        }
     }
     match ctx.client.create.take() {
         None => Flow::Next,

@@ -1,9 +1,10 @@
-//! Work a command hands to the runtime's blocking pool, so that the worker
-//! serves its other connections meanwhile: a command's reply made there
-//! ([`Job`], the connection waiting for it), work nobody waits for
+//! Work a command hands to the server's pool ([`crate::pool`]), so that the
+//! worker serves its other connections meanwhile: a command's reply made
+//! there ([`Job`], the connection waiting for it), work nobody waits for
 //! ([`detach`]), and the dead-letter moves that sweeps on a worker leave
 //! ([`move_dead_letters`]).
 
+use crate::pool::{self, Kind, Pool};
 use std::sync::Arc;
 use tvm::Queue;
 
@@ -22,29 +23,32 @@ impl Job {
     }
 }
 
-/// Runs `job` on a thread of the runtime's blocking pool while the calling
-/// connection waits (other connections of the worker go on), then appends
-/// its reply to `out`.
-pub(crate) async fn run(job: Job, out: &mut Vec<u8>) {
-    let ran = tokio::task::spawn_blocking(move || {
-        let mut reply = Vec::new();
-        (job.0)(&mut reply);
-        reply
-    })
-    .await;
+/// Runs `job` in `pool` while the calling connection waits (other
+/// connections of the worker go on), then appends its reply to `out`.
+pub(crate) async fn run(pool: &Pool, job: Job, out: &mut Vec<u8>) {
+    let ran = pool
+        .run(Kind::Work, move || {
+            let mut reply = Vec::new();
+            (job.0)(&mut reply);
+            reply
+        })
+        .await;
     match ran {
         Ok(reply) => out.extend_from_slice(&reply),
-        Err(e) => crate::reply::error_fmt(out, format_args!("ERR the command failed: {e}")),
+        Err(_) => failed(out),
     }
 }
 
-/// Runs `f` on a thread of the runtime's blocking pool, not waited for
-/// (here, outside a runtime).
+/// The reply of a command whose work in the pool did not complete (the
+/// server stops, or it panicked).
+pub(crate) fn failed(out: &mut Vec<u8>) {
+    resp::error(out, b"ERR the command's work did not complete (the server is stopping, or it failed)");
+}
+
+/// Hands `f` to the pool of this worker, not waited for (on another thread:
+/// runs it there).
 pub(crate) fn detach(f: impl FnOnce() + Send + 'static) {
-    match tokio::runtime::Handle::try_current() {
-        Ok(rt) => drop(rt.spawn_blocking(f)),
-        Err(_) => f(),
-    }
+    pool::detach_here(Kind::Work, f);
 }
 
 /// Has moved off the worker the records that a sweep run here found bound

@@ -6,6 +6,7 @@ use super::super::context::{Client, Ctx, millis};
 use super::args::release_delay;
 use super::owned::{LeaseId, may_dead_letter};
 use crate::durable::OnFailure;
+use crate::pool::{Kind, Pool};
 use crate::reply;
 use resp::Request;
 use std::sync::Arc;
@@ -179,23 +180,24 @@ fn dead_letter_call(ctx: &mut Ctx<'_>, key: &[u8], text: &[u8], delay: Option<Du
     may_dead_letter(&q, &lease, delay.is_none()).then_some(DeadLetter { q, id, lease, delay })
 }
 
-/// Runs a [`DeadLetter`] call on a thread of the runtime's blocking pool,
-/// then writes its reply as on the worker (waiting for the source queue's
-/// syncs it put off: the dead-letter queue's own sync ran there, before the
-/// lease entry was freed).
-pub(crate) async fn dead_letter_off_worker(d: DeadLetter, client: &mut Client, out: &mut Vec<u8>) {
+/// Runs a [`DeadLetter`] call in the server's pool, then writes its reply
+/// as on the worker (waiting for the source queue's syncs it put off: the
+/// dead-letter queue's own sync ran there, before the lease entry was
+/// freed).
+pub(crate) async fn dead_letter_off_worker(pool: &Pool, d: DeadLetter, client: &mut Client, out: &mut Vec<u8>) {
     let DeadLetter { q, id, lease, delay } = d;
     let queue = q.clone();
-    let ran = tokio::task::spawn_blocking(move || {
-        queue.defer_syncs(|q| match delay {
-            Some(delay) => q.release(&lease, delay),
-            None => q.reject(&lease),
+    let ran = pool
+        .run(Kind::Work, move || {
+            queue.defer_syncs(|q| match delay {
+                Some(delay) => q.release(&lease, delay),
+                None => q.reject(&lease),
+            })
         })
-    })
-    .await;
+        .await;
     let at = out.len();
     match ran {
         Ok((done, ticket)) => ended(client, &q, id, done, ticket, at, out),
-        Err(e) => reply::error_fmt(out, format_args!("ERR the dead-letter move of queue {} failed: {e}", q.id())),
+        Err(_) => reply::error_fmt(out, format_args!("ERR the dead-letter move of queue {} did not complete", q.id())),
     }
 }

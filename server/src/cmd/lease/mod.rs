@@ -43,5 +43,5 @@ mod take;
 
 pub(crate) use args::LeaseArgs;
 pub(crate) use end::{DeadLetter, ack, dead_letter_off_worker, extend, reject, release};
-pub(crate) use stats::stats;
-pub(crate) use take::{DurableLease, LEASE_RECHECK, LeaseFlow, empty, is_always, lease, take, take_durable};
+pub(crate) use stats::{LeaseScan, run as stats_off_worker, stats};
+pub(crate) use take::{DurableLease, LeaseFlow, empty, is_always, lease, take, take_durable};
