@@ -296,13 +296,12 @@ impl Queue {
         })
     }
 
-    /// This process's name as a lease holder, or `LEASE_LIMIT` when it has
-    /// no entry in the process table (more than 256 processes attached):
-    /// nobody could prove it dead, so it may not hold leases.
+    /// This process's name as a lease holder, or, when it has no entry in
+    /// the process table (nobody could prove it dead, so it may not hold
+    /// leases), why: `LEASE_LIMIT` (more than 256 processes attached), or
+    /// `SHM_ERR_NOMEM` and the disk's error (no room to reserve one).
     fn holder(&self, l: &Leases) -> Result<Owner> {
-        l.me.ok_or_else(|| {
-            Error::new(LEASE_LIMIT, "this process has no entry in the queue's process table: it cannot hold leases")
-        })
+        l.me.ok_or_else(|| self.registry.no_entry_error(self.path()))
     }
 
     /// The lease time asked for, or the queue's default.
@@ -326,9 +325,14 @@ impl Queue {
     /// Returns the record's length and the lease.
     ///
     /// Errors: those of `pop`; `LEASE_LIMIT` (the queue's maximum of leases
-    /// are in flight; at once, whatever `wait` says); `NOT_SUPPT_OPT` (the
-    /// queue has no leases).
+    /// are in flight; at once, whatever `wait` says; or this process has no
+    /// entry in its process table: 256 others are attached);
+    /// `SHM_ERR_NOMEM` (no room on the queue file's file system for this
+    /// process's entry when it attached: the system's error is in the
+    /// message); `NOT_SUPPT_OPT` (the queue has no leases); `CONDIT_IS_NIL`
+    /// (`lease` longer than [`MAX_LEASE_MS`](crate::MAX_LEASE_MS), a year).
     pub fn pop_lease(&self, out: &mut [u8], wait: Wait, lease: Duration) -> Result<(usize, Lease)> {
+        crate::spec::check_call_time(lease, "a lease time")?;
         self.pop_lease_held(out, wait, nanos(lease), None)
     }
 
@@ -358,8 +362,10 @@ impl Queue {
     /// the same change of its word, takes the next record).
     ///
     /// The outer result is the acknowledgement's: on its error (those of
-    /// `ack`, and a buffer shorter than a record, checked first) nothing
-    /// was taken, and, but for `SYNC_FAILED`, `done` is not acknowledged.
+    /// `ack`, and a buffer shorter than a record or a lease time longer than
+    /// [`MAX_LEASE_MS`](crate::MAX_LEASE_MS), `CONDIT_IS_NIL`, checked
+    /// first) nothing was taken, and, but for `SYNC_FAILED`, `done` is not
+    /// acknowledged.
     /// The inner result is the lease's (those of `pop_lease`), the
     /// acknowledgement being done.
     pub fn ack_pop_lease(
@@ -369,6 +375,7 @@ impl Queue {
         wait: Wait,
         lease: Duration,
     ) -> Result<Result<(usize, Lease)>> {
+        crate::spec::check_call_time(lease, "a lease time")?;
         self.ack_pop_lease_held(done, out, wait, nanos(lease), None)
     }
 
@@ -693,8 +700,10 @@ impl Queue {
     /// queue's lease time). The token is updated: copies of the old one are
     /// stale.
     ///
-    /// Errors: those of [`ack`](Self::ack).
+    /// Errors: those of [`ack`](Self::ack); `CONDIT_IS_NIL` (`lease_time`
+    /// longer than [`MAX_LEASE_MS`](crate::MAX_LEASE_MS), a year).
     pub fn extend_lease(&self, lease: &mut Lease, lease_time: Duration) -> Result<()> {
+        crate::spec::check_call_time(lease_time, "a lease time")?;
         let (l, i, w, now) = self.held_lease(lease)?;
         let e = l.table.entry(i);
         let busy = e.change(w, w.held()).map_err(|_| self.late(l))?;
@@ -714,8 +723,10 @@ impl Queue {
     /// instead, as [`reject`](Self::reject) sends it.
     ///
     /// Errors: those of [`ack`](Self::ack), and of `reject` for a record at
-    /// its delivery limit.
+    /// its delivery limit; `CONDIT_IS_NIL` (`delay` longer than
+    /// [`MAX_LEASE_MS`](crate::MAX_LEASE_MS), a year).
     pub fn release(&self, lease: &Lease, delay: Duration) -> Result<()> {
+        crate::spec::check_call_time(delay, "a release delay")?;
         let (l, i, w, now) = self.held_lease(lease)?;
         let max = l.settings.max_deliveries;
         if max > 0 && w.deliveries() >= max {
