@@ -109,7 +109,8 @@ pub use durable::{DurableStats, RecoveryStats};
 pub use escape::{escape_name, escape_word};
 #[cfg(not(loom))]
 pub use file::{
-    check_queue_dir, filesystem_size, queue_dir, queue_file_id, queue_ids, queue_name, queue_path, slot_stride,
+    check_queue_dir, filesystem_size, queue_dir, queue_file_id, queue_ids, queue_name, queue_name_and_part, queue_path,
+    slot_stride,
 };
 #[cfg(not(loom))]
 pub use queue::{ExportFormat, Lease, LeaseState, LeaseStats, LeasedRecord};

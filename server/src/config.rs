@@ -68,10 +68,12 @@ pub struct ServeArgs {
     /// Create a missing queue on first use (push, blocking pop) with ROWS records of SIZE bytes
     #[arg(long, value_name = "ROWSxSIZE", value_parser = parse_auto_create)]
     pub auto_create: Option<AutoCreate>,
-    /// Queues --auto-create may have made that still exist; beyond, a command that would create one is refused
+    /// Queues made by --auto-create (of any run or server: marked so in their header) that may exist in the
+    /// directory; beyond, a command that would create one is refused
     #[arg(long, default_value_t = DEFAULT_MAX_QUEUES, value_name = "N")]
     pub max_queues: usize,
-    /// Bytes the files of the queues --auto-create made may take (suffixes k, m, g: KiB, MiB, GiB; default: half the directory's filesystem)
+    /// Bytes the files of the queues made by --auto-create (of any run or server) may take (suffixes k, m, g: KiB,
+    /// MiB, GiB; default: half the directory's filesystem)
     #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
     pub max_memory: Option<u64>,
     /// Worker threads (0: one per available core)

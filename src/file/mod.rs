@@ -36,6 +36,13 @@ pub fn queue_name(dir: &Path, id: u32) -> Result<String> {
     map::read_header(dir, id).map(|h| h.name().to_string())
 }
 
+/// The name and the partition text (`Spec::part`) in the header of queue
+/// `id` of `dir`, read as [`queue_name`] reads the name (one open and one
+/// read of its header). Errors: those of [`queue_name`].
+pub fn queue_name_and_part(dir: &Path, id: u32) -> Result<(String, String)> {
+    map::read_header(dir, id).map(|h| (h.name().to_string(), h.part().to_string()))
+}
+
 /// Is the file on tmpfs (as /dev/shm is)?
 fn is_tmpfs(file: &File) -> bool {
     // SAFETY: statfs is plain data; all-zero is a valid value for the call to fill.
