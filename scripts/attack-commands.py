@@ -308,8 +308,8 @@ def peak_threads(pid, until):
     return peak
 
 
-def attack_creations(d, n=600):
-    s = Server(d, ["--auto-create", "10x16"], env={"TVMQ_SERVE_TEST_CREATE_DELAY_MS": "200"})
+def attack_creations(d, n=600, delay_ms=20):
+    s = Server(d, ["--auto-create", "10x16"], env={"TVMQ_SERVE_TEST_CREATE_DELAY_MS": str(delay_ms)})
     try:
         base = proc_status(s.pid, "Threads")
         conns = [Conn(s.port) for _ in range(n)]
@@ -328,7 +328,7 @@ def attack_creations(d, n=600):
         took = time.perf_counter() - start
         ping = p.stop()
         ok = sum(1 for r in done[0] if r == 1)
-        print(f"creations: {n} concurrent auto-creations (each slowed to 200 ms): threads {base} -> peak {peak}, "
+        print(f"creations: {n} concurrent auto-creations (each slowed to {delay_ms} ms): threads {base} -> peak {peak}, "
               f"{ok}/{n} pushed in {took:.1f} s; {ping}")
     finally:
         s.stop()

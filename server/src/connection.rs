@@ -253,6 +253,12 @@ async fn run<S: Stream>(s: &mut S, shared: &Arc<ServerState>, worker: &Rc<Worker
                         if let Err(e) = flush(s, &mut out, client, shared, stats, stall).await {
                             return End::Error(e);
                         }
+                        // The arguments' places of a long command (a BLPOP
+                        // of a million keys: 16 MB) are not kept while it
+                        // waits.
+                        if req.capacity() > 1024 {
+                            req = Request::new();
+                        }
                         match wait_blocked(s, shared, b, client, &mut input, &mut out, pool).await {
                             Ok(()) => {}
                             Err(end) => {

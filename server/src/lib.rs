@@ -13,13 +13,14 @@
 //! | `listener` | binding, accepting, `--maxclients`, handing connections to workers | `worker`, `state` |
 //! | `worker` | one thread per core, each a tokio current-thread runtime | `connection`, `local`, `keys`, `state` |
 //! | `connection` | read, run every complete command, write the replies once; limits | `cmd`, `local`, `keys`, `state`, `stream` |
-//! | `cmd` | dispatch, then one file per family: `queue` (push, pop, LLEN), `blocking` (BLPOP), `admin` (DEL, LTRIM, TVMQ.REPAIR), `lease/` (the TVMQ.LEASE family: `owned`, `args`, `take`, `end`, `stats`), `server` (the rest), `table` (the commands, COMMAND); `context` (what a command runs with), `off_worker` (what it hands to the blocking pool) | `durable`, `keys`, `state`, `waiters`, `reply` |
+//! | `cmd` | dispatch, then one file per family: `queue` (push, pop, LLEN), `blocking` (BLPOP), `admin` (DEL, LTRIM, TVMQ.REPAIR), `lease/` (the TVMQ.LEASE family: `owned`, `args`, `take`, `end`, `stats`), `server` (the rest), `table` (the commands, COMMAND); `context` (what a command runs with), `off_worker` (what it hands to the pool) | `durable`, `keys`, `state`, `waiters`, `pool`, `reply` |
 //! | `local` | what one worker's connections share: key cache, buffer pool, stop notice | `keys` |
-//! | `keys` | key -> queue, caches, `--auto-create`, its bounds and its id scheme | `state`, `index`, `reply` |
-//! | `state` | `ServerState`, what every thread shares: options, queues, counters | `durable`, `index`, `waiters`, `shutdown`, `tls`, `config` |
+//! | `keys` | key -> queue, caches, `--auto-create`, its bounds and its id scheme | `state`, `index`, `pool`, `reply` |
+//! | `state` | `ServerState`, what every thread shares: options, queues, counters, the pool | `durable`, `index`, `waiters`, `pool`, `shutdown`, `tls`, `config` |
 //! | `durable` | `always` queues: a connection's replies waiting for a sync (`replies`), the sync threads (`syncers`) | - |
-//! | `index` | queue name -> ids of the directory, kept current by inotify; the queues the server created (the budget) | `shutdown` |
+//! | `index` | queue name -> ids of the directory, kept current by inotify; the queues `--auto-create` made (the budget) | `shutdown` |
 //! | `waiters` | blocked clients and the bounded pool of watcher threads that wake them | `shutdown` |
+//! | `pool` | the one bounded pool of threads, with its line, for all the work taken off the workers | - |
 //! | `shutdown` | the stop signal | - |
 //! | `stream` | TCP, unix and TLS sockets behind one trait; the I/O steps | - |
 //! | `tls` | `--tls-port`: the certificates, read at the start | `config` |

@@ -11,15 +11,18 @@
 //!   server start more (before, each creation or repair took a thread of
 //!   tokio's blocking pool: 600 at once made 600 threads).
 //! - Jobs wait in line in the order they were handed over and are taken
-//!   in that order ([`Kind::Scan`] jobs among them as well, see below):
+//!   in that order ([`Kind::Heavy`] jobs among them as well, see below):
 //!   what waits for the pool is answered in order. The line holds at most
 //!   one job per connection waiting for its reply (a connection waits for
 //!   its job before it reads on), plus the work a closing connection leaves
 //!   (giving back its leases).
-//! - At most [`SCANS_AT_ONCE`] scans (whose cost grows with a lease table
-//!   or the number of queues) run at once, so that they never take every
-//!   core from the workers; a scan waits in line meanwhile, the jobs
-//!   behind it that are not scans go ahead.
+//! - At most [`HEAVY_AT_ONCE`] heavy jobs run at once: scans (of a lease
+//!   table, of the queues' headers), repairs and truncations (a whole
+//!   ring), creations (a whole file written): whatever costs in proportion
+//!   to a queue or to the number of queues, so that they never take every
+//!   core from the workers; a heavy job waits in line meanwhile, the light
+//!   ones behind it (a lease of an `always` queue waiting for its sync, a
+//!   dead-letter move, a DEL) go ahead.
 //! - Scans of the same thing asked for while one waits in line share it
 //!   ([`Coalesce`]): a thousand clients asking for the same queue's lease
 //!   statistics cost one scan, and each answer comes from a scan that
@@ -31,19 +34,20 @@ use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Scans that may run at once.
-pub(crate) const SCANS_AT_ONCE: usize = 1;
+/// Heavy jobs ([`Kind::Heavy`]) that may run at once.
+pub(crate) const HEAVY_AT_ONCE: usize = 1;
 /// A pool thread with nothing to do for this long ends.
 const IDLE_EXIT: Duration = Duration::from_secs(10);
 
 /// What a job is, for the pool's bounds.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Kind {
-    /// Anything but a scan.
-    Work,
-    /// A scan of a lease table or of the queues: at most
-    /// [`SCANS_AT_ONCE`] at a time.
-    Scan,
+    /// Work whose cost does not grow with a queue: waiting for a sync,
+    /// moving a record, removing a file.
+    Light,
+    /// A scan, a repair, a truncation, a creation: at most
+    /// [`HEAVY_AT_ONCE`] at a time.
+    Heavy,
 }
 
 type Task = Box<dyn FnOnce() + Send>;
@@ -64,11 +68,11 @@ struct Inner {
 
 #[derive(Default)]
 struct Line {
-    /// Jobs that are not scans, and scans, each with its place in line.
-    work: VecDeque<(u64, Task)>,
-    scans: VecDeque<(u64, Task)>,
+    /// Light jobs, and heavy ones, each with its place in line.
+    light: VecDeque<(u64, Task)>,
+    heavy: VecDeque<(u64, Task)>,
     next_place: u64,
-    scans_running: usize,
+    heavy_running: usize,
     threads: usize,
     idle: usize,
     stopping: bool,
@@ -143,10 +147,10 @@ impl Pool {
         let place = line.next_place;
         line.next_place += 1;
         match kind {
-            Kind::Work => line.work.push_back((place, task)),
-            Kind::Scan => line.scans.push_back((place, task)),
+            Kind::Light => line.light.push_back((place, task)),
+            Kind::Heavy => line.heavy.push_back((place, task)),
         }
-        let waiting = line.work.len() + line.scans.len();
+        let waiting = line.light.len() + line.heavy.len();
         line.longest = line.longest.max(waiting);
         if line.idle == 0 && line.threads < self.inner.max_threads {
             line.threads += 1;
@@ -160,8 +164,8 @@ impl Pool {
                 if line.threads == 0 {
                     // Nobody would ever take it: run it here instead.
                     let (_, task) = match kind {
-                        Kind::Work => line.work.pop_back(),
-                        Kind::Scan => line.scans.pop_back(),
+                        Kind::Light => line.light.pop_back(),
+                        Kind::Heavy => line.heavy.pop_back(),
                     }
                     .expect("just put in line");
                     drop(line);
@@ -181,7 +185,7 @@ impl Pool {
         PoolStats {
             threads: line.threads,
             max_threads: self.inner.max_threads,
-            waiting: line.work.len() + line.scans.len(),
+            waiting: line.light.len() + line.heavy.len(),
             longest: line.longest,
             started: line.started,
         }
@@ -205,14 +209,14 @@ impl Inner {
         loop {
             if let Some(task) = self.next(&mut line) {
                 drop(line);
-                let scan = task.1;
+                let heavy = task.1;
                 // A panicking job loses its result (its waiter hears
                 // `NotRun`), not the thread.
                 let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(task.0));
                 line = self.line.lock();
-                if scan {
-                    line.scans_running -= 1;
-                    if !line.scans.is_empty() {
+                if heavy {
+                    line.heavy_running -= 1;
+                    if !line.heavy.is_empty() {
                         self.ready.notify_one();
                     }
                 }
@@ -224,7 +228,7 @@ impl Inner {
             line.idle += 1;
             let timed_out = self.ready.wait_for(&mut line, IDLE_EXIT).timed_out();
             line.idle -= 1;
-            if timed_out && line.work.is_empty() && line.scans.is_empty() {
+            if timed_out && line.light.is_empty() && line.heavy.is_empty() {
                 break;
             }
         }
@@ -233,19 +237,19 @@ impl Inner {
     }
 
     /// The first job in line that may run now (a scan only while fewer
-    /// than [`SCANS_AT_ONCE`] run), and whether it is a scan.
+    /// than [`HEAVY_AT_ONCE`] run), and whether it is a scan.
     fn next(&self, line: &mut Line) -> Option<(Task, bool)> {
-        let scan_ok = line.scans_running < SCANS_AT_ONCE;
-        let scan_first = match (line.work.front(), line.scans.front()) {
+        let scan_ok = line.heavy_running < HEAVY_AT_ONCE;
+        let scan_first = match (line.light.front(), line.heavy.front()) {
             (_, None) => false,
             (None, Some(_)) => scan_ok,
             (Some((w, _)), Some((s, _))) => scan_ok && s < w,
         };
         if scan_first {
-            line.scans_running += 1;
-            return line.scans.pop_front().map(|(_, t)| (t, true));
+            line.heavy_running += 1;
+            return line.heavy.pop_front().map(|(_, t)| (t, true));
         }
-        line.work.pop_front().map(|(_, t)| (t, false))
+        line.light.pop_front().map(|(_, t)| (t, false))
     }
 }
 
@@ -283,7 +287,7 @@ impl<K: Hash + Eq + Clone + Send + 'static, V: Clone + Send + 'static> Coalesce<
         Arc::new(Coalesce { waiting: Mutex::default() })
     }
 
-    /// The result of `scan` for `key`, run in `pool` as a [`Kind::Scan`]
+    /// The result of `scan` for `key`, run in `pool` as a [`Kind::Heavy`] job
     /// that begins after this call, or shared with one that waits in line.
     pub(crate) async fn scan(
         self: &Arc<Self>,
@@ -300,7 +304,7 @@ impl<K: Hash + Eq + Clone + Send + 'static, V: Clone + Send + 'static> Coalesce<
         };
         if first {
             let me = self.clone();
-            pool.detach(Kind::Scan, move || {
+            pool.detach(Kind::Heavy, move || {
                 // Whoever asks from now on asks for a scan of its own.
                 let answer_to = me.waiting.lock().remove(&key).unwrap_or_default();
                 let v = scan();
@@ -326,7 +330,7 @@ mod tests {
         let most = Arc::new(AtomicUsize::new(0));
         for i in 0..40usize {
             let (done, running, most) = (done.clone(), running.clone(), most.clone());
-            pool.detach(Kind::Work, move || {
+            pool.detach(Kind::Light, move || {
                 let now = running.fetch_add(1, Ordering::SeqCst) + 1;
                 most.fetch_max(now, Ordering::SeqCst);
                 done.lock().push(i);
@@ -347,14 +351,14 @@ mod tests {
     }
 
     #[test]
-    fn one_scan_at_a_time_and_other_work_goes_ahead() {
+    fn one_heavy_job_at_a_time_and_light_ones_go_ahead() {
         let pool = Pool::new(4);
         let scans = Arc::new(AtomicUsize::new(0));
         let most = Arc::new(AtomicUsize::new(0));
         let work = Arc::new(AtomicUsize::new(0));
         for _ in 0..8 {
             let (scans, most) = (scans.clone(), most.clone());
-            pool.detach(Kind::Scan, move || {
+            pool.detach(Kind::Heavy, move || {
                 let now = scans.fetch_add(1, Ordering::SeqCst) + 1;
                 most.fetch_max(now, Ordering::SeqCst);
                 std::thread::sleep(Duration::from_millis(5));
@@ -363,7 +367,7 @@ mod tests {
         }
         for _ in 0..8 {
             let work = work.clone();
-            pool.detach(Kind::Work, move || {
+            pool.detach(Kind::Light, move || {
                 work.fetch_add(1, Ordering::SeqCst);
             });
         }
@@ -375,7 +379,7 @@ mod tests {
         }
         assert!(pool.stats().waiting > 0, "scans still wait in line");
         pool.stop();
-        assert_eq!(most.load(Ordering::SeqCst), SCANS_AT_ONCE);
+        assert_eq!(most.load(Ordering::SeqCst), HEAVY_AT_ONCE);
     }
 
     #[test]
@@ -386,7 +390,7 @@ mod tests {
         let c: Arc<Coalesce<u32, usize>> = Coalesce::new();
         // A scan of something else holds the only scan slot meanwhile.
         let (hold_tx, hold_rx) = std::sync::mpsc::channel::<()>();
-        pool.detach(Kind::Scan, move || {
+        pool.detach(Kind::Heavy, move || {
             let _ = hold_rx.recv_timeout(Duration::from_secs(10));
         });
         let answers = rt.block_on(async {

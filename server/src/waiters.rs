@@ -12,8 +12,8 @@
 //! through shared memory), plus a [`Bell`] that tells it its set changed.
 //! It sleeps until one of them is woken, at most [`WATCH_SLICE`] (it then
 //! looks at its queues again: a producer's wake-up may have gone to another
-//! sleeper of the queue, in another process), [`LEASE_SLICE`] when some of
-//! its clients wait to lease (as the library's own lease sleepers do), and
+//! sleeper of the queue, in another process), [`LEASE_SLICE`] when one of
+//! its queues has leases (as the library's own lease sleepers do), and
 //! no later than the next lease event its queues announce
 //! ([`Queue::lease_due_in`]). A watcher that has watched nothing for
 //! [`IDLE_EXIT`] ends. Only past [`MAX_WATCHERS`] x [`PER_CALL`] queues
@@ -24,10 +24,10 @@
 //! When the push count of a queue moves by `n`, its watcher hands one
 //! wake-up each to the `n` clients that have waited longest on it (oldest
 //! first, Redis's rule), taking them off the queue's list; each pops (or
-//! leases) for itself. When a lease event is due on a queue (a lease ran
-//! out, a released record came due: records that no push brought), the
-//! client that has waited longest to lease from it is woken; its lease
-//! call settles the event. A woken client that finds nothing (another
+//! leases) for itself. When a lease event is due on a queue with leases (a
+//! lease ran out, a released record came due: records that no push
+//! brought), the client that has waited longest on it is woken; its lease
+//! call (or pop: plain pops take such records too) settles the event. A woken client that finds nothing (another
 //! consumer was faster) goes back on the list in its old place, and one
 //! that took something, or was woken by a queue it did not take from,
 //! passes the wake-up on to the next client waiting on that queue while
@@ -53,9 +53,8 @@ use tvm::{Bell, Queue};
 /// How long a watcher sleeps at most while no push comes (it then looks at
 /// its queues again).
 pub(crate) const WATCH_SLICE: Duration = Duration::from_secs(1);
-/// As [`WATCH_SLICE`], for a watcher some of whose clients wait to lease:
-/// a lease taken after it fell asleep may run out sooner than its next
-/// lease event said.
+/// As [`WATCH_SLICE`], for a watcher of a queue with leases: a lease taken
+/// after it fell asleep may run out sooner than its next lease event said.
 pub(crate) const LEASE_SLICE: Duration = Duration::from_millis(200);
 /// A lease event still due after its client was woken (another process is
 /// sweeping, or the hint was early) wakes the next one no sooner than this.
@@ -76,13 +75,6 @@ pub(crate) const PER_CALL: usize = tvm::WAIT_ANY_MAX - 1;
 /// Watcher threads at most: 8,128 queues watched without rotation.
 pub(crate) const MAX_WATCHERS: usize = 64;
 
-/// A blocked client on a list: where its wake-ups go, and whether it
-/// leases (TVMQ.LEASE) rather than pops.
-struct Waiter {
-    notify: Arc<Notify>,
-    lease: bool,
-}
-
 /// The clients waiting on one queue, by their place in line (the earliest
 /// first).
 pub(crate) struct WaitList {
@@ -92,9 +84,7 @@ pub(crate) struct WaitList {
 
 #[derive(Default)]
 struct ListInner {
-    waiting: BTreeMap<u64, Waiter>,
-    /// Of `waiting`, the clients that lease.
-    leasers: usize,
+    waiting: BTreeMap<u64, Arc<Notify>>,
     /// The list is in a watcher's set.
     watched: bool,
     /// The push count its watcher has handled.
@@ -107,29 +97,8 @@ impl ListInner {
     /// Wakes the oldest waiting client, taking it off the list.
     fn wake_oldest(&mut self) -> bool {
         match self.waiting.pop_first() {
-            Some((_, w)) => {
-                self.leasers -= usize::from(w.lease);
-                w.notify.notify_one();
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// Wakes the oldest client waiting to lease, taking it off the list.
-    fn wake_oldest_leaser(&mut self) -> bool {
-        let Some(place) = self.waiting.iter().find(|(_, w)| w.lease).map(|(&p, _)| p) else { return false };
-        if let Some(w) = self.waiting.remove(&place) {
-            self.leasers -= 1;
-            w.notify.notify_one();
-        }
-        true
-    }
-
-    fn remove(&mut self, place: u64) -> bool {
-        match self.waiting.remove(&place) {
-            Some(w) => {
-                self.leasers -= usize::from(w.lease);
+            Some((_, n)) => {
+                n.notify_one();
                 true
             }
             None => false,
@@ -147,11 +116,8 @@ impl WaitList {
     /// wait), to the next client, if records wait.
     pub(crate) fn pass_on(&self) {
         let q = &self.queue;
-        let mut inner = self.inner.lock();
-        if q.depth() > 0 || q.is_dropped() {
-            inner.wake_oldest();
-        } else if inner.leasers > 0 && q.lease_due_in().is_some_and(|d| d.is_zero()) {
-            inner.wake_oldest_leaser();
+        if q.depth() > 0 || q.is_dropped() || q.lease_due_in().is_some_and(|d| d.is_zero()) {
+            self.inner.lock().wake_oldest();
         }
     }
 }
@@ -198,14 +164,13 @@ impl Waiters {
         self.pool.lock().iter().map(|w| w.set.lock().len()).sum()
     }
 
-    /// Puts the client at `place` and `notify` (one that leases: `lease`)
-    /// on the list of `queue`, giving the list to a watcher if it has none.
+    /// Puts the client at `place` and `notify` on the list of `queue`,
+    /// giving the list to a watcher if it has none.
     pub(crate) fn register(
         &self,
         queue: &Arc<Queue>,
         place: u64,
         notify: &Arc<Notify>,
-        lease: bool,
         shutdown: &Arc<Shutdown>,
     ) -> Arc<WaitList> {
         let list = {
@@ -222,9 +187,7 @@ impl Waiters {
             list.clone()
         };
         let mut inner = list.inner.lock();
-        if inner.waiting.insert(place, Waiter { notify: notify.clone(), lease }).is_none() {
-            inner.leasers += usize::from(lease);
-        }
+        inner.waiting.insert(place, notify.clone());
         if !inner.watched {
             inner.watched = true;
             // Read before the client's next look at the queue: a push after
@@ -273,7 +236,7 @@ impl Waiters {
     /// Takes the client at `place` off `list`; false if it was not on it
     /// (a wake-up took it off).
     pub(crate) fn unregister(list: &WaitList, place: u64) -> bool {
-        list.inner.lock().remove(place)
+        list.inner.lock().waiting.remove(&place).is_some()
     }
 
     /// Is the client at `place` on `list`?
@@ -327,7 +290,7 @@ impl Watcher {
                     }
                     inner.seen = pushes;
                 }
-                if inner.leasers > 0 && !q.is_dropped() {
+                if q.info().leases.is_some() && !inner.waiting.is_empty() && !q.is_dropped() {
                     slice = slice.min(LEASE_SLICE);
                     if let Some(due) = q.lease_due_in() {
                         slice = slice.min(lease_event(&mut inner, due, now));
@@ -384,8 +347,8 @@ impl Watcher {
     }
 }
 
-/// A list with clients that lease, whose queue's next lease event is `due`
-/// from `now`: wakes the oldest of them when it is due (at most once per
+/// A list of a queue with leases, whose next lease event is `due` from
+/// `now`: wakes its oldest client when it is due (at most once per
 /// [`LEASE_REFIRE`] while it stays due); how long the watcher may sleep.
 fn lease_event(inner: &mut ListInner, due: Duration, now: Instant) -> Duration {
     if !due.is_zero() {
@@ -394,7 +357,7 @@ fn lease_event(inner: &mut ListInner, due: Duration, now: Instant) -> Duration {
     match inner.fired.map(|t| now.duration_since(t)) {
         Some(ago) if ago < LEASE_REFIRE => LEASE_REFIRE - ago,
         _ => {
-            inner.wake_oldest_leaser();
+            inner.wake_oldest();
             inner.fired = Some(now);
             LEASE_REFIRE
         }

@@ -77,12 +77,25 @@ pub(crate) fn start(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<
     let mut ids: HashSet<u32> = HashSet::new();
     let mut found = Vec::new();
     let mut missing: Vec<&[u8]> = Vec::new();
+    let auto_create = ctx.shared.args.auto_create.is_some();
+    let mut last: &[u8] = &[];
     for i in 1..n - 1 {
         let key = req.arg(buf, i);
-        if !seen.insert(key) {
+        // The same key again (a comparison), or one seen before (a hash).
+        if key == last || !seen.insert(key) {
             continue;
         }
+        last = key;
         match crate::keys::find(ctx.shared, key) {
+            Ok(None) if !auto_create => {
+                key_error(out, key, &crate::keys::KeyError::NoSuchQueue);
+                return None;
+            }
+            Ok(None) if missing.len() == crate::keys::MAX_CREATES_PER_COMMAND => {
+                // One more than may be created: no need to look further.
+                key_error(out, missing[0], &crate::keys::too_many_creates(missing.len() + 1, true));
+                return None;
+            }
             Ok(None) => {
                 missing.push(key);
                 found.push((key, None));
@@ -99,11 +112,7 @@ pub(crate) fn start(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<
         }
     }
     drop((seen, ids));
-    if !missing.is_empty() && ctx.shared.args.auto_create.is_some() {
-        if missing.len() > crate::keys::MAX_CREATES_PER_COMMAND {
-            key_error(out, missing[0], &crate::keys::too_many_creates(missing.len()));
-            return None;
-        }
+    if !missing.is_empty() {
         // Made off the worker; then the command runs again.
         ctx.client.create = Some(missing.iter().map(|k| k.to_vec()).collect());
         return None;
@@ -222,8 +231,7 @@ impl Blocked {
         for (i, (_, q)) in self.keys.iter().enumerate() {
             let on_list = self.lists[i].as_ref().is_some_and(|l| Waiters::contains(l, self.place));
             if !on_list {
-                let lease = self.lease.is_some();
-                self.lists[i] = Some(shared.waiters.register(q, self.place, &self.notify, lease, &shared.shutdown));
+                self.lists[i] = Some(shared.waiters.register(q, self.place, &self.notify, &shared.shutdown));
             }
         }
     }

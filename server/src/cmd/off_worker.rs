@@ -11,25 +11,27 @@ use tvm::Queue;
 /// A command's work that may touch the disk or scan a whole ring, to run
 /// off the worker ([`run`]): it appends the command's reply to the buffer
 /// it is given.
-pub(crate) struct Job(Box<WritesReply>);
+pub(crate) struct Job(Kind, Box<WritesReply>);
 
 /// What a [`Job`] runs: it appends the reply to the buffer.
 type WritesReply = dyn FnOnce(&mut Vec<u8>) + Send;
 
 impl Job {
-    /// The job that runs `f`, which writes the reply.
-    pub(crate) fn new(f: impl FnOnce(&mut Vec<u8>) + Send + 'static) -> Job {
-        Job(Box::new(f))
+    /// The job that runs `f`, which writes the reply; `kind` tells the
+    /// pool whether its cost grows with a queue ([`Kind::Heavy`]).
+    pub(crate) fn new(kind: Kind, f: impl FnOnce(&mut Vec<u8>) + Send + 'static) -> Job {
+        Job(kind, Box::new(f))
     }
 }
 
 /// Runs `job` in `pool` while the calling connection waits (other
 /// connections of the worker go on), then appends its reply to `out`.
 pub(crate) async fn run(pool: &Pool, job: Job, out: &mut Vec<u8>) {
+    let Job(kind, f) = job;
     let ran = pool
-        .run(Kind::Work, move || {
+        .run(kind, move || {
             let mut reply = Vec::new();
-            (job.0)(&mut reply);
+            f(&mut reply);
             reply
         })
         .await;
@@ -48,7 +50,7 @@ pub(crate) fn failed(out: &mut Vec<u8>) {
 /// Hands `f` to the pool of this worker, not waited for (on another thread:
 /// runs it there).
 pub(crate) fn detach(f: impl FnOnce() + Send + 'static) {
-    pool::detach_here(Kind::Work, f);
+    pool::detach_here(Kind::Light, f);
 }
 
 /// Has moved off the worker the records that a sweep run here found bound

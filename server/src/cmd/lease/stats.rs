@@ -1,7 +1,7 @@
 //! TVMQ.LEASES key: the queue's lease statistics, and how many leases
 //! this connection holds. The statistics come from a scan of the queue's
 //! lease table (up to 1,048,576 entries: tens of milliseconds), so the
-//! scan runs in the server's pool as a scan ([`crate::pool::Kind::Scan`]:
+//! scan runs in the server's pool as a heavy job ([`crate::pool::Kind::Heavy`]:
 //! one at a time), shared by the equal ones waiting in line, never on a
 //! worker.
 

@@ -91,7 +91,7 @@ pub(crate) async fn take_durable(
     out: &mut Vec<u8>,
 ) -> bool {
     let queue = q.clone();
-    match pool.run(Kind::Work, move || Taken::take(queue, args)).await {
+    match pool.run(Kind::Light, move || Taken::take(queue, args)).await {
         Ok(taken) => taken.write(client, out),
         Err(_) => {
             // A panic, or the server stopping: whatever was taken went
