@@ -252,7 +252,7 @@ impl Index {
     }
 
     /// May this server create `n` more queues of `bytes` bytes each?
-    /// Else the reason, in words. Drops not applied yet are applied first.
+    /// Else the reason, in words. Changes not applied yet are applied first.
     pub(crate) fn check_budget(&self, budget: &Budget, n: usize, bytes: u64) -> Result<(), String> {
         let fits = |(queues, used): (usize, u64)| {
             let more = bytes.saturating_mul(n as u64);
@@ -272,10 +272,10 @@ impl Index {
                 Ok(())
             }
         };
-        fits(self.created_queues()).or_else(|_| {
-            self.refresh();
-            fits(self.created_queues())
-        })
+        // What others made or dropped up to now counts: applied first (one
+        // `read` when nothing changed; creations run in the pool).
+        self.refresh();
+        fits(self.created_queues())
     }
 
     fn forget(&self, id: u32) {
