@@ -25,7 +25,7 @@ THREADS  ?= 1 2 4 10
 # background while the build and the Rust tests run, and sets it. Empty: no wait.
 WAIT_DEPS ?=
 
-.PHONY: deps all build run test test-all lint header test-rust test-c examples seed bench bench-drivers bench-smoke bench-net bench-net-smoke net-driver loom soak clean install uninstall test-install test-python test-readme
+.PHONY: deps all build run test test-all lint header test-rust test-c examples seed bench bench-drivers bench-smoke bench-net bench-net-smoke net-driver loom soak clean install uninstall test-install test-python test-readme attack attack-commands
 
 all: build
 
@@ -144,6 +144,19 @@ soak:
 	TVMQ_SOAK_SECONDS=600 $(CARGO) test --release -p tvmq --test soak -- --nocapture
 	TVMQ_POWER_LOSS_IMAGES=20000 $(CARGO) test --release -p tvmq --lib power_loss -- --nocapture
 	TVMQ_DURABLE_ROUNDS=30 $(CARGO) test --release -p tvmq --test durable -- --nocapture
+
+# The attacks on `tvmq serve` by one client's commands, with their big figures
+# (scripts/attack-commands.py, a few minutes: scans of a big lease table and of
+# 20,000 queues, idle blocked clients, a BLPOP naming one key a million times,
+# creations and repairs at once, the creation budget, lease times, ACK, names);
+# server/tests/attack_commands.rs runs each one small in `make test`.
+# ATTACKS=leases,info,... runs those alone.
+attack: attack-commands
+
+attack-commands: build
+	TVMQ=$(TVMQ) python3 scripts/attack-commands.py $(subst $(comma), ,$(ATTACKS))
+
+comma := ,
 
 # Model checking of the ring and the lease table with loom (about 10 s of
 # models, after it builds the library's tests under --cfg loom in

@@ -8,8 +8,9 @@ across a restart, out-of-range lease times, an ACK with a bad id among good
 ones, and a queue name that forges a row of `tvmq list`.
 
 Usage: TVMQ=target/release/tvmq python3 scripts/attack-commands.py [NAME ...]
-(`make attack` runs it; names: leases info blpop-many lease-block dup-keys
-creations repairs budget lease-times ack names). Each attack starts its own
+(`make attack` runs it all, `make attack ATTACKS=leases,info` some; names:
+leases info blpop-many lease-block dup-keys creations repairs budget
+lease-times ack names). About three minutes in all. Each attack starts its own
 server (two worker threads) on a free port, with its queues in /dev/shm,
 and removes them after. Another connection PINGs every 2 ms meanwhile: its
 p50, p99 and worst are printed beside each attack's own figures. The
