@@ -189,37 +189,34 @@ def pipelined(c, cmd, n):
     return replies, time.perf_counter() - t
 
 
-def attack_leases(d):
-    tvmq(d, "create", 30, "--rows", 1000, "--size", 16, "--lease-ms", 30000, "--max-leases", 1048576)
+def pipelined_attack(d, name, cmd, n, ok, what, setup=lambda c: None):
+    """`n` of `cmd` pipelined on one connection (after `setup` on it) while
+    another client PINGs; `ok` tells a right reply."""
     s = Server(d)
     try:
         c = Conn(s.port)
-        c.cmd("RPUSH", 30, "a")
-        c.cmd("TVMQ.LEASE", 30)
+        setup(c)
         p = Pinger(s.port)
         time.sleep(0.2)
-        replies, took = pipelined(c, enc("TVMQ.LEASES", 30), 500)
+        replies, took = pipelined(c, cmd, n)
         ping = p.stop()
-        ok = sum(1 for r in replies if isinstance(r, list) and r[1] == 1)
-        print(f"leases: 500 pipelined TVMQ.LEASES (1,048,576 entries, 1 in flight): {took:.2f} s, "
-              f"{ok}/500 said in-flight 1; {ping}")
+        good = sum(1 for r in replies if ok(r))
+        print(f"{name}: {n} pipelined {what}: {took:.2f} s, {good}/{n} right; {ping}")
     finally:
         s.stop()
+
+
+def attack_leases(d):
+    tvmq(d, "create", 30, "--rows", 1000, "--size", 16, "--lease-ms", 30000, "--max-leases", 1048576)
+    pipelined_attack(d, "leases", enc("TVMQ.LEASES", 30), 500, lambda r: isinstance(r, list) and r[1] == 1,
+                     "TVMQ.LEASES (1,048,576 entries, 1 in flight: right if it says so)",
+                     setup=lambda c: (c.cmd("RPUSH", 30, "a"), c.cmd("TVMQ.LEASE", 30)))
 
 
 def attack_info(d):
     many_queues(d, 20000)
-    s = Server(d)
-    try:
-        c = Conn(s.port)
-        p = Pinger(s.port)
-        time.sleep(0.2)
-        replies, took = pipelined(c, enc("INFO", "queues"), 100)
-        ping = p.stop()
-        ok = sum(1 for r in replies if isinstance(r, bytes) and b"queue_1:" in r)
-        print(f"info: 100 pipelined INFO queues (20,000 queues): {took:.2f} s, {ok}/100 listed queue 1; {ping}")
-    finally:
-        s.stop()
+    pipelined_attack(d, "info", enc("INFO", "queues"), 100, lambda r: isinstance(r, bytes) and b"queue_1:" in r,
+                     "INFO queues (20,000 queues: right if it lists queue 1)")
 
 
 def attack_blpop_many(d):
@@ -309,26 +306,29 @@ def peak_threads(pid, until):
     return peak
 
 
+def at_once(s, n, request, replies):
+    """`n` connections each send `request(i)` at once, then read `replies`
+    replies each, while another client PINGs: the server's threads before
+    and at their peak, the seconds it took, the replies, the PINGs."""
+    base = proc_status(s.pid, "Threads")
+    conns = [Conn(s.port) for _ in range(n)]
+    p = Pinger(s.port)
+    for i, c in enumerate(conns):
+        c.send(request(i))
+    done = []
+    t = threading.Thread(target=lambda: done.append([c.read() for c in conns for _ in range(replies)]))
+    start = time.perf_counter()
+    t.start()
+    peak = peak_threads(s.pid, lambda: not t.is_alive())
+    took = time.perf_counter() - start
+    return base, peak, took, done[0], p.stop()
+
+
 def attack_creations(d, n=600, delay_ms=20):
     s = Server(d, ["--auto-create", "10x16"], env={"TVMQ_SERVE_TEST_CREATE_DELAY_MS": str(delay_ms)})
     try:
-        base = proc_status(s.pid, "Threads")
-        conns = [Conn(s.port) for _ in range(n)]
-        p = Pinger(s.port)
-        for i, c in enumerate(conns):
-            c.send(enc("RPUSH", f"new{i}", "x"))
-        done = []
-
-        def wait():
-            done.append([c.read() for c in conns])
-
-        t = threading.Thread(target=wait)
-        start = time.perf_counter()
-        t.start()
-        peak = peak_threads(s.pid, lambda: not t.is_alive())
-        took = time.perf_counter() - start
-        ping = p.stop()
-        ok = sum(1 for r in done[0] if r == 1)
+        base, peak, took, got, ping = at_once(s, n, lambda i: enc("RPUSH", f"new{i}", "x"), 1)
+        ok = sum(1 for r in got if r == 1)
         print(f"creations: {n} concurrent auto-creations (each slowed to {delay_ms} ms): threads {base} -> peak {peak}, "
               f"{ok}/{n} pushed in {took:.1f} s; {ping}")
     finally:
@@ -339,23 +339,8 @@ def attack_repairs(d, n=200):
     tvmq(d, "create", 33, "--rows", 1_000_000, "--size", 16)
     s = Server(d)
     try:
-        base = proc_status(s.pid, "Threads")
-        conns = [Conn(s.port) for _ in range(n)]
-        p = Pinger(s.port)
-        for c in conns:
-            c.send(enc("TVMQ.REPAIR", 33) * 2)
-        done = []
-
-        def wait():
-            done.append([[c.read(), c.read()] for c in conns])
-
-        t = threading.Thread(target=wait)
-        start = time.perf_counter()
-        t.start()
-        peak = peak_threads(s.pid, lambda: not t.is_alive())
-        took = time.perf_counter() - start
-        ping = p.stop()
-        ok = sum(1 for rs in done[0] for r in rs if r == 0)
+        base, peak, took, got, ping = at_once(s, n, lambda i: enc("TVMQ.REPAIR", 33) * 2, 2)
+        ok = sum(1 for r in got if r == 0)
         print(f"repairs: {n} connections x 2 TVMQ.REPAIR (1,000,000 rows): threads {base} -> peak {peak}, "
               f"{ok}/{2 * n} answered in {took:.1f} s; {ping}")
     finally:
