@@ -15,7 +15,10 @@
 //! sleeper of the queue, in another process), [`LEASE_SLICE`] when one of
 //! its queues has leases (as the library's own lease sleepers do), and
 //! no later than the next lease event its queues announce
-//! ([`Queue::lease_due_in`]). A watcher that has watched nothing for
+//! ([`Queue::lease_due_in`]: a lease running out, a released record coming
+//! due); the periodic sweep for holders that died
+//! ([`Queue::lease_sweep_due_in`]) is looked at every [`LEASE_SLICE`]. A
+//! watcher that has watched nothing for
 //! [`IDLE_EXIT`] ends. Only past [`MAX_WATCHERS`] x [`PER_CALL`] queues
 //! watched at once does a watcher hold more queues than one call takes: it
 //! then sleeps on them [`PER_CALL`] at a time, [`ROTATE_SLICE`] each, and
@@ -91,6 +94,8 @@ struct ListInner {
     seen: u64,
     /// When a due lease event last woke a client.
     fired: Option<Instant>,
+    /// When a due periodic sweep last woke a client.
+    swept: Option<Instant>,
 }
 
 impl ListInner {
@@ -294,6 +299,12 @@ impl Watcher {
                     slice = slice.min(LEASE_SLICE);
                     if let Some(due) = q.lease_due_in() {
                         slice = slice.min(lease_event(&mut inner, due, now));
+                    }
+                    // Holders that died: looked for at most every LEASE_SLICE.
+                    let sweep_due = q.lease_sweep_due_in().is_some_and(|d| d.is_zero());
+                    if sweep_due && inner.swept.is_none_or(|t| now.duration_since(t) >= LEASE_SLICE) {
+                        inner.wake_oldest();
+                        inner.swept = Some(now);
                     }
                 }
                 if inner.waiting.is_empty() || q.is_dropped() || stopping {
