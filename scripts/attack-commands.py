@@ -240,6 +240,10 @@ def attack_lease_block(d, n=5000):
     tvmq(d, "create", 31, "--rows", 1000, "--size", 16, "--lease-ms", 30000)
     s = Server(d, ["--maxclients", str(n + 100)])
     try:
+        # One lease in flight (held for 10 minutes), as on a busy queue.
+        holder = Conn(s.port)
+        holder.cmd("RPUSH", 31, "held")
+        holder.cmd("TVMQ.LEASE", 31, "FOR", 600000)
         conns = []
         for _ in range(n):
             c = Conn(s.port)
@@ -261,7 +265,7 @@ def attack_lease_block(d, n=5000):
                 if c.buf:
                     woken = c.read()
                     break
-        print(f"lease-block: {n} clients in TVMQ.LEASE BLOCK 0, nothing pushed: {share * 100:.1f} % of a core "
+        print(f"lease-block: {n} clients in TVMQ.LEASE BLOCK 0, one lease in flight, nothing pushed: {share * 100:.1f} % of a core "
               f"over 3 s; a push then leased to one: {woken}")
         for c in conns:
             c.close()
