@@ -5,7 +5,7 @@
 //! (TVMQ.LEASE, TVMQ.ACK, ...), [`server`] (connection and server
 //! commands), with [`table`] naming and describing them all (for COMMAND
 //! too), `context` what they run with, and [`off_worker`] the work they
-//! hand to the runtime's blocking pool.
+//! hand to the server's pool ([`crate::pool`]).
 //!
 //! Inside, imports go one way (`scripts/check-layers.py` finds a circle):
 //! this dispatcher uses every family; `blocking` uses `lease` and `queue`;
