@@ -21,11 +21,12 @@ LINK     := -I include -L $(LIBDIR) -ltvm -lpthread -Wl,-rpath,$(LIBDIR)
 ROWS     ?= 4000000
 THREADS  ?= 1 2 4 10
 # A command that waits until what the later targets need (DPDK, Boost, fonts,
-# redis-server, a second user) is installed: .ci/run installs those in the
-# background while the build and the Rust tests run, and sets it. Empty: no wait.
+# redis-server, a second user) is installed: `make test` installs those in the
+# background while the build and the Rust tests run (scripts/deps.sh), and
+# sets it. Empty: no wait.
 WAIT_DEPS ?=
 
-.PHONY: deps all build run test test-all lint header test-rust test-c examples seed bench bench-drivers bench-smoke bench-net bench-net-smoke net-driver loom soak clean install uninstall test-install test-python test-readme
+.PHONY: deps test-scripts all build run test test-all lint header test-rust test-c examples seed bench bench-drivers bench-smoke bench-net bench-net-smoke net-driver loom soak failover attack clean install uninstall test-install test-python test-readme attack-commands
 
 all: build
 
@@ -51,13 +52,20 @@ seed: build
 run: seed
 	@TVMQ=$(TVMQ) SEEDBIN=$(SEEDBIN) ROWS=$(ROWS) THREADS="$(THREADS)" bash scripts/run.sh
 
-# Everything CI checks, with the `ci` profile (see PROFILE above).
+# Everything CI checks, with the `ci` profile (see PROFILE above). First
+# scripts/deps.sh installs what is missing (as root; as another user it
+# prints the one command to run, and nothing is built): what the build and
+# the Rust tests need at once, the rest in the background meanwhile, which
+# the first target needing it waits for (deps, WAIT_DEPS).
+DEPS_STATE := $(CURDIR)/target/deps
 test:
-	@$(MAKE) --no-print-directory PROFILE=ci test-all
+	@bash scripts/deps.sh start $(DEPS_STATE)
+	@$(MAKE) --no-print-directory PROFILE=ci test-all WAIT_DEPS="bash scripts/deps.sh wait $(DEPS_STATE)"
 
-test-all: build lint header test-rust loom deps test-c examples test-python test-readme test-install bench-smoke bench-net-smoke
+test-all: build lint test-scripts header test-rust loom deps test-c examples test-python test-readme test-install bench-smoke bench-net-smoke
 
-# The library's layers (the table in src/lib.rs): scripts/check-layers.py.
+# The layers of the library (the table in src/lib.rs) and of the server (server/src/lib.rs),
+# and no circle between the files of any crate: scripts/check-layers.py.
 lint:
 	python3 scripts/check-layers.py
 	$(CARGO) fmt --check
@@ -85,6 +93,13 @@ endif
 
 deps:
 	@$(if $(WAIT_DEPS),$(WAIT_DEPS),true)
+
+# The scripts' logic: scripts/deps.sh on simulated machines (nothing
+# installed or removed: what it would install, as root and as another
+# user), and the rates scripts/run.sh (make run) prints.
+test-scripts:
+	@bash scripts/test-deps.sh
+	@bash scripts/test-run.sh
 
 test-c: seed deps
 	@LIBDIR=$(LIBDIR) SEED=$(SEED) SEEDBIN=$(SEEDBIN) TVMQ=$(TVMQ) bash c-tests/run.sh
@@ -139,10 +154,34 @@ bench-net-smoke: net-driver
 
 # The long soak (10 minutes, then the power-loss model of durable queues with
 # 20,000 images a policy and 30 kill -9 rounds); `make test` runs the short ones.
-soak:
+soak: failover
 	TVMQ_SOAK_SECONDS=600 $(CARGO) test --release -p tvmq --test soak -- --nocapture
 	TVMQ_POWER_LOSS_IMAGES=20000 $(CARGO) test --release -p tvmq --lib power_loss -- --nocapture
 	TVMQ_DURABLE_ROUNDS=30 $(CARGO) test --release -p tvmq --test durable -- --nocapture
+
+# The Redis failover tests of make test-c, five failovers each (behind
+# Sentinel, then in a Redis Cluster with replicas): about 3 minutes.
+failover: build
+	@for kind in sentinel cluster; do bash c-tests/failover.sh $$kind 5 $(CURDIR)/target $(LIBDIR) || exit 1; done
+
+# The attacks on `tvmq serve` of issue 34 at full size, each against a server of
+# its own, another client PINGing meanwhile (scripts/attack.py; a few minutes,
+# by hand; ATTACK_ARGS="NAME ..." runs some, "--list" names them): the figures
+# docs/server.md quotes. The tests (server/tests/attack_*.rs) bound the same
+# attacks at a smaller size.
+attack: build attack-commands
+	python3 scripts/attack.py --tvmq $(TVMQ) $(ATTACK_ARGS)
+
+# The attacks on `tvmq serve` by one client's commands, with their big figures
+# (scripts/attack-commands.py, a few minutes: scans of a big lease table and of
+# 20,000 queues, idle blocked clients, a BLPOP naming one key a million times,
+# creations and repairs at once, the creation budget, lease times, ACK, names);
+# server/tests/attack_commands.rs runs each one small in `make test`.
+# ATTACKS=leases,info,... runs those alone.
+attack-commands: build
+	TVMQ=$(TVMQ) python3 scripts/attack-commands.py $(subst $(comma), ,$(ATTACKS))
+
+comma := ,
 
 # Model checking of the ring and the lease table with loom (about 10 s of
 # models, after it builds the library's tests under --cfg loom in
@@ -173,7 +212,7 @@ I_BIN       := $(PREFIX)/bin
 I_SHARE     := $(PREFIX)/share
 # The pages `tvmq man --out` writes: tvmq.1 and tvmq-<subcommand>.1 (a cli
 # test checks this list against it).
-MANPAGES    := tvmq tvmq-create tvmq-drop tvmq-list tvmq-stat tvmq-peek tvmq-sync tvmq-repair tvmq-export tvmq-import tvmq-bench \
+MANPAGES    := tvmq tvmq-create tvmq-drop tvmq-list tvmq-stat tvmq-peek tvmq-top tvmq-metrics tvmq-push tvmq-pop tvmq-sync tvmq-repair tvmq-export tvmq-import tvmq-bench \
                tvmq-serve tvmq-completions tvmq-man
 INSTALLED   := $(I_LIB)/libtvm.so.$(VERSION) $(I_LIB)/libtvm.so.$(SOMAJOR) $(I_LIB)/libtvm.so $(I_LIB)/libtvm.a \
                $(I_INC)/tvm.h $(I_INC)/tmain.h $(I_BIN)/tvmq $(patsubst %,$(I_SHARE)/man/man1/%.1,$(MANPAGES)) \

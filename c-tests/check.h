@@ -238,6 +238,17 @@ TEST_HELPER void make_queue(TABLE t, size_t rows, size_t size)
     REQUIRE_SUCC(lCircleQueue(p, t, rows, size, NULL, NULL), p);
 }
 
+/* Creates queue t of `rows` records of `size` bytes with the options `opts`
+ * of `$TVMQ create` (e.g. "--lease-ms 30000"), or stops the test. */
+TEST_HELPER void make_queue_cli(TABLE t, size_t rows, size_t size, const char *opts)
+{
+    const char *tvmq = getenv("TVMQ");
+    char cmd[4096];
+    REQUIRE(tvmq != NULL);
+    snprintf(cmd, sizeof(cmd), "'%s' create %u --rows %zu --size %zu %s >/dev/null", tvmq, t, rows, size, opts);
+    REQUIRE(system(cmd) == 0);
+}
+
 /*
  * Runs `$TVMQ stat t` and copies the value of the line whose first word(s)
  * equal `key` (e.g. "depth", "record size") into out. Returns 1 if found.

@@ -116,9 +116,10 @@
     X(SYNC_FAILED)   /* 104 */ \
     X(LEASE_EXPIRED) /* 105 */ \
     X(LEASE_LIMIT)   /* 106 */ \
-    X(LEASE_INVALID) /* 107 */
+    X(LEASE_INVALID) /* 107 */ \
+    X(REPL_TIMEOUT)  /* 108 */
 
-/* Number of codes: STVM's 0 .. 102 and tvmq's 103 .. 107. */
-#define TVM_CODE_COUNT 108
+/* Number of codes: STVM's 0 .. 102 and tvmq's 103 .. 108. */
+#define TVM_CODE_COUNT 109
 
 #endif /* TVMQ_TEST_CODES_H */

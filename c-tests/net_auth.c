@@ -5,7 +5,8 @@
  *
  * On queue 24 of the server (tvmq serve: started with --auto-create):
  * without credentials the commands are refused; a wrong password makes
- * the connection fail with SOCK_COM_EXCP; the right one (with and without
+ * the connection fail with SOCK_COM_EXCP, sGetTErrDetail() giving the
+ * server's WRONGPASS answer; the right one (with and without
  * the user "default") lets a record go round; NULL arguments. Exit 0 only
  * if every check held.
  */
@@ -47,6 +48,9 @@ int main(int argc, char **argv)
     /* A wrong password: the connection itself fails. */
     CHECK_SUCC(lTvmAuth(p, NULL, "not the password"), p);
     CHECK_FAIL(lTvmConnect(p, (char *)host, port, 5), p, SOCK_COM_EXCP);
+    /* The server's answer, beyond the code's generic text. */
+    if (strstr(sGetTErrDetail(), "WRONGPASS") == NULL)
+        fail_at(__FILE__, __LINE__, "sGetTErrDetail() = \"%s\", want the server's WRONGPASS answer", sGetTErrDetail());
 
     /* The password: a record goes round. */
     CHECK_SUCC(lTvmAuth(p, NULL, pass), p);

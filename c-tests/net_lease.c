@@ -1,22 +1,25 @@
 /*
  * net_lease.c: one lease sequence run against a local queue (lPopLease,
- * lAck, lRelease, lReject, lExtendLease) and against tvmq serve (their
- * network twins lTvmPopLease, lTvmAck, lTvmRelease, lTvmReject,
- * lTvmExtendLease): the same TvmLease, the same codes, the program
- * changing only which calls it makes. Against a redis-server the network
- * calls return NOT_SUPPT_OPT.
+ * lAck, lRelease, lReject, lExtendLease), against tvmq serve and against a
+ * redis-server or a Redis Cluster (their network twins lTvmPopLease,
+ * lTvmAck, lTvmRelease, lTvmReject, lTvmExtendLease): the same TvmLease,
+ * the same codes, the program changing only which calls it makes.
  *
  *   net_lease local                  (in $TVMDBD)
  *   net_lease HOST PORT tvmq DIR     (DIR: the server's queue directory)
- *   net_lease HOST PORT redis
+ *   net_lease HOST PORT redis        (a redis-server or any node of a cluster)
  *
- * Queue 24 has leases (dead letter: queue 25), queue 26 has none. The
- * sequence: acknowledge (twice: LEASE_EXPIRED), release and redeliver with
- * the delivery count raised, extend (the old token stale), reject to the
- * dead-letter queue, release with a delay and a blocking lease that waits
- * for it, a lease that runs out, the error codes; against tvmq serve also
- * owner mode: a handle that disconnects holding a lease has its record
- * delivered again at once. Exit 0 only if every check held.
+ * Queue 24 has leases (at most 3 deliveries, dead letter: queue 25), queue
+ * 26 has none. The sequence: acknowledge (twice: LEASE_EXPIRED), release
+ * and redeliver with the delivery count raised, extend (the old token
+ * stale), reject to the dead-letter queue, release with a delay and a
+ * blocking lease that waits for it, a lease that runs out, the delivery
+ * limit (the third release dead-letters), the error codes. Against tvmq
+ * serve also owner mode: a handle that disconnects holding a lease has its
+ * record delivered again at once. Against Redis (queues made with
+ * lTvmCreateQueueEx, options in {24}:opts) a lease is not the
+ * connection's: a handle that disconnects holding one has its record
+ * delivered again when the lease runs out. Exit 0 only if every check held.
  */
 #include "check.h"
 
@@ -61,9 +64,29 @@ static void make_queues(SATvm *p)
     REQUIRE_SUCC(lCreateQueueEx(p, 26, &o), p);
     o.leases = true;
     o.lease_ms = 30000;
+    o.max_deliveries = 3;
     o.has_dead_letter = true;
     o.dead_letter = 25;
     REQUIRE_SUCC(lCreateQueueEx(p, 24, &o), p);
+}
+
+/* The same on a Redis: only queue 24's lease options are kept (lists need
+ * no creation); what a run before may have left is dropped first. */
+static void make_redis_queues(SATvm *p)
+{
+    for (TABLE t = 24; t <= 26; t++)
+        REQUIRE_SUCC(lTvmDropTable(p, t), p);
+    TvmQueueOptions o;
+    REQUIRE(lInitQueueOptions(&o, sizeof(o)) == RC_SUCC);
+    o.leases = true;
+    o.lease_ms = 30000;
+    o.max_deliveries = 3;
+    o.has_dead_letter = true;
+    o.dead_letter = 25;
+    REQUIRE_SUCC(lTvmCreateQueueEx(p, 24, &o), p);
+    CHECK_FAIL(lTvmCreateQueueEx(p, 24, &o), p, TBL_ARD_EXIST);
+    o.leases = false;
+    CHECK_SUCC(lTvmCreateQueueEx(p, 26, &o), p);
 }
 
 static void sequence(const lease_ops *o, SATvm *p)
@@ -130,6 +153,20 @@ static void sequence(const lease_ops *o, SATvm *p)
     p->tblName = 24;
     CHECK_SUCC(o->ack(p, &l), p);
 
+    /* The delivery limit (3): released a third time, it is dead-lettered. */
+    push_rec(o, p, 24, 7);
+    for (unsigned d = 1; d <= 3; d++) {
+        CHECK_SUCC(take(o, p, &r, QUE_NOWAIT, 0, &l), p);
+        CHECK_EQ(r.n, 7);
+        CHECK_EQU(l.deliveries, d);
+        p->tblName = 24;
+        CHECK_SUCC(o->release(p, &l, 0), p);
+    }
+    CHECK_FAIL(take(o, p, &r, QUE_NOWAIT, 0, &l), p, NO_DATA_FOUND);
+    queueinit(p, r, 25);
+    CHECK_SUCC(o->pop(p, &r, QUE_NOWAIT), p);
+    CHECK_EQ(r.n, 7);
+
     /* Errors. */
     CHECK_FAIL(take(o, p, &r, QUE_NOWAIT, 0, NULL), p, CONDIT_IS_NIL);
     CHECK_FAIL(take(o, p, &r, QUE_NOWAIT, -1, &l), p, CONDIT_IS_NIL);
@@ -169,6 +206,7 @@ int main(int argc, char **argv)
         REQUIRE(setenv("TVMDBD", argv[4], 1) == 0);
         make_queues(p);
         REQUIRE_SUCC(lTvmConnect(p, argv[1], atol(argv[2]), 5), p);
+        CHECK_FAIL(lTvmRequireReplicas(p, 1, 100), p, NOT_SUPPT_OPT);
         sequence(&NET, p);
 
         /* Owner mode: a handle that goes away holding a lease. */
@@ -205,17 +243,72 @@ int main(int argc, char **argv)
         lDropTable(p, 26);
     } else if (argc == 4 && strcmp(argv[3], "redis") == 0) {
         REQUIRE_SUCC(lTvmConnect(p, argv[1], atol(argv[2]), 5), p);
+        make_redis_queues(p);
+        sequence(&NET, p);
+
+        /* Not the connection's: a handle that goes away holding a lease
+         * leaves it to run out; another handle may end it with the token. */
+        SATvm *a = (SATvm *)pCloneSATvm();
+        REQUIRE_SUCC(lTvmConnect(a, argv[1], atol(argv[2]), 5), a);
         rec64 r;
-        TvmLease l;
-        push_rec(&NET, p, 24, 1);
-        CHECK_FAIL(take(&NET, p, &r, QUE_NOWAIT, 0, &l), p, NOT_SUPPT_OPT);
-        CHECK_FAIL(take(&NET, p, &r, QUE_NORMAL, 0, &l), p, NOT_SUPPT_OPT);
+        TvmLease l, mine;
+        push_rec(&NET, p, 24, 6);
+        CHECK_SUCC(take(&NET, a, &r, QUE_NOWAIT, 300, &mine), a);
+        CHECK_EQ(r.n, 6);
+        vTvmDisconnect(a);
+        CHECK_FAIL(take(&NET, p, &r, QUE_NOWAIT, 0, &l), p, NO_DATA_FOUND);
+        long long t0 = mono_ms();
+        CHECK_SUCC(take(&NET, p, &r, QUE_NORMAL, 0, &l), p);
+        long long waited = mono_ms() - t0;
+        CHECK(waited >= 150 && waited < 2000);
+        CHECK_EQ(r.n, 6);
+        CHECK_EQU(l.deliveries, 2);
         p->tblName = 24;
-        CHECK_FAIL(lTvmAck(p, &l), p, LEASE_INVALID);
-        /* Nothing was taken: the record is there. */
-        queueinit(p, r, 24);
-        CHECK_SUCC(lTvmPop(p, &r, QUE_NOWAIT), p);
-        CHECK_EQ(r.n, 1);
+        CHECK_FAIL(lTvmAck(p, &mine), p, LEASE_EXPIRED);
+        REQUIRE_SUCC(lTvmConnect(a, argv[1], atol(argv[2]), 5), a);
+        a->tblName = 24;
+        CHECK_SUCC(lTvmAck(a, &l), a);
+        CHECK_FAIL(lTvmAck(p, &l), p, LEASE_EXPIRED);
+        vTvmDisconnect(a);
+        vCloneFree(a);
+        /* lTvmAckPopLease: the acknowledgement and the next lease in one
+         * call; a stale `done` does nothing (its deliveries not 0). */
+        push_rec(&NET, p, 24, 11);
+        push_rec(&NET, p, 24, 12);
+        CHECK_SUCC(take(&NET, p, &r, QUE_NOWAIT, 0, &l), p);
+        CHECK_EQ(r.n, 11);
+        TvmLease first = l;
+        queuevoid(p, r, sizeof(r), 24);
+        CHECK_SUCC(lTvmAckPopLease(p, &l, &r, QUE_NOWAIT, 0, &l), p);
+        CHECK_EQ(r.n, 12);
+        CHECK_EQU(l.deliveries, 1);
+        queuevoid(p, r, sizeof(r), 24);
+        CHECK_FAIL(lTvmAckPopLease(p, &first, &r, QUE_NOWAIT, 0, &mine), p, LEASE_EXPIRED);
+        CHECK(first.deliveries != 0);
+        queuevoid(p, r, sizeof(r), 24);
+        CHECK_FAIL(lTvmAckPopLease(p, &l, &r, QUE_NOWAIT, 0, &mine), p, NO_DATA_FOUND);
+        CHECK_EQU(l.deliveries, 0);
+        p->tblName = 24;
+        CHECK_FAIL(lTvmAck(p, &mine), p, LEASE_INVALID);
+        /* lTvmRequireReplicas on a master without replicas: REPL_TIMEOUT
+         * after the timeout, the record pushed all the same. */
+        CHECK_SUCC(lTvmRequireReplicas(p, 1, 50), p);
+        bind_rec(p, &r, 26, 1);
+        CHECK_FAIL(lTvmPush(p), p, REPL_TIMEOUT);
+        /* Asynchronous pushes: lAsyWait waits for the replicas once. */
+        for (long k = 2; k <= 4; k++) {
+            bind_rec(p, &r, 26, k);
+            CHECK_SUCC(lAsyPush(p), p);
+        }
+        CHECK_FAIL(lAsyWait(p), p, REPL_TIMEOUT);
+        CHECK_EQ(p->m_lEffect, 3);
+        CHECK_SUCC(lTvmRequireReplicas(p, 0, 0), p);
+        size_t n = 0;
+        p->tblName = 26;
+        CHECK_SUCC(lTvmCount(p, &n), p);
+        CHECK_EQU(n, 5); /* record 9 of the sequence, and these four */
+        for (TABLE t = 24; t <= 26; t++)
+            CHECK_SUCC(lTvmDropTable(p, t), p);
         vTvmDisconnect(p);
     } else {
         fprintf(stderr, "usage: net_lease local | HOST PORT tvmq DIR | HOST PORT redis\n");

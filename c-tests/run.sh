@@ -16,7 +16,8 @@
 #    NULL and garbage arguments to every function and queue files corrupted
 #    while attached (test_hostile.c), STVM's other queue calls and
 #    lCreateQueueEx for every kind of queue (test_stvm.c), an export and
-#    import of 1 M records while a producer and a consumer run (test_export.c).
+#    import of 1 M records while a producer and a consumer run (test_export.c),
+#    lQueueStats, lListQueues and sGetTErrDetail (test_watch.c).
 # 4. network: the lTvm* calls (test_net.c), the seeds' network twins
 #    (net_push.c, net_pop.c) and a Redis Cluster (net_cluster.sh), against a
 #    redis-server started here ($REDIS_SERVER, $REDIS_CLI: found on PATH)
@@ -276,7 +277,7 @@ run_test seed_concurrent_2_push_2_pop t_seed_concurrent 5 400000 pop_bench:2:400
 run_test seed_concurrent_2x2_processes t_seed_concurrent 3 200000 \
     pop_bench:1:100000 push_bench:1:100000 pop_bench:1:100000 push_bench:1:100000
 
-for prog in test_api test_mt test_wake test_hostile test_lease test_stvm test_export; do
+for prog in test_api test_mt test_wake test_hostile test_lease test_stvm test_export test_watch; do
     echo "== $prog"
     if ! build_prog "$prog" >"$LOGDIR/build-$prog.log" 2>&1; then
         echo "FAIL  build_$prog"
@@ -297,8 +298,9 @@ done
 #    exactly once, per-producer order) and every call and error code
 #    (test_net.c, with fake servers of its own), and lTvmCount,
 #    lTvmTruncate, lTvmDropTable, lTvmResetLock on both (net_admin.c), and
-#    the lease calls (net_lease.c: one sequence on a local queue and on tvmq
-#    serve, NOT_SUPPT_OPT on a redis-server).
+#    the lease calls (net_lease.c: one sequence on a local queue, on tvmq
+#    serve, on the redis-server and on a 3-master cluster; net_lease_kill.c:
+#    leasing consumers killed with SIGKILL on both Redis kinds).
 # ---------------------------------------------------------------------------
 NET_ROWS=${NET_ROWS:-20000}          # records of a synchronous twin run
 NET_ASYNC_ROWS=${NET_ASYNC_ROWS:-100000}
@@ -358,6 +360,45 @@ t_net_lease() {
     local) TVMDBD=$(mktemp -d "$NETDIR/lease-local.XXXXXX") run_bounded "$OUT/net_lease" local ;;
     *) run_bounded "$OUT/net_lease" 127.0.0.1 "$@" ;;
     esac
+}
+
+# t_net_lease_kill PORT [-c]: leasing consumers killed with SIGKILL under
+# load (net_lease_kill.c: no record acknowledged twice, no error), then, in
+# Redis (-c: through a cluster), the lease stats count exactly one
+# acknowledgement per record and nothing is left in any of queue 27's keys.
+t_net_lease_kill() {
+    local port=$1 c=${2:-} records=5000 k v
+    run_bounded "$OUT/net_lease_kill" 127.0.0.1 "$port" 27 "$records" 4 8 300 || fail "net_lease_kill failed (status $?)" || return 1
+    # shellcheck disable=SC2086 # -c or nothing
+    v=$("$REDIS_CLI" $c -p "$port" hget '{27}:stats' acked)
+    [ "$v" = "$records" ] || fail "{27}:stats counts $v acknowledgements, want $records" || return 1
+    "$REDIS_CLI" $c -p "$port" hgetall '{27}:stats' | paste -sd ' '
+    for k in 27 '{27}:stage' '{27}:retry'; do
+        v=$("$REDIS_CLI" $c -p "$port" llen "$k")
+        [ "$v" = 0 ] || fail "$k holds $v records after the run" || return 1
+    done
+    for k in '{27}:leased' '{27}:delayed'; do
+        v=$("$REDIS_CLI" $c -p "$port" zcard "$k")
+        [ "$v" = 0 ] || fail "$k holds $v entries after the run" || return 1
+    done
+    v=$("$REDIS_CLI" $c -p "$port" hlen '{27}:rec')
+    [ "$v" = 0 ] || fail "{27}:rec holds $v records after the run" || return 1
+    "$REDIS_CLI" $c -p "$port" del 27 '{27}:opts' '{27}:stats' '{27}:seq' >/dev/null
+}
+
+# t_net_spread PORTS...: queue 41 spread over 6 shards of the cluster
+# (net_spread.c): 3,000 records pushed, then every master holds shard keys
+# (41.<i>.<n>) with records; popped each once; then leased and acknowledged.
+t_net_spread() {
+    local p n
+    run_bounded "$OUT/net_spread" 127.0.0.1 "$1" push 3000 || fail "net_spread push failed" || return 1
+    for p in "$@"; do
+        n=$("$REDIS_CLI" -p "$p" --scan --pattern '41.*' | wc -l)
+        echo "master :$p holds $n shards of queue 41: $("$REDIS_CLI" -p "$p" --scan --pattern '41.*' | while read -r k; do printf '%s=%s ' "$k" "$("$REDIS_CLI" -p "$p" llen "$k")"; done)"
+        [ "$n" -gt 0 ] || fail "master :$p holds no shard of queue 41" || return 1
+    done
+    run_bounded "$OUT/net_spread" 127.0.0.1 "$1" pop 3000 || fail "net_spread pop failed" || return 1
+    run_bounded "$OUT/net_spread" 127.0.0.1 "$1" lease 1000 || fail "net_spread lease failed"
 }
 
 # A port P for a cluster node: P and its cluster bus port P + 10000 both free.
@@ -423,38 +464,50 @@ migrate_slot() {
     done
 }
 
-# A Redis Cluster of 3 masters on loopback: queues 21 to 28 pushed and
-# popped through one lTvmConnect to the first node (counts checked with
-# redis-cli -c, keys spread over the nodes); then queue 21's slot migrated
-# twice while records are pushed and popped: none lost, none twice, order kept.
-t_net_cluster() {
-    local dir=$NETDIR/cluster ports=() pids=() p i q len spread=0 stop rc
-    trap 'kill -KILL "${pids[@]}" 2>/dev/null' EXIT
-    for i in 1 2 3; do
+# start_cluster DIR MASTERS REPLICAS: a Redis Cluster on loopback (MASTERS
+# masters, REPLICAS replicas each; extra redis-server options in
+# $CLUSTER_OPTS), made with redis-cli --cluster create; sets CLUSTER_PORTS
+# (masters first, as created) and CLUSTER_PIDS (also in $PIDFILE: killed
+# whatever happens). Returns once every node says cluster_state:ok.
+start_cluster() {
+    local dir=$1 masters=$2 replicas=$3 p i rc nodes=()
+    CLUSTER_PORTS=()
+    CLUSTER_PIDS=()
+    for i in $(seq $((masters * (1 + replicas)))); do
         p=$(cluster_port)
         [ -n "$p" ] || fail "no free port pair for a cluster node" || return 1
-        ports+=("$p")
+        CLUSTER_PORTS+=("$p")
+        nodes+=("127.0.0.1:$p")
         mkdir -p "$dir/$p"
+        # shellcheck disable=SC2086 # options, one word each
         "$REDIS_SERVER" --port "$p" --bind 127.0.0.1 --cluster-enabled yes --cluster-config-file "$dir/$p/nodes.conf" \
-            --dir "$dir/$p" --save '' --appendonly no --daemonize no >"$dir/$p/log" 2>&1 &
-        pids+=($!)
+            --dir "$dir/$p" --save '' --appendonly no --daemonize no ${CLUSTER_OPTS:-} >"$dir/$p/log" 2>&1 &
+        CLUSTER_PIDS+=($!)
         echo "$!" >>"$PIDFILE"
     done
-    for p in "${ports[@]}"; do wait_ping "$p" || fail "cluster node :$p did not start: $(tail -3 "$dir/$p/log")" || return 1; done
-    "$REDIS_CLI" --cluster create "127.0.0.1:${ports[0]}" "127.0.0.1:${ports[1]}" "127.0.0.1:${ports[2]}" --cluster-yes \
+    for p in "${CLUSTER_PORTS[@]}"; do wait_ping "$p" || fail "cluster node :$p did not start: $(tail -3 "$dir/$p/log")" || return 1; done
+    "$REDIS_CLI" --cluster create "${nodes[@]}" --cluster-replicas "$replicas" --cluster-yes \
         >"$dir/create.log" 2>&1 || fail "redis-cli --cluster create failed: $(tail -5 "$dir/create.log")" || return 1
     for i in $(seq 200); do
         rc=0
-        for p in "${ports[@]}"; do
+        for p in "${CLUSTER_PORTS[@]}"; do
             "$REDIS_CLI" -p "$p" cluster info | grep -q '^cluster_state:ok' || rc=1
-            # three ranges: first slot, last slot and port of each, on every node
-            [ "$("$REDIS_CLI" -p "$p" cluster slots | grep -c '^[0-9]*$')" -ge 9 ] || rc=1
+            # MASTERS ranges: first slot, last slot and port of each, on every node
+            [ "$("$REDIS_CLI" -p "$p" cluster slots | grep -c '^[0-9]*$')" -ge $((masters * 3)) ] || rc=1
         done
         [ $rc = 0 ] && break
         sleep 0.05
     done
-    [ $rc = 0 ] || fail "the cluster did not become ok" || return 1
+    [ $rc = 0 ] || fail "the cluster did not become ok"
+}
 
+# A Redis Cluster of 3 masters on loopback ($CLUSTER_PORTS): queues 21 to
+# 28 pushed and popped through one lTvmConnect to the first node (counts
+# checked with redis-cli -c, keys spread over the nodes); then queue 21's
+# slot migrated twice while records are pushed and popped: none lost, none
+# twice, order kept.
+t_net_cluster() {
+    local dir=$NETDIR/cluster ports=("${CLUSTER_PORTS[@]}") p q len spread=0 stop rc
     run_bounded "$OUT/net_cluster" 127.0.0.1 "${ports[0]}" push 1000 || fail "net_cluster push failed" || return 1
     for q in $(seq 21 28); do
         len=$("$REDIS_CLI" -c -p "${ports[0]}" llen "$q")
@@ -508,7 +561,7 @@ else
         FAILED=$((FAILED + 1))
         FAILED_NAMES+=(network_redis_start)
     else
-        for prog in net_push net_pop test_net net_admin net_lease; do
+        for prog in net_push net_pop test_net net_admin net_lease net_lease_kill; do
             if ! build_prog "$prog" >"$LOGDIR/build-$prog.log" 2>&1; then
                 echo "FAIL  build_$prog"
                 sed -e 's/^/      | /' "$LOGDIR/build-$prog.log" | head -n 40
@@ -519,13 +572,31 @@ else
         if [ -x "$OUT/net_push" ] && [ -x "$OUT/net_pop" ]; then
             run_net_twins redis "$REDIS_PORT" "$REDIS_SOCK"
         fi
-        if build_prog net_cluster >"$LOGDIR/build-net_cluster.log" 2>&1; then
-            run_test net_redis_cluster_3_masters_migration t_net_cluster
-        else
+        if ! build_prog net_cluster >"$LOGDIR/build-net_cluster.log" 2>&1; then
             echo "FAIL  build_net_cluster"
             sed -e 's/^/      | /' "$LOGDIR/build-net_cluster.log" | head -n 40
             FAILED=$((FAILED + 1))
             FAILED_NAMES+=(build_net_cluster)
+        elif ! start_cluster "$NETDIR/cluster" 3 0 >"$LOGDIR/cluster-start.log" 2>&1; then
+            echo "FAIL  net_redis_cluster_start  ($(tail -3 "$LOGDIR/cluster-start.log"))"
+            FAILED=$((FAILED + 1))
+            FAILED_NAMES+=(net_redis_cluster_start)
+        else
+            run_test net_redis_cluster_3_masters_migration t_net_cluster
+            if [ -x "$OUT/net_lease" ] && [ -x "$OUT/net_lease_kill" ]; then
+                run_test net_redis_cluster_lease_sequence t_net_lease "${CLUSTER_PORTS[0]}" redis
+                run_test net_redis_cluster_lease_consumers_killed t_net_lease_kill "${CLUSTER_PORTS[0]}" -c
+            fi
+            if build_prog net_spread >"$LOGDIR/build-net_spread.log" 2>&1; then
+                run_test net_redis_cluster_spread_queue_every_master t_net_spread "${CLUSTER_PORTS[@]}"
+            else
+                echo "FAIL  build_net_spread"
+                sed -e 's/^/      | /' "$LOGDIR/build-net_spread.log" | head -n 40
+                FAILED=$((FAILED + 1))
+                FAILED_NAMES+=(build_net_spread)
+            fi
+            kill -KILL "${CLUSTER_PIDS[@]}" 2>/dev/null
+            wait "${CLUSTER_PIDS[@]}" 2>/dev/null
         fi
         if [ -x "$OUT/test_net" ]; then
             for t in $("$OUT/test_net" --list); do
@@ -537,7 +608,10 @@ else
         fi
         if [ -x "$OUT/net_lease" ]; then
             run_test net_local_lease_sequence t_net_lease local
-            run_test net_redis_lease_not_supported t_net_lease "$REDIS_PORT" redis
+            run_test net_redis_lease_sequence t_net_lease "$REDIS_PORT" redis
+        fi
+        if [ -x "$OUT/net_lease_kill" ]; then
+            run_test net_redis_lease_consumers_killed t_net_lease_kill "$REDIS_PORT"
         fi
     fi
     kill -KILL "$REDIS_PID" 2>/dev/null
@@ -572,6 +646,25 @@ elif [ -x "$OUT/net_push" ] && [ -x "$OUT/net_pop" ]; then
     fi
     kill -TERM "$TVMQ_PID" 2>/dev/null
     wait "$TVMQ_PID" 2>/dev/null
+fi
+
+# Failover (c-tests/failover.sh): the Redis master killed with SIGKILL and
+# restarted as a replica while producers push with lTvmRequireReplicas(p, 1,
+# ...) and leasing consumers run, behind three sentinels
+# (lTvmConnectSentinel) and in a Redis Cluster with replicas; once each here
+# ($FAILOVERS), five times in `make failover`.
+t_failover() { TIMEOUT=300 run_bounded bash "$SRC/failover.sh" "$1" "$FAILOVERS" "$OUT" "$LIBDIR"; }
+# (auth: lTvmSentinelAuth and lTvmAuth, net_sentinel_auth.c, no failover)
+echo "== network: failover"
+FAILOVERS=${FAILOVERS:-1}
+if [ -z "$REDIS_SERVER" ] || [ -z "$REDIS_CLI" ]; then
+    echo "SKIP  network_failover  (redis-server and redis-cli are needed)"
+    SKIPPED=$((SKIPPED + 1))
+else
+    run_test net_sentinel_auth t_failover auth
+    for kind in sentinel cluster; do
+        run_test "net_${kind}_failover_${FAILOVERS}x" t_failover "$kind"
+    done
 fi
 
 # lTvmAuth (net_auth.c) against a `$TVMQ serve --requirepass` and a

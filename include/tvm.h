@@ -24,6 +24,7 @@
 #include <unistd.h>
 #include <stddef.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 /* Error codes (m_lErrno, lGetTErrno). sGetTError(code) gives the message, sGetTErrName(code) the name. */
 #define TVM_DONE_SUCC    0  /* success */
@@ -134,6 +135,7 @@
 #define LEASE_EXPIRED  105  /* the lease ran out (or was acknowledged, released or rejected already): the record may have gone to another consumer */
 #define LEASE_LIMIT    106  /* too many leases in flight on the queue (its maximum of leases is reached) */
 #define LEASE_INVALID  107  /* not a lease of this queue: a token of another queue, or a garbage token */
+#define REPL_TIMEOUT   108  /* not replicated in time; the record may or may not be there */
 
 /* The version of tvmq's libtvm that this header comes with (STVM's TVM_VERSION names its own). */
 #define TVM_VERSION "0.1.0"
@@ -510,6 +512,73 @@ typedef struct TvmTls {
 } TvmTls;
 
 /**
+ * A queue's counters and gauges at one instant, for lQueueStats. Zero it,
+ * set `size = sizeof(TvmQueueStats)`, then call lQueueStats. Later
+ * versions of tvmq only add members at the end: a program built against
+ * this tvm.h keeps working with them (the library writes only the members
+ * this one has), and a program built against a later tvm.h with this
+ * library finds the members this one lacks left as it set them (zero).
+ * Counters only grow while the queue exists; gauges say what is now.
+ */
+typedef struct TvmQueueStats {
+  /**
+   * sizeof(TvmQueueStats) as the program was compiled: how many bytes of
+   * the struct the library may write.
+   */
+  size_t size;
+  /**
+   * Largest record, in bytes.
+   */
+  uint64_t record_size;
+  /**
+   * Exact capacity, in records.
+   */
+  uint64_t capacity;
+  /**
+   * Records queued now (gauge; leased records are not counted).
+   */
+  uint64_t depth;
+  /**
+   * Records pushed since the queue was created (counter).
+   */
+  uint64_t pushed;
+  /**
+   * Records popped or leased since the queue was created (counter).
+   */
+  uint64_t popped;
+  /**
+   * Threads of every process asleep in a blocking pop now (gauge).
+   */
+  uint64_t waiters;
+  /**
+   * Processes attached now (gauge), the calling one included (the call
+   * attaches the queue).
+   */
+  uint64_t processes;
+  /**
+   * Leases held by consumers now (gauge; 0 for a plain queue).
+   */
+  uint64_t leases_in_flight;
+  /**
+   * Records delivered again after a lease ran out, its holder died or it
+   * was released (counter).
+   */
+  uint64_t redelivered;
+  /**
+   * Leases that ran out (counter).
+   */
+  uint64_t expired;
+  /**
+   * Records moved to the dead-letter queue (counter).
+   */
+  uint64_t dead_lettered;
+  /**
+   * Syncs to stable storage completed (counter; 0 unless the queue is durable).
+   */
+  uint64_t syncs;
+} TvmQueueStats;
+
+/**
  * lPop/lTvmPop: block until a record arrives.
  */
 #define QUE_NORMAL 0
@@ -545,7 +614,8 @@ const char *sGetTErrName(long code);
 long lGetTErrno(void);
 
 /**
- * Sets the calling thread's last error code.
+ * Sets the calling thread's last error code (its detail text,
+ * sGetTErrDetail(), becomes "").
  */
 void vSetTErrno(long code);
 
@@ -586,6 +656,39 @@ long lInitQueueOptions(struct TvmQueueOptions *opt, size_t size);
  * FTYPE_NOT_DEF, FLD_DEF_SPILL).
  */
 long lCreateQueueEx(struct SATvm *p, TABLE t, const struct TvmQueueOptions *opt);
+
+/**
+ * As lCreateQueueEx, on the Redis or Redis Cluster handle p is connected
+ * to: stores the lease options of `*opt` (lease_ms, max_deliveries,
+ * dead_letter, max_leases) in the hash `{t}:opts` (docs/client.md, "Leases
+ * on Redis"), where every program's lTvmPopLease on queue t finds them. The
+ * other members do not apply to a Redis list (it needs no creation, has
+ * no capacity and holds values of any size) and are ignored; without
+ * opt->leases nothing is stored. m_lEffect = 0.
+ * Against tvmq serve: RMT_NOT_SUPPT (create the queue on the server's
+ * machine: tvmq create, or lCreateQueueEx there).
+ * Threads: one handle per thread, as lTvmPush.
+ * Errors: CONDIT_IS_NIL (NULL handle or opt, size too small, lease
+ * settings out of range as lCreateQueueEx checks them), NOT_SUPPT_OPT (a
+ * later member set; a queue as its own dead-letter queue), TBL_ARD_EXIST
+ * (`{t}:opts` exists: queue t has lease options already; lTvmDropTable
+ * removes them), RMT_NOT_SUPPT, SERV_NOT_CONN, and the SOCK_* codes of
+ * lTvmPush; with lTvmRequireReplicas, REPL_TIMEOUT.
+ */
+long lTvmCreateQueueEx(struct SATvm *p, TABLE t, const struct TvmQueueOptions *opt);
+
+/**
+ * Returns the detail text of the calling thread's last error: what
+ * happened beyond its code, in the library's words (for lTvmConnect after
+ * a refused AUTH: "127.0.0.1:5050 refused the credentials: WRONGPASS
+ * invalid username-password pair or user is disabled."; for a missing
+ * queue: the path looked at); "" when the last call succeeded (or after
+ * vSetTErrno), or when its error has no more to say than sGetTError(code).
+ * The string is the calling thread's: valid until its next call of this
+ * library, not to be modified or freed. Never fails; never NULL.
+ * A tvmq addition, not in STVM.
+ */
+const char *sGetTErrDetail(void);
 
 /**
  * Makes everything pushed and popped on queue t so far (by every thread of
@@ -682,8 +785,8 @@ void vTblDisconnect(struct SATvm *p, TABLE t);
  * be delivered again come before the queue's. The queue must have been
  * created with leases (tvmq create ... --lease-ms MS). m_lEffect = 1 on
  * success. Thread-safe (one handle per thread).
- * Errors: those of lPop (CONDIT_IS_NIL also for a NULL lease or a negative
- * lease_ms); LEASE_LIMIT (the queue's maximum of leases are in flight:
+ * Errors: those of lPop (CONDIT_IS_NIL also for a NULL lease or a lease_ms
+ * below 0 or above 31536000000, a year); LEASE_LIMIT (the queue's maximum of leases are in flight:
  * returned at once, whatever `wait` says); NOT_SUPPT_OPT (the queue has no
  * leases).
  */
@@ -717,7 +820,7 @@ long lAck(struct SATvm *p, struct TvmLease *lease);
  * - not 0: the acknowledgement failed, nothing was acknowledged or taken,
  *   `*done` and `*lease` are unchanged: the errors of lAck (LEASE_EXPIRED,
  *   LEASE_INVALID, TBL_NOT_FOUND, SHM_ERR_EIDRM), CONDIT_IS_NIL (a NULL
- *   handle, `done`, `out` or `lease`, a negative lease_ms), NOT_SUPPT_OPT
+ *   handle, `done`, `out` or `lease`, a lease_ms below 0 or above 31536000000, a year), NOT_SUPPT_OPT
  *   (a `wait` other than QUE_NORMAL and QUE_NOWAIT, or a queue without
  *   leases);
  * - 0: `*done` was acknowledged (and set to a token every call refuses),
@@ -733,7 +836,7 @@ long lAckPopLease(struct SATvm *p, struct TvmLease *done, void *out, Uenum wait,
  * consumer. A record already delivered the queue's maximum of deliveries
  * goes to the dead-letter queue instead (as lReject). m_lEffect = 1 on
  * success. Thread-safe (one handle per thread; one call at a time per token).
- * Errors: those of lAck; CONDIT_IS_NIL (negative delay); at the delivery
+ * Errors: those of lAck; CONDIT_IS_NIL (a delay_ms below 0 or above 31536000000, a year); at the delivery
  * limit, those of lReject.
  */
 long lRelease(struct SATvm *p, struct TvmLease *lease, long delay_ms);
@@ -755,7 +858,7 @@ long lReject(struct SATvm *p, struct TvmLease *lease);
  * copies of the old token are stale. m_lEffect = 1 on success. Thread-safe
  * (one handle per thread; one call at a time per token).
  * Errors: those of lAck (LEASE_EXPIRED if the lease already ran out);
- * CONDIT_IS_NIL (negative lease_ms).
+ * CONDIT_IS_NIL (a lease_ms below 0 or above 31536000000, a year).
  */
 long lExtendLease(struct SATvm *p, struct TvmLease *lease, long lease_ms);
 
@@ -764,15 +867,23 @@ long lExtendLease(struct SATvm *p, struct TvmLease *lease, long lease_ms);
  * leases the oldest record of queue p->tblName (its key: the decimal id)
  * into the p->lSize bytes at `out` (zero bytes after a shorter record), for
  * `lease_ms` milliseconds (0: the queue's lease time), with tvmq serve's
- * TVMQ.LEASE. QUE_NORMAL waits for a record, QUE_NOWAIT does not
- * (NO_DATA_FOUND). `*lease` receives the token, as lPopLease's (on failure,
+ * TVMQ.LEASE, or on a Redis or Redis Cluster with tvmq's lease script
+ * (docs/client.md, "Leases on Redis": the queue's lease options must have
+ * been stored with lTvmCreateQueueEx). QUE_NORMAL waits for a record,
+ * QUE_NOWAIT does not (NO_DATA_FOUND). `*lease` receives the token, as lPopLease's (on failure,
  * one every call refuses); end it with lTvmAck, lTvmRelease or lTvmReject,
  * extend it with lTvmExtendLease, through the same handle.
- * Owner mode: the lease belongs to the handle's connection. If that
- * connection closes or breaks (the program dies, is killed, or
+ * tvmq serve, owner mode: the lease belongs to the handle's connection. If
+ * that connection closes or breaks (the program dies, is killed, or
  * vTvmDisconnect is called), the server delivers the record again at once
  * (its `deliveries` raised); then the token's calls fail with
- * LEASE_EXPIRED. A lease also runs out by time, as locally. A record
+ * LEASE_EXPIRED. A lease also runs out by time, as locally. On a Redis a
+ * lease ends by time only (a consumer that dies holding one has its record
+ * delivered again when it runs out), and its token works on any handle
+ * connected there; records released or run out are delivered again before
+ * the list's, and a record at the queue's delivery limit goes to its
+ * dead-letter list instead; a blocked call looks again at most every
+ * 200 ms for records released by others. A record
  * longer than p->lSize is released (delivered again) and RECD_TOO_LONG
  * returned. A handle sharing a connection (lTvmShare) takes and ends its
  * leases on its own private connection. m_lEffect = 1 on success.
@@ -780,30 +891,52 @@ long lExtendLease(struct SATvm *p, struct TvmLease *lease, long lease_ms);
  * handle that took it, one call at a time.
  * Errors: those of lTvmPop (SERV_NOT_CONN, SOCK_*, TBL_NOT_FOUND,
  * NO_DATA_FOUND, RECD_TOO_LONG; CONDIT_IS_NIL also for a NULL lease or a
- * negative lease_ms); LEASE_LIMIT (the queue's maximum of leases are in
+ * lease_ms below 0 or above 31536000000, a year); LEASE_LIMIT (the queue's maximum of leases are in
  * flight, at once whatever `wait`); NOT_SUPPT_OPT (the queue has no
- * leases, or the server has none: a redis-server, where nothing is sent).
+ * leases: on a Redis, no `{t}:opts`).
  */
 long lTvmPopLease(struct SATvm *p, void *out, Uenum wait, long lease_ms, struct TvmLease *lease);
 
 /**
  * As lAck, on the server: acknowledges the lease `*lease` of queue
- * p->tblName taken by lTvmPopLease through this handle (TVMQ.ACK).
- * m_lEffect = 1 on success. Threads: as lTvmPopLease.
+ * p->tblName taken by lTvmPopLease through this handle (TVMQ.ACK; on a
+ * Redis, the lease script, through any handle). Fenced: once a lease ran
+ * out, neither its token nor a copy acknowledges the record's next
+ * delivery. m_lEffect = 1 on success. With lTvmRequireReplicas, RC_SUCC
+ * comes once the replicas have the acknowledgement. Threads: as
+ * lTvmPopLease.
  * Errors: LEASE_EXPIRED (the lease ran out, was already ended, or the
  * handle's connection broke since it was taken: the server released it),
  * LEASE_INVALID (a local token, a token of another queue, a zeroed or
  * garbage one), CONDIT_IS_NIL, SERV_NOT_CONN, SOCK_*, TBL_NOT_FOUND,
- * NOT_SUPPT_OPT (a redis-server).
+ * NOT_SUPPT_OPT (a Redis queue without lease options), REPL_TIMEOUT (with
+ * lTvmRequireReplicas: acknowledged on the master only).
  */
 long lTvmAck(struct SATvm *p, struct TvmLease *lease);
+
+/**
+ * As lAckPopLease, on the server: acknowledges `*done` (as lTvmAck) and
+ * leases the next record of queue p->tblName (as lTvmPopLease) in one
+ * call: on a Redis (a queue not spread) one run of the lease script, one
+ * round trip instead of two; on tvmq serve the two calls. `done` and
+ * `lease` may be the same token. m_lEffect = 1 on success. With
+ * lTvmRequireReplicas the acknowledgement is replicated before RC_SUCC.
+ * Returns RC_SUCC when both are done: `*lease` holds the new token.
+ * Otherwise RC_FAIL, and `done->deliveries` says which part failed:
+ * not 0: the acknowledgement failed (the errors of lTvmAck), nothing was
+ * acknowledged or taken, both tokens unchanged; 0: `*done` was
+ * acknowledged (and set to a token every call refuses), then the lease
+ * failed (the errors of lTvmPopLease: NO_DATA_FOUND, LEASE_LIMIT, ...),
+ * `*lease` refused by every call. Threads: as lTvmPopLease.
+ */
+long lTvmAckPopLease(struct SATvm *p, struct TvmLease *done, void *out, Uenum wait, long lease_ms, struct TvmLease *lease);
 
 /**
  * As lRelease, on the server (TVMQ.RELEASE ... DELAY): the record of
  * `*lease` is delivered again `delay_ms` milliseconds from now (0: at
  * once); at the queue's delivery limit it goes to the dead-letter queue.
  * m_lEffect = 1 on success. Threads: as lTvmPopLease.
- * Errors: those of lTvmAck; CONDIT_IS_NIL (negative delay); at the
+ * Errors: those of lTvmAck; CONDIT_IS_NIL (a delay_ms below 0 or above 31536000000, a year); at the
  * delivery limit, those of lTvmReject.
  */
 long lTvmRelease(struct SATvm *p, struct TvmLease *lease, long delay_ms);
@@ -824,7 +957,7 @@ long lTvmReject(struct SATvm *p, struct TvmLease *lease);
  * Updates `*lease`: copies of the old token are stale. m_lEffect = 1 on
  * success. Threads: as lTvmPopLease.
  * Errors: those of lTvmAck (LEASE_EXPIRED if it already ran out);
- * CONDIT_IS_NIL (negative lease_ms).
+ * CONDIT_IS_NIL (a lease_ms below 0 or above 31536000000, a year).
  */
 long lTvmExtendLease(struct SATvm *p, struct TvmLease *lease, long lease_ms);
 
@@ -1037,6 +1170,67 @@ long lTvmConnectTls(struct SATvm *p, const char *ip, long port, int timeout_secs
 long lTvmAuth(struct SATvm *p, const char *user, const char *password);
 
 /**
+ * Connects handle p to the Redis master that the sentinels call `master`
+ * (`sentinel monitor <master> ...`), and follows it through failovers.
+ * `sentinels` is "host:port,host:port,..." (IPv6: "[::1]:26379"); they
+ * are asked in turn (`SENTINEL get-master-addr-by-name`), the one that
+ * answered first next time, and the server they name must answer ROLE
+ * with "master". Afterwards, when a call finds the master gone (its
+ * connection refused, lost or timed out), demoted (`-READONLY`) or cut
+ * off (`-MASTERDOWN`), the sentinels are asked again and the handle
+ * reconnects to the master they name, retrying within `timeout_secs`
+ * (0 or less: within 30 s). A call the server certainly did not execute
+ * (a connection that could not be made, READONLY, MASTERDOWN) is then
+ * sent again to the new master and succeeds; a call whose connection
+ * broke before its answer fails with its SOCK_* code (it may or may not
+ * have been executed: a push may then be there twice if retried) and
+ * the next call goes to the new master. lTvmPopLease waits through a
+ * failover (a lease taken and unanswered runs out and is delivered
+ * again). Asynchronous pushes cut by a failover are reported by lAsyWait,
+ * and those after it go to the new master. With lTvmRequireReplicas a
+ * push that returned RC_SUCC is on the master and on that many replicas,
+ * one of which the sentinels promote. Handles that share this handle's
+ * connection (lTvmShare) do not follow the master: give each its own.
+ * Credentials: lTvmAuth for the master and replicas, lTvmSentinelAuth for
+ * the sentinels (which may have their own password), both before this
+ * call. Otherwise as lTvmConnect (timeouts, keys, calls).
+ * Threads: as lTvmConnect.
+ * Errors: CONDIT_IS_NIL (NULL handle, sentinels or master; empty list or
+ * name), BOOT_PARM_ERR (an item that is not host:port), SOCK_CONN_ERR,
+ * SOCK_CONN_TMO and the other SOCK_* codes (no sentinel answered, or the
+ * master could not be reached in time: the message says which),
+ * SVR_EXCEPTION (no sentinel knows `master`, or the server named is not a
+ * master in time).
+ */
+long lTvmConnectSentinel(struct SATvm *p, const char *sentinels, const char *master, int timeout_secs);
+
+/**
+ * As lTvmConnectSentinel, over TLS: the sentinels and the master (and its
+ * successors) are reached with TLS as `tls` says (see TvmTls and
+ * lTvmConnectTls: one configuration for both; a server_name, if set, must
+ * be on every certificate). Errors: those of lTvmConnectSentinel and the
+ * TLS ones of lTvmConnectTls.
+ */
+long lTvmConnectSentinelTls(struct SATvm *p, const char *sentinels, const char *master, int timeout_secs, const struct TvmTls *tls);
+
+/**
+ * Sets the credentials handle p gives the sentinels of lTvmConnectSentinel
+ * (`AUTH password`, or `AUTH user password`): a sentinel started with its
+ * own password (`requirepass` in its configuration, which is not the
+ * master's: the master's is given with lTvmAuth). Call it before
+ * lTvmConnectSentinel. `password` NULL clears them. The strings are
+ * copied. Threading: as lTvmConnect.
+ * Returns RC_SUCC; errors: CONDIT_IS_NIL (NULL handle, or a user without
+ * a password). A sentinel that refuses them is skipped as one that does
+ * not answer (the message of the failed connect quotes its answer).
+ *
+ * # Safety
+ * `p` is NULL or a live handle; `user` and `password` are NULL or
+ * NUL-terminated strings.
+ */
+long lTvmSentinelAuth(struct SATvm *p, const char *user, const char *password);
+
+/**
  * Makes handle p use the connection of handle `src` (already connected):
  * the commands of every handle sharing a connection are pipelined
  * together (auto-pipelining), so that N threads doing synchronous calls
@@ -1184,6 +1378,54 @@ long lTvmCount(struct SATvm *p, size_t *n);
  * SOCK_* codes of lTvmPush.
  */
 long lTvmTruncate(struct SATvm *p, TABLE t);
+
+/**
+ * From now on a write of handle p returns RC_SUCC only once `replicas`
+ * replicas of the Redis master have it: lTvmPush, lTvmAck, lTvmRelease,
+ * lTvmReject, lTvmExtendLease and lTvmCreateQueueEx send `WAIT replicas
+ * timeout_ms` with their command (in the same write on the handle's own
+ * connection to a Redis: one round trip; after the answer on a shared
+ * connection or a Redis Cluster), and lAsyWait sends one WAIT per queue
+ * pushed to since the last lAsyWait. When fewer replicas have the write
+ * within `timeout_ms`, the call fails with REPL_TIMEOUT: the write was
+ * done on the master, but a failover may lose it (the record may or may
+ * not be there); lAsyWait then reports REPL_TIMEOUT with m_lEffect = the
+ * records that went in. A master with fewer replicas than asked: every
+ * write fails so, after the timeout. lTvmPopLease and the pops are not
+ * waited for (a lease lost in a failover is delivered again). `replicas`
+ * 0 turns it off. Call it after lTvmConnect (which resets it): it holds
+ * for the handle's connection, its reconnections, and handles that
+ * lTvmShare it afterwards.
+ * Threads: one handle per thread, as lTvmConnect.
+ * Errors: CONDIT_IS_NIL (NULL handle, negative replicas, timeout_ms < 1
+ * with replicas > 0), SERV_NOT_CONN, NOT_SUPPT_OPT (a server without
+ * replicas: tvmq serve).
+ */
+long lTvmRequireReplicas(struct SATvm *p, long replicas, long timeout_ms);
+
+/**
+ * Spreads queue t, on handle p, over `shards` keys of the Redis Cluster
+ * (or Redis) p is connected to: one logical queue whose shards are spread
+ * evenly over the cluster's hash slots, so that with at least as many
+ * shards as masters (and the equal slot ranges `redis-cli --cluster
+ * create` gives) every master holds some, and a hot queue's load is
+ * shared by all of them. Shard i is the key "<t>.<i>.<n>", n the smallest
+ * number from 0 whose key's slot is in the i-th of `shards` equal parts of
+ * the 16384 slots (a rule any client can follow). From then on, on this
+ * handle: lTvmPush and lAsyPush of queue t go to the shards in turn;
+ * lTvmPop and lTvmPopLease start at the next shard in turn and take from
+ * the first that has a record (FIFO within a shard, not across shards;
+ * a waiting pop waits on one shard at a time for at most 200 ms);
+ * lTvmCount sums the shards; lTvmDropTable drops them all;
+ * lTvmCreateQueueEx stores the lease options on every shard (a lease
+ * token names its shard). Every program using the queue must spread it
+ * with the same `shards`. lTvmPopup and lTvmTruncate of a spread queue
+ * fail with NOT_SUPPT_OPT. `shards` 0 or 1: queue t is one key again.
+ * Threads: one handle per thread, as lTvmConnect.
+ * Errors: CONDIT_IS_NIL (NULL handle, shards < 0 or more than 1024),
+ * SERV_NOT_CONN, NOT_SUPPT_OPT (tvmq serve: no spread queues).
+ */
+long lTvmSpread(struct SATvm *p, TABLE t, long shards);
 
 /**
  * Attaches queue t for handle p (as lAttchTable), for a handle made with
@@ -1342,6 +1584,34 @@ long lImportFile(TABLE t, char *file, char *sep);
  * Errors: CONDIT_IS_NIL (NULL handle), and those of lExportFile.
  */
 long lDumpTable(struct SATvm *p, TABLE t);
+
+/**
+ * Fills `*s` with the counters of queue t (attaching it on first use, as
+ * lQueueInfo does), read at one instant while other threads and processes
+ * go on. `s->size` must be set to sizeof(TvmQueueStats) first; the library
+ * writes the members it knows and leaves `size` and any later member as
+ * they are. m_lEffect = 1 on success. Thread-safe (one handle per
+ * thread). A tvmq addition, not in STVM.
+ * Errors: CONDIT_IS_NIL (NULL handle, NULL s, or s->size below the size
+ * of the first version of the struct: nothing written), TBL_NOT_FOUND,
+ * SHM_ERR_ACCES, SHM_ERR_INVAL / VER_NOT_MATCH (not a valid queue file),
+ * SHM_ERR_EIDRM, NOT_DURABLE (a durable queue's file moved onto tmpfs).
+ */
+long lQueueStats(struct SATvm *p, TABLE t, struct TvmQueueStats *s);
+
+/**
+ * Lists the queues of the queue directory ($TVMDBD, or `/dev/shm/tvmq-<uid>`):
+ * sets `*n` to how many there are and writes the first `max` of their
+ * ids, in ascending order, to `ids` (which may be NULL when `max` is 0:
+ * call once to learn the count, then with an array that large; queues
+ * made meanwhile are not in it). A directory that does not exist holds no
+ * queue (`*n` = 0). lGetEffect() = ids written. Thread-safe; needs no
+ * handle. A tvmq addition, not in STVM.
+ * Errors (RC_FAIL, lGetTErrno(), sGetTErrDetail()): CONDIT_IS_NIL (NULL
+ * `n`, or NULL `ids` with `max` above 0), SHM_ERR_INVAL (the path is not a
+ * directory), SHM_ERR_ACCES (the directory cannot be read).
+ */
+long lListQueues(TABLE *ids, size_t max, size_t *n);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -121,4 +121,6 @@ pub const CODES: &[(&str, &str)] = &[
     ),
     ("LEASE_LIMIT", "too many leases in flight on the queue (its maximum of leases is reached)"),
     ("LEASE_INVALID", "not a lease of this queue: a token of another queue, or a garbage token"),
+    // lTvmRequireReplicas.
+    ("REPL_TIMEOUT", "not replicated in time; the record may or may not be there"),
 ];

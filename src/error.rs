@@ -20,7 +20,11 @@ pub const UNKNOWN_MESSAGE: &CStr = c"unknown error code";
 /// (NOT_SUPPT_OPT)`), else the code's standard message (`queue is full: no
 /// space for insert data (DATA_SPC_FULL)`). A detail therefore says what
 /// happened on its own, in the terms of the call that failed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Its `Debug` form names the code and gives the message too (`Error {
+/// code: 97, name: "MQUE_WAIT_TMO", message: "timed out waiting for queue
+/// records" }`), since that is what `fn main() -> Result<(), Error>` prints.
+#[derive(Clone, PartialEq, Eq)]
 pub struct Error {
     code: u32,
     detail: Cow<'static, str>,
@@ -71,6 +75,16 @@ impl fmt::Display for Error {
     }
 }
 
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Error")
+            .field("code", &self.code)
+            .field("name", &name(i64::from(self.code)).unwrap_or("UNKNOWN"))
+            .field("message", &self.what())
+            .finish()
+    }
+}
+
 impl std::error::Error for Error {}
 
 fn entry(code: i64) -> Option<&'static (&'static str, &'static str)> {
@@ -104,7 +118,7 @@ mod tests {
     #[test]
     fn numbers_match_the_spec() {
         // STVM's 103 (0..=102), then tvmq's own.
-        assert_eq!(CODES.len(), 108);
+        assert_eq!(CODES.len(), 109);
         assert_eq!(NOT_DURABLE, 103);
         assert_eq!(SYNC_FAILED, 104);
         assert_eq!(TVM_DONE_SUCC, 0);
@@ -120,7 +134,7 @@ mod tests {
         assert_eq!(MQUE_CRTE_BIG, 99);
         assert_eq!(SERV_NOT_CONN, 101);
         assert_eq!(PART_AR_EXIST, 102);
-        assert_eq!((LEASE_EXPIRED, LEASE_LIMIT, LEASE_INVALID), (105, 106, 107));
+        assert_eq!((LEASE_EXPIRED, LEASE_LIMIT, LEASE_INVALID, REPL_TIMEOUT), (105, 106, 107, 108));
     }
 
     #[test]
@@ -156,6 +170,23 @@ mod tests {
         assert_eq!(
             Error::code_only(DATA_SPC_FULL).to_string(),
             "queue is full: no space for insert data (DATA_SPC_FULL)"
+        );
+    }
+
+    #[test]
+    fn debug_names_the_code_and_gives_the_message() {
+        // What `fn main() -> Result<(), Error>` prints on an error.
+        assert_eq!(
+            format!("{:?}", Error::code_only(MQUE_WAIT_TMO)),
+            r#"Error { code: 97, name: "MQUE_WAIT_TMO", message: "timed out waiting for queue records" }"#
+        );
+        assert_eq!(
+            format!("{:?}", Error::new(TBL_NOT_FOUND, "no queue 21 in /tmp")),
+            r#"Error { code: 44, name: "TBL_NOT_FOUND", message: "no queue 21 in /tmp" }"#
+        );
+        assert_eq!(
+            format!("{:?}", Error::code_only(5000)),
+            r#"Error { code: 5000, name: "UNKNOWN", message: "unknown error code" }"#
         );
     }
 }

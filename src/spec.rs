@@ -21,7 +21,9 @@ pub const DEFAULT_MAX_LEASES: u64 = 1024;
 pub const MAX_RECORD_SIZE: u64 = 1 << 30;
 /// Longest interval a durable queue may have (one hour).
 pub(crate) const MAX_INTERVAL_MS: u64 = 3_600_000;
-/// Longest lease (and release delay) a queue may default to: a year.
+/// Longest lease a queue may default to, and longest lease time or release
+/// delay one call may give ([`crate::Queue::pop_lease`],
+/// [`crate::Queue::extend_lease`], [`crate::Queue::release`]): a year.
 pub const MAX_LEASE_MS: u64 = 365 * 24 * 3600 * 1000;
 /// Most leases a queue may have in flight (entries of its lease table).
 pub const MAX_LEASES: u64 = crate::lease::MAX_ENTRIES;
@@ -125,6 +127,21 @@ impl Spec {
         })
     }
 
+    /// The checks [`Queue::create`](crate::Queue::create) makes of this spec
+    /// for queue `id` before it touches the disk, so that a command can tell
+    /// a usage error (`tvmq create` exits 2) from a failure.
+    ///
+    /// Errors: `CONDIT_IS_NIL` (0 rows or record size, a mode beyond 0777, a
+    /// spin time, durable interval, lease time or delivery limit out of
+    /// range, 0 leases), `MQUE_CRTE_BIG` (more rows, a longer record or more
+    /// leases than a queue holds, a file too large to address),
+    /// `NOT_SUPPT_OPT` (a queue that is its own dead-letter queue).
+    pub fn check(&self, id: u32) -> Result<()> {
+        self.check_geometry()?;
+        self.check_settings(id)?;
+        self.checked_file_size().map(|_| ())
+    }
+
     /// Checks the geometry: rows and record size from 1 to their limits.
     pub(crate) fn check_geometry(&self) -> Result<()> {
         if self.rows == 0 || self.record_size == 0 {
@@ -179,9 +196,22 @@ impl Spec {
     }
 }
 
+/// Checks a lease time or a release delay that one call gives (`what`
+/// names it): 0 to [`MAX_LEASE_MS`], else `CONDIT_IS_NIL` (beyond, a record
+/// would be parked for good).
+pub(crate) fn check_call_time(d: Duration, what: &str) -> Result<()> {
+    if d.as_millis() > u128::from(MAX_LEASE_MS) {
+        return Err(Error::new(
+            CONDIT_IS_NIL,
+            format!("{what} of {} ms is out of range: 0 to {MAX_LEASE_MS} ms (a year)", d.as_millis()),
+        ));
+    }
+    Ok(())
+}
+
 impl LeaseSpec {
     /// Checks the lease settings of queue `id`.
-    fn check(&self, id: u32) -> Result<()> {
+    pub(crate) fn check(&self, id: u32) -> Result<()> {
         if !(1..=MAX_LEASE_MS).contains(&self.lease_ms) {
             return Err(Error::new(
                 CONDIT_IS_NIL,

@@ -8,7 +8,8 @@
 //!   kill tests) and kills what is left when the test ends;
 //! - files that a test and its children map: [`SharedArray`], and on it the
 //!   [`Ledger`] of the kill tests (what was acknowledged, what was popped,
-//!   what a killed consumer held).
+//!   what a killed consumer held);
+//! - outside tools: [`have_tool`], [`promtool_complaints`].
 //!
 //! Only std and libc here: the file is compiled into the library's unit
 //! tests and into the test binaries of the workspace's crates.
@@ -22,6 +23,34 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+// ---------------------------------------------------------------- outside tools
+
+/// Is `tool` a command on the PATH?
+pub fn have_tool(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// What `promtool check metrics` says of the exposition `text` ("" when it
+/// finds nothing to fix), or None without promtool (Debian: prometheus).
+pub fn promtool_complaints(text: &str) -> Option<String> {
+    use std::io::Write;
+    let mut p = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .ok()?;
+    p.stdin.take()?.write_all(text.as_bytes()).ok()?;
+    let out = p.wait_with_output().ok()?;
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    Some(if out.status.success() { said } else { format!("promtool failed: {said}") })
+}
 
 // ---------------------------------------------------------------- directories
 

@@ -13,6 +13,17 @@
  *                    driver first fills the queue with R records, lAsyPush,
  *                    outside the clock)
  *       asypush      N threads each lAsyPush R/N records, then lAsyWait
+ *       lease        N threads each lTvmPopLease(QUE_NOWAIT) + lTvmAck R/N
+ *                    records (the driver first fills the queue, as for pop;
+ *                    on a Redis it stores lease options for the queue with
+ *                    lTvmCreateQueueEx if it has none)
+ *       ackpoplease  the same with lTvmAckPopLease (each acknowledgement and
+ *                    the next lease in one call)
+ *       blmove       Redis's reliable queue written by hand on raw sockets
+ *                    (no tvm.h): N threads each BLMOVE Q -> Q:processing:i
+ *                    then LREM of the value, R/N records (the queue filled
+ *                    first, as for pop); --pipelined: each LREM in the same
+ *                    write as the next BLMOVE
  *       echo         N threads each make R/N round trips of S bytes over
  *                    their own TCP connection to an echo server (no tvm.h)
  *       echo-server  serves echo on H:P, a thread per connection, until
@@ -26,6 +37,9 @@
  *   --shared   the N threads' handles share one connection (lTvmShare);
  *              default: each thread connects its own handle
  *   --nowait   pop with QUE_NOWAIT (LPOP) instead of QUE_NORMAL (BLPOP)
+ *   --replicas K  lTvmRequireReplicas(p, K, 5000) on every handle: pushes
+ *              and acks wait for K replicas (Redis)
+ *   --spread S lTvmSpread(p, Q, S) on every handle (Redis, Redis Cluster)
  *   --queue Q  queue id (default 21; its key on the server is "Q")
  *   --size S   record size in bytes (default 304, the seed's dbUser; the
  *              echo uses S + 16, the seed's 320-byte slot, unless given)
@@ -73,7 +87,10 @@ static struct {
     int shared;
     int timeout;
     int nowait;
-} cfg = { "127.0.0.1", 5050, NULL, 1, 0, 21, 304, 0, 0, 10, 0 };
+    long replicas;
+    long spread;
+    int pipelined;
+} cfg = { "127.0.0.1", 5050, NULL, 1, 0, 21, 304, 0, 0, 10, 0, 0, 0, 0 };
 
 typedef struct {
     _Alignas(128) int index;
@@ -122,7 +139,7 @@ static double run_threads(job_t *jobs, void *(*worker)(void *))
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: net_driver --host H --port P --op push|pop|asypush|echo --threads N --records R\n"
+    fprintf(stderr, "usage: net_driver --host H --port P --op push|pop|asypush|lease|ackpoplease|blmove|echo --threads N --records R\n"
                     "                  [--queue Q] [--size S] [--shared] [--nowait] [--timeout SECS]\n"
                     "       net_driver --op echo-server|resp-server --port P [--host H] [--size S]\n");
     exit(2);
@@ -161,6 +178,31 @@ static void *tvm_worker(void *arg)
         }
         if (lAsyWait(p) != RC_SUCC)
             report(p, "lAsyWait", j);
+    } else if (strcmp(cfg.op, "ackpoplease") == 0) {
+        TvmLease l;
+        int held = 0;
+        for (unsigned long long i = 0; i < j->count; i++) {
+            queuevoid(p, *rec, cfg.size, cfg.queue);
+            long rc = held ? lTvmAckPopLease(p, &l, rec, QUE_NOWAIT, 0, &l) : lTvmPopLease(p, rec, QUE_NOWAIT, 0, &l);
+            held = rc == RC_SUCC;
+            if (!held)
+                report(p, "lTvmAckPopLease", j);
+        }
+        p->tblName = cfg.queue;
+        if (held && lTvmAck(p, &l) != RC_SUCC)
+            report(p, "lTvmAck", j);
+    } else if (strcmp(cfg.op, "lease") == 0) {
+        TvmLease l;
+        for (unsigned long long i = 0; i < j->count; i++) {
+            queuevoid(p, *rec, cfg.size, cfg.queue);
+            if (lTvmPopLease(p, rec, QUE_NOWAIT, 0, &l) != RC_SUCC) {
+                report(p, "lTvmPopLease", j);
+                continue;
+            }
+            p->tblName = cfg.queue;
+            if (lTvmAck(p, &l) != RC_SUCC)
+                report(p, "lTvmAck", j);
+        }
     } else {
         for (unsigned long long i = 0; i < j->count; i++)
             if (lTvmPop(p, rec, cfg.nowait ? QUE_NOWAIT : QUE_NORMAL) != RC_SUCC)
@@ -168,6 +210,19 @@ static void *tvm_worker(void *arg)
     }
     free(rec);
     return NULL;
+}
+
+/* The options of --replicas and --spread on a connected handle. */
+static void configure(SATvm *p)
+{
+    if (cfg.spread && lTvmSpread(p, cfg.queue, cfg.spread) != RC_SUCC) {
+        fprintf(stderr, "net_driver: lTvmSpread: %s\n", sGetTError(p->m_lErrno));
+        exit(1);
+    }
+    if (cfg.replicas && lTvmRequireReplicas(p, cfg.replicas, 5000) != RC_SUCC) {
+        fprintf(stderr, "net_driver: lTvmRequireReplicas: %s\n", sGetTError(p->m_lErrno));
+        exit(1);
+    }
 }
 
 /* Fills the queue with n records (lAsyPush on one connection). */
@@ -179,6 +234,19 @@ static void fill(unsigned long long n)
     if (lTvmConnect(p, (char *)cfg.host, cfg.port, cfg.timeout) != RC_SUCC) {
         fprintf(stderr, "net_driver: fill: lTvmConnect: %s\n", sGetTError(p->m_lErrno));
         exit(1);
+    }
+    if (cfg.spread)
+        lTvmSpread(p, cfg.queue, cfg.spread);
+    if (strcmp(cfg.op, "lease") == 0 || strcmp(cfg.op, "ackpoplease") == 0) {
+        TvmQueueOptions o;
+        lInitQueueOptions(&o, sizeof(o));
+        o.leases = true;
+        /* tvmq serve creates no queue over the network: RMT_NOT_SUPPT. */
+        if (lTvmCreateQueueEx(p, cfg.queue, &o) != RC_SUCC && p->m_lErrno != TBL_ARD_EXIST &&
+            p->m_lErrno != RMT_NOT_SUPPT) {
+            fprintf(stderr, "net_driver: lTvmCreateQueueEx: %s\n", sGetTError(p->m_lErrno));
+            exit(1);
+        }
     }
     queuevoid(p, *rec, cfg.size, cfg.queue);
     for (unsigned long long i = 0; i < n; i++) {
@@ -197,7 +265,7 @@ static void fill(unsigned long long n)
 static double run_tvm(job_t *jobs)
 {
     SATvm *g = (SATvm *)pGetSATvm();
-    if (strcmp(cfg.op, "pop") == 0)
+    if (strcmp(cfg.op, "pop") == 0 || strncmp(cfg.op, "lease", 5) == 0 || strcmp(cfg.op, "ackpoplease") == 0)
         fill(cfg.records);
     if (cfg.shared && lTvmConnect(g, (char *)cfg.host, cfg.port, cfg.timeout) != RC_SUCC) {
         fprintf(stderr, "net_driver: lTvmConnect %s:%ld: %s\n", cfg.host, cfg.port, sGetTError(g->m_lErrno));
@@ -210,6 +278,7 @@ static double run_tvm(job_t *jobs)
             fprintf(stderr, "net_driver: connecting thread %d: %s\n", i, sGetTError(p->m_lErrno));
             exit(1);
         }
+        configure(p);
     }
     double ms = run_threads(jobs, tvm_worker);
     for (int i = 0; i < cfg.threads; i++)
@@ -263,6 +332,125 @@ static void *echo_worker(void *arg)
     }
     free(buf);
     return NULL;
+}
+
+/* ---- Redis's reliable queue written by hand (no tvm.h) --------------------- */
+
+/* Reads one RESP reply on fd into buf (at most cap bytes of it kept);
+ * returns the bulk's length, -1 for a null, -2 for an integer or simple
+ * string, -3 on an error reply or a broken connection. */
+static long resp_read(int fd, char *buf, size_t cap, char *rbuf, size_t *have)
+{
+    for (;;) {
+        char *nl = memchr(rbuf, '\n', *have);
+        if (nl) {
+            size_t line = (size_t)(nl - rbuf) + 1;
+            char kind = rbuf[0];
+            long n = strtol(rbuf + 1, NULL, 10);
+            if (kind == '-')
+                return -3;
+            if (kind == ':' || kind == '+') {
+                memmove(rbuf, rbuf + line, *have - line);
+                *have -= line;
+                return -2;
+            }
+            if ((kind == '$' || kind == '*') && n < 0) {
+                memmove(rbuf, rbuf + line, *have - line);
+                *have -= line;
+                return -1;
+            }
+            if (kind == '$' && *have >= line + (size_t)n + 2) {
+                memcpy(buf, rbuf + line, (size_t)n < cap ? (size_t)n : cap);
+                size_t used = line + (size_t)n + 2;
+                memmove(rbuf, rbuf + used, *have - used);
+                *have -= used;
+                return n;
+            }
+        }
+        ssize_t r = recv(fd, rbuf + *have, 65536 - *have, 0);
+        if (r <= 0)
+            return -3;
+        *have += (size_t)r;
+    }
+}
+
+/* Appends a RESP command of argc arguments (lengths in lens) to out. */
+static size_t resp_cmd(char *out, int argc, const char **argv, const size_t *lens)
+{
+    size_t o = (size_t)sprintf(out, "*%d\r\n", argc);
+    for (int i = 0; i < argc; i++) {
+        o += (size_t)sprintf(out + o, "$%zu\r\n", lens[i]);
+        memcpy(out + o, argv[i], lens[i]);
+        o += lens[i];
+        memcpy(out + o, "\r\n", 2);
+        o += 2;
+    }
+    return o;
+}
+
+/* BLMOVE queue -> the thread's processing list, then LREM of the value,
+ * each a round trip of its own (--pipelined: the LREM goes in the same
+ * write as the next BLMOVE). */
+static void *blmove_worker(void *arg)
+{
+    job_t *j = (job_t *)arg;
+    char key[16], proc[48], *val = malloc(cfg.size + 64), *out = malloc(2 * cfg.size + 512);
+    char *rbuf = malloc(65536);
+    size_t have = 0, pending = 0;
+    snprintf(key, sizeof key, "%u", cfg.queue);
+    snprintf(proc, sizeof proc, "%u:processing:%d", cfg.queue, j->index);
+    pthread_barrier_wait(&start_line);
+    for (unsigned long long i = 0; i < j->count; i++) {
+        size_t o = 0;
+        if (pending) {
+            const char *a[] = { "LREM", proc, "1", val };
+            size_t l[] = { 4, strlen(proc), 1, pending };
+            o = resp_cmd(out, 4, a, l);
+            if (!cfg.pipelined) {
+                if (send(j->fd, out, o, MSG_NOSIGNAL) != (ssize_t)o || resp_read(j->fd, val, 0, rbuf, &have) != -2)
+                    j->errors++;
+                o = 0;
+            }
+        }
+        const char *a[] = { "BLMOVE", key, proc, "LEFT", "RIGHT", "1" };
+        size_t l[] = { 6, strlen(key), strlen(proc), 4, 5, 1 };
+        o += resp_cmd(out + o, 6, a, l);
+        if (send(j->fd, out, o, MSG_NOSIGNAL) != (ssize_t)o) {
+            j->errors++;
+            break;
+        }
+        if (pending && cfg.pipelined && resp_read(j->fd, val, 0, rbuf, &have) != -2)
+            j->errors++;
+        long n = resp_read(j->fd, val, cfg.size + 64, rbuf, &have);
+        if (n < 0) {
+            j->errors++;
+            pending = 0;
+            continue;
+        }
+        pending = (size_t)n;
+    }
+    if (pending) {
+        const char *a[] = { "LREM", proc, "1", val };
+        size_t l[] = { 4, strlen(proc), 1, pending };
+        size_t o = resp_cmd(out, 4, a, l);
+        if (send(j->fd, out, o, MSG_NOSIGNAL) != (ssize_t)o || resp_read(j->fd, val, 0, rbuf, &have) != -2)
+            j->errors++;
+    }
+    free(val);
+    free(out);
+    free(rbuf);
+    return NULL;
+}
+
+static double run_blmove(job_t *jobs)
+{
+    fill(cfg.records);
+    for (int i = 0; i < cfg.threads; i++)
+        jobs[i].fd = tcp_connect();
+    double ms = run_threads(jobs, blmove_worker);
+    for (int i = 0; i < cfg.threads; i++)
+        close(jobs[i].fd);
+    return ms;
 }
 
 static double run_echo(job_t *jobs)
@@ -406,6 +594,10 @@ int main(int argc, char **argv)
             cfg.nowait = 1;
             continue;
         }
+        if (strcmp(a, "--pipelined") == 0) {
+            cfg.pipelined = 1;
+            continue;
+        }
         if (!v)
             usage();
         i++;
@@ -426,6 +618,10 @@ int main(int argc, char **argv)
             cfg.size_given = 1;
         } else if (strcmp(a, "--timeout") == 0)
             cfg.timeout = atoi(v);
+        else if (strcmp(a, "--replicas") == 0)
+            cfg.replicas = atol(v);
+        else if (strcmp(a, "--spread") == 0)
+            cfg.spread = atol(v);
         else
             usage();
     }
@@ -434,7 +630,9 @@ int main(int argc, char **argv)
     if (strcmp(cfg.op, "echo-server") == 0 || strcmp(cfg.op, "resp-server") == 0)
         return echo_server(strcmp(cfg.op, "resp-server") == 0);
     int echo = strcmp(cfg.op, "echo") == 0;
-    if (!echo && strcmp(cfg.op, "push") && strcmp(cfg.op, "pop") && strcmp(cfg.op, "asypush"))
+    int blmove = strcmp(cfg.op, "blmove") == 0;
+    if (!echo && !blmove && strcmp(cfg.op, "push") && strcmp(cfg.op, "pop") && strcmp(cfg.op, "asypush") &&
+        strcmp(cfg.op, "lease") && strcmp(cfg.op, "ackpoplease"))
         usage();
     if (cfg.threads < 1 || cfg.threads > MAX_THREADS || cfg.records < (unsigned long long)cfg.threads ||
         cfg.size < 8)
@@ -447,7 +645,7 @@ int main(int argc, char **argv)
         jobs[i].index = i;
         jobs[i].count = cfg.records / (unsigned long long)cfg.threads;
     }
-    double ms = echo ? run_echo(jobs) : run_tvm(jobs);
+    double ms = echo ? run_echo(jobs) : blmove ? run_blmove(jobs) : run_tvm(jobs);
     long csw;
     double cpu = cpu_ms(&csw) - g_cpu0;
     csw -= g_csw0;

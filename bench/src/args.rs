@@ -6,33 +6,33 @@ use std::path::PathBuf;
 #[derive(Args, Clone)]
 pub struct BenchArgs {
     /// Records per cell (the seed's default is 4,000,000)
-    #[arg(long, default_value_t = 4_000_000)]
+    #[arg(long, value_name = "N", default_value_t = 4_000_000)]
     pub(crate) records: u64,
     /// Runs per cell; the table shows the median and the min-max
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, value_name = "N", default_value_t = 5)]
     pub(crate) runs: usize,
     /// Where results.csv, results.json, chart.png and table.txt go
-    #[arg(long, default_value = "target/bench")]
+    #[arg(long, value_name = "DIR", default_value = "target/bench")]
     pub(crate) out: PathBuf,
     /// Directory holding the seed programs push_bench and pop_bench, compiled unchanged
-    #[arg(long)]
+    #[arg(long, value_name = "DIR")]
     pub(crate) seed_bin: Option<PathBuf>,
     /// tvmq's C driver (bench/drivers/tvmq_driver.c, compiled)
-    #[arg(long)]
+    #[arg(long, value_name = "PATH")]
     pub(crate) c_driver: Option<PathBuf>,
     /// The Boost.Interprocess message_queue driver (bench/drivers/boost_mq.cpp, compiled)
-    #[arg(long)]
+    #[arg(long, value_name = "PATH")]
     pub(crate) boost_driver: Option<PathBuf>,
     /// The DPDK rte_ring driver (bench/drivers/dpdk_ring.c, compiled); when the
     /// file is absent (no libdpdk-dev), the DPDK cells say "not installed"
-    #[arg(long)]
+    #[arg(long, value_name = "PATH")]
     pub(crate) dpdk_driver: Option<PathBuf>,
     /// The latency driver (bench/drivers/latency.c, compiled): tvmq and a pipe across processes
-    #[arg(long)]
+    #[arg(long, value_name = "PATH")]
     pub(crate) latency_driver: Option<PathBuf>,
     /// The network client's driver (bench/drivers/net_driver.c, compiled):
     /// adds tvm.h's network calls to --net
-    #[arg(long)]
+    #[arg(long, value_name = "PATH")]
     pub(crate) net_driver: Option<PathBuf>,
     /// A quick run of every cell with small counts (keeps `make bench` from rotting)
     #[arg(long)]
@@ -42,7 +42,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub(crate) net: bool,
     /// Run only these parts of the matrix (repeat or separate with commas; default: all)
-    #[arg(long, value_enum, value_delimiter = ',')]
+    #[arg(long, value_name = "PARTS", value_enum, value_delimiter = ',')]
     pub(crate) only: Vec<Part>,
     /// Where the durable part puts its queues and redis's append-only file:
     /// a directory on a disk (not tmpfs)
@@ -77,6 +77,10 @@ pub enum Part {
     Leases,
     /// 10, 1,000 and 10,000 small queues: /dev/shm, memory, call cost, create and list, beside redis-server lists
     Many,
+    /// A metrics scrape of 10,000 small queues (time, bytes), and a metrics reader beside a push/pop loop
+    Metrics,
+    /// --net: the C client on Redis beyond one machine (lease script beside BLMOVE + LREM, pushes waiting for a replica)
+    Redis,
 }
 
 impl BenchArgs {

@@ -96,7 +96,7 @@ pub(crate) fn draw(cells: &[Cell], path: &Path, stvm: &[Vec<(f64, f64)>; 2]) -> 
             .draw()
             .map_err(|x| e(&x))?;
         let mut lines: Vec<Line> = subjects.iter().zip(all.iter()).map(|((s, c), v)| (*s, *c, v.clone())).collect();
-        lines.push(("STVM (seed README)", RGBColor(120, 120, 120), stvm_m));
+        lines.push(("STVM (docs/stvm.md)", RGBColor(120, 120, 120), stvm_m));
         for (name, color, points) in lines {
             if points.is_empty() {
                 continue;

@@ -17,7 +17,7 @@ pub(crate) struct Ctx {
     /// The latency part's results.
     pub(crate) latency: Vec<LatencyCell>,
     pub(crate) idle: Vec<IdleCell>,
-    /// The many-queues part's table (empty when it did not run).
+    /// The many-queues part's table and the metrics part's (empty when they did not run).
     pub(crate) many: String,
     /// When the run began.
     pub(crate) started: Instant,

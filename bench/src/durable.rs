@@ -205,6 +205,7 @@ fn redis_lpush(r: &Server, clients: usize, n: u64) -> Result<f64, String> {
 /// not be a disk's).
 fn disk_dir(ctx: &Ctx) -> Result<PathBuf, String> {
     let dir = ctx.args.disk_dir.join(format!("tvmq-bench-durable-{}", std::process::id()));
+    crate::scratch::remember(&dir);
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     Ok(dir)
 }
@@ -219,6 +220,7 @@ pub(crate) fn run(ctx: &mut Ctx) {
     let Some(dir) = or_say(disk_dir(ctx)) else { return };
     cells(ctx, &dir);
     let _ = std::fs::remove_dir_all(&dir);
+    crate::scratch::forget(&dir);
 }
 
 fn cells(ctx: &mut Ctx, dir: &Path) {

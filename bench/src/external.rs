@@ -239,8 +239,14 @@ fn boost_queue(k: u32) -> u32 {
     std::process::id().wrapping_mul(4).wrapping_add(k)
 }
 
+/// Boost queue `queue`'s file (`boost_mq.cpp`: the queue "tvmq_bench_<Q>").
+pub(crate) fn boost_file(queue: impl std::fmt::Display) -> PathBuf {
+    PathBuf::from(format!("/dev/shm/tvmq_bench_{queue}"))
+}
+
 /// Runs the Boost driver's `create`, then `f`, then `remove`.
 fn with_boost_queue(driver: &Path, queue: u32, capacity: u64, f: impl FnOnce()) {
+    crate::scratch::remember(&boost_file(queue));
     let create =
         strings(&["create", "--queue", &queue.to_string(), "--capacity", &capacity.to_string(), "--size", "304"]);
     match run_one(driver, create) {
@@ -338,6 +344,8 @@ fn dpdk_skip(driver: &Path, mode: &str, workers: usize) -> Option<String> {
 /// records of 304 bytes), then `f`, then `remove`.
 fn with_dpdk_ring(driver: &Path, queue: u32, capacity: u64, mode: &str, f: impl FnOnce()) {
     let q = queue.to_string();
+    // dpdk_ring.c's file.
+    crate::scratch::remember(Path::new(&format!("/dev/shm/tvmq_bench_dpdk_{q}")));
     if driver.exists() {
         let create = strings(&["create", "--queue", &q, "--capacity", &capacity.to_string(), "--size", "304"]);
         if let Err(e) = run_one(driver, [create, strings(&["--mode", mode])].concat()) {

@@ -300,6 +300,7 @@ fn prepare(ctx: &Ctx, boost: Option<&Path>) -> Result<(), String> {
     let room = GAPS.iter().map(|&g| records_for(g, ctx.args.smoke)).max().unwrap_or(1024);
     fresh_queue(&ctx.dir, QUEUE, room, SIZE)?;
     if let Some(b) = boost {
+        crate::scratch::remember(&crate::external::boost_file(boost_queue()));
         let mut c = Command::new(b);
         c.args(["create", "--queue", &boost_queue(), "--capacity", &room.to_string(), "--size", "304"]);
         let out = c.output().map_err(|e| e.to_string())?;

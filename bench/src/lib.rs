@@ -12,20 +12,23 @@
 //!
 //! | module | concern | uses |
 //! |---|---|---|
-//! | `net` | `--net`: tvmq serve against redis-server, its table, CSV and chart | `report`, `net_client`, `net_durable`, `net_servers`, `chart`, `cell`, `ctx`, `harness` |
+//! | `net` | `--net`: tvmq serve against redis-server, its table, CSV and chart | `report`, `net_redis`, `net_client`, `net_lease`, `net_durable`, `net_servers`, `chart`, `cell`, `ctx`, `harness`, `scratch` |
 //! | `report` | the matrix's table, CSV, JSON and charts | `durable`, `chart`, `latency`, `args`, `cell`, `ctx` |
+//! | `net_redis` | the C client on Redis beyond one machine: the lease script beside BLMOVE + LREM by hand, pushes waiting for a replica | `net_client`, `net_servers`, `cell`, `ctx`, `harness` |
 //! | `net_client` | the C client's cells of `--net` (`bench/drivers/net_driver.c`) | `net_servers`, `cell`, `ctx`, `harness` |
-//! | `net_durable` | the durable cells of `--net`: an `always` queue on disk beside redis-server `appendfsync always`, and their bounds (the client's ceiling, one commit on the disk) | `net_servers`, `disk_commit`, `cell`, `ctx`, `harness` |
+//! | `net_durable` | the durable cells of `--net`: an `always` queue on disk beside redis-server `appendfsync always`, and their bounds (the client's ceiling, one commit on the disk) | `net_servers`, `disk_commit`, `cell`, `ctx`, `harness`, `scratch` |
 //! | `net_servers` | the servers under test, redis-benchmark against them, their CPU per request | `harness` |
 //! | `disk_commit` | one commit on the disk timed alone: msync of a mapping, an `O_DIRECT` write, an append + fdatasync | - |
-//! | `durable` | durable queues on the disk beside redis appendfsync always | `inproc`, `cell`, `ctx`, `harness` |
+//! | `durable` | durable queues on the disk beside redis appendfsync always | `inproc`, `cell`, `ctx`, `harness`, `scratch` |
 //! | `leases` | `lPopLease` + `lAck` beside plain `lPop` | `inproc`, `ctx`, `harness` |
+//! | `watch` | a metrics scrape of 10,000 queues, a metrics reader beside a push/pop loop | `ctx` |
 //! | `many` | 10 to 10,000 small queues: memory, call cost, create and list, beside redis-server lists | `net_servers`, `inproc`, `ctx` |
 //! | `chart` | chart.png, latency.png, and the drawing pieces `net` shares | `latency`, `cell` |
-//! | `latency` | push-to-pop latency across processes, idle consumers' CPU | `cell`, `ctx`, `harness` |
-//! | `external` | cells that run C programs: the seed programs, the C, Boost and DPDK drivers | `ctx`, `harness` |
+//! | `latency` | push-to-pop latency across processes, idle consumers' CPU | `external`, `cell`, `ctx`, `harness`, `scratch` |
+//! | `external` | cells that run C programs: the seed programs, the C, Boost and DPDK drivers | `ctx`, `harness`, `scratch` |
 //! | `inproc` | cells measured in this process: the C ABI, crossbeam, the bare ring, setup; the thread launcher | `ctx`, `harness` |
 //! | `ctx` | what a run carries from cell to cell, and how a group of cells is measured | `args`, `cell`, `harness` |
+//! | `scratch` | what a stopped run leaves: its files and child processes, removed and killed on SIGINT and SIGTERM | - |
 //! | `harness` | fresh queues, child processes killed on drop, a free port, `ask`, servers started, redis-benchmark run and read | - |
 //! | `cell` | what is measured: throughput, latency and idle cells; a cell's figure | - |
 //! | `args` | the options ([`BenchArgs`], [`Part`]) | - |
@@ -46,26 +49,36 @@ mod net;
 mod net_client;
 mod net_durable;
 mod net_lease;
+mod net_redis;
 mod net_servers;
 mod report;
+mod scratch;
+mod watch;
 
 pub use args::{BenchArgs, Part};
 
 use ctx::{Ctx, clear_line};
-use std::path::PathBuf;
+use std::path::Path;
 use std::time::Instant;
 use tvm::error::{Error, SHM_ERR_ACCES};
 
-pub fn run(args: &BenchArgs) -> Result<(), Error> {
+/// Runs the benchmark in a queue directory of its own, made under `base`
+/// (`--dir` or `$TVMDBD`; `/dev/shm` when `None`) and removed at the end,
+/// also when SIGINT or SIGTERM stops it (with its peers' files and its
+/// child processes).
+pub fn run(args: &BenchArgs, base: Option<&Path>) -> Result<(), Error> {
     if let Some(spec) = &args.durable_child {
         return durable::child(spec).map_err(|e| Error::new(tvm::error::SVR_EXCEPTION, e));
     }
-    let dir = PathBuf::from(format!("/dev/shm/tvmq-bench-{}", std::process::id()));
+    scratch::catch_signals().map_err(|e| Error::new(tvm::error::SVR_EXCEPTION, e))?;
+    let dir = base.unwrap_or(Path::new("/dev/shm")).join(format!("tvmq-bench-{}", std::process::id()));
+    scratch::remember(&dir);
     std::fs::create_dir_all(&dir)
         .map_err(|e| Error::new(SHM_ERR_ACCES, format!("cannot create {}: {e}", dir.display())))?;
     // The C ABI (called in-process) and the programs started below find their
     // queues through TVMDBD.
-    // SAFETY: set before this process starts any thread.
+    // SAFETY: set before this process starts any thread (but the signal
+    // thread, which reads no environment).
     unsafe { std::env::set_var("TVMDBD", &dir) };
     let mut ctx = Ctx {
         args: args.clone(),
@@ -76,16 +89,15 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
         many: String::new(),
         started: Instant::now(),
     };
-    if args.net {
-        let result = net::run(&mut ctx);
-        let _ = std::fs::remove_dir_all(&dir);
-        eprint!("{}", clear_line());
-        return result;
-    }
-    let result = run_matrix(&mut ctx);
+    eprintln!("tvmq bench: queues in {} (removed at the end, also on Ctrl-C)", dir.display());
+    let result = if args.net { net::run(&mut ctx) } else { run_matrix(&mut ctx) };
     let _ = std::fs::remove_dir_all(&dir);
-    result?;
+    scratch::forget(&dir);
     eprint!("{}", clear_line());
+    result?;
+    if args.net {
+        return Ok(());
+    }
     report::write(&ctx, ctx.started.elapsed().as_secs_f64())
 }
 
@@ -186,6 +198,12 @@ fn run_matrix(ctx: &mut Ctx) -> Result<(), Error> {
     // 9. Many small queues.
     if args.wants(Part::Many) {
         ctx.many = many::run(ctx);
+    }
+
+    // 10. Watching them: a metrics scrape, a reader beside a push/pop loop.
+    if args.wants(Part::Metrics) {
+        let text = watch::run(ctx);
+        ctx.many.push_str(&text);
     }
     Ok(())
 }

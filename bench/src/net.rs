@@ -24,7 +24,7 @@ use crate::net_durable::{self, Bounds};
 use crate::net_servers::{
     REDIS, THREADS, TVMQ, Target, Via, benchmark, cpu_per_request, kilo, make_certs, measuring, start_redis, start_tvmq,
 };
-use crate::{chart, net_client, net_lease, report};
+use crate::{chart, net_client, net_lease, net_redis, report};
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -197,12 +197,14 @@ fn idle_memory(t: &Target, n: usize) -> Result<(u64, u64), String> {
 pub(crate) fn run(ctx: &mut Ctx) -> Result<(), Error> {
     let fail = |e: String| Error::new(SVR_EXCEPTION, e);
     let scratch = PathBuf::from(format!("/tmp/tvmq-bench-net-{}", std::process::id()));
+    crate::scratch::remember(&scratch);
     std::fs::create_dir_all(&scratch).map_err(|e| fail(e.to_string()))?;
-    // `--only durable`, `--only leases`, or both: those cells alone (any
+    // `--only durable`, `--only leases`, `--only redis`: those cells alone (any
     // other part names none of the network matrix: the whole of it runs).
     let only = ctx.args.only.clone();
     let result = if named_parts(&only) {
-        let leases = if only.contains(&Part::Leases) { matrix(ctx, &scratch).map(|_| ()) } else { Ok(()) };
+        let wants_matrix = only.contains(&Part::Leases) || only.contains(&Part::Redis);
+        let leases = if wants_matrix { matrix(ctx, &scratch).map(|_| ()) } else { Ok(()) };
         leases.and_then(|()| {
             if only.contains(&Part::Durable) {
                 net_durable::cells(ctx, &scratch).map(|b| (Vec::new(), Some(b)))
@@ -218,10 +220,10 @@ pub(crate) fn run(ctx: &mut Ctx) -> Result<(), Error> {
     write(ctx, &memory, bounds.as_ref())
 }
 
-/// Does `--only` name parts of the network matrix (durable, leases) and
+/// Does `--only` name parts of the network matrix (durable, leases, redis) and
 /// nothing else? Those then run alone.
 fn named_parts(only: &[Part]) -> bool {
-    !only.is_empty() && only.iter().all(|p| matches!(p, Part::Durable | Part::Leases))
+    !only.is_empty() && only.iter().all(|p| matches!(p, Part::Durable | Part::Leases | Part::Redis))
 }
 
 /// RSS figures: (server, KiB before, KiB with the idle connections).
@@ -248,7 +250,12 @@ fn matrix(ctx: &mut Ctx, scratch: &Path) -> Result<(Memory, Option<Bounds>), Str
     // `--only leases` (with or without `durable`, which `run` runs): the
     // lease cells alone.
     if named_parts(&ctx.args.only) {
-        net_lease::cells(ctx, both, &dir);
+        if ctx.args.only.contains(&Part::Leases) {
+            net_lease::cells(ctx, both, &dir);
+        }
+        if let (true, Some(driver)) = (ctx.args.only.contains(&Part::Redis), ctx.args.net_driver.clone()) {
+            net_redis::cells(ctx, &redis, &driver)?;
+        }
         return Ok((Vec::new(), None));
     }
     // Warm up both (connections, first faults of tvmq's queue and redis's allocator).
@@ -334,6 +341,7 @@ fn matrix(ctx: &mut Ctx, scratch: &Path) -> Result<(Memory, Option<Bounds>), Str
     }
     if let Some(driver) = ctx.args.net_driver.clone() {
         net_client::cells(ctx, both, &driver)?;
+        net_redis::cells(ctx, &redis, &driver)?;
         let _ = tvm::Queue::drop_queue(&dir, 21);
     }
 
@@ -415,7 +423,7 @@ fn table(cells: &[Cell], memory: &Memory, bounds: Option<&Bounds>, ctx: &Ctx) ->
         if ctx.args.smoke { " (SMOKE RUN: small counts, figures not meaningful)" } else { "" }
     );
     let mut sections: Vec<&str> = Vec::new();
-    for c in cells.iter().filter(|c| c.section != net_client::SECTION) {
+    for c in cells.iter().filter(|c| c.section != net_client::SECTION && c.section != net_redis::SECTION) {
         if !sections.contains(&c.section) {
             sections.push(c.section);
         }
@@ -487,6 +495,7 @@ fn table(cells: &[Cell], memory: &Memory, bounds: Option<&Bounds>, ctx: &Ctx) ->
         }
     }
     t.push_str(&net_client::table(cells));
+    t.push_str(&net_redis::table(cells));
     let _ = writeln!(t, "\nResident memory (VmRSS), idle and with idle connections open (each sent one PING)");
     for (name, before, with) in memory {
         let n = if ctx.args.smoke { 500 } else { 5000 };
@@ -541,7 +550,10 @@ fn chart(cells: &[Cell], path: &Path) -> Result<(), String> {
 
     let mut rows: Vec<(String, &str, &str)> = Vec::new();
     let charted = |c: &&Cell| {
-        !c.section.starts_with("value size") && !c.section.starts_with("TLS") && c.section != net_client::SECTION
+        !c.section.starts_with("value size")
+            && !c.section.starts_with("TLS")
+            && c.section != net_client::SECTION
+            && c.section != net_redis::SECTION
     };
     for c in cells.iter().filter(charted) {
         let label = format!("{} ({})", c.test, c.section.split(", ").last().unwrap_or(""));

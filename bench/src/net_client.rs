@@ -60,13 +60,24 @@ fn fresh_queue(t: &Target, dir: &Path, rows: u64) -> Result<(), String> {
 /// One driver run; its milliseconds. `args` are the driver's after
 /// `--port`.
 fn drive(driver: &Path, port: u16, op: &str, threads: u32, records: u64, shared: bool) -> Result<f64, String> {
+    drive_with(driver, port, op, threads, records, if shared { &["--shared"] } else { &[] })
+}
+
+/// [`drive`] with the driver's other options (`--replicas K`, `--spread S`).
+pub(crate) fn drive_with(
+    driver: &Path,
+    port: u16,
+    op: &str,
+    threads: u32,
+    records: u64,
+    extra: &[&str],
+) -> Result<f64, String> {
+    let shared = extra.contains(&"--shared");
     let mut cmd = Command::new(driver);
     cmd.args(["--host", "127.0.0.1", "--port", &port.to_string(), "--op", op])
         .args(["--threads", &threads.to_string(), "--records", &records.to_string()])
-        .args(["--queue", &QUEUE.to_string(), "--timeout", "20"]);
-    if shared {
-        cmd.arg("--shared");
-    }
+        .args(["--queue", &QUEUE.to_string(), "--timeout", "20"])
+        .args(extra);
     let out = cmd.output().map_err(|e| format!("cannot run {}: {e}", driver.display()))?;
     let text = String::from_utf8_lossy(&out.stdout);
     let line = text.lines().find(|l| l.starts_with("ok ")).unwrap_or("");
@@ -76,8 +87,9 @@ fn drive(driver: &Path, port: u16, op: &str, threads: u32, records: u64, shared:
     match (out.status.success(), field("errors"), done, field("ms").and_then(|v| v.parse::<f64>().ok())) {
         (true, Some("0"), Some(n), Some(ms)) if n == records => Ok(ms),
         _ => Err(format!(
-            "net_driver --op {op} --threads {threads}{}: {}{}",
+            "net_driver --op {op} --threads {threads}{}{}: {}{}",
             if shared { " --shared" } else { "" },
+            extra.iter().filter(|a| **a != "--shared").map(|a| format!(" {a}")).collect::<String>(),
             text.trim(),
             String::from_utf8_lossy(&out.stderr).lines().take(3).collect::<Vec<_>>().join("; ")
         )),

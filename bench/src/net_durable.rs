@@ -115,6 +115,7 @@ pub(crate) struct Bounds {
 pub(crate) fn cells(ctx: &mut Ctx, scratch: &Path) -> Result<Bounds, String> {
     let root = ctx.args.disk_dir.join(format!("tvmq-bench-net-durable-{}", std::process::id()));
     let (qdir, rdir) = (root.join("tvmq"), root.join("redis"));
+    crate::scratch::remember(&root);
     for d in [&qdir, &rdir] {
         std::fs::create_dir_all(d).map_err(|e| format!("cannot create {}: {e}", d.display()))?;
     }
@@ -124,6 +125,7 @@ pub(crate) fn cells(ctx: &mut Ctx, scratch: &Path) -> Result<Bounds, String> {
         Bounds { commits: disk_commit::measure(&root, samples), dir: ctx.args.disk_dir.clone() }
     });
     let _ = std::fs::remove_dir_all(&root);
+    crate::scratch::forget(&root);
     result
 }
 

@@ -9,7 +9,7 @@ use crate::{chart, durable};
 use std::fmt::Write as _;
 use tvm::error::{Error, SHM_ERR_ACCES};
 
-/// STVM's figures on this machine type (`../shared/seed/README.md`),
+/// STVM's figures on this machine type (docs/stvm.md),
 /// milliseconds for 4,000,000 records of 304 bytes. STVM is not rebuilt here.
 const STVM_MS: &[(&str, &str, &str, f64)] = &[
     ("threads", "push", "1", 2200.0),
@@ -50,12 +50,49 @@ fn mega(rate: f64) -> String {
     if rate >= 1e6 { format!("{:.2} M", rate / 1e6) } else { format!("{:.1} K", rate / 1e3) }
 }
 
-/// "12.30 M (11.9–12.8)" or the error.
-fn rate_text(c: &Cell) -> String {
+/// Why cells have no figure, said once each below the table: a cell shows
+/// "skipped [1]", never a text cut to its width.
+#[derive(Default)]
+struct Notes(Vec<String>);
+
+impl Notes {
+    /// `why`'s number, given the first time it is seen.
+    fn number(&mut self, why: &str) -> usize {
+        match self.0.iter().position(|n| n == why) {
+            Some(i) => i + 1,
+            None => {
+                self.0.push(why.to_string());
+                self.0.len()
+            }
+        }
+    }
+
+    /// A cell without a figure: its first word and the note's number.
+    fn cell(&mut self, why: &str) -> String {
+        let word = if why.starts_with("skipped") {
+            "skipped"
+        } else if why.starts_with("not installed") {
+            "not installed"
+        } else {
+            "error"
+        };
+        format!("{word} [{}]", self.number(why))
+    }
+
+    fn write(&self, t: &mut String) {
+        if !self.0.is_empty() {
+            t.push('\n');
+        }
+        for (i, why) in self.0.iter().enumerate() {
+            writeln!(t, "[{}] {why}", i + 1).unwrap();
+        }
+    }
+}
+
+/// "12.30 M (11.9–12.8)", or why there is no figure (a note).
+fn rate_text(c: &Cell, notes: &mut Notes) -> String {
     match (c.rates(), &c.error) {
-        // A cell not run says why (the CSV and JSON have the whole text).
-        (_, Some(e)) if e.starts_with("skipped") || e.starts_with("not installed") => e.chars().take(40).collect(),
-        (_, Some(e)) => format!("error: {}", e.chars().take(40).collect::<String>()),
+        (_, Some(e)) => notes.cell(e),
         // Slow cells (durable queues) give their range in K/s.
         (Some((med, lo, hi)), None) if med < 1e5 => format!("{} ({:.1}–{:.1} K)", mega(med), lo / 1e3, hi / 1e3),
         (Some((med, lo, hi)), None) => format!("{} ({:.1}–{:.1})", mega(med), lo / 1e6, hi / 1e6),
@@ -63,9 +100,9 @@ fn rate_text(c: &Cell) -> String {
     }
 }
 
-fn ms_text(c: &Cell) -> String {
+fn ms_text(c: &Cell, notes: &mut Notes) -> String {
     match (c.median_ms(), &c.error) {
-        (_, Some(e)) => format!("error: {e}"),
+        (_, Some(e)) => notes.cell(e),
         (Some(m), None) => {
             let lo = c.ms.iter().copied().fold(f64::INFINITY, f64::min);
             let hi = c.ms.iter().copied().fold(0.0, f64::max);
@@ -116,17 +153,23 @@ fn ratio(a: Option<f64>, b: Option<f64>) -> String {
     }
 }
 
-fn table(cells: &[Cell], args: &BenchArgs, seconds: f64) -> String {
+fn table(ctx: &Ctx, seconds: f64) -> String {
+    let (cells, args) = (&ctx.cells, &ctx.args);
     let mut t = String::new();
-    let runs = cells.iter().map(|c| c.ms.len()).max().unwrap_or(0);
-    writeln!(t, "tvmq bench on {}", machine()).unwrap();
-    writeln!(
-        t,
-        "median of {runs} run(s) (min-max in M/s), {} records of 304 bytes unless told; {seconds:.0} s in all{}",
-        if args.smoke { args.records.min(20_000) } else { args.records },
-        if args.smoke { " (SMOKE RUN: small counts, figures not meaningful)" } else { "" }
-    )
-    .unwrap();
+    let mut notes = Notes::default();
+    writeln!(t, "tvmq bench on {}; queues in {}", machine(), ctx.dir.parent().unwrap_or(&ctx.dir).display()).unwrap();
+    let smoke = if args.smoke { " (SMOKE RUN: small counts, figures not meaningful)" } else { "" };
+    if cells.is_empty() {
+        // Only parts with tables of their own ran (latency, many).
+        writeln!(t, "{seconds:.0} s in all{smoke}").unwrap();
+    } else {
+        let runs = match ctx.runs() {
+            1 => "one run".to_string(),
+            n => format!("median of {n} runs (min-max in M/s)"),
+        };
+        writeln!(t, "{runs}, {} records of 304 bytes unless told; {seconds:.0} s in all{smoke}", ctx.records())
+            .unwrap();
+    }
     for &(section, title) in SECTIONS {
         let (rows, subjects) = pivot(cells, section);
         if rows.is_empty() {
@@ -142,7 +185,7 @@ fn table(cells: &[Cell], args: &BenchArgs, seconds: f64) -> String {
             write!(
                 header,
                 " | {:<24} | tvmq/crossbeam | tvmq/Boost | tvmq/DPDK RTS | tvmq/bare | tvmq/STVM",
-                "STVM (seed README)"
+                "STVM (docs/stvm.md)"
             )
             .unwrap();
         }
@@ -151,14 +194,14 @@ fn table(cells: &[Cell], args: &BenchArgs, seconds: f64) -> String {
             let mut line = format!("{:<22}", format!("{test} {param}"));
             for s in &subjects {
                 let text = find(cells, section, &test, &param, s).map_or("-".into(), |c| match section {
-                    "setup" => ms_text(c),
+                    "setup" => ms_text(c, &mut notes),
                     "record size" => match c.rates() {
                         Some((med, _, _)) if c.error.is_none() => {
                             format!("{} {:.0} MB/s", mega(med), med * c.record_bytes as f64 / 1e6)
                         }
-                        _ => rate_text(c),
+                        _ => rate_text(c, &mut notes),
                     },
-                    _ => rate_text(c),
+                    _ => rate_text(c, &mut notes),
                 });
                 write!(line, " | {text:<24}").unwrap();
             }
@@ -192,6 +235,7 @@ fn table(cells: &[Cell], args: &BenchArgs, seconds: f64) -> String {
             writeln!(t, "{line}").unwrap();
         }
     }
+    notes.write(&mut t);
     t
 }
 
@@ -334,7 +378,7 @@ pub(crate) fn write(ctx: &Ctx, seconds: f64) -> Result<(), Error> {
     let io = |e: std::io::Error| Error::new(SHM_ERR_ACCES, format!("cannot write to {}: {e}", out.display()));
     std::fs::create_dir_all(out).map_err(io)?;
     let (lat_text, lat_csv) = latency_table(&ctx.latency, &ctx.idle);
-    let text = table(cells, args, seconds) + &durable::summary(cells) + &lat_text + &ctx.many;
+    let text = table(ctx, seconds) + &durable::summary(cells) + &lat_text + &ctx.many;
     print!("{text}");
     std::fs::write(out.join("table.txt"), &text).map_err(io)?;
     std::fs::write(out.join("results.csv"), csv(cells)).map_err(io)?;
@@ -368,4 +412,69 @@ fn stvm_series() -> [Vec<(f64, f64)>; 2] {
             .collect::<Vec<_>>()
     };
     [series("push"), series("pop")]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: BenchArgs,
+    }
+
+    fn ctx(args: &[&str], cells: Vec<Cell>) -> Ctx {
+        let args = Cli::parse_from([&["bench"], args].concat()).args;
+        Ctx {
+            args,
+            dir: "/dev/shm/tvmq-bench-1".into(),
+            cells,
+            latency: Vec::new(),
+            idle: Vec::new(),
+            many: String::new(),
+            started: std::time::Instant::now(),
+        }
+    }
+
+    fn cell(subject: &'static str, ms: Vec<f64>, error: Option<&str>) -> Cell {
+        Cell {
+            section: "threads",
+            test: "push".into(),
+            param: "4".into(),
+            subject,
+            records: 4_000_000,
+            record_bytes: 304,
+            ms,
+            error: error.map(String::from),
+        }
+    }
+
+    #[test]
+    fn a_cell_without_a_figure_shows_a_note_number_and_the_whole_reason_below() {
+        let why = "skipped: 4 workers > 2 cores: a default MP/MC rte_ring makes each thread or process wait, \
+                   spinning, for a preempted one (minutes a run; DPDK's RTS mode is for this)";
+        let cells = vec![
+            cell("tvmq", vec![100.0, 110.0, 90.0], None),
+            cell("DPDK MP/MC", Vec::new(), Some(why)),
+            cell("Boost mq", Vec::new(), Some(why)),
+        ];
+        let t = table(&ctx(&["--runs", "3"], cells), 12.0);
+        assert!(t.contains("| skipped [1] "), "{t}");
+        assert_eq!(t.matches(why).count(), 1, "the reason, whole, once:\n{t}");
+        assert!(t.contains(&format!("\n[1] {why}\n")), "{t}");
+        assert!(t.contains("median of 3 runs (min-max in M/s), 4000000 records"), "{t}");
+    }
+
+    #[test]
+    fn the_header_speaks_of_runs_and_records_only_when_cells_were_measured() {
+        // --only many or latency: no throughput cell.
+        let t = table(&ctx(&["--only", "many"], Vec::new()), 20.0);
+        assert!(!t.contains("median of"), "{t}");
+        assert!(!t.contains("records of 304 bytes"), "{t}");
+        assert!(t.contains("queues in /dev/shm\n20 s in all\n"), "{t}");
+        let t = table(&ctx(&["--runs", "1"], vec![cell("tvmq", vec![100.0], None)]), 1.0);
+        assert!(t.contains("\none run, 4000000 records of 304 bytes"), "{t}");
+    }
 }

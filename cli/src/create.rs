@@ -12,7 +12,7 @@ use tvm::{Error, Queue, Spec};
     tvmq create 21 --rows 4000000 --size 304 --name QUEUE_USER_INFO\n  \
     tvmq create --def queues.def          # the queues of an STVM definition file\n  \
     tvmq create 21 --rows 100000 --size 304 --spin-us 1000   # pops spin 1 ms before sleeping\n  \
-    tvmq --dir /var/lib/tvmq create 21 --rows 100000 --size 304 --durable always   # survives a machine crash\n\n\
+    tvmq --dir /var/lib/tvmq create 21 --rows 100000 --size 304 --durable always   # survives a machine crash\n  \
     tvmq create 21 --rows 100000 --size 304 --lease-ms 30000 --max-deliveries 5 --dead-letter 22   # leases (lPopLease)\n\n\
     A definition file sets the next queue's id and rows, then describes its record as a C struct:\n  \
     set TABLE=22\n  set TABLESPACE=10000\n  create queue QUEUE_USER_FIELD ( acct_id long, user_no char(21), user_nm char[81] );\n\
@@ -22,10 +22,10 @@ pub struct CreateArgs {
     #[arg(required_unless_present = "def", conflicts_with = "def")]
     id: Option<u32>,
     /// Exact capacity in records
-    #[arg(long, required_unless_present = "def", conflicts_with = "def")]
+    #[arg(long, value_name = "N", required_unless_present = "def", conflicts_with = "def", value_parser = parse_count)]
     rows: Option<u64>,
     /// Largest record in bytes
-    #[arg(long, value_name = "BYTES", required_unless_present = "def", conflicts_with = "def")]
+    #[arg(long, value_name = "BYTES", required_unless_present = "def", conflicts_with = "def", value_parser = parse_count)]
     size: Option<u64>,
     /// Queue name, at most 63 bytes (default: the id)
     #[arg(long, conflicts_with = "def", value_parser = parse_name)]
@@ -98,6 +98,14 @@ impl CreateArgs {
     }
 }
 
+fn parse_count(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("{s:?} is not a whole number")),
+    }
+}
+
 fn parse_durable(s: &str) -> Result<tvm::Durability, String> {
     tvm::Durability::parse(s).map_err(|e| e.detail().to_string())
 }
@@ -139,18 +147,21 @@ fn parse_mode(s: &str) -> Result<u32, String> {
 fn create_one(dir: &Path, id: u32, spec: &Spec) -> Result<(), Error> {
     let started = std::time::Instant::now();
     Queue::create(dir, id, spec)?;
+    warn_dead_letter(dir, id, spec);
     let durable = spec.durability.map(|d| format!(", durable {d}")).unwrap_or_default();
     let leases = spec.leases.as_ref().map_or(String::new(), |l| {
         let dl = l.dead_letter.map_or("none".to_string(), |d| d.to_string());
-        format!(
-            ", leases: {} ms, max deliveries {}, dead letter {dl}, max leases {}",
-            l.lease_ms, l.max_deliveries, l.max_leases
-        )
+        let limit = match l.max_deliveries {
+            0 => "no delivery limit".to_string(),
+            1 => "at most 1 delivery".to_string(),
+            n => format!("at most {n} deliveries"),
+        };
+        format!(", leases: {} ms, {limit}, dead letter {dl}, max leases {}", l.lease_ms, l.max_leases)
     });
     println!(
-        "created queue {id} ({} rows x {} bytes, mode {:04o}{durable}{leases}) in {} ms: {}",
-        spec.rows,
-        spec.record_size,
+        "created queue {id} ({} x {}, mode {:04o}{durable}{leases}) in {} ms: {}",
+        count(spec.rows, "row"),
+        count(spec.record_size, "byte"),
         spec.mode,
         started.elapsed().as_millis(),
         tvm::queue_path(dir, id).display()
@@ -158,7 +169,8 @@ fn create_one(dir: &Path, id: u32, spec: &Spec) -> Result<(), Error> {
     Ok(())
 }
 
-pub fn run(dir: &Path, a: &CreateArgs) -> Result<(), Error> {
+/// The options other than the queue's id, geometry and name.
+fn base_spec(a: &CreateArgs) -> Spec {
     let mut base = Spec::new(0, 0);
     base.part = a.part.clone();
     base.mode = a.mode;
@@ -166,20 +178,67 @@ pub fn run(dir: &Path, a: &CreateArgs) -> Result<(), Error> {
     base.spin_us = a.spin_us;
     base.durability = a.durable;
     base.leases = a.leases();
-    if let Some(path) = &a.def {
-        return create_from_file(dir, path, &base);
-    }
-    let (Some(id), Some(rows), Some(size)) = (a.id, a.rows, a.size) else {
-        return Err(Error::new(CONDIT_IS_NIL, "give <id>, --rows and --size, or --def FILE"));
-    };
-    if rows == 0 || size == 0 {
-        return Err(Error::new(CONDIT_IS_NIL, "--rows and --size must be at least 1"));
-    }
-    let mut spec = base;
+    base
+}
+
+/// The queue the options describe, unless they name a definition file.
+fn one_queue(a: &CreateArgs) -> Option<(u32, Spec)> {
+    let (Some(id), Some(rows), Some(size)) = (a.id, a.rows, a.size) else { return None };
+    let mut spec = base_spec(a);
     spec.rows = rows;
     spec.record_size = size;
     spec.name = a.name.clone().unwrap_or_else(|| id.to_string());
+    Some((id, spec))
+}
+
+/// What clap cannot check of the options: the queue's settings together
+/// (a queue its own dead-letter queue, more rows than a queue holds, ...).
+/// An error is a usage error.
+pub fn check(a: &CreateArgs) -> Result<(), Error> {
+    match one_queue(a) {
+        Some((id, spec)) => spec.check(id),
+        None => Ok(()),
+    }
+}
+
+pub fn run(dir: &Path, a: &CreateArgs) -> Result<(), Error> {
+    if let Some(path) = &a.def {
+        return create_from_file(dir, path, &base_spec(a));
+    }
+    let Some((id, spec)) = one_queue(a) else {
+        return Err(Error::new(CONDIT_IS_NIL, "give <id>, --rows and --size, or --def FILE"));
+    };
     create_one(dir, id, &spec)
+}
+
+/// A dead-letter queue that does not exist, or takes shorter records, makes
+/// rejected records (and those past the delivery limit) wait in the lease
+/// table instead: said on stderr, since the queue may well be created later.
+fn warn_dead_letter(dir: &Path, id: u32, spec: &Spec) {
+    let Some(dl) = spec.leases.as_ref().and_then(|l| l.dead_letter) else { return };
+    let waits = format!(
+        "records queue {id} rejects, or delivers too often, wait in its lease table (\"dead-letter pending\" \
+         in tvmq stat)"
+    );
+    match Queue::inspect(dir, dl) {
+        Ok(q) if (q.record_size() as u64) < spec.record_size => eprintln!(
+            "tvmq: warning: dead-letter queue {dl} takes records of up to {} bytes, queue {id}'s are up to {}: \
+             {waits} when longer",
+            q.record_size(),
+            spec.record_size
+        ),
+        Ok(_) => {}
+        Err(e) if e.code() == tvm::error::TBL_NOT_FOUND => eprintln!(
+            "tvmq: warning: dead-letter queue {dl} does not exist in {}: until it is created, {waits}",
+            dir.display()
+        ),
+        Err(e) => eprintln!("tvmq: warning: dead-letter queue {dl} cannot be read: {e}"),
+    }
+}
+
+/// `1 row`, `2 rows`.
+pub fn count(n: u64, what: &str) -> String {
+    format!("{n} {what}{}", if n == 1 { "" } else { "s" })
 }
 
 /// Creates every queue of the file, in order; stops at the first failure

@@ -1,6 +1,7 @@
 //! `tvmq list`, `tvmq stat`, `tvmq peek` (text, or one JSON document with
 //! `--json`; the keys are documented in `docs/cli-json.md`) and `tvmq repair`.
 
+use crate::create::count;
 use serde_json::{Value, json};
 use std::path::Path;
 use tvm::{Error, Field, FieldValue, Peeked, Queue, QueueInfo};
@@ -37,7 +38,7 @@ pub fn list(dir: &Path, as_json: bool) -> Result<(), Error> {
                 let i = q.info();
                 println!(
                     "{id:>10}  {:<16} {:>10} {:>12} {:>12}  {}",
-                    tvm::escape_name(i.name.as_bytes()),
+                    tvm::escape_word(i.name.as_bytes()),
                     i.record_size,
                     i.capacity,
                     q.depth(),
@@ -138,14 +139,13 @@ fn durability_text(q: &Queue) {
     match d.last_recovery {
         None => println!("restart recovery never"),
         Some(r) => println!(
-            "restart recovery {}: {} record(s) kept, {} torn or unwritten slot(s) and {} consumed record(s) \
-             dropped, {} moved, {} hole(s) skipped (run {})",
+            "restart recovery {}: {} kept, {} and {} dropped, {} moved, {} skipped (run {})",
             time(r.at_ns),
-            r.kept,
-            r.torn,
-            r.stale,
+            count(r.kept, "record"),
+            count(r.torn, "torn or unwritten slot"),
+            count(r.stale, "consumed record"),
             r.moved,
-            r.holes,
+            count(r.holes, "hole"),
             r.runs
         ),
     }
@@ -198,8 +198,10 @@ pub fn stat(dir: &Path, id: u32, as_json: bool) -> Result<(), Error> {
         return Ok(());
     }
     println!("queue            {id}");
-    println!("name             {}", tvm::escape_name(i.name.as_bytes()));
-    println!("partition        {}", i.part);
+    // Words that any creator chose: escaped, so that they cannot pass for
+    // other lines or columns (or drive the terminal).
+    println!("name             {}", tvm::escape_word(i.name.as_bytes()));
+    println!("partition        {}", tvm::escape_word(i.part.as_bytes()));
     println!("file             {}", q.path().display());
     println!("layout version   {}", i.version);
     println!("mode             {:04o}", i.mode);
@@ -227,7 +229,8 @@ pub fn stat(dir: &Path, id: u32, as_json: bool) -> Result<(), Error> {
     }
     println!("fields           {}", i.fields.len());
     for f in &i.fields {
-        println!("  {:<31} offset {:>6}  length {:>6}  {}", f.name, f.offset, f.len, f.kind.c_name());
+        let name = tvm::escape_word(f.name.as_bytes());
+        println!("  {name:<31} offset {:>6}  length {:>6}  {}", f.offset, f.len, f.kind.c_name());
     }
     Ok(())
 }
@@ -290,7 +293,7 @@ pub fn peek(dir: &Path, id: u32, count: usize, as_json: bool, leases: bool) -> R
         print_json(&json!({ "id": id, "depth": q.depth(), "records": records }));
         return Ok(());
     }
-    println!("queue {id}: {} record(s) queued, showing {}", q.depth(), seen.len());
+    println!("queue {id}: {} queued, showing {}", crate::create::count(q.depth(), "record"), seen.len());
     for (pos, p) in &seen {
         match p {
             Peeked::Record(rec) => match decode(i, rec) {
@@ -310,17 +313,18 @@ pub fn peek(dir: &Path, id: u32, count: usize, as_json: bool, leases: bool) -> R
 pub fn repair(dir: &Path, id: u32) -> Result<(), Error> {
     // Opening registers this process; that alone repairs after a death.
     let q = Queue::open_with(dir, id, false)?;
-    let r = q.repair();
+    let (at_open, r) = (q.repaired_at_open(), q.repair());
     let removed = Queue::remove_stale_temporaries(dir, id);
     let orphans = Queue::remove_orphaned_live_parts();
     println!(
-        "queue {id}: {} record(s) of dead consumers published again, {} claim(s) of dead producers skipped, \
-         {} sleeper(s) of dead processes uncounted, {removed} stale temporary file(s) removed; \
-         {} orphaned live part(s) of removed queues ({} bytes) and {} of their temporary file(s) removed{}",
-        r.recovered_pops,
-        r.recovered_pushes,
-        r.reconciled_waiters,
-        orphans.live_parts,
+        "queue {id}: {} of dead consumers published again, {} of dead producers skipped, \
+         {} of dead processes uncounted, {} removed; {} of removed queues ({} bytes) and {} of their \
+         temporary file(s) removed{}",
+        count(r.recovered_pops + at_open.recovered_pops, "record"),
+        count(r.recovered_pushes + at_open.recovered_pushes, "claim"),
+        count(u64::from(r.reconciled_waiters + at_open.reconciled_waiters), "sleeper"),
+        count(removed as u64, "stale temporary file"),
+        count(orphans.live_parts, "orphaned live part"),
         orphans.bytes,
         orphans.temporaries,
         if r.alone {

@@ -101,7 +101,7 @@ pub fn peek(
         println!("{}", json!({ "id": id, "leases": records }));
         return Ok(());
     }
-    println!("queue {id}: {} record(s) in the lease table", seen.len());
+    println!("queue {id}: {} in the lease table", crate::create::count(seen.len() as u64, "record"));
     for r in &seen {
         let (key, value) = decode(&r.record);
         let shown = match (key, &value) {

@@ -9,9 +9,15 @@
 mod create;
 mod def;
 mod inspect;
+mod interrupt;
 mod leases;
+mod man;
+mod metrics;
+mod records;
+mod top;
 mod transfer;
 
+use clap::error::{ContextKind, ContextValue};
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -47,8 +53,10 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Show a queue's header, counters, waiters, processes and fields
-    #[command(after_help = "Examples:\n  tvmq stat 21\n  tvmq stat 21 --json")]
+    /// Show a queue's header, counters, waiters, processes and fields (tvmq top: all of them, live)
+    #[command(
+        after_help = "Examples:\n  tvmq stat 21\n  tvmq stat 21 --json\n  tvmq top        # every queue, live, with rates"
+    )]
     Stat {
         /// Queue id
         id: u32,
@@ -64,7 +72,7 @@ enum Command {
         /// Queue id
         id: u32,
         /// How many records, from the oldest
-        #[arg(long, default_value_t = 10)]
+        #[arg(long, value_name = "N", default_value_t = 10)]
         count: usize,
         /// One JSON document: {"id", "depth", "records": [{"position", "state", "length", "fields" or "hex"}]}
         #[arg(long)]
@@ -73,6 +81,19 @@ enum Command {
         #[arg(long)]
         leases: bool,
     },
+    /// A live view of every queue: depth, rates, waiters, processes, leases, syncs (q or Ctrl-C quits)
+    #[command(
+        after_help = "Keys: Up/Down PgUp/PgDn Home/End move, Enter one queue's detail with sparklines (Esc back),\n\
+        s the next sort key, r reverse, / a filter on id or name, q or Ctrl-C quit.\n\n\
+        Examples:\n  tvmq top\n  tvmq top --interval 0.5"
+    )]
+    Top(top::TopArgs),
+    /// Print every queue's counters in the Prometheus text format, or serve them with a web dashboard
+    Metrics(metrics::MetricsArgs),
+    /// Push records to a queue: the arguments, or the lines of stdin (text or --hex)
+    Push(records::PushArgs),
+    /// Pop records from a queue and print them, a line each (text or --hex)
+    Pop(records::PopArgs),
     /// Make everything pushed and popped on a queue so far durable (on
     /// stable storage) before returning
     #[command(after_help = "Example:\n  tvmq sync 21")]
@@ -97,7 +118,10 @@ enum Command {
     /// Measure tvmq against crossbeam, the bare ring (and, given by `make
     /// bench`, the seed programs, the C driver and Boost.Interprocess)
     #[command(
-        after_help = "Examples:\n  tvmq bench --only threads --runs 3\n  make bench   # the whole matrix with every peer"
+        after_help = "Its queues go in a directory of its own, tvmq-bench-<pid>, under --dir or $TVMDBD when given, \
+        else under /dev/shm; it is removed at the end, also when SIGINT (Ctrl-C) or SIGTERM stops the run \
+        (which also kills its child processes and removes its peers' files).\n\n\
+        Examples:\n  tvmq bench --only threads --runs 3\n  make bench   # the whole matrix with every peer"
     )]
     Bench(tvmq_bench::BenchArgs),
     /// Serve the queues over the network, speaking the Redis protocol
@@ -168,45 +192,57 @@ fn require_dir(dir: &Path, from: DirFrom, missing_ok: bool) -> Result<(), Error>
     }
 }
 
-/// The manual pages: tvmq(1), then tvmq-<subcommand>(1) for each
-/// subcommand, with their file names.
-fn man_pages() -> Vec<(String, clap_mangen::Man)> {
-    let mut cmd = Cli::command().disable_help_subcommand(true);
-    cmd.build();
-    let mut pages: Vec<clap::Command> = vec![cmd.clone()];
-    pages.extend(cmd.get_subcommands().filter(|s| !s.is_hide_set()).cloned());
-    pages
-        .into_iter()
-        .map(|c| {
-            let man = clap_mangen::Man::new(c);
-            (man.get_filename(), man)
-        })
-        .collect()
-}
-
 fn man(command: Option<&str>, out: Option<&Path>) -> Result<(), Error> {
     let failed = |what: String| Error::new(tvm::error::SVR_EXCEPTION, what);
-    let pages = man_pages();
+    let pages = man::pages(Cli::command());
     if let Some(dir) = out {
-        for (file, page) in &pages {
+        for (i, (file, page)) in pages.iter().enumerate() {
             let path = dir.join(file);
             let mut bytes = Vec::new();
-            page.render(&mut bytes).map_err(|e| failed(format!("cannot render {file}: {e}")))?;
+            man::render(page, i > 0, &mut bytes).map_err(|e| failed(format!("cannot render {file}: {e}")))?;
             std::fs::write(&path, bytes).map_err(|e| failed(format!("cannot write {}: {e}", path.display())))?;
             println!("{}", path.display());
         }
         return Ok(());
     }
-    let file = command.map_or("tvmq.1".to_string(), |c| format!("tvmq-{c}.1"));
-    let Some((_, page)) = pages.iter().find(|(f, _)| *f == file) else {
-        let names: Vec<&str> =
-            pages.iter().skip(1).filter_map(|(f, _)| f.strip_prefix("tvmq-")?.strip_suffix(".1")).collect();
-        return Err(Error::new(
-            tvm::error::NOT_SUPPT_OPT,
-            format!("tvmq has no subcommand {:?}: its pages are those of {}", command.unwrap_or(""), names.join(", ")),
-        ));
+    let file = match command {
+        Some(name) => man_page_named(name)?,
+        None => "tvmq.1".to_string(),
     };
-    page.render(&mut std::io::stdout()).map_err(|e| failed(format!("cannot write the manual page: {e}")))
+    let Some(i) = pages.iter().position(|(f, _)| *f == file) else {
+        return Err(failed(format!("no manual page {file}")));
+    };
+    man::render(&pages[i].1, i > 0, &mut std::io::stdout())
+        .map_err(|e| failed(format!("cannot write the manual page: {e}")))
+}
+
+/// The file name of subcommand `name`'s manual page (`tvmq-create.1`), if
+/// tvmq has that subcommand.
+fn man_page_named(name: &str) -> Result<String, Error> {
+    let file = format!("tvmq-{name}.1");
+    let pages = man::pages(Cli::command());
+    if pages.iter().any(|(f, _)| *f == file) {
+        return Ok(file);
+    }
+    let names: Vec<&str> =
+        pages.iter().skip(1).filter_map(|(f, _)| f.strip_prefix("tvmq-")?.strip_suffix(".1")).collect();
+    Err(Error::new(
+        tvm::error::NOT_SUPPT_OPT,
+        format!("tvmq has no subcommand {name:?}: its pages are those of {}", names.join(", ")),
+    ))
+}
+
+/// Raises this process's soft limit of open files to its hard limit (what
+/// any process may do, as Go's runtime does at start); nothing on failure.
+fn raise_open_files_limit() {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit and setrlimit with a valid rlimit pointer.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
 }
 
 #[derive(ValueEnum, Clone, Copy)]
@@ -216,12 +252,49 @@ enum Shell {
     Fish,
 }
 
+/// The help a usage error points to: `tvmq create --help` when the command
+/// line names a subcommand (its first word that is not `--dir DIR`), else
+/// `tvmq --help`.
+fn help_named(args: &[String]) -> String {
+    let mut words = args.iter().skip(1);
+    let mut sub = None;
+    while let Some(w) = words.next() {
+        if w == "--dir" {
+            words.next();
+        } else if !w.starts_with('-') {
+            sub = Some(w.as_str());
+            break;
+        }
+    }
+    match sub.filter(|s| Cli::command().get_subcommands().any(|c| c.get_name() == *s)) {
+        Some(s) => format!("tvmq {s} --help"),
+        None => "tvmq --help".to_string(),
+    }
+}
+
+/// A usage error: one line on stderr naming the help to read, exit status 2.
+fn usage_error(line: &str, help: &str) -> ExitCode {
+    eprintln!("tvmq: {line} (see {help})");
+    ExitCode::from(2)
+}
+
+/// The arguments' errors found after parsing (what clap cannot check: a
+/// queue's settings together, a manual page's name): usage errors too.
+fn check_usage(cli: &Cli) -> Result<(), (Error, &'static str)> {
+    match &cli.command {
+        Command::Create(args) => create::check(args).map_err(|e| (e, "create")),
+        Command::Man { command: Some(name), .. } => man_page_named(name).map(|_| ()).map_err(|e| (e, "man")),
+        _ => Ok(()),
+    }
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         // --help and --version are not errors: print them as clap does.
         Err(e) if !e.use_stderr() => e.exit(),
-        // A usage error: one line, like every other error (`tvmq --help` has the rest).
+        // A usage error: one line, like every other error, naming the help
+        // of the subcommand it is about (`tvmq create --help`).
         Err(e) => {
             let text = e.to_string();
             let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
@@ -231,17 +304,33 @@ fn main() -> ExitCode {
                 let more: Vec<&str> = lines.take_while(|l| !l.starts_with("Usage:")).collect();
                 line = format!("{line} {}", more.join(", "));
             }
-            eprintln!("tvmq: {line} (see tvmq --help)");
-            return ExitCode::from(2);
+            if let Some(ContextValue::Strings(valid)) =
+                e.get(ContextKind::ValidValue).filter(|v| !matches!(v, ContextValue::Strings(v) if v.is_empty()))
+            {
+                line = format!("{line}: one of {}", valid.join(", "));
+            }
+            return usage_error(&line, &help_named(&std::env::args().collect::<Vec<_>>()));
         }
     };
-    if !matches!(cli.command, Command::Serve(_) | Command::Bench(_)) {
+    if let Err((e, sub)) = check_usage(&cli) {
+        let name = tvm::error::name(i64::from(e.code())).unwrap_or("UNKNOWN");
+        eprintln!("tvmq: {}; see tvmq {sub} --help ({name})", e.what());
+        return ExitCode::from(2);
+    }
+    if !matches!(cli.command, Command::Serve(_) | Command::Bench(_) | Command::Metrics(_)) {
         // Output into a closed pipe (`tvmq stat 21 | head -3`) ends the
-        // command quietly, as Unix tools do. The server and the benchmark
-        // keep SIGPIPE ignored: they write to sockets and children.
+        // command quietly, as Unix tools do. The servers (serve, metrics
+        // --listen) and the benchmark keep SIGPIPE ignored: they write to
+        // sockets and children.
         // SAFETY: restores the default action of one signal before any
         // thread is started; no handler is installed.
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
+    if matches!(cli.command, Command::Serve(_) | Command::Top(_) | Command::Metrics(_) | Command::Bench(_)) {
+        // A watcher keeps each queue's file open (a read-only view a
+        // queue), and the server its attachments too: 10,000 queues need
+        // more descriptors than a common soft limit of 1024.
+        raise_open_files_limit();
     }
     let from = match (&cli.dir, std::env::var_os("TVMDBD")) {
         (Some(_), _) => DirFrom::Flag,
@@ -259,8 +348,13 @@ fn main() -> ExitCode {
         | Command::Repair { .. }
         | Command::Export(_)
         | Command::Import(_)
-        | Command::Serve(_) => Some(false),
-        Command::Bench(_) | Command::Completions { .. } | Command::Man { .. } => None,
+        | Command::Top(_)
+        | Command::Metrics(_)
+        | Command::Push(_)
+        | Command::Pop(_)
+        | Command::Serve(_)
+        | Command::Bench(_) => Some(false),
+        Command::Completions { .. } | Command::Man { .. } => None,
     };
     if let Some(Err(e)) = needs_dir.map(|missing_ok| require_dir(&dir, from, missing_ok)) {
         eprintln!("tvmq: {e}");
@@ -272,11 +366,16 @@ fn main() -> ExitCode {
         Command::List { json } => inspect::list(&dir, json),
         Command::Stat { id, json } => inspect::stat(&dir, id, json),
         Command::Peek { id, count, json, leases } => inspect::peek(&dir, id, count, json, leases),
-        Command::Bench(args) => tvmq_bench::run(&args),
+        // Its own directory under --dir or $TVMDBD when given, else under /dev/shm.
+        Command::Bench(args) => tvmq_bench::run(&args, (from != DirFrom::Default).then_some(dir.as_path())),
         Command::Repair { id } => inspect::repair(&dir, id),
         Command::Sync { id } => inspect::sync(&dir, id),
         Command::Export(args) => transfer::export(&dir, &args),
         Command::Import(args) => transfer::import(&dir, &args),
+        Command::Top(args) => top::run(&dir, &args),
+        Command::Metrics(args) => metrics::run(&dir, &args),
+        Command::Push(args) => records::push(&dir, &args),
+        Command::Pop(args) => records::pop(&dir, &args),
         Command::Serve(args) => tvmq_server::run(&dir, &args),
         Command::Completions { shell } => {
             let shell = match shell {
@@ -293,7 +392,8 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("tvmq: {e}");
-            ExitCode::FAILURE
+            // Stopped by a signal it caught (tvmq import): the shell's status for it.
+            interrupt::caught().map_or(ExitCode::FAILURE, |sig| ExitCode::from(128 + sig as u8))
         }
     }
 }

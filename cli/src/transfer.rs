@@ -1,10 +1,12 @@
 //! `tvmq export` and `tvmq import`: a queue's records to and from a file,
 //! in the formats of `Queue::export` (README, "Export and import").
 
+use crate::create::count;
+use crate::interrupt::{self, Interruptible};
 use clap::{Args, ValueEnum};
 use std::io::{BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
-use tvm::error::SVR_EXCEPTION;
+use tvm::error::{DATA_SPC_FULL, SVR_EXCEPTION};
 use tvm::{Error, ExportFormat, Queue};
 
 #[derive(ValueEnum, Clone, Copy, PartialEq, Eq)]
@@ -28,7 +30,7 @@ pub struct ExportArgs {
     /// File to write (created, or emptied; mode 0600); - for stdout
     file: PathBuf,
     /// Form of the file (default: text for a queue with a field list, binary otherwise)
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, value_name = "text|binary")]
     format: Option<Format>,
     /// Separator between the fields of a text line
     #[arg(long, default_value = "|")]
@@ -79,7 +81,8 @@ pub fn export(dir: &Path, args: &ExportArgs) -> Result<(), Error> {
         q.export(&mut w, &format)?
     };
     let what = if text { "text" } else { "binary" };
-    let msg = format!("exported {n} records of queue {} to {} ({what})", args.id, args.file.display());
+    let to = if to_stdout { "stdout".to_string() } else { args.file.display().to_string() };
+    let msg = format!("exported {} of queue {} to {to} ({what})", count(n, "record"), args.id);
     if to_stdout {
         eprintln!("{msg}");
     } else {
@@ -90,20 +93,36 @@ pub fn export(dir: &Path, args: &ExportArgs) -> Result<(), Error> {
 
 pub fn import(dir: &Path, args: &ImportArgs) -> Result<(), Error> {
     let q = Queue::open(dir, args.id)?;
+    let from = if args.file.as_os_str() == "-" { "stdin".to_string() } else { args.file.display().to_string() };
+    // Ctrl-C stops the import between records, and says how far it got.
+    interrupt::catch();
     let (n, stop) = if args.file.as_os_str() == "-" {
-        q.import(&mut BufReader::with_capacity(1 << 16, std::io::stdin().lock()), &args.sep)
+        q.import(&mut BufReader::with_capacity(1 << 16, Interruptible(std::io::stdin().lock())), &args.sep)
     } else {
         let f = std::fs::File::open(&args.file).map_err(|e| io(&args.file, &e))?;
-        q.import(&mut BufReader::with_capacity(1 << 16, f), &args.sep)
+        q.import(&mut BufReader::with_capacity(1 << 16, Interruptible(f)), &args.sep)
+    };
+    let id = args.id;
+    let imported = match n {
+        0 => "nothing was imported".to_string(),
+        n => format!("{} were imported before it and stay in queue {id}", count(n, "record")),
     };
     match stop {
         None => {
-            println!("imported {n} records into queue {} from {}", args.id, args.file.display());
+            println!("imported {} into queue {id} from {from}", count(n, "record"));
             Ok(())
         }
-        Some(e) => Err(Error::new(
+        Some(e) if interrupt::caught().is_some() => Err(Error::new(
             e.code(),
-            format!("{} ({n} records imported before it; they stay in queue {})", e.detail(), args.id),
+            format!(
+                "import of {from} into queue {id} {}: {imported}",
+                e.what().trim_start_matches("reading the export: ")
+            ),
         )),
+        Some(e) if e.code() == DATA_SPC_FULL => Err(Error::new(
+            DATA_SPC_FULL,
+            format!("queue {id} is full: {} of {from} imported, which stay in it; the rest not", count(n, "record")),
+        )),
+        Some(e) => Err(Error::new(e.code(), format!("cannot import {from} into queue {id}: {}; {imported}", e.what()))),
     }
 }

@@ -271,3 +271,108 @@ fn a_manual_page_per_subcommand_with_its_options_all_installed() {
     }
     assert!(!tvmq(tmp.path(), &["man", "nothing"]).status.success());
 }
+
+/// A roff page as text: font changes and escapes removed.
+fn plain_roff(page: &str) -> String {
+    page.replace("\\fB", "")
+        .replace("\\fI", "")
+        .replace("\\fR", "")
+        .replace("\\-", "-")
+        .replace("\\ ", " ")
+        .replace("\\e", "\\")
+        .replace("\\&", "")
+}
+
+/// The lines of section `name` of a roff page (up to the next `.SH`).
+fn section<'a>(page: &'a str, name: &str) -> Vec<&'a str> {
+    page.lines().skip_while(|l| *l != format!(".SH {name}")).skip(1).take_while(|l| !l.starts_with(".SH ")).collect()
+}
+
+/// The environment variables the code reads (`env::var("X")`,
+/// `env::var_os("X")`, `getenv("X")`, `const ..._ENV: &str = "X"`), tests
+/// and test support left out.
+fn variables_the_code_reads() -> Vec<String> {
+    fn scan(dir: &Path, found: &mut Vec<String>) {
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            let p = e.path();
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            if p.is_dir() {
+                if name != "tests" {
+                    scan(&p, found);
+                }
+                continue;
+            }
+            if !(name.ends_with(".rs") || name.ends_with(".c") || name.ends_with(".py")) || name.contains("test") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&p).unwrap();
+            for pat in ["var(\"", "var_os(\"", "getenv(\"", "_ENV: &str = \"", "environ.get(\""] {
+                for (at, _) in text.match_indices(pat) {
+                    let rest = &text[at + pat.len()..];
+                    let var: String = rest
+                        .chars()
+                        .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+                        .collect();
+                    if rest[var.len()..].starts_with('"') && !var.is_empty() && !found.contains(&var) {
+                        found.push(var);
+                    }
+                }
+            }
+        }
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut found = Vec::new();
+    for dir in ["src", "server/src", "cli/src", "bench/src", "resp/src"] {
+        scan(&root.join(dir), &mut found);
+    }
+    found
+}
+
+/// The manual pages: placeholders in SYNOPSIS, examples set whole (never
+/// wrapped mid-command), no EXTRA section, and an ENVIRONMENT section
+/// naming every variable the code reads.
+#[test]
+fn manual_pages_have_placeholders_whole_examples_and_the_environment() {
+    let tmp = TempDir::new("cli-eco", "man-sections");
+    let vars = variables_the_code_reads();
+    for must in ["TVMDBD", "TVMQ_SPIN_US", "TVMQ_POPULATE", "TVMQ_UNBLOCK_TIMEOUT_MS", "TVMQ_REQUIREPASS"] {
+        assert!(vars.iter().any(|v| v == must), "the scan of the sources missed {must}: {vars:?}");
+    }
+    for sub in [None, Some("create"), Some("export"), Some("bench"), Some("serve"), Some("peek"), Some("import")] {
+        let args: Vec<&str> = ["man"].into_iter().chain(sub).collect();
+        let page = ok(&tvmq(tmp.path(), &args));
+        let what = sub.unwrap_or("tvmq");
+        assert!(!page.contains(".SH EXTRA"), "{what}: an EXTRA section");
+        for name in ["SYNOPSIS", "ENVIRONMENT", "EXIT STATUS"] {
+            assert!(page.contains(&format!(".SH {name}\n")), "{what}: no {name} section");
+        }
+        // Every option that takes a value shows its placeholder in SYNOPSIS.
+        let synopsis = plain_roff(&section(&page, "SYNOPSIS").join(" "));
+        let help = {
+            let o = Command::new(env!("CARGO_BIN_EXE_tvmq")).args(sub).arg("--help").output().unwrap();
+            String::from_utf8(o.stdout).unwrap()
+        };
+        for line in help.lines().map(str::trim).filter(|l| l.starts_with("--") && !l.starts_with("--help")) {
+            let mut words = line.split_whitespace();
+            let (opt, value) = (words.next().unwrap(), words.next().filter(|v| v.starts_with('<')));
+            let shown = match value {
+                Some(v) => format!("{opt} {}", v.trim_start_matches('<').trim_end_matches('>')),
+                None => opt.to_string(),
+            };
+            if opt != "--version" {
+                assert!(synopsis.contains(&shown), "{what}: SYNOPSIS lacks {shown:?}: {synopsis}");
+            }
+        }
+        // The examples of --help, each line whole, in a no-fill block.
+        let examples = section(&page, "EXAMPLES");
+        assert_eq!(examples.first(), Some(&".nf"), "{what}: examples not set as written");
+        let shown: Vec<String> = examples.iter().map(|l| plain_roff(l)).collect();
+        for example in help.lines().filter(|l| l.trim_start().starts_with("tvmq ")) {
+            assert!(shown.iter().any(|l| l == example), "{what}: the example {example:?} is not whole in:\n{shown:#?}");
+        }
+        let env = plain_roff(&section(&page, "ENVIRONMENT").join("\n"));
+        for v in &vars {
+            assert!(env.lines().any(|l| l == v), "{what}: ENVIRONMENT lacks {v}:\n{env}");
+        }
+    }
+}

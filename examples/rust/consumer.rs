@@ -18,8 +18,20 @@ fn main() -> Result<(), tvm::Error> {
     let mut out = vec![0u8; q.record_size()];
     let mut expected = 0u64;
     loop {
-        // MQUE_WAIT_TMO if the producer stays silent for 5 s.
-        let n = q.pop(&mut out, Wait::Until(Instant::now() + Duration::from_secs(5)))?;
+        // MQUE_WAIT_TMO if the producer stays silent for 5 s: then the queue
+        // goes too if it is empty (nothing is left behind), and main returns
+        // the error, which Rust prints with its Debug form (code, name, message).
+        let n = match q.pop(&mut out, Wait::Until(Instant::now() + Duration::from_secs(5))) {
+            Ok(n) => n,
+            Err(e) => {
+                eprintln!("consumer: {e} after {expected} records");
+                if q.depth() == 0 {
+                    drop(q);
+                    let _ = Queue::drop_queue(&dir, QUEUE);
+                }
+                return Err(e);
+            }
+        };
         let rec = std::str::from_utf8(&out[..n]).unwrap_or("(not UTF-8)");
         if rec == "end" {
             break;

@@ -73,6 +73,64 @@ def test_errors_carry_the_code():
     assert e.value.name == "DATA_SPC_FULL"
 
 
+def test_errors_carry_libtvm_s_detail(queue_dir):
+    with pytest.raises(tvmq.NotFound) as e:
+        tvmq.Queue(99)
+    # What libtvm said beyond the code: the file it looked for.
+    assert os.path.join(queue_dir, "queue-99.tvmq") in e.value.detail, e.value.detail
+    q = tvmq.Queue.create(22, rows=2, record_size=8)
+    with pytest.raises(tvmq.Exists) as e:
+        tvmq.Queue.create(22, rows=2, record_size=8)
+    assert "22" in e.value.detail and e.value.message == e.value.detail, (e.value.message, e.value.detail)
+    with pytest.raises(tvmq.Empty) as e:
+        q.pop(wait=False)
+    assert e.value.detail == ""  # raised by the package, not by a libtvm call
+    with pytest.raises(tvmq.TvmError) as e:
+        q.push(b"123456789")
+    assert e.value.detail == ""
+
+
+def test_stats_and_the_list_of_queues():
+    assert tvmq.queues() == []
+    q = tvmq.Queue.create(31, rows=10, record_size=16)
+    tvmq.Queue.create(7, rows=3, record_size=8).close()
+    assert tvmq.queues() == [7, 31]
+    for i in range(5):
+        q.push(b"r%d" % i)
+    q.pop()
+    s = q.stats()
+    assert isinstance(s, tvmq.QueueStats)
+    assert (s.record_size, s.capacity, s.depth, s.pushed, s.popped) == (16, 10, 4, 5, 1)
+    assert (s.waiters, s.leases_in_flight, s.redelivered, s.expired, s.dead_lettered, s.syncs) == (0, 0, 0, 0, 0, 0)
+    assert s.processes == 1  # this process
+    assert s.depth == q.depth
+    # A consumer asleep in another thread is a waiter.
+    import threading
+
+    for _ in q:
+        pass
+    got = []
+    with tvmq.Queue(31) as other:
+        t = threading.Thread(target=lambda: got.append(other.pop(timeout=30)))
+        t.start()
+        deadline = time.monotonic() + 20
+        while q.stats().waiters == 0 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert q.stats().waiters == 1
+        q.push(b"wake")
+        t.join(20)
+    assert got and got[0].rstrip(b"\0") == b"wake"
+    assert q.stats().waiters == 0
+    leased = tvmq.Queue.create(33, rows=4, record_size=8, lease_ms=30000)
+    leased.push(b"x")
+    _, lease = leased.pop_lease(wait=False)
+    assert leased.stats().leases_in_flight == 1
+    leased.ack(lease)
+    assert leased.stats().leases_in_flight == 0
+    q.drop()
+    assert tvmq.queues() == [7, 33]
+
+
 def test_every_code_has_the_name_of_the_header():
     # The names come from libtvm (sGetTErrName), made from the table that
     # tvm.h's #defines are made from: they must agree, every one.
@@ -160,7 +218,8 @@ def test_batches():
     assert q.push_many([b"1", b"22", b"333"]) == 3
     with pytest.raises(tvmq.Full) as e:
         q.push_many([b"4", b"5", b"6"])
-    assert e.value.pushed == 2
+    # One name for "how many went in" across calls (import_file's too).
+    assert e.value.count == 2 and e.value.pushed == 2
     got = q.pop_many(10)
     assert [r.rstrip(b"\0") for r in got] == [b"1", b"22", b"333", b"4", b"5"]
     with pytest.raises(tvmq.Empty):
@@ -220,6 +279,10 @@ def test_truncate_export_and_import(tmp_path):
     with pytest.raises(tvmq.Full) as e:
         small.import_file(str(tmp_path / "o.bin"))
     assert e.value.count == 3
+    assert len(small.pop_many(5)) == 3
+    with pytest.raises(tvmq.Empty) as e:
+        small.pop(wait=False)
+    assert e.value.count is None  # a call that does not stop partway
 
 
 @pytest.mark.skipif(not EXAMPLES, reason="TVMQ_EXAMPLES_BIN (the built C examples) is not set")

@@ -13,7 +13,8 @@ of a ``ctypes.Structure`` laid out as the C programs' struct::
     q.drop()
 
 Errors raise :class:`TvmError` (or a subclass) carrying the tvm code, its
-name and the message; an empty queue is :class:`Empty`, a full one
+name, the message and libtvm's detail text (``sGetTErrDetail``: the path,
+the OS error, a server's answer); an empty queue is :class:`Empty`, a full one
 :class:`Full`, a timeout :class:`Timeout`, a missing queue :class:`NotFound`.
 Every code's name comes from libtvm itself (``sGetTErrName``, made from the
 table tvm.h's ``#define`` lines are made from): :func:`code_name`, :func:`codes`.
@@ -35,11 +36,14 @@ import ctypes.util
 import math
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Type, TypeVar, Union
 
 __all__ = [
     "Queue",
+    "QueueStats",
+    "queues",
     "Lease",
     "TvmError",
     "Empty",
@@ -81,6 +85,50 @@ class _SATvm(ctypes.Structure):
 
 _H = ctypes.POINTER(_SATvm)
 _DEF = ctypes.CFUNCTYPE(ctypes.c_long, ctypes.c_uint)
+
+
+class _Stats(ctypes.Structure):
+    # tvm.h's TvmQueueStats (size-versioned: size is set to sizeof before the call).
+    _fields_ = [("size", ctypes.c_size_t)] + [
+        (name, ctypes.c_uint64)
+        for name in (
+            "record_size", "capacity", "depth", "pushed", "popped", "waiters", "processes",
+            "leases_in_flight", "redelivered", "expired", "dead_lettered", "syncs",
+        )
+    ]
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    """A queue's counters at one instant (:meth:`Queue.stats`, libtvm's
+    ``lQueueStats``). Counters (``pushed``, ``popped``, ``redelivered``,
+    ``expired``, ``dead_lettered``, ``syncs``) only grow while the queue
+    exists; the rest say what is now."""
+
+    record_size: int
+    """The largest record, in bytes."""
+    capacity: int
+    """How many records the queue holds at most."""
+    depth: int
+    """Records queued now (leased records are not counted)."""
+    pushed: int
+    """Records pushed since the queue was created."""
+    popped: int
+    """Records popped or leased since the queue was created."""
+    waiters: int
+    """Threads of every process asleep in a blocking pop now."""
+    processes: int
+    """Processes attached now (this one included)."""
+    leases_in_flight: int
+    """Leases held by consumers now (0 for a plain queue)."""
+    redelivered: int
+    """Records delivered again after a lease ran out, its holder died or it was released."""
+    expired: int
+    """Leases that ran out."""
+    dead_lettered: int
+    """Records moved to the dead-letter queue."""
+    syncs: int
+    """Syncs to stable storage (0 unless the queue is durable)."""
 
 
 class _Options(ctypes.Structure):
@@ -127,13 +175,22 @@ class Lease(ctypes.Structure):
 
 
 class TvmError(Exception):
-    """A libtvm call failed: ``code`` is the tvm code, ``name`` its macro name."""
+    """A libtvm call failed: ``code`` is the tvm code, ``name`` its macro
+    name, ``message`` what happened (the detail when there is one, else the
+    code's standard message), ``detail`` libtvm's detail text of the failed
+    call (``sGetTErrDetail``: the path involved, the OS error, a server's
+    answer such as ``WRONGPASS ...``; ``""`` when the code says it all).
+    ``count`` is, for a call that stops partway (:meth:`Queue.push_many`,
+    :meth:`Queue.import_file`), how many records it had pushed, which stay;
+    ``None`` for the others."""
 
-    def __init__(self, code: int, name: str, message: str, call: str = ""):
+    def __init__(self, code: int, name: str, message: str, call: str = "", detail: str = ""):
         self.code = code
         self.name = name
         self.message = message
         self.call = call
+        self.count: Optional[int] = None
+        self.detail = detail
         super().__init__(f"{call + ': ' if call else ''}{message} ({name}, code {code})")
 
 
@@ -201,7 +258,7 @@ def load_library() -> ctypes.CDLL:
             errors.append(f"{path}: {e}")
     else:
         raise OSError("libtvm not found (set TVMQ_LIB to libtvm.so): " + "; ".join(errors))
-    for needed in ("sGetTErrName", "lPopWait", "lCreateQueueEx"):
+    for needed in ("sGetTErrName", "lPopWait", "lCreateQueueEx", "sGetTErrDetail", "lQueueStats"):
         if not hasattr(lib, needed):
             raise OSError(
                 f"the libtvm at {path} has no {needed}: it is older than this package; "
@@ -237,6 +294,9 @@ def load_library() -> ctypes.CDLL:
         "lExtendLease": (long_, [_H, ctypes.POINTER(Lease), long_]),
         "lExportFile": (long_, [uint, ctypes.c_char_p, ctypes.c_char_p]),
         "lImportFile": (long_, [uint, ctypes.c_char_p, ctypes.c_char_p]),
+        "sGetTErrDetail": (ctypes.c_char_p, []),
+        "lQueueStats": (long_, [_H, uint, ctypes.POINTER(_Stats)]),
+        "lListQueues": (long_, [ctypes.POINTER(uint), size_t, ctypes.POINTER(size_t)]),
     }
     for name, (res, args) in sig.items():
         f = getattr(lib, name)
@@ -277,14 +337,42 @@ _libc.free.argtypes = [ctypes.c_void_p]
 _libc.free.restype = None
 
 
-def _error(code: int, call: str, message: Optional[str] = None) -> TvmError:
+def _detail() -> str:
+    """The detail text of this thread's last libtvm error ("" after a success)."""
+    return (load_library().sGetTErrDetail() or b"").decode("utf-8", "replace")
+
+
+def _error(code: int, call: str, message: Optional[str] = None, detail: Optional[str] = None) -> TvmError:
     """The exception of tvm code ``code`` from ``call``: ``message`` says
-    what happened, else the code's standard message."""
+    what happened. Without a message nor a ``detail``, ``call`` is the
+    libtvm call that just failed on this thread: its detail text
+    (``sGetTErrDetail``) is the detail, and the message when there is one,
+    else the code's standard message is."""
     lib = load_library()
+    if message is None and detail is None:
+        detail = _detail()
+    detail = detail or ""
     if message is None:
-        message = (lib.sGetTError(code) or b"unknown error").decode("utf-8", "replace")
+        message = detail or (lib.sGetTError(code) or b"unknown error").decode("utf-8", "replace")
     name = code_name(code)
-    return _BY_NAME.get(name, TvmError)(code, name, message, call)
+    return _BY_NAME.get(name, TvmError)(code, name, message, call, detail)
+
+
+def queues() -> List[int]:
+    """The ids of the queues in the queue directory (``$TVMDBD``, else
+    ``/dev/shm/tvmq-<uid>``), ascending (``lListQueues``). A directory that
+    does not exist holds none."""
+    lib = load_library()
+    n = ctypes.c_size_t()
+    while True:
+        if lib.lListQueues(None, 0, ctypes.byref(n)) != RC_SUCC:
+            raise _error(lib.lGetTErrno(), "lListQueues")
+        room = n.value + 16  # queues made between the two calls
+        ids = (ctypes.c_uint * room)()
+        if lib.lListQueues(ids, room, ctypes.byref(n)) != RC_SUCC:
+            raise _error(lib.lGetTErrno(), "lListQueues")
+        if n.value <= room:
+            return list(ids[: n.value])
 
 
 def _raise_pending() -> None:
@@ -324,7 +412,7 @@ class Queue:
         if lib.lAttchTable(self._h, self.id) != RC_SUCC:
             code = self._h.contents.m_lErrno
             what = f"no queue {self.id} in {_queue_dir()}" if code_name(code) == "TBL_NOT_FOUND" else None
-            raise _error(code, "lAttchTable", what)
+            raise _error(code, "lAttchTable", what, _detail())
         size = ctypes.c_size_t()
         cap = ctypes.c_size_t()
         self._check(lib.lQueueInfo(self._h, self.id, ctypes.byref(size), ctypes.byref(cap), None), "lQueueInfo")
@@ -484,7 +572,7 @@ class Queue:
     def import_file(self, path: str, sep: Optional[str] = "|") -> int:
         """Appends the records of an export (``lImportFile``; text or binary).
         Returns how many went in; a full queue raises :class:`Full` after
-        pushing what fitted (its ``count`` attribute says how many)."""
+        pushing what fitted (its ``count`` says how many)."""
         lib = load_library()
         s = sep.encode() if sep is not None else None
         if lib.lImportFile(self.id, str(path).encode(), s) != RC_SUCC:
@@ -526,8 +614,8 @@ class Queue:
     def push_many(self, records: Sequence[Record]) -> int:
         """Pushes records in one call (``lPushs``), each padded with zero bytes
         to the longest; returns how many went in. If the queue fills, the
-        records before stay pushed and :class:`Full` is raised with
-        ``pushed`` set on it."""
+        records before stay pushed and :class:`Full` is raised with its
+        ``count`` saying how many (also as ``pushed``, its earlier name)."""
         if not records:
             return 0
         datas = [bytes(r) for r in records]
@@ -540,6 +628,7 @@ class Queue:
         rc = load_library().lPushs(self._h, ctypes.byref(n), ctypes.byref(p))
         if rc != RC_SUCC:
             e = _error(self._h.contents.m_lErrno, "lPushs")
+            e.count = n.value
             e.pushed = n.value  # type: ignore[attr-defined]
             raise e
         return n.value
@@ -605,7 +694,8 @@ class Queue:
         lease time) or this process dies. Waits as :meth:`pop` does (Ctrl-C
         interrupts the wait; the wait looks again every few milliseconds).
         Raises :class:`TvmError` ``LEASE_LIMIT`` when the queue's maximum of
-        leases are in flight, ``NOT_SUPPT_OPT`` on a queue without leases."""
+        leases are in flight, ``NOT_SUPPT_OPT`` on a queue without leases,
+        ``CONDIT_IS_NIL`` for a ``lease_ms`` over a year (31,536,000,000)."""
         _raise_pending()
         if timeout is not None:
             _check_timeout(timeout)
@@ -644,7 +734,8 @@ class Queue:
     def release(self, lease: Lease, delay_ms: int = 0) -> None:
         """Puts the record back, delivered again ``delay_ms`` from now
         (``lRelease``); at the queue's delivery limit it goes to the
-        dead-letter queue instead. Errors: those of :meth:`ack`."""
+        dead-letter queue instead. Errors: those of :meth:`ack`;
+        ``CONDIT_IS_NIL`` for a ``delay_ms`` over a year (31,536,000,000)."""
         if delay_ms < 0:
             raise ValueError("delay_ms is 0 or more")
         self._lease_call("lRelease", ctypes.byref(lease), delay_ms)
@@ -658,7 +749,8 @@ class Queue:
     def extend_lease(self, lease: Lease, lease_ms: int = 0) -> None:
         """The lease now runs out ``lease_ms`` from now (0: the queue's lease
         time); ``lease`` is updated, copies of the old one are stale
-        (``lExtendLease``). Errors: those of :meth:`ack`."""
+        (``lExtendLease``). Errors: those of :meth:`ack`; ``CONDIT_IS_NIL``
+        for a ``lease_ms`` over a year (31,536,000,000)."""
         if lease_ms < 0:
             raise ValueError("lease_ms is 0 or more")
         self._lease_call("lExtendLease", ctypes.byref(lease), lease_ms)
@@ -745,6 +837,15 @@ class Queue:
     def __len__(self) -> int:
         """The records queued now (a snapshot)."""
         return self.depth
+
+    def stats(self) -> QueueStats:
+        """The queue's counters at one instant (``lQueueStats``): depth,
+        pushed, popped, waiters, processes, leases, syncs; see
+        :class:`QueueStats`. Others push and pop meanwhile."""
+        s = _Stats()
+        s.size = ctypes.sizeof(s)
+        self._check(load_library().lQueueStats(self._h, self.id, ctypes.byref(s)), "lQueueStats")
+        return QueueStats(**{name: getattr(s, name) for name, _ in _Stats._fields_ if name != "size"})
 
     @property
     def depth(self) -> int:

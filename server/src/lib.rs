@@ -10,20 +10,33 @@
 //!
 //! | module | concern | uses |
 //! |---|---|---|
-//! | `listener` | binding, accepting, `--maxclients`, handing connections to workers | `worker`, `state` |
-//! | `worker` | one thread per core, each a tokio current-thread runtime | `connection`, `local`, `keys`, `state` |
-//! | `connection` | read, run every complete command, write the replies once; limits | `cmd`, `local`, `stream`, `state` |
-//! | `cmd` | dispatch, then one file per family: `queue` (push, pop, LLEN), `blocking` (BLPOP), `server` (the rest), `table` (the commands, COMMAND), `context` (what a command runs with) | `keys`, `waiters`, `reply`, `state` |
-//! | `local` | what one worker's connections share: key cache, buffer pool, stop notice | `keys` |
-//! | `keys` | key -> queue, caches, `--auto-create`, its bounds and its id scheme | `index`, `state` |
-//! | `state` | `ServerState`, what every thread shares: options, queues, counters | `config`, `index`, `waiters`, `shutdown` |
-//! | `index` | queue name -> ids of the directory, kept current by inotify; the queues the server created (the budget) | `shutdown` |
+//! | `metrics` | `--metrics-port`: the server's counters for the exposition and the dashboard, and their HTTP server (`tvmq_watch`) | `cmd`, `state`, `config` |
+//! | `listener` | binding, accepting (out of descriptors too), `--maxclients`, the TLS handshakes' budget, handing connections out | `handshake`, `worker`, `state` |
+//! | `handshake` | TLS handshakes on a thread of their own, then to the worker | `worker`, `preauth`, `state`, `stream` |
+//! | `worker` | one thread per core, each a tokio current-thread runtime | `connection`, `local`, `keys`, `preauth`, `state`, `stream` |
+//! | `connection` | read, run every complete command, write the replies once; limits | `cmd`, `input`, `local`, `keys`, `preauth`, `state`, `stream` |
+//! | `input` | a connection's input buffer: pooled while served, given back while the client is idle | `local` |
+//! | `cmd` | dispatch, then one file per family: `queue` (push, pop, LLEN), `blocking` (BLPOP), `admin` (DEL, LTRIM, TVMQ.REPAIR), `lease/` (the TVMQ.LEASE family: `owned`, `args`, `take`, `end`, `stats`), `server` (the rest), `table` (the commands, COMMAND); `context` (what a command runs with), `off_worker` (what it hands to the pool) | `durable`, `keys`, `state`, `waiters`, `pool`, `reply` |
+//! | `local` | what one worker's connections share: key cache, buffer pool, stop notice, its syncs | `keys`, `durable` |
+//! | `keys` | key -> queue, caches, `--auto-create`, its bounds and its id scheme | `state`, `index`, `open`, `pool`, `reply` |
+//! | `state` | `ServerState`, what every thread shares: options, queues, counters, the pool | `durable`, `index`, `open`, `preauth`, `waiters`, `pool`, `shutdown`, `tls`, `config` |
+//! | `durable` | `always` queues: a connection's replies waiting for a sync (`replies`), the worker's own syncs on its io_uring (`ring`), the sync threads where there is none (`syncers`) | `histogram` |
+//! | `histogram` | durations in fixed buckets, in atomics (the syncs' `tvmq_durable_sync_seconds`) | - |
+//! | `index` | queue name -> ids of the directory, kept current by inotify; the queues `--auto-create` made (the budget) | `shutdown` |
+//! | `open` | the queues held open, at most as many as the descriptors allow, the least recently used idle one closed | - |
+//! | `preauth` | connections not authenticated yet: what they may send, their bound and their time | `config` |
+//! | `descriptors` | the open-file limit, raised, and shared between the server, the queues and the clients | - |
 //! | `waiters` | blocked clients and the bounded pool of watcher threads that wake them | `shutdown` |
+//! | `pool` | the one bounded pool of threads, with its line, for all the work taken off the workers | - |
 //! | `shutdown` | the stop signal | - |
-//! | `stream` | TCP, unix and TLS sockets behind one trait; the I/O steps | - |
+//! | `stream` | TCP, unix and TLS sockets behind one trait (a TCP socket that moves between threads); the I/O steps | - |
 //! | `tls` | `--tls-port`: the certificates, read at the start | `config` |
 //! | `reply` | error replies in the protocol's words | - |
 //! | [`config`] | the options ([`ServeArgs`]) | - |
+//!
+//! `scripts/check-layers.py` (part of `make lint`) reads this table: each
+//! module uses exactly the modules its row names, all below it; and no
+//! file uses, through any chain, a file that uses it back.
 //!
 //! A push goes from the read buffer straight into the shared-memory ring
 //! ([`tvm::Queue::push`]) and a pop from the ring straight into the output
@@ -40,16 +53,27 @@
 //! # Ok::<(), tvm::Error>(())
 //! ```
 #![warn(missing_docs)]
-#![forbid(unsafe_code)]
+// One `unsafe` block in the crate: the registration of a worker's io_uring
+// eventfd with its runtime (`durable::ring`), whose contract (the
+// descriptor stays open and the same) tokio cannot check.
+#![deny(unsafe_code)]
 
 mod cmd;
 pub mod config;
 mod connection;
+mod descriptors;
 mod durable;
+mod handshake;
+mod histogram;
 mod index;
+mod input;
 mod keys;
 mod listener;
 mod local;
+mod metrics;
+mod open;
+mod pool;
+mod preauth;
 mod reply;
 mod shutdown;
 mod state;
@@ -75,19 +99,27 @@ use tvm::error::{BOOT_PARM_ERR, Error, SOCK_BIND_ERR, SVR_EXCEPTION};
 pub struct Server {
     shared: Arc<ServerState>,
     threads: Vec<JoinHandle<()>>,
+    /// `--metrics-port`'s server.
+    metrics: Option<tvmq_watch::Http>,
 }
 
 impl Server {
-    /// Checks the options and the directory, binds the sockets and starts
-    /// the acceptor and the workers. The password is `--requirepass`, else
+    /// Checks the options and the directory, raises this process's soft
+    /// limit of open files to its hard limit (and lowers `--maxclients` to
+    /// what it allows, with a warning on stderr), binds the sockets and
+    /// starts the acceptor, the workers and, with `--tls-port`, the TLS
+    /// handshakes' threads. The password is `--requirepass`, else
     /// `--requirepass-file`'s, else `$TVMQ_REQUIREPASS`'s. Errors:
-    /// `BOOT_PARM_ERR` (an empty password, an unreadable password file,
+    /// `BOOT_PARM_ERR` (a password of fewer than 8 bytes or more than 16 KiB,
+    /// an unreadable password file,
     /// protected mode's refusal, nothing to listen on, a TLS certificate or
     /// key file that cannot be read or used), those of
     /// [`tvm::check_queue_dir`] (a directory this process cannot use; it
     /// must be writable with `--auto-create`), `SOCK_BIND_ERR` (address in
     /// use, bad unix socket path), `SVR_EXCEPTION` (threads or runtimes
-    /// that cannot start).
+    /// that cannot start). With `--metrics-port`: `BOOT_PARM_ERR` (protected
+    /// mode's refusal of a `--metrics-bind` off loopback without a password),
+    /// `SOCK_BIND_ERR` (its port in use).
     pub fn start(dir: &Path, args: &ServeArgs) -> Result<Server, Error> {
         if args.no_tcp && args.unixsocket.is_none() && args.tls_port.is_none() {
             return Err(Error::new(BOOT_PARM_ERR, "--no-tcp needs --unixsocket or --tls-port: nothing to listen on"));
@@ -112,18 +144,23 @@ impl Server {
         let tcp_addr = listeners.tcp.as_ref().and_then(|l| l.local_addr().ok());
         let tls_addr = listeners.tls.as_ref().and_then(|l| l.local_addr().ok());
         let threads = args.worker_threads();
+        // The workers, the acceptor, the TLS handshakes' thread and `run`'s signals.
+        let fds = fd_plan(threads + 3, args);
         let limits = resp::Limits { max_bulk_len: args.max_bulk_len, ..resp::Limits::default() };
         let shared = Arc::new(ServerState {
             args: args.clone(),
             dir: dir.to_path_buf(),
-            attachments: tvm::Attachments::new(dir.to_path_buf()),
+            attachments: open::OpenQueues::new(dir.to_path_buf(), fds.open_queues),
+            nofile: fds.limit,
+            maxclients: fds.maxclients,
+            unauthenticated: preauth::Unauthenticated::new(max_unauthenticated(args, fds.maxclients)),
             limits,
             query_limit: args.max_bulk_len.saturating_mul(2).max(1 << 20),
             password,
             auth_log: parking_lot::Mutex::default(),
             stats: Stats::default(),
             shutdown: Arc::default(),
-            waiters: waiters::Waiters::new(threads),
+            waiters: waiters::Waiters::new(),
             started: Instant::now(),
             tcp_addr,
             unix_path: args.unixsocket.clone(),
@@ -137,9 +174,13 @@ impl Server {
             index: index.clone(),
             budget,
             auto_bytes,
-            syncers: durable::Syncers::default(),
+            durable: durable::Commits::default(),
+            pool: pool::Pool::new(args.pool_threads),
+            lease_scans: pool::Coalesce::new(),
+            info_scans: pool::Coalesce::new(),
         });
-        let mut server = Server { shared: shared.clone(), threads: Vec::new() };
+        let metrics = metrics::start(&shared)?;
+        let mut server = Server { shared: shared.clone(), threads: Vec::new(), metrics };
         let indexer = index::spawn(index, shared.shutdown.clone())
             .map_err(|e| Error::new(SVR_EXCEPTION, format!("cannot start the index thread: {e}")))?;
         server.threads.push(indexer);
@@ -151,10 +192,13 @@ impl Server {
                 .map_err(|e| Error::new(SVR_EXCEPTION, format!("cannot start a worker thread: {e}")))?;
             server.threads.push(handle);
         }
-        let sh = shared.clone();
+        let (handshakes, tls_threads) = handshake::spawn(&shared, &senders)
+            .map_err(|e| Error::new(SVR_EXCEPTION, format!("cannot start the TLS handshakes' thread: {e}")))?;
+        server.threads.extend(tls_threads);
+        let acceptor_shared = shared.clone();
         let acceptor = std::thread::Builder::new()
             .name("tvmq-accept".into())
-            .spawn(move || listener::accept_loop(rt, listeners, sh, senders))
+            .spawn(move || listener::accept_loop(rt, listeners, acceptor_shared, senders, handshakes))
             .map_err(|e| Error::new(SVR_EXCEPTION, format!("cannot start the acceptor thread: {e}")))?;
         server.threads.push(acceptor);
         Ok(server)
@@ -170,6 +214,11 @@ impl Server {
     /// asked for any).
     pub fn tls_addr(&self) -> Option<SocketAddr> {
         self.shared.tls_addr
+    }
+
+    /// The address of `--metrics-port` (the real port when 0 asked for any).
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().map(tvmq_watch::Http::local_addr)
     }
 
     /// The unix socket it listens on.
@@ -205,11 +254,17 @@ impl Server {
     }
 
     fn stop_inner(&mut self) {
+        if let Some(m) = self.metrics.take() {
+            m.stop();
+        }
         self.shared.shutdown.set();
         self.shared.waiters.wake_everyone();
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
+        // What the workers handed over and nobody waits for any more (leases
+        // of closed connections given back, ...) runs before the stop ends.
+        self.shared.pool.stop();
         listener::remove_socket(self.shared.unix_path.as_deref(), self.shared.unix_id);
     }
 }
@@ -220,6 +275,34 @@ impl Drop for Server {
             self.stop_inner();
         }
     }
+}
+
+/// `--max-unauthenticated`, or half of `maxclients` (in effect), at least 1;
+/// one not below `maxclients` gets a warning (such connections could then
+/// fill it).
+fn max_unauthenticated(args: &ServeArgs, maxclients: usize) -> usize {
+    if args.max_unauthenticated == 0 {
+        return (maxclients / 2).max(1);
+    }
+    if args.max_unauthenticated >= maxclients && args.authenticates_clients(None) {
+        eprintln!(
+            "tvmq serve: warning: --max-unauthenticated {} is not below --maxclients {maxclients}: connections \
+             that never authenticate can fill every slot",
+            args.max_unauthenticated
+        );
+    }
+    args.max_unauthenticated
+}
+
+/// Raises the open-file limit and shares it out ([`descriptors::plan`]),
+/// saying on stderr what it lowered.
+fn fd_plan(runtimes: usize, args: &ServeArgs) -> descriptors::Plan {
+    let (limit, stuck) = descriptors::raise_limit();
+    let plan = descriptors::plan(limit, runtimes, args.maxclients, args.max_open_queues);
+    for warning in stuck.iter().chain(&plan.warnings) {
+        eprintln!("tvmq serve: warning: {warning}");
+    }
+    plan
 }
 
 /// Checks `--auto-create`'s geometry as queue creation will (a refusal at
@@ -287,11 +370,15 @@ pub fn run(dir: &Path, args: &ServeArgs) -> Result<(), Error> {
     if let Some(a) = server.tls_addr() {
         on.push(format!("{a} (TLS{})", if args.tls_client_certs_required() { ", client certificates" } else { "" }));
     }
+    if let Some(a) = server.metrics_addr() {
+        on.push(format!("http://{a}/ (metrics, dashboard)"));
+    }
     println!(
-        "tvmq serve: listening on {}; queues in {}; {} worker threads{}",
+        "tvmq serve: listening on {}; queues in {}; {} worker thread{}{}",
         on.join(" and "),
         dir.display(),
         server.shared.threads,
+        if server.shared.threads == 1 { "" } else { "s" },
         match args.auto_create {
             Some(a) => format!("; missing queues created with {} records of {} bytes", a.rows, a.size),
             None => String::new(),

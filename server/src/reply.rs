@@ -48,12 +48,13 @@ pub(crate) fn c_str(bytes: &[u8], max: usize) -> &[u8] {
 pub(crate) const KEY_ECHO_MAX: usize = 64;
 
 /// A key as an error reply quotes it: at most [`KEY_ECHO_MAX`] bytes of
-/// it, escaped ([`tvm::escape_name`]: no control character, no NUL), with
+/// it, escaped ([`tvm::escape_name`]: no control character, no NUL; and a
+/// quote as `\x27`, so that the quotes end where the key does), with
 /// `...` when it was cut.
 pub(crate) fn quoted_key(key: &[u8]) -> String {
     let cut = &key[..key.len().min(KEY_ECHO_MAX)];
     let dots = if cut.len() < key.len() { "..." } else { "" };
-    format!("'{}{dots}'", tvm::escape_name(cut))
+    format!("'{}{dots}'", tvm::escape_name(cut).replace('\'', "\\x27"))
 }
 
 /// `-ERR no such queue '<key>'` (code TBL_NOT_FOUND for clients).
@@ -86,6 +87,14 @@ pub(crate) fn syntax_error(out: &mut Vec<u8>) {
     resp::error(out, b"ERR syntax error");
 }
 
+/// A null array: `*-1` in RESP2, `_` in RESP3.
+pub(crate) fn null_array(out: &mut Vec<u8>, proto: resp::Proto) {
+    match proto {
+        resp::Proto::Resp2 => resp::null_array(out),
+        resp::Proto::Resp3 => resp::null(out, proto),
+    }
+}
+
 /// A HELP subcommand's reply: its lines, as an array of simple strings.
 pub(crate) fn help(out: &mut Vec<u8>, lines: &[&[u8]]) {
     resp::array_header(out, lines.len());
@@ -95,12 +104,27 @@ pub(crate) fn help(out: &mut Vec<u8>, lines: &[&[u8]]) {
 /// A queue error: `-<CODE_NAME> queue <id>: <what happened>` (the detail
 /// of the error, or the code's standard message when it has none).
 pub(crate) fn queue_error(out: &mut Vec<u8>, id: u32, e: &Error) {
+    queue_error_noting(out, id, e, "");
+}
+
+/// [`queue_error`] with `note` after its text (` (2 acknowledged before)`).
+pub(crate) fn queue_error_noting(out: &mut Vec<u8>, id: u32, e: &Error, note: &str) {
     let name = error::name(i64::from(e.code())).unwrap_or("SVR_EXCEPTION");
     match e.code() {
-        DATA_SPC_FULL => error_fmt(out, format_args!("{name} queue {id} is full: no space for insert data")),
-        SHM_ERR_EIDRM => error_fmt(out, format_args!("{name} queue {id} was dropped")),
-        _ => error_fmt(out, format_args!("{name} queue {id}: {}", e.what())),
+        DATA_SPC_FULL => error_fmt(out, format_args!("{name} queue {id} is full: no space for insert data{note}")),
+        SHM_ERR_EIDRM => error_fmt(out, format_args!("{name} queue {id} was dropped{note}")),
+        // A detail that names the queue itself is not prefixed again
+        // ("queue 24: queue 24 has no leases").
+        _ if starts_with_queue(e.what(), id) => error_fmt(out, format_args!("{name} {}{note}", e.what())),
+        _ => error_fmt(out, format_args!("{name} queue {id}: {}{note}", e.what())),
     }
+}
+
+/// Does `what` begin with "queue <id>" (then a space, a colon or its end)?
+fn starts_with_queue(what: &str, id: u32) -> bool {
+    what.strip_prefix("queue ")
+        .and_then(|rest| rest.strip_prefix(id.to_string().as_str()))
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', ':', '\'']))
 }
 
 /// An error that is not about one queue (auto-creation, lookups):
@@ -113,7 +137,7 @@ pub(crate) fn plain_error(out: &mut Vec<u8>, e: &Error) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tvm::error::{RECD_TOO_LONG, TBL_NOT_FOUND};
+    use tvm::error::{NOT_SUPPT_OPT, RECD_TOO_LONG, TBL_NOT_FOUND};
 
     fn text(f: impl FnOnce(&mut Vec<u8>)) -> String {
         let mut out = Vec::new();
@@ -138,10 +162,25 @@ mod tests {
     }
 
     #[test]
+    fn a_detail_naming_its_queue_is_not_prefixed_again() {
+        let e = Error::new(NOT_SUPPT_OPT, "queue 24 has no leases (create it with leases: tvmq create --lease-ms ...)");
+        assert_eq!(
+            text(|o| queue_error(o, 24, &e)),
+            "-NOT_SUPPT_OPT queue 24 has no leases (create it with leases: tvmq create --lease-ms ...)\r\n"
+        );
+        // Another queue's number, or one that merely begins the same, is no match.
+        let e = Error::new(NOT_SUPPT_OPT, "queue 245 has no leases");
+        assert!(text(|o| queue_error(o, 24, &e)).starts_with("-NOT_SUPPT_OPT queue 24: queue 245 "));
+        let e = Error::new(NOT_SUPPT_OPT, "queue 24's dead-letter queue 25 is full");
+        assert!(text(|o| queue_error(o, 24, &e)).starts_with("-NOT_SUPPT_OPT queue 24's dead-letter"));
+    }
+
+    #[test]
     fn keys_are_quoted_escaped_and_cut() {
         assert_eq!(text(|o| no_such_queue(o, b"mylist")), "-ERR no such queue 'mylist'\r\n");
         assert_eq!(text(|o| no_such_queue(o, b"my\r\nlist\x1b")), "-ERR no such queue 'my\\x0d\\x0alist\\x1b'\r\n");
         assert_eq!(text(|o| no_such_queue(o, b"ab\0cd")), "-ERR no such queue 'ab\\x00cd'\r\n");
+        assert_eq!(text(|o| no_such_queue(o, b"a' b")), "-ERR no such queue 'a\\x27 b'\r\n");
         let long = text(|o| no_such_queue(o, &[b'k'; 10_000]));
         assert_eq!(long, format!("-ERR no such queue '{}...'\r\n", "k".repeat(KEY_ECHO_MAX)));
         assert_eq!(text(|o| invalid_key(o, b"", "empty")), "-ERR invalid key '' (0 bytes): empty\r\n");

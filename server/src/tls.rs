@@ -60,9 +60,16 @@ pub(crate) fn acceptor(args: &ServeArgs) -> Result<Option<Acceptor>, Error> {
         None => builder.with_no_client_auth(),
     };
     let config = builder.with_single_cert(chain, key).map_err(|e| {
+        // rustls says "keys may not be consistent: KeyMismatch".
+        let why = match e {
+            rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch) => {
+                "the key is not the certificate's (they do not belong together)".to_string()
+            }
+            e => e.to_string(),
+        };
         Error::new(
             BOOT_PARM_ERR,
-            format!("--tls-cert-file {} and --tls-key-file {}: {e}", cert_file.display(), key_file.display()),
+            format!("--tls-cert-file {} and --tls-key-file {}: {why}", cert_file.display(), key_file.display()),
         )
     })?;
     Ok(Some(TlsAcceptor::from(Arc::new(config))))

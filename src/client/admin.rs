@@ -2,6 +2,7 @@
 //! lTvmTruncate (LLEN then LTRIM), lTvmDropTable (DEL), lTvmResetLock
 //! (TVMQ.REPAIR, tvmq serve only).
 
+use super::redis_lease::{SUFFIXES, tagged};
 use super::reply::Answer;
 use super::router::Flavor;
 use super::{Client, Key, unexpected};
@@ -12,7 +13,11 @@ impl Client {
     /// One command on queue `t`'s key whose answer is an integer or OK
     /// (OK: 0).
     fn int_command(&mut self, t: u32, name: &[u8], args: &[&[u8]]) -> Result<i64> {
-        let key = Key::of(t);
+        self.key_command(Key::of(t), name, args)
+    }
+
+    /// [`Client::int_command`] on a key.
+    fn key_command(&mut self, key: Key, name: &[u8], args: &[&[u8]]) -> Result<i64> {
         let mut parts: Vec<&[u8]> = vec![name, key.as_bytes()];
         parts.extend_from_slice(args);
         match self.exec(key, ReplyWait::Normal, |w| resp::command(w, &parts))? {
@@ -22,9 +27,13 @@ impl Client {
         }
     }
 
-    /// Records in queue `t` (LLEN).
+    /// Records in queue `t` (LLEN; a spread queue: the sum over its shards).
     pub(crate) fn count(&mut self, t: u32) -> Result<u64> {
-        Ok(self.int_command(t, b"LLEN", &[])?.max(0) as u64)
+        let mut n = 0;
+        for key in self.queue_keys(t) {
+            n += self.key_command(key, b"LLEN", &[])?.max(0) as u64;
+        }
+        Ok(n)
     }
 
     /// Removes the records queue `t` holds: LLEN, then LTRIM of that many
@@ -32,6 +41,9 @@ impl Client {
     /// meanwhile can make it remove some of them, never more than counted).
     /// Returns how many were counted.
     pub(crate) fn truncate(&mut self, t: u32) -> Result<u64> {
+        if self.is_spread(t) {
+            return Err(Error::new(NOT_SUPPT_OPT, "lTvmTruncate on a spread queue: lTvmDropTable drops it"));
+        }
         let n = self.count(t)?;
         if n > 0 {
             let start = n.to_string();
@@ -40,9 +52,21 @@ impl Client {
         Ok(n)
     }
 
-    /// Drops queue `t` (DEL): true when it existed.
+    /// Drops queue `t` (DEL): true when it existed. On a Redis its lease
+    /// keys go too (`{t}:opts` and the others: docs/client.md), in the
+    /// same DEL (one slot); a spread queue's shards all go.
     pub(crate) fn drop_queue(&mut self, t: u32) -> Result<bool> {
-        Ok(self.int_command(t, b"DEL", &[])? > 0)
+        if self.flavor == Flavor::Other {
+            return Ok(self.int_command(t, b"DEL", &[])? > 0);
+        }
+        let mut existed = false;
+        for key in self.queue_keys(t) {
+            let keys: Vec<Vec<u8>> = SUFFIXES.iter().map(|s| tagged(key, s)).collect();
+            let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+            self.forget_dead_letter(key);
+            existed |= self.key_command(key, b"DEL", &refs)? > 0;
+        }
+        Ok(existed)
     }
 
     /// tvmq serve's repair of queue `t` (TVMQ.REPAIR): the records

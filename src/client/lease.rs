@@ -9,7 +9,9 @@
 //! breaks, the server releases its leases (delivered again): a later call
 //! with their tokens fails with LEASE_EXPIRED.
 //!
-//! A Redis has no leases: NOT_SUPPT_OPT, nothing sent.
+//! On a Redis or a Redis Cluster the same calls run the lease script
+//! (`redis_lease`): there a lease is not tied to a connection, and ends
+//! by time only.
 
 use super::reply::Answer;
 use super::router::Flavor;
@@ -23,21 +25,37 @@ use std::time::Duration;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct NetLease {
     pub(crate) queue: u32,
+    /// The shard of a spread queue (from 1; 0: the queue's own key).
+    pub(crate) shard: u32,
     pub(crate) pos: u64,
     pub(crate) tag: u64,
     pub(crate) deliveries: u32,
 }
 
 impl NetLease {
-    fn id(&self) -> String {
+    pub(crate) fn id(&self) -> String {
         format!("{}-{}", self.pos, self.tag)
     }
 }
 
 /// `<position>-<tag>` as the server writes it.
-fn parse_id(id: &[u8]) -> Option<(u64, u64)> {
+pub(crate) fn parse_id(id: &[u8]) -> Option<(u64, u64)> {
     let (a, b) = std::str::from_utf8(id).ok()?.split_once('-')?;
     Some((a.parse().ok()?, b.parse().ok()?))
+}
+
+/// Copies a leased `value` into `out` (zero bytes after it); RECD_TOO_LONG
+/// when it does not fit (the caller releases the lease).
+pub(crate) fn deliver(value: &[u8], out: &mut [u8]) -> Result<()> {
+    if value.len() > out.len() {
+        return Err(Error::new(
+            RECD_TOO_LONG,
+            format!("a value of {} bytes does not fit the record of {} bytes: released", value.len(), out.len()),
+        ));
+    }
+    out[..value.len()].copy_from_slice(value);
+    out[value.len()..].fill(0);
+    Ok(())
 }
 
 /// A server that does not know the command: it has no leases.
@@ -49,19 +67,13 @@ fn no_leases(e: Error) -> Error {
 }
 
 impl Client {
-    /// NOT_SUPPT_OPT for a Redis (nothing is sent).
-    fn lease_server(&self) -> Result<()> {
-        match self.flavor {
-            Flavor::Redis | Flavor::Cluster => {
-                Err(Error::new(NOT_SUPPT_OPT, "a Redis has no leases: lTvmPopLease and its companions need tvmq serve"))
-            }
-            Flavor::Other => Ok(()),
-        }
+    /// A Redis (plain or cluster): the lease script, not tvmq serve's commands.
+    fn on_redis(&self) -> bool {
+        matches!(self.flavor, Flavor::Redis | Flavor::Cluster)
     }
 
     /// One lease command on queue `t`, on the connection holding the leases.
     fn lease_command(&mut self, t: u32, wait: ReplyWait, args: &[&[u8]]) -> Result<Answer> {
-        self.lease_server()?;
         let key = Key::of(t);
         let mut parts: Vec<&[u8]> = Vec::with_capacity(args.len() + 2);
         parts.push(args[0]);
@@ -75,6 +87,9 @@ impl Client {
     /// for one as `wait` says. A record longer than `out` is released at
     /// once (delivered again) and RECD_TOO_LONG returned.
     pub(crate) fn pop_lease(&mut self, t: u32, out: &mut [u8], wait: PopWait, lease_ms: u64) -> Result<NetLease> {
+        if self.on_redis() {
+            return self.redis_pop_lease(t, out, wait, lease_ms);
+        }
         let ms = lease_ms.to_string();
         let answer = match wait {
             PopWait::NoWait => self.lease_command(t, ReplyWait::Normal, &[b"TVMQ.LEASE", b"FOR", ms.as_bytes()])?,
@@ -90,23 +105,42 @@ impl Client {
         let Some((pos, tag)) = parse_id(&id) else {
             return Err(Error::new(SOCK_COM_EXCP, format!("unreadable lease id {:?}", String::from_utf8_lossy(&id))));
         };
-        let lease = NetLease { queue: t, pos, tag, deliveries: u32::try_from(deliveries).unwrap_or(u32::MAX) };
-        if value.len() > out.len() {
+        let lease =
+            NetLease { queue: t, shard: 0, pos, tag, deliveries: u32::try_from(deliveries).unwrap_or(u32::MAX) };
+        if let Err(e) = deliver(&value, out) {
             let _ = self.release(&lease, 0);
-            return Err(Error::new(
-                RECD_TOO_LONG,
-                format!("a value of {} bytes does not fit the record of {} bytes: released", value.len(), out.len()),
-            ));
+            return Err(e);
         }
-        out[..value.len()].copy_from_slice(&value);
-        out[value.len()..].fill(0);
         Ok(lease)
+    }
+
+    /// Acknowledges `done` and leases the next record of queue `t` (as
+    /// [`Client::pop_lease`]): in one round trip on a Redis (a queue of one
+    /// key, `done` of it), else the two calls. The outer error: the
+    /// acknowledgement failed and nothing was done; the inner: it was
+    /// acknowledged, then the lease failed.
+    pub(crate) fn ack_pop_lease(
+        &mut self,
+        done: &NetLease,
+        t: u32,
+        out: &mut [u8],
+        wait: PopWait,
+        lease_ms: u64,
+    ) -> Result<Result<NetLease>> {
+        if self.on_redis() && done.queue == t && done.shard == 0 && !self.is_spread(t) {
+            return self.redis_ack_pop_lease(done, t, out, wait, lease_ms);
+        }
+        self.ack(done)?;
+        Ok(self.pop_lease(t, out, wait, lease_ms))
     }
 
     /// Acknowledges `lease`; LEASE_EXPIRED when the server holds no such
     /// lease for this connection (it ran out, was ended, or the connection
     /// broke since).
     pub(crate) fn ack(&mut self, lease: &NetLease) -> Result<()> {
+        if self.on_redis() {
+            return self.redis_end(lease, b"ACK", None).map(drop);
+        }
         let id = lease.id();
         match self.lease_command(lease.queue, ReplyWait::Normal, &[b"TVMQ.ACK", id.as_bytes()])? {
             Answer::Int(1) => Ok(()),
@@ -120,6 +154,9 @@ impl Client {
 
     /// Puts the record of `lease` back, delivered again after `delay_ms`.
     pub(crate) fn release(&mut self, lease: &NetLease, delay_ms: u64) -> Result<()> {
+        if self.on_redis() {
+            return self.redis_end(lease, b"RELEASE", Some(delay_ms)).map(drop);
+        }
         let (id, delay) = (lease.id(), delay_ms.to_string());
         let args: [&[u8]; 4] = [b"TVMQ.RELEASE", id.as_bytes(), b"DELAY", delay.as_bytes()];
         match self.lease_command(lease.queue, ReplyWait::Normal, &args)? {
@@ -130,6 +167,9 @@ impl Client {
 
     /// Moves the record of `lease` to the dead-letter queue (or drops it).
     pub(crate) fn reject(&mut self, lease: &NetLease) -> Result<()> {
+        if self.on_redis() {
+            return self.redis_end(lease, b"REJECT", None).map(drop);
+        }
         let id = lease.id();
         match self.lease_command(lease.queue, ReplyWait::Normal, &[b"TVMQ.REJECT", id.as_bytes()])? {
             Answer::Ok => Ok(()),
@@ -140,6 +180,14 @@ impl Client {
     /// The lease now runs out `lease_ms` from now (0: the queue's lease
     /// time); `lease` takes its new id.
     pub(crate) fn extend_lease(&mut self, lease: &mut NetLease, lease_ms: Duration) -> Result<()> {
+        if self.on_redis() {
+            let ms = u64::try_from(lease_ms.as_millis()).unwrap_or(u64::MAX);
+            let (pos, tag) = self
+                .redis_end(lease, b"EXTEND", Some(ms))?
+                .ok_or_else(|| Error::new(SOCK_COM_EXCP, "the lease script gave no new lease id"))?;
+            (lease.pos, lease.tag) = (pos, tag);
+            return Ok(());
+        }
         let (id, ms) = (lease.id(), lease_ms.as_millis().to_string());
         match self.lease_command(lease.queue, ReplyWait::Normal, &[b"TVMQ.EXTEND", id.as_bytes(), ms.as_bytes()])? {
             Answer::Value(new) => match parse_id(&new) {
@@ -165,7 +213,7 @@ mod tests {
         for bad in [&b""[..], b"1", b"a-1", b"1-", b"1-2-3"] {
             assert_eq!(parse_id(bad), None);
         }
-        let l = NetLease { queue: 1, pos: 3, tag: 4, deliveries: 1 };
+        let l = NetLease { queue: 1, shard: 0, pos: 3, tag: 4, deliveries: 1 };
         assert_eq!(l.id(), "3-4");
         let e = no_leases(Error::new(SVR_EXCEPTION, "the server answered: ERR unknown command 'TVMQ.LEASE'"));
         assert_eq!(e.code(), NOT_SUPPT_OPT);

@@ -23,6 +23,8 @@ pub(crate) enum Answer {
     Values(Vec<Vec<u8>>),
     /// tvmq serve's lease entry `[id, deliveries, record]` (TVMQ.LEASE).
     Lease(Vec<u8>, i64, Vec<u8>),
+    /// Another array whose first item is a string (ROLE: `master`, ...): that string.
+    Head(Vec<u8>),
     /// Anything else.
     Other,
 }
@@ -130,7 +132,12 @@ fn answer(reply: Reply<'_>) -> Answer {
             for item in &items {
                 match item {
                     Reply::Bulk(b) => values.push(b.to_vec()),
-                    _ => return Answer::Other,
+                    _ => {
+                        return match items.first() {
+                            Some(Reply::Bulk(b) | Reply::Simple(b)) => Answer::Head(b.to_vec()),
+                            _ => Answer::Other,
+                        };
+                    }
                 }
             }
             Answer::Values(values)

@@ -166,12 +166,10 @@ impl Router {
         let i = self.route(slot);
         if let Err(e) = self.conn(i) {
             // A node that cannot be reached may have been replaced (a
-            // failover): ask a node still connected for the map again.
+            // failover): ask another node for the map again, now, so that
+            // the next command goes to the new owner.
             if cluster {
-                if let Some(at) = self.nodes.iter().position(|n| n.conn.is_some()) {
-                    self.refresh(at);
-                    self.flush();
-                }
+                self.refresh_now(i);
             }
             self.fail(kind, e.clone());
             return Err(e);
@@ -362,6 +360,28 @@ impl Router {
             hops: 0,
         });
         self.refreshing = true;
+    }
+
+    /// Asks a node other than `except` (connected, or connecting to each
+    /// known one in turn) for the slot map and applies it before returning.
+    fn refresh_now(&mut self, except: usize) {
+        let mut order: Vec<usize> = (0..self.nodes.len()).filter(|&j| j != except).collect();
+        order.sort_by_key(|&j| self.nodes[j].conn.is_none());
+        for j in order {
+            if self.conn(j).is_err() {
+                continue;
+            }
+            self.refreshing = false;
+            self.refresh(j);
+            self.flush();
+            while self.refreshing && self.nodes[j].conn.is_some() {
+                self.read_node(j, true);
+            }
+            if !self.refreshing {
+                return;
+            }
+        }
+        self.refreshing = false;
     }
 
     /// The answer of ticket `id`, if it came.

@@ -93,9 +93,16 @@ impl Tls {
                 let key = PrivateKeyDer::from_pem_file(key_file)
                     .map_err(|e| file_error(key_file, "key_file", &format!("no usable private key: {e}")))?;
                 builder.with_client_auth_cert(chain, key).map_err(|e| {
+                    // rustls says "keys may not be consistent: KeyMismatch".
+                    let why = match e {
+                        rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch) => {
+                            "the key is not the certificate's (they do not belong together)".to_string()
+                        }
+                        e => e.to_string(),
+                    };
                     Error::new(
                         BOOT_PARM_ERR,
-                        format!("TLS cert_file {} and key_file {}: {e}", cert_file.display(), key_file.display()),
+                        format!("TLS cert_file {} and key_file {}: {why}", cert_file.display(), key_file.display()),
                     )
                 })?
             }

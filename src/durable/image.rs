@@ -44,6 +44,12 @@ pub(crate) struct Image {
     /// alone where the filesystem has no direct I/O): every write is on
     /// stable storage when it returns, and writes only its own range.
     out: File,
+    /// The same file opened with `O_DIRECT` alone, for writes made durable
+    /// by an `fdatasync` after them (a sync on a ring, see `uring`: its
+    /// `O_DSYNC` writes complete through the kernel's direct I/O
+    /// workqueue, measured slower than a write and an `fdatasync`); `None`
+    /// where the filesystem has no direct I/O.
+    direct: Option<File>,
     /// File offset of the image (its marks page; the slots follow).
     offset: u64,
     /// Bytes of the slots, rounded up to a page.
@@ -72,7 +78,25 @@ impl Image {
             .map_err(|e| {
                 Error::new(SHM_ERR_ACCES, format!("cannot open {} for its image: {e}", file.path().display()))
             })?;
-        Ok(Some(Image { out, offset, slots_len, stride, capacity: info.capacity }))
+        let direct = open(libc::O_DIRECT | libc::O_CLOEXEC).ok();
+        Ok(Some(Image { out, direct, offset, slots_len, stride, capacity: info.capacity }))
+    }
+
+    /// The descriptor that writes the image for a sync on a ring, and
+    /// whether its writes need an `fdatasync` after them (`O_DIRECT`
+    /// alone) or are durable when they complete (`O_DSYNC`).
+    pub(crate) fn ring_fd(&self) -> (std::os::fd::RawFd, bool) {
+        use std::os::fd::AsRawFd;
+        match &self.direct {
+            Some(f) => (f.as_raw_fd(), true),
+            None => (self.out.as_raw_fd(), false),
+        }
+    }
+
+    /// The file offset of the watermark's page in the mapping (the last
+    /// write of [`plan`](Self::plan) when it writes that page).
+    pub(crate) fn marks_page(&self) -> u64 {
+        marks_page()
     }
 
     /// Writes into the image the pages of the slots of the positions

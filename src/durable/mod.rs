@@ -79,7 +79,9 @@
 //! the lock held), `defer` (syncs put off by a thread), `commit` (group
 //! commit: waiting for a sync or running one), `dirty` (`interval`: what
 //! no sync covers, and the flusher's due sync), `flusher` (the thread),
-//! `recover` (after a machine restart), `stats` (for `tvmq stat`).
+//! `recover` (after a machine restart), `stats` (for `tvmq stat`), `uring`
+//! (syncs submitted to an io_uring by a thread that does not wait for
+//! them: [`SyncRing`]).
 
 mod commit;
 pub(crate) mod defer;
@@ -97,6 +99,7 @@ mod stats;
 mod sync;
 #[cfg(test)]
 mod tests;
+mod uring;
 
 pub(crate) use hooks::hooked;
 #[cfg(test)]
@@ -104,6 +107,7 @@ pub(crate) use hooks::{SyncEvent, SyncHook, hooks};
 pub(crate) use pages::msync;
 pub(crate) use stats::stats;
 pub use stats::{DurableStats, RecoveryStats};
+pub use uring::{SyncRing, SyncStart};
 
 use crate::clock::now_ns;
 use crate::error::*;

@@ -17,6 +17,20 @@ use std::sync::atomic::Ordering;
 /// only a lower bound). An `interval` sync takes it from its release pass.
 const WATERMARK_SCAN: u64 = 1 << 16;
 
+/// A sync begun (numbered, its marks moved, the lock held) whose pages are
+/// still to be written.
+pub(super) struct Begun {
+    /// Its number: it covers tickets up to this one.
+    pub(super) number: u64,
+    /// When it began, nanoseconds since the Unix epoch.
+    pub(super) started_ns: u64,
+    /// Is the control page (the watermark) to be written too?
+    pub(super) control: bool,
+    /// The positions whose slots it must write (queues with an image): those
+    /// sealed by it, and those released since the last sync.
+    pub(super) changed: [(u64, u64); 2],
+}
+
 impl Durable {
     /// One sync, with the lock held: numbers it, writes the watermark,
     /// clears the dirty flag, syncs the file and records completion.
@@ -32,6 +46,19 @@ impl Durable {
         if let Some(hook) = &self.hook {
             hook(&SyncEvent::Begin);
         }
+        let begun = self.begin_sync();
+        let r = self.write_pages(begun.control, begun.changed);
+        self.end_sync(&begun, r)
+    }
+
+    /// The first half of a sync, with the lock held (and `batch_start`
+    /// stored): numbers it, clears the dirty flag, seals and marks what it
+    /// will write, and writes the watermark's next copy in memory. What it
+    /// returns says which pages [`write_pages`](Self::write_pages) (or the
+    /// same writes submitted elsewhere, see `uring`) must write; then
+    /// [`end_sync`](Self::end_sync) records the outcome.
+    pub(super) fn begin_sync(&self) -> Begun {
+        let w = self.words();
         // A sync that began and never completed (its process was killed
         // during it, or its writes failed) may have moved the seal and
         // release marks and written the watermark in memory without the
@@ -40,7 +67,7 @@ impl Durable {
         // So after one, a sync writes the watermark's page, and (`interval`)
         // every slot into the image.
         let unfinished = w.done.load(Ordering::SeqCst) < w.started.load(Ordering::SeqCst);
-        let n = w.started.fetch_add(1, Ordering::SeqCst) + 1;
+        let number = w.started.fetch_add(1, Ordering::SeqCst) + 1;
         let started_ns = now_ns();
         // Changes made before this store are covered by the sync below;
         // a later one sets the flag again.
@@ -66,14 +93,21 @@ impl Durable {
         if unfinished {
             changed[0] = (0, self.ring.capacity());
         }
-        let r = self.write_pages(marked || unfinished, changed);
+        Begun { number, started_ns, control: marked || unfinished, changed }
+    }
+
+    /// The second half of a sync begun by [`begin_sync`](Self::begin_sync),
+    /// once its writes returned `r`: records its completion (or failure) in
+    /// the control block. The caller still holds the lock, and releases it.
+    pub(super) fn end_sync(&self, begun: &Begun, r: Result<()>) -> Result<()> {
+        let w = self.words();
         let end = now_ns();
         w.callers.store(w.waiters.load(Ordering::SeqCst).saturating_add(1), Ordering::Relaxed);
         match r {
             Ok(()) => {
-                w.last_sync_took_ns.store(end.saturating_sub(started_ns), Ordering::Relaxed);
+                w.last_sync_took_ns.store(end.saturating_sub(begun.started_ns), Ordering::Relaxed);
                 w.last_sync_ns.store(end, Ordering::Release);
-                w.done.fetch_max(n, Ordering::SeqCst);
+                w.done.fetch_max(begun.number, Ordering::SeqCst);
                 Ok(())
             }
             Err(e) => {

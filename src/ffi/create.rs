@@ -4,6 +4,7 @@
 
 use super::common::text;
 use super::local::define_with;
+use super::net::client;
 use super::{SATvm, TABLE, TCREATE, call, call_no_handle};
 use crate::error::*;
 use crate::file::queue_dir;
@@ -130,6 +131,34 @@ pub unsafe extern "C" fn lInitQueueOptions(opt: *mut TvmQueueOptions, size: usiz
     })
 }
 
+/// The caller's options, checked: not NULL, `size` set, no member of a
+/// later tvm.h set.
+///
+/// # Safety
+/// `opt` is NULL or points to `opt->size` readable bytes, a TvmQueueOptions
+/// first.
+unsafe fn options<'a>(opt: *const TvmQueueOptions) -> Result<&'a TvmQueueOptions> {
+    if opt.is_null() {
+        return Err(Error::new(CONDIT_IS_NIL, "NULL options"));
+    }
+    // SAFETY: non-NULL; the caller provides at least the first member.
+    let size = unsafe { opt.cast::<usize>().read_unaligned() };
+    let ours = std::mem::size_of::<TvmQueueOptions>();
+    if size < ours {
+        return Err(Error::new(
+            CONDIT_IS_NIL,
+            format!("options of {size} bytes: set size with lInitQueueOptions(&o, sizeof(o))"),
+        ));
+    }
+    // SAFETY: the caller provides `size` readable bytes at `opt`.
+    let later = unsafe { std::slice::from_raw_parts(opt.cast::<u8>().add(ours), size - ours) };
+    if later.iter().any(|&b| b != 0) {
+        return Err(Error::new(NOT_SUPPT_OPT, "options of a later tvm.h that this library does not know"));
+    }
+    // SAFETY: at least `ours` readable bytes, a TvmQueueOptions.
+    Ok(unsafe { &*opt })
+}
+
 /// The Spec that `o` asks for (the record size and field list of `def`
 /// still to come).
 fn spec_of(o: &TvmQueueOptions) -> Result<Spec> {
@@ -181,26 +210,8 @@ fn spec_of(o: &TvmQueueOptions) -> Result<Spec> {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lCreateQueueEx(p: *mut SATvm, t: TABLE, opt: *const TvmQueueOptions) -> c_long {
     let body = |_: &mut SATvm| {
-        if opt.is_null() {
-            return Err(Error::new(CONDIT_IS_NIL, "NULL options").into());
-        }
-        // SAFETY: non-NULL; the caller provides at least the first member.
-        let size = unsafe { opt.cast::<usize>().read_unaligned() };
-        let ours = std::mem::size_of::<TvmQueueOptions>();
-        if size < ours {
-            return Err(Error::new(
-                CONDIT_IS_NIL,
-                format!("options of {size} bytes: set size with lInitQueueOptions(&o, sizeof(o))"),
-            )
-            .into());
-        }
-        // SAFETY: the caller provides `size` readable bytes at `opt`.
-        let later = unsafe { std::slice::from_raw_parts(opt.cast::<u8>().add(ours), size - ours) };
-        if later.iter().any(|&b| b != 0) {
-            return Err(Error::new(NOT_SUPPT_OPT, "options of a later tvm.h that this library does not know").into());
-        }
-        // SAFETY: at least `ours` readable bytes, a TvmQueueOptions.
-        let o = unsafe { &*opt };
+        // SAFETY: the caller's contract: NULL or `size` readable bytes.
+        let o = unsafe { options(opt) }?;
         let mut spec = spec_of(o)?;
         if let Some(def) = o.def {
             let (name, part, size, fields) = define_with(t, def)?;
@@ -216,6 +227,38 @@ pub unsafe extern "C" fn lCreateQueueEx(p: *mut SATvm, t: TABLE, opt: *const Tvm
             spec.fields = fields;
         }
         Queue::create(&queue_dir(), t, &spec)?;
+        Ok(0)
+    };
+    // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
+    unsafe { call(p, body) }
+}
+
+/// As lCreateQueueEx, on the Redis or Redis Cluster handle p is connected
+/// to: stores the lease options of `*opt` (lease_ms, max_deliveries,
+/// dead_letter, max_leases) in the hash `{t}:opts` (docs/client.md, "Leases
+/// on Redis"), where every program's lTvmPopLease on queue t finds them. The
+/// other members do not apply to a Redis list (it needs no creation, has
+/// no capacity and holds values of any size) and are ignored; without
+/// opt->leases nothing is stored. m_lEffect = 0.
+/// Against tvmq serve: RMT_NOT_SUPPT (create the queue on the server's
+/// machine: tvmq create, or lCreateQueueEx there).
+/// Threads: one handle per thread, as lTvmPush.
+/// Errors: CONDIT_IS_NIL (NULL handle or opt, size too small, lease
+/// settings out of range as lCreateQueueEx checks them), NOT_SUPPT_OPT (a
+/// later member set; a queue as its own dead-letter queue), TBL_ARD_EXIST
+/// (`{t}:opts` exists: queue t has lease options already; lTvmDropTable
+/// removes them), RMT_NOT_SUPPT, SERV_NOT_CONN, and the SOCK_* codes of
+/// lTvmPush; with lTvmRequireReplicas, REPL_TIMEOUT.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lTvmCreateQueueEx(p: *mut SATvm, t: TABLE, opt: *const TvmQueueOptions) -> c_long {
+    let body = |h: &mut SATvm| {
+        // SAFETY: the caller's contract: NULL or `size` readable bytes.
+        let o = unsafe { options(opt) }?;
+        let spec = spec_of(o)?;
+        if let Some(l) = &spec.leases {
+            l.check(t)?;
+        }
+        client(h)?.create_options(t, spec.leases.as_ref())?;
         Ok(0)
     };
     // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.

@@ -61,6 +61,9 @@ pub(super) struct HandleState {
     /// The credentials of lTvmAuth, given by every connection that
     /// lTvmConnect or lTvmConnectTls opens afterwards.
     pub(super) auth: Option<std::sync::Arc<crate::client::Auth>>,
+    /// The credentials of lTvmSentinelAuth, given to the sentinels of
+    /// lTvmConnectSentinel.
+    pub(super) sentinel_auth: Option<std::sync::Arc<crate::client::Auth>>,
 }
 
 impl HandleState {

@@ -6,11 +6,12 @@
 //! Every `extern "C"` function catches panics (none may unwind into C),
 //! treats NULL pointers as `CONDIT_IS_NIL`, and records its outcome both in
 //! the handle (`m_lErrno`, `m_lEffect`) and in the calling thread's last
-//! error (`lGetTErrno`, `lGetEffect`).
+//! error (`lGetTErrno`, `lGetEffect`, and on failure `sGetTErrDetail`).
 #![allow(non_snake_case, non_camel_case_types, clippy::missing_safety_doc)]
 
 mod common;
 mod create;
+mod detail;
 mod durable;
 mod handle;
 mod lease;
@@ -18,10 +19,12 @@ mod local;
 mod net;
 mod stvm;
 mod thread;
+mod watch;
 
 pub use create::{
     TVM_DURABLE_ALWAYS, TVM_DURABLE_INTERVAL, TVM_DURABLE_NONE, TvmQueueOptions, lCreateQueueEx, lInitQueueOptions,
 };
+pub use detail::sGetTErrDetail;
 pub use durable::lSyncQueue;
 pub use handle::{
     lAttchTable, lInitSATvm, pCloneSATvm, pGetSATvm, vCloneFree, vHoldConnect, vHoldRelease, vTblDisconnect,
@@ -39,6 +42,7 @@ pub use stvm::{
     bTableIsExist, lCount, lDumpTable, lExportFile, lGetRowSize, lGetTblRow, lGetTblValid, lImportFile, lResetLock,
     lTruncate, pInitSATvm, vCloneQueue, vForceDisconnect, vInitSATvm,
 };
+pub use watch::{TvmQueueStats, lListQueues, lQueueStats};
 
 use crate::error::{CONDIT_IS_NIL, Error, SVR_EXCEPTION};
 use std::ffi::{CStr, c_char, c_long, c_uint, c_ulonglong, c_void};
@@ -139,6 +143,7 @@ unsafe fn call(p: *mut SATvm, body: impl FnOnce(&mut SATvm) -> CallResult) -> c_
     // caller-owned SATvm), which C code passes to one thread at a time.
     let Some(h) = (unsafe { p.as_mut() }) else {
         set_last(CONDIT_IS_NIL as c_long, 0);
+        detail::set("NULL handle");
         return RC_FAIL;
     };
     let outcome = catch_unwind(AssertUnwindSafe(|| body(&mut *h)))
@@ -154,6 +159,7 @@ unsafe fn call(p: *mut SATvm, body: impl FnOnce(&mut SATvm) -> CallResult) -> c_
             h.m_lErrno = f.error.code();
             h.m_lEffect = f.effect;
             set_last(c_long::from(f.error.code()), f.effect);
+            detail::set(f.error.detail());
             RC_FAIL
         }
     }
@@ -170,6 +176,7 @@ fn call_no_handle(body: impl FnOnce() -> CallResult) -> c_long {
         }
         Err(f) => {
             set_last(c_long::from(f.error.code()), f.effect);
+            detail::set(f.error.detail());
             RC_FAIL
         }
     }
@@ -208,10 +215,12 @@ pub extern "C" fn lGetTErrno() -> c_long {
     thread::last().0
 }
 
-/// Sets the calling thread's last error code.
+/// Sets the calling thread's last error code (its detail text,
+/// sGetTErrDetail(), becomes "").
 #[unsafe(no_mangle)]
 pub extern "C" fn vSetTErrno(code: c_long) {
     set_last(code, thread::last().1);
+    detail::set("");
 }
 
 /// Returns the number of records affected by the calling thread's last call.

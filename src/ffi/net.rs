@@ -7,7 +7,7 @@
 use super::common::{MallocArray, OutBuffer, counted, pop_one, popup, record, text, wait_mode};
 use super::handle::state_mut;
 use super::{CallResult, Fail, SATvm, TABLE, Uenum, call};
-use crate::client::{Addr, Auth, Client, Dial, PopWait, Tls, TlsOptions};
+use crate::client::{Addr, Auth, Client, Dial, PopWait, Sentinels, Tls, TlsOptions};
 use crate::error::*;
 use std::ffi::{CStr, OsStr, c_char, c_int, c_long, c_void};
 use std::os::unix::ffi::OsStrExt;
@@ -256,16 +256,169 @@ pub unsafe extern "C" fn lTvmConnectTls(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lTvmAuth(p: *mut SATvm, user: *const c_char, password: *const c_char) -> c_long {
     let body = |h: &mut SATvm| {
-        let bytes = |s: *const c_char| {
-            // SAFETY: C callers pass NULL or a NUL-terminated string.
-            (!s.is_null()).then(|| unsafe { CStr::from_ptr(s) }.to_bytes().to_vec())
-        };
-        let auth = match (bytes(user), bytes(password)) {
-            (None, None) => None,
-            (Some(_), None) => return Err(Error::new(CONDIT_IS_NIL, "a user without a password").into()),
-            (user, Some(password)) => Some(Arc::new(Auth { user, password })),
-        };
-        state_mut(h).auth = auth;
+        // SAFETY: C callers pass NULL or NUL-terminated strings.
+        state_mut(h).auth = unsafe { credentials(user, password) }?;
+        Ok(0)
+    };
+    // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
+    unsafe { call(p, body) }
+}
+
+/// The credentials `user` (NULL: none) and `password` (NULL with no user:
+/// none at all).
+///
+/// # Safety
+/// `user` and `password` are NULL or NUL-terminated strings.
+unsafe fn credentials(user: *const c_char, password: *const c_char) -> Result<Option<Arc<Auth>>> {
+    let bytes = |s: *const c_char| {
+        // SAFETY: the caller's contract: NULL or a NUL-terminated string.
+        (!s.is_null()).then(|| unsafe { CStr::from_ptr(s) }.to_bytes().to_vec())
+    };
+    match (bytes(user), bytes(password)) {
+        (None, None) => Ok(None),
+        (Some(_), None) => Err(Error::new(CONDIT_IS_NIL, "a user without a password")),
+        (user, Some(password)) => Ok(Some(Arc::new(Auth { user, password }))),
+    }
+}
+
+/// "host:port,host:port,..." as addresses.
+fn sentinel_list(list: &str) -> Result<Vec<Addr>> {
+    let mut out = Vec::new();
+    for item in list.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let bad = || Error::new(BOOT_PARM_ERR, format!("sentinel {item:?}: write host:port"));
+        let (host, port) = item.rsplit_once(':').ok_or_else(bad)?;
+        let port = port.parse::<u16>().ok().filter(|&p| p > 0).ok_or_else(bad)?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        if host.is_empty() {
+            return Err(bad());
+        }
+        out.push(Addr::Tcp { host: host.to_owned(), port });
+    }
+    if out.is_empty() {
+        return Err(Error::new(CONDIT_IS_NIL, "no sentinel given: write \"host:port,host:port,...\""));
+    }
+    Ok(out)
+}
+
+/// The body of lTvmConnectSentinel and lTvmConnectSentinelTls.
+///
+/// # Safety
+/// `sentinels` and `master` are NULL or NUL-terminated strings.
+unsafe fn connect_sentinel(
+    h: &mut SATvm,
+    sentinels: *const c_char,
+    master: *const c_char,
+    timeout_secs: c_int,
+    tls: Option<Arc<Tls>>,
+) -> CallResult {
+    if sentinels.is_null() || master.is_null() {
+        return Err(Error::new(CONDIT_IS_NIL, "NULL sentinels or master name").into());
+    }
+    // SAFETY: C callers pass NUL-terminated strings.
+    let (list, name) = unsafe { (text(sentinels), text(master)) };
+    if name.is_empty() {
+        return Err(Error::new(CONDIT_IS_NIL, "empty master name").into());
+    }
+    let addrs = sentinel_list(&list)?;
+    let timeout = u64::try_from(timeout_secs).ok().filter(|&s| s > 0).map(Duration::from_secs);
+    if let Some(old) = state_mut(h).net.take() {
+        let _ = old.close();
+    }
+    let st = state_mut(h);
+    let watchers = Sentinels::new(addrs, name, Dial { tls: tls.clone(), auth: st.sentinel_auth.clone() });
+    let dial = Dial { tls, auth: st.auth.clone() };
+    st.net = Some(Client::connect_sentinel(watchers, timeout, dial)?);
+    Ok(0)
+}
+
+/// Connects handle p to the Redis master that the sentinels call `master`
+/// (`sentinel monitor <master> ...`), and follows it through failovers.
+/// `sentinels` is "host:port,host:port,..." (IPv6: "[::1]:26379"); they
+/// are asked in turn (`SENTINEL get-master-addr-by-name`), the one that
+/// answered first next time, and the server they name must answer ROLE
+/// with "master". Afterwards, when a call finds the master gone (its
+/// connection refused, lost or timed out), demoted (`-READONLY`) or cut
+/// off (`-MASTERDOWN`), the sentinels are asked again and the handle
+/// reconnects to the master they name, retrying within `timeout_secs`
+/// (0 or less: within 30 s). A call the server certainly did not execute
+/// (a connection that could not be made, READONLY, MASTERDOWN) is then
+/// sent again to the new master and succeeds; a call whose connection
+/// broke before its answer fails with its SOCK_* code (it may or may not
+/// have been executed: a push may then be there twice if retried) and
+/// the next call goes to the new master. lTvmPopLease waits through a
+/// failover (a lease taken and unanswered runs out and is delivered
+/// again). Asynchronous pushes cut by a failover are reported by lAsyWait,
+/// and those after it go to the new master. With lTvmRequireReplicas a
+/// push that returned RC_SUCC is on the master and on that many replicas,
+/// one of which the sentinels promote. Handles that share this handle's
+/// connection (lTvmShare) do not follow the master: give each its own.
+/// Credentials: lTvmAuth for the master and replicas, lTvmSentinelAuth for
+/// the sentinels (which may have their own password), both before this
+/// call. Otherwise as lTvmConnect (timeouts, keys, calls).
+/// Threads: as lTvmConnect.
+/// Errors: CONDIT_IS_NIL (NULL handle, sentinels or master; empty list or
+/// name), BOOT_PARM_ERR (an item that is not host:port), SOCK_CONN_ERR,
+/// SOCK_CONN_TMO and the other SOCK_* codes (no sentinel answered, or the
+/// master could not be reached in time: the message says which),
+/// SVR_EXCEPTION (no sentinel knows `master`, or the server named is not a
+/// master in time).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lTvmConnectSentinel(
+    p: *mut SATvm,
+    sentinels: *const c_char,
+    master: *const c_char,
+    timeout_secs: c_int,
+) -> c_long {
+    // SAFETY: C callers pass NULL or NUL-terminated strings.
+    let body = |h: &mut SATvm| unsafe { connect_sentinel(h, sentinels, master, timeout_secs, None) };
+    // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
+    unsafe { call(p, body) }
+}
+
+/// As lTvmConnectSentinel, over TLS: the sentinels and the master (and its
+/// successors) are reached with TLS as `tls` says (see TvmTls and
+/// lTvmConnectTls: one configuration for both; a server_name, if set, must
+/// be on every certificate). Errors: those of lTvmConnectSentinel and the
+/// TLS ones of lTvmConnectTls.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lTvmConnectSentinelTls(
+    p: *mut SATvm,
+    sentinels: *const c_char,
+    master: *const c_char,
+    timeout_secs: c_int,
+    tls: *const TvmTls,
+) -> c_long {
+    let body = |h: &mut SATvm| {
+        if tls.is_null() {
+            return Err(Error::new(CONDIT_IS_NIL, "NULL tls").into());
+        }
+        // SAFETY: a non-NULL tls is the caller's TvmTls with its size set.
+        let config = Tls::new(&unsafe { tls_options(tls) }?)?;
+        // SAFETY: C callers pass NULL or NUL-terminated strings.
+        unsafe { connect_sentinel(h, sentinels, master, timeout_secs, Some(config)) }
+    };
+    // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
+    unsafe { call(p, body) }
+}
+
+/// Sets the credentials handle p gives the sentinels of lTvmConnectSentinel
+/// (`AUTH password`, or `AUTH user password`): a sentinel started with its
+/// own password (`requirepass` in its configuration, which is not the
+/// master's: the master's is given with lTvmAuth). Call it before
+/// lTvmConnectSentinel. `password` NULL clears them. The strings are
+/// copied. Threading: as lTvmConnect.
+/// Returns RC_SUCC; errors: CONDIT_IS_NIL (NULL handle, or a user without
+/// a password). A sentinel that refuses them is skipped as one that does
+/// not answer (the message of the failed connect quotes its answer).
+///
+/// # Safety
+/// `p` is NULL or a live handle; `user` and `password` are NULL or
+/// NUL-terminated strings.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lTvmSentinelAuth(p: *mut SATvm, user: *const c_char, password: *const c_char) -> c_long {
+    let body = |h: &mut SATvm| {
+        // SAFETY: C callers pass NULL or NUL-terminated strings.
+        state_mut(h).sentinel_auth = unsafe { credentials(user, password) }?;
         Ok(0)
     };
     // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
@@ -513,6 +666,72 @@ pub unsafe extern "C" fn lTvmCount(p: *mut SATvm, n: *mut usize) -> c_long {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lTvmTruncate(p: *mut SATvm, t: TABLE) -> c_long {
     let body = |h: &mut SATvm| -> CallResult { Ok(client(h)?.truncate(t)? as usize) };
+    // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
+    unsafe { call(p, body) }
+}
+
+/// From now on a write of handle p returns RC_SUCC only once `replicas`
+/// replicas of the Redis master have it: lTvmPush, lTvmAck, lTvmRelease,
+/// lTvmReject, lTvmExtendLease and lTvmCreateQueueEx send `WAIT replicas
+/// timeout_ms` with their command (in the same write on the handle's own
+/// connection to a Redis: one round trip; after the answer on a shared
+/// connection or a Redis Cluster), and lAsyWait sends one WAIT per queue
+/// pushed to since the last lAsyWait. When fewer replicas have the write
+/// within `timeout_ms`, the call fails with REPL_TIMEOUT: the write was
+/// done on the master, but a failover may lose it (the record may or may
+/// not be there); lAsyWait then reports REPL_TIMEOUT with m_lEffect = the
+/// records that went in. A master with fewer replicas than asked: every
+/// write fails so, after the timeout. lTvmPopLease and the pops are not
+/// waited for (a lease lost in a failover is delivered again). `replicas`
+/// 0 turns it off. Call it after lTvmConnect (which resets it): it holds
+/// for the handle's connection, its reconnections, and handles that
+/// lTvmShare it afterwards.
+/// Threads: one handle per thread, as lTvmConnect.
+/// Errors: CONDIT_IS_NIL (NULL handle, negative replicas, timeout_ms < 1
+/// with replicas > 0), SERV_NOT_CONN, NOT_SUPPT_OPT (a server without
+/// replicas: tvmq serve).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lTvmRequireReplicas(p: *mut SATvm, replicas: c_long, timeout_ms: c_long) -> c_long {
+    let body = |h: &mut SATvm| -> CallResult {
+        let count = u32::try_from(replicas)
+            .map_err(|_| Error::new(CONDIT_IS_NIL, format!("replicas {replicas}: 0 or more")))?;
+        let ms = u64::try_from(timeout_ms).ok().filter(|&ms| ms > 0 || count == 0).ok_or_else(|| {
+            Error::new(CONDIT_IS_NIL, format!("timeout {timeout_ms} ms: 1 or more (WAIT 0 would wait forever)"))
+        })?;
+        client(h)?.require_replicas(count, Duration::from_millis(ms))?;
+        Ok(0)
+    };
+    // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
+    unsafe { call(p, body) }
+}
+
+/// Spreads queue t, on handle p, over `shards` keys of the Redis Cluster
+/// (or Redis) p is connected to: one logical queue whose shards are spread
+/// evenly over the cluster's hash slots, so that with at least as many
+/// shards as masters (and the equal slot ranges `redis-cli --cluster
+/// create` gives) every master holds some, and a hot queue's load is
+/// shared by all of them. Shard i is the key "<t>.<i>.<n>", n the smallest
+/// number from 0 whose key's slot is in the i-th of `shards` equal parts of
+/// the 16384 slots (a rule any client can follow). From then on, on this
+/// handle: lTvmPush and lAsyPush of queue t go to the shards in turn;
+/// lTvmPop and lTvmPopLease start at the next shard in turn and take from
+/// the first that has a record (FIFO within a shard, not across shards;
+/// a waiting pop waits on one shard at a time for at most 200 ms);
+/// lTvmCount sums the shards; lTvmDropTable drops them all;
+/// lTvmCreateQueueEx stores the lease options on every shard (a lease
+/// token names its shard). Every program using the queue must spread it
+/// with the same `shards`. lTvmPopup and lTvmTruncate of a spread queue
+/// fail with NOT_SUPPT_OPT. `shards` 0 or 1: queue t is one key again.
+/// Threads: one handle per thread, as lTvmConnect.
+/// Errors: CONDIT_IS_NIL (NULL handle, shards < 0 or more than 1024),
+/// SERV_NOT_CONN, NOT_SUPPT_OPT (tvmq serve: no spread queues).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lTvmSpread(p: *mut SATvm, t: TABLE, shards: c_long) -> c_long {
+    let body = |h: &mut SATvm| -> CallResult {
+        let n = usize::try_from(shards).map_err(|_| Error::new(CONDIT_IS_NIL, format!("{shards} shards")))?;
+        client(h)?.set_spread(t, n)?;
+        Ok(0)
+    };
     // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
     unsafe { call(p, body) }
 }

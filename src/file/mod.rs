@@ -19,7 +19,7 @@ pub(crate) mod orphans;
 
 pub use dir::{check_queue_dir, filesystem_size, queue_dir, queue_file_id, queue_ids, queue_path};
 pub use layout::slot_stride;
-pub use map::queue_name;
+pub use map::{queue_name, queue_name_and_part};
 pub use orphans::OrphansRemoved;
 
 #[cfg(test)]

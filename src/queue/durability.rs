@@ -4,7 +4,7 @@
 //! loop), and the durable state for `tvmq stat`.
 
 use super::Queue;
-use crate::durable::{Durable, DurableStats};
+use crate::durable::{Durable, DurableStats, SyncRing, SyncStart};
 use crate::error::*;
 use crate::spec::Durability;
 
@@ -90,6 +90,33 @@ impl Queue {
         match self.always() {
             Some(d) => d.wait_for_sync(ticket.0),
             None => Ok(()),
+        }
+    }
+
+    /// Starts a sync that covers `ticket` on `ring`, without waiting for
+    /// it: the sync is begun here (the group commit's lock taken, the sync
+    /// numbered: it covers every change published before, by any thread or
+    /// process) and its writes submitted; [`SyncRing::reap`] later finishes
+    /// it, releases the lock and reports its outcome under `token`. For a
+    /// thread that must not wait for the disk (an event loop): see
+    /// [`SyncRing`] for its threading rule.
+    ///
+    /// Returns [`SyncStart::Covered`] when a completed sync covers the
+    /// ticket already (and on a queue that is not `always`),
+    /// [`SyncStart::Started`], [`SyncStart::Busy`] when another syncer
+    /// holds the lock (ask again once its sync ended: it may not cover the
+    /// ticket), or [`SyncStart::Full`] when the ring has no room (ask again
+    /// after a reap). Errors: `SYNC_FAILED` (the writes could not be
+    /// submitted: the sync failed, as a failed system call fails it).
+    pub fn start_sync(
+        self: &std::sync::Arc<Self>,
+        ticket: SyncTicket,
+        ring: &mut SyncRing,
+        token: u64,
+    ) -> Result<SyncStart> {
+        match self.durable.as_ref().filter(|d| d.is_always()) {
+            Some(d) => ring.start(d, self.clone(), ticket.0, token),
+            None => Ok(SyncStart::Covered),
         }
     }
 

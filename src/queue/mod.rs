@@ -6,8 +6,9 @@
 //! the values the API takes and gives ([`Wait`], [`Strategy`], [`QueueInfo`],
 //! [`Repair`]), `data` the data path (push, pop, batches), `blocking` the
 //! waits of pops on an empty queue and the wake-ups of pushes, `durability`
-//! the glue to durable queues, `stats` the counters, `participant` how the
-//! queue takes part in the ring (its announcements and its
+//! the glue to durable queues, `stats` the counters (`snapshot` all of
+//! them in one cheap read, for watchers), `participant` how the queue takes
+//! part in the ring (its announcements and its
 //! [`Stall`](crate::ring::Stall) policy), [`lease`] acknowledged consumption.
 
 use crate::clock::now_ns;
@@ -30,6 +31,7 @@ mod data;
 mod durability;
 mod lease;
 mod participant;
+mod snapshot;
 mod stats;
 #[cfg(test)]
 mod tests;
@@ -40,6 +42,7 @@ pub use durability::SyncTicket;
 pub(crate) use lease::Attacher;
 pub use lease::{Lease, LeaseState, LeaseStats, LeasedRecord};
 pub(crate) use participant::{IdHasher, KeptIntent};
+pub use snapshot::Snapshot;
 pub use stats::{Process, Stats};
 pub use transfer::ExportFormat;
 pub use types::{QueueInfo, Repair, Strategy, Wait};
@@ -103,6 +106,8 @@ pub struct Queue {
     /// see [`always`](Self::always)).
     durable: Option<Arc<Durable>>,
     file: QueueFile,
+    /// What opening it recovered (see [`Queue::repaired_at_open`]).
+    repaired_at_open: Repair,
 }
 
 impl std::fmt::Debug for Queue {
@@ -295,7 +300,7 @@ impl Queue {
             (Some(table), Some(settings)) => Some(Box::new(lease::Leases::new(table, settings.clone(), registry.me()))),
             _ => None,
         };
-        let queue = Queue {
+        let mut queue = Queue {
             ring,
             registry,
             slots: Arc::new(IntentSlots::default()),
@@ -310,12 +315,19 @@ impl Queue {
             info,
             durable,
             file,
+            repaired_at_open: Repair {
+                recovered_pushes: 0,
+                recovered_pops: 0,
+                reconciled_waiters: reconciled,
+                alone: false,
+            },
         };
         if !deaths.is_empty() {
             // A process died attached: what it held and nobody waits on is
             // recovered now rather than left for a later lap.
-            queue.repair();
+            let r = queue.repair();
             queue.registry.forget(&deaths);
+            queue.repaired_at_open = Repair { reconciled_waiters: r.reconciled_waiters + reconciled, ..r };
         }
         Ok(queue)
     }
@@ -381,6 +393,16 @@ impl Queue {
             s.last_recovery_ns.store(now_ns(), Ordering::Relaxed);
         }
         Repair { recovered_pushes: pushes, recovered_pops: pops, reconciled_waiters: reconciled, alone }
+    }
+
+    /// What opening this queue recovered: when a process had died
+    /// attached, the repair made then (see [`Queue::repair`]), and the
+    /// sleepers of dead processes uncounted when this process registered.
+    /// `tvmq repair` adds it to its own repair's, so that it reports what
+    /// it recovered in all. `alone` is that of the repair at opening
+    /// (false when there was none).
+    pub fn repaired_at_open(&self) -> Repair {
+        self.repaired_at_open
     }
 
     /// What the queue is (its validated header).

@@ -11,54 +11,23 @@
 //! `TVMQ.REPAIR key` recovers what dead processes left (as `tvmq repair`)
 //! and answers how many records it recovered.
 //!
-//! Each finds its queues on the worker, then does its work off it
-//! ([`OffWorker`]): removing a file, popping a whole ring (with the syncs
+//! Each finds its queues on the worker, then gives the dispatcher its work
+//! to run off it ([`Job`]; `None` when the reply is written): removing a file, popping a whole ring (with the syncs
 //! of a durable queue: one, for all the records an LTRIM removes) or
 //! scanning one may take long, and the worker serves other connections
 //! meanwhile. The connection waits for the reply, so pipelined commands
 //! keep their order.
 
-use super::Flow;
-use super::context::{Ctx, parse_int};
-use super::queue::key_error;
+use super::context::{Ctx, key_error, parse_int};
+use super::off_worker::Job;
 use crate::keys::KeyError;
+use crate::pool::Kind;
 use crate::reply;
 use resp::Request;
-use std::sync::Arc;
 use tvm::Queue;
 
-/// A command's work that may touch the disk or scan a whole ring, to run on
-/// the runtime's blocking pool ([`run_off_worker`]): it appends the
-/// command's reply to the buffer it is given.
-pub(crate) struct OffWorker(Box<Job>);
-
-/// What an [`OffWorker`] runs: it writes the reply into the buffer.
-type Job = dyn FnOnce(&mut Vec<u8>) + Send;
-
-/// The flow that runs `job` off the worker, the connection waiting for
-/// its reply.
-fn reply_off_worker(job: impl FnOnce(&mut Vec<u8>) + Send + 'static) -> Flow {
-    Flow::OffWorker(OffWorker(Box::new(job)))
-}
-
-/// Runs `job` on a thread of the runtime's blocking pool while the calling
-/// connection waits (other connections of the worker go on), then appends
-/// its reply to `out`.
-pub(crate) async fn run_off_worker(job: OffWorker, out: &mut Vec<u8>) {
-    let ran = tokio::task::spawn_blocking(move || {
-        let mut reply = Vec::new();
-        (job.0)(&mut reply);
-        reply
-    })
-    .await;
-    match ran {
-        Ok(reply) => out.extend_from_slice(&reply),
-        Err(e) => reply::error_fmt(out, format_args!("ERR the command failed: {e}")),
-    }
-}
-
 /// DEL key [key ...]: drops each queue named; the number that existed.
-pub(crate) fn del(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) -> Flow {
+pub(crate) fn del(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) -> Option<Job> {
     let mut ids = Vec::new();
     for key in req.iter(buf).skip(1) {
         match ctx.client.last.resolve(ctx.shared, ctx.keys, key) {
@@ -66,12 +35,12 @@ pub(crate) fn del(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8
             Err(KeyError::NoSuchQueue) => continue,
             Err(e) => {
                 key_error(out, key, &e);
-                return Flow::Next;
+                return None;
             }
         }
     }
     let dir = ctx.shared.dir().to_path_buf();
-    reply_off_worker(move |out| {
+    Some(Job::new(Kind::Light, move |out| {
         let mut dropped = 0;
         for id in ids {
             match Queue::drop_queue(&dir, id) {
@@ -81,26 +50,26 @@ pub(crate) fn del(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8
             }
         }
         resp::integer(out, dropped);
-    })
+    }))
 }
 
 /// LTRIM key start stop, in the forms a FIFO queue can honour (see the module).
-pub(crate) fn ltrim(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) -> Flow {
+pub(crate) fn ltrim(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) -> Option<Job> {
     let key = req.arg(buf, 1);
     let (Some(start), Some(stop)) = (parse_int(req.arg(buf, 2)), parse_int(req.arg(buf, 3))) else {
         reply::not_an_integer(out);
-        return Flow::Next;
+        return None;
     };
     let q = match ctx.client.last.resolve(ctx.shared, ctx.keys, key) {
         Ok(q) => q.clone(),
         // As Redis: trimming a missing list is fine.
         Err(KeyError::NoSuchQueue) => {
             resp::simple(out, b"OK");
-            return Flow::Next;
+            return None;
         }
         Err(e) => {
             key_error(out, key, &e);
-            return Flow::Next;
+            return None;
         }
     };
     let len = q.depth() as i64;
@@ -117,9 +86,9 @@ pub(crate) fn ltrim(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<
                 "NOT_SUPPT_OPT tvmq queues are FIFO rings: LTRIM keeps a suffix (LTRIM key N -1) or nothing (LTRIM key 1 0)"
             ),
         );
-        return Flow::Next;
+        return None;
     };
-    reply_off_worker(move |out| {
+    Some(Job::new(Kind::Heavy, move |out| {
         // A durable queue's pops share one sync, waited for here.
         let (trimmed, ticket) = q.defer_syncs(|q| match remove {
             None => q.truncate(),
@@ -132,22 +101,16 @@ pub(crate) fn ltrim(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<
         // Records of a queue with leases that its sweeps found bound for
         // the dead-letter queue: moved here, off the worker already.
         q.move_dead_letters();
-    })
+    }))
 }
 
 /// TVMQ.REPAIR key: `tvmq repair` on the queue; the records recovered.
-pub(crate) fn repair(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) -> Flow {
+pub(crate) fn repair(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) -> Option<Job> {
     let key = req.arg(buf, 1);
-    let q: Arc<Queue> = match ctx.client.last.resolve(ctx.shared, ctx.keys, key) {
-        Ok(q) => q.clone(),
-        Err(e) => {
-            key_error(out, key, &e);
-            return Flow::Next;
-        }
-    };
-    reply_off_worker(move |out| {
+    let q = ctx.queue(key, out)?;
+    Some(Job::new(Kind::Heavy, move |out| {
         let r = q.repair();
         q.move_dead_letters();
         resp::integer(out, (r.recovered_pushes + r.recovered_pops) as i64);
-    })
+    }))
 }

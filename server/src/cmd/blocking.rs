@@ -2,14 +2,16 @@
 //! non-empty queue, or wait for one (see [`crate::waiters`] for how a
 //! waiting client is woken, and in which order).
 
-use super::context::{Client, Ctx};
-use super::lease::{DurableLease, LEASE_RECHECK, Want, is_always, take_durable};
-use super::queue::{key_error, null_array, pop_bulk};
+use super::context::{Client, Ctx, key_error};
+use super::lease::{self, DurableLease, LeaseArgs, is_always, take_durable};
+use super::off_worker;
+use super::queue::pop_bulk;
 use crate::durable::OnFailure;
-use crate::reply;
+use crate::reply::{self, null_array};
 use crate::state::ServerState;
 use crate::waiters::{WaitList, Waiters};
 use resp::{Proto, Request};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
@@ -47,13 +49,13 @@ pub(crate) struct Blocked {
     /// When to give up (None: never).
     pub(crate) deadline: Option<Instant>,
     /// The client's place in line.
-    ticket: u64,
+    place: u64,
     /// The lists it is on (one per key, registered lazily).
     lists: Vec<Option<Arc<WaitList>>>,
     /// Where its wake-ups arrive.
     pub(crate) notify: Arc<Notify>,
     /// TVMQ.LEASE: what it leases (its one key), instead of popping.
-    lease: Option<Want>,
+    lease: Option<LeaseArgs>,
 }
 
 /// BLPOP/BRPOP: pops at once if a queue has a record (or writes the error)
@@ -68,17 +70,40 @@ pub(crate) fn start(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<
         }
     };
     // Existing queues first; the missing ones are then created together,
-    // within the bounds (at most a few per command), or none is.
-    let mut found = Vec::with_capacity(n - 2);
+    // within the bounds (at most a few per command), or none is. A key named
+    // twice (or two keys of one queue) counts once: a BLPOP naming one key
+    // a million times holds one.
+    let mut seen: HashSet<&[u8]> = HashSet::new();
+    let mut ids: HashSet<u32> = HashSet::new();
+    let mut found = Vec::new();
     let mut missing: Vec<&[u8]> = Vec::new();
+    let auto_create = ctx.shared.args.auto_create.is_some();
+    let mut last: &[u8] = &[];
     for i in 1..n - 1 {
         let key = req.arg(buf, i);
+        // The same key again (a comparison), or one seen before (a hash).
+        if key == last || !seen.insert(key) {
+            continue;
+        }
+        last = key;
         match crate::keys::find(ctx.shared, key) {
-            Ok(q) => {
-                if q.is_none() && !missing.contains(&key) {
-                    missing.push(key);
+            Ok(None) if !auto_create => {
+                key_error(out, key, &crate::keys::KeyError::NoSuchQueue);
+                return None;
+            }
+            Ok(None) if missing.len() == crate::keys::MAX_CREATES_PER_COMMAND => {
+                // One more than may be created: no need to look further.
+                key_error(out, missing[0], &crate::keys::too_many_creates(missing.len() + 1, true));
+                return None;
+            }
+            Ok(None) => {
+                missing.push(key);
+                found.push((key, None));
+            }
+            Ok(Some(q)) => {
+                if ids.insert(q.id()) {
+                    found.push((key, Some(q)));
                 }
-                found.push((key, q));
             }
             Err(e) => {
                 key_error(out, key, &e);
@@ -86,12 +111,13 @@ pub(crate) fn start(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<
             }
         }
     }
-    if !missing.is_empty() && ctx.shared.args.auto_create.is_some() {
+    drop((seen, ids));
+    if !missing.is_empty() {
         // Made off the worker; then the command runs again.
         ctx.client.create = Some(missing.iter().map(|k| k.to_vec()).collect());
         return None;
     }
-    let mut keys = Vec::with_capacity(n - 2);
+    let mut keys = Vec::with_capacity(found.len());
     for (key, q) in found {
         match q {
             Some(q) => keys.push((key.to_vec(), q)),
@@ -105,7 +131,7 @@ pub(crate) fn start(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<
         lists: vec![None; keys.len()],
         keys,
         deadline: timeout.and_then(|t| Instant::now().checked_add(t)),
-        ticket: ctx.shared.waiters.ticket(),
+        place: ctx.shared.waiters.next_place(),
         notify: Arc::new(Notify::new()),
         lease: None,
     };
@@ -124,15 +150,15 @@ pub(crate) async fn lease_durable(
     client: &mut Client,
     out: &mut Vec<u8>,
 ) -> Option<Blocked> {
-    if take_durable(&d.q, d.want, client, out).await {
+    if take_durable(&shared.pool, &d.q, d.args, client, out).await {
         return None;
     }
     match d.block {
         None => {
-            super::lease::empty(out, client.proto, d.want);
+            lease::empty(out, client.proto, d.args);
             None
         }
-        Some(timeout) => Some(Blocked::lease(shared, &d.key, d.q, timeout, d.want)),
+        Some(timeout) => Some(Blocked::lease(shared, &d.key, d.q, timeout, d.args)),
     }
 }
 
@@ -143,60 +169,57 @@ impl Blocked {
         key: &[u8],
         q: Arc<Queue>,
         timeout: Option<Duration>,
-        want: Want,
+        args: LeaseArgs,
     ) -> Blocked {
         Blocked {
             keys: vec![(key.to_vec(), q)],
             deadline: timeout.and_then(|t| Instant::now().checked_add(t)),
-            ticket: shared.waiters.ticket(),
+            place: shared.waiters.next_place(),
             lists: vec![None],
             notify: Arc::new(Notify::new()),
-            lease: Some(want),
+            lease: Some(args),
         }
-    }
-
-    /// How long it may wait before looking again without a wake-up: leases
-    /// that run out or are released move no push count.
-    pub(crate) fn recheck(&self) -> Option<Duration> {
-        self.lease.map(|_| LEASE_RECHECK)
     }
 
     /// TVMQ.LEASE of an `always` queue: its queue and what it wants (the
     /// connection leases with [`take_durable`], off the worker).
-    pub(crate) fn durable_lease(&self) -> Option<(Arc<Queue>, Want)> {
-        let want = self.lease?;
+    pub(crate) fn durable_lease(&self) -> Option<(Arc<Queue>, LeaseArgs)> {
+        let args = self.lease?;
         let q = &self.keys[0].1;
-        is_always(q).then(|| (q.clone(), want))
+        is_always(q).then(|| (q.clone(), args))
     }
 
     /// Pops from the first queue that has a record, writing the reply
     /// (`[key, record]`, or the queue's error); false if all are empty. A
-    /// pop of an `always` queue is held in `client.held` until a sync covers it.
-    /// (TVMQ.LEASE: leases, held by `client`.)
+    /// pop of an `always` queue waits in `client.unsynced` until a sync
+    /// covers it. (TVMQ.LEASE: leases, owned by `client`.)
     pub(crate) fn try_pop(&mut self, client: &mut Client, out: &mut Vec<u8>) -> bool {
-        if let Some(want) = self.lease {
-            return super::lease::try_blocked(&self.keys[0].1, want, client, out);
+        if let Some(args) = self.lease {
+            return lease::take(&self.keys[0].1, args, client, out);
         }
-        let held = &mut client.held;
         for (key, q) in &self.keys {
-            let mark = out.len();
-            resp::array_header(out, 2);
-            resp::bulk(out, key);
-            let (popped, ticket) = q.defer_syncs(|q| pop_bulk(q, out));
-            super::lease::dead_letters_off_worker(q);
-            match popped {
-                Ok(true) => {
-                    if let Some(t) = ticket {
-                        held.add(q.clone(), t, mark..out.len(), 1, OnFailure::Deliver);
+            let mut failed = false;
+            let popped = client.unsynced.run(q, out, OnFailure::Deliver, |q, out| {
+                let mark = out.len();
+                resp::array_header(out, 2);
+                resp::bulk(out, key);
+                match pop_bulk(q, out) {
+                    Ok(true) => 1,
+                    Ok(false) => {
+                        out.truncate(mark);
+                        0
                     }
-                    return true;
+                    Err(e) => {
+                        out.truncate(mark);
+                        reply::queue_error(out, q.id(), &e);
+                        failed = true;
+                        0
+                    }
                 }
-                Ok(false) => out.truncate(mark),
-                Err(e) => {
-                    out.truncate(mark);
-                    reply::queue_error(out, q.id(), &e);
-                    return true;
-                }
+            });
+            off_worker::move_dead_letters(q);
+            if popped > 0 || failed {
+                return true;
             }
         }
         false
@@ -206,9 +229,9 @@ impl Blocked {
     /// where a wake-up took it off.
     pub(crate) fn register(&mut self, shared: &ServerState) {
         for (i, (_, q)) in self.keys.iter().enumerate() {
-            let on_list = self.lists[i].as_ref().is_some_and(|l| Waiters::contains(l, self.ticket));
+            let on_list = self.lists[i].as_ref().is_some_and(|l| Waiters::contains(l, self.place));
             if !on_list {
-                self.lists[i] = Some(shared.waiters.register(q, self.ticket, &self.notify, &shared.shutdown));
+                self.lists[i] = Some(shared.waiters.register(q, self.place, &self.notify, &shared.shutdown));
             }
         }
     }
@@ -216,7 +239,7 @@ impl Blocked {
     /// Writes the timeout reply: a null array (RESP2 `*-1`, RESP3 `_`).
     pub(crate) fn timed_out(&self, proto: Proto, out: &mut Vec<u8>) {
         match self.lease {
-            Some(want) => super::lease::empty(out, proto, want),
+            Some(args) => lease::empty(out, proto, args),
             None => null_array(out, proto),
         }
     }
@@ -227,7 +250,7 @@ impl Drop for Blocked {
     /// did not use goes to the next client waiting there.
     fn drop(&mut self) {
         for list in self.lists.iter().flatten() {
-            if !Waiters::unregister(list, self.ticket) {
+            if !Waiters::unregister(list, self.place) {
                 list.pass_on();
             }
         }

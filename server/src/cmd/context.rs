@@ -1,11 +1,16 @@
 //! What a command runs with: the connection's state ([`Client`]), the
-//! server's and the worker's ([`Ctx`]), and how integer arguments are read.
+//! server's and the worker's ([`Ctx`]), its key's queue ([`Ctx::queue`],
+//! [`key_error`]), and how integer arguments are read.
 
-use crate::durable::Held;
-use crate::keys::{LastKey, WorkerKeys};
-use crate::state::ServerState;
+use super::lease::owned::OwnedLeases;
+use crate::durable::UnsyncedReplies;
+use crate::keys::{KeyError, LastKey, WorkerKeys};
+use crate::reply;
+use crate::state::{ServerState, WorkerStats};
 use resp::Proto;
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tvm::Queue;
 
 /// One connection's state, as the commands see it.
 pub(crate) struct Client {
@@ -28,10 +33,10 @@ pub(crate) struct Client {
     /// When the connection was accepted.
     pub(crate) since: Instant,
     /// The leases it holds (TVMQ.LEASE), released when it ends.
-    pub(crate) leases: super::lease::Held,
+    pub(crate) leases: OwnedLeases,
     /// Replies in the output buffer that wait for a sync of an `always`
     /// queue before they may be written.
-    pub(crate) held: Held,
+    pub(crate) unsynced: UnsyncedReplies,
     /// Queues the command just run needs `--auto-create` to make (it wrote
     /// no reply: it runs again once they are made).
     pub(crate) create: Option<Vec<Vec<u8>>>,
@@ -50,8 +55,8 @@ impl Client {
             peer,
             last: LastKey::default(),
             since: Instant::now(),
-            leases: super::lease::Held::default(),
-            held: Held::default(),
+            leases: OwnedLeases::default(),
+            unsynced: UnsyncedReplies::default(),
             create: None,
         }
     }
@@ -62,6 +67,43 @@ pub(crate) struct Ctx<'a> {
     pub(crate) shared: &'a ServerState,
     pub(crate) keys: &'a WorkerKeys,
     pub(crate) client: &'a mut Client,
+    /// The worker's counters.
+    pub(crate) stats: &'a WorkerStats,
+}
+
+impl Ctx<'_> {
+    /// The queue of `key` (never created), writing the error reply if there
+    /// is none.
+    pub(crate) fn queue(&mut self, key: &[u8], out: &mut Vec<u8>) -> Option<Arc<Queue>> {
+        match self.client.last.resolve(self.shared, self.keys, key) {
+            Ok(q) => Some(q.clone()),
+            Err(e) => {
+                key_error(out, key, &e);
+                None
+            }
+        }
+    }
+}
+
+/// The reply for a key that names no usable queue.
+pub(crate) fn key_error(out: &mut Vec<u8>, key: &[u8], e: &KeyError) {
+    match e {
+        KeyError::NoSuchQueue => reply::no_such_queue(out, key),
+        KeyError::Queue(e) => reply::plain_error(out, e),
+        KeyError::InvalidName(why) => reply::invalid_key(out, key, why),
+    }
+}
+
+/// Milliseconds given as an argument: 0 or more.
+pub(crate) fn millis(arg: &[u8]) -> Option<Duration> {
+    parse_int(arg).and_then(|v| u64::try_from(v).ok()).map(Duration::from_millis)
+}
+
+/// A lease time or a release delay given as an argument: 0 to
+/// [`tvm::MAX_LEASE_MS`] milliseconds (a year; longer would park a record
+/// for good).
+pub(crate) fn lease_millis(arg: &[u8]) -> Option<Duration> {
+    millis(arg).filter(|d| d.as_millis() <= u128::from(tvm::MAX_LEASE_MS))
 }
 
 /// An integer as Redis's `string2ll` reads one (no `+`, no leading zero,

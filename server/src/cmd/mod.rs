@@ -1,23 +1,32 @@
 //! Commands: the name looked up without allocating, the arity and the
 //! authentication checked in Redis's order, then one function per command
 //! in the file of its family: [`queue`] (pushes, pops, LLEN), [`blocking`]
-//! (BLPOP, BRPOP), [`admin`] (DEL, LTRIM, TVMQ.REPAIR), [`lease`] (TVMQ.LEASE, TVMQ.ACK, ...), [`server`] (connection and server commands), with
-//! [`table`] naming and describing them all (for COMMAND too) and `context`
-//! what they run with.
+//! (BLPOP, BRPOP), [`admin`] (DEL, LTRIM, TVMQ.REPAIR), [`lease`]
+//! (TVMQ.LEASE, TVMQ.ACK, ...), [`keyspace`] (SCAN, KEYS, DBSIZE, TYPE),
+//! [`server`] (connection and server commands), with [`table`] naming and
+//! describing them all (for COMMAND too), `context` what they run with,
+//! and [`off_worker`] the work they hand to the server's pool
+//! ([`crate::pool`]).
 //!
-//! Inside, imports go one way: this dispatcher uses every family;
-//! `blocking` uses `queue`; `server` uses `table`; `blocking`, `queue` and
-//! `server` use `context`; `table` and `context` use no other command module.
+//! Inside, imports go one way (`scripts/check-layers.py` finds a circle):
+//! this dispatcher uses every family; `blocking` uses `lease` and `queue`;
+//! `lease` uses `queue`; `admin`, `blocking`, `keyspace`, `lease`, `queue`
+//! and `server` use `context`, which uses only `lease::owned` (the leases a
+//! connection owns); `admin`, `blocking`, `keyspace`, `lease` and `queue`
+//! use `off_worker`; `server` uses `table` and `off_worker`; `off_worker` and `table` use no
+//! other command module.
 
 pub(crate) mod admin;
 pub(crate) mod blocking;
 mod context;
+pub(crate) mod keyspace;
 pub(crate) mod lease;
+pub(crate) mod off_worker;
 pub(crate) mod queue;
 pub(crate) mod server;
 pub(crate) mod table;
 
-pub(crate) use context::{Client, Ctx};
+pub(crate) use context::{Client, Ctx, key_error};
 
 use crate::reply;
 use resp::Request;
@@ -33,15 +42,21 @@ pub(crate) enum Flow {
     Block(blocking::Blocked),
     /// TVMQ.LEASE of an `always` queue: taken off the worker
     /// ([`blocking::lease_durable`]), the connection waiting for it.
-    Lease(lease::DurableLease),
+    LeaseOffWorker(lease::DurableLease),
     /// TVMQ.RELEASE or TVMQ.REJECT moving a record to a dead-letter queue:
     /// run off the worker ([`lease::dead_letter_off_worker`]), the
     /// connection waiting for it.
     DeadLetter(lease::DeadLetter),
     /// DEL, LTRIM, TVMQ.REPAIR: their work (which may touch the disk or
-    /// scan a whole ring) runs off the worker ([`admin::run_off_worker`]),
-    /// the connection waiting for its reply.
-    OffWorker(admin::OffWorker),
+    /// scan a whole ring) runs off the worker ([`off_worker::run`]), the
+    /// connection waiting for its reply.
+    OffWorker(off_worker::Job),
+    /// TVMQ.LEASES: the lease table's scan runs off the worker
+    /// ([`lease::stats_off_worker`]), the connection waiting for it.
+    LeaseStats(lease::LeaseScan),
+    /// INFO with sections that read queue headers: they are read off the
+    /// worker ([`server::info_off_worker`]), the connection waiting.
+    Info(server::InfoRest),
     /// The command needs queues `--auto-create` makes: made off the worker
     /// ([`crate::keys::create_off_worker`]), then the command runs again
     /// (its reply is not written yet).
@@ -57,6 +72,7 @@ pub(crate) fn execute(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Ve
         unknown_command(out, buf, req);
         return Flow::Next;
     };
+    ctx.stats.count_command(cmd as usize);
     let spec = cmd.spec();
     let argc = req.len() as i64;
     if (spec.arity > 0 && argc != spec.arity) || (spec.arity < 0 && argc < -spec.arity) {
@@ -78,7 +94,11 @@ pub(crate) fn execute(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Ve
         }
         Cmd::Ping => server::ping(ctx, buf, req, out),
         Cmd::Echo => resp::bulk(out, req.arg(buf, 1)),
-        Cmd::Info => server::info(ctx, buf, req, out),
+        Cmd::Info => {
+            if let Some(rest) = server::info(ctx, buf, req, out) {
+                return Flow::Info(rest);
+            }
+        }
         Cmd::Auth => server::auth(ctx, buf, req, out),
         Cmd::Hello => server::hello(ctx, buf, req, out),
         Cmd::Quit => {
@@ -89,16 +109,16 @@ pub(crate) fn execute(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Ve
         Cmd::Client => server::client(ctx, buf, req, out),
         Cmd::Config => server::config(ctx, buf, req, out),
         Cmd::Command => server::command(ctx, buf, req, out),
-        Cmd::Del => return admin::del(ctx, buf, req, out),
-        Cmd::Ltrim => return admin::ltrim(ctx, buf, req, out),
-        Cmd::Repair => return admin::repair(ctx, buf, req, out),
+        Cmd::Del => return admin::del(ctx, buf, req, out).map_or(Flow::Next, Flow::OffWorker),
+        Cmd::Ltrim => return admin::ltrim(ctx, buf, req, out).map_or(Flow::Next, Flow::OffWorker),
+        Cmd::Repair => return admin::repair(ctx, buf, req, out).map_or(Flow::Next, Flow::OffWorker),
         Cmd::Lease => {
             return match lease::lease(ctx, buf, req, out) {
-                lease::Next::Done => Flow::Next,
-                lease::Next::Block(q, timeout, want) => {
-                    Flow::Block(blocking::Blocked::lease(ctx.shared, req.arg(buf, 1), q, timeout, want))
+                lease::LeaseFlow::Done => Flow::Next,
+                lease::LeaseFlow::Block(q, timeout, args) => {
+                    Flow::Block(blocking::Blocked::lease(ctx.shared, req.arg(buf, 1), q, timeout, args))
                 }
-                lease::Next::Durable(d) => Flow::Lease(d),
+                lease::LeaseFlow::OffWorker(d) => Flow::LeaseOffWorker(d),
             };
         }
         Cmd::Ack => lease::ack(ctx, buf, req, out),
@@ -113,7 +133,15 @@ pub(crate) fn execute(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Ve
             }
         }
         Cmd::Extend => lease::extend(ctx, buf, req, out),
-        Cmd::Leases => lease::stats(ctx, buf, req, out),
+        Cmd::Leases => {
+            if let Some(scan) = lease::stats(ctx, buf, req, out) {
+                return Flow::LeaseStats(scan);
+            }
+        }
+        Cmd::Scan => keyspace::scan(ctx, buf, req, out),
+        Cmd::Keys => return keyspace::keys(ctx, buf, req, out).map_or(Flow::Next, Flow::OffWorker),
+        Cmd::Dbsize => keyspace::dbsize(ctx, out),
+        Cmd::Type => keyspace::key_type(ctx, buf, req, out),
     }
     match ctx.client.create.take() {
         None => Flow::Next,

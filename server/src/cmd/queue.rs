@@ -4,44 +4,24 @@
 //! tvmq queues are FIFO whichever end a command names: both pushes append
 //! at the tail and both pops take the oldest record (`docs/protocol.md`).
 
-use super::context::{Ctx, parse_int};
+use super::context::{Ctx, key_error, parse_int};
+use super::off_worker;
 use crate::durable::OnFailure;
 use crate::keys::KeyError;
-use crate::reply;
+use crate::reply::{self, null_array};
 use resp::{Proto, Request};
-use std::sync::Arc;
 use tvm::error::{DATA_SPC_FULL, Error, NO_DATA_FOUND};
 use tvm::{Queue, Wait};
 
-/// The most bytes of records one LPOP/RPOP with a count returns (at least
-/// one record): the bound of a reply, so of a client's output buffer.
+/// The most bytes of records one LPOP/RPOP with a count (or a TVMQ.LEASE
+/// with one) returns (at least one record): the bound of a reply, so of a
+/// client's output buffer.
 pub(crate) const MAX_POP_REPLY: usize = 1 << 20;
 
-/// Resolves the key, writing the error reply if it names no queue; with
-/// `--auto-create`, a missing queue is asked for instead (`client.create`:
-/// made off the worker, then the command runs again), nothing written.
-#[inline]
-fn queue_or_create<'c>(ctx: &'c mut Ctx<'_>, key: &[u8], out: &mut Vec<u8>) -> Option<&'c Arc<Queue>> {
-    match ctx.client.last.resolve(ctx.shared, ctx.keys, key) {
-        Ok(q) => Some(q),
-        Err(KeyError::NoSuchQueue) if ctx.shared.args.auto_create.is_some() => {
-            ctx.client.create = Some(vec![key.to_vec()]);
-            None
-        }
-        Err(e) => {
-            key_error(out, key, &e);
-            None
-        }
-    }
-}
-
-/// The reply for a key that names no usable queue.
-pub(crate) fn key_error(out: &mut Vec<u8>, key: &[u8], e: &KeyError) {
-    match e {
-        KeyError::NoSuchQueue => reply::no_such_queue(out, key),
-        KeyError::Queue(e) => reply::plain_error(out, e),
-        KeyError::InvalidName(why) => reply::invalid_key(out, key, why),
-    }
+/// The most records of `record_size` bytes one reply returns: those that
+/// fit in [`MAX_POP_REPLY`], at least one.
+pub(crate) fn records_per_reply(record_size: usize) -> usize {
+    (MAX_POP_REPLY / record_size.max(1)).max(1)
 }
 
 /// RPUSH / LPUSH key value [value ...]: every value is checked (1 to
@@ -49,7 +29,16 @@ pub(crate) fn key_error(out: &mut Vec<u8>, key: &[u8], e: &KeyError) {
 #[inline]
 pub(crate) fn push(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>, name: &str) {
     let key = req.arg(buf, 1);
-    let Some(q) = queue_or_create(ctx, key, out) else { return };
+    let q = match ctx.client.last.resolve(ctx.shared, ctx.keys, key) {
+        Ok(q) => q,
+        // With --auto-create a missing queue is asked for (made off the
+        // worker, then the command runs again), nothing written.
+        Err(KeyError::NoSuchQueue) if ctx.shared.args.auto_create.is_some() => {
+            ctx.client.create = Some(vec![key.to_vec()]);
+            return;
+        }
+        Err(e) => return key_error(out, key, &e),
+    };
     let size = q.record_size();
     let values = req.iter(buf).skip(2);
     if let Some(bad) = values.clone().find(|v| v.is_empty() || v.len() > size) {
@@ -68,23 +57,18 @@ pub(crate) fn push(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u
         return;
     }
     let total = req.len() - 2;
-    let at = out.len();
-    // On an `always` queue: published now, the reply held until a sync
+    // On an `always` queue: published now, the reply waits until a sync
     // covers the records (see `crate::durable`).
-    let (pushed, ticket) = q.defer_syncs(|q| {
+    ctx.client.unsynced.run(q, out, OnFailure::Error, |q, out| {
         for (pushed, v) in values.enumerate() {
             if let Err(e) = q.push(v) {
                 push_failed(out, q, &e, pushed, total, name);
-                return pushed;
+                return pushed as u64;
             }
         }
         resp::integer(out, q.depth() as i64);
-        total
+        total as u64
     });
-    if let Some(t) = ticket {
-        let q = q.clone();
-        ctx.client.held.add(q, t, at..out.len(), pushed as u64, OnFailure::Error);
-    }
 }
 
 #[cold]
@@ -193,10 +177,9 @@ pub(crate) fn pop(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8
     if count == Some(0) {
         return resp::array_header(out, 0);
     }
-    let at = out.len();
-    // On an `always` queue: taken now, the reply held until a sync covers
+    // On an `always` queue: taken now, the reply waits until a sync covers
     // the records' consumption (see `crate::durable`).
-    let (taken, ticket) = q.defer_syncs(|q| match count {
+    ctx.client.unsynced.run(q, out, OnFailure::Deliver, |q, out| match count {
         None => match pop_bulk(q, out) {
             Ok(true) => 1,
             Ok(false) => {
@@ -211,19 +194,14 @@ pub(crate) fn pop(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8
         Some(count) => pop_many(q, out, proto, count),
     });
     // A pop of a queue with leases may have swept it.
-    super::lease::dead_letters_off_worker(q);
-    if let Some(t) = ticket {
-        let q = q.clone();
-        ctx.client.held.add(q, t, at..out.len(), taken as u64, OnFailure::Deliver);
-    }
+    off_worker::move_dead_letters(q);
 }
 
 /// Up to `count` records as an array (at most [`MAX_POP_REPLY`] bytes of
 /// them, at least one), or a null array when the queue is empty; how many.
 #[cold]
-fn pop_many(q: &Queue, out: &mut Vec<u8>, proto: Proto, count: u64) -> usize {
-    let cap = (MAX_POP_REPLY / q.record_size().max(1)).max(1) as u64;
-    let want = count.min(cap) as usize;
+fn pop_many(q: &Queue, out: &mut Vec<u8>, proto: Proto, count: u64) -> u64 {
+    let want = count.min(records_per_reply(q.record_size()) as u64);
     // Pop first (the count is known after), then put the header in front.
     let at = out.len();
     let mut n = 0;
@@ -247,17 +225,9 @@ fn pop_many(q: &Queue, out: &mut Vec<u8>, proto: Proto, count: u64) -> usize {
     }
     // Records popped before an error are delivered; the error is not.
     let mut header = Vec::with_capacity(24);
-    resp::array_header(&mut header, n);
+    resp::array_header(&mut header, n as usize);
     out.splice(at..at, header);
     n
-}
-
-/// A null array: `*-1` in RESP2, `_` in RESP3.
-pub(crate) fn null_array(out: &mut Vec<u8>, proto: Proto) {
-    match proto {
-        Proto::Resp2 => resp::null_array(out),
-        Proto::Resp3 => resp::null(out, proto),
-    }
 }
 
 /// LLEN key: the depth (0 for a missing queue with --auto-create).

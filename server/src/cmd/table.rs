@@ -33,6 +33,10 @@ pub(crate) enum Cmd {
     Reject,
     Extend,
     Leases,
+    Scan,
+    Keys,
+    Dbsize,
+    Type,
 }
 
 impl Cmd {
@@ -67,13 +71,17 @@ impl Cmd {
             11 if is(b"TVMQ.REJECT") => Cmd::Reject,
             11 if is(b"TVMQ.EXTEND") => Cmd::Extend,
             11 if is(b"TVMQ.LEASES") => Cmd::Leases,
+            4 if is(b"SCAN") => Cmd::Scan,
+            4 if is(b"KEYS") => Cmd::Keys,
+            6 if is(b"DBSIZE") => Cmd::Dbsize,
+            4 if is(b"TYPE") => Cmd::Type,
             _ => return None,
         };
         Some(cmd)
     }
 
     /// Its entry in the command table.
-    pub(crate) fn spec(self) -> &'static Spec {
+    pub(crate) fn spec(self) -> &'static CommandSpec {
         &COMMANDS[self as usize]
     }
 
@@ -84,7 +92,7 @@ impl Cmd {
 }
 
 /// One command as COMMAND describes it.
-pub(crate) struct Spec {
+pub(crate) struct CommandSpec {
     /// Lowercase name.
     pub(crate) name: &'static str,
     /// Redis's arity: `n` exactly `n` arguments (the name included), `-n` at least `n`.
@@ -108,8 +116,8 @@ const fn spec(
     categories: &'static [&'static str],
     summary: &'static str,
     group: &'static str,
-) -> Spec {
-    Spec {
+) -> CommandSpec {
+    CommandSpec {
         name,
         arity,
         flags,
@@ -127,7 +135,7 @@ const fn spec(
 const NO_KEYS: (i64, i64, i64) = (0, 0, 0);
 
 /// In the order of [`Cmd`].
-pub(crate) static COMMANDS: [Spec; 26] = [
+pub(crate) static COMMANDS: [CommandSpec; 30] = [
     spec(
         "ping",
         -1,
@@ -346,15 +354,54 @@ pub(crate) static COMMANDS: [Spec; 26] = [
         "TVMQ.LEASES key: the queue's lease statistics.",
         "list",
     ),
+    spec(
+        "scan",
+        -2,
+        &["readonly"],
+        NO_KEYS,
+        &["@keyspace", "@read", "@slow"],
+        "SCAN cursor [MATCH pattern] [COUNT n] [TYPE list]: the next queues (their ids) from the cursor, at most 1000 examined.",
+        "generic",
+    ),
+    spec(
+        "keys",
+        2,
+        &["readonly"],
+        NO_KEYS,
+        &["@keyspace", "@read", "@slow", "@dangerous"],
+        "KEYS pattern: the ids of every queue matching the pattern.",
+        "generic",
+    ),
+    spec(
+        "dbsize",
+        1,
+        &["readonly", "fast"],
+        NO_KEYS,
+        &["@keyspace", "@read", "@fast"],
+        "Returns the number of queues.",
+        "server",
+    ),
+    spec(
+        "type",
+        2,
+        &["readonly", "fast"],
+        (1, 1, 1),
+        &["@keyspace", "@read", "@fast"],
+        "Returns list for a queue, none for a key no queue has.",
+        "generic",
+    ),
 ];
 
+// The worker's counters have room for every command.
+const _: () = assert!(COMMANDS.len() <= crate::state::COMMAND_KINDS);
+
 /// The table entry named `name` (any case).
-pub(crate) fn find(name: &[u8]) -> Option<&'static Spec> {
+pub(crate) fn find(name: &[u8]) -> Option<&'static CommandSpec> {
     Cmd::lookup(name).map(Cmd::spec)
 }
 
 /// Appends COMMAND's description of one command (Redis 7: ten elements).
-pub(crate) fn write_info(out: &mut Vec<u8>, proto: Proto, s: &Spec) {
+pub(crate) fn write_info(out: &mut Vec<u8>, proto: Proto, s: &CommandSpec) {
     resp::array_header(out, 10);
     resp::bulk(out, s.name.as_bytes());
     resp::integer(out, s.arity);
@@ -375,7 +422,7 @@ pub(crate) fn write_info(out: &mut Vec<u8>, proto: Proto, s: &Spec) {
 }
 
 /// Appends COMMAND DOCS's map of one command (its value only).
-pub(crate) fn write_docs(out: &mut Vec<u8>, proto: Proto, s: &Spec) {
+pub(crate) fn write_docs(out: &mut Vec<u8>, proto: Proto, s: &CommandSpec) {
     resp::map_header(out, proto, 4);
     for (k, v) in [("summary", s.summary), ("since", s.since), ("group", s.group), ("complexity", s.complexity)] {
         resp::bulk(out, k.as_bytes());
@@ -413,7 +460,7 @@ pub(crate) fn command(proto: Proto, args: &mut dyn Iterator<Item = &[u8]>, out: 
             }
         }
     } else if sub.eq_ignore_ascii_case(b"DOCS") {
-        let specs: Vec<&Spec> =
+        let specs: Vec<&CommandSpec> =
             if rest.is_empty() { COMMANDS.iter().collect() } else { rest.iter().filter_map(|n| find(n)).collect() };
         resp::map_header(out, proto, specs.len());
         for s in specs {

@@ -2,6 +2,7 @@
 //! and its import, numbers turned around for an export of the other byte
 //! order.
 
+use super::batch::Batched;
 use super::{bad_file, io_error};
 use crate::error::*;
 use crate::queue::Queue;
@@ -51,8 +52,10 @@ pub(super) fn write_end(w: &mut impl Write, n: u64) -> std::io::Result<()> {
     w.write_all(&n.to_le_bytes())
 }
 
-/// Pushes the records of a binary export into `q`, counting them in `n`.
-pub(super) fn import(q: &Queue, r: &mut impl BufRead, n: &mut u64) -> Result<()> {
+/// Pushes the records of a binary export (through `pushes`, into its
+/// queue), counting them in `n`.
+pub(super) fn import(pushes: &mut Batched<'_>, r: &mut impl BufRead, n: &mut u64) -> Result<()> {
+    let q = pushes.queue();
     let mut magic = [0u8; 8];
     read_exact(r, &mut magic)?;
     let version = read_u32(r)?;
@@ -120,7 +123,7 @@ pub(super) fn import(q: &Queue, r: &mut impl BufRead, n: &mut u64) -> Result<()>
                 f.swap_byte_order(&mut rec[..len]);
             }
         }
-        q.push(&rec[..len])?;
+        pushes.push(&rec[..len])?;
         *n += 1;
     }
 }

@@ -27,9 +27,11 @@
 //! are not written: an import zero-fills them. Text has no byte order:
 //! numbers are read from and written to records in this machine's.
 //!
-//! By concern: `truncate` (emptying), `binary` and `text` (the formats);
+//! By concern: `truncate` (emptying), `binary` and `text` (the formats),
+//! `batch` (an import's pushes, synced per batch on an `always` queue);
 //! this file the calls that choose between them.
 
+mod batch;
 mod binary;
 #[cfg(test)]
 mod tests;
@@ -147,14 +149,21 @@ impl Queue {
     /// other byte order without a field list to convert its records by),
     /// `SVR_EXCEPTION` (reading failed), and those of [`push`](Self::push).
     /// A binary export of the other byte order has its numbers turned
-    /// around (see the module's formats).
+    /// around (see the module's formats). On an `always` queue the pushes
+    /// share one sync per 1,024 records (and one at the end), not one
+    /// each: the count returned is on stable storage, unless a sync failed
+    /// (`SYNC_FAILED`, reported before any other error: the records are in
+    /// the queue, not known to be on stable storage).
     pub fn import(&self, r: &mut impl BufRead, sep: &str) -> (u64, Option<Error>) {
         let binary = match r.fill_buf() {
             Ok(b) => b.starts_with(binary::MAGIC),
             Err(e) => return (0, Some(io_error("reading the export", &e))),
         };
         let mut n = 0;
-        let res = if binary { binary::import(self, r, &mut n) } else { text::import(self, r, sep, &mut n) };
-        (n, res.err())
+        let mut pushes = batch::Batched::new(self);
+        let res =
+            if binary { binary::import(&mut pushes, r, &mut n) } else { text::import(&mut pushes, r, sep, &mut n) };
+        let synced = pushes.sync();
+        (n, synced.err().or(res.err()))
     }
 }

@@ -1,9 +1,9 @@
 //! The text export format (see `transfer`): one line per record, its
 //! fields (decoded by [`Field::value`]) separated by the separator.
 
+use super::batch::Batched;
 use super::io_error;
 use crate::error::*;
-use crate::queue::Queue;
 use crate::schema::{Field, FieldKind, FieldValue};
 use std::io::{BufRead, Write};
 
@@ -165,14 +165,19 @@ fn parse_line(line: &[u8], fields: &[Field], sep: &[u8], rec: &mut [u8]) -> Resu
     Ok(())
 }
 
-/// Pushes the records of the text lines read from `r` into `q`, counting
-/// them in `n`.
-pub(super) fn import(q: &Queue, r: &mut impl BufRead, sep: &str, n: &mut u64) -> Result<()> {
+/// Pushes the records of the text lines read from `r` (through `pushes`,
+/// into its queue), counting them in `n`.
+pub(super) fn import(pushes: &mut Batched<'_>, r: &mut impl BufRead, sep: &str, n: &mut u64) -> Result<()> {
+    let q = pushes.queue();
     let fields = &q.info().fields;
     if fields.is_empty() {
         return Err(Error::new(
             FIELD_NOT_DEF,
-            format!("queue {} has no field list: only a binary export can be imported into it", q.id()),
+            format!(
+                "not a binary export (it does not begin with TVMQDUMP), and queue {} has no field list to read \
+                 text lines with",
+                q.id()
+            ),
         ));
     }
     check_sep(sep)?;
@@ -197,8 +202,8 @@ pub(super) fn import(q: &Queue, r: &mut impl BufRead, sep: &str, n: &mut u64) ->
         }
         rec.fill(0);
         parse_line(&line, fields, sep.as_bytes(), &mut rec)
-            .map_err(|e| Error::new(e.code(), format!("line {number}: {}", e.detail())))?;
-        q.push(&rec)?;
+            .map_err(|e| Error::new(e.code(), format!("line {number}: {}", e.what())))?;
+        pushes.push(&rec)?;
         *n += 1;
     }
 }

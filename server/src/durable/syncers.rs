@@ -1,36 +1,11 @@
-//! Durable (`always`) queues served without waiting on the event loop.
-//!
-//! A push to an `always` queue (and a pop from one) runs with its sync put
-//! off ([`Queue::defer_syncs`]): the record is published at once, the
-//! reply is written into the connection's output buffer, and the command
-//! leaves a [`SyncTicket`] in the connection's [`Held`] list. Before the
-//! connection writes its output (once per batch of pipelined commands), it
-//! waits, as a task, until every ticket of that output is covered by a
-//! completed sync: other connections of the worker go on meanwhile.
-//!
-//! The syncs run on the server's [`Syncers`]: a few threads off the
-//! workers. A queue with tickets waiting is handed to one of them, which
-//! runs the library's sync for the highest ticket asked for
-//! ([`Queue::sync_ticket`]: the group commit, shared with other processes
-//! that push to the queue), tells the waiting tasks (a `watch` channel per
-//! queue), and runs again at once if more tickets arrived meanwhile. So one
-//! sync covers everything published before it began: the commands of every
-//! connection and worker, and of local programs.
-//!
-//! A failed sync turns the held replies of pushes into errors (the records
-//! are in the queue but not known to be on stable storage, as the
-//! library's `SYNC_FAILED` says); held pops are delivered anyway (the
-//! records were taken: an error would lose them; a crash may deliver them
-//! again), as a local pop does.
-//!
-//! Any command that changes a durable queue does the same: run its calls
-//! inside `defer_syncs`, then `client.held.add(queue, ticket, reply bytes,
-//! records, OnFailure::Error)` (acks of leases: `Error`, since the client
-//! must not believe an ack durable that is not).
+//! The server's sync threads ([`Syncers`]), where io_uring is not
+//! available (or `TVMQ_SERVE_SYNC=threads`): each takes a queue whose
+//! connections wait for a sync, runs the library's group commit for the
+//! highest ticket asked for, and tells the waiting tasks.
 
+use super::stats::SyncStats;
 use parking_lot::{Condvar, Mutex};
 use std::collections::{HashMap, VecDeque};
-use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -62,122 +37,9 @@ const LINGER: Duration = Duration::from_micros(400);
 /// which a queue's syncs stop gathering: such batches arrive one after
 /// another as the worker reads them, each big enough to be worth a sync of
 /// its own, and a sync that waited for all of them would leave the disk
-/// idle meanwhile (measured with `redis-benchmark -c 10 -P 16` on an
-/// `always` queue, 2026-12-02: 175-216 K pushes/s gathering, 215-261 K
-/// without; `-c 10` without pipelining gathers, as before).
+/// idle meanwhile (the measurements: docs/server.md, durable queues;
+/// clients that do not pipeline still gather).
 const PIPELINED: u64 = 4;
-
-/// What a held reply becomes when its sync fails.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum OnFailure {
-    /// An error reply in its place (pushes, acks: the client must not
-    /// believe them durable).
-    Error,
-    /// Written as it is (pops: the records are the client's now).
-    Deliver,
-}
-
-/// One reply held for a sync.
-struct Entry {
-    /// Index into `Held::queues`.
-    queue: usize,
-    /// The bytes of the reply in the output buffer.
-    reply: Range<usize>,
-    on_failure: OnFailure,
-}
-
-/// The replies in a connection's output buffer that wait for syncs, and
-/// the highest ticket of each queue they need.
-#[derive(Default)]
-pub(crate) struct Held {
-    /// Each queue, the highest ticket its replies need, and the records
-    /// they changed.
-    queues: Vec<(Arc<Queue>, SyncTicket, u64)>,
-    entries: Vec<Entry>,
-}
-
-impl Held {
-    /// Holds the reply `reply` (bytes of the output buffer) of a command on
-    /// `q` until `ticket` is covered; it changed `records` records.
-    pub(crate) fn add(&mut self, q: Arc<Queue>, ticket: SyncTicket, reply: Range<usize>, records: u64, f: OnFailure) {
-        let queue = match self.queues.iter().position(|(h, _, _)| Arc::ptr_eq(h, &q)) {
-            Some(i) => {
-                self.queues[i].1 = self.queues[i].1.max(ticket);
-                self.queues[i].2 += records;
-                i
-            }
-            None => {
-                self.queues.push((q, ticket, records));
-                self.queues.len() - 1
-            }
-        };
-        self.entries.push(Entry { queue, reply, on_failure: f });
-    }
-
-    pub(crate) fn is_empty(&self) -> bool {
-        self.queues.is_empty()
-    }
-
-    /// Waits until every held reply's sync has completed (or failed), then
-    /// turns the replies whose sync failed into errors, and forgets them.
-    pub(crate) async fn settle(&mut self, syncers: &Syncers, out: &mut Vec<u8>) {
-        if self.queues.is_empty() {
-            return;
-        }
-        let records = self.queues.iter().map(|q| q.2).sum();
-        syncers.stats().records.fetch_add(records, Ordering::Relaxed);
-        let mut failed: Vec<Option<(u32, Arc<str>)>> = Vec::with_capacity(self.queues.len());
-        for (q, ticket, records) in &self.queues {
-            failed.push(syncers.wait(q, *ticket, *records).await.err().map(|why| (q.id(), why)));
-        }
-        if failed.iter().any(Option::is_some) {
-            rewrite_failed(out, &self.entries, &failed);
-        }
-        self.queues.clear();
-        self.entries.clear();
-    }
-}
-
-/// Replaces the replies of `entries` whose queue's sync failed (`failed`,
-/// by queue: its id and why) and that become errors with `SYNC_FAILED`
-/// errors, last first so that the ranges of earlier ones stay valid.
-#[cold]
-fn rewrite_failed(out: &mut Vec<u8>, entries: &[Entry], failed: &[Option<(u32, Arc<str>)>]) {
-    for e in entries.iter().rev() {
-        let Some((id, why)) = &failed[e.queue] else { continue };
-        if e.on_failure == OnFailure::Deliver || e.reply.end > out.len() {
-            continue;
-        }
-        let text =
-            format!("SYNC_FAILED queue {id}: the change is in the queue but not known to be on stable storage: {why}");
-        let mut reply = Vec::with_capacity(text.len() + 3);
-        resp::error(&mut reply, text.replace(['\r', '\n'], " ").as_bytes());
-        out.splice(e.reply.clone(), reply);
-    }
-}
-
-/// Counters of the syncs run for held replies, for INFO.
-#[derive(Default)]
-pub(crate) struct SyncStats {
-    /// Syncs run (tickets already covered when their turn came not counted).
-    pub(crate) syncs: AtomicU64,
-    /// Syncs that failed.
-    pub(crate) failures: AtomicU64,
-    /// Records (pushed or popped) whose replies were held.
-    pub(crate) records: AtomicU64,
-    /// How long the last sync took, microseconds.
-    pub(crate) last_us: AtomicU64,
-    /// How long all of them took, microseconds.
-    pub(crate) total_us: AtomicU64,
-    /// Syncs whose first wait was timed, and the time from that wait to the
-    /// sync's start (hand-over, wake-up and gathering), microseconds.
-    pub(crate) asked: AtomicU64,
-    pub(crate) ask_us: AtomicU64,
-    /// Waits that slept, and the time from the end of the sync that
-    /// released them to their task running again, microseconds.
-    pub(crate) woken: AtomicU64,
-    pub(crate) wake_us: AtomicU64,
-}
 
 /// What the sync threads have done for a queue: the highest ticket a sync
 /// covered, and the highest one whose sync failed (with why).
@@ -216,9 +78,11 @@ struct QueueSync {
     first_ask: AtomicU64,
     /// When the last sync ended (`Inner::now_us`).
     ended: AtomicU64,
+    /// No wait released by the last sync has run yet.
+    first_woken: std::sync::atomic::AtomicBool,
 }
 
-/// The server's sync threads (started at the first held reply; they end
+/// The server's sync threads (started at the first unsynced reply; they end
 /// when the server's state is dropped).
 pub(crate) struct Syncers {
     inner: Arc<Inner>,
@@ -231,7 +95,7 @@ struct Inner {
     ready: Condvar,
     /// Threads running.
     threads: std::sync::OnceLock<usize>,
-    stats: SyncStats,
+    stats: Arc<SyncStats>,
     /// A test aid: each sync is made this much slower
     /// (`TVMQ_SERVE_TEST_SYNC_DELAY_MS`), so that tests can see what runs
     /// while one is in progress.
@@ -242,10 +106,11 @@ struct Inner {
     epoch: Instant,
 }
 
-impl Default for Syncers {
-    fn default() -> Syncers {
+impl Syncers {
+    /// The threads (not started yet), counting into `stats`, each sync made
+    /// `delay` slower (a test aid).
+    pub(crate) fn new(stats: Arc<SyncStats>, delay: Duration) -> Syncers {
         let env = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
-        let delay = env("TVMQ_SERVE_TEST_SYNC_DELAY_MS").unwrap_or(0);
         let linger = env("TVMQ_SERVE_SYNC_LINGER_US").map_or(LINGER, Duration::from_micros);
         Syncers {
             inner: Arc::new(Inner {
@@ -253,8 +118,8 @@ impl Default for Syncers {
                 jobs: Mutex::default(),
                 ready: Condvar::new(),
                 threads: std::sync::OnceLock::new(),
-                stats: SyncStats::default(),
-                delay: Duration::from_millis(delay),
+                stats,
+                delay,
                 linger,
                 epoch: Instant::now(),
             }),
@@ -270,12 +135,7 @@ impl Drop for Syncers {
 }
 
 impl Syncers {
-    /// The counters, for INFO.
-    pub(crate) fn stats(&self) -> &SyncStats {
-        &self.inner.stats
-    }
-
-    /// Sync threads running (0 before the first held reply).
+    /// Sync threads running (0 before the first unsynced reply).
     pub(crate) fn threads(&self) -> usize {
         self.inner.threads.get().copied().unwrap_or(0)
     }
@@ -304,18 +164,18 @@ impl Syncers {
             return q.sync_ticket(ticket).map_err(|e| Arc::from(e.to_string()));
         }
         let inner = &self.inner;
-        let qs = inner.entry(q);
-        let mut rx = qs.progress.subscribe();
-        let _ = qs.first_ask.compare_exchange(0, inner.now_us() + 1, Ordering::Relaxed, Ordering::Relaxed);
-        qs.ask_records.fetch_add(records, Ordering::Relaxed);
-        qs.asks.fetch_add(1, Ordering::SeqCst);
+        let queue_sync = inner.sync_state(q);
+        let mut rx = queue_sync.progress.subscribe();
+        let _ = queue_sync.first_ask.compare_exchange(0, inner.now_us() + 1, Ordering::Relaxed, Ordering::Relaxed);
+        queue_sync.ask_records.fetch_add(records, Ordering::Relaxed);
+        queue_sync.asks.fetch_add(1, Ordering::SeqCst);
         let hand_over = {
-            let mut want = qs.want.lock();
+            let mut want = queue_sync.want.lock();
             want.0 = want.0.max(Some(ticket));
             !std::mem::replace(&mut want.1, true)
         };
         if hand_over {
-            inner.jobs.lock().0.push_back(qs.clone());
+            inner.jobs.lock().0.push_back(queue_sync.clone());
             inner.ready.notify_one();
         }
         let seen = rx
@@ -324,9 +184,8 @@ impl Syncers {
             .map(|p| p.clone());
         match seen {
             Ok(p) if p.done >= Some(ticket) => {
-                let ended = qs.ended.load(Ordering::Relaxed);
-                inner.stats.woken.fetch_add(1, Ordering::Relaxed);
-                inner.stats.wake_us.fetch_add(inner.now_us().saturating_sub(ended), Ordering::Relaxed);
+                let ended = queue_sync.ended.load(Ordering::Relaxed);
+                inner.stats.woken(inner.now_us().saturating_sub(ended), &queue_sync.first_woken);
                 Ok(())
             }
             Ok(p) => Err(p.failed.map_or_else(|| Arc::from("unknown"), |f| f.1)),
@@ -343,18 +202,18 @@ impl Inner {
 
     /// The sync state of `q`, made when it has none yet (forgetting those
     /// of queues no longer open).
-    fn entry(&self, q: &Arc<Queue>) -> Arc<QueueSync> {
+    fn sync_state(&self, q: &Arc<Queue>) -> Arc<QueueSync> {
         let key = Arc::as_ptr(q) as usize;
         let mut map = self.queues.lock();
-        if let Some(qs) = map.get(&key) {
-            if qs.queue.upgrade().is_some_and(|h| Arc::ptr_eq(&h, q)) {
-                return qs.clone();
+        if let Some(queue_sync) = map.get(&key) {
+            if queue_sync.queue.upgrade().is_some_and(|h| Arc::ptr_eq(&h, q)) {
+                return queue_sync.clone();
             }
         }
         if map.len() >= 64 {
-            map.retain(|_, qs| qs.queue.strong_count() > 0);
+            map.retain(|_, queue_sync| queue_sync.queue.strong_count() > 0);
         }
-        let qs = Arc::new(QueueSync {
+        let queue_sync = Arc::new(QueueSync {
             queue: Arc::downgrade(q),
             want: Mutex::new((None, false)),
             progress: watch::Sender::new(Progress::default()),
@@ -367,28 +226,29 @@ impl Inner {
             last_took_us: AtomicU64::new(0),
             first_ask: AtomicU64::new(0),
             ended: AtomicU64::new(0),
+            first_woken: std::sync::atomic::AtomicBool::new(false),
         });
-        map.insert(key, qs.clone());
-        qs
+        map.insert(key, queue_sync.clone());
+        queue_sync
     }
 
     /// A sync thread: takes queues with tickets waiting, one at a time,
     /// until the server's state is dropped.
     fn run_thread(&self) {
         loop {
-            let qs = {
+            let queue_sync = {
                 let mut jobs = self.jobs.lock();
                 loop {
                     if jobs.1 {
                         return;
                     }
-                    if let Some(qs) = jobs.0.pop_front() {
-                        break qs;
+                    if let Some(queue_sync) = jobs.0.pop_front() {
+                        break queue_sync;
                     }
                     self.ready.wait(&mut jobs);
                 }
             };
-            self.serve(&qs);
+            self.serve(&queue_sync);
         }
     }
 
@@ -402,18 +262,18 @@ impl Inner {
     /// those a sync released send again while the next sync, begun at once
     /// for one that asked meanwhile, runs without them (the library's
     /// syncer gathers its callers the same way).
-    fn gather(&self, qs: &QueueSync) {
-        let want = qs.gather_for.load(Ordering::Relaxed);
-        let from = qs.sync_asks.load(Ordering::Relaxed);
-        let took = Duration::from_micros(qs.last_took_us.load(Ordering::Relaxed));
+    fn gather(&self, queue_sync: &QueueSync) {
+        let want = queue_sync.gather_for.load(Ordering::Relaxed);
+        let from = queue_sync.sync_asks.load(Ordering::Relaxed);
+        let took = Duration::from_micros(queue_sync.last_took_us.load(Ordering::Relaxed));
         let limit = (took / 2).min(GATHER_MAX);
         let quiet = (took / 8).max(GATHER_QUIET);
         let start = Instant::now();
-        let (mut seen, mut changed) = (qs.asks.load(Ordering::SeqCst), start);
+        let (mut seen, mut changed) = (queue_sync.asks.load(Ordering::SeqCst), start);
         while seen.wrapping_sub(from) < want {
             std::thread::yield_now();
             let now = Instant::now();
-            let a = qs.asks.load(Ordering::SeqCst);
+            let a = queue_sync.asks.load(Ordering::SeqCst);
             if a != seen {
                 (seen, changed) = (a, now);
             } else if now - changed >= quiet {
@@ -425,47 +285,50 @@ impl Inner {
         }
     }
 
-    /// Syncs `qs` for the highest ticket asked for, again while more are.
-    fn serve(&self, qs: &QueueSync) {
+    /// Syncs `queue_sync` for the highest ticket asked for, again while more are.
+    fn serve(&self, queue_sync: &QueueSync) {
         loop {
-            if qs.gather_for.load(Ordering::Relaxed) > 1 && !qs.pipelined.load(Ordering::Relaxed) {
-                self.gather(qs);
+            if queue_sync.gather_for.load(Ordering::Relaxed) > 1 && !queue_sync.pipelined.load(Ordering::Relaxed) {
+                self.gather(queue_sync);
             }
-            let Some(want) = qs.want.lock().0 else {
-                qs.want.lock().1 = false;
+            let Some(want) = queue_sync.want.lock().0 else {
+                queue_sync.want.lock().1 = false;
                 return;
             };
-            let Some(q) = qs.queue.upgrade() else {
-                qs.want.lock().1 = false;
+            let Some(q) = queue_sync.queue.upgrade() else {
+                queue_sync.want.lock().1 = false;
                 return;
             };
             let result = if q.is_synced(want) {
                 Ok(())
             } else {
                 let t0 = Instant::now();
-                let asked = qs.first_ask.swap(0, Ordering::Relaxed);
+                let asked = queue_sync.first_ask.swap(0, Ordering::Relaxed);
                 if asked != 0 {
                     self.stats.asked.fetch_add(1, Ordering::Relaxed);
                     self.stats.ask_us.fetch_add(self.now_us().saturating_sub(asked - 1), Ordering::Relaxed);
                 }
-                let asks = qs.asks.load(Ordering::SeqCst);
-                let records = qs.ask_records.load(Ordering::Relaxed);
+                let asks = queue_sync.asks.load(Ordering::SeqCst);
+                let records = queue_sync.ask_records.load(Ordering::Relaxed);
                 if !self.delay.is_zero() {
                     std::thread::sleep(self.delay);
                 }
                 let r = q.sync_ticket(want);
-                qs.ended.store(self.now_us(), Ordering::Relaxed);
-                let us = t0.elapsed().as_micros() as u64;
+                queue_sync.ended.store(self.now_us(), Ordering::Relaxed);
+                queue_sync.first_woken.store(true, Ordering::Relaxed);
+                let took = t0.elapsed();
+                self.stats.seconds.observe(took);
+                let us = took.as_micros() as u64;
                 // The waits this sync covered and those that arrived while
                 // it ran: as many are waited for (counted from its start)
                 // before the next one (see `gather`).
-                let from = qs.sync_asks.swap(asks, Ordering::Relaxed);
-                let during = qs.asks.load(Ordering::SeqCst).wrapping_sub(asks);
-                qs.gather_for.store(asks.wrapping_sub(from).wrapping_add(during), Ordering::Relaxed);
-                let covered = records.wrapping_sub(qs.sync_records.swap(records, Ordering::Relaxed));
+                let from = queue_sync.sync_asks.swap(asks, Ordering::Relaxed);
+                let during = queue_sync.asks.load(Ordering::SeqCst).wrapping_sub(asks);
+                queue_sync.gather_for.store(asks.wrapping_sub(from).wrapping_add(during), Ordering::Relaxed);
+                let covered = records.wrapping_sub(queue_sync.sync_records.swap(records, Ordering::Relaxed));
                 let waits = asks.wrapping_sub(from).max(1);
-                qs.pipelined.store(covered >= PIPELINED * waits, Ordering::Relaxed);
-                qs.last_took_us.store(us, Ordering::Relaxed);
+                queue_sync.pipelined.store(covered >= PIPELINED * waits, Ordering::Relaxed);
+                queue_sync.last_took_us.store(us, Ordering::Relaxed);
                 let s = &self.stats;
                 s.syncs.fetch_add(1, Ordering::Relaxed);
                 s.last_us.store(us, Ordering::Relaxed);
@@ -476,12 +339,12 @@ impl Inner {
                 r
             };
             drop(q);
-            qs.progress.send_modify(|p| match &result {
+            queue_sync.progress.send_modify(|p| match &result {
                 Ok(()) => p.done = p.done.max(Some(want)),
                 Err(e) => p.failed = Some((want, Arc::from(e.to_string()))),
             });
-            if qs.want.lock().0 == Some(want) && !self.linger(qs, want) {
-                let mut w = qs.want.lock();
+            if queue_sync.want.lock().0 == Some(want) && !self.linger(queue_sync, want) {
+                let mut w = queue_sync.want.lock();
                 if w.0 == Some(want) {
                     w.1 = false;
                     return;
@@ -493,14 +356,14 @@ impl Inner {
     /// After a sync that left nothing asked: keeps the queue for up to
     /// [`LINGER`], looking (yielding) for a ticket above `done`, while no
     /// other queue waits for a thread. True when one came.
-    fn linger(&self, qs: &QueueSync, done: SyncTicket) -> bool {
+    fn linger(&self, queue_sync: &QueueSync, done: SyncTicket) -> bool {
         if self.linger.is_zero() {
             return false;
         }
         let start = Instant::now();
         loop {
             std::thread::yield_now();
-            if qs.want.lock().0 != Some(done) {
+            if queue_sync.want.lock().0 != Some(done) {
                 return true;
             }
             let jobs = self.jobs.lock();
@@ -508,28 +371,5 @@ impl Inner {
                 return false;
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A failed sync turns the held replies of pushes into `SYNC_FAILED`
-    /// errors, in place, and leaves those of pops and of other queues.
-    #[test]
-    fn a_failed_sync_turns_held_push_replies_into_errors() {
-        let mut out = b":1\r\n$1\r\nx\r\n:2\r\n:7\r\n".to_vec();
-        let entries = vec![
-            Entry { queue: 0, reply: 0..4, on_failure: OnFailure::Error },
-            Entry { queue: 0, reply: 4..11, on_failure: OnFailure::Deliver },
-            Entry { queue: 0, reply: 11..15, on_failure: OnFailure::Error },
-            Entry { queue: 1, reply: 15..19, on_failure: OnFailure::Error },
-        ];
-        rewrite_failed(&mut out, &entries, &[Some((3, Arc::from("msync failed: EIO"))), None]);
-        let text = String::from_utf8(out).unwrap();
-        let err = "-SYNC_FAILED queue 3: the change is in the queue but not known to be on stable storage: \
-                   msync failed: EIO\r\n";
-        assert_eq!(text, format!("{err}$1\r\nx\r\n{err}:7\r\n"));
     }
 }
