@@ -180,6 +180,8 @@ impl Attachments {
     }
 
     /// [`get`](Self::get), saying whether this call attached the queue.
+    ///
+    /// Errors: those of [`get`](Self::get).
     pub fn resolve(&self, id: u32) -> Result<(Arc<Queue>, bool)> {
         let mut inner = self.lock();
         if let Some(q) = inner.by_id.get(&id) {
@@ -241,6 +243,8 @@ impl Attachments {
     }
 
     /// The queue a key names (see [`lookup`](Self::lookup)), attached.
+    ///
+    /// Errors: those of [`lookup`](Self::lookup) and of [`get`](Self::get).
     pub fn get_by_key(&self, key: &str) -> Result<Arc<Queue>> {
         self.get(self.lookup(key)?)
     }

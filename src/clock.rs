@@ -10,8 +10,8 @@ pub(crate) fn now_ns() -> u64 {
 /// Nanoseconds of `CLOCK_MONOTONIC_COARSE`: the same clock for every
 /// process of the machine, never set back, unaffected by changes of the
 /// wall clock, read without a system call in a few nanoseconds (the precise
-/// `CLOCK_MONOTONIC` costs 34 ns here, and a lease and its acknowledgement
-/// read the clock three times). It advances by ticks ([`mono_res_ns`], 1 to
+/// `CLOCK_MONOTONIC` costs several times more, and a lease and its
+/// acknowledgement read the clock three times: docs/measurements.md). It advances by ticks ([`mono_res_ns`], 1 to
 /// 4 ms): deadlines are computed by [`mono_after`], so that they never come
 /// early. Lease deadlines are kept in it (it restarts with the machine, as
 /// do the processes that hold leases).

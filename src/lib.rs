@@ -30,16 +30,16 @@
 //! | module | concern |
 //! |---|---|
 //! | `codes`, [`error`] | the STVM error codes and messages; the [`Error`] value; no I/O |
-//! | `escape` | names made safe to print: [`escape_name`]; no I/O |
+//! | `escape` | names made safe to print: [`escape_name`], [`escape_word`]; no I/O |
 //! | `atomics`, `clock`, `shm` | loom-switchable atomics; wall time, the monotonic clock and the boot id; a shared mapping and the views that keep it mapped |
 //! | `ring` | the lock-free algorithm over a `Storage` (heap or mapping); no files, no C |
 //! | `wait` | futex sleep and wake on a word of shared memory |
 //! | `registry` | which processes are attached; is a position's holder provably alive? |
-//! | `schema` | record layouts: [`Field`], [`FieldKind`] |
+//! | `schema` | record layouts: [`Field`], [`FieldKind`], and the one decoder of a field's value ([`Field::value`], [`FieldValue`]) |
 //! | `lease` | acknowledged consumption: the lease entry's state machine (`state`) and the file's lease table (`table`) |
 //! | `spec` | what a queue is asked to be: [`Spec`], [`LeaseSpec`], [`Durability`], the limits and their validation; no I/O |
-//! | `file` | queue files: `layout` (bytes and validation), `dir` (directory policy), `create`, `map`, `live` (an `interval` queue's live part in tmpfs) |
-//! | `durable` | durable queues: group-committed syncs, the flusher, recovery after a machine restart |
+//! | `file` | queue files: `layout` (bytes and validation), `dir` (directory policy), `create`, `map`, `live` (an `interval` queue's live part in tmpfs), `make` (a file made atomically), `fs` |
+//! | `durable` | durable queues: the sync lock, group-committed syncs, the flusher, recovery after a machine restart |
 //! | `queue` | the safe API: [`Queue`] (and `queue::lease`: [`Queue::pop_lease`], [`Lease`]) |
 //! | `attach` | the process-wide table id or name -> [`Queue`]: [`Attachments`] |
 //! | `client` | the network client of the `lTvm*` calls: RESP to tvmq serve, Redis, Redis Cluster |
@@ -104,12 +104,13 @@ pub use ring::{LocalRing, MAX_CAPACITY};
 #[cfg(not(loom))]
 pub use attach::Attachments;
 #[cfg(not(loom))]
-pub use durable::{DurableStats, RecoveryStats};
+pub use durable::{DurableStats, RecoveryStats, SyncRing, SyncStart};
 #[cfg(not(loom))]
-pub use escape::escape_name;
+pub use escape::{escape_name, escape_word};
 #[cfg(not(loom))]
 pub use file::{
-    check_queue_dir, filesystem_size, queue_dir, queue_file_id, queue_ids, queue_name, queue_path, slot_stride,
+    check_queue_dir, filesystem_size, queue_dir, queue_file_id, queue_ids, queue_name, queue_name_and_part, queue_path,
+    slot_stride,
 };
 #[cfg(not(loom))]
 pub use queue::{ExportFormat, Lease, LeaseState, LeaseStats, LeasedRecord};
@@ -118,7 +119,7 @@ pub use queue::{Process, Queue, QueueInfo, Repair, Snapshot, Stats, Strategy, Sy
 #[cfg(not(loom))]
 pub use ring::Peeked;
 #[cfg(not(loom))]
-pub use schema::{Field, FieldKind, MAX_FIELD_NAME, MAX_FIELDS};
+pub use schema::{Field, FieldKind, FieldValue, MAX_FIELD_NAME, MAX_FIELDS};
 #[cfg(not(loom))]
 pub use spec::{
     DEFAULT_LEASE_MS, DEFAULT_MAX_LEASES, DEFAULT_UNBLOCK_TIMEOUT_MS, MAX_LEASE_MS, MAX_LEASES, MAX_NAME, MAX_PART,

@@ -66,7 +66,10 @@ pub struct Field {
 
 impl Field {
     /// Checks the field against a record size: a name of the right length,
-    /// and bytes that lie inside the record (`FLD_DEF_SPILL` otherwise).
+    /// and bytes that lie inside the record.
+    ///
+    /// Errors: `FLD_DEF_SPILL` (an empty or too long name, a NUL in it, or
+    /// bytes outside the record).
     pub fn check(&self, record_size: u64) -> Result<()> {
         if self.name.is_empty() || self.name.len() > MAX_FIELD_NAME || self.name.contains('\0') {
             return Err(Error::new(
@@ -84,6 +87,70 @@ impl Field {
             ));
         }
         Ok(())
+    }
+}
+
+/// A field's value in a record, as [`Field::value`] reads it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum FieldValue<'a> {
+    /// A `FIELD_CHAR` field: its bytes up to the first NUL.
+    Text(&'a [u8]),
+    /// A `FIELD_LONG` field of 1, 2, 4 or 8 bytes, sign-extended.
+    Long(i64),
+    /// A `FIELD_DOUB` field of 4 bytes (a C `float`).
+    Float(f32),
+    /// A `FIELD_DOUB` field of 8 bytes.
+    Double(f64),
+    /// A number of a length C has no such type for (a 3-byte `long`, say):
+    /// its bytes.
+    Bytes(&'a [u8]),
+}
+
+impl Field {
+    /// The field's bytes in `rec`, cut at the record's end (a record shorter
+    /// than the layout: the missing bytes read as zero, as a pop delivers
+    /// them).
+    fn bytes<'a>(&self, rec: &'a [u8]) -> &'a [u8] {
+        let start = (self.offset as usize).min(rec.len());
+        let end = (self.offset as usize).saturating_add(self.len as usize).min(rec.len());
+        &rec[start..end]
+    }
+
+    /// The field's value in `rec`, a record as the queue holds it: numbers
+    /// in this machine's byte order (the C program that pushed the record
+    /// wrote its struct so; exports in the other order are converted when
+    /// imported: see [`Queue::import`](crate::Queue::import)). The one
+    /// decoder of fields: the text export and `tvmq peek` both use it.
+    pub fn value<'a>(&self, rec: &'a [u8]) -> FieldValue<'a> {
+        let bytes = self.bytes(rec);
+        // Zero-extended: a record shorter than the layout.
+        let mut b = [0u8; 8];
+        let n = bytes.len().min(8);
+        b[..n].copy_from_slice(&bytes[..n]);
+        match (self.kind, self.len) {
+            (FieldKind::Char, _) => {
+                let end = bytes.iter().position(|&c| c == 0).unwrap_or(bytes.len());
+                FieldValue::Text(&bytes[..end])
+            }
+            (FieldKind::Long, 1) => FieldValue::Long(i64::from(b[0] as i8)),
+            (FieldKind::Long, 2) => FieldValue::Long(i64::from(i16::from_ne_bytes([b[0], b[1]]))),
+            (FieldKind::Long, 4) => FieldValue::Long(i64::from(i32::from_ne_bytes([b[0], b[1], b[2], b[3]]))),
+            (FieldKind::Long, 8) => FieldValue::Long(i64::from_ne_bytes(b)),
+            (FieldKind::Double, 4) => FieldValue::Float(f32::from_ne_bytes([b[0], b[1], b[2], b[3]])),
+            (FieldKind::Double, 8) => FieldValue::Double(f64::from_ne_bytes(b)),
+            _ => FieldValue::Bytes(bytes),
+        }
+    }
+
+    /// Turns the number in this field of `rec` into the other byte order
+    /// (a `FIELD_LONG` or `FIELD_DOUB` of 2, 4 or 8 bytes: its bytes
+    /// reversed; text and other lengths are left as they are).
+    pub(crate) fn swap_byte_order(&self, rec: &mut [u8]) {
+        let numeric = matches!(self.kind, FieldKind::Long | FieldKind::Double) && matches!(self.len, 2 | 4 | 8);
+        let (start, end) = (self.offset as usize, self.offset as usize + self.len as usize);
+        if let Some(b) = rec.get_mut(start..end).filter(|_| numeric) {
+            b.reverse();
+        }
     }
 }
 
@@ -107,6 +174,40 @@ mod tests {
             assert_eq!(FieldKind::from_code(n), None);
             assert_eq!(kind_of("x", n).unwrap_err().code(), FTYPE_NOT_DEF);
         }
+    }
+
+    #[test]
+    fn values_are_read_by_kind_and_length_in_this_machines_order() {
+        let f = |offset, len, kind| Field { name: "f".into(), offset, len, kind };
+        let mut rec = vec![0u8; 40];
+        rec[..5].copy_from_slice(b"ab\0cd");
+        rec[8..16].copy_from_slice(&(-5i64).to_ne_bytes());
+        rec[16..20].copy_from_slice(&(-7i32).to_ne_bytes());
+        rec[20..22].copy_from_slice(&300i16.to_ne_bytes());
+        rec[22] = 0xff;
+        rec[24..32].copy_from_slice(&0.1f64.to_ne_bytes());
+        rec[32..36].copy_from_slice(&1.5f32.to_ne_bytes());
+        assert_eq!(f(0, 8, FieldKind::Char).value(&rec), FieldValue::Text(b"ab"));
+        assert_eq!(f(8, 8, FieldKind::Long).value(&rec), FieldValue::Long(-5));
+        assert_eq!(f(16, 4, FieldKind::Long).value(&rec), FieldValue::Long(-7));
+        assert_eq!(f(20, 2, FieldKind::Long).value(&rec), FieldValue::Long(300));
+        assert_eq!(f(22, 1, FieldKind::Long).value(&rec), FieldValue::Long(-1));
+        assert_eq!(f(24, 8, FieldKind::Double).value(&rec), FieldValue::Double(0.1));
+        assert_eq!(f(32, 4, FieldKind::Double).value(&rec), FieldValue::Float(1.5));
+        assert_eq!(f(20, 3, FieldKind::Long).value(&rec), FieldValue::Bytes(&rec[20..23]));
+        // A record shorter than the layout: the missing bytes are zero.
+        let mut half = [0u8; 8];
+        half[..4].copy_from_slice(&rec[8..12]);
+        assert_eq!(f(8, 8, FieldKind::Long).value(&rec[..12]), FieldValue::Long(i64::from_ne_bytes(half)));
+        assert_eq!(f(8, 8, FieldKind::Long).value(&rec[..4]), FieldValue::Long(0));
+        // The other byte order, and back.
+        let mut other = rec.clone();
+        f(8, 8, FieldKind::Long).swap_byte_order(&mut other);
+        assert_eq!(&other[8..16], &(-5i64).to_ne_bytes().iter().rev().copied().collect::<Vec<u8>>()[..]);
+        f(0, 8, FieldKind::Char).swap_byte_order(&mut other);
+        assert_eq!(&other[..8], &rec[..8], "text is not a number");
+        f(8, 8, FieldKind::Long).swap_byte_order(&mut other);
+        assert_eq!(other, rec);
     }
 
     #[test]

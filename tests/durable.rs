@@ -694,6 +694,79 @@ fn lease_ack_rate_of_an_always_queue() {
     );
 }
 
+/// What an `interval` queue's lease table, persisted in place (`msync` of
+/// its pages at each sync, which write-protects them: the next lease call
+/// that writes each page faults), costs lease calls: `pop_lease` + `ack`
+/// with 1 and 4 threads on an `interval=100` queue with leases (its syncs
+/// fall inside the measurement), against the same on a leased queue that
+/// is not durable, in the same directory: 200,000 records pushed, then
+/// leased and acknowledged, again for 2 s (the pushes not timed),
+/// alternated 3 times (`TVMQ_RATE_RECORDS`, `TVMQ_RATE_ROUNDS`). Run by hand, in release: `cargo test --release -p
+/// tvmq --test durable lease_ack_rate_of_an_interval -- --ignored --nocapture`.
+#[test]
+#[ignore = "a measurement, run by hand"]
+fn lease_ack_rate_of_an_interval_queue_against_a_plain_leased_one() {
+    let n: u64 = env_num("TVMQ_RATE_RECORDS", 200_000);
+    let rounds: usize = env_num("TVMQ_RATE_ROUNDS", 3);
+    let work = DiskDir::new("rate-interval");
+    let mut plain = Spec::new(n, 304);
+    plain.leases = Some(tvm::LeaseSpec { max_leases: 1024, ..Default::default() });
+    let mut interval = plain.clone();
+    interval.durability = Some(Durability::Interval(100));
+    Queue::create(&work.0, 1, &plain).unwrap();
+    Queue::create(&work.0, 2, &interval).unwrap();
+    let queues =
+        [std::sync::Arc::new(Queue::open(&work.0, 1).unwrap()), std::sync::Arc::new(Queue::open(&work.0, 2).unwrap())];
+    let rate = |q: &std::sync::Arc<Queue>, threads: u64| -> f64 {
+        let batch = vec![7u8; 304 * 1000];
+        let (mut timed, mut done) = (Duration::ZERO, 0);
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(2) {
+            for _ in 0..n / 1000 {
+                assert_eq!(q.push_many(&batch, 304).0, 1000);
+            }
+            let t = Instant::now();
+            std::thread::scope(|s| {
+                for _ in 0..threads {
+                    s.spawn(|| {
+                        let mut out = [0u8; 304];
+                        for _ in 0..n / threads {
+                            let (_, lease) = q.pop_lease(&mut out, Wait::NoWait, Duration::ZERO).unwrap();
+                            q.ack(&lease).unwrap();
+                        }
+                    });
+                }
+            });
+            timed += t.elapsed();
+            done += n / threads * threads;
+            q.truncate().unwrap();
+        }
+        done as f64 / timed.as_secs_f64()
+    };
+    for threads in [1, 4] {
+        for round in 0..rounds {
+            let (a, b) = if round % 2 == 0 {
+                let a = rate(&queues[0], threads);
+                (a, rate(&queues[1], threads))
+            } else {
+                let b = rate(&queues[1], threads);
+                (rate(&queues[0], threads), b)
+            };
+            eprintln!(
+                "{threads} thr., round {round}: plain leased {:.2} M/s, interval=100 leased {:.2} M/s: {:.2}x",
+                a / 1e6,
+                b / 1e6,
+                b / a
+            );
+        }
+    }
+    let syncs = queues[1].durable_stats().unwrap().syncs;
+    eprintln!("the interval queue's syncs meanwhile: {syncs}");
+    drop(queues);
+    Queue::drop_queue(&work.0, 1).unwrap();
+    Queue::drop_queue(&work.0, 2).unwrap();
+}
+
 #[test]
 fn leases_go_with_both_policies() {
     let dir = DiskDir::new("lease-policies");

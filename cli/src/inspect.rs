@@ -4,7 +4,7 @@
 use crate::create::count;
 use serde_json::{Value, json};
 use std::path::Path;
-use tvm::{Error, FieldKind, Peeked, Queue, QueueInfo};
+use tvm::{Error, Field, FieldValue, Peeked, Queue, QueueInfo};
 
 /// Prints a JSON document on one line.
 fn print_json(v: &Value) {
@@ -38,7 +38,7 @@ pub fn list(dir: &Path, as_json: bool) -> Result<(), Error> {
                 let i = q.info();
                 println!(
                     "{id:>10}  {:<16} {:>10} {:>12} {:>12}  {}",
-                    tvm::escape_name(i.name.as_bytes()),
+                    tvm::escape_word(i.name.as_bytes()),
                     i.record_size,
                     i.capacity,
                     q.depth(),
@@ -198,8 +198,10 @@ pub fn stat(dir: &Path, id: u32, as_json: bool) -> Result<(), Error> {
         return Ok(());
     }
     println!("queue            {id}");
-    println!("name             {}", tvm::escape_name(i.name.as_bytes()));
-    println!("partition        {}", i.part);
+    // Words that any creator chose: escaped, so that they cannot pass for
+    // other lines or columns (or drive the terminal).
+    println!("name             {}", tvm::escape_word(i.name.as_bytes()));
+    println!("partition        {}", tvm::escape_word(i.part.as_bytes()));
     println!("file             {}", q.path().display());
     println!("layout version   {}", i.version);
     println!("mode             {:04o}", i.mode);
@@ -227,7 +229,8 @@ pub fn stat(dir: &Path, id: u32, as_json: bool) -> Result<(), Error> {
     }
     println!("fields           {}", i.fields.len());
     for f in &i.fields {
-        println!("  {:<31} offset {:>6}  length {:>6}  {}", f.name, f.offset, f.len, f.kind.c_name());
+        let name = tvm::escape_word(f.name.as_bytes());
+        println!("  {name:<31} offset {:>6}  length {:>6}  {}", f.offset, f.len, f.kind.c_name());
     }
     Ok(())
 }
@@ -236,33 +239,17 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// A field's value: strings up to their NUL, integers and doubles by their
-/// length (little-endian, as on x86-64), bytes in hex otherwise.
-fn field_value(kind: FieldKind, bytes: &[u8]) -> Value {
-    let arr = |n: usize| -> Option<[u8; 8]> {
-        let mut a = [0u8; 8];
-        (bytes.len() == n).then(|| {
-            a[..n].copy_from_slice(bytes);
-            a
-        })
-    };
-    match kind {
-        FieldKind::Char => {
-            let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
-            Value::String(String::from_utf8_lossy(&bytes[..end]).into_owned())
-        }
-        FieldKind::Long => match bytes.len() {
-            8 => json!(i64::from_le_bytes(arr(8).unwrap_or_default())),
-            4 => json!(i32::from_le_bytes(bytes.try_into().unwrap_or_default())),
-            2 => json!(i16::from_le_bytes(bytes.try_into().unwrap_or_default())),
-            1 => json!(bytes[0] as i8),
-            _ => Value::String(hex(bytes)),
-        },
-        FieldKind::Double => match bytes.len() {
-            8 => json!(f64::from_le_bytes(arr(8).unwrap_or_default())),
-            4 => json!(f32::from_le_bytes(bytes.try_into().unwrap_or_default())),
-            _ => Value::String(hex(bytes)),
-        },
+/// A field's value in JSON, as the library decodes it ([`Field::value`]:
+/// numbers in this machine's byte order, as the queue holds them):
+/// strings up to their NUL, integers and doubles by their length, bytes in
+/// hex otherwise.
+fn field_value(f: &Field, rec: &[u8]) -> Value {
+    match f.value(rec) {
+        FieldValue::Text(t) => Value::String(String::from_utf8_lossy(t).into_owned()),
+        FieldValue::Long(v) => json!(v),
+        FieldValue::Float(v) => json!(v),
+        FieldValue::Double(v) => json!(v),
+        FieldValue::Bytes(b) => Value::String(hex(b)),
     }
 }
 
@@ -271,18 +258,10 @@ fn decode(i: &QueueInfo, rec: &[u8]) -> Option<serde_json::Map<String, Value>> {
     if i.fields.is_empty() {
         return None;
     }
-    Some(
-        i.fields
-            .iter()
-            .map(|f| {
-                let (start, end) = (f.offset as usize, f.offset as usize + f.len as usize);
-                // A record shorter than the layout: the missing bytes are zero, as pop delivers them.
-                let mut bytes = rec.get(start..end.min(rec.len())).unwrap_or_default().to_vec();
-                bytes.resize(f.len as usize, 0);
-                (f.name.clone(), field_value(f.kind, &bytes))
-            })
-            .collect(),
-    )
+    // A record shorter than the layout: the missing bytes are zero, as pop delivers them.
+    let mut full = rec.to_vec();
+    full.resize(usize::try_from(i.record_size).unwrap_or(0).max(rec.len()), 0);
+    Some(i.fields.iter().map(|f| (f.name.clone(), field_value(f, &full))).collect())
 }
 
 pub fn peek(dir: &Path, id: u32, count: usize, as_json: bool, leases: bool) -> Result<(), Error> {

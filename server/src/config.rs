@@ -26,8 +26,24 @@ const MAX_PASSWORD_FILE: u64 = 64 * 1024;
 pub const DEFAULT_TLS_HANDSHAKE_TIMEOUT_SECS: u64 = 5;
 /// The default `--metrics-max-queues`.
 pub const DEFAULT_METRICS_MAX_QUEUES: usize = 10_000;
+/// The default `--pool-threads`.
+pub const DEFAULT_POOL_THREADS: usize = 8;
 /// The default `--max-queues`.
 pub const DEFAULT_MAX_QUEUES: usize = 10_000;
+/// The default `--auth-timeout`, in seconds.
+pub const DEFAULT_AUTH_TIMEOUT_SECS: u64 = 5;
+/// The default `--tls-handshakes-per-second`.
+pub const DEFAULT_TLS_HANDSHAKES_PER_SECOND: u32 = 500;
+/// The shortest password accepted at the start, in bytes: a shorter one is
+/// guessed too soon at the 10 tries a second a connection may make.
+pub const MIN_PASSWORD_LEN: usize = 8;
+/// The longest argument a client that has not authenticated may send
+/// (Redis's bound before AUTH).
+pub const PREAUTH_MAX_ARG_LEN: usize = 16 * 1024;
+/// The longest password accepted at the start, in bytes: the longest
+/// argument an unauthenticated client may send (a longer one could never
+/// be given).
+pub const MAX_PASSWORD_LEN: usize = PREAUTH_MAX_ARG_LEN;
 /// Without `--max-memory`, the queues the server creates may take this
 /// share of the size of the filesystem that holds the queue directory
 /// (numerator, denominator): half (of a tmpfs, half of its size).
@@ -52,8 +68,8 @@ pub struct ServeArgs {
     /// Mode of the unix socket, in octal (Redis's unixsocketperm); 700: its owner only
     #[arg(long, default_value = "700", value_name = "OCTAL", value_parser = parse_octal_mode)]
     pub unixsocketperm: u32,
-    /// Require AUTH with this password before anything else; other users see it in ps: prefer
-    /// --requirepass-file or $TVMQ_REQUIREPASS
+    /// Require AUTH with this password (8 bytes to 16 KiB) before anything else; other users see
+    /// it in ps: prefer --requirepass-file or $TVMQ_REQUIREPASS
     #[arg(long, value_name = "SECRET", conflicts_with = "requirepass_file")]
     pub requirepass: Option<String>,
     /// Require AUTH with the password on the first line of this file (its newline stripped)
@@ -63,20 +79,39 @@ pub struct ServeArgs {
     #[arg(long, default_value = "yes", value_name = "yes|no", value_parser = parse_yes_no, action = clap::ArgAction::Set)]
     pub protected_mode: bool,
     /// Connections served at once; more are told "-ERR max number of clients reached" and closed
+    /// (lowered, with a warning, to what the open-file limit allows)
     #[arg(long, default_value_t = DEFAULT_MAXCLIENTS, value_name = "N")]
     pub maxclients: usize,
+    /// Connections that have not authenticated yet (with a password); beyond, the oldest of them
+    /// is closed (0: half of --maxclients)
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub max_unauthenticated: usize,
+    /// Close a connection that has not authenticated within this many seconds (with a password;
+    /// 0: never)
+    #[arg(long, default_value_t = DEFAULT_AUTH_TIMEOUT_SECS, value_name = "SECS")]
+    pub auth_timeout: u64,
+    /// Queues held open at once; beyond, the least recently used one nobody is using is closed
+    /// (0: sized from the open-file limit)
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub max_open_queues: usize,
     /// Create a missing queue on first use (push, blocking pop) with ROWS records of SIZE bytes
     #[arg(long, value_name = "ROWSxSIZE", value_parser = parse_auto_create)]
     pub auto_create: Option<AutoCreate>,
-    /// Queues --auto-create may have made that still exist; beyond, a command that would create one is refused
+    /// Queues made by --auto-create (of any run or server: marked so in their header) that may exist in the
+    /// directory; beyond, a command that would create one is refused
     #[arg(long, default_value_t = DEFAULT_MAX_QUEUES, value_name = "N")]
     pub max_queues: usize,
-    /// Bytes the files of the queues --auto-create made may take (suffixes k, m, g: KiB, MiB, GiB; default: half the directory's filesystem)
+    /// Bytes the files of the queues made by --auto-create (of any run or server) may take (suffixes k, m, g: KiB,
+    /// MiB, GiB; default: half the directory's filesystem)
     #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
     pub max_memory: Option<u64>,
     /// Worker threads (0: one per available core)
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub threads: usize,
+    /// Threads that run the work taken off the workers (queue creation, TVMQ.REPAIR, LTRIM, DEL, scans,
+    /// leases of always queues); more work waits in line, in order
+    #[arg(long, default_value_t = DEFAULT_POOL_THREADS, value_name = "N", value_parser = parse_pool_threads)]
+    pub pool_threads: usize,
     /// Close a connection idle for this many seconds (0: never); blocked clients are not idle
     #[arg(long, default_value_t = 0, value_name = "SECS")]
     pub timeout: u64,
@@ -112,6 +147,9 @@ pub struct ServeArgs {
     /// Queues the metrics list one by one (the lowest ids); the rest are summed into queue="other"
     #[arg(long, default_value_t = DEFAULT_METRICS_MAX_QUEUES, value_name = "N")]
     pub metrics_max_queues: usize,
+    /// TLS handshakes begun per second at most; a TLS connection beyond is closed at once
+    #[arg(long, default_value_t = DEFAULT_TLS_HANDSHAKES_PER_SECOND, value_name = "N")]
+    pub tls_handshakes_per_second: u32,
 }
 
 impl Default for ServeArgs {
@@ -126,10 +164,14 @@ impl Default for ServeArgs {
             requirepass_file: None,
             protected_mode: true,
             maxclients: DEFAULT_MAXCLIENTS,
+            max_unauthenticated: 0,
+            auth_timeout: DEFAULT_AUTH_TIMEOUT_SECS,
+            max_open_queues: 0,
             auto_create: None,
             max_queues: DEFAULT_MAX_QUEUES,
             max_memory: None,
             threads: 0,
+            pool_threads: DEFAULT_POOL_THREADS,
             timeout: 0,
             write_timeout: DEFAULT_WRITE_TIMEOUT_SECS,
             max_bulk_len: DEFAULT_MAX_BULK_LEN,
@@ -141,6 +183,7 @@ impl Default for ServeArgs {
             metrics_port: None,
             metrics_bind: IpAddr::from([127, 0, 0, 1]),
             metrics_max_queues: DEFAULT_METRICS_MAX_QUEUES,
+            tls_handshakes_per_second: DEFAULT_TLS_HANDSHAKES_PER_SECOND,
         }
     }
 }
@@ -161,6 +204,11 @@ impl ServeArgs {
         Duration::from_secs(self.write_timeout.max(1))
     }
 
+    /// How long a connection may take to authenticate, if a limit is set.
+    pub fn auth_limit(&self) -> Option<Duration> {
+        (self.auth_timeout > 0).then(|| Duration::from_secs(self.auth_timeout))
+    }
+
     /// How long a TLS handshake may take (at least a second).
     pub fn tls_handshake(&self) -> Duration {
         Duration::from_secs(self.tls_handshake_timeout.max(1))
@@ -176,7 +224,8 @@ impl ServeArgs {
     /// The password clients must give: `--requirepass`, else the first line
     /// of `--requirepass-file`, else `env` (the value of
     /// [`PASSWORD_ENV`], which [`crate::Server::start`] reads), else none.
-    /// An empty one is an error, wherever it comes from.
+    /// Wherever it comes from, one shorter than [`MIN_PASSWORD_LEN`] or
+    /// longer than [`MAX_PASSWORD_LEN`] bytes is an error that says why.
     pub fn password(&self, env: Option<OsString>) -> Result<Option<Vec<u8>>, String> {
         let (secret, from) = if let Some(p) = &self.requirepass {
             (p.as_bytes().to_vec(), "--requirepass".to_string())
@@ -189,6 +238,20 @@ impl ServeArgs {
         };
         if secret.is_empty() {
             return Err(format!("{from}: the password is empty; give a non-empty one, or none to need no AUTH"));
+        }
+        if secret.len() < MIN_PASSWORD_LEN {
+            return Err(format!(
+                "{from}: the password is {} bytes, at least {MIN_PASSWORD_LEN} are needed: a connection may try \
+                 10 passwords a second, so a short one is soon guessed (make one with `openssl rand -base64 24`)",
+                secret.len()
+            ));
+        }
+        if secret.len() > MAX_PASSWORD_LEN {
+            return Err(format!(
+                "{from}: the password is {} bytes, at most {MAX_PASSWORD_LEN} are allowed: an unauthenticated \
+                 client may send no longer argument, so no client could ever give it",
+                secret.len()
+            ));
         }
         Ok(Some(secret))
     }
@@ -251,6 +314,17 @@ fn read_password_file(path: &Path) -> Result<Vec<u8>, String> {
     let line = bytes.split(|&b| b == b'\n').next().unwrap_or_default();
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     Ok(line.to_vec())
+}
+
+/// The most `--pool-threads`.
+pub const MAX_POOL_THREADS: usize = 1024;
+
+/// Parses `--pool-threads`: 1 to [`MAX_POOL_THREADS`].
+pub fn parse_pool_threads(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (1..=MAX_POOL_THREADS).contains(&n) => Ok(n),
+        _ => Err(format!("{s:?}: expected 1 to {MAX_POOL_THREADS} threads")),
+    }
 }
 
 /// Parses `yes` or `no` (Redis's spelling of its boolean settings).
@@ -327,12 +401,25 @@ mod tests {
     fn passwords_come_from_one_place_and_are_never_empty() {
         let none = ServeArgs::default();
         assert_eq!(none.password(None), Ok(None));
-        assert_eq!(none.password(Some("s3".into())), Ok(Some(b"s3".to_vec())));
+        assert_eq!(none.password(Some("s3cret-s3cret".into())), Ok(Some(b"s3cret-s3cret".to_vec())));
         assert!(none.password(Some("".into())).is_err());
-        let given = ServeArgs { requirepass: Some("a".into()), ..ServeArgs::default() };
-        assert_eq!(given.password(Some("b".into())), Ok(Some(b"a".to_vec())), "the option wins");
+        let given = ServeArgs { requirepass: Some("aaaaaaaa".into()), ..ServeArgs::default() };
+        assert_eq!(given.password(Some("bbbbbbbb".into())), Ok(Some(b"aaaaaaaa".to_vec())), "the option wins");
         assert!(ServeArgs { requirepass: Some(String::new()), ..ServeArgs::default() }.password(None).is_err());
         assert!(Cli::try_parse_from(["serve", "--requirepass", "a", "--requirepass-file", "f"]).is_err());
+    }
+
+    #[test]
+    fn passwords_are_8_bytes_to_the_preauth_argument_limit() {
+        let with = |len: usize| ServeArgs { requirepass: Some("p".repeat(len)), ..ServeArgs::default() }.password(None);
+        let short = with(MIN_PASSWORD_LEN - 1).unwrap_err();
+        assert!(short.contains("is 7 bytes, at least 8") && short.contains("guessed"), "{short}");
+        assert!(with(MIN_PASSWORD_LEN).is_ok());
+        assert!(with(MAX_PASSWORD_LEN).is_ok());
+        let long = with(MAX_PASSWORD_LEN + 1).unwrap_err();
+        assert!(long.contains("at most 16384") && long.contains("no client could ever give it"), "{long}");
+        let env = ServeArgs::default().password(Some("x".into())).unwrap_err();
+        assert!(env.starts_with("$TVMQ_REQUIREPASS: the password is 1 bytes"), "{env}");
     }
 
     #[test]
@@ -347,7 +434,7 @@ mod tests {
         assert!(open("127.0.0.1", &[]).is_none());
         assert!(open("::1", &[]).is_none());
         assert!(open("::ffff:127.0.0.1", &[]).is_none());
-        assert!(open("0.0.0.0", &["--requirepass", "x"]).is_none());
+        assert!(open("0.0.0.0", &["--requirepass", "x"]).is_none(), "its length is checked later");
         assert!(open("0.0.0.0", &["--protected-mode", "no"]).is_none());
         assert!(
             Cli::parse_from(["serve", "--bind", "0.0.0.0"]).serve.protected_mode_refusal(Some("x".as_ref())).is_none()

@@ -8,19 +8,24 @@
 //! [`MAX_POP_REPLY`](crate::cmd::queue::MAX_POP_REPLY) bytes of records, or
 //! one record), and while a write waits for the client nothing more is read
 //! from it; a client that reads none of its replies for `--write-timeout`
-//! is closed. Between batches an idle connection holds no buffer at all:
-//! buffers come from, and go back to, the worker's pool.
+//! is closed. Between batches an idle connection holds no buffer at all
+//! (buffers come from, and go back to, the worker's pool), nor a queue.
 //!
 //! Until it has authenticated (when a password is required), a connection
-//! may send only small commands ([`PREAUTH_LIMITS`]), checked on their
-//! length headers before the bytes they announce are read; a wrong
+//! may send only small commands ([`PREAUTH_LIMITS`], at most
+//! [`PREAUTH_QUERY_LIMIT`] bytes in all), checked on their length headers
+//! before the bytes they announce are read, and a partial one waits in a
+//! mapping of its own size; it is closed at `--auth-timeout`, or when newer
+//! unauthenticated connections push it out ([`crate::preauth`]); a wrong
 //! password is answered after [`AUTH_FAILURE_DELAY`] (this connection's
 //! task sleeps, the worker serves the others), and the
 //! [`MAX_AUTH_FAILURES`]th closes the connection.
 
 use crate::cmd::blocking::Blocked;
 use crate::cmd::{self, Client, Ctx, Flow};
+use crate::config::PREAUTH_MAX_ARG_LEN;
 use crate::local::{FLUSH_AT, POOL_MAX, Pool, READ_SIZE, WorkerLocal};
+use crate::preauth::{self, Closed, Pending};
 use crate::state::{ServerState, WorkerStats};
 use crate::stream::{self, Stream};
 use resp::{Request, Status};
@@ -39,9 +44,13 @@ use tokio::sync::futures::Notified;
 /// (`-ERR Protocol error: unauthenticated multibulk length`, `... bulk
 /// length`), then the connection is closed.
 pub(crate) const PREAUTH_LIMITS: resp::Limits =
-    resp::Limits { max_bulk_len: 16 * 1024, max_args: 10, max_inline_len: 16 * 1024, max_depth: 1 };
-/// The most bytes of one command an unauthenticated connection buffers.
-const PREAUTH_QUERY_LIMIT: usize = PREAUTH_LIMITS.max_args * (PREAUTH_LIMITS.max_bulk_len + 32) + 32;
+    resp::Limits { max_bulk_len: PREAUTH_MAX_ARG_LEN, max_args: 10, max_inline_len: PREAUTH_MAX_ARG_LEN, max_depth: 1 };
+/// The most bytes of one command an unauthenticated connection buffers:
+/// room for the longest it has reason to send, `AUTH` (or `HELLO 3 AUTH
+/// ... SETNAME ...`) with a 16 KiB user name and a 16 KiB password. Beyond:
+/// `-ERR Protocol error: unauthenticated request too big`, then the close.
+/// So 2,000 connections holding a partial command hold at most 68 MiB.
+pub(crate) const PREAUTH_QUERY_LIMIT: usize = 2 * (PREAUTH_MAX_ARG_LEN + 32) + 1024;
 /// How long a wrong password waits for its answer.
 pub(crate) const AUTH_FAILURE_DELAY: Duration = Duration::from_millis(100);
 /// Wrong passwords after which a connection is closed.
@@ -52,10 +61,42 @@ const BLOCKED_INPUT_MAX: usize = 64 * 1024;
 /// An input buffer grows by at most this much ahead of the bytes received.
 const GROW_STEP: usize = 1 << 20;
 
+/// Where the bytes of an input buffer are.
+enum Buf {
+    /// On the heap: a pooled [`READ_SIZE`] buffer (or one grown for a long
+    /// command), or a short partial command's buffer of its own size.
+    Heap(Vec<u8>),
+    /// An anonymous mapping of its own: the partial command of a client
+    /// that has not authenticated, given back to the kernel the moment it
+    /// is dropped. (Freed to the allocator instead, thousands of them came
+    /// back from the worker threads' arenas in part only, if at all: 2,000
+    /// connections' buffers left 450 MB behind them.)
+    Mapped(memmap2::MmapMut),
+}
+
+impl std::ops::Deref for Buf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Buf::Heap(v) => v,
+            Buf::Mapped(m) => m,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Buf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        match self {
+            Buf::Heap(v) => v,
+            Buf::Mapped(m) => m,
+        }
+    }
+}
+
 /// The input buffer: `data[start..end]` is read and not yet consumed;
 /// `data` is initialised up to its length, reads go to `data[end..]`.
 struct Input {
-    data: Vec<u8>,
+    data: Buf,
     start: usize,
     end: usize,
 }
@@ -65,6 +106,10 @@ struct Input {
 const SMALL_PENDING: usize = 4096;
 
 impl Input {
+    fn new() -> Input {
+        Input { data: Buf::Heap(Vec::new()), start: 0, end: 0 }
+    }
+
     fn pending(&self) -> &[u8] {
         &self.data[self.start..self.end]
     }
@@ -73,42 +118,68 @@ impl Input {
         self.end - self.start
     }
 
+    /// Is it a buffer to read into (pooled, or grown), not a partial
+    /// command's own?
+    fn is_pooled(&self) -> bool {
+        matches!(&self.data, Buf::Heap(v) if v.len() >= READ_SIZE)
+    }
+
     /// Lets go of the pooled buffer before waiting for the client: given
     /// back (or freed, if it grew) when nothing is pending, and a short
     /// partial command is moved to a buffer of its size, so that an idle
-    /// connection holds (almost) nothing.
-    fn release(&mut self, pool: &Pool) {
-        if self.data.len() < READ_SIZE {
+    /// connection holds (almost) nothing. A client that has not
+    /// authenticated has its partial command, at most
+    /// [`PREAUTH_QUERY_LIMIT`], moved to a mapping of its own whatever its
+    /// size.
+    fn release(&mut self, pool: &Pool, authed: bool) {
+        if !self.is_pooled() {
             return;
         }
-        let small = self.data[self.start..self.end].to_vec();
-        if small.len() <= SMALL_PENDING {
-            pool.give_input(std::mem::replace(&mut self.data, small));
-            self.start = 0;
-            self.end = self.data.len();
+        let pending = &self.data[self.start..self.end];
+        let kept = if pending.len() <= SMALL_PENDING {
+            Buf::Heap(pending.to_vec())
+        } else if !authed {
+            match memmap2::MmapMut::map_anon(pending.len()) {
+                Ok(mut m) => {
+                    m.copy_from_slice(pending);
+                    Buf::Mapped(m)
+                }
+                Err(_) => return,
+            }
+        } else {
+            return;
+        };
+        if let Buf::Heap(big) = std::mem::replace(&mut self.data, kept) {
+            pool.give_input(big);
         }
+        self.start = 0;
+        self.end = self.data.len();
     }
 
     /// Makes room for a read of at least `READ_SIZE / 4` bytes (and of the
     /// `needed` bytes of a command being received, up to `GROW_STEP` ahead).
     fn make_room(&mut self, pool: &Pool, needed: usize) {
-        if self.data.len() < READ_SIZE {
+        if !self.is_pooled() {
             let mut big = pool.take_input();
             let n = self.len();
+            if n > big.len() {
+                big.resize(n, 0);
+            }
             big[..n].copy_from_slice(&self.data[self.start..self.end]);
-            self.data = big;
+            self.data = Buf::Heap(big);
             self.start = 0;
             self.end = n;
         }
-        if self.start > 0 && (self.start == self.end || self.data.len() - self.end < READ_SIZE / 4) {
-            self.data.copy_within(self.start..self.end, 0);
+        let Buf::Heap(data) = &mut self.data else { return };
+        if self.start > 0 && (self.start == self.end || data.len() - self.end < READ_SIZE / 4) {
+            data.copy_within(self.start..self.end, 0);
             self.end -= self.start;
             self.start = 0;
         }
         let want = self.end + needed.clamp(READ_SIZE / 4, GROW_STEP);
-        if want > self.data.len() {
-            let len = want.max(self.data.len() * 2).min(self.end + GROW_STEP + READ_SIZE);
-            self.data.resize(len.max(want), 0);
+        if want > data.len() {
+            let len = want.max(data.len() * 2).min(self.end + GROW_STEP + READ_SIZE);
+            data.resize(len.max(want), 0);
         }
     }
 
@@ -123,15 +194,31 @@ enum End {
     Close,
     Stop,
     Timeout,
+    /// It did not authenticate in time, or was pushed out by newer
+    /// unauthenticated connections: this error is sent, then the close.
+    Unauthenticated(Closed),
     Error(io::Error),
 }
 
 /// Serves one connection until it closes, the client QUITs, the protocol is
 /// broken, or the server stops.
-pub(crate) async fn serve<S: Stream>(mut s: S, shared: Arc<ServerState>, worker: Rc<WorkerLocal>, peer: String) {
+pub(crate) async fn serve<S: Stream>(
+    mut s: S,
+    shared: Arc<ServerState>,
+    worker: Rc<WorkerLocal>,
+    peer: String,
+    pending: Option<Pending>,
+) {
     let id = shared.stats.next_client_id.fetch_add(1, Ordering::Relaxed) + 1;
     let mut client = Client::new(id, shared.password.is_none(), peer);
-    let end = run(&mut s, &shared, &worker, &mut client).await;
+    client.unsynced = worker.unsynced_replies();
+    let end = run(&mut s, &shared, &worker, &mut client, pending).await;
+    if let End::Unauthenticated(why) = end {
+        let mut out = Vec::new();
+        resp::error(&mut out, why.reply());
+        let _ = stream::write_all(&mut s, &mut out, Duration::from_secs(1)).await;
+        return;
+    }
     if let End::Error(e) = end {
         // UnexpectedEof: a TLS client gone without its close notice (as
         // redis-cli goes), an EOF like any other.
@@ -144,7 +231,13 @@ pub(crate) async fn serve<S: Stream>(mut s: S, shared: Arc<ServerState>, worker:
     }
 }
 
-async fn run<S: Stream>(s: &mut S, shared: &Arc<ServerState>, worker: &Rc<WorkerLocal>, client: &mut Client) -> End {
+async fn run<S: Stream>(
+    s: &mut S,
+    shared: &Arc<ServerState>,
+    worker: &Rc<WorkerLocal>,
+    client: &mut Client,
+    mut pending: Option<Pending>,
+) -> End {
     let stop = worker.stop.notified();
     tokio::pin!(stop);
     stop.as_mut().enable();
@@ -153,24 +246,25 @@ async fn run<S: Stream>(s: &mut S, shared: &Arc<ServerState>, worker: &Rc<Worker
     let pool = &worker.pool;
     let stats = &shared.worker_stats[worker.index];
     let mut req = Request::new();
-    let mut input = Input { data: Vec::new(), start: 0, end: 0 };
+    let mut input = Input::new();
     let mut out: Vec<u8> = Vec::new();
     let mut needed = 0;
     loop {
         // Wait for bytes, holding no pooled buffer meanwhile (unless a long
-        // command is arriving).
-        input.release(pool);
-        if input.data.len() < READ_SIZE {
+        // command is arriving), nor a queue.
+        input.release(pool, client.authed);
+        if !input.is_pooled() {
             pool.give_output(std::mem::take(&mut out));
             if req.capacity() > 1024 {
                 req = Request::new();
             }
-            if let Err(end) = wait_readable(s, shared, stop.as_mut(), idle).await {
+            client.last.forget();
+            if let Err(end) = wait_readable(s, shared, stop.as_mut(), idle, pending.as_ref()).await {
                 return end;
             }
         }
         input.make_room(pool, needed);
-        let n = match read_some(s, shared, stop.as_mut(), idle, input.space()).await {
+        let n = match read_some(s, shared, stop.as_mut(), idle, pending.as_ref(), input.space()).await {
             Ok(n) => n,
             Err(end) => return end,
         };
@@ -209,8 +303,12 @@ async fn run<S: Stream>(s: &mut S, shared: &Arc<ServerState>, worker: &Rc<Worker
                             Flow::LeaseOffWorker(d) => {
                                 blocked = cmd::blocking::lease_durable(d, shared, client, &mut out).await;
                             }
-                            Flow::DeadLetter(d) => cmd::lease::dead_letter_off_worker(d, client, &mut out).await,
-                            Flow::OffWorker(job) => cmd::off_worker::run(job, &mut out).await,
+                            Flow::DeadLetter(d) => {
+                                cmd::lease::dead_letter_off_worker(&shared.pool, d, client, &mut out).await
+                            }
+                            Flow::OffWorker(job) => cmd::off_worker::run(&shared.pool, job, &mut out).await,
+                            Flow::LeaseStats(scan) => cmd::lease::stats_off_worker(scan, shared, &mut out).await,
+                            Flow::Info(rest) => cmd::server::info_off_worker(rest, shared, &mut out).await,
                             Flow::Create(keys) => {
                                 // Made off the worker; then the command runs
                                 // again (not consumed). A queue dropped again
@@ -233,8 +331,11 @@ async fn run<S: Stream>(s: &mut S, shared: &Arc<ServerState>, worker: &Rc<Worker
                     creations = 0;
                     input.start += consumed;
                     needed = 0;
+                    if client.authed {
+                        pending = None;
+                    }
                     if client.auth_failures != failures {
-                        if let Err(end) = pause(shared, stop.as_mut(), AUTH_FAILURE_DELAY).await {
+                        if let Err(end) = pause(shared, stop.as_mut(), pending.as_ref(), AUTH_FAILURE_DELAY).await {
                             return end;
                         }
                         if client.auth_failures >= MAX_AUTH_FAILURES {
@@ -248,6 +349,12 @@ async fn run<S: Stream>(s: &mut S, shared: &Arc<ServerState>, worker: &Rc<Worker
                     if let Some(b) = blocked.take() {
                         if let Err(e) = flush(s, &mut out, client, shared, stats, stall).await {
                             return End::Error(e);
+                        }
+                        // The arguments' places of a long command (a BLPOP
+                        // of a million keys: 16 MB) are not kept while it
+                        // waits.
+                        if req.capacity() > 1024 {
+                            req = Request::new();
                         }
                         match wait_blocked(s, shared, b, client, &mut input, &mut out, pool).await {
                             Ok(()) => {}
@@ -267,7 +374,11 @@ async fn run<S: Stream>(s: &mut S, shared: &Arc<ServerState>, worker: &Rc<Worker
                     needed = more;
                     let limit = if authed { shared.query_limit } else { PREAUTH_QUERY_LIMIT };
                     if input.len().saturating_add(more) > limit {
-                        resp::error(&mut out, b"ERR Protocol error: query buffer limit reached");
+                        if authed {
+                            resp::error(&mut out, b"ERR Protocol error: query buffer limit reached");
+                        } else {
+                            preauth_refusal(shared, &mut out, b"ERR Protocol error: unauthenticated request too big");
+                        }
                         end = Some(End::Close);
                     }
                     break;
@@ -325,24 +436,33 @@ fn preauth_refusal(shared: &ServerState, out: &mut Vec<u8>, text: &[u8]) {
     resp::error(out, text);
 }
 
-/// Sleeps `d` (a wrong password's delay), unless the server stops.
-async fn pause(shared: &ServerState, stop: Pin<&mut Notified<'_>>, d: Duration) -> Result<(), End> {
+/// Sleeps `d` (a wrong password's delay), unless the server stops or the
+/// connection's time to authenticate runs out.
+async fn pause(
+    shared: &ServerState,
+    stop: Pin<&mut Notified<'_>>,
+    pending: Option<&Pending>,
+    d: Duration,
+) -> Result<(), End> {
     tokio::select! {
         biased;
         _ = stop => Err(End::Stop),
         _ = shared.shutdown.wait() => Err(End::Stop),
+        why = preauth::closed(pending) => Err(End::Unauthenticated(why)),
         _ = tokio::time::sleep(d) => Ok(()),
     }
 }
 
 /// Waits until the client has sent something (or closed, or failed), unless
-/// the server stops, the worker tells its connections to stop, or the
-/// connection has been idle for `idle`.
+/// the server stops, the worker tells its connections to stop, the
+/// connection has been idle for `idle`, or, not authenticated yet, it must
+/// close (`pending`).
 async fn wait_readable<S: Stream>(
     s: &S,
     shared: &ServerState,
     stop: Pin<&mut Notified<'_>>,
     idle: Option<Duration>,
+    pending: Option<&Pending>,
 ) -> Result<(), End> {
     if shared.shutdown.is_set() {
         return Err(End::Stop);
@@ -350,6 +470,7 @@ async fn wait_readable<S: Stream>(
     tokio::select! {
         biased;
         _ = stop => Err(End::Stop),
+        why = preauth::closed(pending) => Err(End::Unauthenticated(why)),
         r = s.ready_to_read() => r.map_err(End::Error),
         _ = sleep_or_never(idle) => Err(End::Timeout),
     }
@@ -362,6 +483,7 @@ async fn read_some<S: Stream>(
     shared: &ServerState,
     mut stop: Pin<&mut Notified<'_>>,
     idle: Option<Duration>,
+    pending: Option<&Pending>,
     buf: &mut [u8],
 ) -> Result<usize, End> {
     loop {
@@ -370,7 +492,7 @@ async fn read_some<S: Stream>(
             Poll::Ready(Ok(n)) => return Ok(n),
             Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
             Poll::Ready(Err(e)) => return Err(End::Error(e)),
-            Poll::Pending => wait_readable(s, shared, stop.as_mut(), idle).await?,
+            Poll::Pending => wait_readable(s, shared, stop.as_mut(), idle, pending).await?,
         }
     }
 }
@@ -387,7 +509,7 @@ async fn flush<S: Stream>(
     stall: Duration,
 ) -> io::Result<()> {
     if !client.unsynced.is_empty() {
-        client.unsynced.settle(&shared.syncers, out).await;
+        client.unsynced.settle(&shared.durable, out).await;
     }
     stats.add_output(out.len());
     stream::write_all(s, out, stall).await
@@ -417,7 +539,7 @@ async fn wait_blocked<S: Stream>(
     let deadline = b.deadline.map(tokio::time::Instant::from_std);
     // A blocked client holds no pooled buffer: its pending commands move to
     // a buffer of their size, its (empty) output buffer goes back.
-    input.release(pool);
+    input.release(pool, true);
     pool.give_output(std::mem::take(out));
     // Counted once on the lists (blocked_clients, and what tests wait for).
     b.register(shared);
@@ -427,7 +549,7 @@ async fn wait_blocked<S: Stream>(
         b.register(shared);
         // An `always` queue's leases are taken off the worker.
         let got = match b.durable_lease() {
-            Some((q, args)) => cmd::lease::take_durable(&q, args, client, out).await,
+            Some((q, args)) => cmd::lease::take_durable(&shared.pool, &q, args, client, out).await,
             None => b.try_pop(client, out),
         };
         if got {
@@ -445,9 +567,9 @@ async fn wait_blocked<S: Stream>(
                 resp::error(out, b"ERR server is shutting down");
                 return Err(End::Stop);
             }
+            // A push, a lease event (records released, or whose lease ran
+            // out: see `crate::waiters`), the queue dropped, the stop.
             _ = notify.notified() => {}
-            // TVMQ.LEASE: records released or whose lease ran out.
-            _ = sleep_or_never(b.recheck()) => {}
             _ = async { match deadline { Some(d) => tokio::time::sleep_until(d).await, None => std::future::pending().await } } => {
                 b.timed_out(proto, out);
                 return Ok(());
@@ -465,7 +587,7 @@ async fn wait_blocked<S: Stream>(
                     Poll::Ready(Err(e)) => return Err(End::Error(e)),
                     Poll::Pending => {}
                 }
-                input.release(pool);
+                input.release(pool, true);
             }
         }
     }

@@ -28,7 +28,8 @@ pub(crate) fn check_key_name(key: &[u8]) -> Result<(), KeyError> {
     Err(KeyError::InvalidName(why))
 }
 
-use crate::index::Found;
+use crate::index::{AUTO_MARK, Found};
+use crate::open::Handle;
 use crate::state::ServerState;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -70,36 +71,53 @@ pub fn auto_id(name: &str) -> u32 {
 /// missing keys is refused, creating nothing).
 pub(crate) const MAX_CREATES_PER_COMMAND: usize = 8;
 
+/// The refusal of a command naming `n` missing queues (`at_least`: `n` or
+/// more; the rest were not looked up), more than
+/// [`MAX_CREATES_PER_COMMAND`].
+pub(crate) fn too_many_creates(n: usize, at_least: bool) -> KeyError {
+    KeyError::Queue(Error::new(
+        MQUE_CRTE_BIG,
+        format!(
+            "{}{n} missing queues named in one command, at most {MAX_CREATES_PER_COMMAND} are created by one: \
+             nothing created",
+            if at_least { "at least " } else { "" }
+        ),
+    ))
+}
+
 /// A key's queue id, if the key is one (`21`, not `021`).
 fn numeric(key: &str) -> Option<u32> {
     key.parse::<u32>().ok().filter(|id| id.to_string() == key)
 }
 
-/// Resolves `key` (never creating: see [`create_off_worker`]).
-pub(crate) fn resolve(shared: &ServerState, key: &[u8]) -> Result<Arc<Queue>, KeyError> {
-    find(shared, key)?.ok_or(KeyError::NoSuchQueue)
-}
-
-/// Creates the queues of `keys` as [`create_missing`] does, on a thread of
-/// the runtime's blocking pool, while the calling task waits (the worker
+/// Creates the queues of `keys` as [`create_missing`] does, in the server's
+/// pool ([`crate::pool`]), while the calling task waits (the worker
 /// serves its other connections). Concurrent creators of one key get one
 /// queue (`create_missing` creates one at a time, and finds a queue made
 /// meanwhile). `Err`: the key to name in the error reply, and why.
 pub(crate) async fn create_off_worker(shared: Arc<ServerState>, keys: Vec<Vec<u8>>) -> Result<(), (Vec<u8>, KeyError)> {
     let first = keys.first().cloned().unwrap_or_default();
-    let made = tokio::task::spawn_blocking(move || {
-        let delay = test_create_delay();
-        if !delay.is_zero() {
-            std::thread::sleep(delay);
-        }
-        let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
-        create_missing(&shared, &refs).map(|_| ())
-    })
-    .await;
+    let pool = shared.pool.clone();
+    let made = pool
+        .run(crate::pool::Kind::Heavy, move || {
+            let delay = test_create_delay();
+            if !delay.is_zero() {
+                std::thread::sleep(delay);
+            }
+            let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+            create_missing(&shared, &refs).map(|_| ())
+        })
+        .await;
     match made {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err((first, e)),
-        Err(e) => Err((first, KeyError::Queue(Error::new(MQUE_CRTE_BIG, format!("queue creation failed: {e}"))))),
+        Err(_) => Err((
+            first,
+            KeyError::Queue(Error::new(
+                MQUE_CRTE_BIG,
+                "queue creation did not complete (the server is stopping, or it failed)",
+            )),
+        )),
     }
 }
 
@@ -118,11 +136,16 @@ fn test_create_delay() -> std::time::Duration {
 /// (one failed open when it does not exist), a name is looked up in the
 /// server's index, which never scans the directory.
 pub(crate) fn find(shared: &ServerState, key: &[u8]) -> Result<Option<Arc<Queue>>, KeyError> {
+    find_handle(shared, key).map(|found| found.map(|(q, _)| q))
+}
+
+/// [`find`], with the queue's [`Handle`] for a cache.
+fn find_handle(shared: &ServerState, key: &[u8]) -> Result<Option<(Arc<Queue>, Handle)>, KeyError> {
     check_key_name(key)?;
     let Ok(key) = std::str::from_utf8(key) else { return Ok(None) };
     if let Some(id) = numeric(key) {
-        return match shared.attachments.get(id) {
-            Ok(q) => Ok(Some(q)),
+        return match shared.attachments.handle(id) {
+            Ok(found) => Ok(Some(found)),
             Err(e) if e.code() == TBL_NOT_FOUND => Ok(None),
             Err(e) => Err(KeyError::Queue(e)),
         };
@@ -132,8 +155,8 @@ pub(crate) fn find(shared: &ServerState, key: &[u8]) -> Result<Option<Arc<Queue>
     for _ in 0..2 {
         match shared.index.find(key) {
             Found::None => return Ok(None),
-            Found::One(id) => match shared.attachments.get(id) {
-                Ok(q) if q.name() == key => return Ok(Some(q)),
+            Found::One(id) => match shared.attachments.handle(id) {
+                Ok(found) if found.0.name() == key => return Ok(Some(found)),
                 Ok(_) => {}
                 Err(e) if e.code() == TBL_NOT_FOUND => {}
                 Err(e) => return Err(KeyError::Queue(e)),
@@ -160,14 +183,7 @@ pub(crate) fn create_missing(shared: &ServerState, keys: &[&[u8]]) -> Result<Vec
         format!("{}{}", shown.join(", "), if keys.len() > 3 { ", ..." } else { "" })
     };
     if keys.len() > MAX_CREATES_PER_COMMAND {
-        return Err(KeyError::Queue(Error::new(
-            MQUE_CRTE_BIG,
-            format!(
-                "{} missing queues named in one command, at most {MAX_CREATES_PER_COMMAND} are created by one: \
-                 nothing created",
-                keys.len()
-            ),
-        )));
+        return Err(too_many_creates(keys.len(), false));
     }
     let _one_at_a_time = shared.create_lock.lock();
     shared.index.check_budget(&shared.budget, keys.len(), shared.auto_bytes).map_err(|why| {
@@ -185,8 +201,15 @@ pub(crate) fn create_missing(shared: &ServerState, keys: &[&[u8]]) -> Result<Vec
     Ok(queues)
 }
 
+/// A queue as `--auto-create` makes it: marked, for the budget.
+fn auto_spec(rows: u64, size: u64) -> Spec {
+    let mut spec = Spec::new(rows, size);
+    spec.part = AUTO_MARK.to_string();
+    spec
+}
+
 fn create_id(shared: &ServerState, id: u32, rows: u64, size: u64) -> Result<Arc<Queue>, KeyError> {
-    match Queue::create(shared.dir(), id, &Spec::new(rows, size)) {
+    match Queue::create(shared.dir(), id, &auto_spec(rows, size)) {
         Ok(()) => shared.index.created(id, "", shared.auto_bytes),
         Err(e) if e.code() == TBL_ARD_EXIST => {}
         Err(e) => return Err(KeyError::Queue(e)),
@@ -205,7 +228,7 @@ fn create_named(shared: &ServerState, name: &str, rows: u64, size: u64) -> Resul
     if let Some(q) = find(shared, name.as_bytes())? {
         return Ok(q);
     }
-    let mut spec = Spec::new(rows, size);
+    let mut spec = auto_spec(rows, size);
     spec.name = name.to_string();
     let first = auto_id(name);
     for i in 0..PROBES {
@@ -228,46 +251,46 @@ fn create_named(shared: &ServerState, name: &str, rows: u64, size: u64) -> Resul
     )))
 }
 
-/// The queues a worker thread has resolved, by key bytes.
+/// The queues a worker thread has resolved, by key bytes: handles, which do
+/// not hold the queues open (see [`crate::open`]).
 #[derive(Default)]
 pub(crate) struct WorkerKeys {
-    map: RefCell<HashMap<Box<[u8]>, Arc<Queue>>>,
+    map: RefCell<HashMap<Box<[u8]>, Handle>>,
 }
 
 /// Entries a worker keeps at most (a client sending random keys cannot grow it further).
 const WORKER_CACHE_MAX: usize = 4096;
 
 impl WorkerKeys {
-    fn get(&self, key: &[u8]) -> Option<Arc<Queue>> {
-        self.map.borrow().get(key).filter(|q| !q.is_dropped()).cloned()
+    fn get(&self, shared: &ServerState, key: &[u8]) -> Option<Arc<Queue>> {
+        self.map.borrow().get(key)?.get(&shared.attachments)
     }
 
-    /// Forgets the queues dropped since they were cached, and detaches them
-    /// from the server's table, so that their mappings are let go of (a
-    /// connection that used one last keeps it until its next command).
+    /// Forgets the queues closed or dropped since they were cached, and
+    /// lets go of the dropped ones in the server's table, so that their
+    /// mappings are given back (a connection that uses one keeps it until
+    /// its batch of commands is done).
     pub(crate) fn purge_dropped(&self, shared: &ServerState) {
-        self.map.borrow_mut().retain(|_, q| {
-            if q.is_dropped() {
-                shared.attachments.detach(q.id());
-                return false;
-            }
-            true
-        });
+        self.map.borrow_mut().retain(|_, h| !h.is_gone());
+        shared.attachments.purge_dropped();
     }
 
-    fn put(&self, key: &[u8], q: &Arc<Queue>) {
+    fn put(&self, key: &[u8], h: Handle) {
         let mut map = self.map.borrow_mut();
         if map.len() >= WORKER_CACHE_MAX {
-            map.retain(|_, q| !q.is_dropped());
+            map.retain(|_, h| !h.is_gone());
             if map.len() >= WORKER_CACHE_MAX {
                 map.clear();
             }
         }
-        map.insert(key.into(), q.clone());
+        map.insert(key.into(), h);
     }
 }
 
-/// The queue a connection used last, and its key.
+/// The queue a connection used last, and its key: held open while the
+/// connection runs a batch of commands, let go of ([`forget`](Self::forget))
+/// when it waits for the next, so that an idle connection holds no queue
+/// open.
 #[derive(Default)]
 pub(crate) struct LastKey {
     key: Vec<u8>,
@@ -293,14 +316,20 @@ impl LastKey {
         self.queue.as_ref().ok_or(KeyError::NoSuchQueue)
     }
 
+    /// Lets go of the queue (the key stays, for the next look-up's cache).
+    #[inline]
+    pub(crate) fn forget(&mut self) {
+        self.queue = None;
+    }
+
     #[cold]
     fn miss(&mut self, shared: &ServerState, worker: &WorkerKeys, key: &[u8]) -> Result<(), KeyError> {
         self.queue = None;
-        let q = match worker.get(key) {
+        let q = match worker.get(shared, key) {
             Some(q) => q,
             None => {
-                let q = resolve(shared, key)?;
-                worker.put(key, &q);
+                let (q, handle) = find_handle(shared, key)?.ok_or(KeyError::NoSuchQueue)?;
+                worker.put(key, handle);
                 q
             }
         };

@@ -11,19 +11,24 @@
 //! | module | concern | uses |
 //! |---|---|---|
 //! | `metrics` | `--metrics-port`: the server's counters for the exposition and the dashboard, and their HTTP server (`tvmq_watch`) | `cmd`, `state`, `config` |
-//! | `listener` | binding, accepting, `--maxclients`, handing connections to workers | `worker`, `state` |
-//! | `worker` | one thread per core, each a tokio current-thread runtime | `connection`, `local`, `keys`, `state` |
-//! | `connection` | read, run every complete command, write the replies once; limits | `cmd`, `local`, `keys`, `state`, `stream` |
-//! | `cmd` | dispatch, then one file per family: `queue` (push, pop, LLEN), `blocking` (BLPOP), `admin` (DEL, LTRIM, TVMQ.REPAIR), `lease/` (the TVMQ.LEASE family: `owned`, `args`, `take`, `end`, `stats`), `server` (the rest), `table` (the commands, COMMAND); `context` (what a command runs with), `off_worker` (what it hands to the blocking pool) | `durable`, `keys`, `state`, `waiters`, `reply` |
-//! | `local` | what one worker's connections share: key cache, buffer pool, stop notice | `keys` |
-//! | `keys` | key -> queue, caches, `--auto-create`, its bounds and its id scheme | `state`, `index`, `reply` |
-//! | `state` | `ServerState`, what every thread shares: options, queues, counters | `durable`, `index`, `waiters`, `shutdown`, `tls`, `config` |
-//! | `durable` | `always` queues: a connection's replies waiting for a sync (`replies`), the sync threads (`syncers`) | `histogram` |
+//! | `listener` | binding, accepting (out of descriptors too), `--maxclients`, the TLS handshakes' budget, handing connections out | `handshake`, `worker`, `state` |
+//! | `handshake` | TLS handshakes on a thread of their own, then to the worker | `worker`, `preauth`, `state`, `stream` |
+//! | `worker` | one thread per core, each a tokio current-thread runtime | `connection`, `local`, `keys`, `preauth`, `state`, `stream` |
+//! | `connection` | read, run every complete command, write the replies once; limits | `cmd`, `local`, `keys`, `preauth`, `state`, `stream`, `config` |
+//! | `cmd` | dispatch, then one file per family: `queue` (push, pop, LLEN), `blocking` (BLPOP), `admin` (DEL, LTRIM, TVMQ.REPAIR), `lease/` (the TVMQ.LEASE family: `owned`, `args`, `take`, `end`, `stats`), `server` (the rest), `table` (the commands, COMMAND); `context` (what a command runs with), `off_worker` (what it hands to the pool) | `durable`, `keys`, `state`, `waiters`, `pool`, `reply` |
+//! | `local` | what one worker's connections share: key cache, buffer pool, stop notice, its syncs | `keys`, `durable` |
+//! | `keys` | key -> queue, caches, `--auto-create`, its bounds and its id scheme | `state`, `index`, `open`, `pool`, `reply` |
+//! | `state` | `ServerState`, what every thread shares: options, queues, counters, the pool | `durable`, `index`, `open`, `preauth`, `waiters`, `pool`, `shutdown`, `tls`, `config` |
+//! | `durable` | `always` queues: a connection's replies waiting for a sync (`replies`), the worker's own syncs on its io_uring (`ring`), the sync threads where there is none (`syncers`) | `histogram` |
 //! | `histogram` | durations in fixed buckets, in atomics (the syncs' `tvmq_durable_sync_seconds`) | - |
-//! | `index` | queue name -> ids of the directory, kept current by inotify; the queues the server created (the budget) | `shutdown` |
+//! | `index` | queue name -> ids of the directory, kept current by inotify; the queues `--auto-create` made (the budget) | `shutdown` |
+//! | `open` | the queues held open, at most as many as the descriptors allow, the least recently used idle one closed | - |
+//! | `preauth` | connections not authenticated yet: their bound and their time | - |
+//! | `descriptors` | the open-file limit, raised, and shared between the server, the queues and the clients | - |
 //! | `waiters` | blocked clients and the bounded pool of watcher threads that wake them | `shutdown` |
+//! | `pool` | the one bounded pool of threads, with its line, for all the work taken off the workers | - |
 //! | `shutdown` | the stop signal | - |
-//! | `stream` | TCP, unix and TLS sockets behind one trait; the I/O steps | - |
+//! | `stream` | TCP, unix and TLS sockets behind one trait (a TCP socket that moves between threads); the I/O steps | - |
 //! | `tls` | `--tls-port`: the certificates, read at the start | `config` |
 //! | `reply` | error replies in the protocol's words | - |
 //! | [`config`] | the options ([`ServeArgs`]) | - |
@@ -47,18 +52,26 @@
 //! # Ok::<(), tvm::Error>(())
 //! ```
 #![warn(missing_docs)]
-#![forbid(unsafe_code)]
+// One `unsafe` block in the crate: the registration of a worker's io_uring
+// eventfd with its runtime (`durable::ring`), whose contract (the
+// descriptor stays open and the same) tokio cannot check.
+#![deny(unsafe_code)]
 
 mod cmd;
 pub mod config;
 mod connection;
+mod descriptors;
 mod durable;
+mod handshake;
 mod histogram;
 mod index;
 mod keys;
 mod listener;
 mod local;
 mod metrics;
+mod open;
+mod pool;
+mod preauth;
 mod reply;
 mod shutdown;
 mod state;
@@ -89,10 +102,14 @@ pub struct Server {
 }
 
 impl Server {
-    /// Checks the options and the directory, binds the sockets and starts
-    /// the acceptor and the workers. The password is `--requirepass`, else
+    /// Checks the options and the directory, raises this process's soft
+    /// limit of open files to its hard limit (and lowers `--maxclients` to
+    /// what it allows, with a warning on stderr), binds the sockets and
+    /// starts the acceptor, the workers and, with `--tls-port`, the TLS
+    /// handshakes' threads. The password is `--requirepass`, else
     /// `--requirepass-file`'s, else `$TVMQ_REQUIREPASS`'s. Errors:
-    /// `BOOT_PARM_ERR` (an empty password, an unreadable password file,
+    /// `BOOT_PARM_ERR` (a password of fewer than 8 bytes or more than 16 KiB,
+    /// an unreadable password file,
     /// protected mode's refusal, nothing to listen on, a TLS certificate or
     /// key file that cannot be read or used), those of
     /// [`tvm::check_queue_dir`] (a directory this process cannot use; it
@@ -125,18 +142,23 @@ impl Server {
         let tcp_addr = listeners.tcp.as_ref().and_then(|l| l.local_addr().ok());
         let tls_addr = listeners.tls.as_ref().and_then(|l| l.local_addr().ok());
         let threads = args.worker_threads();
+        // The workers, the acceptor, the TLS handshakes' thread and `run`'s signals.
+        let fds = fd_plan(threads + 3, args);
         let limits = resp::Limits { max_bulk_len: args.max_bulk_len, ..resp::Limits::default() };
         let shared = Arc::new(ServerState {
             args: args.clone(),
             dir: dir.to_path_buf(),
-            attachments: tvm::Attachments::new(dir.to_path_buf()),
+            attachments: open::OpenQueues::new(dir.to_path_buf(), fds.open_queues),
+            nofile: fds.limit,
+            maxclients: fds.maxclients,
+            unauthenticated: preauth::Unauthenticated::new(max_unauthenticated(args, fds.maxclients)),
             limits,
             query_limit: args.max_bulk_len.saturating_mul(2).max(1 << 20),
             password,
             auth_log: parking_lot::Mutex::default(),
             stats: Stats::default(),
             shutdown: Arc::default(),
-            waiters: waiters::Waiters::new(threads),
+            waiters: waiters::Waiters::new(),
             started: Instant::now(),
             tcp_addr,
             unix_path: args.unixsocket.clone(),
@@ -150,7 +172,10 @@ impl Server {
             index: index.clone(),
             budget,
             auto_bytes,
-            syncers: durable::Syncers::default(),
+            durable: durable::Commits::default(),
+            pool: pool::Pool::new(args.pool_threads),
+            lease_scans: pool::Coalesce::new(),
+            info_scans: pool::Coalesce::new(),
         });
         let metrics = metrics::start(&shared)?;
         let mut server = Server { shared: shared.clone(), threads: Vec::new(), metrics };
@@ -165,10 +190,13 @@ impl Server {
                 .map_err(|e| Error::new(SVR_EXCEPTION, format!("cannot start a worker thread: {e}")))?;
             server.threads.push(handle);
         }
+        let (handshakes, tls_threads) = handshake::spawn(&shared, &senders)
+            .map_err(|e| Error::new(SVR_EXCEPTION, format!("cannot start the TLS handshakes' thread: {e}")))?;
+        server.threads.extend(tls_threads);
         let acceptor_shared = shared.clone();
         let acceptor = std::thread::Builder::new()
             .name("tvmq-accept".into())
-            .spawn(move || listener::accept_loop(rt, listeners, acceptor_shared, senders))
+            .spawn(move || listener::accept_loop(rt, listeners, acceptor_shared, senders, handshakes))
             .map_err(|e| Error::new(SVR_EXCEPTION, format!("cannot start the acceptor thread: {e}")))?;
         server.threads.push(acceptor);
         Ok(server)
@@ -232,6 +260,9 @@ impl Server {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
+        // What the workers handed over and nobody waits for any more (leases
+        // of closed connections given back, ...) runs before the stop ends.
+        self.shared.pool.stop();
         listener::remove_socket(self.shared.unix_path.as_deref(), self.shared.unix_id);
     }
 }
@@ -242,6 +273,34 @@ impl Drop for Server {
             self.stop_inner();
         }
     }
+}
+
+/// `--max-unauthenticated`, or half of `maxclients` (in effect), at least 1;
+/// one not below `maxclients` gets a warning (such connections could then
+/// fill it).
+fn max_unauthenticated(args: &ServeArgs, maxclients: usize) -> usize {
+    if args.max_unauthenticated == 0 {
+        return (maxclients / 2).max(1);
+    }
+    if args.max_unauthenticated >= maxclients && args.authenticates_clients(None) {
+        eprintln!(
+            "tvmq serve: warning: --max-unauthenticated {} is not below --maxclients {maxclients}: connections \
+             that never authenticate can fill every slot",
+            args.max_unauthenticated
+        );
+    }
+    args.max_unauthenticated
+}
+
+/// Raises the open-file limit and shares it out ([`descriptors::plan`]),
+/// saying on stderr what it lowered.
+fn fd_plan(runtimes: usize, args: &ServeArgs) -> descriptors::Plan {
+    let (limit, stuck) = descriptors::raise_limit();
+    let plan = descriptors::plan(limit, runtimes, args.maxclients, args.max_open_queues);
+    for warning in stuck.iter().chain(&plan.warnings) {
+        eprintln!("tvmq serve: warning: {warning}");
+    }
+    plan
 }
 
 /// Checks `--auto-create`'s geometry as queue creation will (a refusal at

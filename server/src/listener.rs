@@ -1,16 +1,21 @@
 //! Listening: the sockets are bound before anything starts (so that a port
 //! in use fails the start), then one acceptor thread hands each connection
 //! to the worker serving the fewest, refusing those beyond `--maxclients`
-//! as Redis does, until the stop.
+//! as Redis does, until the stop. TLS connections go through the
+//! handshakes' thread first, within `--tls-handshakes-per-second`. Out of
+//! descriptors, accept(2) fails: the acceptor then gives up a spare one to
+//! refuse the waiting connection with a reply, logs at most a line a
+//! second, and never spins.
 
-use crate::state::ServerState;
-use crate::worker::Accepted;
+use crate::handshake::Handshakes;
+use crate::state::{ServerState, Slot};
+use crate::worker::{Accepted, Incoming};
 use std::io;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedSender;
 
 /// The listening sockets, bound.
@@ -106,75 +111,233 @@ fn remove_stale_socket(path: &Path) -> io::Result<()> {
     }
 }
 
+/// A connection as accept(2) gave it.
+enum Raw {
+    Tcp(tokio::net::TcpStream, SocketAddr),
+    Unix(tokio::net::UnixStream),
+    Tls(tokio::net::TcpStream, SocketAddr),
+}
+
+/// Which listener.
+#[derive(Clone, Copy)]
+enum Kind {
+    Tcp,
+    Unix,
+    Tls,
+}
+
+/// What the acceptor keeps between connections.
+struct Acceptor {
+    shared: Arc<ServerState>,
+    workers: Vec<UnboundedSender<Incoming>>,
+    handshakes: Handshakes,
+    /// A descriptor kept open to be closed when accept(2) finds none left,
+    /// so that the connection waiting can be told why it is refused
+    /// instead of being left without a reply.
+    spare: Option<std::fs::File>,
+    /// When an accept error was last logged, and the count then.
+    logged: Option<(Instant, u64)>,
+    /// TLS handshakes that may still begin this second.
+    tls_budget: Budget,
+}
+
 /// Accepts until the stop, on the runtime `rt` the listeners were bound in.
 pub(crate) fn accept_loop(
     rt: tokio::runtime::Runtime,
     listeners: Listeners,
     shared: Arc<ServerState>,
-    workers: Vec<UnboundedSender<Accepted>>,
+    workers: Vec<UnboundedSender<Incoming>>,
+    handshakes: Handshakes,
 ) {
+    let rate = shared.args.tls_handshakes_per_second;
+    let mut a = Acceptor { shared, workers, handshakes, spare: spare(), logged: None, tls_budget: Budget::new(rate) };
     rt.block_on(async {
         let Listeners { tcp, unix, tls, .. } = listeners;
         loop {
-            let accepted = tokio::select! {
+            let (kind, accepted) = tokio::select! {
                 biased;
-                _ = shared.shutdown.wait() => break,
+                _ = a.shared.shutdown.wait() => break,
                 r = async { match &tcp { Some(l) => l.accept().await, None => std::future::pending().await } } => {
-                    r.and_then(|(s, peer)| Ok(Accepted::Tcp(s.into_std()?, peer)))
+                    (Kind::Tcp, r.map(|(s, peer)| Raw::Tcp(s, peer)))
                 }
                 r = async { match &unix { Some(l) => l.accept().await, None => std::future::pending().await } } => {
-                    r.and_then(|(s, _)| Ok(Accepted::Unix(s.into_std()?)))
+                    (Kind::Unix, r.map(|(s, _)| Raw::Unix(s)))
                 }
                 r = async { match &tls { Some(l) => l.accept().await, None => std::future::pending().await } } => {
-                    r.and_then(|(s, peer)| Ok(Accepted::Tls(s.into_std()?, peer)))
+                    (Kind::Tls, r.map(|(s, peer)| Raw::Tls(s, peer)))
                 }
             };
             match accepted {
-                Ok(c) => dispatch(&shared, &workers, c),
+                Ok(c) => a.dispatch(c),
                 Err(e) => {
-                    // Out of descriptors (or a connection reset before it
-                    // was accepted): say so, and give the others time to close.
-                    eprintln!("tvmq serve: accept: {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    let freed = match kind {
+                        Kind::Tcp => a.make_room(tcp.as_ref(), &e).await,
+                        Kind::Unix => a.make_room(unix.as_ref(), &e).await,
+                        Kind::Tls => a.make_room(tls.as_ref(), &e).await,
+                    };
+                    a.log_accept_error(&e);
+                    if !freed {
+                        // No spare to give up, or not for want of one: wait
+                        // rather than spin on a listener that stays readable.
+                        tokio::time::sleep(ACCEPT_RETRY).await;
+                    }
                 }
             }
         }
     });
 }
 
-/// Hands `c` to the worker with the fewest connections, or refuses it.
-fn dispatch(shared: &ServerState, workers: &[UnboundedSender<Accepted>], c: Accepted) {
-    let st = &shared.stats;
-    st.total_connections.fetch_add(1, Ordering::Relaxed);
-    if st.connected.load(Ordering::Relaxed) >= shared.args.maxclients {
-        st.rejected.fetch_add(1, Ordering::Relaxed);
-        refuse(c);
-        return;
-    }
-    let Some((i, _)) = shared.worker_conns.iter().enumerate().min_by_key(|(_, n)| n.load(Ordering::Relaxed)) else {
-        return;
-    };
-    st.connected.fetch_add(1, Ordering::Relaxed);
-    shared.worker_conns[i].fetch_add(1, Ordering::Relaxed);
-    if let Err(back) = workers[i].send(c) {
-        // The worker is gone (the server is stopping).
-        drop(back);
-        st.connected.fetch_sub(1, Ordering::Relaxed);
-        shared.worker_conns[i].fetch_sub(1, Ordering::Relaxed);
+/// How long the acceptor waits after an accept error it could not act on.
+const ACCEPT_RETRY: Duration = Duration::from_millis(100);
+/// At most one line about accept errors per this long.
+const LOG_EVERY: Duration = Duration::from_secs(1);
+
+/// The spare descriptor (see [`Acceptor::spare`]).
+fn spare() -> Option<std::fs::File> {
+    std::fs::File::open("/dev/null").ok()
+}
+
+/// A listener the acceptor can take one connection from at once.
+trait Listen {
+    type Conn: Refuse;
+    fn poll_one(&self, cx: &mut std::task::Context<'_>) -> std::task::Poll<io::Result<Self::Conn>>;
+}
+
+impl Listen for tokio::net::TcpListener {
+    type Conn = tokio::net::TcpStream;
+    fn poll_one(&self, cx: &mut std::task::Context<'_>) -> std::task::Poll<io::Result<Self::Conn>> {
+        self.poll_accept(cx).map_ok(|(s, _)| s)
     }
 }
 
-/// Redis's reply to a client beyond maxclients, then the close (a TLS
-/// client, which would read the reply as a broken record, is only closed).
-fn refuse(c: Accepted) {
-    use std::io::Write;
-    const TEXT: &[u8] = b"-ERR max number of clients reached\r\n";
-    // The socket is new and non-blocking: the reply fits its buffer.
-    let _ = match c {
-        Accepted::Tcp(mut s, _) => s.write(TEXT),
-        Accepted::Unix(mut s) => s.write(TEXT),
-        Accepted::Tls(..) => Ok(0),
-    };
+impl Listen for tokio::net::UnixListener {
+    type Conn = tokio::net::UnixStream;
+    fn poll_one(&self, cx: &mut std::task::Context<'_>) -> std::task::Poll<io::Result<Self::Conn>> {
+        self.poll_accept(cx).map_ok(|(s, _)| s)
+    }
+}
+
+impl Acceptor {
+    /// Out of descriptors: closes the spare, takes the connection that is
+    /// waiting and refuses it (so that it gets a reply, not silence), then
+    /// takes the spare back. True if it did.
+    async fn make_room<L: Listen>(&mut self, listener: Option<&L>, e: &io::Error) -> bool {
+        let out_of_fds = matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE));
+        let (Some(l), true) = (listener, out_of_fds) else { return false };
+        if self.spare.take().is_none() {
+            self.spare = spare();
+            return false;
+        }
+        let one = std::future::poll_fn(|cx| std::task::Poll::Ready(l.poll_one(cx))).await;
+        if let std::task::Poll::Ready(Ok(c)) = one {
+            self.shared.stats.rejected.fetch_add(1, Ordering::Relaxed);
+            c.refuse();
+        }
+        self.spare = spare();
+        true
+    }
+
+    /// Counts an accept error, and says so on stderr at most once a second.
+    fn log_accept_error(&mut self, e: &io::Error) {
+        let errors = self.shared.stats.accept_errors.fetch_add(1, Ordering::Relaxed) + 1;
+        if self.logged.is_some_and(|(at, _)| at.elapsed() < LOG_EVERY) {
+            return;
+        }
+        let since = errors - self.logged.map_or(0, |(_, n)| n);
+        eprintln!(
+            "tvmq serve: accept: {e} ({since} error(s) since the last report, {errors} since the start; \
+             a connection refused for want of descriptors is told so)"
+        );
+        self.logged = Some((Instant::now(), errors));
+    }
+
+    /// Hands `c` to the worker with the fewest connections (a TLS one
+    /// through the handshakes' thread), or refuses it.
+    fn dispatch(&mut self, c: Raw) {
+        let shared = &self.shared;
+        let st = &shared.stats;
+        st.total_connections.fetch_add(1, Ordering::Relaxed);
+        if st.connected.load(Ordering::Relaxed) >= shared.maxclients {
+            st.rejected.fetch_add(1, Ordering::Relaxed);
+            match c {
+                Raw::Tcp(s, _) => s.refuse(),
+                Raw::Unix(s) => s.refuse(),
+                // It would read the text as a broken record: only closed.
+                Raw::Tls(..) => {}
+            }
+            return;
+        }
+        if matches!(c, Raw::Tls(..)) && !self.tls_budget.take() {
+            st.tls_handshakes_refused.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let Some((i, _)) = shared.worker_conns.iter().enumerate().min_by_key(|(_, n)| n.load(Ordering::Relaxed)) else {
+            return;
+        };
+        let slot = Slot::take(shared, i);
+        let pending = shared.password.is_some().then(|| shared.unauthenticated.admit(shared.args.auth_limit()));
+        let conn = match c {
+            Raw::Tcp(s, peer) => s.into_std().map(|s| Accepted::Tcp(s, peer)),
+            Raw::Unix(s) => s.into_std().map(Accepted::Unix),
+            Raw::Tls(s, peer) => {
+                self.handshakes.begin(s, peer, slot, pending);
+                return;
+            }
+        };
+        match conn {
+            // A worker gone: the server is stopping.
+            Ok(conn) => drop(self.workers[i].send(Incoming { conn, slot, pending })),
+            Err(e) => eprintln!("tvmq serve: cannot hand a connection over: {e}"),
+        }
+    }
+}
+
+/// A connection that can be refused with Redis's reply.
+trait Refuse {
+    fn refuse(self);
+}
+
+// The socket is new and non-blocking: the reply fits its buffer. (Written
+// by the system call itself: tokio's `try_write` would wait for a
+// readiness event the reactor has not seen yet.)
+impl Refuse for tokio::net::TcpStream {
+    fn refuse(self) {
+        let _ = self.into_std().and_then(|mut s| std::io::Write::write(&mut s, REFUSAL));
+    }
+}
+
+impl Refuse for tokio::net::UnixStream {
+    fn refuse(self) {
+        let _ = self.into_std().and_then(|mut s| std::io::Write::write(&mut s, REFUSAL));
+    }
+}
+
+/// Redis's reply to a client beyond maxclients, before the close.
+const REFUSAL: &[u8] = b"-ERR max number of clients reached\r\n";
+
+/// A per-second budget: `rate` a second, as many at once at most.
+struct Budget {
+    rate: f64,
+    tokens: f64,
+    at: Instant,
+}
+
+impl Budget {
+    fn new(rate: u32) -> Budget {
+        Budget { rate: f64::from(rate), tokens: f64::from(rate), at: Instant::now() }
+    }
+
+    /// Takes one, if there is one left.
+    fn take(&mut self) -> bool {
+        let now = Instant::now();
+        self.tokens = (self.tokens + now.duration_since(self.at).as_secs_f64() * self.rate).min(self.rate);
+        self.at = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            return true;
+        }
+        false
+    }
 }
 
 /// Removes the unix socket file when the server stops, if it is still the

@@ -1,7 +1,8 @@
 //! What one worker's connections share on its thread (none of it crosses
-//! threads): the key cache, the buffer pool, the stop notice, and the
-//! sizes of the buffers.
+//! threads): the key cache, the buffer pool, the stop notice, its syncs,
+//! and the sizes of the buffers.
 
+use crate::durable::{UnsyncedReplies, WorkerSyncs};
 use crate::keys::WorkerKeys;
 use std::cell::Cell;
 
@@ -61,4 +62,15 @@ pub(crate) struct WorkerLocal {
     /// connection waiting for its client polls a notification no other
     /// core touches).
     pub(crate) stop: tokio::sync::Notify,
+    /// Its own syncs of `always` queues, on its io_uring (`None`: the
+    /// server's sync threads run them).
+    pub(crate) syncs: Option<std::rc::Rc<WorkerSyncs>>,
+}
+
+impl WorkerLocal {
+    /// The replies of a new connection of this worker that will wait for
+    /// syncs: on this worker's ring, else on the sync threads.
+    pub(crate) fn unsynced_replies(&self) -> UnsyncedReplies {
+        UnsyncedReplies::new(self.syncs.clone())
+    }
 }

@@ -75,7 +75,7 @@ impl Source for ServerMetrics {
             "histogram",
             "Syncs of always queues that tvmq serve ran for its replies, by duration.",
         );
-        let (buckets, count, sum) = self.0.syncers.stats().seconds.read();
+        let (buckets, count, sum) = self.0.durable.stats().seconds.read();
         for (le, n) in buckets {
             let _ = writeln!(out, "tvmq_durable_sync_seconds_bucket{{le=\"{le}\"}} {n}");
         }
@@ -91,7 +91,7 @@ impl Source for ServerMetrics {
             .filter(|(_, n)| *n > 0)
             .map(|(spec, n)| (spec.name.to_string(), json!(n)))
             .collect();
-        let (_, syncs, sync_s) = self.0.syncers.stats().seconds.read();
+        let (_, syncs, sync_s) = self.0.durable.stats().seconds.read();
         json!({
             "uptime_s": self.0.started.elapsed().as_secs(),
             "connected_clients": st.connected.load(Ordering::Relaxed),

@@ -3,10 +3,12 @@
 
 use crate::config::ServeArgs;
 use crate::index::{Budget, Index};
+use crate::pool::{Coalesce, Pool};
 use crate::shutdown::Shutdown;
 use crate::waiters::Waiters;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
@@ -31,6 +33,10 @@ pub(crate) struct Stats {
     pub(crate) tls_handshake_failures: AtomicU64,
     /// When (seconds since the start) a failed handshake was last logged.
     pub(crate) tls_failure_logged: AtomicU64,
+    /// TLS connections closed unshaken: past `--tls-handshakes-per-second`.
+    pub(crate) tls_handshakes_refused: AtomicU64,
+    /// Connections accept(2) failed to give (out of descriptors, ...).
+    pub(crate) accept_errors: AtomicU64,
 }
 
 /// The rate-limited report of failed AUTHs on stderr: when it last
@@ -102,9 +108,15 @@ impl WorkerStats {
 pub(crate) struct ServerState {
     pub(crate) args: ServeArgs,
     pub(crate) dir: PathBuf,
-    /// The queues this server has attached, by id (names are looked up in
-    /// the queue headers).
-    pub(crate) attachments: tvm::Attachments,
+    /// The queues this server holds open, by id, at most as many as its
+    /// descriptors allow (names are looked up in the index).
+    pub(crate) attachments: crate::open::OpenQueues,
+    /// The soft limit of open files, raised at the start.
+    pub(crate) nofile: u64,
+    /// `--maxclients`, lowered to what the open-file limit allows.
+    pub(crate) maxclients: usize,
+    /// The connections that have not authenticated yet (with a password).
+    pub(crate) unauthenticated: std::sync::Arc<crate::preauth::Unauthenticated>,
     pub(crate) limits: resp::Limits,
     /// The most bytes of one command a connection buffers (twice
     /// `--max-bulk-len`, at least 1 MiB): beyond, it is closed.
@@ -112,7 +124,7 @@ pub(crate) struct ServerState {
     pub(crate) password: Option<Vec<u8>>,
     pub(crate) auth_log: parking_lot::Mutex<AuthLog>,
     pub(crate) stats: Stats,
-    pub(crate) shutdown: std::sync::Arc<Shutdown>,
+    pub(crate) shutdown: Arc<Shutdown>,
     pub(crate) waiters: Waiters,
     pub(crate) started: Instant,
     pub(crate) tcp_addr: Option<SocketAddr>,
@@ -132,13 +144,59 @@ pub(crate) struct ServerState {
     pub(crate) tls: Option<crate::tls::Acceptor>,
     pub(crate) tls_addr: Option<SocketAddr>,
     /// Queue names -> ids, kept current; the queues this server created.
-    pub(crate) index: std::sync::Arc<Index>,
+    pub(crate) index: Arc<Index>,
     /// `--max-queues` and `--max-memory` (its default worked out).
     pub(crate) budget: Budget,
     /// The size of the file of a queue `--auto-create` makes (0 without it).
     pub(crate) auto_bytes: u64,
-    /// The threads that sync `always` queues for the replies waiting on them.
-    pub(crate) syncers: crate::durable::Syncers,
+    /// How `always` queues are synced for the replies waiting on them: the
+    /// workers' rings, or the sync threads.
+    pub(crate) durable: crate::durable::Commits,
+    /// The bounded pool that runs what the workers hand over.
+    pub(crate) pool: Pool,
+    /// Scans of lease tables (TVMQ.LEASES), shared by equal ones waiting in
+    /// line: by queue id and mapping.
+    pub(crate) lease_scans: Arc<Coalesce<(u32, usize), Option<tvm::LeaseStats>>>,
+    /// INFO's sections that read queue headers, shared likewise.
+    pub(crate) info_scans: Arc<Coalesce<InfoScan, String>>,
+}
+
+/// An INFO section that reads queue headers (in the pool).
+#[derive(Clone, Copy, Hash, PartialEq, Eq, Debug)]
+pub(crate) enum InfoScan {
+    /// `# Queues`.
+    Queues,
+    /// The per-queue lines of `# Durability`.
+    Durability,
+}
+
+/// A connection's place in `--maxclients` and in its worker's count, taken
+/// when the listener hands it out and given back however it ends (in the
+/// TLS handshakes' thread, or its worker).
+pub(crate) struct Slot {
+    shared: std::sync::Arc<ServerState>,
+    worker: usize,
+}
+
+impl Slot {
+    /// Takes a place for a connection that worker `worker` will serve.
+    pub(crate) fn take(shared: &std::sync::Arc<ServerState>, worker: usize) -> Slot {
+        shared.stats.connected.fetch_add(1, Ordering::Relaxed);
+        shared.worker_conns[worker].fetch_add(1, Ordering::Relaxed);
+        Slot { shared: shared.clone(), worker }
+    }
+
+    /// The worker that serves the connection.
+    pub(crate) fn worker(&self) -> usize {
+        self.worker
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.shared.stats.connected.fetch_sub(1, Ordering::Relaxed);
+        self.shared.worker_conns[self.worker].fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl ServerState {
@@ -151,6 +209,19 @@ impl ServerState {
                 o + w.output.load(Ordering::Relaxed),
             )
         })
+    }
+
+    /// A current-thread runtime for one of the server's threads (`who`);
+    /// if none can be had, says so on stderr and begins the stop.
+    pub(crate) fn thread_runtime(&self, who: &str) -> Option<tokio::runtime::Runtime> {
+        match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            Ok(rt) => Some(rt),
+            Err(e) => {
+                eprintln!("tvmq serve: {who} cannot start its runtime: {e}");
+                self.shutdown.set();
+                None
+            }
+        }
     }
 
     /// The queue directory.

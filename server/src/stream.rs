@@ -31,13 +31,103 @@ impl Stream for tokio::net::UnixStream {
 /// TLS: rustls may hold decrypted bytes the socket no longer shows (a
 /// read shorter than what one record decrypted to), or a close notice;
 /// then a read is due at once. Otherwise the socket says.
-impl Stream for tokio_rustls::server::TlsStream<tokio::net::TcpStream> {
+impl Stream for tokio_rustls::server::TlsStream<Movable> {
     fn ready_to_read(&self) -> impl Future<Output = io::Result<()>> {
         let (tcp, tls) = self.get_ref();
         // After the handshake, rustls wants to read unless it holds
         // plaintext or has been told the stream ends.
         let buffered = !tls.wants_read();
-        async move { if buffered { Ok(()) } else { tcp.readable().await } }
+        async move { if buffered { Ok(()) } else { tcp.live()?.readable().await } }
+    }
+}
+
+/// A TCP socket that moves between runtimes: registered with the runtime of
+/// the thread using it, or parked (no runtime) while it is handed over. A
+/// TLS connection's handshake is made on the handshakes' thread, then the
+/// connection, rustls's state with it, moves to its worker.
+pub(crate) enum Movable {
+    Live(tokio::net::TcpStream),
+    Parked(std::net::TcpStream),
+    /// Only while it changes state.
+    Moving,
+}
+
+impl Movable {
+    /// Takes the socket out of this thread's runtime.
+    pub(crate) fn park(&mut self) -> io::Result<()> {
+        if let Movable::Live(t) = std::mem::replace(self, Movable::Moving) {
+            *self = Movable::Parked(t.into_std()?);
+        }
+        Ok(())
+    }
+
+    /// Registers the socket with this thread's runtime.
+    pub(crate) fn unpark(&mut self) -> io::Result<()> {
+        if let Movable::Parked(s) = std::mem::replace(self, Movable::Moving) {
+            *self = Movable::Live(tokio::net::TcpStream::from_std(s)?);
+        }
+        Ok(())
+    }
+
+    fn live(&self) -> io::Result<&tokio::net::TcpStream> {
+        match self {
+            Movable::Live(t) => Ok(t),
+            _ => Err(io::Error::new(io::ErrorKind::NotConnected, "the socket is being handed over")),
+        }
+    }
+
+    fn live_mut(&mut self) -> io::Result<Pin<&mut tokio::net::TcpStream>> {
+        match self {
+            Movable::Live(t) => Ok(Pin::new(t)),
+            _ => Err(io::Error::new(io::ErrorKind::NotConnected, "the socket is being handed over")),
+        }
+    }
+}
+
+impl AsyncRead for Movable {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut().live_mut() {
+            Ok(t) => t.poll_read(cx, buf),
+            Err(e) => Poll::Ready(Err(e)),
+        }
+    }
+}
+
+impl AsyncWrite for Movable {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        match self.get_mut().live_mut() {
+            Ok(t) => t.poll_write(cx, buf),
+            Err(e) => Poll::Ready(Err(e)),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut().live_mut() {
+            Ok(t) => t.poll_write_vectored(cx, bufs),
+            Err(e) => Poll::Ready(Err(e)),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut().live_mut() {
+            Ok(t) => t.poll_flush(cx),
+            Err(e) => Poll::Ready(Err(e)),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut().live_mut() {
+            Ok(t) => t.poll_shutdown(cx),
+            Err(e) => Poll::Ready(Err(e)),
+        }
     }
 }
 

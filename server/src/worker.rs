@@ -5,12 +5,13 @@
 use crate::connection;
 use crate::keys::WorkerKeys;
 use crate::local::{Pool, WorkerLocal};
-use crate::state::ServerState;
+use crate::preauth::Pending;
+use crate::state::{ServerState, Slot};
+use crate::stream::Movable;
 use std::cell::Cell;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::sync::mpsc::UnboundedReceiver;
 
@@ -21,39 +22,52 @@ const PURGE_EVERY: Duration = Duration::from_secs(1);
 pub(crate) enum Accepted {
     Tcp(std::net::TcpStream, SocketAddr),
     Unix(std::os::unix::net::UnixStream),
-    /// From `--tls-port`: the handshake is still to do.
-    Tls(std::net::TcpStream, SocketAddr),
+    /// From `--tls-port`, its handshake made (by [`crate::handshake`]); its
+    /// socket parked, to be registered with the worker's runtime.
+    Tls(Box<tokio_rustls::server::TlsStream<Movable>>, SocketAddr),
+}
+
+/// A connection handed to a worker, with its place in `--maxclients` and,
+/// when a password is set, among the unauthenticated connections.
+pub(crate) struct Incoming {
+    pub(crate) conn: Accepted,
+    pub(crate) slot: Slot,
+    pub(crate) pending: Option<Pending>,
 }
 
 /// Starts worker `index`.
 pub(crate) fn spawn(
     shared: Arc<ServerState>,
     index: usize,
-    rx: UnboundedReceiver<Accepted>,
+    rx: UnboundedReceiver<Incoming>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new().name(format!("tvmq-worker-{index}")).spawn(move || main(shared, index, rx))
 }
 
-fn main(shared: Arc<ServerState>, index: usize, mut rx: UnboundedReceiver<Accepted>) {
+fn main(shared: Arc<ServerState>, index: usize, mut rx: UnboundedReceiver<Incoming>) {
     // A sweep run here (inside a pop or a lease) leaves the records it
-    // dooms for the blocking pool to move to their dead-letter queue (that
+    // dooms for the server's pool to move to their dead-letter queue (that
     // push may open the queue and sync it): see `cmd::off_worker::move_dead_letters`.
     tvm::Queue::sweeps_move_dead_letters(false);
-    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("tvmq serve: worker {index}: cannot start its runtime: {e}");
-            shared.shutdown.set();
-            return;
-        }
-    };
+    // Work nobody waits for (leases of closed connections given back, ...)
+    // goes to the pool from here.
+    shared.pool.enter();
+    let Some(rt) = shared.thread_runtime(&format!("worker {index}")) else { return };
     let local = tokio::task::LocalSet::new();
+    // The worker's own syncs of `always` queues (their task on this
+    // worker's loop), or none: the sync threads.
+    let syncs = {
+        let _rt = rt.enter();
+        let _local = local.enter();
+        shared.durable.for_worker()
+    };
     let worker = Rc::new(WorkerLocal {
         index,
         keys: WorkerKeys::default(),
         pool: Pool::default(),
         connections: Cell::new(0),
         stop: tokio::sync::Notify::new(),
+        syncs,
     });
     local.block_on(&rt, async {
         let mut purge = tokio::time::interval(PURGE_EVERY);
@@ -85,74 +99,42 @@ fn main(shared: Arc<ServerState>, index: usize, mut rx: UnboundedReceiver<Accept
     // Dropping `local` cancels what is left (nothing, unless a write stalled).
 }
 
-/// Counts a connection out however it ends.
+/// Counts a connection out of its worker however it ends (its
+/// [`Slot`] counts it out of the server's).
 struct Counted {
     worker: Rc<WorkerLocal>,
-    shared: Arc<ServerState>,
+    _slot: Slot,
 }
 
 impl Drop for Counted {
     fn drop(&mut self) {
         self.worker.connections.set(self.worker.connections.get() - 1);
-        self.shared.stats.connected.fetch_sub(1, Ordering::Relaxed);
-        self.shared.worker_conns[self.worker.index].fetch_sub(1, Ordering::Relaxed);
     }
 }
 
-fn start(shared: &Arc<ServerState>, worker: &Rc<WorkerLocal>, c: Accepted) {
+fn start(shared: &Arc<ServerState>, worker: &Rc<WorkerLocal>, c: Incoming) {
+    let Incoming { conn, slot, pending } = c;
     worker.connections.set(worker.connections.get() + 1);
-    let counted = Counted { worker: worker.clone(), shared: shared.clone() };
+    let counted = Counted { worker: worker.clone(), _slot: slot };
     let (shared, worker) = (shared.clone(), worker.clone());
     tokio::task::spawn_local(async move {
         let _counted = counted;
-        match c {
+        match conn {
             Accepted::Tcp(s, peer) => match tokio::net::TcpStream::from_std(s) {
                 Ok(s) => {
                     let _ = s.set_nodelay(true);
-                    connection::serve(s, shared, worker, peer.to_string()).await
+                    connection::serve(s, shared, worker, peer.to_string(), pending).await
                 }
                 Err(e) => eprintln!("tvmq serve: cannot register a connection: {e}"),
             },
             Accepted::Unix(s) => match tokio::net::UnixStream::from_std(s) {
-                Ok(s) => connection::serve(s, shared, worker, "unix".to_string()).await,
+                Ok(s) => connection::serve(s, shared, worker, "unix".to_string(), pending).await,
                 Err(e) => eprintln!("tvmq serve: cannot register a connection: {e}"),
             },
-            Accepted::Tls(s, peer) => match tokio::net::TcpStream::from_std(s) {
-                Ok(s) => {
-                    let _ = s.set_nodelay(true);
-                    let Some(acceptor) = shared.tls.clone() else { return };
-                    // Bounded: a client that opens the connection and sends
-                    // nothing (or too little) holds its --maxclients slot
-                    // no longer than --tls-handshake-timeout.
-                    let limit = shared.args.tls_handshake();
-                    let handshake = tokio::select! {
-                        biased;
-                        // The stop does not wait for handshakes.
-                        _ = shared.shutdown.wait() => return,
-                        r = tokio::time::timeout(limit, acceptor.accept(s)) => r,
-                    };
-                    match handshake {
-                        Ok(Ok(s)) => connection::serve(s, shared, worker, peer.to_string()).await,
-                        Ok(Err(e)) => handshake_failed(&shared, &peer, &e.to_string()),
-                        Err(_) => handshake_failed(&shared, &peer, &format!("no handshake within {limit:?}")),
-                    }
-                }
+            Accepted::Tls(mut s, peer) => match s.get_mut().0.unpark() {
+                Ok(()) => connection::serve(*s, shared, worker, peer.to_string(), pending).await,
                 Err(e) => eprintln!("tvmq serve: cannot register a connection: {e}"),
             },
         }
     });
-}
-
-/// Counts a failed TLS handshake and says why on stderr, at most once a
-/// second for the whole server (a port scan or a flood of bad clients
-/// must not flood the log).
-fn handshake_failed(shared: &ServerState, peer: &SocketAddr, why: &str) {
-    let failures = shared.stats.tls_handshake_failures.fetch_add(1, Ordering::Relaxed) + 1;
-    let now = shared.started.elapsed().as_secs();
-    let last = shared.stats.tls_failure_logged.load(Ordering::Relaxed);
-    if (failures == 1 || now > last)
-        && shared.stats.tls_failure_logged.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
-    {
-        eprintln!("tvmq serve: TLS handshake with {peer} failed: {why} ({failures} failures so far)");
-    }
 }

@@ -296,7 +296,9 @@ fn protected_mode_refuses_every_interface_without_a_password() {
         "{msg}"
     );
     assert!(Server::start(dir.path(), &args(&["--bind", "::"])).is_err());
-    for ok in [&["--bind", "0.0.0.0", "--protected-mode", "no"][..], &["--bind", "0.0.0.0", "--requirepass", "x"]] {
+    for ok in
+        [&["--bind", "0.0.0.0", "--protected-mode", "no"][..], &["--bind", "0.0.0.0", "--requirepass", "password"]]
+    {
         let server = Server::start(dir.path(), &args(ok)).unwrap_or_else(|e| panic!("{ok:?}: {e}"));
         let port = server.tcp_addr().unwrap().port();
         let mut c = Conn::connect(SocketAddr::from(([127, 0, 0, 1], port)));

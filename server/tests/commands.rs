@@ -107,7 +107,7 @@ fn a_dropped_then_re_created_queue_is_found_again() {
 fn auth_gates_everything_but_auth_hello_and_quit() {
     let dir = TempDir::new("server", "auth");
     create(&dir, 1, "", 10, 8);
-    let server = start(&dir, &["--requirepass", "s3cret"]);
+    let server = start(&dir, &["--requirepass", "s3cret-pw"]);
     let addr = server.tcp_addr().unwrap();
     let mut c = Conn::connect(addr);
     assert_eq!(c.cmd(&[b"PING"]).err_text(), "NOAUTH Authentication required.");
@@ -121,16 +121,16 @@ fn auth_gates_everything_but_auth_hello_and_quit() {
     assert_eq!(c.cmd(&[b"AUTH", b"wrong"]).err_text(), "WRONGPASS invalid username-password pair or user is disabled.");
     assert_eq!(c.cmd(&[b"AUTH", b"s3cre"]).err_text(), "WRONGPASS invalid username-password pair or user is disabled.");
     assert_eq!(
-        c.cmd(&[b"AUTH", b"bob", b"s3cret"]).err_text(),
+        c.cmd(&[b"AUTH", b"bob", b"s3cret-pw"]).err_text(),
         "WRONGPASS invalid username-password pair or user is disabled."
     );
     assert_eq!(c.cmd(&[b"RPUSH", b"1", b"x"]).err_text(), "NOAUTH Authentication required.");
     assert_eq!(c.cmd(&[b"LLEN", b"1"]).err_text(), "NOAUTH Authentication required.", "nothing was pushed");
-    assert_eq!(c.cmd(&[b"AUTH", b"s3cret"]), V::Simple("OK".into()));
+    assert_eq!(c.cmd(&[b"AUTH", b"s3cret-pw"]), V::Simple("OK".into()));
     assert_eq!(c.cmd(&[b"RPUSH", b"1", b"x"]), V::Int(1));
     // HELLO with AUTH authenticates and switches to RESP3.
     let mut c3 = Conn::connect(addr);
-    match c3.cmd(&[b"HELLO", b"3", b"AUTH", b"default", b"s3cret", b"SETNAME", b"me"]) {
+    match c3.cmd(&[b"HELLO", b"3", b"AUTH", b"default", b"s3cret-pw", b"SETNAME", b"me"]) {
         V::Map(kv) => assert!(kv.windows(2).any(|w| w[0] == V::bulk(b"proto") && w[1] == V::Int(3))),
         other => panic!("HELLO 3 answers a map, not {other:?}"),
     }
@@ -142,7 +142,7 @@ fn auth_gates_everything_but_auth_hello_and_quit() {
     assert_eq!(&raw, b"_\r\n", "RESP3's null");
     assert_eq!(c3.cmd(&[b"CLIENT", b"GETNAME"]), V::bulk(b"me"));
     // redis-cli with -a.
-    let out = redis_cli(addr, &["-a", "s3cret", "--no-auth-warning", "LLEN", "1"]);
+    let out = redis_cli(addr, &["-a", "s3cret-pw", "--no-auth-warning", "LLEN", "1"]);
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "0");
     let out = redis_cli(addr, &["LLEN", "1"]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("NOAUTH"));

@@ -26,6 +26,14 @@ fn one_worker_with_slow_syncs(dir: &DiskDir, var: &str, ms: u64) -> ChildServer 
     ChildServer::spawn_in(dir.path(), &["--threads", "1"], &how)
 }
 
+/// Can this process use io_uring? Then a server's workers sync on rings
+/// of their own (unless `TVMQ_SERVE_SYNC=threads`).
+fn rings_here() -> bool {
+    // On a thread of its own: closing a ring notifies its thread, whose
+    // blocking socket reads with a timeout would return EINTR.
+    std::thread::spawn(|| tvm::SyncRing::new().is_ok()).join().unwrap()
+}
+
 /// A value of `SIZE` bytes naming connection `c`, push `i`.
 fn value(c: usize, i: usize) -> Vec<u8> {
     let mut v = format!("c{c}-i{i}-").into_bytes();
@@ -93,6 +101,14 @@ fn pipelined_pushes_of_many_connections_share_syncs_and_survive_a_kill() {
     assert!(syncs >= 1 && syncs < held, "{syncs} syncs for {held} records");
     assert!(per_sync > 1.0, "{per_sync} records per sync");
     assert!(info_field(&mut conn, "durability", "durable_queue_1").starts_with("policy=always,"));
+    // Each worker syncs on its own ring: no sync thread was started.
+    let ring_workers: usize = info_field(&mut conn, "durability", "durable_ring_workers").parse().unwrap();
+    let threads: usize = info_field(&mut conn, "durability", "durable_sync_threads").parse().unwrap();
+    if rings_here() {
+        assert_eq!((ring_workers, threads), (2, 0), "workers on rings, sync threads");
+    } else {
+        assert_eq!(ring_workers, 0);
+    }
     assert_eq!(server.signal_and_wait(libc::SIGKILL, Duration::from_secs(10)), None);
 
     let q = Queue::open(dir.path(), 1).expect("reopen after the kill");
@@ -110,17 +126,37 @@ fn pipelined_pushes_of_many_connections_share_syncs_and_survive_a_kill() {
 /// waits for it, while a PING on another connection of the same (only)
 /// worker answers at once; so does a push to a plain queue. The pushed
 /// record is visible (LLEN) before its reply comes: published at once.
+/// The worker's sync is in flight on its own ring (its writes wait in the
+/// kernel behind the delay, the worker does not).
 #[test]
-fn a_worker_serves_other_connections_while_a_sync_runs() {
+fn a_worker_serves_other_connections_while_its_sync_is_in_flight() {
+    serves_other_connections_while_a_sync_runs("ring");
+}
+
+/// The same where the sync threads run the syncs (no io_uring, or
+/// `TVMQ_SERVE_SYNC=threads`).
+#[test]
+fn a_worker_serves_other_connections_while_a_sync_thread_syncs() {
+    serves_other_connections_while_a_sync_runs("threads");
+}
+
+/// The test of the two above, the server's syncs chosen by `mode`
+/// (`TVMQ_SERVE_SYNC`). (With `inline`, the measurement aid that syncs on
+/// the worker as Redis does, it fails: the PING waits for the sync.)
+fn serves_other_connections_while_a_sync_runs(mode: &str) {
     let dir = DiskDir::new("serve-slow-sync");
     always_queue(&dir, 1, "slow", 1000);
     let mut plain = Spec::new(1000, SIZE as u64);
     plain.name = "plain".into();
     Queue::create(dir.path(), 2, &plain).unwrap();
     const DELAY_MS: u64 = 800;
-    let mut server = one_worker_with_slow_syncs(&dir, "TVMQ_SERVE_TEST_SYNC_DELAY_MS", DELAY_MS);
+    let env = [("TVMQ_SERVE_TEST_SYNC_DELAY_MS", "800"), ("TVMQ_SERVE_SYNC", mode)];
+    let how = Spawn { env: &env, ..Spawn::default() };
+    let mut server = ChildServer::spawn_in(dir.path(), &["--threads", "1"], &how);
     let mut pusher = Conn::connect(server.addr);
     let mut other = Conn::connect(server.addr);
+    let on_ring = mode != "threads" && rings_here();
+    assert_eq!(info_field(&mut other, "durability", "durable_ring_workers"), if on_ring { "1" } else { "0" });
     assert_eq!(other.cmd(&[b"PING"]), V::Simple("PONG".into()));
     let t0 = Instant::now();
     pusher.send(&[b"RPUSH", b"slow", b"x"]);
@@ -140,7 +176,55 @@ fn a_worker_serves_other_connections_while_a_sync_runs() {
     let t1 = Instant::now();
     assert_eq!(pusher.cmd(&[b"LPOP", b"slow"]), V::Bulk(b"x".to_vec()));
     assert!(t1.elapsed() >= Duration::from_millis(DELAY_MS), "the pop's reply waited for its sync");
+    let threads = info_field(&mut other, "durability", "durable_sync_threads");
+    assert_eq!(threads != "0", !on_ring, "{threads} sync threads");
     assert_eq!(server.signal_and_wait(libc::SIGKILL, Duration::from_secs(10)), None);
+}
+
+/// A local program pushing into the same `always` queue with the library's
+/// blocking syncs while network clients push through both workers' rings:
+/// they share the queue's sync lock (each waits for the others' syncs, or
+/// runs its own), nothing hangs, and every push, answered or returned, is
+/// in the queue exactly once.
+#[test]
+fn a_local_program_and_the_workers_rings_share_the_sync_lock() {
+    let dir = DiskDir::new("serve-local-and-rings");
+    always_queue(&dir, 1, "shared", 100_000);
+    let mut server = ChildServer::spawn_in(dir.path(), &["--threads", "2"], &Spawn::default());
+    const CONNS: usize = 4;
+    const EACH: usize = 150;
+    let local = Queue::open(dir.path(), 1).unwrap();
+    std::thread::scope(|s| {
+        for c in 0..CONNS {
+            let addr = server.addr;
+            s.spawn(move || {
+                let mut conn = Conn::connect(addr);
+                for i in 0..EACH {
+                    match conn.cmd(&[b"RPUSH", b"shared", &value(c, i)]) {
+                        V::Int(n) => assert!(n >= 1),
+                        other => panic!("RPUSH replied {other:?}"),
+                    }
+                }
+            });
+        }
+        for i in 0..EACH {
+            local.push(&value(CONNS, i)).unwrap();
+        }
+    });
+    let mut conn = Conn::connect(server.addr);
+    assert_eq!(info_field(&mut conn, "durability", "durable_sync_failures"), "0");
+    assert_eq!(server.signal_and_wait(libc::SIGKILL, Duration::from_secs(10)), None);
+    let mut found = HashSet::new();
+    let mut out = vec![0u8; SIZE];
+    while let Ok(n) = local.pop(&mut out, Wait::NoWait) {
+        assert!(found.insert(out[..n].to_vec()), "a record twice");
+    }
+    for c in 0..=CONNS {
+        for i in 0..EACH {
+            assert!(found.contains(&value(c, i)), "push {i} of {c} missing");
+        }
+    }
+    assert_eq!(found.len(), (CONNS + 1) * EACH);
 }
 
 /// An `always` queue with leases.

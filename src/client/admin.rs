@@ -3,7 +3,8 @@
 //! (TVMQ.REPAIR, tvmq serve only).
 
 use super::redis_lease::{SUFFIXES, tagged};
-use super::router::{Answer, Flavor};
+use super::reply::Answer;
+use super::router::Flavor;
 use super::{Client, Key, unexpected};
 use crate::client::conn::ReplyWait;
 use crate::error::*;

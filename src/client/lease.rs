@@ -13,7 +13,8 @@
 //! (`redis_lease`): there a lease is not tied to a connection, and ends
 //! by time only.
 
-use super::router::{Answer, Flavor};
+use super::reply::Answer;
+use super::router::Flavor;
 use super::{Client, Key, PopWait, unexpected};
 use crate::client::conn::ReplyWait;
 use crate::error::*;

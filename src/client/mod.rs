@@ -7,7 +7,8 @@
 //! | `slot` | CRC16 hash slots, MOVED/ASK parsing |
 //! | `tls` | TLS: the rustls configuration of a handle, the socket as rustls uses it |
 //! | `conn` | one socket: connect with a timeout (and TLS), write, read and parse replies |
-//! | `router` | the commands in flight, per node; cluster routing and redirections; error words to codes |
+//! | `reply` | what a reply becomes: an answer, a tally of asynchronous pushes, a redirection; error words to codes |
+//! | `router` | the commands in flight, per node; cluster routing and redirections |
 //! | `pipeline` | one connection shared by many handles (combining, auto-pipelining) |
 //! | `script` | Lua scripts of a Redis: EVALSHA, EVAL after NOSCRIPT; SHA-1 |
 //! | `replicas` | lTvmRequireReplicas: WAIT after writes |
@@ -26,6 +27,7 @@ mod lease;
 mod pipeline;
 mod redis_lease;
 mod replicas;
+mod reply;
 mod router;
 mod script;
 mod sentinel;
@@ -59,7 +61,8 @@ pub(crate) struct Auth {
 use crate::error::*;
 use conn::ReplyWait;
 use pipeline::Pipeline;
-use router::{Answer, Flavor, Kind, Outcome, Router, Tally};
+use reply::{Answer, Kind, Outcome, Tally};
+use router::{Flavor, Router};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -15,7 +15,8 @@
 //! thread flushes next, or by their own thread when the staging buffer is
 //! large or their window is full.
 
-use super::router::{Kind, Outcome, Router, Tally};
+use super::reply::{Kind, Outcome, Tally};
+use super::router::Router;
 use super::{FLUSH_BYTES, Key, WINDOW};
 use crate::client::conn::ReplyWait;
 use crate::error::*;

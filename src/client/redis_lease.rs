@@ -12,7 +12,8 @@
 //! one: it is seen at the next look).
 
 use super::lease::NetLease;
-use super::router::{Answer, Flavor};
+use super::reply::Answer;
+use super::router::Flavor;
 use super::script::Script;
 use super::sentinel::master_lost;
 use super::slot::key_slot;

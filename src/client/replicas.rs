@@ -7,7 +7,8 @@
 //! Asynchronous pushes are waited for by lAsyWait: one WAIT per queue
 //! pushed to since the last lAsyWait, once their answers are in.
 
-use super::router::{Answer, Flavor, Kind};
+use super::reply::{Answer, Kind};
+use super::router::Flavor;
 use super::{Client, Key, Link, unexpected};
 use crate::client::conn::ReplyWait;
 use crate::error::*;

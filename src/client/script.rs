@@ -4,7 +4,7 @@
 //! SCRIPT FLUSH). A NOSCRIPT answer means the script did not run, so
 //! sending it again is safe.
 
-use super::router::Answer;
+use super::reply::Answer;
 use super::{Client, Key};
 use crate::client::conn::ReplyWait;
 use crate::error::*;

@@ -9,7 +9,8 @@
 //! may not have been executed) and the next call goes to the new master.
 
 use super::conn::{Addr, Conn, ReplyWait};
-use super::router::{Answer, Router};
+use super::reply::Answer;
+use super::router::Router;
 use super::{Client, Dial, Link};
 use crate::error::*;
 use std::time::{Duration, Instant};
@@ -55,7 +56,7 @@ impl Sentinels {
         conn.flush()?;
         conn.reply(ReplyWait::Normal, |r| {
             if let Some(text) = r.error_text() {
-                return Err(super::router::server_error(text));
+                return Err(super::reply::server_error(text));
             }
             let items = r.as_array().ok_or_else(|| {
                 Error::new(SVR_EXCEPTION, format!("sentinel {at} knows no master named {:?}", self.name))

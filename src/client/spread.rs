@@ -10,7 +10,8 @@
 //! takes from the first that has a record (FIFO within a shard, not
 //! across shards); lTvmCount sums the shards.
 
-use super::router::{Answer, Flavor};
+use super::reply::Answer;
+use super::router::Flavor;
 use super::slot::{SLOTS, key_slot};
 use super::{Client, Key, PopWait, blpop_secs, unexpected};
 use crate::client::conn::ReplyWait;

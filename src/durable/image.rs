@@ -6,13 +6,11 @@
 //! cache write back every page the ring dirtied since the last sync, and
 //! cleaning a page of a shared mapping write-protects it in every process
 //! that maps it (one TLB shootdown, an interrupt of the other cores, per
-//! page) and makes the next store to it fault again (5 to 10 us each on
-//! this project's VM). With a ring that producers and consumers cycle
-//! through every second, that cost every page every second: measured, a
-//! writer storing records round a 320 MiB mapping ran at 7.7 M records/s
-//! with an `msync` every 100 ms against 32.6 M without, and at 34.4 M with
-//! a copy of the whole mapping written with direct I/O instead
-//! (`bench/experiments/mmap_writeback.c`). So each sync of an `interval`
+//! page) and makes the next store to it fault again. With a ring that
+//! producers and consumers cycle through every second, that cost every
+//! page every second, where a copy written with direct I/O costs almost
+//! nothing (`bench/experiments/mmap_writeback.c`; the figures:
+//! docs/measurements.md). So each sync of an `interval`
 //! queue writes the pages of the slots published since the last one, and
 //! the page of the control block that holds the consumed watermark, from
 //! the mapping into the image with `O_DIRECT | O_DSYNC` writes: reading the
@@ -46,6 +44,12 @@ pub(crate) struct Image {
     /// alone where the filesystem has no direct I/O): every write is on
     /// stable storage when it returns, and writes only its own range.
     out: File,
+    /// The same file opened with `O_DIRECT` alone, for writes made durable
+    /// by an `fdatasync` after them (a sync on a ring, see `uring`: its
+    /// `O_DSYNC` writes complete through the kernel's direct I/O
+    /// workqueue, measured slower than a write and an `fdatasync`); `None`
+    /// where the filesystem has no direct I/O.
+    direct: Option<File>,
     /// File offset of the image (its marks page; the slots follow).
     offset: u64,
     /// Bytes of the slots, rounded up to a page.
@@ -60,7 +64,7 @@ impl Image {
         if !file.options().image() {
             return Ok(None);
         }
-        let info = file.info();
+        let info = file.header();
         let bad = || Error::new(SHM_ERR_INVAL, "the queue's geometry overflows its image");
         let offset = image_offset(info.capacity, info.record_size, file.options().lease_entries()).ok_or_else(bad)?;
         let stride = stride_for(info.record_size, true);
@@ -74,7 +78,25 @@ impl Image {
             .map_err(|e| {
                 Error::new(SHM_ERR_ACCES, format!("cannot open {} for its image: {e}", file.path().display()))
             })?;
-        Ok(Some(Image { out, offset, slots_len, stride, capacity: info.capacity }))
+        let direct = open(libc::O_DIRECT | libc::O_CLOEXEC).ok();
+        Ok(Some(Image { out, direct, offset, slots_len, stride, capacity: info.capacity }))
+    }
+
+    /// The descriptor that writes the image for a sync on a ring, and
+    /// whether its writes need an `fdatasync` after them (`O_DIRECT`
+    /// alone) or are durable when they complete (`O_DSYNC`).
+    pub(crate) fn ring_fd(&self) -> (std::os::fd::RawFd, bool) {
+        use std::os::fd::AsRawFd;
+        match &self.direct {
+            Some(f) => (f.as_raw_fd(), true),
+            None => (self.out.as_raw_fd(), false),
+        }
+    }
+
+    /// The file offset of the watermark's page in the mapping (the last
+    /// write of [`plan`](Self::plan) when it writes that page).
+    pub(crate) fn marks_page(&self) -> u64 {
+        marks_page()
     }
 
     /// Writes into the image the pages of the slots of the positions
@@ -258,6 +280,24 @@ impl Image {
             std::ptr::copy_nonoverlapping(recovery.as_ptr(), map.base().add(recovery_at as usize), recovery.len());
         }
         Ok(())
+    }
+}
+
+/// (`interval` queues with leases.) The lease table's bytes in the
+/// mapping: (offset, length).
+pub(crate) fn lease_table_range(file: &QueueFile) -> Result<Option<(usize, usize)>> {
+    let info = file.header();
+    let entries = file.options().lease_entries();
+    if entries == 0 {
+        return Ok(None);
+    }
+    let at = crate::file::layout::lease_table_offset(info.capacity, info.record_size, true);
+    let n = crate::lease::table::table_bytes(entries, info.record_size);
+    match at.zip(n).and_then(|(a, n)| Some((usize::try_from(a).ok()?, usize::try_from(n).ok()?))) {
+        Some((a, n)) if a.checked_add(n).is_some_and(|end| end <= file.map().len()) => Ok(Some((a, n))),
+        _ => {
+            Err(Error::new(SHM_ERR_INVAL, format!("{}: the lease table does not fit the file", file.path().display())))
+        }
     }
 }
 

@@ -18,14 +18,15 @@
 //! `TVMQ_POWER_LOSS_IMAGES` sets the number of images per run (`make soak` uses more).
 
 use super::*;
-use crate::file::layout::{DATA_OFFSET, TABLE_OFFSET};
+use crate::file::layout::{BOOT_ID_OFFSET, CONTROL_OFFSET, DATA_OFFSET, TABLE_OFFSET};
 use crate::file::queue_path;
 use crate::queue::{Queue, Wait};
 use crate::spec::Spec;
 use crate::test_support::{DiskDir, TempDir, env_num, record, splitmix64};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 const PAGE: usize = 4096;
 const SECTOR: usize = 512;
@@ -466,7 +467,7 @@ fn crash_file(
         chunk.copy_from_slice(&v[k * grain..k * grain + chunk.len()]);
     }
     // As after a restart: another boot id.
-    let boot = CONTROL_OFFSET as usize + std::mem::offset_of!(Control, sync) + std::mem::offset_of!(SyncWords, boot_id);
+    let boot = BOOT_ID_OFFSET as usize;
     image[boot..boot + 16].fill(0);
     // The file: header and control, a zero process table, the slots.
     let mut file = image[..TABLE_OFFSET as usize].to_vec();

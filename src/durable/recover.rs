@@ -18,7 +18,9 @@
 //! table settled first (see `LeaseTable::reboot`): the leases of the
 //! previous boot end as if their holders had died.
 
-use super::{best_mark, msync, write_mark};
+use super::image::{Image, lease_table_range};
+use super::marks::{best_mark, write_watermark_copy};
+use super::pages::{msync, msync_range};
 use crate::clock::{boot_id, now_ns};
 use crate::error::*;
 use crate::file::layout::{CONTROL_OFFSET, Control};
@@ -95,11 +97,11 @@ pub(crate) fn attach(
     if stored_boot_id(control) == now {
         return Ok(None); // another process recovered it meanwhile
     }
-    let created_ns = file.info().created_ns;
+    let created_ns = file.header().created_ns;
     let map = file.map();
     // An `interval` queue's durable state is its image (the live pages on
     // the disk are whatever the kernel wrote back: never read).
-    let image = super::image::Image::open(file)?;
+    let image = Image::open(file)?;
     if let Some(image) = &image {
         image.restore(file, map)?;
     }
@@ -109,7 +111,7 @@ pub(crate) fn attach(
     // record saved in the table whose slot still holds it is dropped from
     // the ring, before the ring is rebuilt.
     let lease_range = match image {
-        Some(_) => super::lease_table_range(file)?,
+        Some(_) => lease_table_range(file)?,
         None => None,
     };
     let floor = match file.lease_table()? {
@@ -142,7 +144,7 @@ pub(crate) fn attach(
     r.runs.fetch_add(1, Ordering::Relaxed);
     // Both copies of the watermark, so that neither is older than the rebuild.
     for (i, m) in control.marks.iter().enumerate() {
-        write_mark(m, generation + 1 + i as u64, consumed, found.tail, at, created_ns);
+        write_watermark_copy(m, generation + 1 + i as u64, consumed, found.tail, at, created_ns);
     }
     s.leases_changed.store(0, Ordering::SeqCst);
     if let Some(image) = &image {
@@ -150,7 +152,7 @@ pub(crate) fn attach(
         // into the image: the image never releases a slot whose record the
         // table on the disk does not hold (see `Image::write_before_table`).
         if let Some(table) = &lease_range {
-            super::msync_range(map.base(), map.len(), table.0, table.1)?;
+            msync_range(map.base(), map.len(), table.0, table.1)?;
         }
         // The rebuilt ring is the image now; the next sync starts at its tail.
         image.write_all(map)?;

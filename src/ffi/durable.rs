@@ -1,6 +1,6 @@
 //! The C calls of durable queues (a tvmq addition, "Beyond STVM" in the spec).
 
-use super::handle::on_table;
+use super::handle::on_queue_id;
 use super::{SATvm, TABLE, call};
 use std::ffi::c_long;
 
@@ -36,7 +36,7 @@ use std::ffi::c_long;
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lSyncQueue(p: *mut SATvm, t: TABLE) -> c_long {
     let body = |h: &mut SATvm| {
-        on_table(h, t, |q| q.sync())?;
+        on_queue_id(h, t, |q| q.sync())?;
         Ok(0)
     };
     // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.

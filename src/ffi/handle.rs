@@ -13,20 +13,13 @@ use parking_lot::Mutex;
 use std::cell::UnsafeCell;
 use std::ffi::c_void;
 
-/// Runs `f` on attached queue `t` of the process-wide table, attaching it
-/// first if needed. `newly` is called when this call attached it.
-#[inline]
-fn with_queue<R>(t: TABLE, newly: impl FnOnce(), f: impl FnOnce(&Queue) -> Result<R>) -> Result<R> {
-    Attachments::process().with(t, newly, f)
-}
-
 /// Runs `f` on queue `t`, attaching it on first use (the handle notes it,
 /// for vHoldRelease); a queue found dropped is re-resolved once (it may have
 /// been re-created).
 #[inline]
-pub(super) fn on_table<R>(h: &mut SATvm, t: TABLE, f: impl FnOnce(&Queue) -> Result<R>) -> Result<R> {
+pub(super) fn on_queue_id<R>(h: &mut SATvm, t: TABLE, f: impl FnOnce(&Queue) -> Result<R>) -> Result<R> {
     let mut attached = false;
-    let r = with_queue(t, || attached = true, f);
+    let r = Attachments::process().with(t, || attached = true, f);
     if attached {
         state(h).note_attached(t);
     }
@@ -38,11 +31,11 @@ pub(super) fn note_attached(h: &mut SATvm, t: TABLE) {
     state(h).note_attached(t);
 }
 
-/// Runs `f` on queue `h.tblName`, as [`on_table`].
+/// Runs `f` on queue `h.tblName`, as [`on_queue_id`].
 #[inline]
 pub(super) fn on_queue<R>(h: &mut SATvm, f: impl FnOnce(&Queue) -> Result<R>) -> Result<R> {
     let t = h.tblName;
-    on_table(h, t, f)
+    on_queue_id(h, t, f)
 }
 
 /// Removes `t` from the process's attachments (a no-op if it is not there).
@@ -197,7 +190,7 @@ pub unsafe extern "C" fn vHoldRelease(p: *mut SATvm) {
 }
 
 fn attach(h: &mut SATvm, t: TABLE) -> CallResult {
-    on_table(h, t, |_| Ok(()))?;
+    on_queue_id(h, t, |_| Ok(()))?;
     Ok(0)
 }
 

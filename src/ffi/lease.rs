@@ -8,11 +8,12 @@
 
 use super::common::{out_buffer, wait_mode};
 use super::net::{client, popping};
-use super::thread::on_queue_held;
+use super::thread::on_queue_kept;
 use super::{CallResult, SATvm, Uenum, call};
 use crate::client::{NetLease, PopWait};
 use crate::error::*;
 use crate::queue::{Lease, Wait};
+use crate::spec::MAX_LEASE_MS;
 use std::ffi::{c_long, c_uint, c_ulonglong, c_void};
 use std::time::Duration;
 
@@ -42,8 +43,8 @@ const CHECK_SEED: u32 = 0x7e45_e1a5;
 /// by its own odd constant (independent multiplies, done in parallel),
 /// summed, and the sum mixed (a bijection) before it is cut to 32 bits: any
 /// change of the words changes the result but with odds of about 2^-32. A
-/// few cycles: it is on every call (a byte-wise FNV took 80 ns, a chained
-/// word mix 14).
+/// few cycles: it is on every call (a byte-wise FNV and a chained word mix
+/// were slower: docs/measurements.md).
 #[inline]
 fn check(words: &[c_ulonglong; 7]) -> c_uint {
     const K: [u64; 5] = [
@@ -147,23 +148,26 @@ unsafe fn hand_over(done: *mut TvmLease, lease: *mut TvmLease, token: TvmLease) 
 }
 
 /// A lease time in milliseconds from C, in nanoseconds (saturating; 0 stays
-/// 0: the queue's lease time): negative values are refused.
+/// 0: the queue's lease time): 0 to [`MAX_LEASE_MS`] (a year), else refused.
 #[inline]
 fn lease_nanos(ms: c_long) -> Result<u64> {
     match u64::try_from(ms) {
-        Ok(ms) => Ok(ms.saturating_mul(1_000_000)),
-        Err(_) => Err(negative_ms(ms, "lease time")),
+        Ok(ms) if ms <= MAX_LEASE_MS => Ok(ms * 1_000_000),
+        _ => Err(out_of_range_ms(ms, "lease time")),
     }
 }
 
 #[cold]
-fn negative_ms(ms: c_long, what: &str) -> Error {
-    Error::new(CONDIT_IS_NIL, format!("{what} {ms} ms: 0 or more"))
+fn out_of_range_ms(ms: c_long, what: &str) -> Error {
+    Error::new(CONDIT_IS_NIL, format!("{what} {ms} ms: 0 to {MAX_LEASE_MS} (a year)"))
 }
 
-/// Milliseconds from C: negative values are refused.
+/// Milliseconds from C: 0 to [`MAX_LEASE_MS`] (a year), else refused.
 fn millis(ms: c_long, what: &str) -> Result<Duration> {
-    u64::try_from(ms).map(Duration::from_millis).map_err(|_| negative_ms(ms, what))
+    match u64::try_from(ms) {
+        Ok(ms) if ms <= MAX_LEASE_MS => Ok(Duration::from_millis(ms)),
+        _ => Err(out_of_range_ms(ms, what)),
+    }
 }
 
 /// As lPop, and the record is leased for `lease_ms` milliseconds (0: the
@@ -179,8 +183,8 @@ fn millis(ms: c_long, what: &str) -> Result<Duration> {
 /// be delivered again come before the queue's. The queue must have been
 /// created with leases (tvmq create ... --lease-ms MS). m_lEffect = 1 on
 /// success. Thread-safe (one handle per thread).
-/// Errors: those of lPop (CONDIT_IS_NIL also for a NULL lease or a negative
-/// lease_ms); LEASE_LIMIT (the queue's maximum of leases are in flight:
+/// Errors: those of lPop (CONDIT_IS_NIL also for a NULL lease or a lease_ms
+/// below 0 or above 31536000000, a year); LEASE_LIMIT (the queue's maximum of leases are in flight:
 /// returned at once, whatever `wait` says); NOT_SUPPT_OPT (the queue has no
 /// leases).
 #[unsafe(no_mangle)]
@@ -199,10 +203,10 @@ pub unsafe extern "C" fn lPopLease(
             let wait = wait_mode(wait, Wait::Forever, Wait::NoWait)?;
             // SAFETY: checked non-NULL; the caller provides `out` with at least p->lSize writable bytes.
             let buf = unsafe { out_buffer(out, h.lSize) };
-            on_queue_held(
+            on_queue_kept(
                 h,
                 #[inline(always)]
-                |q, held| q.pop_lease_held(buf, wait, lease_ns, held),
+                |q, kept| q.pop_lease_kept(buf, wait, lease_ns, kept),
             )
         });
         match got {
@@ -239,7 +243,7 @@ pub unsafe extern "C" fn lAck(p: *mut SATvm, lease: *mut TvmLease) -> c_long {
     let body = |h: &mut SATvm| -> CallResult {
         // SAFETY: NULL or a readable TvmLease, by the caller's contract.
         let t = unsafe { token(lease) }?;
-        on_queue_held(
+        on_queue_kept(
             h,
             #[inline(always)]
             |q, _| q.ack(&t),
@@ -262,7 +266,7 @@ pub unsafe extern "C" fn lAck(p: *mut SATvm, lease: *mut TvmLease) -> c_long {
 /// - not 0: the acknowledgement failed, nothing was acknowledged or taken,
 ///   `*done` and `*lease` are unchanged: the errors of lAck (LEASE_EXPIRED,
 ///   LEASE_INVALID, TBL_NOT_FOUND, SHM_ERR_EIDRM), CONDIT_IS_NIL (a NULL
-///   handle, `done`, `out` or `lease`, a negative lease_ms), NOT_SUPPT_OPT
+///   handle, `done`, `out` or `lease`, a lease_ms below 0 or above 31536000000, a year), NOT_SUPPT_OPT
 ///   (a `wait` other than QUE_NORMAL and QUE_NOWAIT, or a queue without
 ///   leases);
 /// - 0: `*done` was acknowledged (and set to a token every call refuses),
@@ -288,7 +292,7 @@ pub unsafe extern "C" fn lAckPopLease(
         let wait = wait_mode(wait, Wait::Forever, Wait::NoWait)?;
         // SAFETY: checked non-NULL; the caller provides `out` with at least p->lSize writable bytes.
         let buf = unsafe { out_buffer(out, h.lSize) };
-        let acked = on_queue_held(h, |q, held| q.ack_pop_lease_held(&t, buf, wait, lease_ns, held));
+        let acked = on_queue_kept(h, |q, kept| q.ack_pop_lease_kept(&t, buf, wait, lease_ns, kept));
         let got = match acked {
             Ok(got) => got,
             Err(e) if e.code() == SYNC_FAILED => {
@@ -314,7 +318,7 @@ pub unsafe extern "C" fn lAckPopLease(
 /// consumer. A record already delivered the queue's maximum of deliveries
 /// goes to the dead-letter queue instead (as lReject). m_lEffect = 1 on
 /// success. Thread-safe (one handle per thread; one call at a time per token).
-/// Errors: those of lAck; CONDIT_IS_NIL (negative delay); at the delivery
+/// Errors: those of lAck; CONDIT_IS_NIL (a delay_ms below 0 or above 31536000000, a year); at the delivery
 /// limit, those of lReject.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lRelease(p: *mut SATvm, lease: *mut TvmLease, delay_ms: c_long) -> c_long {
@@ -322,7 +326,7 @@ pub unsafe extern "C" fn lRelease(p: *mut SATvm, lease: *mut TvmLease, delay_ms:
         // SAFETY: NULL or a readable TvmLease, by the caller's contract.
         let t = unsafe { token(lease) }?;
         let delay = millis(delay_ms, "delay")?;
-        on_queue_held(h, |q, _| q.release(&t, delay))?;
+        on_queue_kept(h, |q, _| q.release(&t, delay))?;
         Ok(1)
     };
     // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
@@ -335,13 +339,13 @@ pub unsafe extern "C" fn lRelease(p: *mut SATvm, lease: *mut TvmLease, delay_ms:
 /// Thread-safe (one handle per thread; one call at a time per token).
 /// Errors: those of lAck; those of pushing into the dead-letter queue
 /// (TBL_NOT_FOUND: it does not exist, DATA_SPC_FULL, RECD_TOO_LONG), after
-/// which the lease is still held.
+/// which the lease is still kept.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lReject(p: *mut SATvm, lease: *mut TvmLease) -> c_long {
     let body = |h: &mut SATvm| -> CallResult {
         // SAFETY: NULL or a readable TvmLease, by the caller's contract.
         let t = unsafe { token(lease) }?;
-        on_queue_held(h, |q, _| q.reject(&t))?;
+        on_queue_kept(h, |q, _| q.reject(&t))?;
         Ok(1)
     };
     // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
@@ -353,14 +357,14 @@ pub unsafe extern "C" fn lReject(p: *mut SATvm, lease: *mut TvmLease) -> c_long 
 /// copies of the old token are stale. m_lEffect = 1 on success. Thread-safe
 /// (one handle per thread; one call at a time per token).
 /// Errors: those of lAck (LEASE_EXPIRED if the lease already ran out);
-/// CONDIT_IS_NIL (negative lease_ms).
+/// CONDIT_IS_NIL (a lease_ms below 0 or above 31536000000, a year).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lExtendLease(p: *mut SATvm, lease: *mut TvmLease, lease_ms: c_long) -> c_long {
     let body = |h: &mut SATvm| -> CallResult {
         // SAFETY: NULL or a readable TvmLease, by the caller's contract.
         let mut t = unsafe { token(lease) }?;
         let lease_time = millis(lease_ms, "lease time")?;
-        on_queue_held(h, |q, _| q.extend_lease(&mut t, lease_time))?;
+        on_queue_kept(h, |q, _| q.extend_lease(&mut t, lease_time))?;
         // SAFETY: `token` found it non-NULL; the caller provides it writable.
         unsafe { lease.write(TvmLease::from_lease(&t)) };
         Ok(1)
@@ -399,7 +403,7 @@ pub unsafe extern "C" fn lExtendLease(p: *mut SATvm, lease: *mut TvmLease, lease
 /// handle that took it, one call at a time.
 /// Errors: those of lTvmPop (SERV_NOT_CONN, SOCK_*, TBL_NOT_FOUND,
 /// NO_DATA_FOUND, RECD_TOO_LONG; CONDIT_IS_NIL also for a NULL lease or a
-/// negative lease_ms); LEASE_LIMIT (the queue's maximum of leases are in
+/// lease_ms below 0 or above 31536000000, a year); LEASE_LIMIT (the queue's maximum of leases are in
 /// flight, at once whatever `wait`); NOT_SUPPT_OPT (the queue has no
 /// leases: on a Redis, no `{t}:opts`).
 #[unsafe(no_mangle)]
@@ -504,7 +508,7 @@ pub unsafe extern "C" fn lTvmAckPopLease(
 /// `*lease` is delivered again `delay_ms` milliseconds from now (0: at
 /// once); at the queue's delivery limit it goes to the dead-letter queue.
 /// m_lEffect = 1 on success. Threads: as lTvmPopLease.
-/// Errors: those of lTvmAck; CONDIT_IS_NIL (negative delay); at the
+/// Errors: those of lTvmAck; CONDIT_IS_NIL (a delay_ms below 0 or above 31536000000, a year); at the
 /// delivery limit, those of lTvmReject.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lTvmRelease(p: *mut SATvm, lease: *mut TvmLease, delay_ms: c_long) -> c_long {
@@ -524,7 +528,7 @@ pub unsafe extern "C" fn lTvmRelease(p: *mut SATvm, lease: *mut TvmLease, delay_
 /// on success. Threads: as lTvmPopLease.
 /// Errors: those of lTvmAck; those of the push into the dead-letter queue
 /// (TBL_NOT_FOUND, DATA_SPC_FULL, RECD_TOO_LONG), after which the lease is
-/// still held.
+/// still kept.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lTvmReject(p: *mut SATvm, lease: *mut TvmLease) -> c_long {
     let body = |h: &mut SATvm| -> CallResult {
@@ -542,7 +546,7 @@ pub unsafe extern "C" fn lTvmReject(p: *mut SATvm, lease: *mut TvmLease) -> c_lo
 /// Updates `*lease`: copies of the old token are stale. m_lEffect = 1 on
 /// success. Threads: as lTvmPopLease.
 /// Errors: those of lTvmAck (LEASE_EXPIRED if it already ran out);
-/// CONDIT_IS_NIL (negative lease_ms).
+/// CONDIT_IS_NIL (a lease_ms below 0 or above 31536000000, a year).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lTvmExtendLease(p: *mut SATvm, lease: *mut TvmLease, lease_ms: c_long) -> c_long {
     let body = |h: &mut SATvm| -> CallResult {

@@ -1,8 +1,8 @@
 //! The local (shared-memory) calls of the C API: create, drop, push, pop.
 
 use super::common::{MallocArray, counted, pop_one, popup, record, text, too_large, wait_mode};
-use super::handle::{detach, on_table};
-use super::thread::on_queue_held;
+use super::handle::{detach, on_queue_id};
+use super::thread::on_queue_kept;
 use super::{CREATE, CallResult, Fail, RC_SUCC, SATvm, TABLE, TCREATE, Uenum, call, call_no_handle};
 use crate::error::*;
 use crate::file::queue_dir;
@@ -190,10 +190,10 @@ pub unsafe extern "C" fn lPush(p: *mut SATvm) -> c_long {
         let rec = unsafe { record(h.pstVoid, h.lSize) }?;
         // Inlined: as a call of its own (the compiler's choice) it cost
         // about 20 instructions a push.
-        on_queue_held(
+        on_queue_kept(
             h,
             #[inline(always)]
-            |q, held| q.push_held(rec, held),
+            |q, kept| q.push_kept(rec, kept),
         )?;
         Ok(1)
     };
@@ -228,10 +228,10 @@ pub unsafe extern "C" fn lPush(p: *mut SATvm) -> c_long {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lPop(p: *mut SATvm, out: *mut c_void, wait: Uenum) -> c_long {
     let take = |h: &mut SATvm, buf: &mut [u8], wait| {
-        on_queue_held(
+        on_queue_kept(
             h,
             #[inline(always)]
-            |q, held| q.pop_held(buf, wait, held),
+            |q, kept| q.pop_kept(buf, wait, kept),
         )
     };
     let body = |h: &mut SATvm| {
@@ -265,10 +265,10 @@ pub unsafe extern "C" fn lPopWait(p: *mut SATvm, out: *mut c_void, timeout_ms: c
         })
     };
     let take = |h: &mut SATvm, buf: &mut [u8], wait| {
-        on_queue_held(
+        on_queue_kept(
             h,
             #[inline(always)]
-            |q, held| q.pop_held(buf, wait, held),
+            |q, kept| q.pop_kept(buf, wait, kept),
         )
     };
     let body = |h: &mut SATvm| {
@@ -310,7 +310,7 @@ pub unsafe extern "C" fn lPopup(
         };
         // Records already taken are never dropped: every stop is reported
         // next to the array. They come in batches of up to 64 (one claim each).
-        on_queue_held(h, |q, _| {
+        on_queue_kept(h, |q, _| {
             let mut lens = [0usize; 64];
             while array.len() < expect {
                 let chunk = (expect - array.len()).min(lens.len());
@@ -367,7 +367,7 @@ pub unsafe extern "C" fn lPushs(p: *mut SATvm, n: *mut usize, records: *mut *mut
         let total = total.min(isize::MAX as usize / each * each);
         // SAFETY: the caller provides `*n` records of lSize bytes at `*records`.
         let bytes = unsafe { std::slice::from_raw_parts(base.cast::<u8>(), total) };
-        let (done, err) = on_queue_held(h, |q, _| Ok(q.push_many(bytes, each)))?;
+        let (done, err) = on_queue_kept(h, |q, _| Ok(q.push_many(bytes, each)))?;
         // SAFETY: checked non-NULL above.
         unsafe { *n = done };
         counted(done, err)
@@ -393,7 +393,7 @@ pub unsafe extern "C" fn lQueueInfo(
     depth: *mut usize,
 ) -> c_long {
     let body = |h: &mut SATvm| {
-        let (size, cap, now) = on_table(h, t, |q| Ok((q.record_size(), q.capacity(), q.depth())))?;
+        let (size, cap, now) = on_queue_id(h, t, |q| Ok((q.record_size(), q.capacity(), q.depth())))?;
         for (ptr, v) in [(record_size, size), (capacity, cap as usize), (depth, now as usize)] {
             // SAFETY: each pointer is NULL (skipped) or, by the caller's
             // contract, points to a writable size_t.

@@ -5,7 +5,7 @@
 //! lImportFile, lDumpTable).
 
 use super::common::text;
-use super::handle::{EMPTY_HANDLE, detach, on_queue, on_table};
+use super::handle::{EMPTY_HANDLE, detach, on_queue, on_queue_id};
 use super::{CallResult, SATvm, TABLE, call, call_no_handle, pGetSATvm, quietly};
 use crate::attach::Attachments;
 use crate::error::*;
@@ -16,8 +16,9 @@ use std::io::{BufReader, BufWriter};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
-/// Runs `f` on queue t of the process's attachments, without a handle.
-fn on_process_table<R>(t: TABLE, f: impl FnOnce(&Queue) -> Result<R>) -> Result<R> {
+/// Runs `f` on queue t of the process's attachments (attached on first
+/// use), for a call without a handle.
+fn on_queue_no_handle<R>(t: TABLE, f: impl FnOnce(&Queue) -> Result<R>) -> Result<R> {
     Attachments::process().with(t, || {}, f)
 }
 
@@ -26,7 +27,7 @@ fn on_process_table<R>(t: TABLE, f: impl FnOnce(&Queue) -> Result<R>) -> Result<
 fn ask<R: Copy>(t: TABLE, failed: R, f: impl FnOnce(&Queue) -> R) -> R {
     let mut answer = failed;
     call_no_handle(|| {
-        answer = on_process_table(t, |q| Ok(f(q)))?;
+        answer = on_queue_no_handle(t, |q| Ok(f(q)))?;
         Ok(0)
     });
     answer
@@ -40,7 +41,7 @@ fn ask<R: Copy>(t: TABLE, failed: R, f: impl FnOnce(&Queue) -> R) -> R {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vCloneQueue(p: *mut SATvm, t: TABLE) {
     let body = |h: &mut SATvm| -> CallResult {
-        on_table(h, t, |_| Ok(()))?;
+        on_queue_id(h, t, |_| Ok(()))?;
         Ok(0)
     };
     // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
@@ -55,7 +56,7 @@ pub unsafe extern "C" fn vCloneQueue(p: *mut SATvm, t: TABLE) {
 pub extern "C" fn pInitSATvm(t: TABLE) -> *mut c_void {
     let p = pGetSATvm().cast::<SATvm>();
     let body = |h: &mut SATvm| -> CallResult {
-        on_table(h, t, |_| Ok(()))?;
+        on_queue_id(h, t, |_| Ok(()))?;
         h.tblName = t;
         Ok(0)
     };
@@ -93,7 +94,7 @@ pub unsafe extern "C" fn vInitSATvm(p: *mut SATvm) {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lResetLock(p: *mut SATvm, t: TABLE) -> c_long {
     let body = |h: &mut SATvm| -> CallResult {
-        let r = on_table(h, t, |q| Ok(q.repair()))?;
+        let r = on_queue_id(h, t, |q| Ok(q.repair()))?;
         Ok((r.recovered_pushes + r.recovered_pops) as usize)
     };
     // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
@@ -179,7 +180,7 @@ pub unsafe extern "C" fn lCount(p: *mut SATvm, n: *mut usize) -> c_long {
 /// lPop other than NO_DATA_FOUND (SHM_ERR_EIDRM: dropped meanwhile).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lTruncate(p: *mut SATvm, t: TABLE) -> c_long {
-    let body = |h: &mut SATvm| -> CallResult { Ok(on_table(h, t, |q| q.truncate())? as usize) };
+    let body = |h: &mut SATvm| -> CallResult { Ok(on_queue_id(h, t, |q| q.truncate())? as usize) };
     // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
     unsafe { call(p, body) }
 }
@@ -208,7 +209,7 @@ fn file_error(path: &Path, e: &std::io::Error) -> Error {
 
 /// Writes queue t's export into `path` (see lExportFile); the count.
 fn export_to(t: TABLE, path: &Path, format: &ExportFormat) -> Result<u64> {
-    on_process_table(t, |q| {
+    on_queue_no_handle(t, |q| {
         let mut w = BufWriter::with_capacity(1 << 16, create_file(path)?);
         q.export(&mut w, format)
     })
@@ -254,7 +255,7 @@ pub unsafe extern "C" fn lExportFile(t: TABLE, file: *mut c_char, sep: *mut c_ch
     call_no_handle(|| {
         // SAFETY: C callers pass NULL or NUL-terminated strings.
         let (path, sep) = unsafe { (file_arg(file)?, text(sep)) };
-        let has_fields = on_process_table(t, |q| Ok(!q.info().fields.is_empty()))?;
+        let has_fields = on_queue_no_handle(t, |q| Ok(!q.info().fields.is_empty()))?;
         let format = if has_fields && !sep.is_empty() { ExportFormat::Text(sep) } else { ExportFormat::Binary };
         Ok(export_to(t, Path::new(&path), &format)? as usize)
     })
@@ -276,7 +277,9 @@ pub unsafe extern "C" fn lExportFile(t: TABLE, file: *mut c_char, sep: *mut c_ch
 /// queue without field list), FLD_NOT_EXIST (a line with another number of
 /// fields), IDX_DATA_MISM (a field's text does not fit it), VER_NOT_MATCH /
 /// SHM_ERR_INVAL (not an export this version reads, or cut short: the
-/// records before the damage are pushed), and those of lPush.
+/// records before the damage are pushed; VER_NOT_MATCH too for a binary
+/// export made on a machine of the other byte order without a field list
+/// to turn its numbers around by), and those of lPush.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lImportFile(t: TABLE, file: *mut c_char, sep: *mut c_char) -> c_long {
     call_no_handle(|| {
@@ -285,7 +288,7 @@ pub unsafe extern "C" fn lImportFile(t: TABLE, file: *mut c_char, sep: *mut c_ch
         let path = Path::new(&path);
         let f = std::fs::File::open(path).map_err(|e| file_error(path, &e))?;
         let mut r = BufReader::with_capacity(1 << 16, f);
-        let (n, stop) = on_process_table(t, |q| Ok(q.import(&mut r, &sep)))?;
+        let (n, stop) = on_queue_no_handle(t, |q| Ok(q.import(&mut r, &sep)))?;
         super::common::counted(n as usize, stop)
     })
 }
@@ -299,7 +302,7 @@ pub unsafe extern "C" fn lImportFile(t: TABLE, file: *mut c_char, sep: *mut c_ch
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lDumpTable(p: *mut SATvm, t: TABLE) -> c_long {
     let body = |h: &mut SATvm| -> CallResult {
-        on_table(h, t, |_| Ok(()))?;
+        on_queue_id(h, t, |_| Ok(()))?;
         let path = queue_dir().join(format!("{t}.sdb"));
         Ok(export_to(t, &path, &ExportFormat::Binary)? as usize)
     };

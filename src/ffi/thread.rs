@@ -12,11 +12,11 @@
 //! the queue alive lives beside it, in `KEPT`, reached only when the kept
 //! queue changes.
 
-use super::handle::{note_attached, on_table};
+use super::handle::{note_attached, on_queue_id};
 use super::{SATvm, TABLE};
 use crate::attach::Attachments;
 use crate::error::Result;
-use crate::queue::{HeldIntent, Queue};
+use crate::queue::{KeptIntent, Queue};
 use std::cell::{Cell, RefCell};
 use std::ffi::c_long;
 use std::sync::Arc;
@@ -34,7 +34,7 @@ struct ThreadState {
     /// The kept queue (NULL: none) and this thread's intent word there,
     /// both owned by `KEPT`, which clears this before it lets them go.
     queue: Cell<*const Queue>,
-    held: Cell<*const HeldIntent>,
+    kept: Cell<*const KeptIntent>,
     /// The kept queue's id, and the attachment epoch read before it was
     /// resolved (a move of the epoch means it may have been detached).
     id: Cell<TABLE>,
@@ -48,7 +48,7 @@ struct ThreadState {
 }
 
 /// Owns the kept queue and intent word that [`STATE`] points to.
-struct Kept(Option<(Arc<Queue>, HeldIntent)>);
+struct Kept(Option<(Arc<Queue>, KeptIntent)>);
 
 impl Drop for Kept {
     fn drop(&mut self) {
@@ -63,7 +63,7 @@ thread_local! {
         ThreadState {
             last: Cell::new((0, 0)),
             queue: Cell::new(std::ptr::null()),
-            held: Cell::new(std::ptr::null()),
+            kept: Cell::new(std::ptr::null()),
             id: Cell::new(0),
             epoch: Cell::new(0),
             busy: Cell::new(false),
@@ -102,41 +102,41 @@ impl Drop for Busy<'_> {
     }
 }
 
-/// Runs `f` on queue `h.tblName` as [`on_table`] does (attached on first
+/// Runs `f` on queue `h.tblName` as [`on_queue_id`] does (attached on first
 /// use, noted by the handle), with this thread's intent word there: the
 /// kept queue when it is that one, still attached and not dropped (no look
 /// into the attachment table), else through the table.
 #[inline(always)]
-pub(super) fn on_queue_held<R>(h: &mut SATvm, f: impl FnOnce(&Queue, Option<&HeldIntent>) -> Result<R>) -> Result<R> {
+pub(super) fn on_queue_kept<R>(h: &mut SATvm, f: impl FnOnce(&Queue, Option<&KeptIntent>) -> Result<R>) -> Result<R> {
     let t = h.tblName;
     STATE.with(|s| {
         let q = s.queue.get();
         if s.id.get() == t && !q.is_null() && !s.busy.get() && s.epoch.get() == Attachments::epoch() {
-            // SAFETY: a non-NULL `queue` and its `held` point into `KEPT`,
+            // SAFETY: a non-NULL `queue` and its `kept` point into `KEPT`,
             // which this thread alone reaches, and which changes only under
             // `busy` (not set: no call of this thread is changing it) and
             // clears `queue` first; `busy` keeps them while `f` runs.
-            let (q, held) = unsafe { (&*q, &*s.held.get()) };
+            let (q, kept) = unsafe { (&*q, &*s.kept.get()) };
             // As the attachment table does: a queue found dropped is
             // resolved again (it may have been re-created).
             if !q.is_dropped() {
                 let _busy = Busy::enter(s);
                 s.elsewhere.set((t, 0));
-                return f(q, Some(held));
+                return f(q, Some(kept));
             }
         }
-        on_queue_other(h, s, f)
+        on_queue_kept_slow(h, s, f)
     })
 }
 
-/// [`on_queue_held`] when the kept queue is not the one: keeps it instead
+/// [`on_queue_kept`] when the kept queue is not the one: keeps it instead
 /// when there is none, the kept one is stale, or several calls in a row
 /// used it; otherwise goes through the attachment table.
 #[inline(never)]
-fn on_queue_other<R>(
+fn on_queue_kept_slow<R>(
     h: &mut SATvm,
     s: &ThreadState,
-    f: impl FnOnce(&Queue, Option<&HeldIntent>) -> Result<R>,
+    f: impl FnOnce(&Queue, Option<&KeptIntent>) -> Result<R>,
 ) -> Result<R> {
     let t = h.tblName;
     if !s.busy.get() {
@@ -147,13 +147,13 @@ fn on_queue_other<R>(
             n >= KEEP_AFTER
         };
         if switch && keep(h, s, t)? {
-            // SAFETY: as in `on_queue_held`: `keep` just set both.
-            let (q, held) = unsafe { (&*s.queue.get(), &*s.held.get()) };
+            // SAFETY: as in `on_queue_kept`: `keep` just set both.
+            let (q, kept) = unsafe { (&*s.queue.get(), &*s.kept.get()) };
             let _busy = Busy::enter(s);
-            return f(q, Some(held));
+            return f(q, Some(kept));
         }
     }
-    on_table(h, t, |q| f(q, None))
+    on_queue_id(h, t, |q| f(q, None))
 }
 
 /// Makes queue `t` the kept one (attaching it if needed: the handle notes
@@ -173,9 +173,9 @@ fn keep(h: &mut SATvm, s: &ThreadState, t: TABLE) -> Result<bool> {
         if newly {
             note_attached(h, t);
         }
-        let Some(held) = queue.hold_intent() else { return Ok(false) };
-        let (queue, held) = k.0.insert((queue, held));
-        s.held.set(held);
+        let Some(kept) = queue.keep_intent() else { return Ok(false) };
+        let (queue, kept) = k.0.insert((queue, kept));
+        s.kept.set(kept);
         s.id.set(t);
         s.epoch.set(epoch);
         s.elsewhere.set((t, 0));

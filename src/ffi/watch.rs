@@ -2,7 +2,7 @@
 //! [`TvmQueueStats`] that can grow without breaking programs built against
 //! an older tvm.h) and the ids of the queue directory ([`lListQueues`]).
 
-use super::handle::on_table;
+use super::handle::on_queue_id;
 use super::{CallResult, SATvm, TABLE, call, call_no_handle};
 use crate::attach::Attachments;
 use crate::error::*;
@@ -100,7 +100,7 @@ pub unsafe extern "C" fn lQueueStats(p: *mut SATvm, t: TABLE, s: *mut TvmQueueSt
             )
             .into());
         }
-        let snap = on_table(h, t, |q| Ok(q.snapshot()))?;
+        let snap = on_queue_id(h, t, |q| Ok(q.snapshot()))?;
         // SAFETY: checked non-NULL, and at least sizeof(TvmQueueStats)
         // bytes by its size member (the caller's contract); members past
         // ours are not touched.

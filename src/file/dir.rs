@@ -2,7 +2,7 @@
 //! names, and opening a queue file without following links or trusting a
 //! file of another owner.
 
-use super::{cpath, io_error};
+use super::fs::{cpath, io_error};
 use crate::error::*;
 use std::fs::File;
 use std::os::fd::FromRawFd;
@@ -43,8 +43,10 @@ pub(crate) fn parse_file_name(name: &str) -> Option<u32> {
 }
 
 /// The ids of the queue files in `dir`, sorted. A missing directory holds
-/// no queues; a path that is not a directory is `SHM_ERR_INVAL`, one that
-/// cannot be read `SHM_ERR_ACCES`.
+/// no queues.
+///
+/// Errors: `SHM_ERR_INVAL` (`dir` is not a directory), `SHM_ERR_ACCES` (it
+/// cannot be read).
 pub fn queue_ids(dir: &Path) -> Result<Vec<u32>> {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,

@@ -9,7 +9,8 @@
 //! back by the kernel on its own schedule (30 s after they were dirtied,
 //! then every few seconds), and each pass cleans every page (a TLB
 //! shootdown each) and makes the next store to it fault again; a fill that
-//! such a pass fell on ran 5 to 15 times slower. tmpfs pages are never
+//! such a pass fell on ran several times slower (docs/measurements.md).
+//! tmpfs pages are never
 //! written back. The live pages were never read after a machine crash
 //! anyway: recovery rebuilds from the image.
 //!
@@ -31,20 +32,18 @@
 //! runs (`crate::durable::recover`) and rebuilds the ring from the image.
 //! A killed process leaves it as it was: the next attach uses it.
 
-use super::create::{allocated_ranges, create_exclusive, publish_new, zero_fill};
 use super::dir::default_dir_of;
-use super::io_error;
-use super::layout::{CONTROL_OFFSET, Control, INFO_BYTES, Info, OPTIONS_OFFSET, Options, SyncWords, image_offset};
+use super::fs::io_error;
+use super::layout::{HEADER_BYTES, Header, OPTIONS_OFFSET, Options, fnv1a, header_page, image_offset};
+use super::make::{Contents, create_exclusive, fill, publish_new, temporary_name, unlink_if_same};
 use crate::error::*;
 use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Offset, in the live file's header page, of its [`LiveId`] (after the
 /// queue file's header and options, which the page repeats).
-pub(crate) const LIVE_ID_OFFSET: u64 = INFO_BYTES - 64;
+pub(crate) const LIVE_ID_OFFSET: u64 = HEADER_BYTES - 64;
 const _: () = assert!(OPTIONS_OFFSET as u64 + size_of::<Options>() as u64 <= LIVE_ID_OFFSET);
 
 /// First bytes of a [`LiveId`].
@@ -88,7 +87,7 @@ pub(crate) struct Identity {
 
 impl Identity {
     /// The identity of the queue file `disk` (open), whose header is `info`.
-    pub(crate) fn of(disk: &File, info: &Info, path: &Path) -> Result<Identity> {
+    pub(crate) fn of(disk: &File, info: &Header, path: &Path) -> Result<Identity> {
         let m = disk.metadata().map_err(|e| io_error(SHM_ERR_INVAL, "cannot stat", path, e))?;
         Ok(Identity {
             dev: m.dev(),
@@ -115,7 +114,7 @@ impl Identity {
             reserved: [0; 2],
             check: 0,
         };
-        l.check = super::layout::fnv1a(&l.as_bytes()[..56]);
+        l.check = fnv1a(&l.as_bytes()[..56]);
         l
     }
 
@@ -128,7 +127,7 @@ impl Identity {
 
 /// Bytes of the live file of a queue with header `info`: everything before
 /// its image.
-pub(crate) fn live_len(info: &Info) -> Option<u64> {
+pub(crate) fn live_len(info: &Header) -> Option<u64> {
     image_offset(info.capacity, info.record_size, 0)
 }
 
@@ -144,10 +143,8 @@ pub(crate) fn in_tmpfs(options: &Options) -> bool {
 
 /// The header page a live file must hold: the queue file's header and
 /// options, and the identity.
-fn header_page(info: &Info, options: &Options, ident: &Identity) -> Vec<u8> {
-    let mut page = vec![0u8; INFO_BYTES as usize];
-    page[..size_of::<Info>()].copy_from_slice(info.as_bytes());
-    page[OPTIONS_OFFSET..OPTIONS_OFFSET + size_of::<Options>()].copy_from_slice(options.as_bytes());
+fn live_header_page(info: &Header, options: &Options, ident: &Identity) -> Vec<u8> {
+    let mut page = header_page(info, options);
     let at = LIVE_ID_OFFSET as usize;
     page[at..at + size_of::<LiveId>()].copy_from_slice(ident.live_id().as_bytes());
     page
@@ -164,16 +161,7 @@ pub(crate) struct Live {
 impl Live {
     /// Unlinks the live file, unless its name now leads to another file.
     pub(crate) fn remove(&self) {
-        unlink(&self.path, &self.file);
-    }
-}
-
-/// Unlinks `path` if it still names the open file `file`.
-pub(crate) fn unlink(path: &Path, file: &File) {
-    let mine = file.metadata().map(|m| (m.dev(), m.ino())).ok();
-    let now = std::fs::symlink_metadata(path).map(|m| (m.dev(), m.ino())).ok();
-    if mine.is_some() && mine == now {
-        let _ = std::fs::remove_file(path);
+        let _ = unlink_if_same(&self.path, &self.file);
     }
 }
 
@@ -209,10 +197,10 @@ fn open_existing(path: &Path, want: &[u8], len: u64, ident: &Identity, write: bo
 
 /// The live file of the queue file `ident`, if there is one (never made):
 /// for inspection and for dropping.
-pub(crate) fn find(info: &Info, options: &Options, ident: &Identity, write: bool) -> Result<Option<Live>> {
+pub(crate) fn find(info: &Header, options: &Options, ident: &Identity, write: bool) -> Result<Option<Live>> {
     let len = live_len(info).ok_or_else(too_large)?;
     let path = ident.path();
-    match open_existing(&path, &header_page(info, options, ident), len, ident, write)? {
+    match open_existing(&path, &live_header_page(info, options, ident), len, ident, write)? {
         Found::Ours(file) => Ok(Some(Live { file, path, made: false })),
         Found::Missing | Found::NotOurs => Ok(None),
     }
@@ -220,10 +208,10 @@ pub(crate) fn find(info: &Info, options: &Options, ident: &Identity, write: bool
 
 /// The live file of the queue file `ident`, made (all zero but its header,
 /// to be rebuilt from the image) if it is missing or not ours.
-pub(crate) fn attach(info: &Info, options: &Options, ident: &Identity) -> Result<Live> {
+pub(crate) fn attach(info: &Header, options: &Options, ident: &Identity) -> Result<Live> {
     let len = live_len(info).ok_or_else(too_large)?;
     let path = ident.path();
-    let want = header_page(info, options, ident);
+    let want = live_header_page(info, options, ident);
     // A few rounds: another process may make or replace it meanwhile.
     for _ in 0..4 {
         match open_existing(&path, &want, len, ident, true)? {
@@ -249,9 +237,9 @@ pub(crate) fn attach(info: &Info, options: &Options, ident: &Identity) -> Result
 
 /// (Creation of an `interval` queue.) Makes its live file, stamped with this
 /// boot's id (its first attach needs no recovery). Fails if it exists.
-pub(crate) fn create(info: &Info, options: &Options, ident: &Identity) -> Result<Live> {
+pub(crate) fn create(info: &Header, options: &Options, ident: &Identity) -> Result<Live> {
     let len = live_len(info).ok_or_else(too_large)?;
-    let want = header_page(info, options, ident);
+    let want = live_header_page(info, options, ident);
     make(info, &want, len, ident, true)?
         .ok_or_else(|| Error::new(TBL_ARD_EXIST, format!("the live part {} exists already", ident.path().display())))
 }
@@ -289,13 +277,18 @@ fn live_dir(ident: &Identity) -> Result<PathBuf> {
 /// Makes the live file: a temporary file filled and published under its
 /// name, which must not exist (`Ok(None)` if another process published one
 /// first). `stamp`: write this boot's id into its control block.
-fn make(info: &Info, want: &[u8], len: u64, ident: &Identity, stamp: bool) -> Result<Option<Live>> {
+fn make(info: &Header, want: &[u8], len: u64, ident: &Identity, stamp: bool) -> Result<Option<Live>> {
     let dir = live_dir(ident)?;
     let path = ident.path();
-    static SEQ: AtomicU64 = AtomicU64::new(0);
-    let tmp = dir.join(format!(".interval-tmp.{}.{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed)));
+    let tmp = temporary_name(&dir, ".interval-tmp.");
     let file = create_exclusive(&tmp, ident.mode)?;
-    let r = fill(&file, &tmp, info, want, len, ident.mode, stamp)
+    // As for a plain queue in /dev/shm: every page reserved now and
+    // cleared once, but the process table's intent pages, left a hole.
+    let ranges: Vec<(u64, u64)> =
+        info.allocated_ranges().into_iter().map(|(from, to)| (from, to.min(len))).filter(|(a, b)| a < b).collect();
+    let contents =
+        Contents { mode: ident.mode, len, ranges: &ranges, header: want, durable: false, stamp_boot_id: stamp };
+    let r = fill(&file, &tmp, &contents)
         .and_then(|()| publish_new(&tmp, &path).map_err(|e| io_error(SHM_ERR_ACCES, "cannot create", &path, e)));
     match r {
         Ok(true) => Ok(Some(Live { file, path, made: true })),
@@ -310,53 +303,11 @@ fn make(info: &Info, want: &[u8], len: u64, ident: &Identity, stamp: bool) -> Re
     }
 }
 
-/// Sizes, allocates and clears the new live file, and writes its header
-/// page (and, with `stamp`, this boot's id).
-fn fill(file: &File, tmp: &Path, info: &Info, want: &[u8], len: u64, mode: u32, stamp: bool) -> Result<()> {
-    // The umask must not narrow the queue file's mode.
-    // SAFETY: fchmod on an fd we own.
-    if unsafe { libc::fchmod(file.as_raw_fd(), mode as libc::mode_t) } != 0 {
-        return Err(io_error(SHM_ERR_ACCES, "cannot chmod", tmp, std::io::Error::last_os_error()));
-    }
-    file.set_len(len).map_err(|e| io_error(MQUE_CRTE_BIG, "cannot size", tmp, e))?;
-    // As for a plain queue in /dev/shm: every page reserved now (a full
-    // tmpfs fails here, not as SIGBUS later) and cleared once, but the
-    // process table's intent pages, left a hole.
-    for (from, to) in allocated_ranges(info) {
-        let to = to.min(len);
-        if from >= to {
-            continue;
-        }
-        // SAFETY: posix_fallocate on an fd we own.
-        let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), from as libc::off_t, (to - from) as libc::off_t) };
-        match rc {
-            0 | libc::EOPNOTSUPP | libc::EINVAL => {}
-            libc::ENOSPC | libc::EFBIG => {
-                return Err(Error::new(MQUE_CRTE_BIG, format!("no room for {len} bytes in {}", tmp.display())));
-            }
-            e => return Err(io_error(SHM_ERR_NOMEM, "cannot allocate", tmp, std::io::Error::from_raw_os_error(e))),
-        }
-        zero_fill(file, from, to, 1 << 20).map_err(|e| io_error(MQUE_CRTE_BIG, "cannot fill", tmp, e))?;
-    }
-    file.write_all_at(want, 0).map_err(|e| io_error(SHM_ERR_NOMEM, "cannot write header of", tmp, e))?;
-    if stamp {
-        if let Some(id) = crate::clock::boot_id() {
-            let at = CONTROL_OFFSET
-                + std::mem::offset_of!(Control, sync) as u64
-                + std::mem::offset_of!(SyncWords, boot_id) as u64;
-            let mut bytes = [0u8; 16];
-            bytes[..8].copy_from_slice(&id[0].to_ne_bytes());
-            bytes[8..].copy_from_slice(&id[1].to_ne_bytes());
-            file.write_all_at(&bytes, at).map_err(|e| io_error(SHM_ERR_NOMEM, "cannot write", tmp, e))?;
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::file::{cpath, queue_path};
+    use crate::file::fs::cpath;
+    use crate::file::queue_path;
     use crate::queue::{Queue, Wait};
     use crate::spec::{Durability, Spec};
     use crate::test_support::DiskDir;
@@ -417,8 +368,8 @@ mod tests {
         let info = crate::file::map::read_header(&dir.0, 1).unwrap();
         let image = live_len(&info).unwrap();
         let f = File::open(&disk).unwrap();
-        let mut live_range = vec![0u8; (image - INFO_BYTES) as usize];
-        f.read_exact_at(&mut live_range, INFO_BYTES).unwrap();
+        let mut live_range = vec![0u8; (image - HEADER_BYTES) as usize];
+        f.read_exact_at(&mut live_range, HEADER_BYTES).unwrap();
         assert!(live_range.iter().all(|&b| b == 0), "the disk file's live range was written");
         // The image got the records (the slots lie there as from DATA_OFFSET).
         let stride = crate::file::layout::stride_for(304, true);
@@ -428,7 +379,7 @@ mod tests {
         // Allocated on the disk: the header page and the image, not the
         // live range (a hole).
         let allocated = f.metadata().unwrap().blocks() * 512;
-        let wanted = INFO_BYTES + (info.file_size - image);
+        let wanted = HEADER_BYTES + (info.file_size - image);
         assert!(allocated <= wanted + 4096, "{allocated} bytes allocated, header and image are {wanted}");
         assert!(info.file_size - wanted > 1 << 20, "a live range worth the check");
         drop(q);

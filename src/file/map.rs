@@ -2,10 +2,11 @@
 //! mapping and the typed views the queue works through.
 
 use super::dir::{open_checked, queue_path};
+use super::fs::{FsKind, io_error};
 use super::layout::{
-    CONTROL_OFFSET, Control, DATA_OFFSET, INFO_BYTES, Info, Options, TABLE_OFFSET, lease_table_offset,
+    CONTROL_OFFSET, Control, DATA_OFFSET, HEADER_BYTES, Header, Options, TABLE_OFFSET, lease_table_offset,
 };
-use super::{io_error, is_tmpfs};
+use super::make::unlink_if_same;
 use crate::error::*;
 use crate::lease::table::LeaseTable;
 use crate::registry::Registry;
@@ -30,7 +31,7 @@ pub(crate) enum Access {
 
 /// An open, validated, mapped queue file.
 pub(crate) struct QueueFile {
-    info: Info,
+    header: Header,
     options: Options,
     path: PathBuf,
     /// The queue file.
@@ -48,17 +49,17 @@ pub(crate) struct QueueFile {
 
 /// Opens queue `id`'s file in `dir` and reads and validates its header,
 /// without mapping anything.
-fn open_validated(dir: &Path, id: u32, write: bool) -> Result<(File, Info, Options, u64, PathBuf)> {
+fn open_validated(dir: &Path, id: u32, write: bool) -> Result<(File, Header, Options, u64, PathBuf)> {
     let path = queue_path(dir, id);
     let file = open_checked(dir, &path, write)?;
     let len = file.metadata().map_err(|e| io_error(SHM_ERR_INVAL, "cannot stat", &path, e))?.len();
-    if len < INFO_BYTES {
+    if len < HEADER_BYTES {
         return Err(Error::new(SHM_ERR_INVAL, format!("{} is truncated ({len} bytes)", path.display())));
     }
-    let mut raw = [0u8; INFO_BYTES as usize];
+    let mut raw = [0u8; HEADER_BYTES as usize];
     file.read_exact_at(&mut raw, 0).map_err(|e| io_error(SHM_ERR_INVAL, "cannot read", &path, e))?;
     let short = || Error::new(SHM_ERR_INVAL, format!("{}: its header is too short", path.display()));
-    let info = Info::from_bytes(&raw).ok_or_else(short)?;
+    let info = Header::from_bytes(&raw).ok_or_else(short)?;
     let options = Options::from_header(&raw).ok_or_else(short)?;
     // The durable flag changes the slot stride and the lease settings the
     // file's end; a corrupted flag fails one of the checks.
@@ -72,8 +73,22 @@ fn open_validated(dir: &Path, id: u32, write: bool) -> Result<(File, Info, Optio
 }
 
 /// The validated header of queue `id` in `dir`, read without mapping the file.
-pub(crate) fn read_header(dir: &Path, id: u32) -> Result<Info> {
+pub(crate) fn read_header(dir: &Path, id: u32) -> Result<Header> {
     open_validated(dir, id, false).map(|(_, info, ..)| info)
+}
+
+/// The name in the header of queue `id` of `dir`, read without mapping the
+/// file (one open and one read of its header). Errors: those of opening a
+/// queue (`TBL_NOT_FOUND`, `SHM_ERR_INVAL`, ...).
+pub fn queue_name(dir: &Path, id: u32) -> Result<String> {
+    read_header(dir, id).map(|h| h.name().to_string())
+}
+
+/// The name and the partition text (`Spec::part`) in the header of queue
+/// `id` of `dir`, read as [`queue_name`] reads the name (one open and one
+/// read of its header). Errors: those of [`queue_name`].
+pub fn queue_name_and_part(dir: &Path, id: u32) -> Result<(String, String)> {
+    read_header(dir, id).map(|h| (h.name().to_string(), h.part().to_string()))
 }
 
 impl QueueFile {
@@ -125,7 +140,7 @@ impl QueueFile {
             // Nor the process table's intent pages (a hole in a version 2
             // file): populating would allocate every one of them. A process
             // touches its own page only.
-            let tmpfs = is_tmpfs(&mapped);
+            let tmpfs = FsKind::of(&mapped) == FsKind::Tmpfs;
             match info.sparse_range() {
                 Some((start, end)) => {
                     map.populate_range(tmpfs, 0, start as usize);
@@ -139,7 +154,7 @@ impl QueueFile {
         let control = map
             .view::<Control>(CONTROL_OFFSET as usize)
             .ok_or_else(|| Error::new(SHM_ERR_INVAL, format!("{}: no room for the control block", path.display())))?;
-        Ok(QueueFile { info, options, path, file, mapped, live, live_made, map, control })
+        Ok(QueueFile { header: info, options, path, file, mapped, live, live_made, map, control })
     }
 
     /// The live part in tmpfs of an `interval` queue, when it is mapped
@@ -165,13 +180,13 @@ impl QueueFile {
     /// leads to another file.
     pub(crate) fn remove_live(&self) {
         if let Some(path) = &self.live {
-            super::live::unlink(path, &self.mapped);
+            let _ = unlink_if_same(path, &self.mapped);
         }
     }
 
     /// The validated header.
-    pub(crate) fn info(&self) -> &Info {
-        &self.info
+    pub(crate) fn header(&self) -> &Header {
+        &self.header
     }
 
     /// The validated options of the header.
@@ -197,7 +212,7 @@ impl QueueFile {
 
     /// Is the file on tmpfs or ramfs (never durable)?
     pub(crate) fn is_volatile(&self) -> bool {
-        super::is_volatile_fs(&self.file)
+        FsKind::of(&self.file).is_volatile()
     }
 
     /// The shared control block (a view that keeps the mapping alive).
@@ -207,7 +222,7 @@ impl QueueFile {
 
     /// The ring's storage in this mapping.
     pub(crate) fn storage(&self) -> Result<MapStorage> {
-        let i = &self.info;
+        let i = &self.header;
         MapStorage::new(
             &self.map,
             CONTROL_OFFSET as usize + std::mem::offset_of!(Control, cursors),
@@ -221,7 +236,7 @@ impl QueueFile {
 
     /// The lease table, if the queue has leases.
     pub(crate) fn lease_table(&self) -> Result<Option<LeaseTable>> {
-        let i = &self.info;
+        let i = &self.header;
         let entries = self.options.lease_entries();
         if entries == 0 {
             return Ok(None);
@@ -241,7 +256,7 @@ impl QueueFile {
 
     /// This process's view of the file's process table (not registered yet).
     pub(crate) fn registry(&self) -> Result<Registry> {
-        Registry::new(&self.map, TABLE_OFFSET as usize, self.mapped.clone(), self.info.table_layout())
+        Registry::new(&self.map, TABLE_OFFSET as usize, self.mapped.clone(), self.header.table_layout())
             .ok_or_else(|| Error::new(SHM_ERR_INVAL, format!("{}: no room for the process table", self.path.display())))
     }
 }

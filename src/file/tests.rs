@@ -3,7 +3,7 @@
 //! the record-size rules of the file-backed queue.
 
 use crate::error::*;
-use crate::file::layout::{CONTROL_OFFSET, Control, DATA_OFFSET, INFO_BYTES, Info, TABLE_OFFSET};
+use crate::file::layout::{CONTROL_OFFSET, Control, DATA_OFFSET, HEADER_BYTES, Header, TABLE_OFFSET};
 use crate::file::layout::{OPTIONS_OFFSET, Options};
 use crate::file::layout::{file_size, slot_stride};
 use crate::file::queue_path;
@@ -50,11 +50,11 @@ fn entries(dir: &Path) -> Vec<String> {
     v
 }
 
-fn read_info(path: &Path) -> Info {
-    Info::from_bytes(&fs::read(path).unwrap()).expect("a whole header")
+fn read_info(path: &Path) -> Header {
+    Header::from_bytes(&fs::read(path).unwrap()).expect("a whole header")
 }
 
-fn info_bytes(info: &Info) -> Vec<u8> {
+fn info_bytes(info: &Header) -> Vec<u8> {
     info.as_bytes().to_vec()
 }
 
@@ -83,7 +83,7 @@ fn truncated_or_extended_files_are_refused() {
     let full = original.len() as u64;
     let stride = slot_stride(100);
     assert_eq!(full, DATA_OFFSET + 10 * stride);
-    let info = size_of::<Info>() as u64;
+    let info = size_of::<Header>() as u64;
     let lengths = [
         0,
         1,
@@ -93,8 +93,8 @@ fn truncated_or_extended_files_are_refused() {
         info - 1,
         info,
         4095,
-        INFO_BYTES,
-        INFO_BYTES + 1,
+        HEADER_BYTES,
+        HEADER_BYTES + 1,
         CONTROL_OFFSET + 100,
         TABLE_OFFSET - 1,
         TABLE_OFFSET,
@@ -136,7 +136,7 @@ fn every_header_byte_altered_is_refused() {
     Queue::create(dir, 1, &spec).unwrap();
     let path = queue_path(dir, 1);
     let f = fs::OpenOptions::new().read(true).write(true).open(&path).unwrap();
-    let version = offset_of!(Info, version)..offset_of!(Info, version) + 4;
+    let version = offset_of!(Header, version)..offset_of!(Header, version) + 4;
     let mut wrong = Vec::new();
     let header = OPTIONS_OFFSET + size_of::<Options>();
     for off in 0..header {
@@ -207,11 +207,11 @@ fn resigned_headers_with_lying_geometry_are_refused() {
 
     // Rewrites the header with `edit` applied and the checksum recomputed,
     // and sets the file's length to `len`.
-    let install = |edit: &dyn Fn(&mut Info), len: u64| {
+    let install = |edit: &dyn Fn(&mut Header), len: u64| {
         fs::write(&path, &original).unwrap();
         let mut info = good;
         edit(&mut info);
-        info.checksum = Info::compute_checksum(&info);
+        info.checksum = Header::compute_checksum(&info);
         let f = fs::OpenOptions::new().write(true).open(&path).unwrap();
         f.write_all_at(&info_bytes(&info), 0).unwrap();
         f.set_len(len).unwrap();
@@ -224,7 +224,7 @@ fn resigned_headers_with_lying_geometry_are_refused() {
     install(&|i| i.name[..7].copy_from_slice(b"renamed"), full);
     assert_eq!(Queue::inspect(dir, 1).unwrap().info().name, "renamed");
 
-    type Edit = Box<dyn Fn(&mut Info)>;
+    type Edit = Box<dyn Fn(&mut Header)>;
     let g = |rows, size| file_size(rows, size, 0);
     let cases: Vec<(&str, Edit, u64)> = vec![
         ("capacity + 1", Box::new(|i| i.capacity += 1), full),
@@ -441,8 +441,8 @@ fn creating_an_existing_queue_fails_and_keeps_it() {
     assert_eq!(code(Queue::create(dir, 21, &Spec::new(5, 16))), TBL_ARD_EXIST);
     assert_eq!(code(Queue::create(dir, 21, &Spec::new(99, 99))), TBL_ARD_EXIST);
     assert_eq!(
-        before[..INFO_BYTES as usize],
-        fs::read(queue_path(dir, 21)).unwrap()[..INFO_BYTES as usize],
+        before[..HEADER_BYTES as usize],
+        fs::read(queue_path(dir, 21)).unwrap()[..HEADER_BYTES as usize],
         "header changed"
     );
     assert_eq!(q.depth(), 1);

@@ -5,7 +5,7 @@
 //!
 //! | bits | field |
 //! |---|---|
-//! | 0..3 | [`St`] |
+//! | 0..3 | [`EntryState`] |
 //! | 3..20 | [`Owner`]: the process acting on the entry or holding its lease (0: nobody) |
 //! | 20..36 | deliveries of the record so far (saturating) |
 //! | 36..64 | generation (wrapping), bumped by every new delivery and every extension |
@@ -47,7 +47,7 @@ use crate::atomics::{AtomicU32, AtomicU64, Ordering};
 /// What an entry holds, and who may change it (see the module doc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
-pub(crate) enum St {
+pub(crate) enum EntryState {
     /// Unused: a consumer may claim it.
     Free = 0,
     /// Claimed by its owner for a record it is taking from the ring; the
@@ -68,23 +68,23 @@ pub(crate) enum St {
     Dead = 7,
 }
 
-impl St {
-    fn from_bits(b: u64) -> St {
+impl EntryState {
+    fn from_bits(b: u64) -> EntryState {
         match b & 7 {
-            0 => St::Free,
-            1 => St::Filling,
-            2 => St::Leased,
-            3 => St::Taking,
-            4 => St::Busy,
-            5 => St::Ready,
-            6 => St::Doomed,
-            _ => St::Dead,
+            0 => EntryState::Free,
+            1 => EntryState::Filling,
+            2 => EntryState::Leased,
+            3 => EntryState::Taking,
+            4 => EntryState::Busy,
+            5 => EntryState::Ready,
+            6 => EntryState::Doomed,
+            _ => EntryState::Dead,
         }
     }
 
     /// Does the entry hold a record (committed: saved from the ring)?
     pub(crate) fn holds_record(self) -> bool {
-        !matches!(self, St::Free | St::Filling)
+        !matches!(self, EntryState::Free | EntryState::Filling)
     }
 }
 
@@ -136,16 +136,16 @@ pub(crate) struct Word(pub u64);
 impl Word {
     /// The word of these fields (the generation is cut to [`GEN_BITS`], the
     /// deliveries saturate at [`MAX_DELIVERIES`]).
-    pub(crate) fn new(st: St, owner: Owner, deliveries: u32, gen_: u32) -> Word {
-        let gen_ = u64::from(gen_) & ((1 << GEN_BITS) - 1);
+    pub(crate) fn new(st: EntryState, owner: Owner, deliveries: u32, generation: u32) -> Word {
+        let generation = u64::from(generation) & ((1 << GEN_BITS) - 1);
         let deliveries = u64::from(deliveries.min(MAX_DELIVERIES));
         let owner = u64::from(owner.0) & ((1 << OWNER_BITS) - 1);
-        Word(st as u64 | owner << OWNER_SHIFT | deliveries << DELIV_SHIFT | gen_ << GEN_SHIFT)
+        Word(st as u64 | owner << OWNER_SHIFT | deliveries << DELIV_SHIFT | generation << GEN_SHIFT)
     }
 
     /// The state.
-    pub(crate) fn st(self) -> St {
-        St::from_bits(self.0)
+    pub(crate) fn state(self) -> EntryState {
+        EntryState::from_bits(self.0)
     }
 
     /// Who acts on the entry or holds its lease.
@@ -169,60 +169,60 @@ impl Word {
 
     /// `Free -> Filling`: claimed by `me` for a record of the ring.
     pub(crate) fn claimed(self, me: Owner) -> Word {
-        Word::new(St::Filling, me, 0, self.next_gen())
+        Word::new(EntryState::Filling, me, 0, self.next_gen())
     }
 
     /// `Filling -> Leased`: the record is saved; its first delivery.
     pub(crate) fn committed(self) -> Word {
-        Word::new(St::Leased, self.owner(), 1, self.generation())
+        Word::new(EntryState::Leased, self.owner(), 1, self.generation())
     }
 
     /// `Ready -> Taking`: taken up by `me` for a new delivery.
     pub(crate) fn taken(self, me: Owner) -> Word {
-        Word::new(St::Taking, me, self.deliveries(), self.next_gen())
+        Word::new(EntryState::Taking, me, self.deliveries(), self.next_gen())
     }
 
     /// `Taking -> Leased`: delivered once more, to the taker.
     pub(crate) fn delivered(self) -> Word {
-        Word::new(St::Leased, self.owner(), self.deliveries().saturating_add(1), self.generation())
+        Word::new(EntryState::Leased, self.owner(), self.deliveries().saturating_add(1), self.generation())
     }
 
     /// `Leased -> Busy`: its holder is extending or releasing it.
-    pub(crate) fn held(self) -> Word {
-        Word::new(St::Busy, self.owner(), self.deliveries(), self.generation())
+    pub(crate) fn busy(self) -> Word {
+        Word::new(EntryState::Busy, self.owner(), self.deliveries(), self.generation())
     }
 
     /// `Busy -> Leased`: extended (a new generation: tokens of the old
     /// deadline are stale).
     pub(crate) fn extended(self) -> Word {
-        Word::new(St::Leased, self.owner(), self.deliveries(), self.next_gen())
+        Word::new(EntryState::Leased, self.owner(), self.deliveries(), self.next_gen())
     }
 
     /// `-> Ready`: waiting to be delivered again; nobody holds it.
     pub(crate) fn ready(self) -> Word {
-        Word::new(St::Ready, Owner::NONE, self.deliveries(), self.generation())
+        Word::new(EntryState::Ready, Owner::NONE, self.deliveries(), self.generation())
     }
 
     /// `-> Doomed`: bound for the dead-letter queue; nobody is moving it.
     pub(crate) fn doomed(self) -> Word {
-        Word::new(St::Doomed, Owner::NONE, self.deliveries(), self.generation())
+        Word::new(EntryState::Doomed, Owner::NONE, self.deliveries(), self.generation())
     }
 
     /// `-> Dead`: `me` is moving it to the dead-letter queue.
     pub(crate) fn dying(self, me: Owner) -> Word {
-        Word::new(St::Dead, me, self.deliveries(), self.generation())
+        Word::new(EntryState::Dead, me, self.deliveries(), self.generation())
     }
 
     /// `Dead -> Leased`: the dead-letter queue refused it; its holder `me`
     /// keeps its lease (same generation: its token stays good).
-    pub(crate) fn kept(self) -> Word {
-        Word::new(St::Leased, self.owner(), self.deliveries(), self.generation())
+    pub(crate) fn back_to_holder(self) -> Word {
+        Word::new(EntryState::Leased, self.owner(), self.deliveries(), self.generation())
     }
 
     /// `-> Free`: done with (acknowledged, consumed, dead-lettered, or no
     /// record after all).
     pub(crate) fn free(self) -> Word {
-        Word::new(St::Free, Owner::NONE, 0, self.generation())
+        Word::new(EntryState::Free, Owner::NONE, 0, self.generation())
     }
 
     /// What becomes of an entry whose owner is dead, given the delivery
@@ -230,11 +230,11 @@ impl Word {
     /// (no owner, or a `Leased` entry whose ring slot must be released
     /// first, which the caller does).
     pub(crate) fn orphaned(self, max_deliveries: u32) -> Option<Word> {
-        match self.st() {
-            St::Free | St::Ready | St::Doomed => None,
-            St::Filling => Some(self.free()),
-            St::Taking | St::Busy | St::Leased => Some(self.undelivered(max_deliveries)),
-            St::Dead => Some(self.doomed()),
+        match self.state() {
+            EntryState::Free | EntryState::Ready | EntryState::Doomed => None,
+            EntryState::Filling => Some(self.free()),
+            EntryState::Taking | EntryState::Busy | EntryState::Leased => Some(self.undelivered(max_deliveries)),
+            EntryState::Dead => Some(self.doomed()),
         }
     }
 
@@ -267,8 +267,8 @@ pub(crate) enum SlotAction {
 /// names it (a plain pop's slot).
 pub(crate) fn slot_action(entry: Option<(Word, bool)>) -> SlotAction {
     match entry {
-        Some((w, _)) if w.st().holds_record() => SlotAction::Release,
-        Some((w, true)) if w.st() == St::Filling => SlotAction::Wait,
+        Some((w, _)) if w.state().holds_record() => SlotAction::Release,
+        Some((w, true)) if w.state() == EntryState::Filling => SlotAction::Wait,
         _ => SlotAction::Republish,
     }
 }
@@ -331,13 +331,13 @@ mod tests {
     #[test]
     fn fields_round_trip_and_saturate() {
         let me = Owner::new(255, 0x1234);
-        let w = Word::new(St::Busy, me, 70_000, (1 << 28) + 5);
-        assert_eq!((w.st(), w.owner(), w.deliveries(), w.generation()), (St::Busy, me, MAX_DELIVERIES, 5));
+        let w = Word::new(EntryState::Busy, me, 70_000, (1 << 28) + 5);
+        assert_eq!((w.state(), w.owner(), w.deliveries(), w.generation()), (EntryState::Busy, me, MAX_DELIVERIES, 5));
         assert_eq!(me.entry(), Some((255, 0x34)));
         assert_eq!(Owner::NONE.entry(), None);
         for bits in [0u64, u64::MAX, 0x5555_5555_5555_5555] {
             let w = Word(bits);
-            assert_eq!(Word::new(w.st(), w.owner(), w.deliveries(), w.generation()), w, "any word is a value");
+            assert_eq!(Word::new(w.state(), w.owner(), w.deliveries(), w.generation()), w, "any word is a value");
         }
     }
 
@@ -345,27 +345,30 @@ mod tests {
     fn a_record_goes_round_with_a_new_generation_each_delivery() {
         let me = Owner::new(3, 1);
         let other = Owner::new(4, 9);
-        let free = Word::new(St::Free, Owner::NONE, 0, 7);
+        let free = Word::new(EntryState::Free, Owner::NONE, 0, 7);
         let leased = free.claimed(me).committed();
-        assert_eq!((leased.st(), leased.owner(), leased.deliveries(), leased.generation()), (St::Leased, me, 1, 8));
+        assert_eq!(
+            (leased.state(), leased.owner(), leased.deliveries(), leased.generation()),
+            (EntryState::Leased, me, 1, 8)
+        );
         let again = leased.undelivered(0).taken(other).delivered();
         assert_eq!((again.owner(), again.deliveries(), again.generation()), (other, 2, 9));
-        let extended = again.held().extended();
-        assert_eq!((extended.st(), extended.generation()), (St::Leased, 10));
-        assert_eq!(extended.undelivered(2).st(), St::Doomed, "delivered twice, limit 2");
-        assert_eq!(extended.undelivered(3).st(), St::Ready);
-        assert_eq!(extended.dying(me).kept(), Word::new(St::Leased, me, 2, 10));
+        let extended = again.busy().extended();
+        assert_eq!((extended.state(), extended.generation()), (EntryState::Leased, 10));
+        assert_eq!(extended.undelivered(2).state(), EntryState::Doomed, "delivered twice, limit 2");
+        assert_eq!(extended.undelivered(3).state(), EntryState::Ready);
+        assert_eq!(extended.dying(me).back_to_holder(), Word::new(EntryState::Leased, me, 2, 10));
         assert_eq!(extended.free().claimed(me).generation(), 11);
     }
 
     #[test]
     fn orphans_and_slots() {
         let me = Owner::new(0, 0);
-        let filling = Word::new(St::Free, Owner::NONE, 0, 0).claimed(me);
-        assert_eq!(filling.orphaned(0).map(Word::st), Some(St::Free));
-        assert_eq!(filling.committed().orphaned(0).map(Word::st), Some(St::Ready));
-        assert_eq!(filling.committed().orphaned(1).map(Word::st), Some(St::Doomed));
-        assert_eq!(filling.committed().dying(me).orphaned(0).map(Word::st), Some(St::Doomed));
+        let filling = Word::new(EntryState::Free, Owner::NONE, 0, 0).claimed(me);
+        assert_eq!(filling.orphaned(0).map(Word::state), Some(EntryState::Free));
+        assert_eq!(filling.committed().orphaned(0).map(Word::state), Some(EntryState::Ready));
+        assert_eq!(filling.committed().orphaned(1).map(Word::state), Some(EntryState::Doomed));
+        assert_eq!(filling.committed().dying(me).orphaned(0).map(Word::state), Some(EntryState::Doomed));
         assert_eq!(filling.committed().ready().orphaned(0), None);
         assert_eq!(slot_action(None), SlotAction::Republish);
         assert_eq!(slot_action(Some((filling, true))), SlotAction::Wait);
@@ -401,7 +404,7 @@ mod loom_tests {
     /// An entry holding a record leased to `ME` until `OLD`.
     fn leased() -> Arc<Entry> {
         let e = Arc::new(Entry::default());
-        let w = Word::new(St::Free, Owner::NONE, 0, 0).claimed(ME).committed();
+        let w = Word::new(EntryState::Free, Owner::NONE, 0, 0).claimed(ME).committed();
         e.deadline_ns.store(OLD, Ordering::SeqCst);
         e.state.store(w.0, Ordering::SeqCst);
         e
@@ -410,13 +413,16 @@ mod loom_tests {
     /// The sweeper's expiry: acts on the deadline it read (`OLD`: ran out).
     fn expire(e: &Entry) -> bool {
         let w = e.word();
-        w.st() == St::Leased && e.deadline_ns.load(Ordering::SeqCst) == OLD && e.change(w, w.undelivered(0)).is_ok()
+        w.state() == EntryState::Leased
+            && e.deadline_ns.load(Ordering::SeqCst) == OLD
+            && e.change(w, w.undelivered(0)).is_ok()
     }
 
     /// A consumer taking up a `Ready` record.
     fn take(e: &Entry, me: Owner) -> bool {
         let w = e.word();
-        w.st() == St::Ready && e.change(w, w.taken(me)).map(|t| e.change(t, t.delivered()).is_ok()).unwrap_or(false)
+        w.state() == EntryState::Ready
+            && e.change(w, w.taken(me)).map(|t| e.change(t, t.delivered()).is_ok()).unwrap_or(false)
     }
 
     #[test]
@@ -450,11 +456,11 @@ mod loom_tests {
                 let e = e.clone();
                 thread::spawn(move || {
                     let w = e.word();
-                    if w.st() != St::Leased || e.change(w, w.held()).is_err() {
+                    if w.state() != EntryState::Leased || e.change(w, w.busy()).is_err() {
                         return None;
                     }
                     e.deadline_ns.store(NEW, Ordering::SeqCst);
-                    let busy = w.held();
+                    let busy = w.busy();
                     e.change(busy, busy.extended()).ok()
                 })
             };
@@ -464,7 +470,7 @@ mod loom_tests {
             let w = e.word();
             match extended {
                 Some(to) => assert_eq!((w, e.deadline_ns.load(Ordering::SeqCst)), (to, NEW)),
-                None => assert_eq!(w.st(), St::Ready),
+                None => assert_eq!(w.state(), EntryState::Ready),
             }
         });
     }
@@ -520,7 +526,7 @@ mod loom_tests {
                 return Verdict::Recover;
             }
             let w = self.entry.word();
-            let named = self.entry.pos.load(Ordering::SeqCst) == at && w.st() != St::Free;
+            let named = self.entry.pos.load(Ordering::SeqCst) == at && w.state() != EntryState::Free;
             let found = named.then(|| (w, self.owner_alive.load(Ordering::SeqCst)));
             match slot_action(found) {
                 SlotAction::Wait => {
@@ -557,7 +563,7 @@ mod loom_tests {
     /// record's slot is released first, then the record made ready.
     fn sweep_dead(r: &Ring<HeapStorage>, e: &Entry) {
         let w = e.word();
-        if w.st() == St::Leased {
+        if w.state() == EntryState::Leased {
             let pos = e.pos.load(Ordering::SeqCst);
             if r.holds(pos) {
                 r.release_held(pos);
@@ -655,7 +661,7 @@ mod loom_tests {
                 }
             }
             assert_eq!(consumer.join().unwrap(), Ok(1));
-            assert_eq!(e.word().st(), St::Leased);
+            assert_eq!(e.word().state(), EntryState::Leased);
             assert_eq!(saved.load(Ordering::SeqCst), 1);
             let mut out = [0u8; 1];
             assert_eq!(r.pop(&mut out, &crate::ring::Silent, &mut crate::ring::NeverRecover), Ok(1));

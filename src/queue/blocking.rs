@@ -12,11 +12,9 @@
 //! word and wakes.
 //! Sleeps are cut into slices of [`SLEEP_SLICE`] so that a producer killed
 //! between publishing and waking delays a sleeper, never strands it. The
-//! slice's timer costs a woken sleeper a few tenths of a microsecond: a bare
-//! shared futex taking turns with a pipe between two processes
-//! (`bench/experiments/wake_latency.c`, modes `mix` and `mix-nt`) was behind
-//! the pipe at p50 by 0.2-0.75 us with the timeout, by -1.4 to 0.1 us
-//! without it.
+//! slice's timer costs a woken sleeper a few tenths of a microsecond
+//! (`bench/experiments/wake_latency.c`, modes `mix` and `mix-nt`; the
+//! figures: docs/measurements.md).
 
 use super::{Queue, Strategy, Wait};
 use crate::clock::{mono_ns, now_ns};
@@ -230,9 +228,12 @@ impl Queue {
     /// It takes nothing and returns nothing: look at the queues again.
     ///
     /// At most [`crate::WAIT_ANY_MAX`] words are slept on, the bell's
-    /// included: more queues are `CONDIT_IS_NIL`. On a kernel without
-    /// `futex_waitv` it is `NOT_SUPPT_OPT` at once, having slept on
-    /// nothing (the caller falls back to polling or one queue at a time).
+    /// included.
+    ///
+    /// Errors: `CONDIT_IS_NIL` (no queue and no bell, or more words than
+    /// that), `NOT_SUPPT_OPT` (a kernel without `futex_waitv`: at once,
+    /// having slept on nothing; the caller falls back to polling or one
+    /// queue at a time).
     ///
     /// The protocol is the module's, on every queue at once: announce as a
     /// waiter of each (SeqCst), read each futex word, then re-check every
@@ -283,6 +284,34 @@ impl Queue {
             q.registry.leave_wait(&q.control().wake.0.waiters);
         }
         result
+    }
+
+    /// For a watcher of a queue with leases (a server whose clients wait to
+    /// lease from it, say): how long until a lease call may find a record
+    /// that no push brought: a lease running out, or a released record
+    /// coming due; zero when one may be due now (a lease call then settles
+    /// it, or finds nothing: the hints this reads err early). `None` for a
+    /// queue without leases, or with nothing in flight or waiting: then
+    /// only a push or a release brings a record, and both wake the queue's
+    /// sleepers (the futex that [`wait_for_any_push`](Self::wait_for_any_push)
+    /// sleeps on). Two loads. (A lease whose holder died is found sooner by
+    /// the periodic sweep: [`lease_sweep_due_in`](Self::lease_sweep_due_in).)
+    pub fn lease_due_in(&self) -> Option<Duration> {
+        let l = self.leases.as_ref()?;
+        Self::due_in(l.table.next_event_ns())
+    }
+
+    /// For a watcher as [`lease_due_in`](Self::lease_due_in): how long until
+    /// the periodic sweep, which finds the leases of holders that died
+    /// (zero: due now; a lease call runs it), `None` when no lease is in
+    /// flight (or the queue has no leases). One load.
+    pub fn lease_sweep_due_in(&self) -> Option<Duration> {
+        let l = self.leases.as_ref()?;
+        Self::due_in(l.table.control().hints.0.next_sweep_ns.load(Ordering::Relaxed))
+    }
+
+    fn due_in(at_ns: u64) -> Option<Duration> {
+        (at_ns != u64::MAX).then(|| Duration::from_nanos(at_ns.saturating_sub(mono_ns())))
     }
 
     /// Wakes one sleeper, if any announced itself (see the module doc for

@@ -1,7 +1,9 @@
 //! The data path: pushes and pops of one record or of a batch, blocking or
 //! not, on plain, durable and lease queues.
 
-use super::{HeldIntent, Idle, Intent, Patience, Queue, Wait, lease};
+use super::blocking::Idle;
+use super::participant::{Intent, IntentOnLeaseQueue, KeptIntent, Patience};
+use super::{Queue, Wait};
 use crate::durable::Durable;
 use crate::error::*;
 use crate::ring::{Announce, Peeked, RingError};
@@ -10,20 +12,28 @@ use std::sync::atomic::Ordering;
 impl Queue {
     /// Appends one record of 1..=record_size bytes. Never waits for space:
     /// a full queue gives `DATA_SPC_FULL`.
+    ///
+    /// Errors: `CONDIT_IS_NIL` (an empty record), `RECD_TOO_LONG` (longer
+    /// than the queue's records), `DATA_SPC_FULL`, `SHM_ERR_EIDRM` (the
+    /// queue was dropped), `SHM_ERR_ACCES` (a read-only view),
+    /// `MQUE_WAIT_ERR` (its slot was taken over by a recovery, which
+    /// judged this thread dead: nothing was pushed), `SHM_ERR_INVAL`
+    /// (corrupted shared state), `SYNC_FAILED` (an `always` queue: the
+    /// record is queued, but its sync failed).
     #[inline(always)]
     pub fn push(&self, record: &[u8]) -> Result<()> {
-        self.push_held(record, None)
+        self.push_kept(record, None)
     }
 
-    /// [`push`](Self::push), announcing through the intent word `held`
+    /// [`push`](Self::push), announcing through the intent word `kept`
     /// keeps (looked up when it is `None` or another queue's).
-    // Always inlined (into lPush): as a call of its own it costs plain
-    // queues about 15% of their push rate (measured).
+    // Always inlined (into lPush): as a call of its own it cost plain
+    // queues a good part of their push rate (docs/measurements.md).
     #[inline(always)]
-    pub(crate) fn push_held(&self, record: &[u8], held: Option<&HeldIntent>) -> Result<()> {
+    pub(crate) fn push_kept(&self, record: &[u8], kept: Option<&KeptIntent>) -> Result<()> {
         self.check_push(record)?;
-        let intent = self.intent_held(held);
-        if let Some(d) = &self.always {
+        let intent = self.intent_kept(kept);
+        if let Some(d) = self.always() {
             return self.push_always(d, record, intent);
         }
         // Plain and `interval` queues (the flusher finds the change, and
@@ -86,6 +96,9 @@ impl Queue {
     /// bytes apiece, claiming their positions together (one CAS for as many
     /// as there is room for). Returns how many went in; stops at the first
     /// failure (`DATA_SPC_FULL` when the queue fills up), returned alongside.
+    ///
+    /// Errors (alongside the count): `CONDIT_IS_NIL` (`each` 0 or no whole
+    /// record), and those of [`push`](Self::push).
     pub fn push_many(&self, records: &[u8], each: usize) -> (usize, Option<Error>) {
         if each == 0 || records.len() < each {
             return (0, Some(Error::new(CONDIT_IS_NIL, "no records to push (record size 0 or an empty buffer)")));
@@ -93,14 +106,14 @@ impl Queue {
         if let Err(e) = self.check_push(&records[..each]) {
             return (0, Some(e));
         }
-        let (done, err) = match &self.always {
+        let (done, err) = match self.always() {
             // Plain and `interval` queues (see `push`).
             None => self.ring.push_batch(records, each, &self.intent(), &mut Patience::new(self)),
             Some(d) => self.ring.push_batch_sealed(d.key(), records, each, &self.intent(), &mut Patience::new(self)),
         };
         if done > 0 {
             self.wake(done as u32);
-            if let Some(d) = &self.always {
+            if let Some(d) = self.always() {
                 // One sync for the whole batch.
                 if let Err(e) = d.sync() {
                     return (done, Some(e));
@@ -115,15 +128,24 @@ impl Queue {
     /// zeroed. Returns the record's length. On a queue with leases, a record
     /// waiting to be delivered again (its lease ran out, or was released)
     /// comes first, and is taken for good.
+    ///
+    /// Errors: `RECD_TOO_LONG` (`out` shorter than the queue's records:
+    /// nothing is taken), `NO_DATA_FOUND` (empty, with `Wait::NoWait`),
+    /// `MQUE_WAIT_TMO` (empty at the deadline of `Wait::Until`),
+    /// `SHM_ERR_EIDRM` (the queue was dropped, also while waiting),
+    /// `SHM_ERR_ACCES` (a read-only view), `MQUE_WAIT_ERR` (its slot was
+    /// taken over by a recovery), `SHM_ERR_INVAL` (corrupted shared state or
+    /// lease table). A failed sync of an `always` queue is not an error
+    /// here (the record is the caller's; the failure is counted in the file).
     pub fn pop(&self, out: &mut [u8], wait: Wait) -> Result<usize> {
-        self.pop_held(out, wait, None)
+        self.pop_kept(out, wait, None)
     }
 
-    /// [`pop`](Self::pop), announcing through the intent word `held` keeps
+    /// [`pop`](Self::pop), announcing through the intent word `kept` keeps
     /// (looked up when it is `None` or another queue's). Always inlined
     /// (into lPop): as a call of its own it cost about 20 instructions a pop.
     #[inline(always)]
-    pub(crate) fn pop_held(&self, out: &mut [u8], wait: Wait, held: Option<&HeldIntent>) -> Result<usize> {
+    pub(crate) fn pop_kept(&self, out: &mut [u8], wait: Wait, kept: Option<&KeptIntent>) -> Result<usize> {
         if self.leases.is_some() {
             return self.pop_with_leases(out, wait);
         }
@@ -132,7 +154,7 @@ impl Queue {
         let mut idle = Idle::new(wait);
         loop {
             self.check_usable()?;
-            if let Some(n) = self.pop_ring(out, &self.intent_held(held))? {
+            if let Some(n) = self.pop_ring(out, &self.intent_kept(kept))? {
                 return Ok(n);
             }
             // Nothing queued: wait as the strategy says (shared with the lease path).
@@ -153,7 +175,7 @@ impl Queue {
                 return Ok(n);
             }
             // Through its own instance of `Ring::pop` (see `lease::Own`).
-            if let Some(n) = self.pop_ring(out, &lease::Own(self.intent()))? {
+            if let Some(n) = self.pop_ring(out, &IntentOnLeaseQueue(self.intent()))? {
                 return Ok(n);
             }
             self.idle(&mut idle)?;
@@ -208,6 +230,10 @@ impl Queue {
     /// each further record as [`pop`](Self::pop) does. Returns how many were
     /// taken and the error that stopped it early (`NO_DATA_FOUND` with
     /// `NoWait`, `MQUE_WAIT_TMO` at the deadline).
+    ///
+    /// Errors (alongside the count): `RECD_TOO_LONG` (`each` below the
+    /// record size: nothing is taken), and those of [`pop`](Self::pop).
+    /// (At most as many records as `out` holds are taken.)
     pub fn pop_into(&self, out: &mut [u8], each: usize, lens: &mut [usize], wait: Wait) -> (usize, Option<Error>) {
         if each < self.record_size() {
             let msg = format!(
@@ -277,6 +303,8 @@ impl Queue {
 
     /// [`pop_into`](Self::pop_into) appending to a vector, `each` bytes per
     /// record, at most `max` records.
+    ///
+    /// Errors (alongside the count): those of [`pop_into`](Self::pop_into).
     pub fn pop_many(&self, out: &mut Vec<u8>, each: usize, max: usize, wait: Wait) -> (usize, Option<Error>) {
         let at = out.len();
         out.resize(at + max * each, 0);

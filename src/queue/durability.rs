@@ -4,7 +4,7 @@
 //! loop), and the durable state for `tvmq stat`.
 
 use super::Queue;
-use crate::durable::{Durable, DurableStats};
+use crate::durable::{Durable, DurableStats, SyncRing, SyncStart};
 use crate::error::*;
 use crate::spec::Durability;
 
@@ -15,7 +15,7 @@ impl Queue {
     /// is counted in the file, and a crash may deliver them again.
     #[inline]
     pub(super) fn popped_durably(&self) {
-        if let Some(d) = &self.always {
+        if let Some(d) = self.always() {
             let _ = sync_popped(d);
         }
     }
@@ -64,7 +64,7 @@ impl Queue {
     /// inside `f` cannot happen (none runs); it shows when the ticket is
     /// waited for.
     pub fn defer_syncs<R>(&self, f: impl FnOnce(&Queue) -> R) -> (R, Option<SyncTicket>) {
-        let Some(d) = &self.always else {
+        let Some(d) = self.always() else {
             return (f(self), None);
         };
         let guard = crate::durable::defer::begin(d);
@@ -76,7 +76,7 @@ impl Queue {
     /// Has the sync `ticket` names completed (the changes it covers are on
     /// stable storage)? Never waits. `true` on a queue that is not `always`.
     pub fn is_synced(&self, ticket: SyncTicket) -> bool {
-        self.always.as_ref().is_none_or(|d| d.covered(ticket.0))
+        self.always().is_none_or(|d| d.covered(ticket.0))
     }
 
     /// Waits until the sync `ticket` names has completed, running it when
@@ -88,9 +88,36 @@ impl Queue {
     /// the queue but not known to be on stable storage; a later sync may
     /// still cover them).
     pub fn sync_ticket(&self, ticket: SyncTicket) -> Result<()> {
-        match &self.always {
-            Some(d) => d.sync_to(ticket.0),
+        match self.always() {
+            Some(d) => d.wait_for_sync(ticket.0),
             None => Ok(()),
+        }
+    }
+
+    /// Starts a sync that covers `ticket` on `ring`, without waiting for
+    /// it: the sync is begun here (the group commit's lock taken, the sync
+    /// numbered: it covers every change published before, by any thread or
+    /// process) and its writes submitted; [`SyncRing::reap`] later finishes
+    /// it, releases the lock and reports its outcome under `token`. For a
+    /// thread that must not wait for the disk (an event loop): see
+    /// [`SyncRing`] for its threading rule.
+    ///
+    /// Returns [`SyncStart::Covered`] when a completed sync covers the
+    /// ticket already (and on a queue that is not `always`),
+    /// [`SyncStart::Started`], [`SyncStart::Busy`] when another syncer
+    /// holds the lock (ask again once its sync ended: it may not cover the
+    /// ticket), or [`SyncStart::Full`] when the ring has no room (ask again
+    /// after a reap). Errors: `SYNC_FAILED` (the writes could not be
+    /// submitted: the sync failed, as a failed system call fails it).
+    pub fn start_sync(
+        self: &std::sync::Arc<Self>,
+        ticket: SyncTicket,
+        ring: &mut SyncRing,
+        token: u64,
+    ) -> Result<SyncStart> {
+        match self.durable.as_ref().filter(|d| d.is_always()) {
+            Some(d) => ring.start(d, self.clone(), ticket.0, token),
+            None => Ok(SyncStart::Covered),
         }
     }
 

@@ -17,7 +17,7 @@ use crate::error::*;
 use crate::file;
 use crate::file::layout::Control;
 use crate::file::map::{Access, QueueFile};
-use crate::registry::{IntentSlots, Liveness, Registry};
+use crate::registry::{HolderIs, IntentSlots, Registry};
 use crate::ring::{Holder, MapStorage, Ring};
 use crate::spec::{Durability, Spec};
 use crate::wait;
@@ -38,11 +38,9 @@ mod tests;
 mod transfer;
 mod types;
 
-use blocking::Idle;
 pub use durability::SyncTicket;
 pub use lease::{Lease, LeaseState, LeaseStats, LeasedRecord};
-pub(crate) use participant::{HeldIntent, IdHasher};
-use participant::{Intent, NO_WORD, Patience};
+pub(crate) use participant::{IdHasher, KeptIntent};
 pub use snapshot::Snapshot;
 pub use stats::{Process, Stats};
 pub use transfer::ExportFormat;
@@ -103,11 +101,9 @@ pub struct Queue {
     /// places).
     leases: Option<Box<lease::Leases>>,
     info: QueueInfo,
-    /// Durable queues: the sync machinery (shared with the flusher thread).
+    /// Durable queues: the sync machinery (shared with the flusher thread;
+    /// see [`always`](Self::always)).
     durable: Option<Arc<Durable>>,
-    /// The same, for `always` queues only: the pushes and pops of plain and
-    /// `interval` queues test this and find nothing to do.
-    always: Option<Arc<Durable>>,
     file: QueueFile,
     /// What opening it recovered (see [`Queue::repaired_at_open`]).
     repaired_at_open: Repair,
@@ -188,6 +184,15 @@ impl Queue {
     /// Opens queue `id` of `dir` for pushing and popping: validates the file,
     /// maps it (populating its pages unless `TVMQ_POPULATE=0`), and registers
     /// this process in its process table.
+    ///
+    /// Errors: `TBL_NOT_FOUND` (no such queue), `SHM_ERR_ACCES` (no
+    /// permission, a symbolic link, a file of another owner),
+    /// `SHM_ERR_INVAL` / `VER_NOT_MATCH` (not a valid queue file, or of a
+    /// layout this library does not read), `SHM_ERR_NOMEM` / `MQUE_CRTE_BIG`
+    /// (it cannot be mapped), `NOT_DURABLE` (a durable queue's file moved
+    /// onto tmpfs); a durable queue attached after a machine restart
+    /// recovers first: `LOCK_DOWR_ERR` (its recovery lock cannot be taken),
+    /// `SYNC_FAILED` (the recovery's sync failed).
     pub fn open(dir: &Path, id: u32) -> Result<Queue> {
         let populate = std::env::var("TVMQ_POPULATE").map_or(true, |v| v != "0");
         Self::open_with(dir, id, populate)
@@ -195,18 +200,24 @@ impl Queue {
 
     /// [`open`](Self::open), saying whether to map every page now
     /// (`populate`) or let the first touch of each page fault it in.
+    ///
+    /// Errors: those of [`open`](Self::open).
     pub fn open_with(dir: &Path, id: u32, populate: bool) -> Result<Queue> {
         Self::from_file(QueueFile::open(dir, id, Access::ReadWrite { populate })?, true)
     }
 
     /// Opens queue `id` of `dir` read-only, for inspection: no registration;
     /// push and pop fail.
+    ///
+    /// Errors: those of [`open`](Self::open) (the file is only read: no
+    /// recovery runs, so neither `LOCK_DOWR_ERR` nor `SYNC_FAILED`; a
+    /// durable queue's file on tmpfs can be inspected).
     pub fn inspect(dir: &Path, id: u32) -> Result<Queue> {
         Self::from_file(QueueFile::open(dir, id, Access::ReadOnly)?, false)
     }
 
     fn from_file(file: QueueFile, register: bool) -> Result<Queue> {
-        let info = QueueInfo::from_header(file.info(), file.options());
+        let info = QueueInfo::from_header(file.header(), file.options());
         // The consumers of a queue with an image erase the checksums of the records
         // they take (see `Ring::erasing_seals`).
         let erase_seals = file.options().image();
@@ -214,7 +225,7 @@ impl Queue {
         let mut registry = file.registry()?;
         let mut durable = None;
         if let (Some(policy), true) = (info.durability, register) {
-            if crate::file::is_volatile_fs(file.file()) && !crate::durable::hooked(file.path()) {
+            if file.is_volatile() && !crate::durable::hooked(file.path()) {
                 // Created on a disk (create refuses tmpfs), then moved or copied
                 // here. (An `interval` queue's live part made by this open goes.)
                 if file.live_made() {
@@ -276,7 +287,6 @@ impl Queue {
             opener: std::process::id(),
             leases,
             info,
-            always: durable.clone().filter(|d| d.policy() == Durability::Always),
             durable,
             file,
             repaired_at_open: Repair {
@@ -320,9 +330,9 @@ impl Queue {
         let unregistered = self.unregistered();
         let dead = |holder, at| {
             let dead = match self.registry.holder(holder, at, unregistered) {
-                Liveness::Dead => true,
-                Liveness::Unknown => alone,
-                Liveness::Alive => false,
+                HolderIs::Dead => true,
+                HolderIs::Unknown => alone,
+                HolderIs::Alive => false,
             };
             // A lease consumer's slot: waited for, or released (its record
             // is in the lease table), never published again.
@@ -406,6 +416,14 @@ impl Queue {
     /// How long a stalled slot of unknown holder is waited for.
     pub fn unblock_timeout(&self) -> Duration {
         self.unblock_timeout
+    }
+
+    /// The sync machinery of an `always` queue: `None` for plain and
+    /// `interval` queues, whose pushes and pops test this and find nothing
+    /// to do.
+    #[inline(always)]
+    fn always(&self) -> Option<&Durable> {
+        self.durable.as_deref().filter(|d| d.is_always())
     }
 
     #[inline]

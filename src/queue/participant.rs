@@ -1,12 +1,14 @@
 //! How a queue takes part in the ring: where its threads announce the
 //! positions they claim ([`Intent`], one intent word per thread in the
-//! process's entry, given out by [`ThreadIntents`]), and its [`Stall`]
-//! policy ([`Patience`]).
+//! process's entry, given out by [`ThreadIntents`]; the announcements of
+//! pops on queues with leases, [`LeaseIntent`] and [`IntentOnLeaseQueue`]),
+//! and its [`Stall`] policy ([`Patience`]).
 
-use super::{Queue, lease};
+use super::Queue;
+use super::lease::LeaseSlot;
 use crate::clock::now_ns;
 use crate::error::*;
-use crate::registry::{IntentSlots, Liveness};
+use crate::registry::{HolderIs, IntentSlots};
 use crate::ring::{Announce, Holder, IDLE, Stall, Verdict, intent_word};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -47,8 +49,59 @@ impl Announce for Intent<'_> {
     }
 }
 
+/// The announcement of a lease consumer: its intent word, and the position
+/// it claims in its lease entry, so that a recovery that finds its slot kept
+/// judges it by the entry (see [`Queue::lease_slot_verdict`]).
+pub(super) struct LeaseIntent<'a> {
+    pub(super) intent: Intent<'a>,
+    pub(super) pos: &'a AtomicU64,
+}
+
+impl Announce for LeaseIntent<'_> {
+    #[inline]
+    fn claiming(&self, role: Holder, first: u64) {
+        self.intent.claiming(role, first);
+        // Release: visible to whoever sees the claim that follows.
+        self.pos.store(first, Ordering::Release);
+    }
+
+    #[inline]
+    fn idle(&self) {
+        self.intent.idle();
+    }
+
+    #[inline]
+    fn robbable(&self) -> bool {
+        self.intent.robbable()
+    }
+}
+
+/// A thread's intent, announced as [`Intent`] announces it, under a type
+/// of its own: pops of queues with leases then call an instance of
+/// `Ring::pop` of their own, and the plain pop's instance keeps its single
+/// caller, which the compiler inlines as it did before leases (a second
+/// caller made it stop, and plain pops slowed: docs/measurements.md).
+pub(super) struct IntentOnLeaseQueue<'a>(pub(super) Intent<'a>);
+
+impl Announce for IntentOnLeaseQueue<'_> {
+    #[inline]
+    fn claiming(&self, role: Holder, first: u64) {
+        self.0.claiming(role, first);
+    }
+
+    #[inline]
+    fn idle(&self) {
+        self.0.idle();
+    }
+
+    #[inline]
+    fn robbable(&self) -> bool {
+        self.0.robbable()
+    }
+}
+
 /// Which intent word this thread holds in a queue (by its process-local
-/// slot allocator); given back when the thread ends (and no [`HeldIntent`]
+/// slot allocator); given back when the thread ends (and no [`KeptIntent`]
 /// holds it any more).
 struct ThreadIntent {
     slots: Arc<IntentSlots>,
@@ -77,7 +130,7 @@ struct ThreadIntents {
     last: Cell<(*const IntentSlots, usize, *const AtomicU64)>,
     /// By the address of the queue's allocator (kept alive by the entry):
     /// found in constant time however many queues the thread uses. Shared
-    /// with the thread's [`HeldIntent`]s.
+    /// with the thread's [`KeptIntent`]s.
     all: RefCell<HashMap<usize, Rc<ThreadIntent>, BuildHasherDefault<IdHasher>>>,
     /// Entries in `all` after its last sweep of dropped queues: the next
     /// sweep waits until it has doubled, so that sweeps cost O(1) a queue.
@@ -132,7 +185,7 @@ thread_local! {
 /// (the C layer keeps the one of the queue a thread used last, so that its
 /// pushes and pops need not look it up): while it lives, the word stays
 /// this thread's. Not `Send`: a word belongs to its thread.
-pub(crate) struct HeldIntent {
+pub(crate) struct KeptIntent {
     /// The queue's allocator (kept alive by `_slots`): tells which queue
     /// the word belongs to.
     key: *const IntentSlots,
@@ -176,9 +229,9 @@ impl Stall for Patience<'_> {
         };
         let waited = now - since;
         let recover = match self.queue.registry.holder(holder, at, self.queue.unregistered()) {
-            Liveness::Dead => true,
-            Liveness::Unknown => waited >= self.queue.unblock_timeout,
-            Liveness::Alive => false,
+            HolderIs::Dead => true,
+            HolderIs::Unknown => waited >= self.queue.unblock_timeout,
+            HolderIs::Alive => false,
         };
         if recover {
             // A lease consumer's slot is judged by its lease entry: waited
@@ -186,8 +239,8 @@ impl Stall for Patience<'_> {
             let lease = if holder == Holder::Consumer { self.queue.lease_slot_verdict(at) } else { None };
             match lease {
                 None => return Verdict::Recover,
-                Some(lease::LeaseSlot::Released) => return Verdict::Wait, // free now: the next look takes it
-                Some(lease::LeaseSlot::Wait) => {}
+                Some(LeaseSlot::Released) => return Verdict::Wait, // free now: the next look takes it
+                Some(LeaseSlot::Wait) => {}
             }
         }
         // The holder is alive (or cannot be told): let it run.
@@ -232,24 +285,24 @@ impl Queue {
         Intent(unsafe { word.as_ref() })
     }
 
-    /// This thread's intent word, to keep (see [`HeldIntent`]); taken now
+    /// This thread's intent word, to keep (see [`KeptIntent`]); taken now
     /// if the thread has none yet. `None` while the thread's table of words
     /// is in use (by a call that a signal handler interrupted).
-    pub(crate) fn hold_intent(&self) -> Option<HeldIntent> {
+    pub(crate) fn keep_intent(&self) -> Option<KeptIntent> {
         let (word, slot, entry) = if self.registered {
             let (slot, entry) = THREAD_INTENTS.with(|t| t.find_or_take(self));
             (self.intent_at(slot).0.map_or(std::ptr::null(), std::ptr::from_ref), slot, Some(entry?))
         } else {
             (std::ptr::null(), NO_WORD, None)
         };
-        Some(HeldIntent { key: Arc::as_ptr(&self.slots), word, slot, _slots: self.slots.clone(), _entry: entry })
+        Some(KeptIntent { key: Arc::as_ptr(&self.slots), word, slot, _slots: self.slots.clone(), _entry: entry })
     }
 
-    /// The intent word `held` keeps and its number, when `held` is this
+    /// The intent word `kept` keeps and its number, when `kept` is this
     /// queue's.
     #[inline(always)]
-    fn held_here(&self, held: Option<&HeldIntent>) -> Option<(Intent<'_>, usize)> {
-        match held {
+    fn kept_here(&self, kept: Option<&KeptIntent>) -> Option<(Intent<'_>, usize)> {
+        match kept {
             Some(h) if std::ptr::eq(h.key, Arc::as_ptr(&self.slots)) => {
                 // SAFETY: NULL or the word of this thread's slot (kept by
                 // `h._entry`) in the registry of the queue whose allocator
@@ -262,21 +315,21 @@ impl Queue {
         }
     }
 
-    /// The intent word `held` keeps when it is this queue's, else the
+    /// The intent word `kept` keeps when it is this queue's, else the
     /// thread's word looked up as [`intent`](Self::intent) does.
     #[inline(always)]
-    pub(super) fn intent_held(&self, held: Option<&HeldIntent>) -> Intent<'_> {
-        match self.held_here(held) {
+    pub(super) fn intent_kept(&self, kept: Option<&KeptIntent>) -> Intent<'_> {
+        match self.kept_here(kept) {
             Some((intent, _)) => intent,
             None => self.intent(),
         }
     }
 
-    /// [`intent_slot`](Self::intent_slot), from `held` when it is this
+    /// [`intent_slot`](Self::intent_slot), from `kept` when it is this
     /// queue's (no look into the thread's table of words).
     #[inline(always)]
-    pub(super) fn intent_slot_held(&self, held: Option<&HeldIntent>) -> (Intent<'_>, usize) {
-        match self.held_here(held) {
+    pub(super) fn intent_slot_kept(&self, kept: Option<&KeptIntent>) -> (Intent<'_>, usize) {
+        match self.kept_here(kept) {
             Some(got) => got,
             None => self.intent_slot(),
         }

@@ -107,7 +107,7 @@ pub struct QueueInfo {
 }
 
 impl QueueInfo {
-    pub(super) fn from_header(i: &file::layout::Info, options: &file::layout::Options) -> QueueInfo {
+    pub(super) fn from_header(i: &file::layout::Header, options: &file::layout::Options) -> QueueInfo {
         QueueInfo {
             id: i.id,
             name: i.name().to_string(),

@@ -51,8 +51,9 @@
 //! Batches ([`Ring::push_batch`], [`Ring::pop_batch`]) claim several
 //! positions with one CAS and then handle each slot as above.
 //!
-//! By concern: [`claim`] (claiming positions, waiting for a slot's turn,
-//! publishing and taking records), [`batch`], [`repair`] (recovery of
+//! By concern: [`claim`] (claiming positions, waiting for a slot's turn),
+//! `push` (filling and publishing a slot), `pop` (taking a record and
+//! releasing its slot), [`batch`], [`repair`] (recovery of
 //! slots whose holders are gone, and of records published again beyond the
 //! tail), [`holder`] (who holds a slot: the [`Announce`] and [`Stall`]
 //! traits), [`backoff`], [`storage`] (where the slots live), [`seal`] and
@@ -70,6 +71,8 @@ mod loom_tests;
 mod passes;
 #[cfg(not(loom))]
 mod peek;
+mod pop;
+mod push;
 mod repair;
 pub(crate) mod seal;
 mod storage;

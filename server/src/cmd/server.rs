@@ -4,8 +4,10 @@
 use super::context::{Ctx, parse_int};
 use super::table;
 use crate::reply;
+use crate::state::{InfoScan, ServerState};
 use resp::{Proto, Request};
 use std::fmt::Write as _;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 /// The Redis version announced (HELLO, INFO): the 7.0 command set's shapes.
@@ -110,6 +112,9 @@ pub(crate) fn hello(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<
         if !valid_name(n) {
             return resp::error(out, b"ERR Client names cannot contain spaces, newlines or special characters.");
         }
+        if n.len() > MAX_CLIENT_VALUE {
+            return too_long(out, "a client name", n);
+        }
         ctx.client.name = (!n.is_empty()).then(|| n.to_vec());
     }
     ctx.client.proto = proto;
@@ -133,6 +138,18 @@ pub(crate) fn hello(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<
 /// A client name: printable ASCII without blanks (Redis's rule).
 fn valid_name(n: &[u8]) -> bool {
     n.iter().all(|&c| (b'!'..=b'~').contains(&c))
+}
+
+/// The longest client name (`CLIENT SETNAME`, `HELLO ... SETNAME`) and
+/// `CLIENT SETINFO` value kept, in bytes: a connection keeps them while it
+/// lasts, so that 10 connections naming themselves with 16 MB each would
+/// hold 160 MB.
+const MAX_CLIENT_VALUE: usize = 512;
+
+/// The refusal of a name or value longer than [`MAX_CLIENT_VALUE`].
+fn too_long(out: &mut Vec<u8>, what: &str, value: &[u8]) {
+    let text = format!("ERR {what} is {} bytes, at most {MAX_CLIENT_VALUE} are allowed", value.len());
+    resp::error(out, text.as_bytes());
 }
 
 /// SELECT 0: the only database.
@@ -162,6 +179,9 @@ pub(crate) fn client(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec
         if !valid_name(name) {
             return resp::error(out, b"ERR Client names cannot contain spaces, newlines or special characters.");
         }
+        if name.len() > MAX_CLIENT_VALUE {
+            return too_long(out, "a client name", name);
+        }
         ctx.client.name = (!name.is_empty()).then(|| name.to_vec());
         resp::simple(out, b"OK");
     } else if is(b"GETNAME") {
@@ -189,6 +209,9 @@ pub(crate) fn client(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec
                 out,
                 b"ERR lib-name and lib-ver cannot contain spaces, newlines or special characters.",
             );
+        }
+        if value.len() > MAX_CLIENT_VALUE {
+            return too_long(out, if slot == 0 { "lib-name" } else { "lib-ver" }, value);
         }
         ctx.client.lib[slot] = (!value.is_empty()).then(|| value.to_vec());
         resp::simple(out, b"OK");
@@ -280,7 +303,7 @@ pub(crate) fn config(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec
         ("save", String::new()),
         ("appendonly", "no".into()),
         ("databases", "1".into()),
-        ("maxclients", a.maxclients.to_string()),
+        ("maxclients", ctx.shared.maxclients.to_string()),
         ("timeout", a.timeout.to_string()),
         ("port", ctx.shared.tcp_addr.map_or(0, |t| t.port()).to_string()),
         ("bind", a.bind.to_string()),
@@ -302,12 +325,28 @@ pub(crate) fn command(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Ve
     table::command(ctx.client.proto, &mut args, out);
 }
 
-/// The most queues `INFO queues` describes (the lowest ids; a line says how
-/// many more there are): each costs a header read on the worker.
+/// The most queues `INFO queues` and `INFO durability` describe (the
+/// lowest ids; a line says how many more there are): each costs a header
+/// read, in the pool.
 const INFO_QUEUES_MAX: usize = 256;
 
-/// INFO [section ...]: server, clients, stats and per-queue figures.
-pub(crate) fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) {
+/// The sections of an INFO that read queue headers, to run off the worker
+/// ([`info_off_worker`]) after the others, written on the worker.
+pub(crate) struct InfoRest {
+    /// The reply's text so far.
+    text: String,
+    /// `# Durability` is wanted: its per-queue lines, then its end.
+    durability: bool,
+    /// `# Queues` is wanted.
+    queues: bool,
+    proto: Proto,
+}
+
+/// INFO [section ...]: server, clients, stats and per-queue figures. The
+/// sections made of counters are written here; those that read queue
+/// headers (`durability`'s per-queue lines, `queues`) are given back to run
+/// off the worker (`None`: the reply is written).
+pub(crate) fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) -> Option<InfoRest> {
     let wants = |section: &str| {
         req.len() == 1
             || req.iter(buf).skip(1).any(|s| {
@@ -321,6 +360,7 @@ pub(crate) fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u
     let st = &shared.stats;
     let (commands, input, output) = shared.totals();
     let created = shared.index.created_queues();
+    let pool = shared.pool.stats();
     let mut t = String::new();
     if wants("server") {
         let _ = write!(
@@ -340,20 +380,31 @@ pub(crate) fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u
         );
     }
     if wants("clients") {
+        let unauthenticated = shared.unauthenticated.counts();
         let _ = write!(
             t,
-            "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:{}\r\n\r\n",
+            "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:{}\r\n\
+             unauthenticated_clients:{}\r\nmax_unauthenticated:{}\r\nopen_files_limit:{}\r\n\r\n",
             st.connected.load(Ordering::Relaxed),
-            shared.args.maxclients,
+            shared.maxclients,
             st.blocked.load(Ordering::Relaxed),
+            unauthenticated.0,
+            unauthenticated.1,
+            shared.nofile,
         );
     }
     if wants("stats") {
+        let open = shared.attachments.counts();
         let _ = write!(
             t,
             "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\nrejected_connections:{}\r\n\
              total_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nqueue_watchers_started:{}\r\n\
-             auth_failures:{}\r\nunauthenticated_closed:{}\r\n\
+             queue_watchers:{}\r\nqueues_watched:{}\r\n\
+             pool_threads:{}\r\npool_threads_max:{}\r\npool_threads_started:{}\r\npool_waiting:{}\r\n\
+             pool_waiting_most:{}\r\n\
+             auth_failures:{}\r\nunauthenticated_closed:{}\r\nunauthenticated_evicted:{}\r\nauth_timeouts:{}\r\n\
+             accept_errors:{}\r\ntls_handshakes_refused:{}\r\nopen_queues:{}\r\nmax_open_queues:{}\r\n\
+             queues_closed:{}\r\n\
              queues_indexed:{}\r\nqueues_created:{}\r\nqueues_created_bytes:{}\r\nindex_rescans:{}\r\n\r\n",
             st.total_connections.load(Ordering::Relaxed),
             commands,
@@ -361,88 +412,135 @@ pub(crate) fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u
             input,
             output,
             shared.waiters.watchers_started.load(Ordering::Relaxed),
+            shared.waiters.watchers(),
+            shared.waiters.watched(),
+            pool.threads,
+            pool.max_threads,
+            pool.started,
+            pool.waiting,
+            pool.longest,
             st.auth_failures.load(Ordering::Relaxed),
             st.unauthenticated_closed.load(Ordering::Relaxed),
+            shared.unauthenticated.evicted.load(Ordering::Relaxed),
+            shared.unauthenticated.timed_out.load(Ordering::Relaxed),
+            st.accept_errors.load(Ordering::Relaxed),
+            st.tls_handshakes_refused.load(Ordering::Relaxed),
+            open.0,
+            open.1,
+            open.2,
             shared.index.len(),
             created.0,
             created.1,
             shared.index.rescans.load(Ordering::Relaxed),
         );
     }
-    if wants("durability") {
-        durability_section(shared, &mut t);
+    let durability = wants("durability");
+    if durability {
+        durability_head(shared, &mut t);
     }
-    if wants("queues") {
-        t.push_str("# Queues\r\n");
-        // From the index, not the directory, and at most INFO_QUEUES_MAX
-        // headers read: the worker serves other clients meanwhile.
-        let (ids, all) = shared.index.lowest_ids(INFO_QUEUES_MAX);
-        if all > ids.len() {
-            let _ = write!(t, "queues_not_listed:{} (tvmq list shows every queue)\r\n", all - ids.len());
-        }
-        for id in ids {
-            let Ok(q) = tvm::Queue::inspect(shared.dir(), id) else { continue };
-            let s = q.stats();
-            let _ = write!(
-                t,
-                "queue_{id}:name={},record_size={},capacity={},depth={},pushed={},popped={},waiters={}\r\n",
-                tvm::escape_name(q.name().as_bytes()).replace([',', ' '], "_"),
-                q.record_size(),
-                q.capacity(),
-                s.depth,
-                s.pushed,
-                s.popped,
-                s.waiters,
-            );
-        }
-        t.push_str("\r\n");
+    let queues = wants("queues");
+    if durability || queues {
+        return Some(InfoRest { text: t, durability, queues, proto: ctx.client.proto });
     }
     resp::verbatim(out, ctx.client.proto, b"txt", t.as_bytes());
+    None
 }
 
-/// INFO's `# Durability`: the syncs this server ran for the replies that
-/// waited for them (pushes and pops of `always` queues answered only once on stable
-/// storage), and each durable queue's own sync counters (every process's
-/// syncs, from the queue file).
-fn durability_section(shared: &crate::state::ServerState, t: &mut String) {
-    let s = shared.syncers.stats();
+/// Reads the queue headers INFO's last sections show, in the pool (as a
+/// scan: see [`crate::pool`]), and writes the whole reply.
+pub(crate) async fn info_off_worker(rest: InfoRest, shared: &Arc<ServerState>, out: &mut Vec<u8>) {
+    let InfoRest { mut text, durability, queues, proto } = rest;
+    for (wanted, part) in [(durability, InfoScan::Durability), (queues, InfoScan::Queues)] {
+        if !wanted {
+            continue;
+        }
+        let me = shared.clone();
+        match shared.info_scans.scan(&shared.pool, part, move || info_scan(&me, part)).await {
+            Ok(lines) => text.push_str(&lines),
+            Err(_) => return super::off_worker::failed(out),
+        }
+    }
+    resp::verbatim(out, proto, b"txt", text.as_bytes());
+}
+
+/// The lines of `part`, from the index (not the directory), at most
+/// [`INFO_QUEUES_MAX`] headers read.
+fn info_scan(shared: &ServerState, part: InfoScan) -> String {
+    let mut t = String::new();
+    let (ids, all) = shared.index.lowest_ids(INFO_QUEUES_MAX);
+    match part {
+        InfoScan::Queues => {
+            t.push_str("# Queues\r\n");
+            if all > ids.len() {
+                let _ = write!(t, "queues_not_listed:{} (tvmq list shows every queue)\r\n", all - ids.len());
+            }
+            for id in ids {
+                let Ok(q) = tvm::Queue::inspect(shared.dir(), id) else { continue };
+                let s = q.stats();
+                let _ = write!(
+                    t,
+                    "queue_{id}:name={},record_size={},capacity={},depth={},pushed={},popped={},waiters={}\r\n",
+                    tvm::escape_word(q.name().as_bytes()).replace(',', "\\x2c"),
+                    q.record_size(),
+                    q.capacity(),
+                    s.depth,
+                    s.pushed,
+                    s.popped,
+                    s.waiters,
+                );
+            }
+        }
+        InfoScan::Durability => {
+            if all > ids.len() {
+                let _ = write!(t, "queues_not_looked_at:{}\r\n", all - ids.len());
+            }
+            for id in ids {
+                let Ok(q) = tvm::Queue::inspect(shared.dir(), id) else { continue };
+                let Some(d) = q.durable_stats() else { continue };
+                let _ = write!(
+                    t,
+                    "durable_queue_{id}:policy={},syncs={},failures={},last_sync_us={},dirty={}\r\n",
+                    d.policy,
+                    d.syncs,
+                    d.failures,
+                    d.last_sync_took_ns / 1000,
+                    u8::from(d.dirty),
+                );
+            }
+        }
+    }
+    t.push_str("\r\n");
+    t
+}
+
+/// INFO's `# Durability` but its per-queue lines: the syncs this server
+/// ran for the replies that waited for them (pushes and pops of `always`
+/// queues answered only once on stable storage). Each durable queue's own
+/// sync counters (every process's syncs, from the queue file) follow, read
+/// off the worker ([`info_scan`]).
+fn durability_head(shared: &ServerState, t: &mut String) {
+    let s = shared.durable.stats();
     let syncs = s.syncs.load(Ordering::Relaxed);
     let records = s.records.load(Ordering::Relaxed);
     let total_us = s.total_us.load(Ordering::Relaxed);
     let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
     let _ = write!(
         t,
-        "# Durability\r\ndurable_sync_threads:{}\r\ndurable_syncs:{syncs}\r\ndurable_sync_failures:{}\r\n\
-         durable_records_held:{records}\r\ndurable_records_per_sync:{:.2}\r\ndurable_sync_last_us:{}\r\n\
-         durable_sync_avg_us:{:.0}\r\ndurable_ask_to_sync_avg_us:{:.0}\r\n\
-         durable_wake_avg_us:{:.0}\r\n",
-        shared.syncers.threads(),
+        "# Durability\r\ndurable_ring_workers:{}\r\ndurable_sync_threads:{}\r\ndurable_syncs:{syncs}\r\n\
+         durable_sync_failures:{}\r\ndurable_records_held:{records}\r\ndurable_records_per_sync:{:.2}\r\n\
+         durable_sync_last_us:{}\r\ndurable_sync_avg_us:{:.0}\r\ndurable_ask_to_sync_avg_us:{:.0}\r\n\
+         durable_behind_sync_avg_us:{:.0}\r\ndurable_wake_avg_us:{:.0}\r\ndurable_release_avg_us:{:.0}\r\n",
+        shared.durable.ring_workers(),
+        shared.durable.syncers.threads(),
         s.failures.load(Ordering::Relaxed),
         ratio(records, syncs),
         s.last_us.load(Ordering::Relaxed),
         ratio(total_us, syncs),
         ratio(s.ask_us.load(Ordering::Relaxed), s.asked.load(Ordering::Relaxed)),
+        ratio(s.behind_us.load(Ordering::Relaxed), s.asked.load(Ordering::Relaxed)),
         ratio(s.wake_us.load(Ordering::Relaxed), s.woken.load(Ordering::Relaxed)),
+        ratio(s.release_us.load(Ordering::Relaxed), s.released.load(Ordering::Relaxed)),
     );
-    // As INFO queues: from the index, at most INFO_QUEUES_MAX headers read.
-    let (ids, all) = shared.index.lowest_ids(INFO_QUEUES_MAX);
-    if all > ids.len() {
-        let _ = write!(t, "queues_not_looked_at:{}\r\n", all - ids.len());
-    }
-    for id in ids {
-        let Ok(q) = tvm::Queue::inspect(shared.dir(), id) else { continue };
-        let Some(d) = q.durable_stats() else { continue };
-        let _ = write!(
-            t,
-            "durable_queue_{id}:policy={},syncs={},failures={},last_sync_us={},dirty={}\r\n",
-            d.policy,
-            d.syncs,
-            d.failures,
-            d.last_sync_took_ns / 1000,
-            u8::from(d.dirty),
-        );
-    }
-    t.push_str("\r\n");
 }
 
 #[cfg(test)]

@@ -9,15 +9,19 @@
 //! until every ticket of that output is covered by a completed sync: other
 //! connections of the worker go on meanwhile.
 //!
-//! The syncs run on the server's [`Syncers`]: a few threads off the
-//! workers. A queue with tickets waiting is handed to one of them, which
-//! runs the library's sync for the highest ticket asked for
-//! ([`Queue::sync_ticket`](tvm::Queue::sync_ticket): the group commit,
-//! shared with other processes that push to the queue), tells the waiting
-//! tasks (a `watch` channel per queue), and runs again at once if more
-//! tickets arrived meanwhile. So one sync covers everything published
-//! before it began: the commands of every connection and worker, and of
-//! local programs.
+//! The worker that holds the replies runs the syncs too, without waiting
+//! for the disk ([`WorkerSyncs`], in `ring`): once per turn of its loop it
+//! begins a sync for the highest ticket asked for and submits its writes
+//! to an io_uring of its own ([`tvm::SyncRing`]: the library's group
+//! commit, shared with other workers and processes that use the queue);
+//! when its runtime sees the ring's eventfd, it reaps the sync, wakes the
+//! connections it covered, and begins the next one if tickets arrived
+//! meanwhile. So one sync covers everything published before it began:
+//! the commands of every connection and worker, and of local programs.
+//! Where io_uring is not available (a container's seccomp filter, an old
+//! kernel), or with `TVMQ_SERVE_SYNC=threads`, the server's [`Syncers`]
+//! (`syncers`: a few threads off the workers) run them instead, handed
+//! each queue with tickets waiting.
 //!
 //! A failed sync turns the unsynced replies of pushes into errors (the
 //! records are in the queue but not known to be on stable storage, as the
@@ -30,11 +34,17 @@
 //! wrote and the records it changed kept with the ticket), or, when the
 //! calls ran elsewhere, [`UnsyncedReplies::add`] with the ticket they gave.
 //!
-//! Files: `replies` (a connection's replies waiting for a sync), `syncers`
-//! (the sync threads); `replies` uses `syncers`.
+//! Files: `replies` (a connection's replies waiting for a sync), `commits`
+//! (the server's choice between the two: [`Commits`]), `ring` (a worker's
+//! own syncs), `syncers` (the sync threads), `stats` (their counters, for
+//! INFO); each uses only those after it.
 
+mod commits;
 mod replies;
+mod ring;
+mod stats;
 mod syncers;
 
+pub(crate) use commits::Commits;
 pub(crate) use replies::{OnFailure, UnsyncedReplies};
-pub(crate) use syncers::Syncers;
+pub(crate) use ring::WorkerSyncs;

@@ -2,8 +2,10 @@
 //! they may be written ([`UnsyncedReplies`]), and what they become when
 //! that sync fails.
 
-use super::syncers::Syncers;
+use super::commits::Commits;
+use super::ring::WorkerSyncs;
 use std::ops::Range;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use tvm::{Queue, SyncTicket};
@@ -42,9 +44,18 @@ struct Awaited {
 pub(crate) struct UnsyncedReplies {
     queues: Vec<Awaited>,
     replies: Vec<UnsyncedReply>,
+    /// The syncs of the connection's worker on its own ring (`None`: the
+    /// sync threads').
+    ring: Option<Rc<WorkerSyncs>>,
 }
 
 impl UnsyncedReplies {
+    /// The replies of a connection of a worker whose syncs are `ring` (`None`:
+    /// the server's sync threads).
+    pub(crate) fn new(ring: Option<Rc<WorkerSyncs>>) -> UnsyncedReplies {
+        UnsyncedReplies { ring, ..UnsyncedReplies::default() }
+    }
+
     /// Runs `f` on `q` with its syncs put off ([`Queue::defer_syncs`]):
     /// `f` appends its reply to `out` and returns the records it changed.
     /// On an `always` queue that reply waits until a sync covers the
@@ -99,15 +110,19 @@ impl UnsyncedReplies {
 
     /// Waits until every reply's sync has completed (or failed), then
     /// turns the replies whose sync failed into errors, and forgets them.
-    pub(crate) async fn settle(&mut self, syncers: &Syncers, out: &mut Vec<u8>) {
+    pub(crate) async fn settle(&mut self, commits: &Commits, out: &mut Vec<u8>) {
         if self.queues.is_empty() {
             return;
         }
         let records = self.queues.iter().map(|a| a.records).sum();
-        syncers.stats().records.fetch_add(records, Ordering::Relaxed);
+        commits.stats().records.fetch_add(records, Ordering::Relaxed);
         let mut failed: Vec<Option<(u32, Arc<str>)>> = Vec::with_capacity(self.queues.len());
         for a in &self.queues {
-            failed.push(syncers.wait(&a.queue, a.ticket, a.records).await.err().map(|why| (a.queue.id(), why)));
+            let r = match &self.ring {
+                Some(ring) => ring.wait(&a.queue, a.ticket, a.records).await,
+                None => commits.syncers.wait(&a.queue, a.ticket, a.records).await,
+            };
+            failed.push(r.err().map(|why| (a.queue.id(), why)));
         }
         if failed.iter().any(Option::is_some) {
             rewrite_failed(out, &self.replies, &failed);

@@ -1,8 +1,9 @@
-//! The server's sync threads ([`Syncers`]): each takes a queue whose
+//! The server's sync threads ([`Syncers`]), where io_uring is not
+//! available (or `TVMQ_SERVE_SYNC=threads`): each takes a queue whose
 //! connections wait for a sync, runs the library's group commit for the
-//! highest ticket asked for, and tells the waiting tasks; and their
-//! counters, for INFO ([`SyncStats`]).
+//! highest ticket asked for, and tells the waiting tasks.
 
+use super::stats::SyncStats;
 use parking_lot::{Condvar, Mutex};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -39,31 +40,6 @@ const LINGER: Duration = Duration::from_micros(400);
 /// idle meanwhile (the measurements: docs/server.md, durable queues;
 /// clients that do not pipeline still gather).
 const PIPELINED: u64 = 4;
-
-/// Counters of the syncs run for unsynced replies, for INFO.
-#[derive(Default)]
-pub(crate) struct SyncStats {
-    /// Syncs run (tickets already covered when their turn came not counted).
-    pub(crate) syncs: AtomicU64,
-    /// Syncs that failed.
-    pub(crate) failures: AtomicU64,
-    /// Records (pushed or popped) whose replies waited for a sync.
-    pub(crate) records: AtomicU64,
-    /// How long the last sync took, microseconds.
-    pub(crate) last_us: AtomicU64,
-    /// How long all of them took, microseconds.
-    pub(crate) total_us: AtomicU64,
-    /// How long each took (the metrics' `tvmq_durable_sync_seconds`).
-    pub(crate) seconds: crate::histogram::Histogram,
-    /// Syncs whose first wait was timed, and the time from that wait to the
-    /// sync's start (hand-over, wake-up and gathering), microseconds.
-    pub(crate) asked: AtomicU64,
-    pub(crate) ask_us: AtomicU64,
-    /// Waits that slept, and the time from the end of the sync that
-    /// released them to their task running again, microseconds.
-    pub(crate) woken: AtomicU64,
-    pub(crate) wake_us: AtomicU64,
-}
 
 /// What the sync threads have done for a queue: the highest ticket a sync
 /// covered, and the highest one whose sync failed (with why).
@@ -102,6 +78,8 @@ struct QueueSync {
     first_ask: AtomicU64,
     /// When the last sync ended (`Inner::now_us`).
     ended: AtomicU64,
+    /// No wait released by the last sync has run yet.
+    first_woken: std::sync::atomic::AtomicBool,
 }
 
 /// The server's sync threads (started at the first unsynced reply; they end
@@ -117,7 +95,7 @@ struct Inner {
     ready: Condvar,
     /// Threads running.
     threads: std::sync::OnceLock<usize>,
-    stats: SyncStats,
+    stats: Arc<SyncStats>,
     /// A test aid: each sync is made this much slower
     /// (`TVMQ_SERVE_TEST_SYNC_DELAY_MS`), so that tests can see what runs
     /// while one is in progress.
@@ -128,10 +106,11 @@ struct Inner {
     epoch: Instant,
 }
 
-impl Default for Syncers {
-    fn default() -> Syncers {
+impl Syncers {
+    /// The threads (not started yet), counting into `stats`, each sync made
+    /// `delay` slower (a test aid).
+    pub(crate) fn new(stats: Arc<SyncStats>, delay: Duration) -> Syncers {
         let env = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
-        let delay = env("TVMQ_SERVE_TEST_SYNC_DELAY_MS").unwrap_or(0);
         let linger = env("TVMQ_SERVE_SYNC_LINGER_US").map_or(LINGER, Duration::from_micros);
         Syncers {
             inner: Arc::new(Inner {
@@ -139,8 +118,8 @@ impl Default for Syncers {
                 jobs: Mutex::default(),
                 ready: Condvar::new(),
                 threads: std::sync::OnceLock::new(),
-                stats: SyncStats::default(),
-                delay: Duration::from_millis(delay),
+                stats,
+                delay,
                 linger,
                 epoch: Instant::now(),
             }),
@@ -156,11 +135,6 @@ impl Drop for Syncers {
 }
 
 impl Syncers {
-    /// The counters, for INFO.
-    pub(crate) fn stats(&self) -> &SyncStats {
-        &self.inner.stats
-    }
-
     /// Sync threads running (0 before the first unsynced reply).
     pub(crate) fn threads(&self) -> usize {
         self.inner.threads.get().copied().unwrap_or(0)
@@ -211,8 +185,7 @@ impl Syncers {
         match seen {
             Ok(p) if p.done >= Some(ticket) => {
                 let ended = queue_sync.ended.load(Ordering::Relaxed);
-                inner.stats.woken.fetch_add(1, Ordering::Relaxed);
-                inner.stats.wake_us.fetch_add(inner.now_us().saturating_sub(ended), Ordering::Relaxed);
+                inner.stats.woken(inner.now_us().saturating_sub(ended), &queue_sync.first_woken);
                 Ok(())
             }
             Ok(p) => Err(p.failed.map_or_else(|| Arc::from("unknown"), |f| f.1)),
@@ -253,6 +226,7 @@ impl Inner {
             last_took_us: AtomicU64::new(0),
             first_ask: AtomicU64::new(0),
             ended: AtomicU64::new(0),
+            first_woken: std::sync::atomic::AtomicBool::new(false),
         });
         map.insert(key, queue_sync.clone());
         queue_sync
@@ -341,6 +315,7 @@ impl Inner {
                 }
                 let r = q.sync_ticket(want);
                 queue_sync.ended.store(self.now_us(), Ordering::Relaxed);
+                queue_sync.first_woken.store(true, Ordering::Relaxed);
                 let took = t0.elapsed();
                 self.stats.seconds.observe(took);
                 let us = took.as_micros() as u64;

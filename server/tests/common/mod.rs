@@ -39,6 +39,8 @@ pub fn args(extra: &[&str]) -> ServeArgs {
 pub struct ChildServer {
     pub child: Child,
     pub addr: SocketAddr,
+    /// Its TLS address, with `--tls-port`.
+    pub tls_addr: Option<SocketAddr>,
     /// Its stderr lines so far, when [`Spawn::capture_stderr`] asked for them.
     pub stderr: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
@@ -52,6 +54,8 @@ pub struct Spawn<'a> {
     pub umask: Option<u32>,
     /// Keep its stderr lines (else they go to the test's stderr).
     pub capture_stderr: bool,
+    /// Its soft and hard limit of open files (through `prlimit`).
+    pub nofile: Option<u64>,
 }
 
 /// The command that runs [`server_child`] serving `dir` with `extra`.
@@ -66,6 +70,11 @@ pub fn server_child_command(dir: &Path, extra: &[&str], how: &Spawn<'_>) -> Comm
             sh
         }
     };
+    if let Some(n) = how.nofile {
+        let mut limited = Command::new("prlimit");
+        limited.arg(format!("--nofile={n}:{n}")).arg("--").arg(cmd.get_program()).args(cmd.get_args());
+        cmd = limited;
+    }
     cmd.env("TVMQ_TEST_DIR", dir).env("TVMQ_TEST_ARGS", extra.join("\u{1f}"));
     for (k, v) in how.env {
         cmd.env(k, v);
@@ -105,12 +114,14 @@ impl ChildServer {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
                 if let Some(rest) = line.split("listening on ").nth(1) {
                     let addr = rest.split([' ', ';']).next().unwrap_or("").to_string();
-                    let _ = tx.send(addr);
+                    let tls = rest.split(" and ").find(|a| a.contains("(TLS")).and_then(|a| a.split(' ').next());
+                    let _ = tx.send((addr, tls.map(str::to_string)));
                 }
             }
         });
-        let addr = rx.recv_timeout(Duration::from_secs(20)).expect("the server child says where it listens");
-        ChildServer { child, addr: addr.parse().expect("a socket address"), stderr: stderr_lines }
+        let (addr, tls) = rx.recv_timeout(Duration::from_secs(20)).expect("the server child says where it listens");
+        let tls_addr = tls.map(|a| a.parse().expect("a socket address"));
+        ChildServer { child, addr: addr.parse().expect("a socket address"), tls_addr, stderr: stderr_lines }
     }
 
     pub fn pid(&self) -> u32 {
@@ -141,6 +152,19 @@ impl Drop for ChildServer {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Descriptors process `pid` has open.
+pub fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
+}
+
+/// Raises this process's soft limit of open files to its hard limit (a
+/// test that opens thousands of connections).
+pub fn raise_nofile() {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let now = getrlimit(Resource::Nofile);
+    let _ = setrlimit(Resource::Nofile, Rlimit { current: now.maximum, maximum: now.maximum });
 }
 
 /// VmRSS of process `pid`, in KiB.
