@@ -308,7 +308,8 @@ REDIS_SERVER=${REDIS_SERVER:-$(command -v redis-server)}
 REDIS_CLI=${REDIS_CLI:-$(command -v redis-cli)}
 export REDIS_SERVER REDIS_CLI
 
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# free_port, steady_port
+. "$ROOT/c-tests/ports.sh"
 
 # wait_ping PORT: until the server on PORT answers PING (5 s at most).
 wait_ping() {
@@ -401,24 +402,6 @@ t_net_spread() {
     run_bounded "$OUT/net_spread" 127.0.0.1 "$1" lease 1000 || fail "net_spread lease failed"
 }
 
-# A port P for a cluster node: P and its cluster bus port P + 10000 both free.
-cluster_port() {
-    python3 - <<'PY'
-import random, socket
-for _ in range(500):
-    p = random.randint(20000, 29999)
-    try:
-        for q in (p, p + 10000):
-            s = socket.socket()
-            s.bind(("127.0.0.1", q))
-            s.close()
-    except OSError:
-        continue
-    print(p)
-    break
-PY
-}
-
 # slot_nodes PORT SLOT: "owner_id owner_port other_id other_port" of SLOT (the
 # other: the next master after the owner), from node PORT's CLUSTER NODES.
 slot_nodes() {
@@ -474,7 +457,7 @@ start_cluster() {
     CLUSTER_PORTS=()
     CLUSTER_PIDS=()
     for i in $(seq $((masters * (1 + replicas)))); do
-        p=$(cluster_port)
+        p=$(steady_port)
         [ -n "$p" ] || fail "no free port pair for a cluster node" || return 1
         CLUSTER_PORTS+=("$p")
         nodes+=("127.0.0.1:$p")
@@ -654,7 +637,8 @@ fi
 # (lTvmConnectSentinel) and in a Redis Cluster with replicas; once each here
 # ($FAILOVERS), five times in `make failover`.
 t_failover() { TIMEOUT=300 run_bounded bash "$SRC/failover.sh" "$1" "$FAILOVERS" "$OUT" "$LIBDIR"; }
-# (auth: lTvmSentinelAuth and lTvmAuth, net_sentinel_auth.c, no failover)
+# (auth: lTvmSentinelAuth and lTvmAuth, net_sentinel_auth.c, no failover;
+# tls: lTvmConnectSentinelTls through one failover, net_sentinel_tls.c)
 echo "== network: failover"
 FAILOVERS=${FAILOVERS:-1}
 if [ -z "$REDIS_SERVER" ] || [ -z "$REDIS_CLI" ]; then
@@ -662,6 +646,13 @@ if [ -z "$REDIS_SERVER" ] || [ -z "$REDIS_CLI" ]; then
     SKIPPED=$((SKIPPED + 1))
 else
     run_test net_sentinel_auth t_failover auth
+    if command -v openssl >/dev/null; then
+        run_test net_sentinel_tls t_failover tls
+    else
+        echo "FAIL  net_sentinel_tls  (the openssl command is needed to make the test certificates: apt-get install openssl)"
+        FAILED=$((FAILED + 1))
+        FAILED_NAMES+=(net_sentinel_tls)
+    fi
     for kind in sentinel cluster; do
         run_test "net_${kind}_failover_${FAILOVERS}x" t_failover "$kind"
     done
