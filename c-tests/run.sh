@@ -389,7 +389,8 @@ t_net_lease_kill() {
 
 # t_net_spread PORTS...: queue 41 spread over 6 shards of the cluster
 # (net_spread.c): 3,000 records pushed, then every master holds shard keys
-# (41.<i>.<n>) with records; popped each once; then leased and acknowledged.
+# (41.<i>.<n>) with records; popped each once; 60 records in one shard
+# popped in order with at most 2 LPOPs each; then leased and acknowledged.
 t_net_spread() {
     local p n
     run_bounded "$OUT/net_spread" 127.0.0.1 "$1" push 3000 || fail "net_spread push failed" || return 1
@@ -399,6 +400,17 @@ t_net_spread() {
         [ "$n" -gt 0 ] || fail "master :$p holds no shard of queue 41" || return 1
     done
     run_bounded "$OUT/net_spread" 127.0.0.1 "$1" pop 3000 || fail "net_spread pop failed" || return 1
+    # 60 pops of records all in one shard (and one of the empty queue) look
+    # at the next shard, then at every shard in one round of LLEN, then pop
+    # the full one: at most 2 LPOPs a pop, not one per shard looked at.
+    for p in "$@"; do "$REDIS_CLI" -p "$p" config resetstat >/dev/null; done
+    run_bounded "$OUT/net_spread" 127.0.0.1 "$1" sparse 60 || fail "net_spread sparse failed" || return 1
+    n=0
+    for p in "$@"; do
+        n=$((n + $("$REDIS_CLI" -p "$p" info commandstats | sed -n 's/^cmdstat_lpop:calls=\([0-9]*\).*/\1/p' | grep . || echo 0)))
+    done
+    echo "61 pops of a spread queue whose records are in one shard: $n LPOPs"
+    [ "$n" -le 122 ] || fail "$n LPOPs for 61 pops of a sparse spread queue (at most 122)" || return 1
     run_bounded "$OUT/net_spread" 127.0.0.1 "$1" lease 1000 || fail "net_spread lease failed"
 }
 
