@@ -23,9 +23,11 @@
 
 use crate::cmd::blocking::Blocked;
 use crate::cmd::{self, Client, Ctx, Flow};
-use crate::config::PREAUTH_MAX_ARG_LEN;
-use crate::local::{FLUSH_AT, POOL_MAX, Pool, READ_SIZE, WorkerLocal};
-use crate::preauth::{self, Closed, Pending};
+use crate::input::Input;
+use crate::local::{FLUSH_AT, POOL_MAX, Pool, WorkerLocal};
+use crate::preauth::{
+    self, AUTH_FAILURE_DELAY, Closed, MAX_AUTH_FAILURES, PREAUTH_LIMITS, PREAUTH_QUERY_LIMIT, Pending,
+};
 use crate::state::{ServerState, WorkerStats};
 use crate::stream::{self, Stream};
 use resp::{Request, Status};
@@ -38,156 +40,8 @@ use std::task::Poll;
 use std::time::Duration;
 use tokio::sync::futures::Notified;
 
-/// What a client that has not authenticated may send, close to Redis's
-/// bounds: at most 10 arguments a command, each at most 16 KiB, a line
-/// (inline command, length header) at most 16 KiB. Beyond: an error reply
-/// (`-ERR Protocol error: unauthenticated multibulk length`, `... bulk
-/// length`), then the connection is closed.
-pub(crate) const PREAUTH_LIMITS: resp::Limits =
-    resp::Limits { max_bulk_len: PREAUTH_MAX_ARG_LEN, max_args: 10, max_inline_len: PREAUTH_MAX_ARG_LEN, max_depth: 1 };
-/// The most bytes of one command an unauthenticated connection buffers:
-/// room for the longest it has reason to send, `AUTH` (or `HELLO 3 AUTH
-/// ... SETNAME ...`) with a 16 KiB user name and a 16 KiB password. Beyond:
-/// `-ERR Protocol error: unauthenticated request too big`, then the close.
-/// So 2,000 connections holding a partial command hold at most 68 MiB.
-pub(crate) const PREAUTH_QUERY_LIMIT: usize = 2 * (PREAUTH_MAX_ARG_LEN + 32) + 1024;
-/// How long a wrong password waits for its answer.
-pub(crate) const AUTH_FAILURE_DELAY: Duration = Duration::from_millis(100);
-/// Wrong passwords after which a connection is closed.
-pub(crate) const MAX_AUTH_FAILURES: u32 = 10;
-
 /// Input read while blocked in BLPOP beyond which reading pauses.
 const BLOCKED_INPUT_MAX: usize = 64 * 1024;
-/// An input buffer grows by at most this much ahead of the bytes received.
-const GROW_STEP: usize = 1 << 20;
-
-/// Where the bytes of an input buffer are.
-enum Buf {
-    /// On the heap: a pooled [`READ_SIZE`] buffer (or one grown for a long
-    /// command), or a short partial command's buffer of its own size.
-    Heap(Vec<u8>),
-    /// An anonymous mapping of its own: the partial command of a client
-    /// that has not authenticated, given back to the kernel the moment it
-    /// is dropped. (Freed to the allocator instead, thousands of them came
-    /// back from the worker threads' arenas in part only, if at all: 2,000
-    /// connections' buffers left 450 MB behind them.)
-    Mapped(memmap2::MmapMut),
-}
-
-impl std::ops::Deref for Buf {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        match self {
-            Buf::Heap(v) => v,
-            Buf::Mapped(m) => m,
-        }
-    }
-}
-
-impl std::ops::DerefMut for Buf {
-    fn deref_mut(&mut self) -> &mut [u8] {
-        match self {
-            Buf::Heap(v) => v,
-            Buf::Mapped(m) => m,
-        }
-    }
-}
-
-/// The input buffer: `data[start..end]` is read and not yet consumed;
-/// `data` is initialised up to its length, reads go to `data[end..]`.
-struct Input {
-    data: Buf,
-    start: usize,
-    end: usize,
-}
-
-/// A partial command this short is moved out of the pooled buffer into one
-/// of its own size while the connection waits for the rest.
-const SMALL_PENDING: usize = 4096;
-
-impl Input {
-    fn new() -> Input {
-        Input { data: Buf::Heap(Vec::new()), start: 0, end: 0 }
-    }
-
-    fn pending(&self) -> &[u8] {
-        &self.data[self.start..self.end]
-    }
-
-    fn len(&self) -> usize {
-        self.end - self.start
-    }
-
-    /// Is it a buffer to read into (pooled, or grown), not a partial
-    /// command's own?
-    fn is_pooled(&self) -> bool {
-        matches!(&self.data, Buf::Heap(v) if v.len() >= READ_SIZE)
-    }
-
-    /// Lets go of the pooled buffer before waiting for the client: given
-    /// back (or freed, if it grew) when nothing is pending, and a short
-    /// partial command is moved to a buffer of its size, so that an idle
-    /// connection holds (almost) nothing. A client that has not
-    /// authenticated has its partial command, at most
-    /// [`PREAUTH_QUERY_LIMIT`], moved to a mapping of its own whatever its
-    /// size.
-    fn release(&mut self, pool: &Pool, authed: bool) {
-        if !self.is_pooled() {
-            return;
-        }
-        let pending = &self.data[self.start..self.end];
-        let kept = if pending.len() <= SMALL_PENDING {
-            Buf::Heap(pending.to_vec())
-        } else if !authed {
-            match memmap2::MmapMut::map_anon(pending.len()) {
-                Ok(mut m) => {
-                    m.copy_from_slice(pending);
-                    Buf::Mapped(m)
-                }
-                Err(_) => return,
-            }
-        } else {
-            return;
-        };
-        if let Buf::Heap(big) = std::mem::replace(&mut self.data, kept) {
-            pool.give_input(big);
-        }
-        self.start = 0;
-        self.end = self.data.len();
-    }
-
-    /// Makes room for a read of at least `READ_SIZE / 4` bytes (and of the
-    /// `needed` bytes of a command being received, up to `GROW_STEP` ahead).
-    fn make_room(&mut self, pool: &Pool, needed: usize) {
-        if !self.is_pooled() {
-            let mut big = pool.take_input();
-            let n = self.len();
-            if n > big.len() {
-                big.resize(n, 0);
-            }
-            big[..n].copy_from_slice(&self.data[self.start..self.end]);
-            self.data = Buf::Heap(big);
-            self.start = 0;
-            self.end = n;
-        }
-        let Buf::Heap(data) = &mut self.data else { return };
-        if self.start > 0 && (self.start == self.end || data.len() - self.end < READ_SIZE / 4) {
-            data.copy_within(self.start..self.end, 0);
-            self.end -= self.start;
-            self.start = 0;
-        }
-        let want = self.end + needed.clamp(READ_SIZE / 4, GROW_STEP);
-        if want > data.len() {
-            let len = want.max(data.len() * 2).min(self.end + GROW_STEP + READ_SIZE);
-            data.resize(len.max(want), 0);
-        }
-    }
-
-    fn space(&mut self) -> &mut [u8] {
-        &mut self.data[self.end..]
-    }
-}
-
 /// Why a connection ends.
 enum End {
     Eof,
@@ -268,7 +122,7 @@ async fn run<S: Stream>(
             Ok(n) => n,
             Err(end) => return end,
         };
-        input.end += n;
+        input.filled(n);
         stats.add_input(n);
         if out.capacity() == 0 {
             out = pool.take_output();
@@ -329,7 +183,7 @@ async fn run<S: Stream>(
                         }
                     }
                     creations = 0;
-                    input.start += consumed;
+                    input.consume(consumed);
                     needed = 0;
                     if client.authed {
                         pending = None;
@@ -582,7 +436,7 @@ async fn wait_blocked<S: Stream>(
                 let got = stream::try_read(s, input.space()).await;
                 match got {
                     Poll::Ready(Ok(0)) => return Err(End::Eof),
-                    Poll::Ready(Ok(n)) => input.end += n,
+                    Poll::Ready(Ok(n)) => input.filled(n),
                     Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::Interrupted => {}
                     Poll::Ready(Err(e)) => return Err(End::Error(e)),
                     Poll::Pending => {}

@@ -14,7 +14,8 @@
 //! | `listener` | binding, accepting (out of descriptors too), `--maxclients`, the TLS handshakes' budget, handing connections out | `handshake`, `worker`, `state` |
 //! | `handshake` | TLS handshakes on a thread of their own, then to the worker | `worker`, `preauth`, `state`, `stream` |
 //! | `worker` | one thread per core, each a tokio current-thread runtime | `connection`, `local`, `keys`, `preauth`, `state`, `stream` |
-//! | `connection` | read, run every complete command, write the replies once; limits | `cmd`, `local`, `keys`, `preauth`, `state`, `stream`, `config` |
+//! | `connection` | read, run every complete command, write the replies once; limits | `cmd`, `input`, `local`, `keys`, `preauth`, `state`, `stream` |
+//! | `input` | a connection's input buffer: pooled while served, given back while the client is idle | `local` |
 //! | `cmd` | dispatch, then one file per family: `queue` (push, pop, LLEN), `blocking` (BLPOP), `admin` (DEL, LTRIM, TVMQ.REPAIR), `lease/` (the TVMQ.LEASE family: `owned`, `args`, `take`, `end`, `stats`), `server` (the rest), `table` (the commands, COMMAND); `context` (what a command runs with), `off_worker` (what it hands to the pool) | `durable`, `keys`, `state`, `waiters`, `pool`, `reply` |
 //! | `local` | what one worker's connections share: key cache, buffer pool, stop notice, its syncs | `keys`, `durable` |
 //! | `keys` | key -> queue, caches, `--auto-create`, its bounds and its id scheme | `state`, `index`, `open`, `pool`, `reply` |
@@ -23,7 +24,7 @@
 //! | `histogram` | durations in fixed buckets, in atomics (the syncs' `tvmq_durable_sync_seconds`) | - |
 //! | `index` | queue name -> ids of the directory, kept current by inotify; the queues `--auto-create` made (the budget) | `shutdown` |
 //! | `open` | the queues held open, at most as many as the descriptors allow, the least recently used idle one closed | - |
-//! | `preauth` | connections not authenticated yet: their bound and their time | - |
+//! | `preauth` | connections not authenticated yet: what they may send, their bound and their time | `config` |
 //! | `descriptors` | the open-file limit, raised, and shared between the server, the queues and the clients | - |
 //! | `waiters` | blocked clients and the bounded pool of watcher threads that wake them | `shutdown` |
 //! | `pool` | the one bounded pool of threads, with its line, for all the work taken off the workers | - |
@@ -65,6 +66,7 @@ mod durable;
 mod handshake;
 mod histogram;
 mod index;
+mod input;
 mod keys;
 mod listener;
 mod local;

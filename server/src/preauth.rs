@@ -9,12 +9,31 @@
 //! and since the bound is below `--maxclients`, they cannot fill that
 //! either.
 
+use crate::config::PREAUTH_MAX_ARG_LEN;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::sync::Notify;
+
+/// What a client that has not authenticated may send, close to Redis's
+/// bounds: at most 10 arguments a command, each at most 16 KiB, a line
+/// (inline command, length header) at most 16 KiB. Beyond: an error reply
+/// (`-ERR Protocol error: unauthenticated multibulk length`, `... bulk
+/// length`), then the connection is closed.
+pub(crate) const PREAUTH_LIMITS: resp::Limits =
+    resp::Limits { max_bulk_len: PREAUTH_MAX_ARG_LEN, max_args: 10, max_inline_len: PREAUTH_MAX_ARG_LEN, max_depth: 1 };
+/// The most bytes of one command an unauthenticated connection buffers:
+/// room for the longest it has reason to send, `AUTH` (or `HELLO 3 AUTH
+/// ... SETNAME ...`) with a 16 KiB user name and a 16 KiB password. Beyond:
+/// `-ERR Protocol error: unauthenticated request too big`, then the close.
+/// So 2,000 connections holding a partial command hold at most 68 MiB.
+pub(crate) const PREAUTH_QUERY_LIMIT: usize = 2 * (PREAUTH_MAX_ARG_LEN + 32) + 1024;
+/// How long a wrong password waits for its answer.
+pub(crate) const AUTH_FAILURE_DELAY: Duration = Duration::from_millis(100);
+/// Wrong passwords after which a connection is closed.
+pub(crate) const MAX_AUTH_FAILURES: u32 = 10;
 
 /// The unauthenticated connections, oldest first.
 pub(crate) struct Unauthenticated {

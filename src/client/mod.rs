@@ -4,6 +4,7 @@
 //!
 //! | module | concern |
 //! |---|---|
+//! | `key` | a queue's key: its decimal id, or a shard's name |
 //! | `slot` | CRC16 hash slots, MOVED/ASK parsing |
 //! | `tls` | TLS: the rustls configuration of a handle, the socket as rustls uses it |
 //! | `conn` | one socket: connect with a timeout (and TLS), write, read and parse replies |
@@ -16,15 +17,18 @@
 //! | `sentinel` | lTvmConnectSentinel: the master from the sentinels, followed through failovers |
 //! | `lease` | the lease calls; tvmq serve's (TVMQ.LEASE, TVMQ.ACK, ...), on the connection that holds them |
 //! | `redis_lease` | the lease calls on a Redis or a Redis Cluster (`lease.lua`) |
-//! | this file | [`Client`]: a handle's view (push, pop, popup, asynchronous pushes, held values) |
+//! | `pop` | lTvmPop, lTvmPopup, and the values held for the next pops |
+//! | this file | [`Client`]: a handle's view (connect, share, push, asynchronous pushes, close) |
 //!
 //! Conventions (docs/protocol.md): the key of queue `t` is its decimal id;
 //! a record is one bulk string; `RPUSH` pushes, `LPOP`/`BLPOP` pop.
 
 mod admin;
 mod conn;
+mod key;
 mod lease;
 mod pipeline;
+mod pop;
 mod redis_lease;
 mod replicas;
 mod reply;
@@ -36,6 +40,7 @@ mod spread;
 mod tls;
 
 pub(crate) use conn::Addr;
+pub(crate) use key::Key;
 pub(crate) use lease::NetLease;
 pub(crate) use sentinel::Sentinels;
 pub(crate) use tls::{Tls, TlsOptions};
@@ -73,61 +78,11 @@ pub(crate) const WINDOW: usize = 1024;
 /// Encoded commands are written once this many bytes are waiting (or
 /// sooner: a synchronous call, a full window, lAsyWait).
 pub(crate) const FLUSH_BYTES: usize = 64 * 1024;
-/// Records asked for by one `LPOP key count` of lTvmPopup.
-const POPUP_CHUNK: usize = 4096;
-
-/// The key of a queue: its id in decimal, or a shard of a spread queue
-/// (`spread`: `<t>.<i>.<n>`).
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Key {
-    buf: [u8; 32],
-    len: u8,
-}
-
-impl Key {
-    /// A key of at most 32 bytes (longer is cut: the callers make short ones).
-    pub(crate) fn named(name: &[u8]) -> Key {
-        let mut buf = [0u8; 32];
-        let len = name.len().min(32);
-        buf[..len].copy_from_slice(&name[..len]);
-        Key { buf, len: len as u8 }
-    }
-
-    pub(crate) fn of(t: u32) -> Key {
-        let mut buf = [0u8; 32];
-        let mut digits = [0u8; 10];
-        let (mut v, mut n) = (t, 0);
-        loop {
-            digits[n] = b'0' + (v % 10) as u8;
-            n += 1;
-            v /= 10;
-            if v == 0 {
-                break;
-            }
-        }
-        for i in 0..n {
-            buf[i] = digits[n - 1 - i];
-        }
-        Key { buf, len: n as u8 }
-    }
-
-    pub(crate) fn as_bytes(&self) -> &[u8] {
-        &self.buf[..usize::from(self.len)]
-    }
-}
 
 /// How lTvmPop waits.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum PopWait {
     NoWait,
-    Forever,
-}
-
-/// How long lTvmPopup waits.
-#[derive(Clone, Copy)]
-enum Until {
-    Now,
-    At(Instant),
     Forever,
 }
 
@@ -370,199 +325,6 @@ impl Client {
         (n, first)
     }
 
-    fn held(&mut self, t: u32) -> Option<&mut VecDeque<Vec<u8>>> {
-        self.held.iter_mut().find(|h| h.0 == t).map(|h| &mut h.1).filter(|q| !q.is_empty())
-    }
-
-    fn hold(&mut self, t: u32, v: Vec<u8>) {
-        match self.held.iter_mut().find(|h| h.0 == t) {
-            Some(h) => h.1.push_back(v),
-            None => self.held.push((t, VecDeque::from([v]))),
-        }
-    }
-
-    /// Takes the oldest record of queue `t` into `out` (zero bytes after a
-    /// shorter one). A value longer than `out` is kept by the handle
-    /// (RECD_TOO_LONG) and returned first by a later pop with room for it.
-    pub(crate) fn pop(&mut self, t: u32, out: &mut [u8], wait: PopWait) -> Result<()> {
-        let value = match self.held(t) {
-            Some(q) => match q.front() {
-                Some(v) if v.len() > out.len() => return Err(too_long(v.len(), out.len())),
-                _ => q.pop_front(),
-            },
-            None => None,
-        };
-        let value = match value {
-            Some(v) => v,
-            None => self.pop_value(t, wait)?,
-        };
-        if value.len() > out.len() {
-            let e = too_long(value.len(), out.len());
-            self.hold(t, value);
-            return Err(e);
-        }
-        out[..value.len()].copy_from_slice(&value);
-        out[value.len()..].fill(0);
-        Ok(())
-    }
-
-    fn pop_value(&mut self, t: u32, wait: PopWait) -> Result<Vec<u8>> {
-        if self.is_spread(t) {
-            return self.spread_pop(t, wait);
-        }
-        let key = Key::of(t);
-        let lpop = |w: &mut Vec<u8>| resp::command(w, &[b"LPOP", key.as_bytes()]);
-        let blpop = |w: &mut Vec<u8>| resp::command(w, &[b"BLPOP", key.as_bytes(), b"0"]);
-        let answer = match (wait, &self.link) {
-            (PopWait::NoWait, _) => self.exec(key, ReplyWait::Normal, lpop)?,
-            // On a shared connection, try without blocking it first.
-            (PopWait::Forever, Link::Shared(_)) => match self.exec(key, ReplyWait::Normal, lpop)? {
-                Answer::Nil => self.exec_blocking(key, ReplyWait::Forever, blpop)?,
-                a => a,
-            },
-            (PopWait::Forever, _) => self.exec(key, ReplyWait::Forever, blpop)?,
-        };
-        match answer {
-            Answer::Nil => Err(Error::code_only(NO_DATA_FOUND)),
-            Answer::Value(v) => Ok(v),
-            Answer::Values(mut kv) if kv.len() == 2 => Ok(kv.pop().unwrap_or_default()),
-            a => Err(unexpected("LPOP/BLPOP", &a)),
-        }
-    }
-
-    /// Takes what queue `t` has now, up to `want` records.
-    fn take_now(&mut self, key: Key, want: usize) -> Result<Vec<Vec<u8>>> {
-        if self.lpop_count && want > 1 {
-            let count = want.min(POPUP_CHUNK).to_string();
-            let cmd = |w: &mut Vec<u8>| resp::command(w, &[b"LPOP", key.as_bytes(), count.as_bytes()]);
-            match self.exec(key, ReplyWait::Normal, cmd) {
-                Ok(Answer::Nil) => return Ok(Vec::new()),
-                Ok(Answer::Values(v)) => return Ok(v),
-                Ok(Answer::Value(v)) => return Ok(vec![v]),
-                Ok(a) => return Err(unexpected("LPOP with a count", &a)),
-                Err(e)
-                    if e.code() == SVR_EXCEPTION
-                        && (e.detail().contains("wrong number of arguments") || e.detail().contains("syntax")) =>
-                {
-                    self.lpop_count = false;
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        let cmd = |w: &mut Vec<u8>| resp::command(w, &[b"LPOP", key.as_bytes()]);
-        match self.exec(key, ReplyWait::Normal, cmd)? {
-            Answer::Nil => Ok(Vec::new()),
-            Answer::Value(v) => Ok(vec![v]),
-            a => Err(unexpected("LPOP", &a)),
-        }
-    }
-
-    /// Pops up to `expect` records of queue `t` (each at most `each` bytes)
-    /// into `sink`, waiting up to `secs` seconds in total (0: not at all).
-    /// Returns how many were delivered and why it stopped short: NO_DATA_FOUND
-    /// (secs 0, nothing more), MQUE_WAIT_TMO (time is up), RECD_TOO_LONG
-    /// (a value longer than `each`, kept with those after it), or any error.
-    pub(crate) fn popup(
-        &mut self,
-        t: u32,
-        each: usize,
-        expect: usize,
-        secs: u64,
-        sink: &mut dyn FnMut(&[u8]) -> Result<()>,
-    ) -> (usize, Option<Error>) {
-        let mut got = 0;
-        while got < expect {
-            let Some(q) = self.held(t) else { break };
-            match q.front() {
-                Some(v) if v.len() > each => return (got, Some(too_long(v.len(), each))),
-                Some(v) => {
-                    if let Err(e) = sink(v) {
-                        return (got, Some(e));
-                    }
-                    q.pop_front();
-                    got += 1;
-                }
-                None => break,
-            }
-        }
-        if self.is_spread(t) {
-            return (got, Some(Error::new(NOT_SUPPT_OPT, "lTvmPopup on a spread queue: pop with lTvmPop")));
-        }
-        let until = match secs {
-            0 => Until::Now,
-            s => Instant::now().checked_add(Duration::from_secs(s)).map_or(Until::Forever, Until::At),
-        };
-        let key = Key::of(t);
-        while got < expect {
-            let mut values = match self.take_now(key, expect - got) {
-                Ok(v) => v,
-                Err(e) => return (got, Some(e)),
-            };
-            if values.is_empty() {
-                let left = match until {
-                    Until::Now => return (got, Some(Error::code_only(NO_DATA_FOUND))),
-                    Until::Forever => None,
-                    Until::At(at) => match at.checked_duration_since(Instant::now()) {
-                        Some(left) if !left.is_zero() => Some(left),
-                        _ => return (got, Some(Error::code_only(MQUE_WAIT_TMO))),
-                    },
-                };
-                let arg = left.map_or_else(|| "0".to_owned(), blpop_secs);
-                let wait = left.map_or(ReplyWait::Forever, ReplyWait::Extra);
-                let cmd = |w: &mut Vec<u8>| resp::command(w, &[b"BLPOP", key.as_bytes(), arg.as_bytes()]);
-                match self.exec_blocking(key, wait, cmd) {
-                    Ok(Answer::Nil) => return (got, Some(Error::code_only(MQUE_WAIT_TMO))),
-                    Ok(Answer::Values(mut kv)) if kv.len() == 2 => values = vec![kv.pop().unwrap_or_default()],
-                    Ok(a) => return (got, Some(unexpected("BLPOP", &a))),
-                    Err(e) => return (got, Some(e)),
-                }
-            }
-            let mut stop = None;
-            for v in values {
-                if stop.is_none() && v.len() > each {
-                    stop = Some(too_long(v.len(), each));
-                }
-                if stop.is_none() {
-                    match sink(&v) {
-                        Ok(()) => {
-                            got += 1;
-                            continue;
-                        }
-                        Err(e) => stop = Some(e),
-                    }
-                }
-                self.hold(t, v);
-            }
-            if let Some(e) = stop {
-                return (got, Some(e));
-            }
-        }
-        (got, None)
-    }
-
-    /// Puts the held values back into their queues: at the head with
-    /// `LPUSH` on Redis (so they come out first, in order), at the tail with
-    /// `RPUSH` on other servers (tvmq serve, whose queues are FIFO at both
-    /// ends). A value that cannot be put back is reported on stderr.
-    fn put_back(&mut self) {
-        for (t, values) in std::mem::take(&mut self.held) {
-            if values.is_empty() {
-                continue;
-            }
-            let key = Key::of(t);
-            let (cmd, order): (&[u8], Vec<&[u8]>) = match self.flavor {
-                Flavor::Redis | Flavor::Cluster => (b"LPUSH", values.iter().rev().map(Vec::as_slice).collect()),
-                Flavor::Other => (b"RPUSH", values.iter().map(Vec::as_slice).collect()),
-            };
-            let mut args: Vec<&[u8]> = vec![cmd, key.as_bytes()];
-            args.extend(order);
-            let r = self.exec(key, ReplyWait::Normal, |w| resp::command(w, &args));
-            if let Err(e) = r {
-                eprintln!("tvmq: {} record(s) popped from queue {t} and held could not be put back: {e}", values.len());
-            }
-        }
-    }
-
     /// Ends the client: waits for every asynchronous push, puts held values
     /// back, closes its connections (a shared one when its last handle
     /// goes). Returns what [`Client::wait_async`] returns.
@@ -585,13 +347,6 @@ impl Drop for Client {
             eprintln!("tvmq: an asynchronous push of a handle freed without vTvmDisconnect failed: {e}");
         }
     }
-}
-
-fn too_long(len: usize, room: usize) -> Error {
-    Error::new(
-        RECD_TOO_LONG,
-        format!("a value of {len} bytes does not fit the record of {room} bytes: the handle keeps it for the next pop"),
-    )
 }
 
 #[cfg(test)]
