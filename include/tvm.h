@@ -1413,7 +1413,8 @@ long lTvmRequireReplicas(struct SATvm *p, long replicas, long timeout_ms);
  * handle: lTvmPush and lAsyPush of queue t go to the shards in turn;
  * lTvmPop and lTvmPopLease start at the next shard in turn and take from
  * the first that has a record (FIFO within a shard, not across shards;
- * a waiting pop waits on one shard at a time for at most 200 ms);
+ * lTvmPop finding its shard empty asks every shard's length in one round
+ * trip; a waiting pop waits on one shard at a time for at most 200 ms);
  * lTvmCount sums the shards; lTvmDropTable drops them all;
  * lTvmCreateQueueEx stores the lease options on every shard (a lease
  * token names its shard). Every program using the queue must spread it

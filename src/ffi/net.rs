@@ -191,6 +191,19 @@ unsafe fn tls_options(t: *const TvmTls) -> Result<TlsOptions> {
     })
 }
 
+/// The TLS configuration of a caller's TvmTls (CONDIT_IS_NIL when NULL),
+/// for lTvmConnectTls and lTvmConnectSentinelTls.
+///
+/// # Safety
+/// `tls` is NULL or as [`tls_options`] requires.
+unsafe fn tls_config(tls: *const TvmTls) -> Result<Arc<Tls>> {
+    if tls.is_null() {
+        return Err(Error::new(CONDIT_IS_NIL, "NULL tls"));
+    }
+    // SAFETY: non-NULL, and the caller's TvmTls by this function's contract.
+    Tls::new(&unsafe { tls_options(tls) }?)
+}
+
 /// As lTvmConnect, with TLS: connects handle p to a server speaking the
 /// Redis protocol over TLS (tvmq serve --tls-port, redis-server
 /// --tls-port), checking its certificate as `tls` says (see TvmTls). The
@@ -222,12 +235,8 @@ pub unsafe extern "C" fn lTvmConnectTls(
     tls: *const TvmTls,
 ) -> c_long {
     let body = |h: &mut SATvm| {
-        if tls.is_null() {
-            return Err(Error::new(CONDIT_IS_NIL, "NULL tls").into());
-        }
-        // SAFETY: a non-NULL tls is the caller's TvmTls with its size set.
-        let options = unsafe { tls_options(tls) }?;
-        let config = Tls::new(&options)?;
+        // SAFETY: C callers pass NULL or their TvmTls with its size set.
+        let config = unsafe { tls_config(tls) }?;
         // SAFETY: C callers pass NULL or a NUL-terminated string.
         unsafe { connect(h, ip, port, timeout_secs, Some(config)) }
     };
@@ -389,11 +398,8 @@ pub unsafe extern "C" fn lTvmConnectSentinelTls(
     tls: *const TvmTls,
 ) -> c_long {
     let body = |h: &mut SATvm| {
-        if tls.is_null() {
-            return Err(Error::new(CONDIT_IS_NIL, "NULL tls").into());
-        }
-        // SAFETY: a non-NULL tls is the caller's TvmTls with its size set.
-        let config = Tls::new(&unsafe { tls_options(tls) }?)?;
+        // SAFETY: C callers pass NULL or their TvmTls with its size set.
+        let config = unsafe { tls_config(tls) }?;
         // SAFETY: C callers pass NULL or NUL-terminated strings.
         unsafe { connect_sentinel(h, sentinels, master, timeout_secs, Some(config)) }
     };
@@ -715,7 +721,8 @@ pub unsafe extern "C" fn lTvmRequireReplicas(p: *mut SATvm, replicas: c_long, ti
 /// handle: lTvmPush and lAsyPush of queue t go to the shards in turn;
 /// lTvmPop and lTvmPopLease start at the next shard in turn and take from
 /// the first that has a record (FIFO within a shard, not across shards;
-/// a waiting pop waits on one shard at a time for at most 200 ms);
+/// lTvmPop finding its shard empty asks every shard's length in one round
+/// trip; a waiting pop waits on one shard at a time for at most 200 ms);
 /// lTvmCount sums the shards; lTvmDropTable drops them all;
 /// lTvmCreateQueueEx stores the lease options on every shard (a lease
 /// token names its shard). Every program using the queue must spread it
