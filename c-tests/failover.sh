@@ -3,7 +3,7 @@
 # c-tests/net_failover.c pushes (lTvmRequireReplicas 1) and leases.
 #
 #   failover.sh sentinel|cluster FAILOVERS OUT LIBDIR
-#   failover.sh auth 0 OUT LIBDIR
+#   failover.sh auth|tls 0 OUT LIBDIR
 #
 # sentinel: a master, two replicas and three sentinels on loopback
 #   (down-after-milliseconds 1000, failover-timeout 10000, quorum 2), the
@@ -19,6 +19,8 @@
 # each failover time plus one second (the program's "gap" lines).
 # auth: a master with a password and a sentinel with its own, for
 #   net_sentinel_auth.c (lTvmSentinelAuth, lTvmAuth).
+# tls: a master, a replica and a sentinel on TLS ports only, for
+#   net_sentinel_tls.c (lTvmConnectSentinelTls through a failover).
 # Prints one line per failover and the program's summary; exits non-zero
 # on any failure. Every process started here is killed at the end; the
 # temporary directory OUT/failover.* is removed.
@@ -27,6 +29,8 @@ mode=$1 rounds=$2 out=$3 libdir=$4
 REDIS_SERVER=${REDIS_SERVER:-$(command -v redis-server)}
 REDIS_CLI=${REDIS_CLI:-$(command -v redis-cli)}
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# free_port, steady_port
+. "$ROOT/c-tests/ports.sh"
 dir=$(mktemp -d /tmp/tvmq-failover.XXXXXX)
 declare -A PID_OF ARGS_OF
 PIDS=()
@@ -39,22 +43,6 @@ trap cleanup EXIT
 
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 die() { echo "FAILED: $*"; exit 1; }
-free_port() {
-    python3 - <<'PY'
-import random, socket
-for _ in range(500):
-    p = random.randint(20000, 29999)
-    try:
-        for q in (p, p + 10000):
-            s = socket.socket()
-            s.bind(("127.0.0.1", q))
-            s.close()
-    except OSError:
-        continue
-    print(p)
-    break
-PY
-}
 cli() { "$REDIS_CLI" -p "$@"; }
 wait_for() { # SECONDS COMMAND...: until COMMAND succeeds
     local until=$(( $(now_ms) + $1 * 1000 ))
@@ -84,8 +72,8 @@ if [ "$mode" = auth ]; then
     # A master with a password and a sentinel with another (net_sentinel_auth.c).
     gcc -std=gnu17 -O1 -g -Wall -Wextra -Werror "$ROOT/c-tests/net_sentinel_auth.c" -I "$ROOT/include" -L "$libdir" \
         -ltvm -lpthread "-Wl,-rpath,$libdir" -o "$out/net_sentinel_auth" || die "cannot build net_sentinel_auth"
-    M=$(free_port)
-    S=$(free_port)
+    M=$(steady_port)
+    S=$(steady_port)
     mp="master-$RANDOM$RANDOM" sp="sentinel-$RANDOM$RANDOM"
     start "$M" --port "$M" "${common[@]}" --requirepass "$mp"
     printf 'port %s\nbind 127.0.0.1\ndir %s\nrequirepass %s\nsentinel monitor mymaster 127.0.0.1 %s 1\nsentinel auth-pass mymaster %s\n' \
@@ -97,19 +85,62 @@ if [ "$mode" = auth ]; then
     echo "ok: lTvmSentinelAuth and lTvmAuth"
     exit 0
 fi
+if [ "$mode" = tls ]; then
+    # A master, a replica and a sentinel that speak TLS only (no plain port),
+    # with the certificates of scripts/tls-certs.sh: net_sentinel_tls.c
+    # connects with lTvmConnectSentinelTls, the master is killed with
+    # SIGKILL, and the same handle reaches the promoted replica over TLS.
+    gcc -std=gnu17 -O1 -g -Wall -Wextra -Werror "$ROOT/c-tests/net_sentinel_tls.c" -I "$ROOT/include" -L "$libdir" \
+        -ltvm -lpthread "-Wl,-rpath,$libdir" -o "$out/net_sentinel_tls" || die "cannot build net_sentinel_tls"
+    bash "$ROOT/scripts/tls-certs.sh" "$dir/tls" >"$dir/tls-certs.log" 2>&1 ||
+        die "cannot make the test certificates: $(tail -3 "$dir/tls-certs.log")"
+    tls=(tls-cert-file "$dir/tls/server.crt" tls-key-file "$dir/tls/server.key" tls-ca-cert-file "$dir/tls/ca.crt"
+        tls-auth-clients no tls-replication yes)
+    tcli() { "$REDIS_CLI" --tls --cacert "$dir/tls/ca.crt" -p "$@"; }
+    M=$(steady_port)
+    R=$(steady_port)
+    S=$(steady_port)
+    start "$M" --port 0 --tls-port "$M" "${common[@]}" $(printf -- '--%s %s ' "${tls[@]}")
+    start "$R" --port 0 --tls-port "$R" "${common[@]}" $(printf -- '--%s %s ' "${tls[@]}") --replicaof 127.0.0.1 "$M"
+    { printf 'port 0\ntls-port %s\nbind 127.0.0.1\ndir %s\n' "$S" "$dir"
+      printf '%s %s\n' "${tls[@]}"
+      printf 'sentinel monitor mymaster 127.0.0.1 %s 1\nsentinel down-after-milliseconds mymaster 1000\n' "$M"
+      printf 'sentinel failover-timeout mymaster 10000\n'; } >"$dir/sentinel-$S.conf"
+    start "$S" "$dir/sentinel-$S.conf" --sentinel
+    online() { tcli "$M" info replication | grep -q '^slave0:.*state=online'; }
+    seen() { [ "$(tcli "$S" sentinel replicas mymaster | grep -c '^name$')" -ge 1 ]; }
+    wait_for 20 online || die "the replica did not sync over TLS: $(tail -3 "$dir/$R.log")"
+    wait_for 20 seen || die "the sentinel did not find the replica: $(tail -3 "$dir/$S.log")"
+    "$out/net_sentinel_tls" "127.0.0.1:$S" mymaster "$dir/tls" "$dir/killed" >"$dir/run.log" 2>&1 &
+    prog=$!
+    PIDS+=("$prog")
+    wait_for 20 grep -q '^ready' "$dir/run.log" || die "net_sentinel_tls: $(tail -5 "$dir/run.log")"
+    kill -KILL "${PID_OF[$M]}"
+    wait "${PID_OF[$M]}" 2>/dev/null
+    t0=$(now_ms)
+    promoted() { tcli "$S" sentinel get-master-addr-by-name mymaster | tail -1 | grep -qx "$R"; }
+    wait_for 30 promoted || die "the sentinel did not promote the replica: $(tail -5 "$dir/$S.log")"
+    echo "tls: master :$M killed, replica :$R promoted after $(( $(now_ms) - t0 )) ms"
+    touch "$dir/killed"
+    wait "$prog" || die "net_sentinel_tls failed: $(tail -5 "$dir/run.log")"
+    # Record 79, pushed after the failover, is on the promoted replica.
+    [ "$(tcli "$R" llen 31)" = 1 ] || die "queue 31 on :$R holds $(tcli "$R" llen 31) records, not 1"
+    echo "ok: lTvmConnectSentinelTls, and the same handle on the promoted replica over TLS"
+    exit 0
+fi
 if [ "$mode" = sentinel ]; then
-    M=$(free_port)
+    M=$(steady_port)
     start "$M" --port "$M" "${common[@]}"
     wait_for 5 pong "$M" || die "master did not start"
     REPL=()
     for _ in 1 2; do
-        r=$(free_port)
+        r=$(steady_port)
         REPL+=("$r")
         start "$r" --port "$r" "${common[@]}" --replicaof 127.0.0.1 "$M"
     done
     SENT=()
     for _ in 1 2 3; do
-        s=$(free_port)
+        s=$(steady_port)
         SENT+=("$s")
         printf 'port %s\nbind 127.0.0.1\ndir %s\nsentinel monitor mymaster 127.0.0.1 %s 2\nsentinel down-after-milliseconds mymaster 1000\nsentinel failover-timeout mymaster 10000\nsentinel parallel-syncs mymaster 2\n' \
             "$s" "$dir" "$M" >"$dir/sentinel-$s.conf"
@@ -136,7 +167,7 @@ if [ "$mode" = sentinel ]; then
 else
     NODES=()
     for _ in 1 2 3 4 5 6; do
-        p=$(free_port)
+        p=$(steady_port)
         NODES+=("$p")
         mkdir -p "$dir/$p"
         start "$p" --port "$p" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir/$p" --cluster-enabled yes \

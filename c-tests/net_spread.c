@@ -2,11 +2,13 @@
  * net_spread.c: a queue spread over the masters of a Redis Cluster
  * (lTvmSpread), against any node of it (run.sh: the 3-master cluster).
  *
- *   net_spread HOST PORT push|pop|lease N
+ *   net_spread HOST PORT push|pop|sparse|lease N
  *
  * Queue 41 over 6 shards. push: N records (n = 1 .. N), round-robin; the
  * count is N (lTvmCount sums the shards). pop: N records, each once,
- * the queue empty after. lease: lease options on every shard, N records
+ * the queue empty after. sparse: N records all in one shard, each popped
+ * (QUE_NOWAIT) in order by a handle looking at the shards in turn, then
+ * NO_DATA_FOUND. lease: lease options on every shard, N records
  * pushed, leased and acknowledged (half released once first: delivered
  * again with their count raised), each once; the queue dropped after.
  * run.sh checks with redis-cli between push and pop that every master
@@ -20,7 +22,7 @@
 int main(int argc, char **argv)
 {
     if (argc != 5) {
-        fprintf(stderr, "usage: net_spread HOST PORT push|pop|lease N\n");
+        fprintf(stderr, "usage: net_spread HOST PORT push|pop|sparse|lease N\n");
         return 2;
     }
     long n = atol(argv[4]);
@@ -71,6 +73,28 @@ int main(int argc, char **argv)
         CHECK_SUCC(lTvmCount(p, &count), p);
         CHECK_EQU(count, 0);
         CHECK_SUCC(lTvmDropTable(p, SQ), p);
+    }
+    if (strcmp(argv[3], "sparse") == 0) {
+        /* Every record in shard 1 (a handle spread again starts its pushes
+         * there), popped by a handle whose turn is at another shard 5 times
+         * in 6: each pop still finds it. run.sh counts the LPOPs. */
+        SATvm *q = (SATvm *)pCloneSATvm();
+        REQUIRE_SUCC(lTvmConnect(q, argv[1], atol(argv[2]), 5), q);
+        REQUIRE_SUCC(lTvmDropTable(q, SQ), q);
+        for (long i = 1; i <= n; i++) {
+            REQUIRE_SUCC(lTvmSpread(q, SQ, SHARDS), q);
+            bind_rec(q, &r, SQ, i);
+            REQUIRE_SUCC(lTvmPush(q), q);
+        }
+        vCloneFree(q);
+        for (long i = 1; i <= n; i++) {
+            queuevoid(p, r, sizeof(r), SQ);
+            if (!CHECK_SUCC(lTvmPop(p, &r, QUE_NOWAIT), p))
+                break;
+            CHECK_EQ(r.n, i); /* one shard: FIFO */
+        }
+        queuevoid(p, r, sizeof(r), SQ);
+        CHECK_FAIL(lTvmPop(p, &r, QUE_NOWAIT), p, NO_DATA_FOUND);
     }
     if (strcmp(argv[3], "lease") == 0) {
         long acked = 0, released = 0;

@@ -308,7 +308,8 @@ REDIS_SERVER=${REDIS_SERVER:-$(command -v redis-server)}
 REDIS_CLI=${REDIS_CLI:-$(command -v redis-cli)}
 export REDIS_SERVER REDIS_CLI
 
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# free_port, steady_port
+. "$ROOT/c-tests/ports.sh"
 
 # wait_ping PORT: until the server on PORT answers PING (5 s at most).
 wait_ping() {
@@ -388,7 +389,8 @@ t_net_lease_kill() {
 
 # t_net_spread PORTS...: queue 41 spread over 6 shards of the cluster
 # (net_spread.c): 3,000 records pushed, then every master holds shard keys
-# (41.<i>.<n>) with records; popped each once; then leased and acknowledged.
+# (41.<i>.<n>) with records; popped each once; 60 records in one shard
+# popped in order with at most 2 LPOPs each; then leased and acknowledged.
 t_net_spread() {
     local p n
     run_bounded "$OUT/net_spread" 127.0.0.1 "$1" push 3000 || fail "net_spread push failed" || return 1
@@ -398,25 +400,18 @@ t_net_spread() {
         [ "$n" -gt 0 ] || fail "master :$p holds no shard of queue 41" || return 1
     done
     run_bounded "$OUT/net_spread" 127.0.0.1 "$1" pop 3000 || fail "net_spread pop failed" || return 1
+    # 60 pops of records all in one shard (and one of the empty queue) look
+    # at the next shard, then at every shard in one round of LLEN, then pop
+    # the full one: at most 2 LPOPs a pop, not one per shard looked at.
+    for p in "$@"; do "$REDIS_CLI" -p "$p" config resetstat >/dev/null; done
+    run_bounded "$OUT/net_spread" 127.0.0.1 "$1" sparse 60 || fail "net_spread sparse failed" || return 1
+    n=0
+    for p in "$@"; do
+        n=$((n + $("$REDIS_CLI" -p "$p" info commandstats | sed -n 's/^cmdstat_lpop:calls=\([0-9]*\).*/\1/p' | grep . || echo 0)))
+    done
+    echo "61 pops of a spread queue whose records are in one shard: $n LPOPs"
+    [ "$n" -le 122 ] || fail "$n LPOPs for 61 pops of a sparse spread queue (at most 122)" || return 1
     run_bounded "$OUT/net_spread" 127.0.0.1 "$1" lease 1000 || fail "net_spread lease failed"
-}
-
-# A port P for a cluster node: P and its cluster bus port P + 10000 both free.
-cluster_port() {
-    python3 - <<'PY'
-import random, socket
-for _ in range(500):
-    p = random.randint(20000, 29999)
-    try:
-        for q in (p, p + 10000):
-            s = socket.socket()
-            s.bind(("127.0.0.1", q))
-            s.close()
-    except OSError:
-        continue
-    print(p)
-    break
-PY
 }
 
 # slot_nodes PORT SLOT: "owner_id owner_port other_id other_port" of SLOT (the
@@ -474,7 +469,7 @@ start_cluster() {
     CLUSTER_PORTS=()
     CLUSTER_PIDS=()
     for i in $(seq $((masters * (1 + replicas)))); do
-        p=$(cluster_port)
+        p=$(steady_port)
         [ -n "$p" ] || fail "no free port pair for a cluster node" || return 1
         CLUSTER_PORTS+=("$p")
         nodes+=("127.0.0.1:$p")
@@ -654,7 +649,8 @@ fi
 # (lTvmConnectSentinel) and in a Redis Cluster with replicas; once each here
 # ($FAILOVERS), five times in `make failover`.
 t_failover() { TIMEOUT=300 run_bounded bash "$SRC/failover.sh" "$1" "$FAILOVERS" "$OUT" "$LIBDIR"; }
-# (auth: lTvmSentinelAuth and lTvmAuth, net_sentinel_auth.c, no failover)
+# (auth: lTvmSentinelAuth and lTvmAuth, net_sentinel_auth.c, no failover;
+# tls: lTvmConnectSentinelTls through one failover, net_sentinel_tls.c)
 echo "== network: failover"
 FAILOVERS=${FAILOVERS:-1}
 if [ -z "$REDIS_SERVER" ] || [ -z "$REDIS_CLI" ]; then
@@ -662,6 +658,13 @@ if [ -z "$REDIS_SERVER" ] || [ -z "$REDIS_CLI" ]; then
     SKIPPED=$((SKIPPED + 1))
 else
     run_test net_sentinel_auth t_failover auth
+    if command -v openssl >/dev/null; then
+        run_test net_sentinel_tls t_failover tls
+    else
+        echo "FAIL  net_sentinel_tls  (the openssl command is needed to make the test certificates: apt-get install openssl)"
+        FAILED=$((FAILED + 1))
+        FAILED_NAMES+=(net_sentinel_tls)
+    fi
     for kind in sentinel cluster; do
         run_test "net_${kind}_failover_${FAILOVERS}x" t_failover "$kind"
     done

@@ -1097,168 +1097,6 @@ long lPushs(struct SATvm *p, size_t *n, void **records);
 long lQueueInfo(struct SATvm *p, TABLE t, size_t *record_size, size_t *capacity, size_t *depth);
 
 /**
- * Connects handle p to a server speaking the Redis protocol: tvmq serve, a
- * redis-server or any node of a Redis Cluster (found out here; then every
- * command goes to the node owning its queue, following MOVED and ASK).
- * `ip`: a host name or address, or a unix socket path (starting with '/';
- * `port` is then ignored). STVM's port is 5050.
- * `timeout_secs` > 0 bounds the connection, each write and each reply
- * (more exactly: each wait for reply bytes), except the blocking pops,
- * which wait as long as they were asked to; 0 or less: no limit.
- * The handle gets its own connection (pCloneSATvm never copies it; see
- * lTvmShare to share one). A handle already connected is disconnected
- * first (as vTvmDisconnect). The queue of each call is p->tblName, its key
- * on the server its decimal id ("21"), each record one value of p->lSize
- * bytes.
- * After a network failure (SOCK_*) the handle stays connected in name:
- * its next call connects again (and fails with SOCK_CONN_ERR while the
- * server is away). A call in progress when the connection broke is never
- * sent again.
- * Errors: CONDIT_IS_NIL (NULL handle or ip, empty ip), SOCK_CONN_ERR
- * (refused, unknown host, no socket file, bad port), SOCK_CONN_TMO (no
- * answer within the timeout), SOCK_ERR_CRTE (no socket), SOCK_READ_TMO and
- * the other SOCK_* codes (the server did not answer the first command).
- */
-long lTvmConnect(struct SATvm *p, char *ip, long port, int timeout_secs);
-
-/**
- * As lTvmConnect, with TLS: connects handle p to a server speaking the
- * Redis protocol over TLS (tvmq serve --tls-port, redis-server
- * --tls-port), checking its certificate as `tls` says (see TvmTls). The
- * timeout bounds the handshake as it bounds the connection. The handle
- * keeps the configuration: its reconnections, the connection of its
- * blocking pops, the handles sharing its connection (lTvmShare) and the
- * other nodes of a Redis Cluster use the same certificates (a cluster's
- * nodes are checked against server_name, else the address the cluster
- * gives for them). The files are read during this call only.
- * Threads: as lTvmConnect (one thread at a time per handle); no global
- * initialisation is needed, and threads may connect at the same time.
- * Errors: CONDIT_IS_NIL (NULL p, ip or tls; empty ip), BOOT_PARM_ERR
- * (tls->size too small or unknown fields set; cert_file without key_file
- * or the reverse; a file with no usable certificate or key; a key that is
- * not the certificate's; a server name that is not one), FIL_NOT_EXIST (a
- * file that does not exist), RMT_NOT_SUPPT (ip is a unix socket path: TLS
- * is for TCP), SOCK_COM_EXCP (the handshake failed: a server certificate
- * no trusted CA signed, not for this name, or expired; a server that does
- * not speak TLS; a server that refused the client certificate or wants
- * one: with TLS 1.3 it says so after the handshake, at the first command,
- * which this call sends), and those of lTvmConnect (SOCK_CONN_TMO: no
- * answer, or no complete handshake, within the timeout).
- */
-long lTvmConnectTls(struct SATvm *p, const char *ip, long port, int timeout_secs, const struct TvmTls *tls);
-
-/**
- * Sets the credentials that handle p's connections give the server
- * (`AUTH password`, or `AUTH user password` when `user` is not NULL),
- * for a server started with a password (tvmq serve --requirepass, Redis's
- * requirepass or ACL users). Call it before lTvmConnect or lTvmConnectTls:
- * every connection the handle opens from then on (the first, those after a
- * network failure, a shared handle's blocking-pop connection, the other
- * nodes of a Redis Cluster) sends AUTH first, and a connection whose AUTH
- * is refused fails with SOCK_COM_EXCP (its message quotes the server's
- * answer, e.g. WRONGPASS). A connection already open is not changed:
- * connect again. `password` NULL clears the credentials. The strings are
- * copied; over plain TCP they cross the network in clear text (see
- * lTvmConnectTls). Threading: as lTvmConnect (one thread per handle).
- * Returns RC_SUCC; errors: CONDIT_IS_NIL (NULL handle, or a user without
- * a password).
- *
- * # Safety
- * `p` is NULL or a live handle; `user` and `password` are NULL or
- * NUL-terminated strings.
- */
-long lTvmAuth(struct SATvm *p, const char *user, const char *password);
-
-/**
- * Connects handle p to the Redis master that the sentinels call `master`
- * (`sentinel monitor <master> ...`), and follows it through failovers.
- * `sentinels` is "host:port,host:port,..." (IPv6: "[::1]:26379"); they
- * are asked in turn (`SENTINEL get-master-addr-by-name`), the one that
- * answered first next time, and the server they name must answer ROLE
- * with "master". Afterwards, when a call finds the master gone (its
- * connection refused, lost or timed out), demoted (`-READONLY`) or cut
- * off (`-MASTERDOWN`), the sentinels are asked again and the handle
- * reconnects to the master they name, retrying within `timeout_secs`
- * (0 or less: within 30 s). A call the server certainly did not execute
- * (a connection that could not be made, READONLY, MASTERDOWN) is then
- * sent again to the new master and succeeds; a call whose connection
- * broke before its answer fails with its SOCK_* code (it may or may not
- * have been executed: a push may then be there twice if retried) and
- * the next call goes to the new master. lTvmPopLease waits through a
- * failover (a lease taken and unanswered runs out and is delivered
- * again). Asynchronous pushes cut by a failover are reported by lAsyWait,
- * and those after it go to the new master. With lTvmRequireReplicas a
- * push that returned RC_SUCC is on the master and on that many replicas,
- * one of which the sentinels promote. Handles that share this handle's
- * connection (lTvmShare) do not follow the master: give each its own.
- * Credentials: lTvmAuth for the master and replicas, lTvmSentinelAuth for
- * the sentinels (which may have their own password), both before this
- * call. Otherwise as lTvmConnect (timeouts, keys, calls).
- * Threads: as lTvmConnect.
- * Errors: CONDIT_IS_NIL (NULL handle, sentinels or master; empty list or
- * name), BOOT_PARM_ERR (an item that is not host:port), SOCK_CONN_ERR,
- * SOCK_CONN_TMO and the other SOCK_* codes (no sentinel answered, or the
- * master could not be reached in time: the message says which),
- * SVR_EXCEPTION (no sentinel knows `master`, or the server named is not a
- * master in time).
- */
-long lTvmConnectSentinel(struct SATvm *p, const char *sentinels, const char *master, int timeout_secs);
-
-/**
- * As lTvmConnectSentinel, over TLS: the sentinels and the master (and its
- * successors) are reached with TLS as `tls` says (see TvmTls and
- * lTvmConnectTls: one configuration for both; a server_name, if set, must
- * be on every certificate). Errors: those of lTvmConnectSentinel and the
- * TLS ones of lTvmConnectTls.
- */
-long lTvmConnectSentinelTls(struct SATvm *p, const char *sentinels, const char *master, int timeout_secs, const struct TvmTls *tls);
-
-/**
- * Sets the credentials handle p gives the sentinels of lTvmConnectSentinel
- * (`AUTH password`, or `AUTH user password`): a sentinel started with its
- * own password (`requirepass` in its configuration, which is not the
- * master's: the master's is given with lTvmAuth). Call it before
- * lTvmConnectSentinel. `password` NULL clears them. The strings are
- * copied. Threading: as lTvmConnect.
- * Returns RC_SUCC; errors: CONDIT_IS_NIL (NULL handle, or a user without
- * a password). A sentinel that refuses them is skipped as one that does
- * not answer (the message of the failed connect quotes its answer).
- *
- * # Safety
- * `p` is NULL or a live handle; `user` and `password` are NULL or
- * NUL-terminated strings.
- */
-long lTvmSentinelAuth(struct SATvm *p, const char *user, const char *password);
-
-/**
- * Makes handle p use the connection of handle `src` (already connected):
- * the commands of every handle sharing a connection are pipelined
- * together (auto-pipelining), so that N threads doing synchronous calls
- * cost about one round trip per batch instead of one each. Each handle
- * still gets its own answers, errors and asynchronous window; blocking
- * pops (lTvmPop QUE_NORMAL on an empty queue, lTvmPopup with secs > 0)
- * wait on a connection of their handle's own, opened when first needed,
- * so as not to hold up the others. p's own connection, if any, is closed
- * first (as vTvmDisconnect). vTvmDisconnect(p) leaves `src` and the other
- * sharers connected; the connection closes with its last handle.
- * Threads: call it before p and src are used by other threads (it changes
- * both); afterwards each thread uses its own handle as usual.
- * Errors: CONDIT_IS_NIL (NULL p or src), SERV_NOT_CONN (src not connected).
- */
-long lTvmShare(struct SATvm *p, struct SATvm *src);
-
-/**
- * Closes handle p's connection, after waiting for the answers of its
- * asynchronous pushes (as lAsyWait: when it returns, every record pushed
- * with lAsyPush is in its queue, or m_lErrno / lGetTErrno() give the first
- * failure and m_lEffect how many went in), and after putting back the
- * values it kept (see lTvmPop). Later network calls give SERV_NOT_CONN
- * until lTvmConnect. On a handle that never connected (a handle that made
- * only local calls, NULL) it does nothing else: the handle stays usable.
- */
-void vTvmDisconnect(struct SATvm *p);
-
-/**
  * As lPush, on the server: appends the p->lSize bytes at p->pstVoid to
  * queue p->tblName (RPUSH) and waits for the answer (up to the timeout of
  * lTvmConnect). m_lEffect = 1 on success.
@@ -1415,7 +1253,8 @@ long lTvmRequireReplicas(struct SATvm *p, long replicas, long timeout_ms);
  * handle: lTvmPush and lAsyPush of queue t go to the shards in turn;
  * lTvmPop and lTvmPopLease start at the next shard in turn and take from
  * the first that has a record (FIFO within a shard, not across shards;
- * a waiting pop waits on one shard at a time for at most 200 ms);
+ * lTvmPop finding its shard empty asks every shard's length in one round
+ * trip; a waiting pop waits on one shard at a time for at most 200 ms);
  * lTvmCount sums the shards; lTvmDropTable drops them all;
  * lTvmCreateQueueEx stores the lease options on every shard (a lease
  * token names its shard). Every program using the queue must spread it
@@ -1426,6 +1265,168 @@ long lTvmRequireReplicas(struct SATvm *p, long replicas, long timeout_ms);
  * SERV_NOT_CONN, NOT_SUPPT_OPT (tvmq serve: no spread queues).
  */
 long lTvmSpread(struct SATvm *p, TABLE t, long shards);
+
+/**
+ * Connects handle p to a server speaking the Redis protocol: tvmq serve, a
+ * redis-server or any node of a Redis Cluster (found out here; then every
+ * command goes to the node owning its queue, following MOVED and ASK).
+ * `ip`: a host name or address, or a unix socket path (starting with '/';
+ * `port` is then ignored). STVM's port is 5050.
+ * `timeout_secs` > 0 bounds the connection, each write and each reply
+ * (more exactly: each wait for reply bytes), except the blocking pops,
+ * which wait as long as they were asked to; 0 or less: no limit.
+ * The handle gets its own connection (pCloneSATvm never copies it; see
+ * lTvmShare to share one). A handle already connected is disconnected
+ * first (as vTvmDisconnect). The queue of each call is p->tblName, its key
+ * on the server its decimal id ("21"), each record one value of p->lSize
+ * bytes.
+ * After a network failure (SOCK_*) the handle stays connected in name:
+ * its next call connects again (and fails with SOCK_CONN_ERR while the
+ * server is away). A call in progress when the connection broke is never
+ * sent again.
+ * Errors: CONDIT_IS_NIL (NULL handle or ip, empty ip), SOCK_CONN_ERR
+ * (refused, unknown host, no socket file, bad port), SOCK_CONN_TMO (no
+ * answer within the timeout), SOCK_ERR_CRTE (no socket), SOCK_READ_TMO and
+ * the other SOCK_* codes (the server did not answer the first command).
+ */
+long lTvmConnect(struct SATvm *p, char *ip, long port, int timeout_secs);
+
+/**
+ * As lTvmConnect, with TLS: connects handle p to a server speaking the
+ * Redis protocol over TLS (tvmq serve --tls-port, redis-server
+ * --tls-port), checking its certificate as `tls` says (see TvmTls). The
+ * timeout bounds the handshake as it bounds the connection. The handle
+ * keeps the configuration: its reconnections, the connection of its
+ * blocking pops, the handles sharing its connection (lTvmShare) and the
+ * other nodes of a Redis Cluster use the same certificates (a cluster's
+ * nodes are checked against server_name, else the address the cluster
+ * gives for them). The files are read during this call only.
+ * Threads: as lTvmConnect (one thread at a time per handle); no global
+ * initialisation is needed, and threads may connect at the same time.
+ * Errors: CONDIT_IS_NIL (NULL p, ip or tls; empty ip), BOOT_PARM_ERR
+ * (tls->size too small or unknown fields set; cert_file without key_file
+ * or the reverse; a file with no usable certificate or key; a key that is
+ * not the certificate's; a server name that is not one), FIL_NOT_EXIST (a
+ * file that does not exist), RMT_NOT_SUPPT (ip is a unix socket path: TLS
+ * is for TCP), SOCK_COM_EXCP (the handshake failed: a server certificate
+ * no trusted CA signed, not for this name, or expired; a server that does
+ * not speak TLS; a server that refused the client certificate or wants
+ * one: with TLS 1.3 it says so after the handshake, at the first command,
+ * which this call sends), and those of lTvmConnect (SOCK_CONN_TMO: no
+ * answer, or no complete handshake, within the timeout).
+ */
+long lTvmConnectTls(struct SATvm *p, const char *ip, long port, int timeout_secs, const struct TvmTls *tls);
+
+/**
+ * Sets the credentials that handle p's connections give the server
+ * (`AUTH password`, or `AUTH user password` when `user` is not NULL),
+ * for a server started with a password (tvmq serve --requirepass, Redis's
+ * requirepass or ACL users). Call it before lTvmConnect or lTvmConnectTls:
+ * every connection the handle opens from then on (the first, those after a
+ * network failure, a shared handle's blocking-pop connection, the other
+ * nodes of a Redis Cluster) sends AUTH first, and a connection whose AUTH
+ * is refused fails with SOCK_COM_EXCP (its message quotes the server's
+ * answer, e.g. WRONGPASS). A connection already open is not changed:
+ * connect again. `password` NULL clears the credentials. The strings are
+ * copied; over plain TCP they cross the network in clear text (see
+ * lTvmConnectTls). Threading: as lTvmConnect (one thread per handle).
+ * Returns RC_SUCC; errors: CONDIT_IS_NIL (NULL handle, or a user without
+ * a password).
+ *
+ * # Safety
+ * `p` is NULL or a live handle; `user` and `password` are NULL or
+ * NUL-terminated strings.
+ */
+long lTvmAuth(struct SATvm *p, const char *user, const char *password);
+
+/**
+ * Makes handle p use the connection of handle `src` (already connected):
+ * the commands of every handle sharing a connection are pipelined
+ * together (auto-pipelining), so that N threads doing synchronous calls
+ * cost about one round trip per batch instead of one each. Each handle
+ * still gets its own answers, errors and asynchronous window; blocking
+ * pops (lTvmPop QUE_NORMAL on an empty queue, lTvmPopup with secs > 0)
+ * wait on a connection of their handle's own, opened when first needed,
+ * so as not to hold up the others. p's own connection, if any, is closed
+ * first (as vTvmDisconnect). vTvmDisconnect(p) leaves `src` and the other
+ * sharers connected; the connection closes with its last handle.
+ * Threads: call it before p and src are used by other threads (it changes
+ * both); afterwards each thread uses its own handle as usual.
+ * Errors: CONDIT_IS_NIL (NULL p or src), SERV_NOT_CONN (src not connected).
+ */
+long lTvmShare(struct SATvm *p, struct SATvm *src);
+
+/**
+ * Closes handle p's connection, after waiting for the answers of its
+ * asynchronous pushes (as lAsyWait: when it returns, every record pushed
+ * with lAsyPush is in its queue, or m_lErrno / lGetTErrno() give the first
+ * failure and m_lEffect how many went in), and after putting back the
+ * values it kept (see lTvmPop). Later network calls give SERV_NOT_CONN
+ * until lTvmConnect. On a handle that never connected (a handle that made
+ * only local calls, NULL) it does nothing else: the handle stays usable.
+ */
+void vTvmDisconnect(struct SATvm *p);
+
+/**
+ * Connects handle p to the Redis master that the sentinels call `master`
+ * (`sentinel monitor <master> ...`), and follows it through failovers.
+ * `sentinels` is "host:port,host:port,..." (IPv6: "[::1]:26379"); they
+ * are asked in turn (`SENTINEL get-master-addr-by-name`), the one that
+ * answered first next time, and the server they name must answer ROLE
+ * with "master". Afterwards, when a call finds the master gone (its
+ * connection refused, lost or timed out), demoted (`-READONLY`) or cut
+ * off (`-MASTERDOWN`), the sentinels are asked again and the handle
+ * reconnects to the master they name, retrying within `timeout_secs`
+ * (0 or less: within 30 s). A call the server certainly did not execute
+ * (a connection that could not be made, READONLY, MASTERDOWN) is then
+ * sent again to the new master and succeeds; a call whose connection
+ * broke before its answer fails with its SOCK_* code (it may or may not
+ * have been executed: a push may then be there twice if retried) and
+ * the next call goes to the new master. lTvmPopLease waits through a
+ * failover (a lease taken and unanswered runs out and is delivered
+ * again). Asynchronous pushes cut by a failover are reported by lAsyWait,
+ * and those after it go to the new master. With lTvmRequireReplicas a
+ * push that returned RC_SUCC is on the master and on that many replicas,
+ * one of which the sentinels promote. Handles that share this handle's
+ * connection (lTvmShare) do not follow the master: give each its own.
+ * Credentials: lTvmAuth for the master and replicas, lTvmSentinelAuth for
+ * the sentinels (which may have their own password), both before this
+ * call. Otherwise as lTvmConnect (timeouts, keys, calls).
+ * Threads: as lTvmConnect.
+ * Errors: CONDIT_IS_NIL (NULL handle, sentinels or master; empty list or
+ * name), BOOT_PARM_ERR (an item that is not host:port), SOCK_CONN_ERR,
+ * SOCK_CONN_TMO and the other SOCK_* codes (no sentinel answered, or the
+ * master could not be reached in time: the message says which),
+ * SVR_EXCEPTION (no sentinel knows `master`, or the server named is not a
+ * master in time).
+ */
+long lTvmConnectSentinel(struct SATvm *p, const char *sentinels, const char *master, int timeout_secs);
+
+/**
+ * As lTvmConnectSentinel, over TLS: the sentinels and the master (and its
+ * successors) are reached with TLS as `tls` says (see TvmTls and
+ * lTvmConnectTls: one configuration for both; a server_name, if set, must
+ * be on every certificate). Errors: those of lTvmConnectSentinel and the
+ * TLS ones of lTvmConnectTls.
+ */
+long lTvmConnectSentinelTls(struct SATvm *p, const char *sentinels, const char *master, int timeout_secs, const struct TvmTls *tls);
+
+/**
+ * Sets the credentials handle p gives the sentinels of lTvmConnectSentinel
+ * (`AUTH password`, or `AUTH user password`): a sentinel started with its
+ * own password (`requirepass` in its configuration, which is not the
+ * master's: the master's is given with lTvmAuth). Call it before
+ * lTvmConnectSentinel. `password` NULL clears them. The strings are
+ * copied. Threading: as lTvmConnect.
+ * Returns RC_SUCC; errors: CONDIT_IS_NIL (NULL handle, or a user without
+ * a password). A sentinel that refuses them is skipped as one that does
+ * not answer (the message of the failed connect quotes its answer).
+ *
+ * # Safety
+ * `p` is NULL or a live handle; `user` and `password` are NULL or
+ * NUL-terminated strings.
+ */
+long lTvmSentinelAuth(struct SATvm *p, const char *user, const char *password);
 
 /**
  * Attaches queue t for handle p (as lAttchTable), for a handle made with

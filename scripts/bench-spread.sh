@@ -15,18 +15,11 @@ driver=$1 rounds=${2:-3} records=${3:-40000}
 dir=$(mktemp -d /tmp/tvmq-bench-spread.XXXXXX)
 PIDS=()
 trap 'kill -KILL "${PIDS[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "$dir"' EXIT
-port() { python3 -c 'import random,socket
-for _ in range(500):
-    p = random.randint(20000, 29999)
-    try:
-        for q in (p, p + 10000):
-            s = socket.socket(); s.bind(("127.0.0.1", q)); s.close()
-    except OSError:
-        continue
-    print(p); break'; }
+# steady_port: a node's port P with P + 10000 (its bus port) free
+. "$(dirname "${BASH_SOURCE[0]}")/../c-tests/ports.sh"
 NODES=()
 for _ in 1 2 3; do
-    p=$(port)
+    p=$(steady_port)
     NODES+=("$p")
     mkdir -p "$dir/$p"
     redis-server --port "$p" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir/$p" --cluster-enabled yes \

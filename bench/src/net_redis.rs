@@ -35,7 +35,7 @@ const HAND_PIPE: &str = "BLMOVE + LREM by hand, LREM with the next BLMOVE";
 const PUSH: &str = "lTvmPush";
 const PUSH_WAIT: &str = "lTvmPush, 1 replica required";
 /// The queue the driver uses (key "21") and its lease keys.
-const KEYS: &str = "21 {21}:stage {21}:retry {21}:leased {21}:rec {21}:dlv {21}:delayed {21}:opts {21}:stats {21}:seq";
+const KEYS: &str = "21 {21}:stage {21}:retry {21}:leased {21}:rec {21}:delayed {21}:opts {21}:stats {21}:seq {21}:dead";
 
 /// A replica of the server on `master`, until dropped, and the file it
 /// keeps its copy in (to remove after).

@@ -27,11 +27,16 @@ impl Client {
         }
     }
 
-    /// Records in queue `t` (LLEN; a spread queue: the sum over its shards).
+    /// Records in queue `t` (LLEN; a spread queue: the sum over its shards,
+    /// asked in one round trip).
     pub(crate) fn count(&mut self, t: u32) -> Result<u64> {
+        let keys = self.queue_keys(t);
         let mut n = 0;
-        for key in self.queue_keys(t) {
-            n += self.key_command(key, b"LLEN", &[])?.max(0) as u64;
+        for a in self.exec_all(&keys, |j, w| resp::command(w, &[b"LLEN", keys[j].as_bytes()]))? {
+            match a {
+                Answer::Int(len) => n += len.max(0) as u64,
+                a => return Err(unexpected("LLEN", &a)),
+            }
         }
         Ok(n)
     }

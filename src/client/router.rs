@@ -444,6 +444,35 @@ impl Router {
         self.take_answer(id).unwrap_or_else(|| Err(Error::new(SVR_EXCEPTION, "the command's reply was lost")))
     }
 
+    /// Runs one command for each of `keys` (the `j`-th written by
+    /// `encode(j, ..)`, ticket `first + j`), every one written before any
+    /// reply is awaited: one round trip for them all, the nodes they live
+    /// on answering at the same time. Their answers, in the order of `keys`.
+    pub(crate) fn call_all(
+        &mut self,
+        first: u64,
+        keys: &[&[u8]],
+        wait: ReplyWait,
+        encode: impl Fn(usize, &mut Vec<u8>),
+    ) -> Vec<Outcome> {
+        let ids = (first..).take(keys.len());
+        let queued: Vec<bool> = ids
+            .clone()
+            .zip(keys)
+            .enumerate()
+            .map(|(j, (id, key))| self.enqueue(key, Kind::Sync(id), wait, |w| encode(j, w)).is_ok())
+            .collect();
+        for (id, ok) in ids.clone().zip(&queued) {
+            if *ok {
+                self.wait_for(id);
+            }
+        }
+        ids.map(|id| {
+            self.take_answer(id).unwrap_or_else(|| Err(Error::new(SVR_EXCEPTION, "the command's reply was lost")))
+        })
+        .collect()
+    }
+
     /// Processes the replies that have arrived, without waiting.
     pub(crate) fn pump(&mut self) {
         for i in 0..self.nodes.len() {

@@ -8,12 +8,14 @@
 //! follow, independent of the cluster's current map. Pushes go to the
 //! shards in turn; a pop or a lease starts at the next shard in turn and
 //! takes from the first that has a record (FIFO within a shard, not
-//! across shards); lTvmCount sums the shards.
+//! across shards): when that shard is empty, one round of LLEN over the
+//! shards finds one that is not (one round trip, not one per shard);
+//! lTvmCount sums the shards (also in one round).
 
 use super::reply::Answer;
 use super::router::Flavor;
 use super::slot::{SLOTS, key_slot};
-use super::{Client, Key, PopWait, blpop_secs, unexpected};
+use super::{Client, Key, Link, PopWait, blpop_secs, unexpected};
 use crate::client::conn::ReplyWait;
 use crate::error::*;
 use std::time::Duration;
@@ -112,17 +114,13 @@ impl Client {
         })
     }
 
-    /// lTvmPop of a spread queue: LPOP of each shard in turn; waiting, BLPOP
-    /// on one shard at a time for at most [`POLL`].
+    /// lTvmPop of a spread queue: [`Client::pop_first`]; waiting, BLPOP on
+    /// one shard at a time for at most [`POLL`].
     pub(crate) fn spread_pop(&mut self, t: u32, wait: PopWait) -> Result<Vec<u8>> {
         loop {
             let order = self.pop_order(t);
-            for &(_, key) in &order {
-                match self.exec(key, ReplyWait::Normal, |w| resp::command(w, &[b"LPOP", key.as_bytes()]))? {
-                    Answer::Nil => {}
-                    Answer::Value(v) => return Ok(v),
-                    a => return Err(unexpected("LPOP", &a)),
-                }
+            if let Some(v) = self.pop_first(&order)? {
+                return Ok(v);
             }
             if wait == PopWait::NoWait {
                 return Err(Error::code_only(NO_DATA_FOUND));
@@ -137,6 +135,56 @@ impl Client {
                 a => return Err(unexpected("BLPOP", &a)),
             }
         }
+    }
+
+    /// The head of the first shard of `order` that has a record (None: all
+    /// were empty): LPOP of the first; when it is empty, one round of LLEN
+    /// over every shard (each node answering for its shards at the same
+    /// time: one round trip, not one per shard) and LPOP of the first that
+    /// has records in `order`, again while a round finds some (other
+    /// consumers may empty a shard between the two), at most once per shard.
+    fn pop_first(&mut self, order: &[(u32, Key)]) -> Result<Option<Vec<u8>>> {
+        let lpop = |c: &mut Client, key: Key| match c
+            .exec(key, ReplyWait::Normal, |w| resp::command(w, &[b"LPOP", key.as_bytes()]))?
+        {
+            Answer::Nil => Ok(None),
+            Answer::Value(v) => Ok(Some(v)),
+            a => Err(unexpected("LPOP", &a)),
+        };
+        if let Some(v) = lpop(self, order[0].1)? {
+            return Ok(Some(v));
+        }
+        let keys: Vec<Key> = order.iter().map(|o| o.1).collect();
+        for _ in 1..order.len() {
+            let lens = self.exec_all(&keys, |j, w| resp::command(w, &[b"LLEN", keys[j].as_bytes()]))?;
+            let mut full = lens.iter().zip(&keys).filter(|(n, _)| matches!(n, Answer::Int(n) if *n > 0));
+            let Some((_, &key)) = full.next() else { return Ok(None) };
+            if let Some(v) = lpop(self, key)? {
+                return Ok(Some(v));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Runs one command for each of `keys` (the `j`-th written by
+    /// `encode(j, ..)`) in one round trip ([`call_all`](super::router::Router::call_all); a shared
+    /// connection: one after another, pipelined with the other handles'),
+    /// following the master through a failover as [`Client::exec`] does.
+    /// Their answers in the order of `keys`; the first failure fails it.
+    pub(crate) fn exec_all(&mut self, keys: &[Key], encode: impl Fn(usize, &mut Vec<u8>)) -> Result<Vec<Answer>> {
+        let bytes: Vec<&[u8]> = keys.iter().map(Key::as_bytes).collect();
+        self.with_failover(|c| {
+            let first = c.next + 1;
+            c.next += keys.len() as u64;
+            let answers = match &mut c.link {
+                Link::Own(r) => r.call_all(first, &bytes, ReplyWait::Normal, &encode),
+                Link::Shared(s) => {
+                    keys.iter().enumerate().map(|(j, &k)| s.call(k, ReplyWait::Normal, |w| encode(j, w))).collect()
+                }
+                Link::Gone => return Err(Error::code_only(SERV_NOT_CONN)),
+            };
+            answers.into_iter().collect()
+        })
     }
 }
 
