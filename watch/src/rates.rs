@@ -113,9 +113,13 @@ mod tests {
                     id,
                     name: "q".into(),
                     snap: Snapshot { pushed, popped, ..Snapshot::default() },
+                    leases_read: None,
                 })
                 .collect(),
             unreadable: 0,
+            transient: 0,
+            leases_stale: 0,
+            leases_unread: 0,
             took: Duration::ZERO,
         }
     }
