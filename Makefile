@@ -26,7 +26,7 @@ THREADS  ?= 1 2 4 10
 # sets it. Empty: no wait.
 WAIT_DEPS ?=
 
-.PHONY: deps test-scripts all build run test test-all lint header test-rust test-c examples seed bench bench-drivers bench-smoke bench-net bench-net-smoke net-driver loom soak failover attack clean install uninstall test-install test-python test-readme
+.PHONY: deps test-scripts all build run test test-all lint header test-rust test-c examples seed bench bench-drivers bench-smoke bench-net bench-net-smoke net-driver loom soak failover attack clean install uninstall test-install test-python test-readme attack-commands
 
 all: build
 
@@ -169,8 +169,19 @@ failover: build
 # by hand; ATTACK_ARGS="NAME ..." runs some, "--list" names them): the figures
 # docs/server.md quotes. The tests (server/tests/attack_*.rs) bound the same
 # attacks at a smaller size.
-attack: build
+attack: build attack-commands
 	python3 scripts/attack.py --tvmq $(TVMQ) $(ATTACK_ARGS)
+
+# The attacks on `tvmq serve` by one client's commands, with their big figures
+# (scripts/attack-commands.py, a few minutes: scans of a big lease table and of
+# 20,000 queues, idle blocked clients, a BLPOP naming one key a million times,
+# creations and repairs at once, the creation budget, lease times, ACK, names);
+# server/tests/attack_commands.rs runs each one small in `make test`.
+# ATTACKS=leases,info,... runs those alone.
+attack-commands: build
+	TVMQ=$(TVMQ) python3 scripts/attack-commands.py $(subst $(comma), ,$(ATTACKS))
+
+comma := ,
 
 # Model checking of the ring and the lease table with loom (about 10 s of
 # models, after it builds the library's tests under --cfg loom in

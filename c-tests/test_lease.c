@@ -116,12 +116,14 @@ static void lease_extension(void)
     CHECK_FAIL(lPopLease(p, &out, QUE_NOWAIT, 0, &other), p, NO_DATA_FOUND);
     CHECK_FAIL(lAck(p, &old), p, LEASE_EXPIRED);
     CHECK_FAIL(lExtendLease(p, &l, -1), p, CONDIT_IS_NIL);
+    CHECK_FAIL(lExtendLease(p, &l, 31536000001L), p, CONDIT_IS_NIL); /* over a year */
     CHECK_SUCC(lExtendLease(p, &l, 0), p);
     CHECK_SUCC(lAck(p, &l), p);
 }
 
 /* lRelease with a delay: not delivered before it, delivered after it with
- * deliveries 2; a negative delay is refused; the released token is spent. */
+ * deliveries 2; a negative delay, or one over a year, is refused; the
+ * released token is spent. */
 static void lease_release_with_delay(void)
 {
     SATvm *p = G();
@@ -134,6 +136,7 @@ static void lease_release_with_delay(void)
     queuevoid(p, out, sizeof(out), t);
     REQUIRE_SUCC(lPopLease(p, &out, QUE_NOWAIT, 0, &l), p);
     CHECK_FAIL(lRelease(p, &l, -5), p, CONDIT_IS_NIL);
+    CHECK_FAIL(lRelease(p, &l, 31536000001L), p, CONDIT_IS_NIL); /* over a year */
     long long released = mono_ms();
     CHECK_SUCC(lRelease(p, &l, 150), p);
     CHECK_EQ(p->m_lEffect, 1);
@@ -265,6 +268,7 @@ static void lease_bad_tokens(void)
     CHECK_FAIL(lPopLease(p, &out, QUE_NOWAIT, 0, NULL), p, CONDIT_IS_NIL);
     CHECK_FAIL(lPopLease(p, NULL, QUE_NOWAIT, 0, &l), p, CONDIT_IS_NIL);
     CHECK_FAIL(lPopLease(p, &out, QUE_NOWAIT, -1, &l), p, CONDIT_IS_NIL);
+    CHECK_FAIL(lPopLease(p, &out, QUE_NOWAIT, 31536000001L, &l), p, CONDIT_IS_NIL); /* over a year */
     CHECK_EQ(depth(t), 1); /* nothing taken */
     REQUIRE_SUCC(lPopLease(p, &out, QUE_NOWAIT, 0, &l), p);
     queuevoid(p, out, sizeof(out), u);
@@ -417,6 +421,7 @@ static void lease_ack_pop_lease(void)
     CHECK_FAIL(lAckPopLease(p, NULL, &out, QUE_NOWAIT, 0, &l), p, CONDIT_IS_NIL);
     CHECK_FAIL(lAckPopLease(p, &l, NULL, QUE_NOWAIT, 0, &l), p, CONDIT_IS_NIL);
     CHECK_FAIL(lAckPopLease(p, &l, &out, QUE_NOWAIT, -1, &l), p, CONDIT_IS_NIL);
+    CHECK_FAIL(lAckPopLease(p, &l, &out, QUE_NOWAIT, 31536000001L, &l), p, CONDIT_IS_NIL);
     CHECK_EQU(l.deliveries, 1);
     CHECK_SUCC(lAck(p, &l), p);
 }

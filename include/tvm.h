@@ -785,8 +785,8 @@ void vTblDisconnect(struct SATvm *p, TABLE t);
  * be delivered again come before the queue's. The queue must have been
  * created with leases (tvmq create ... --lease-ms MS). m_lEffect = 1 on
  * success. Thread-safe (one handle per thread).
- * Errors: those of lPop (CONDIT_IS_NIL also for a NULL lease or a negative
- * lease_ms); LEASE_LIMIT (the queue's maximum of leases are in flight:
+ * Errors: those of lPop (CONDIT_IS_NIL also for a NULL lease or a lease_ms
+ * below 0 or above 31536000000, a year); LEASE_LIMIT (the queue's maximum of leases are in flight:
  * returned at once, whatever `wait` says); NOT_SUPPT_OPT (the queue has no
  * leases).
  */
@@ -820,7 +820,7 @@ long lAck(struct SATvm *p, struct TvmLease *lease);
  * - not 0: the acknowledgement failed, nothing was acknowledged or taken,
  *   `*done` and `*lease` are unchanged: the errors of lAck (LEASE_EXPIRED,
  *   LEASE_INVALID, TBL_NOT_FOUND, SHM_ERR_EIDRM), CONDIT_IS_NIL (a NULL
- *   handle, `done`, `out` or `lease`, a negative lease_ms), NOT_SUPPT_OPT
+ *   handle, `done`, `out` or `lease`, a lease_ms below 0 or above 31536000000, a year), NOT_SUPPT_OPT
  *   (a `wait` other than QUE_NORMAL and QUE_NOWAIT, or a queue without
  *   leases);
  * - 0: `*done` was acknowledged (and set to a token every call refuses),
@@ -836,7 +836,7 @@ long lAckPopLease(struct SATvm *p, struct TvmLease *done, void *out, Uenum wait,
  * consumer. A record already delivered the queue's maximum of deliveries
  * goes to the dead-letter queue instead (as lReject). m_lEffect = 1 on
  * success. Thread-safe (one handle per thread; one call at a time per token).
- * Errors: those of lAck; CONDIT_IS_NIL (negative delay); at the delivery
+ * Errors: those of lAck; CONDIT_IS_NIL (a delay_ms below 0 or above 31536000000, a year); at the delivery
  * limit, those of lReject.
  */
 long lRelease(struct SATvm *p, struct TvmLease *lease, long delay_ms);
@@ -858,7 +858,7 @@ long lReject(struct SATvm *p, struct TvmLease *lease);
  * copies of the old token are stale. m_lEffect = 1 on success. Thread-safe
  * (one handle per thread; one call at a time per token).
  * Errors: those of lAck (LEASE_EXPIRED if the lease already ran out);
- * CONDIT_IS_NIL (negative lease_ms).
+ * CONDIT_IS_NIL (a lease_ms below 0 or above 31536000000, a year).
  */
 long lExtendLease(struct SATvm *p, struct TvmLease *lease, long lease_ms);
 
@@ -891,7 +891,7 @@ long lExtendLease(struct SATvm *p, struct TvmLease *lease, long lease_ms);
  * handle that took it, one call at a time.
  * Errors: those of lTvmPop (SERV_NOT_CONN, SOCK_*, TBL_NOT_FOUND,
  * NO_DATA_FOUND, RECD_TOO_LONG; CONDIT_IS_NIL also for a NULL lease or a
- * negative lease_ms); LEASE_LIMIT (the queue's maximum of leases are in
+ * lease_ms below 0 or above 31536000000, a year); LEASE_LIMIT (the queue's maximum of leases are in
  * flight, at once whatever `wait`); NOT_SUPPT_OPT (the queue has no
  * leases: on a Redis, no `{t}:opts`).
  */
@@ -936,7 +936,7 @@ long lTvmAckPopLease(struct SATvm *p, struct TvmLease *done, void *out, Uenum wa
  * `*lease` is delivered again `delay_ms` milliseconds from now (0: at
  * once); at the queue's delivery limit it goes to the dead-letter queue.
  * m_lEffect = 1 on success. Threads: as lTvmPopLease.
- * Errors: those of lTvmAck; CONDIT_IS_NIL (negative delay); at the
+ * Errors: those of lTvmAck; CONDIT_IS_NIL (a delay_ms below 0 or above 31536000000, a year); at the
  * delivery limit, those of lTvmReject.
  */
 long lTvmRelease(struct SATvm *p, struct TvmLease *lease, long delay_ms);
@@ -957,7 +957,7 @@ long lTvmReject(struct SATvm *p, struct TvmLease *lease);
  * Updates `*lease`: copies of the old token are stale. m_lEffect = 1 on
  * success. Threads: as lTvmPopLease.
  * Errors: those of lTvmAck (LEASE_EXPIRED if it already ran out);
- * CONDIT_IS_NIL (negative lease_ms).
+ * CONDIT_IS_NIL (a lease_ms below 0 or above 31536000000, a year).
  */
 long lTvmExtendLease(struct SATvm *p, struct TvmLease *lease, long lease_ms);
 

@@ -1,7 +1,10 @@
 //! Names printed for people: a queue name (or a key a client sent) can hold
 //! any bytes, and printed raw it could move a terminal's cursor, recolour
-//! it or reorder the text around it. Both `tvmq list` and the server's
-//! INFO and error replies print names through [`escape_name`].
+//! it or reorder the text around it, or, holding blanks, pass for several
+//! columns of a table. The server's error replies print names through
+//! [`escape_name`] (between quotes); `tvmq list`, `tvmq stat` and the
+//! server's INFO, which print a name as one word among others, through
+//! [`escape_word`].
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
@@ -43,6 +46,44 @@ pub fn escape_name(name: &[u8]) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// `name` as one word: [`escape_name`], and every blank (any Unicode white
+/// space: a space as `\x20`, a no-break space as `\u{a0}`, ...) escaped
+/// too, so that no name can pass for several words (columns of a table,
+/// fields of a line); an empty name is `-`, and a name that is `-` is
+/// `\x2d`, so that every name is a word of its own.
+///
+/// ```
+/// assert_eq!(tvm::escape_word(b"QUEUE_USER_INFO"), "QUEUE_USER_INFO");
+/// assert_eq!(tvm::escape_word(b"a b\t"), "a\\x20b\\x09");
+/// assert_eq!(tvm::escape_word("x\u{a0}y".as_bytes()), "x\\u{a0}y");
+/// assert_eq!(tvm::escape_word(b""), "-");
+/// assert_eq!(tvm::escape_word(b"-"), "\\x2d");
+/// ```
+pub fn escape_word(name: &[u8]) -> Cow<'_, str> {
+    match name {
+        b"" => return Cow::Borrowed("-"),
+        b"-" => return Cow::Borrowed("\\x2d"),
+        _ => {}
+    }
+    let escaped = escape_name(name);
+    if !escaped.chars().any(char::is_whitespace) {
+        return escaped;
+    }
+    let mut out = String::with_capacity(escaped.len() + 8);
+    for c in escaped.chars() {
+        match c {
+            c if c.is_whitespace() && (c as u32) < 0x80 => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c if c.is_whitespace() => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
 fn needs_escape(c: char) -> bool {
     c == '\\'
         || c.is_control()
@@ -61,5 +102,19 @@ mod tests {
         assert_eq!(escape_name(b"back\\slash"), "back\\\\slash");
         assert_eq!(escape_name(b"\xc3"), "\\xc3");
         assert_eq!(escape_name("é✓".as_bytes()), "é✓");
+    }
+
+    #[test]
+    fn words_have_no_blank_and_are_never_empty() {
+        assert!(matches!(escape_word(b"plain-1"), Cow::Borrowed("plain-1")));
+        assert_eq!(escape_word(b"x   16  /fake"), "x\\x20\\x20\\x2016\\x20\\x20/fake");
+        assert_eq!(escape_word("a\u{2003}b\u{3000}c\r".as_bytes()), "a\\u{2003}b\\u{3000}c\\x0d");
+        assert_eq!(escape_word(b""), "-");
+        assert_eq!(escape_word(b"-"), "\\x2d");
+        assert_eq!(escape_word(b"--"), "--");
+        for name in [&b"a b"[..], b"\xc2\xa0", b" ", b"\t\n", "\u{85}".as_bytes()] {
+            let w = escape_word(name);
+            assert!(!w.is_empty() && !w.chars().any(|c| c.is_whitespace() || c.is_control()), "{name:?}: {w:?}");
+        }
     }
 }

@@ -30,7 +30,7 @@
 //! | module | concern |
 //! |---|---|
 //! | `codes`, [`error`] | the STVM error codes and messages; the [`Error`] value; no I/O |
-//! | `escape` | names made safe to print: [`escape_name`]; no I/O |
+//! | `escape` | names made safe to print: [`escape_name`], [`escape_word`]; no I/O |
 //! | `atomics`, `clock`, `shm` | loom-switchable atomics; wall time, the monotonic clock and the boot id; a shared mapping and the views that keep it mapped |
 //! | `ring` | the lock-free algorithm over a `Storage` (heap or mapping); no files, no C |
 //! | `wait` | futex sleep and wake on a word of shared memory |
@@ -106,10 +106,11 @@ pub use attach::Attachments;
 #[cfg(not(loom))]
 pub use durable::{DurableStats, RecoveryStats, SyncRing, SyncStart};
 #[cfg(not(loom))]
-pub use escape::escape_name;
+pub use escape::{escape_name, escape_word};
 #[cfg(not(loom))]
 pub use file::{
-    check_queue_dir, filesystem_size, queue_dir, queue_file_id, queue_ids, queue_name, queue_path, slot_stride,
+    check_queue_dir, filesystem_size, queue_dir, queue_file_id, queue_ids, queue_name, queue_name_and_part, queue_path,
+    slot_stride,
 };
 #[cfg(not(loom))]
 pub use queue::{ExportFormat, Lease, LeaseState, LeaseStats, LeasedRecord};

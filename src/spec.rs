@@ -21,7 +21,9 @@ pub const DEFAULT_MAX_LEASES: u64 = 1024;
 pub const MAX_RECORD_SIZE: u64 = 1 << 30;
 /// Longest interval a durable queue may have (one hour).
 pub(crate) const MAX_INTERVAL_MS: u64 = 3_600_000;
-/// Longest lease (and release delay) a queue may default to: a year.
+/// Longest lease a queue may default to, and longest lease time or release
+/// delay one call may give ([`crate::Queue::pop_lease`],
+/// [`crate::Queue::extend_lease`], [`crate::Queue::release`]): a year.
 pub const MAX_LEASE_MS: u64 = 365 * 24 * 3600 * 1000;
 /// Most leases a queue may have in flight (entries of its lease table).
 pub const MAX_LEASES: u64 = crate::lease::MAX_ENTRIES;
@@ -192,6 +194,19 @@ impl Spec {
         }
         Ok(())
     }
+}
+
+/// Checks a lease time or a release delay that one call gives (`what`
+/// names it): 0 to [`MAX_LEASE_MS`], else `CONDIT_IS_NIL` (beyond, a record
+/// would be parked for good).
+pub(crate) fn check_call_time(d: Duration, what: &str) -> Result<()> {
+    if d.as_millis() > u128::from(MAX_LEASE_MS) {
+        return Err(Error::new(
+            CONDIT_IS_NIL,
+            format!("{what} of {} ms is out of range: 0 to {MAX_LEASE_MS} ms (a year)", d.as_millis()),
+        ));
+    }
+    Ok(())
 }
 
 impl LeaseSpec {

@@ -142,6 +142,33 @@ fn a_released_record_comes_back_after_its_delay() {
 }
 
 #[test]
+fn lease_times_and_release_delays_beyond_a_year_are_refused() {
+    let dir = TempDir::new("leases", "max-time");
+    let q = lease_queue(&dir, 1, 8, leases(30_000));
+    let year = Duration::from_millis(tvm::MAX_LEASE_MS);
+    let beyond = year + Duration::from_millis(1);
+    let mut o = out();
+    q.push(b"a").unwrap();
+    // Refused before anything is taken: the record stays in the ring.
+    let e = q.pop_lease(&mut o, Wait::NoWait, beyond).unwrap_err();
+    assert_eq!(e.code(), CONDIT_IS_NIL);
+    assert!(e.what().contains("0 to 31536000000 ms"), "{e}");
+    assert_eq!(code(q.pop_lease(&mut o, Wait::NoWait, Duration::MAX)), CONDIT_IS_NIL);
+    assert_eq!(q.depth(), 1);
+    let (_, mut l) = q.pop_lease(&mut o, Wait::NoWait, year).unwrap();
+    assert!(l.remaining() > year - Duration::from_secs(1), "a year is allowed");
+    assert_eq!(code(q.extend_lease(&mut l, beyond)), CONDIT_IS_NIL);
+    assert_eq!(code(q.release(&l, beyond)), CONDIT_IS_NIL);
+    q.push(b"b").unwrap();
+    assert_eq!(code(q.ack_pop_lease(&l, &mut o, Wait::NoWait, beyond)), CONDIT_IS_NIL);
+    // None of the refusals ended or changed the lease.
+    q.extend_lease(&mut l, year).unwrap();
+    q.release(&l, Duration::ZERO).unwrap();
+    let s = q.lease_stats().unwrap();
+    assert_eq!((s.released, s.in_flight, s.waiting), (1, 0, 1));
+}
+
+#[test]
 fn a_record_delivered_the_maximum_times_goes_to_the_dead_letter_queue() {
     let dir = TempDir::new("leases", "dlq");
     let spec = LeaseSpec { max_deliveries: 3, dead_letter: Some(2), ..leases(30_000) };

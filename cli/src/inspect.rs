@@ -38,7 +38,7 @@ pub fn list(dir: &Path, as_json: bool) -> Result<(), Error> {
                 let i = q.info();
                 println!(
                     "{id:>10}  {:<16} {:>10} {:>12} {:>12}  {}",
-                    tvm::escape_name(i.name.as_bytes()),
+                    tvm::escape_word(i.name.as_bytes()),
                     i.record_size,
                     i.capacity,
                     q.depth(),
@@ -198,8 +198,10 @@ pub fn stat(dir: &Path, id: u32, as_json: bool) -> Result<(), Error> {
         return Ok(());
     }
     println!("queue            {id}");
-    println!("name             {}", tvm::escape_name(i.name.as_bytes()));
-    println!("partition        {}", i.part);
+    // Words that any creator chose: escaped, so that they cannot pass for
+    // other lines or columns (or drive the terminal).
+    println!("name             {}", tvm::escape_word(i.name.as_bytes()));
+    println!("partition        {}", tvm::escape_word(i.part.as_bytes()));
     println!("file             {}", q.path().display());
     println!("layout version   {}", i.version);
     println!("mode             {:04o}", i.mode);
@@ -227,7 +229,8 @@ pub fn stat(dir: &Path, id: u32, as_json: bool) -> Result<(), Error> {
     }
     println!("fields           {}", i.fields.len());
     for f in &i.fields {
-        println!("  {:<31} offset {:>6}  length {:>6}  {}", f.name, f.offset, f.len, f.kind.c_name());
+        let name = tvm::escape_word(f.name.as_bytes());
+        println!("  {name:<31} offset {:>6}  length {:>6}  {}", f.offset, f.len, f.kind.c_name());
     }
     Ok(())
 }

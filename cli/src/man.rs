@@ -28,6 +28,12 @@ pub const ENVIRONMENT: &[(&str, &str)] = &[
     ),
     ("TVMQ_REQUIREPASS", "tvmq serve: the password, when neither --requirepass nor --requirepass-file gives one."),
     (
+        "TVMQ_SERVE_SYNC",
+        "tvmq serve: how durable (always) queues are synced for the replies waiting on them: ring (the \
+         default: each worker on its own io_uring), threads (the sync threads), or inline (a measurement \
+         aid: the worker waits for the disk).",
+    ),
+    (
         "TVMQ_SERVE_SYNC_LINGER_US",
         "tvmq serve: how long a thread syncing durable queues waits for more work before it sleeps, in \
          microseconds (default 400; 0: never).",

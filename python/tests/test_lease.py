@@ -87,6 +87,18 @@ def test_a_lease_runs_out_and_errors():
     assert e.value.name == "NOT_SUPPT_OPT"
     with pytest.raises(ValueError):
         q.release(lease, delay_ms=-1)
+    # Over a year (31,536,000,000 ms): refused, nothing taken.
+    q.push(b"z")
+    with pytest.raises(tvmq.TvmError) as e:
+        q.pop_lease(lease_ms=31536000001)
+    assert e.value.name == "CONDIT_IS_NIL"
+    data, lease = q.pop_lease(timeout=1, lease_ms=31536000000)
+    assert data == rec(b"z")
+    for call in (lambda: q.release(lease, delay_ms=31536000001), lambda: q.extend_lease(lease, lease_ms=31536000001)):
+        with pytest.raises(tvmq.TvmError) as e:
+            call()
+        assert e.value.name == "CONDIT_IS_NIL"
+    q.ack(lease)
 
 
 def test_a_consumer_process_that_dies_holding_a_lease():

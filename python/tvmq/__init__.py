@@ -694,7 +694,8 @@ class Queue:
         lease time) or this process dies. Waits as :meth:`pop` does (Ctrl-C
         interrupts the wait; the wait looks again every few milliseconds).
         Raises :class:`TvmError` ``LEASE_LIMIT`` when the queue's maximum of
-        leases are in flight, ``NOT_SUPPT_OPT`` on a queue without leases."""
+        leases are in flight, ``NOT_SUPPT_OPT`` on a queue without leases,
+        ``CONDIT_IS_NIL`` for a ``lease_ms`` over a year (31,536,000,000)."""
         _raise_pending()
         if timeout is not None:
             _check_timeout(timeout)
@@ -733,7 +734,8 @@ class Queue:
     def release(self, lease: Lease, delay_ms: int = 0) -> None:
         """Puts the record back, delivered again ``delay_ms`` from now
         (``lRelease``); at the queue's delivery limit it goes to the
-        dead-letter queue instead. Errors: those of :meth:`ack`."""
+        dead-letter queue instead. Errors: those of :meth:`ack`;
+        ``CONDIT_IS_NIL`` for a ``delay_ms`` over a year (31,536,000,000)."""
         if delay_ms < 0:
             raise ValueError("delay_ms is 0 or more")
         self._lease_call("lRelease", ctypes.byref(lease), delay_ms)
@@ -747,7 +749,8 @@ class Queue:
     def extend_lease(self, lease: Lease, lease_ms: int = 0) -> None:
         """The lease now runs out ``lease_ms`` from now (0: the queue's lease
         time); ``lease`` is updated, copies of the old one are stale
-        (``lExtendLease``). Errors: those of :meth:`ack`."""
+        (``lExtendLease``). Errors: those of :meth:`ack`; ``CONDIT_IS_NIL``
+        for a ``lease_ms`` over a year (31,536,000,000)."""
         if lease_ms < 0:
             raise ValueError("lease_ms is 0 or more")
         self._lease_call("lExtendLease", ctypes.byref(lease), lease_ms)

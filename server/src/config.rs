@@ -26,6 +26,8 @@ const MAX_PASSWORD_FILE: u64 = 64 * 1024;
 pub const DEFAULT_TLS_HANDSHAKE_TIMEOUT_SECS: u64 = 5;
 /// The default `--metrics-max-queues`.
 pub const DEFAULT_METRICS_MAX_QUEUES: usize = 10_000;
+/// The default `--pool-threads`.
+pub const DEFAULT_POOL_THREADS: usize = 8;
 /// The default `--max-queues`.
 pub const DEFAULT_MAX_QUEUES: usize = 10_000;
 /// The default `--auth-timeout`, in seconds.
@@ -95,15 +97,21 @@ pub struct ServeArgs {
     /// Create a missing queue on first use (push, blocking pop) with ROWS records of SIZE bytes
     #[arg(long, value_name = "ROWSxSIZE", value_parser = parse_auto_create)]
     pub auto_create: Option<AutoCreate>,
-    /// Queues --auto-create may have made that still exist; beyond, a command that would create one is refused
+    /// Queues made by --auto-create (of any run or server: marked so in their header) that may exist in the
+    /// directory; beyond, a command that would create one is refused
     #[arg(long, default_value_t = DEFAULT_MAX_QUEUES, value_name = "N")]
     pub max_queues: usize,
-    /// Bytes the files of the queues --auto-create made may take (suffixes k, m, g: KiB, MiB, GiB; default: half the directory's filesystem)
+    /// Bytes the files of the queues made by --auto-create (of any run or server) may take (suffixes k, m, g: KiB,
+    /// MiB, GiB; default: half the directory's filesystem)
     #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
     pub max_memory: Option<u64>,
     /// Worker threads (0: one per available core)
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub threads: usize,
+    /// Threads that run the work taken off the workers (queue creation, TVMQ.REPAIR, LTRIM, DEL, scans,
+    /// leases of always queues); more work waits in line, in order
+    #[arg(long, default_value_t = DEFAULT_POOL_THREADS, value_name = "N", value_parser = parse_pool_threads)]
+    pub pool_threads: usize,
     /// Close a connection idle for this many seconds (0: never); blocked clients are not idle
     #[arg(long, default_value_t = 0, value_name = "SECS")]
     pub timeout: u64,
@@ -163,6 +171,7 @@ impl Default for ServeArgs {
             max_queues: DEFAULT_MAX_QUEUES,
             max_memory: None,
             threads: 0,
+            pool_threads: DEFAULT_POOL_THREADS,
             timeout: 0,
             write_timeout: DEFAULT_WRITE_TIMEOUT_SECS,
             max_bulk_len: DEFAULT_MAX_BULK_LEN,
@@ -305,6 +314,17 @@ fn read_password_file(path: &Path) -> Result<Vec<u8>, String> {
     let line = bytes.split(|&b| b == b'\n').next().unwrap_or_default();
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     Ok(line.to_vec())
+}
+
+/// The most `--pool-threads`.
+pub const MAX_POOL_THREADS: usize = 1024;
+
+/// Parses `--pool-threads`: 1 to [`MAX_POOL_THREADS`].
+pub fn parse_pool_threads(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (1..=MAX_POOL_THREADS).contains(&n) => Ok(n),
+        _ => Err(format!("{s:?}: expected 1 to {MAX_POOL_THREADS} threads")),
+    }
 }
 
 /// Parses `yes` or `no` (Redis's spelling of its boolean settings).

@@ -303,8 +303,12 @@ async fn run<S: Stream>(
                             Flow::LeaseOffWorker(d) => {
                                 blocked = cmd::blocking::lease_durable(d, shared, client, &mut out).await;
                             }
-                            Flow::DeadLetter(d) => cmd::lease::dead_letter_off_worker(d, client, &mut out).await,
-                            Flow::OffWorker(job) => cmd::off_worker::run(job, &mut out).await,
+                            Flow::DeadLetter(d) => {
+                                cmd::lease::dead_letter_off_worker(&shared.pool, d, client, &mut out).await
+                            }
+                            Flow::OffWorker(job) => cmd::off_worker::run(&shared.pool, job, &mut out).await,
+                            Flow::LeaseStats(scan) => cmd::lease::stats_off_worker(scan, shared, &mut out).await,
+                            Flow::Info(rest) => cmd::server::info_off_worker(rest, shared, &mut out).await,
                             Flow::Create(keys) => {
                                 // Made off the worker; then the command runs
                                 // again (not consumed). A queue dropped again
@@ -345,6 +349,12 @@ async fn run<S: Stream>(
                     if let Some(b) = blocked.take() {
                         if let Err(e) = flush(s, &mut out, client, shared, stats, stall).await {
                             return End::Error(e);
+                        }
+                        // The arguments' places of a long command (a BLPOP
+                        // of a million keys: 16 MB) are not kept while it
+                        // waits.
+                        if req.capacity() > 1024 {
+                            req = Request::new();
                         }
                         match wait_blocked(s, shared, b, client, &mut input, &mut out, pool).await {
                             Ok(()) => {}
@@ -539,7 +549,7 @@ async fn wait_blocked<S: Stream>(
         b.register(shared);
         // An `always` queue's leases are taken off the worker.
         let got = match b.durable_lease() {
-            Some((q, args)) => cmd::lease::take_durable(&q, args, client, out).await,
+            Some((q, args)) => cmd::lease::take_durable(&shared.pool, &q, args, client, out).await,
             None => b.try_pop(client, out),
         };
         if got {
@@ -557,9 +567,9 @@ async fn wait_blocked<S: Stream>(
                 resp::error(out, b"ERR server is shutting down");
                 return Err(End::Stop);
             }
+            // A push, a lease event (records released, or whose lease ran
+            // out: see `crate::waiters`), the queue dropped, the stop.
             _ = notify.notified() => {}
-            // TVMQ.LEASE: records released or whose lease ran out.
-            _ = sleep_or_never(b.recheck()) => {}
             _ = async { match deadline { Some(d) => tokio::time::sleep_until(d).await, None => std::future::pending().await } } => {
                 b.timed_out(proto, out);
                 return Ok(());

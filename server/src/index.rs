@@ -1,8 +1,19 @@
 //! The names of the queue directory, kept current: queue name -> ids, so
 //! that resolving a name (or finding that no queue has it) costs a hash
 //! lookup whether the directory holds 10 queues or 100,000; and the queues
-//! this server created, with the bytes of their files, for
-//! `--max-queues` and `--max-memory`.
+//! of the directory that `--auto-create` made, with the bytes of their
+//! files, for `--max-queues` and `--max-memory`.
+//!
+//! # The budget counts what exists
+//! A queue `--auto-create` makes carries [`AUTO_MARK`] as its partition
+//! text (`Spec::part`, in its header: `tvmq stat` shows it). The budget
+//! counts every queue of the directory with that mark, read from the
+//! headers as they come and go, whoever made it: this server, an earlier
+//! run of it, another server serving the same directory. So a restart, or
+//! a second server, starts from what is there, not from nothing. (Two
+//! servers creating at the same instant may each pass the other's last
+//! creations unseen: the budget may be passed by what one command creates,
+//! at most 8 queues, per server creating at that instant.)
 //!
 //! # How it stays current
 //! At start, before the server listens, an inotify watch is put on the
@@ -96,17 +107,35 @@ struct Watch {
     overflowed: bool,
 }
 
-/// The queues this server created that still exist, and their file sizes.
+/// The partition text of the queues `--auto-create` makes: what the
+/// budget counts.
+pub(crate) const AUTO_MARK: &str = "tvmq serve --auto-create";
+
+/// The queues of the directory marked [`AUTO_MARK`], and their file sizes.
 #[derive(Default)]
 struct CreatedQueues {
     sizes: HashMap<u32, u64>,
     bytes: u64,
 }
 
+impl CreatedQueues {
+    fn insert(&mut self, id: u32, bytes: u64) {
+        self.remove(id);
+        self.sizes.insert(id, bytes);
+        self.bytes += bytes;
+    }
+
+    fn remove(&mut self, id: u32) {
+        if let Some(b) = self.sizes.remove(&id) {
+            self.bytes -= b;
+        }
+    }
+}
+
 /// The bounds of auto-creation.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Budget {
-    /// Queues this server may have created and not yet seen dropped.
+    /// Queues marked as `--auto-create` made them that may exist.
     pub(crate) max_queues: usize,
     /// Bytes of the files of those queues.
     pub(crate) max_bytes: u64,
@@ -213,53 +242,49 @@ impl Index {
     }
 
     /// Records queue `id`, named `name`, which this server just created
-    /// with a file of `bytes` bytes.
+    /// (marked [`AUTO_MARK`]) with a file of `bytes` bytes.
     pub(crate) fn created(&self, id: u32, name: &str, bytes: u64) {
         self.maps.write().insert(id, name.to_string());
-        let mut created_queues = self.created_queues.lock();
-        if let Some(old) = created_queues.sizes.insert(id, bytes) {
-            created_queues.bytes -= old;
-        }
-        created_queues.bytes += bytes;
+        self.created_queues.lock().insert(id, bytes);
     }
 
-    /// Queues this server created that still exist, and their bytes.
+    /// Queues of the directory marked as `--auto-create` made them, and
+    /// their bytes.
     pub(crate) fn created_queues(&self) -> (usize, u64) {
         let created_queues = self.created_queues.lock();
         (created_queues.sizes.len(), created_queues.bytes)
     }
 
     /// May this server create `n` more queues of `bytes` bytes each?
-    /// Else the reason, in words. Drops not applied yet are applied first.
+    /// Else the reason, in words. Changes not applied yet are applied first.
     pub(crate) fn check_budget(&self, budget: &Budget, n: usize, bytes: u64) -> Result<(), String> {
         let fits = |(queues, used): (usize, u64)| {
             let more = bytes.saturating_mul(n as u64);
             if queues.saturating_add(n) > budget.max_queues {
                 Err(format!(
-                    "this server has created {queues} queues that exist, {n} more would pass --max-queues {}",
+                    "{queues} queues made by --auto-create exist in the directory, {n} more would pass \
+                     --max-queues {}",
                     budget.max_queues
                 ))
             } else if used.saturating_add(more) > budget.max_bytes {
                 Err(format!(
-                    "the {queues} queues this server created take {used} bytes, {more} more would pass --max-memory {}",
+                    "the {queues} queues made by --auto-create in the directory take {used} bytes, {more} more \
+                     would pass --max-memory {}",
                     budget.max_bytes
                 ))
             } else {
                 Ok(())
             }
         };
-        fits(self.created_queues()).or_else(|_| {
-            self.refresh();
-            fits(self.created_queues())
-        })
+        // What others made or dropped up to now counts: applied first (one
+        // `read` when nothing changed; creations run in the pool).
+        self.refresh();
+        fits(self.created_queues())
     }
 
     fn forget(&self, id: u32) {
         self.maps.write().remove(id);
-        let mut created_queues = self.created_queues.lock();
-        if let Some(b) = created_queues.sizes.remove(&id) {
-            created_queues.bytes -= b;
-        }
+        self.created_queues.lock().remove(id);
     }
 
     /// Reads the events queued and applies them, in order; and, if `retry`,
@@ -312,8 +337,15 @@ impl Index {
 
     /// Reads the header of queue `id`, new in the directory.
     fn read_one(&self, id: u32, unreadable: &mut HashSet<u32>) {
-        match tvm::queue_name(&self.dir, id) {
-            Ok(name) => self.maps.write().insert(id, name),
+        match read_header(&self.dir, id) {
+            Ok((name, marked)) => {
+                self.maps.write().insert(id, name);
+                let mut created_queues = self.created_queues.lock();
+                match marked {
+                    Some(bytes) => created_queues.insert(id, bytes),
+                    None => created_queues.remove(id),
+                }
+            }
             Err(e) if e.code() == TBL_NOT_FOUND => self.forget(id),
             Err(_) => {
                 if unreadable.len() < UNREADABLE_MAX {
@@ -337,9 +369,15 @@ impl Index {
         w.overflowed = false;
         w.unreadable.clear();
         let mut maps = Maps::default();
+        let mut created = CreatedQueues::default();
         for id in tvm::queue_ids(&self.dir).unwrap_or_default() {
-            match tvm::queue_name(&self.dir, id) {
-                Ok(name) => maps.insert(id, name),
+            match read_header(&self.dir, id) {
+                Ok((name, marked)) => {
+                    maps.insert(id, name);
+                    if let Some(bytes) = marked {
+                        created.insert(id, bytes);
+                    }
+                }
                 Err(_) => {
                     if w.unreadable.len() < UNREADABLE_MAX {
                         w.unreadable.insert(id);
@@ -347,16 +385,7 @@ impl Index {
                 }
             }
         }
-        {
-            let mut created_queues = self.created_queues.lock();
-            let gone: Vec<u32> =
-                created_queues.sizes.keys().copied().filter(|id| !maps.by_id.contains_key(id)).collect();
-            for id in gone {
-                if let Some(b) = created_queues.sizes.remove(&id) {
-                    created_queues.bytes -= b;
-                }
-            }
-        }
+        *self.created_queues.lock() = created;
         *self.maps.write() = maps;
         self.rescans.fetch_add(1, Ordering::Relaxed);
         self.rescanning.store(false, Ordering::Release);
@@ -378,6 +407,14 @@ impl Index {
             }
         }
     }
+}
+
+/// The name in the header of queue `id` of `dir`, and, if it carries
+/// [`AUTO_MARK`], the bytes of its file.
+fn read_header(dir: &Path, id: u32) -> tvm::Result<(String, Option<u64>)> {
+    let (name, part) = tvm::queue_name_and_part(dir, id)?;
+    let marked = (part == AUTO_MARK).then(|| std::fs::metadata(tvm::queue_path(dir, id)).map_or(0, |m| m.len()));
+    Ok((name, marked))
 }
 
 /// An inotify instance watching `dir` for queue files that come and go.

@@ -28,7 +28,7 @@ pub(crate) fn check_key_name(key: &[u8]) -> Result<(), KeyError> {
     Err(KeyError::InvalidName(why))
 }
 
-use crate::index::Found;
+use crate::index::{AUTO_MARK, Found};
 use crate::open::Handle;
 use crate::state::ServerState;
 use std::cell::RefCell;
@@ -71,31 +71,53 @@ pub fn auto_id(name: &str) -> u32 {
 /// missing keys is refused, creating nothing).
 pub(crate) const MAX_CREATES_PER_COMMAND: usize = 8;
 
+/// The refusal of a command naming `n` missing queues (`at_least`: `n` or
+/// more; the rest were not looked up), more than
+/// [`MAX_CREATES_PER_COMMAND`].
+pub(crate) fn too_many_creates(n: usize, at_least: bool) -> KeyError {
+    KeyError::Queue(Error::new(
+        MQUE_CRTE_BIG,
+        format!(
+            "{}{n} missing queues named in one command, at most {MAX_CREATES_PER_COMMAND} are created by one: \
+             nothing created",
+            if at_least { "at least " } else { "" }
+        ),
+    ))
+}
+
 /// A key's queue id, if the key is one (`21`, not `021`).
 fn numeric(key: &str) -> Option<u32> {
     key.parse::<u32>().ok().filter(|id| id.to_string() == key)
 }
 
-/// Creates the queues of `keys` as [`create_missing`] does, on a thread of
-/// the runtime's blocking pool, while the calling task waits (the worker
+/// Creates the queues of `keys` as [`create_missing`] does, in the server's
+/// pool ([`crate::pool`]), while the calling task waits (the worker
 /// serves its other connections). Concurrent creators of one key get one
 /// queue (`create_missing` creates one at a time, and finds a queue made
 /// meanwhile). `Err`: the key to name in the error reply, and why.
 pub(crate) async fn create_off_worker(shared: Arc<ServerState>, keys: Vec<Vec<u8>>) -> Result<(), (Vec<u8>, KeyError)> {
     let first = keys.first().cloned().unwrap_or_default();
-    let made = tokio::task::spawn_blocking(move || {
-        let delay = test_create_delay();
-        if !delay.is_zero() {
-            std::thread::sleep(delay);
-        }
-        let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
-        create_missing(&shared, &refs).map(|_| ())
-    })
-    .await;
+    let pool = shared.pool.clone();
+    let made = pool
+        .run(crate::pool::Kind::Heavy, move || {
+            let delay = test_create_delay();
+            if !delay.is_zero() {
+                std::thread::sleep(delay);
+            }
+            let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+            create_missing(&shared, &refs).map(|_| ())
+        })
+        .await;
     match made {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err((first, e)),
-        Err(e) => Err((first, KeyError::Queue(Error::new(MQUE_CRTE_BIG, format!("queue creation failed: {e}"))))),
+        Err(_) => Err((
+            first,
+            KeyError::Queue(Error::new(
+                MQUE_CRTE_BIG,
+                "queue creation did not complete (the server is stopping, or it failed)",
+            )),
+        )),
     }
 }
 
@@ -161,14 +183,7 @@ pub(crate) fn create_missing(shared: &ServerState, keys: &[&[u8]]) -> Result<Vec
         format!("{}{}", shown.join(", "), if keys.len() > 3 { ", ..." } else { "" })
     };
     if keys.len() > MAX_CREATES_PER_COMMAND {
-        return Err(KeyError::Queue(Error::new(
-            MQUE_CRTE_BIG,
-            format!(
-                "{} missing queues named in one command, at most {MAX_CREATES_PER_COMMAND} are created by one: \
-                 nothing created",
-                keys.len()
-            ),
-        )));
+        return Err(too_many_creates(keys.len(), false));
     }
     let _one_at_a_time = shared.create_lock.lock();
     shared.index.check_budget(&shared.budget, keys.len(), shared.auto_bytes).map_err(|why| {
@@ -186,8 +201,15 @@ pub(crate) fn create_missing(shared: &ServerState, keys: &[&[u8]]) -> Result<Vec
     Ok(queues)
 }
 
+/// A queue as `--auto-create` makes it: marked, for the budget.
+fn auto_spec(rows: u64, size: u64) -> Spec {
+    let mut spec = Spec::new(rows, size);
+    spec.part = AUTO_MARK.to_string();
+    spec
+}
+
 fn create_id(shared: &ServerState, id: u32, rows: u64, size: u64) -> Result<Arc<Queue>, KeyError> {
-    match Queue::create(shared.dir(), id, &Spec::new(rows, size)) {
+    match Queue::create(shared.dir(), id, &auto_spec(rows, size)) {
         Ok(()) => shared.index.created(id, "", shared.auto_bytes),
         Err(e) if e.code() == TBL_ARD_EXIST => {}
         Err(e) => return Err(KeyError::Queue(e)),
@@ -206,7 +228,7 @@ fn create_named(shared: &ServerState, name: &str, rows: u64, size: u64) -> Resul
     if let Some(q) = find(shared, name.as_bytes())? {
         return Ok(q);
     }
-    let mut spec = Spec::new(rows, size);
+    let mut spec = auto_spec(rows, size);
     spec.name = name.to_string();
     let first = auto_id(name);
     for i in 0..PROBES {

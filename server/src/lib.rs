@@ -15,17 +15,18 @@
 //! | `handshake` | TLS handshakes on a thread of their own, then to the worker | `worker`, `preauth`, `state`, `stream` |
 //! | `worker` | one thread per core, each a tokio current-thread runtime | `connection`, `local`, `keys`, `preauth`, `state`, `stream` |
 //! | `connection` | read, run every complete command, write the replies once; limits | `cmd`, `local`, `keys`, `preauth`, `state`, `stream`, `config` |
-//! | `cmd` | dispatch, then one file per family: `queue` (push, pop, LLEN), `blocking` (BLPOP), `admin` (DEL, LTRIM, TVMQ.REPAIR), `lease/` (the TVMQ.LEASE family: `owned`, `args`, `take`, `end`, `stats`), `server` (the rest), `table` (the commands, COMMAND); `context` (what a command runs with), `off_worker` (what it hands to the blocking pool) | `durable`, `keys`, `state`, `waiters`, `reply` |
+//! | `cmd` | dispatch, then one file per family: `queue` (push, pop, LLEN), `blocking` (BLPOP), `admin` (DEL, LTRIM, TVMQ.REPAIR), `lease/` (the TVMQ.LEASE family: `owned`, `args`, `take`, `end`, `stats`), `server` (the rest), `table` (the commands, COMMAND); `context` (what a command runs with), `off_worker` (what it hands to the pool) | `durable`, `keys`, `state`, `waiters`, `pool`, `reply` |
 //! | `local` | what one worker's connections share: key cache, buffer pool, stop notice, its syncs | `keys`, `durable` |
-//! | `keys` | key -> queue, caches, `--auto-create`, its bounds and its id scheme | `state`, `index`, `open`, `reply` |
-//! | `state` | `ServerState`, what every thread shares: options, queues, counters | `durable`, `index`, `open`, `preauth`, `waiters`, `shutdown`, `tls`, `config` |
+//! | `keys` | key -> queue, caches, `--auto-create`, its bounds and its id scheme | `state`, `index`, `open`, `pool`, `reply` |
+//! | `state` | `ServerState`, what every thread shares: options, queues, counters, the pool | `durable`, `index`, `open`, `preauth`, `waiters`, `pool`, `shutdown`, `tls`, `config` |
 //! | `durable` | `always` queues: a connection's replies waiting for a sync (`replies`), the worker's own syncs on its io_uring (`ring`), the sync threads where there is none (`syncers`) | `histogram` |
 //! | `histogram` | durations in fixed buckets, in atomics (the syncs' `tvmq_durable_sync_seconds`) | - |
-//! | `index` | queue name -> ids of the directory, kept current by inotify; the queues the server created (the budget) | `shutdown` |
+//! | `index` | queue name -> ids of the directory, kept current by inotify; the queues `--auto-create` made (the budget) | `shutdown` |
 //! | `open` | the queues held open, at most as many as the descriptors allow, the least recently used idle one closed | - |
 //! | `preauth` | connections not authenticated yet: their bound and their time | - |
 //! | `descriptors` | the open-file limit, raised, and shared between the server, the queues and the clients | - |
 //! | `waiters` | blocked clients and the bounded pool of watcher threads that wake them | `shutdown` |
+//! | `pool` | the one bounded pool of threads, with its line, for all the work taken off the workers | - |
 //! | `shutdown` | the stop signal | - |
 //! | `stream` | TCP, unix and TLS sockets behind one trait (a TCP socket that moves between threads); the I/O steps | - |
 //! | `tls` | `--tls-port`: the certificates, read at the start | `config` |
@@ -69,6 +70,7 @@ mod listener;
 mod local;
 mod metrics;
 mod open;
+mod pool;
 mod preauth;
 mod reply;
 mod shutdown;
@@ -156,7 +158,7 @@ impl Server {
             auth_log: parking_lot::Mutex::default(),
             stats: Stats::default(),
             shutdown: Arc::default(),
-            waiters: waiters::Waiters::new(threads),
+            waiters: waiters::Waiters::new(),
             started: Instant::now(),
             tcp_addr,
             unix_path: args.unixsocket.clone(),
@@ -171,6 +173,9 @@ impl Server {
             budget,
             auto_bytes,
             durable: durable::Commits::default(),
+            pool: pool::Pool::new(args.pool_threads),
+            lease_scans: pool::Coalesce::new(),
+            info_scans: pool::Coalesce::new(),
         });
         let metrics = metrics::start(&shared)?;
         let mut server = Server { shared: shared.clone(), threads: Vec::new(), metrics };
@@ -255,6 +260,9 @@ impl Server {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
+        // What the workers handed over and nobody waits for any more (leases
+        // of closed connections given back, ...) runs before the stop ends.
+        self.shared.pool.stop();
         listener::remove_socket(self.shared.unix_path.as_deref(), self.shared.unix_id);
     }
 }

@@ -48,12 +48,13 @@ pub(crate) fn c_str(bytes: &[u8], max: usize) -> &[u8] {
 pub(crate) const KEY_ECHO_MAX: usize = 64;
 
 /// A key as an error reply quotes it: at most [`KEY_ECHO_MAX`] bytes of
-/// it, escaped ([`tvm::escape_name`]: no control character, no NUL), with
+/// it, escaped ([`tvm::escape_name`]: no control character, no NUL; and a
+/// quote as `\x27`, so that the quotes end where the key does), with
 /// `...` when it was cut.
 pub(crate) fn quoted_key(key: &[u8]) -> String {
     let cut = &key[..key.len().min(KEY_ECHO_MAX)];
     let dots = if cut.len() < key.len() { "..." } else { "" };
-    format!("'{}{dots}'", tvm::escape_name(cut))
+    format!("'{}{dots}'", tvm::escape_name(cut).replace('\'', "\\x27"))
 }
 
 /// `-ERR no such queue '<key>'` (code TBL_NOT_FOUND for clients).
@@ -103,14 +104,19 @@ pub(crate) fn help(out: &mut Vec<u8>, lines: &[&[u8]]) {
 /// A queue error: `-<CODE_NAME> queue <id>: <what happened>` (the detail
 /// of the error, or the code's standard message when it has none).
 pub(crate) fn queue_error(out: &mut Vec<u8>, id: u32, e: &Error) {
+    queue_error_noting(out, id, e, "");
+}
+
+/// [`queue_error`] with `note` after its text (` (2 acknowledged before)`).
+pub(crate) fn queue_error_noting(out: &mut Vec<u8>, id: u32, e: &Error, note: &str) {
     let name = error::name(i64::from(e.code())).unwrap_or("SVR_EXCEPTION");
     match e.code() {
-        DATA_SPC_FULL => error_fmt(out, format_args!("{name} queue {id} is full: no space for insert data")),
-        SHM_ERR_EIDRM => error_fmt(out, format_args!("{name} queue {id} was dropped")),
+        DATA_SPC_FULL => error_fmt(out, format_args!("{name} queue {id} is full: no space for insert data{note}")),
+        SHM_ERR_EIDRM => error_fmt(out, format_args!("{name} queue {id} was dropped{note}")),
         // A detail that names the queue itself is not prefixed again
         // ("queue 24: queue 24 has no leases").
-        _ if starts_with_queue(e.what(), id) => error_fmt(out, format_args!("{name} {}", e.what())),
-        _ => error_fmt(out, format_args!("{name} queue {id}: {}", e.what())),
+        _ if starts_with_queue(e.what(), id) => error_fmt(out, format_args!("{name} {}{note}", e.what())),
+        _ => error_fmt(out, format_args!("{name} queue {id}: {}{note}", e.what())),
     }
 }
 
@@ -174,6 +180,7 @@ mod tests {
         assert_eq!(text(|o| no_such_queue(o, b"mylist")), "-ERR no such queue 'mylist'\r\n");
         assert_eq!(text(|o| no_such_queue(o, b"my\r\nlist\x1b")), "-ERR no such queue 'my\\x0d\\x0alist\\x1b'\r\n");
         assert_eq!(text(|o| no_such_queue(o, b"ab\0cd")), "-ERR no such queue 'ab\\x00cd'\r\n");
+        assert_eq!(text(|o| no_such_queue(o, b"a' b")), "-ERR no such queue 'a\\x27 b'\r\n");
         let long = text(|o| no_such_queue(o, &[b'k'; 10_000]));
         assert_eq!(long, format!("-ERR no such queue '{}...'\r\n", "k".repeat(KEY_ECHO_MAX)));
         assert_eq!(text(|o| invalid_key(o, b"", "empty")), "-ERR invalid key '' (0 bytes): empty\r\n");

@@ -3,10 +3,12 @@
 
 use crate::config::ServeArgs;
 use crate::index::{Budget, Index};
+use crate::pool::{Coalesce, Pool};
 use crate::shutdown::Shutdown;
 use crate::waiters::Waiters;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
@@ -122,7 +124,7 @@ pub(crate) struct ServerState {
     pub(crate) password: Option<Vec<u8>>,
     pub(crate) auth_log: parking_lot::Mutex<AuthLog>,
     pub(crate) stats: Stats,
-    pub(crate) shutdown: std::sync::Arc<Shutdown>,
+    pub(crate) shutdown: Arc<Shutdown>,
     pub(crate) waiters: Waiters,
     pub(crate) started: Instant,
     pub(crate) tcp_addr: Option<SocketAddr>,
@@ -142,7 +144,7 @@ pub(crate) struct ServerState {
     pub(crate) tls: Option<crate::tls::Acceptor>,
     pub(crate) tls_addr: Option<SocketAddr>,
     /// Queue names -> ids, kept current; the queues this server created.
-    pub(crate) index: std::sync::Arc<Index>,
+    pub(crate) index: Arc<Index>,
     /// `--max-queues` and `--max-memory` (its default worked out).
     pub(crate) budget: Budget,
     /// The size of the file of a queue `--auto-create` makes (0 without it).
@@ -150,6 +152,22 @@ pub(crate) struct ServerState {
     /// How `always` queues are synced for the replies waiting on them: the
     /// workers' rings, or the sync threads.
     pub(crate) durable: crate::durable::Commits,
+    /// The bounded pool that runs what the workers hand over.
+    pub(crate) pool: Pool,
+    /// Scans of lease tables (TVMQ.LEASES), shared by equal ones waiting in
+    /// line: by queue id and mapping.
+    pub(crate) lease_scans: Arc<Coalesce<(u32, usize), Option<tvm::LeaseStats>>>,
+    /// INFO's sections that read queue headers, shared likewise.
+    pub(crate) info_scans: Arc<Coalesce<InfoScan, String>>,
+}
+
+/// An INFO section that reads queue headers (in the pool).
+#[derive(Clone, Copy, Hash, PartialEq, Eq, Debug)]
+pub(crate) enum InfoScan {
+    /// `# Queues`.
+    Queues,
+    /// The per-queue lines of `# Durability`.
+    Durability,
 }
 
 /// A connection's place in `--maxclients` and in its worker's count, taken

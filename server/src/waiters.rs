@@ -1,29 +1,42 @@
-//! Blocked clients (BLPOP, BRPOP) and the watchers that wake them.
+//! Blocked clients (BLPOP, BRPOP, TVMQ.LEASE ... BLOCK) and the watchers
+//! that wake them.
 //!
-//! A blocked client costs no thread: it is a task waiting on its own
-//! [`Notify`]. The queues that have blocked clients are watched by a pool
-//! of at most max(worker threads, [`MIN_WATCHERS`]) watcher threads,
-//! started as needed; each watches up to [`PER_CALL`] queues at once,
-//! asleep in [`Queue::wait_for_any_push`] (one `futex_waitv` call on the
-//! queues' futexes, which producers of every process wake: another
-//! connection of this server, or a C program pushing through shared
-//! memory), plus a [`Bell`] that tells it its set changed. A queue that
-//! starts being watched goes to the first watcher with room, else to a new
-//! watcher while the pool may grow, else to the watcher with the fewest
-//! queues: a watcher with more than [`PER_CALL`] queues sleeps on them
-//! [`PER_CALL`] at a time, [`ROTATE_SLICE`] each, and looks at the push
-//! count of all of them whenever it wakes, so a push on any of its queues
-//! is seen within [`ROTATE_SLICE`] (within microseconds otherwise).
+//! A blocked client costs no thread and no CPU while nothing happens: it is
+//! a task waiting on its own [`Notify`], woken by the watcher of its
+//! queues. The queues that have blocked clients are watched by a pool of
+//! watcher threads, started as needed, one for every [`PER_CALL`] queues
+//! watched (at most [`MAX_WATCHERS`]); each sleeps in
+//! [`Queue::wait_for_any_push`] on all of its queues at once (one
+//! `futex_waitv` call on the queues' futexes, which producers of every
+//! process wake: another connection of this server, or a C program pushing
+//! through shared memory), plus a [`Bell`] that tells it its set changed.
+//! It sleeps until one of them is woken, at most [`WATCH_SLICE`] (it then
+//! looks at its queues again: a producer's wake-up may have gone to another
+//! sleeper of the queue, in another process), [`LEASE_SLICE`] when one of
+//! its queues has leases (as the library's own lease sleepers do), and
+//! no later than the next lease event its queues announce
+//! ([`Queue::lease_due_in`]: a lease running out, a released record coming
+//! due); the periodic sweep for holders that died
+//! ([`Queue::lease_sweep_due_in`]) is looked at every [`LEASE_SLICE`]. A
+//! watcher that has watched nothing for
+//! [`IDLE_EXIT`] ends. Only past [`MAX_WATCHERS`] x [`PER_CALL`] queues
+//! watched at once does a watcher hold more queues than one call takes: it
+//! then sleeps on them [`PER_CALL`] at a time, [`ROTATE_SLICE`] each, and
+//! looks at the push count of all of them whenever it wakes.
 //!
 //! When the push count of a queue moves by `n`, its watcher hands one
 //! wake-up each to the `n` clients that have waited longest on it (oldest
-//! first, Redis's rule), taking them off the queue's list; each pops for
-//! itself. A woken client that finds the queue empty (another consumer was
-//! faster) goes back on the list in its old place, and one woken by a queue
-//! it did not pop from passes the wake-up on to the next client waiting on
-//! that queue. No record is ever held by the server for a client, so none
-//! can be lost when a client goes away. A queue leaves its watcher's set
-//! when nobody waits on it any more.
+//! first, Redis's rule), taking them off the queue's list; each pops (or
+//! leases) for itself. When a lease event is due on a queue with leases (a
+//! lease ran out, a released record came due: records that no push
+//! brought), the client that has waited longest on it is woken; its lease
+//! call (or pop: plain pops take such records too) settles the event. A woken client that finds nothing (another
+//! consumer was faster) goes back on the list in its old place, and one
+//! that took something, or was woken by a queue it did not take from,
+//! passes the wake-up on to the next client waiting on that queue while
+//! records remain. No record is ever held by the server for a client, so
+//! none can be lost when a client goes away. A queue leaves its watcher's
+//! set when nobody waits on it any more.
 //!
 //! When the queue is dropped, or the server stops, every client on the list
 //! is woken, and its pop (or the stop) gives it an error reply.
@@ -36,16 +49,24 @@ use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 use tvm::{Bell, Queue};
 
 /// How long a watcher sleeps at most while no push comes (it then looks at
-/// the stop flag and its queues).
-const WATCH_SLICE: Duration = Duration::from_millis(50);
+/// its queues again).
+pub(crate) const WATCH_SLICE: Duration = Duration::from_secs(1);
+/// As [`WATCH_SLICE`], for a watcher of a queue with leases: a lease taken
+/// after it fell asleep may run out sooner than its next lease event said.
+pub(crate) const LEASE_SLICE: Duration = Duration::from_millis(200);
+/// A lease event still due after its client was woken (another process is
+/// sweeping, or the hint was early) wakes the next one no sooner than this.
+const LEASE_REFIRE: Duration = Duration::from_millis(10);
 /// How long a watcher with no queue sleeps at most (its bell wakes it for
 /// a new queue or the stop).
 const IDLE_SLICE: Duration = Duration::from_secs(1);
+/// A watcher with no queue for this long ends.
+pub(crate) const IDLE_EXIT: Duration = Duration::from_secs(10);
 /// How long a watcher with more queues than one call takes sleeps on each
 /// group of them in turn.
 const ROTATE_SLICE: Duration = Duration::from_millis(2);
@@ -54,8 +75,8 @@ const POLL_SLICE: Duration = Duration::from_millis(1);
 /// Queues one watcher sleeps on at once: `futex_waitv`'s 128 words, its
 /// bell's included.
 pub(crate) const PER_CALL: usize = tvm::WAIT_ANY_MAX - 1;
-/// The pool may grow to max(worker threads, this) watcher threads.
-pub(crate) const MIN_WATCHERS: usize = 8;
+/// Watcher threads at most: 8,128 queues watched without rotation.
+pub(crate) const MAX_WATCHERS: usize = 64;
 
 /// The clients waiting on one queue, by their place in line (the earliest
 /// first).
@@ -71,12 +92,16 @@ struct ListInner {
     watched: bool,
     /// The push count its watcher has handled.
     seen: u64,
+    /// When a due lease event last woke a client.
+    fired: Option<Instant>,
+    /// When a due periodic sweep last woke a client.
+    swept: Option<Instant>,
 }
 
-impl WaitList {
+impl ListInner {
     /// Wakes the oldest waiting client, taking it off the list.
-    fn wake_oldest(inner: &mut ListInner) -> bool {
-        match inner.waiting.pop_first() {
+    fn wake_oldest(&mut self) -> bool {
+        match self.waiting.pop_first() {
             Some((_, n)) => {
                 n.notify_one();
                 true
@@ -85,11 +110,19 @@ impl WaitList {
         }
     }
 
+    fn wake_all(&mut self) {
+        while self.wake_oldest() {}
+    }
+}
+
+impl WaitList {
     /// Hands a wake-up that a client did not use (it popped from another
-    /// queue, timed out or went away) to the next client, if records wait.
+    /// queue, timed out or went away), or used (it took records: more may
+    /// wait), to the next client, if records wait.
     pub(crate) fn pass_on(&self) {
-        if self.queue.depth() > 0 || self.queue.is_dropped() {
-            Self::wake_oldest(&mut self.inner.lock());
+        let q = &self.queue;
+        if q.depth() > 0 || q.is_dropped() || q.lease_due_in().is_some_and(|d| d.is_zero()) {
+            self.inner.lock().wake_oldest();
         }
     }
 }
@@ -98,8 +131,7 @@ impl WaitList {
 pub(crate) struct Waiters {
     lists: Mutex<HashMap<u32, Arc<WaitList>>>,
     places: AtomicU64,
-    pool: Mutex<Vec<Arc<Watcher>>>,
-    max_watchers: usize,
+    pool: Arc<Mutex<Vec<Arc<Watcher>>>>,
     /// Watcher threads started (for INFO and tests).
     pub(crate) watchers_started: AtomicU64,
 }
@@ -112,13 +144,11 @@ struct Watcher {
 }
 
 impl Waiters {
-    /// For a server of `workers` worker threads.
-    pub(crate) fn new(workers: usize) -> Waiters {
+    pub(crate) fn new() -> Waiters {
         Waiters {
             lists: Mutex::default(),
             places: AtomicU64::new(0),
-            pool: Mutex::default(),
-            max_watchers: workers.max(MIN_WATCHERS),
+            pool: Arc::default(),
             watchers_started: AtomicU64::new(0),
         }
     }
@@ -127,6 +157,16 @@ impl Waiters {
     /// (the lowest is served first).
     pub(crate) fn next_place(&self) -> u64 {
         self.places.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Watcher threads running.
+    pub(crate) fn watchers(&self) -> usize {
+        self.pool.lock().len()
+    }
+
+    /// Queues watched now.
+    pub(crate) fn watched(&self) -> usize {
+        self.pool.lock().iter().map(|w| w.set.lock().len()).sum()
     }
 
     /// Puts the client at `place` and `notify` on the list of `queue`,
@@ -163,7 +203,7 @@ impl Waiters {
                 // retries rather than leave it asleep.
                 eprintln!("tvmq serve: cannot start a watcher thread: {e}");
                 inner.watched = false;
-                Self::wake_all(&mut inner);
+                inner.wake_all();
             }
         }
         drop(inner);
@@ -171,17 +211,19 @@ impl Waiters {
     }
 
     /// Gives `list` to a watcher (see the module documentation), starting
-    /// one if the pool may grow and every watcher is full.
+    /// one if every watcher is full and the pool may grow.
     fn assign(&self, list: &Arc<WaitList>, shutdown: &Arc<Shutdown>) -> std::io::Result<()> {
+        // The pool stays locked until the list is in a set: a watcher ends
+        // only with the pool locked and its set empty.
         let mut pool = self.pool.lock();
         let roomy = pool.iter().find(|w| w.set.lock().len() < PER_CALL).cloned();
         let watcher = match roomy {
             Some(w) => w,
-            None if pool.len() < self.max_watchers => {
+            None if pool.len() < MAX_WATCHERS => {
                 let w = Arc::new(Watcher::default());
-                let (w2, stop) = (w.clone(), shutdown.clone());
-                std::thread::Builder::new().name(format!("tvmq-watch-{}", pool.len())).spawn(move || w2.run(&stop))?;
-                self.watchers_started.fetch_add(1, Ordering::Relaxed);
+                let n = self.watchers_started.fetch_add(1, Ordering::Relaxed);
+                let (w2, stop, all) = (w.clone(), shutdown.clone(), self.pool.clone());
+                std::thread::Builder::new().name(format!("tvmq-watch-{n}")).spawn(move || w2.run(&stop, &all))?;
                 pool.push(w.clone());
                 w
             }
@@ -190,8 +232,8 @@ impl Waiters {
                 None => return Err(std::io::Error::other("no watcher thread may be started")),
             },
         };
-        drop(pool);
         watcher.set.lock().push(list.clone());
+        drop(pool);
         watcher.bell.ring();
         Ok(())
     }
@@ -207,10 +249,6 @@ impl Waiters {
         list.inner.lock().waiting.contains_key(&place)
     }
 
-    fn wake_all(inner: &mut ListInner) {
-        while WaitList::wake_oldest(inner) {}
-    }
-
     /// Forgets the lists of dropped queues that nobody waits on.
     pub(crate) fn purge_dropped(&self) {
         self.lists.lock().retain(|_, l| {
@@ -223,7 +261,7 @@ impl Waiters {
     pub(crate) fn wake_everyone(&self) {
         let lists: Vec<_> = self.lists.lock().values().cloned().collect();
         for l in lists {
-            Self::wake_all(&mut l.inner.lock());
+            l.inner.lock().wake_all();
         }
         for w in self.pool.lock().iter() {
             w.bell.ring();
@@ -232,26 +270,42 @@ impl Waiters {
 }
 
 impl Watcher {
-    /// The watcher thread: see the module documentation.
-    fn run(&self, stop: &Shutdown) {
+    /// The watcher thread: see the module documentation. `all` is the pool
+    /// it leaves when it ends.
+    fn run(self: &Arc<Self>, stop: &Shutdown, all: &Mutex<Vec<Arc<Watcher>>>) {
         let mut rotation = 0;
         let mut futex_waitv = true;
+        let mut idle_since: Option<Instant> = None;
         loop {
             let bell = self.bell.value();
             let lists: Vec<Arc<WaitList>> = self.set.lock().clone();
             let stopping = stop.is_set();
+            let now = Instant::now();
             let mut watch: Vec<(&Queue, u64)> = Vec::with_capacity(lists.len());
+            let mut slice = WATCH_SLICE;
             for l in &lists {
                 let mut inner = l.inner.lock();
                 let q = &l.queue;
-                let now = q.push_count();
+                let pushes = q.push_count();
                 if q.is_dropped() || stopping {
-                    Waiters::wake_all(&mut inner);
-                } else if now != inner.seen {
-                    for _ in 0..now.wrapping_sub(inner.seen).min(inner.waiting.len() as u64) {
-                        WaitList::wake_oldest(&mut inner);
+                    inner.wake_all();
+                } else if pushes != inner.seen {
+                    for _ in 0..pushes.wrapping_sub(inner.seen).min(inner.waiting.len() as u64) {
+                        inner.wake_oldest();
                     }
-                    inner.seen = now;
+                    inner.seen = pushes;
+                }
+                if q.info().leases.is_some() && !inner.waiting.is_empty() && !q.is_dropped() {
+                    slice = slice.min(LEASE_SLICE);
+                    if let Some(due) = q.lease_due_in() {
+                        slice = slice.min(lease_event(&mut inner, due, now));
+                    }
+                    // Holders that died: looked for at most every LEASE_SLICE.
+                    let sweep_due = q.lease_sweep_due_in().is_some_and(|d| d.is_zero());
+                    if sweep_due && inner.swept.is_none_or(|t| now.duration_since(t) >= LEASE_SLICE) {
+                        inner.wake_oldest();
+                        inner.swept = Some(now);
+                    }
                 }
                 if inner.waiting.is_empty() || q.is_dropped() || stopping {
                     inner.watched = false;
@@ -263,15 +317,23 @@ impl Watcher {
             if stopping {
                 return;
             }
+            if watch.is_empty() {
+                let since = *idle_since.get_or_insert(now);
+                if now.duration_since(since) >= IDLE_EXIT && self.leave(all) {
+                    return;
+                }
+            } else {
+                idle_since = None;
+            }
             let (group, slice) = if watch.is_empty() {
                 (&watch[..], IDLE_SLICE)
             } else if watch.len() <= PER_CALL {
-                (&watch[..], WATCH_SLICE)
+                (&watch[..], slice)
             } else {
                 let groups = watch.len().div_ceil(PER_CALL);
                 rotation = (rotation + 1) % groups;
                 let from = rotation * PER_CALL;
-                (&watch[from..(from + PER_CALL).min(watch.len())], ROTATE_SLICE)
+                (&watch[from..(from + PER_CALL).min(watch.len())], ROTATE_SLICE.min(slice))
             };
             if futex_waitv {
                 if let Err(e) = Queue::wait_for_any_push(group, Some((&self.bell, bell)), slice) {
@@ -279,8 +341,36 @@ impl Watcher {
                     futex_waitv = false;
                 }
             } else {
-                std::thread::sleep(if watch.is_empty() { WATCH_SLICE } else { POLL_SLICE });
+                std::thread::sleep(if watch.is_empty() { IDLE_SLICE.min(slice) } else { POLL_SLICE });
             }
+        }
+    }
+
+    /// Leaves the pool if its set is still empty (a list given to it
+    /// meanwhile keeps it running): true if it did.
+    fn leave(self: &Arc<Self>, all: &Mutex<Vec<Arc<Watcher>>>) -> bool {
+        let mut pool = all.lock();
+        if !self.set.lock().is_empty() {
+            return false;
+        }
+        pool.retain(|w| !Arc::ptr_eq(w, self));
+        true
+    }
+}
+
+/// A list of a queue with leases, whose next lease event is `due` from
+/// `now`: wakes its oldest client when it is due (at most once per
+/// [`LEASE_REFIRE`] while it stays due); how long the watcher may sleep.
+fn lease_event(inner: &mut ListInner, due: Duration, now: Instant) -> Duration {
+    if !due.is_zero() {
+        return due;
+    }
+    match inner.fired.map(|t| now.duration_since(t)) {
+        Some(ago) if ago < LEASE_REFIRE => LEASE_REFIRE - ago,
+        _ => {
+            inner.wake_oldest();
+            inner.fired = Some(now);
+            LEASE_REFIRE
         }
     }
 }

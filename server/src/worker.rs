@@ -46,9 +46,12 @@ pub(crate) fn spawn(
 
 fn main(shared: Arc<ServerState>, index: usize, mut rx: UnboundedReceiver<Incoming>) {
     // A sweep run here (inside a pop or a lease) leaves the records it
-    // dooms for the blocking pool to move to their dead-letter queue (that
+    // dooms for the server's pool to move to their dead-letter queue (that
     // push may open the queue and sync it): see `cmd::off_worker::move_dead_letters`.
     tvm::Queue::sweeps_move_dead_letters(false);
+    // Work nobody waits for (leases of closed connections given back, ...)
+    // goes to the pool from here.
+    shared.pool.enter();
     let Some(rt) = shared.thread_runtime(&format!("worker {index}")) else { return };
     let local = tokio::task::LocalSet::new();
     // The worker's own syncs of `always` queues (their task on this

@@ -259,14 +259,20 @@ fn maxclients_refuses_the_one_too_many_with_redis_s_error() {
     server.stop();
 }
 
-/// Threads of process `pid`.
-fn threads(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find(|l| l.starts_with("Threads:"))
-        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        .unwrap_or(0)
+/// The names of process `pid`'s threads.
+fn thread_names(pid: u32) -> Vec<String> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
+    let comm = |t: std::fs::DirEntry| std::fs::read_to_string(t.path().join("comm")).ok();
+    tasks.flatten().filter_map(comm).map(|c| c.trim().to_string()).collect()
+}
+
+/// Process `pid`'s threads but those of the server's bounded pool, which
+/// starts its threads as jobs come (opening a queue is one) and never more
+/// than `--pool-threads` (8 by default).
+fn threads(pid: u32) -> (usize, usize) {
+    let names = thread_names(pid);
+    let pool = names.iter().filter(|n| n.starts_with("tvmq-pool")).count();
+    (names.len() - pool, pool)
 }
 
 #[test]
@@ -292,9 +298,15 @@ fn two_thousand_blocked_clients_cost_no_thread_and_little_memory() {
         let V::Bulk(info) = c.cmd(&[b"INFO", b"clients"]) else { return false };
         String::from_utf8_lossy(&info).contains(&format!("blocked_clients:{n}\r"))
     });
-    let (rss, t) = (server.rss_kib(), threads(server.pid()));
-    eprintln!("{n} blocked clients: RSS {base_rss} -> {rss} KiB, threads {base_threads} -> {t}");
-    assert!(t <= base_threads + 1, "one watcher thread, not one per client ({base_threads} -> {t})");
+    let (rss, (t, pool)) = (server.rss_kib(), threads(server.pid()));
+    let names = thread_names(server.pid());
+    eprintln!(
+        "{n} blocked clients: RSS {base_rss} -> {rss} KiB, threads {base_threads:?} -> {t} and {pool} of the pool: {names:?}"
+    );
+    let watchers = names.iter().filter(|n| n.starts_with("tvmq-watch")).count();
+    assert_eq!(watchers, 1, "one watcher thread for the one queue: {names:?}");
+    assert!(t <= base_threads.0 + 1, "one watcher thread, not one per client ({base_threads:?} -> {t})");
+    assert!(pool <= 8, "the pool keeps to its 8 threads: {names:?}");
     // Measured +11 MiB (2 KB of pipelined commands each, kept); +42 MiB when a
     // blocked client kept its pooled buffers.
     assert!(rss - base_rss < 24 * 1024, "{n} blocked clients took {} KiB", rss - base_rss);

@@ -47,12 +47,12 @@ fn the_exposition_counts_what_was_done_and_promtool_finds_nothing_to_fix() {
     let dir = TempDir::new("server", "metrics");
     create(&dir, 21, "ORDERS", 100, 16);
     create(&dir, 22, "EMPTY", 10, 8);
-    let server = start(&dir, &["--metrics-port", "0", "--requirepass", "s3cret-pw"]);
+    let server = start(&dir, &["--metrics-port", "0", "--requirepass", "s3cret-metrics"]);
     let addr = server.tcp_addr().unwrap();
     let maddr = server.metrics_addr().expect("a metrics port");
     let mut c = Conn::connect(addr);
     assert!(c.cmd(&[b"AUTH", b"wrong"]).err_text().starts_with("WRONGPASS"));
-    assert_eq!(c.cmd(&[b"AUTH", b"s3cret-pw"]), V::Simple("OK".into()));
+    assert_eq!(c.cmd(&[b"AUTH", b"s3cret-metrics"]), V::Simple("OK".into()));
     assert_eq!(c.cmd(&[b"RPUSH", b"21", b"a", b"b", b"c"]), V::Int(3));
     assert_eq!(c.cmd(&[b"LPOP", b"21"]), V::bulk(b"a"));
     assert_eq!(c.cmd(&[b"LLEN", b"21"]), V::Int(2));
@@ -63,7 +63,7 @@ fn the_exposition_counts_what_was_done_and_promtool_finds_nothing_to_fix() {
     assert_eq!(status, 401);
     let (status, _) = http(maddr, "/metrics", "Authorization: Bearer nope\r\n");
     assert_eq!(status, 401);
-    let (status, text) = http(maddr, "/metrics", "Authorization: Basic cHJvbTpzM2NyZXQtcHc=\r\n"); // prom:s3cret-pw
+    let (status, text) = http(maddr, "/metrics", "Authorization: Basic cHJvbTpzM2NyZXQtbWV0cmljcw==\r\n"); // prom:s3cret-metrics
     assert_eq!(status, 200, "{text}");
     assert_eq!(value(&text, "tvmq_queue_depth{queue=\"21\",name=\"ORDERS\"}"), 2.0);
     assert_eq!(value(&text, "tvmq_queue_pushed_total{queue=\"21\",name=\"ORDERS\"}"), 3.0);
@@ -79,7 +79,7 @@ fn the_exposition_counts_what_was_done_and_promtool_finds_nothing_to_fix() {
     assert_eq!(value(&text, "tvmq_server_auth_failures_total"), 1.0);
     assert_eq!(value(&text, "tvmq_server_rejected_connections_total"), 0.0);
     assert_eq!(value(&text, "tvmq_durable_sync_seconds_count"), 0.0);
-    let (status, bearer) = http(maddr, "/metrics", "Authorization: Bearer s3cret-pw\r\n");
+    let (status, bearer) = http(maddr, "/metrics", "Authorization: Bearer s3cret-metrics\r\n");
     assert_eq!(status, 200);
     assert!(bearer.contains("# TYPE tvmq_durable_sync_seconds histogram"));
     match promtool_complaints(&text) {
@@ -88,7 +88,7 @@ fn the_exposition_counts_what_was_done_and_promtool_finds_nothing_to_fix() {
     }
 
     // /api/queues: the same counters, the server's, a bound on the answer.
-    let auth = "Authorization: Bearer s3cret-pw\r\n";
+    let auth = "Authorization: Bearer s3cret-metrics\r\n";
     let (status, json) = http(maddr, "/api/queues?sort=depth&limit=1", auth);
     assert_eq!(status, 200);
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();

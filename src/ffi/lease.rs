@@ -13,6 +13,7 @@ use super::{CallResult, SATvm, Uenum, call};
 use crate::client::{NetLease, PopWait};
 use crate::error::*;
 use crate::queue::{Lease, Wait};
+use crate::spec::MAX_LEASE_MS;
 use std::ffi::{c_long, c_uint, c_ulonglong, c_void};
 use std::time::Duration;
 
@@ -147,23 +148,26 @@ unsafe fn hand_over(done: *mut TvmLease, lease: *mut TvmLease, token: TvmLease) 
 }
 
 /// A lease time in milliseconds from C, in nanoseconds (saturating; 0 stays
-/// 0: the queue's lease time): negative values are refused.
+/// 0: the queue's lease time): 0 to [`MAX_LEASE_MS`] (a year), else refused.
 #[inline]
 fn lease_nanos(ms: c_long) -> Result<u64> {
     match u64::try_from(ms) {
-        Ok(ms) => Ok(ms.saturating_mul(1_000_000)),
-        Err(_) => Err(negative_ms(ms, "lease time")),
+        Ok(ms) if ms <= MAX_LEASE_MS => Ok(ms * 1_000_000),
+        _ => Err(out_of_range_ms(ms, "lease time")),
     }
 }
 
 #[cold]
-fn negative_ms(ms: c_long, what: &str) -> Error {
-    Error::new(CONDIT_IS_NIL, format!("{what} {ms} ms: 0 or more"))
+fn out_of_range_ms(ms: c_long, what: &str) -> Error {
+    Error::new(CONDIT_IS_NIL, format!("{what} {ms} ms: 0 to {MAX_LEASE_MS} (a year)"))
 }
 
-/// Milliseconds from C: negative values are refused.
+/// Milliseconds from C: 0 to [`MAX_LEASE_MS`] (a year), else refused.
 fn millis(ms: c_long, what: &str) -> Result<Duration> {
-    u64::try_from(ms).map(Duration::from_millis).map_err(|_| negative_ms(ms, what))
+    match u64::try_from(ms) {
+        Ok(ms) if ms <= MAX_LEASE_MS => Ok(Duration::from_millis(ms)),
+        _ => Err(out_of_range_ms(ms, what)),
+    }
 }
 
 /// As lPop, and the record is leased for `lease_ms` milliseconds (0: the
@@ -179,8 +183,8 @@ fn millis(ms: c_long, what: &str) -> Result<Duration> {
 /// be delivered again come before the queue's. The queue must have been
 /// created with leases (tvmq create ... --lease-ms MS). m_lEffect = 1 on
 /// success. Thread-safe (one handle per thread).
-/// Errors: those of lPop (CONDIT_IS_NIL also for a NULL lease or a negative
-/// lease_ms); LEASE_LIMIT (the queue's maximum of leases are in flight:
+/// Errors: those of lPop (CONDIT_IS_NIL also for a NULL lease or a lease_ms
+/// below 0 or above 31536000000, a year); LEASE_LIMIT (the queue's maximum of leases are in flight:
 /// returned at once, whatever `wait` says); NOT_SUPPT_OPT (the queue has no
 /// leases).
 #[unsafe(no_mangle)]
@@ -262,7 +266,7 @@ pub unsafe extern "C" fn lAck(p: *mut SATvm, lease: *mut TvmLease) -> c_long {
 /// - not 0: the acknowledgement failed, nothing was acknowledged or taken,
 ///   `*done` and `*lease` are unchanged: the errors of lAck (LEASE_EXPIRED,
 ///   LEASE_INVALID, TBL_NOT_FOUND, SHM_ERR_EIDRM), CONDIT_IS_NIL (a NULL
-///   handle, `done`, `out` or `lease`, a negative lease_ms), NOT_SUPPT_OPT
+///   handle, `done`, `out` or `lease`, a lease_ms below 0 or above 31536000000, a year), NOT_SUPPT_OPT
 ///   (a `wait` other than QUE_NORMAL and QUE_NOWAIT, or a queue without
 ///   leases);
 /// - 0: `*done` was acknowledged (and set to a token every call refuses),
@@ -314,7 +318,7 @@ pub unsafe extern "C" fn lAckPopLease(
 /// consumer. A record already delivered the queue's maximum of deliveries
 /// goes to the dead-letter queue instead (as lReject). m_lEffect = 1 on
 /// success. Thread-safe (one handle per thread; one call at a time per token).
-/// Errors: those of lAck; CONDIT_IS_NIL (negative delay); at the delivery
+/// Errors: those of lAck; CONDIT_IS_NIL (a delay_ms below 0 or above 31536000000, a year); at the delivery
 /// limit, those of lReject.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lRelease(p: *mut SATvm, lease: *mut TvmLease, delay_ms: c_long) -> c_long {
@@ -353,7 +357,7 @@ pub unsafe extern "C" fn lReject(p: *mut SATvm, lease: *mut TvmLease) -> c_long 
 /// copies of the old token are stale. m_lEffect = 1 on success. Thread-safe
 /// (one handle per thread; one call at a time per token).
 /// Errors: those of lAck (LEASE_EXPIRED if the lease already ran out);
-/// CONDIT_IS_NIL (negative lease_ms).
+/// CONDIT_IS_NIL (a lease_ms below 0 or above 31536000000, a year).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lExtendLease(p: *mut SATvm, lease: *mut TvmLease, lease_ms: c_long) -> c_long {
     let body = |h: &mut SATvm| -> CallResult {
@@ -399,7 +403,7 @@ pub unsafe extern "C" fn lExtendLease(p: *mut SATvm, lease: *mut TvmLease, lease
 /// handle that took it, one call at a time.
 /// Errors: those of lTvmPop (SERV_NOT_CONN, SOCK_*, TBL_NOT_FOUND,
 /// NO_DATA_FOUND, RECD_TOO_LONG; CONDIT_IS_NIL also for a NULL lease or a
-/// negative lease_ms); LEASE_LIMIT (the queue's maximum of leases are in
+/// lease_ms below 0 or above 31536000000, a year); LEASE_LIMIT (the queue's maximum of leases are in
 /// flight, at once whatever `wait`); NOT_SUPPT_OPT (the queue has no
 /// leases: on a Redis, no `{t}:opts`).
 #[unsafe(no_mangle)]
@@ -504,7 +508,7 @@ pub unsafe extern "C" fn lTvmAckPopLease(
 /// `*lease` is delivered again `delay_ms` milliseconds from now (0: at
 /// once); at the queue's delivery limit it goes to the dead-letter queue.
 /// m_lEffect = 1 on success. Threads: as lTvmPopLease.
-/// Errors: those of lTvmAck; CONDIT_IS_NIL (negative delay); at the
+/// Errors: those of lTvmAck; CONDIT_IS_NIL (a delay_ms below 0 or above 31536000000, a year); at the
 /// delivery limit, those of lTvmReject.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lTvmRelease(p: *mut SATvm, lease: *mut TvmLease, delay_ms: c_long) -> c_long {
@@ -542,7 +546,7 @@ pub unsafe extern "C" fn lTvmReject(p: *mut SATvm, lease: *mut TvmLease) -> c_lo
 /// Updates `*lease`: copies of the old token are stale. m_lEffect = 1 on
 /// success. Threads: as lTvmPopLease.
 /// Errors: those of lTvmAck (LEASE_EXPIRED if it already ran out);
-/// CONDIT_IS_NIL (negative lease_ms).
+/// CONDIT_IS_NIL (a lease_ms below 0 or above 31536000000, a year).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lTvmExtendLease(p: *mut SATvm, lease: *mut TvmLease, lease_ms: c_long) -> c_long {
     let body = |h: &mut SATvm| -> CallResult {

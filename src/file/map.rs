@@ -95,6 +95,13 @@ pub fn queue_name(dir: &Path, id: u32) -> Result<String> {
     read_header(dir, id).map(|h| h.name().to_string())
 }
 
+/// The name and the partition text (`Spec::part`) in the header of queue
+/// `id` of `dir`, read as [`queue_name`] reads the name (one open and one
+/// read of its header). Errors: those of [`queue_name`].
+pub fn queue_name_and_part(dir: &Path, id: u32) -> Result<(String, String)> {
+    read_header(dir, id).map(|h| (h.name().to_string(), h.part().to_string()))
+}
+
 impl QueueFile {
     /// Opens queue `id` in `dir`, refusing anything that is not a regular
     /// queue file of ours with a valid header.

@@ -17,7 +17,7 @@ pub(crate) mod map;
 
 pub use dir::{check_queue_dir, filesystem_size, queue_dir, queue_file_id, queue_ids, queue_path};
 pub use layout::slot_stride;
-pub use map::queue_name;
+pub use map::{queue_name, queue_name_and_part};
 
 #[cfg(test)]
 mod tests;

@@ -286,6 +286,34 @@ impl Queue {
         result
     }
 
+    /// For a watcher of a queue with leases (a server whose clients wait to
+    /// lease from it, say): how long until a lease call may find a record
+    /// that no push brought: a lease running out, or a released record
+    /// coming due; zero when one may be due now (a lease call then settles
+    /// it, or finds nothing: the hints this reads err early). `None` for a
+    /// queue without leases, or with nothing in flight or waiting: then
+    /// only a push or a release brings a record, and both wake the queue's
+    /// sleepers (the futex that [`wait_for_any_push`](Self::wait_for_any_push)
+    /// sleeps on). Two loads. (A lease whose holder died is found sooner by
+    /// the periodic sweep: [`lease_sweep_due_in`](Self::lease_sweep_due_in).)
+    pub fn lease_due_in(&self) -> Option<Duration> {
+        let l = self.leases.as_ref()?;
+        Self::due_in(l.table.next_event_ns())
+    }
+
+    /// For a watcher as [`lease_due_in`](Self::lease_due_in): how long until
+    /// the periodic sweep, which finds the leases of holders that died
+    /// (zero: due now; a lease call runs it), `None` when no lease is in
+    /// flight (or the queue has no leases). One load.
+    pub fn lease_sweep_due_in(&self) -> Option<Duration> {
+        let l = self.leases.as_ref()?;
+        Self::due_in(l.table.control().hints.0.next_sweep_ns.load(Ordering::Relaxed))
+    }
+
+    fn due_in(at_ns: u64) -> Option<Duration> {
+        (at_ns != u64::MAX).then(|| Duration::from_nanos(at_ns.saturating_sub(mono_ns())))
+    }
+
     /// Wakes one sleeper, if any announced itself (see the module doc for
     /// why a SeqCst load after the claim suffices).
     #[inline]

@@ -242,3 +242,33 @@ fn a_queue_keeps_its_spin_time_and_spinning_pops_keep_their_deadline() {
         .is_err()
     );
 }
+
+/// A process that attached a queue with leases when its file system had no
+/// room for its entry in the process table is told so by its lease calls,
+/// with the system's error (it was `LEASE_LIMIT`, as if 256 processes were
+/// attached); pushes and pops still work; attached again with room, it leases.
+#[test]
+fn no_room_for_the_process_entry_is_the_disk_s_error_not_a_limit() {
+    use crate::spec::LeaseSpec;
+    let dir = TempDir::new("queue", "no-room");
+    let mut spec = Spec::new(8, 8);
+    spec.leases = Some(LeaseSpec::default());
+    Queue::create(dir.path(), 1, &spec).unwrap();
+    crate::registry::NO_ROOM.with(|c| c.set(true));
+    let opened = Queue::open(dir.path(), 1);
+    crate::registry::NO_ROOM.with(|c| c.set(false));
+    let q = opened.unwrap();
+    q.push(b"a").unwrap();
+    let mut out = [0u8; 8];
+    let e = q.pop_lease(&mut out, Wait::NoWait, Duration::ZERO).unwrap_err();
+    assert_eq!(e.code(), SHM_ERR_NOMEM, "{e}");
+    assert!(e.what().contains("No space left on device"), "{e}");
+    assert!(e.what().contains("no room for this process's entry"), "{e}");
+    assert_eq!(q.depth(), 1, "nothing taken");
+    assert_eq!(q.pop(&mut out, Wait::NoWait).unwrap(), 1, "plain pops need no entry");
+    drop(q);
+    let q = Queue::open(dir.path(), 1).unwrap();
+    q.push(b"b").unwrap();
+    let (_, lease) = q.pop_lease(&mut out, Wait::NoWait, Duration::ZERO).unwrap();
+    q.ack(&lease).unwrap();
+}

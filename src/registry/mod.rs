@@ -46,6 +46,7 @@ pub(crate) use announce::{HolderIs, IntentSlots};
 pub(crate) use layout::*;
 pub(crate) use locks::LockFile;
 
+use crate::error::{Error, LEASE_LIMIT, SHM_ERR_NOMEM};
 use crate::ring::IDLE;
 use crate::shm::SharedMap;
 use layout::{IntentPage, IntentWord, ProcHead, Table};
@@ -65,6 +66,10 @@ pub(crate) struct Registry {
     /// registers.
     file: LockFile,
     mine: Option<Mine>,
+    /// Why [`register`](Self::register) found no entry, when it was not
+    /// that every entry is held: the error that reserving one gave (no room
+    /// on the file system).
+    no_room: Option<i32>,
 }
 
 #[derive(Clone, Copy)]
@@ -86,7 +91,7 @@ impl Registry {
                 Table::Split { heads: map.view(table_offset)?, pages: map.view(table_offset.checked_add(INTENTS_AT)?)? }
             }
         };
-        Some(Registry { table, table_offset: table_offset as u64, file, mine: None })
+        Some(Registry { table, table_offset: table_offset as u64, file, mine: None, no_room: None })
     }
 
     fn layout(&self) -> TableLayout {
@@ -130,16 +135,23 @@ impl Registry {
 
     /// Reserves the storage of entry `index`'s intent page (a hole in a
     /// sparse file), so that a full file system fails here rather than with
-    /// a SIGBUS at the first write. False: no room. A file system without
-    /// `fallocate` is left to allocate on write.
-    fn reserve_intents(&self, fd: RawFd, index: usize) -> bool {
+    /// a SIGBUS at the first write. `Err(errno)`: no room (`ENOSPC`, `EIO`).
+    /// A file system without `fallocate` is left to allocate on write.
+    fn reserve_intents(&self, fd: RawFd, index: usize) -> std::result::Result<(), i32> {
         if self.layout() == TableLayout::Interleaved {
-            return true; // written whole when the file was made
+            return Ok(()); // written whole when the file was made
         }
         let at = (self.table_offset + self.layout().intents_at(index) as u64) as libc::off_t;
+        #[cfg(test)]
+        if NO_ROOM.with(std::cell::Cell::get) {
+            return Err(libc::ENOSPC);
+        }
         // SAFETY: fallocate (mode 0: allocate, inside the file's size) on an fd we own.
         let rc = unsafe { libc::fallocate(fd, 0, at, std::mem::size_of::<IntentPage>() as libc::off_t) };
-        rc == 0 || std::io::Error::last_os_error().raw_os_error().is_some_and(|e| e != libc::ENOSPC && e != libc::EIO)
+        match std::io::Error::last_os_error().raw_os_error() {
+            Some(e) if rc != 0 && (e == libc::ENOSPC || e == libc::EIO) => Err(e),
+            _ => Ok(()),
+        }
     }
 
     /// Takes a free entry (needs the file open for writing). Returns whether
@@ -157,8 +169,9 @@ impl Registry {
             }
             // The lock was free: whoever held this entry before is gone, and
             // so are its announcements.
-            if !self.reserve_intents(fd, index) {
+            if let Err(e) = self.reserve_intents(fd, index) {
                 unlock(fd, self.lock_offset(index));
+                self.no_room = Some(e);
                 return (false, 0);
             }
             let entry = self.entry(index);
@@ -191,6 +204,27 @@ impl Registry {
         }
     }
 
+    /// Why this process has no entry (it cannot hold leases): every entry
+    /// held by a live process (`LEASE_LIMIT`), or no room on the file system
+    /// of the queue file at `path` to reserve one (`SHM_ERR_NOMEM`, with the
+    /// system's error: the disk's error, not a limit's).
+    pub(crate) fn no_entry_error(&self, path: &std::path::Path) -> Error {
+        match self.no_room {
+            Some(errno) => Error::new(
+                SHM_ERR_NOMEM,
+                format!(
+                    "{}: no room for this process's entry in the queue's process table ({}): it cannot hold \
+                     leases until it attaches the queue again with room on its file system",
+                    path.display(),
+                    std::io::Error::from_raw_os_error(errno)
+                ),
+            ),
+            None => {
+                Error::new(LEASE_LIMIT, "this process has no entry in the queue's process table: it cannot hold leases")
+            }
+        }
+    }
+
     /// This process's entry and the registration number it took it with
     /// (None if not registered): how lease entries name their holder.
     pub(crate) fn me(&self) -> Option<(usize, u32)> {
@@ -208,4 +242,11 @@ impl Drop for Registry {
             }
         }
     }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// (Tests.) Reserving an entry's intent page fails with `ENOSPC` on
+    /// this thread, as on a full file system.
+    pub(crate) static NO_ROOM: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }

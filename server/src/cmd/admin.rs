@@ -21,6 +21,7 @@
 use super::context::{Ctx, key_error, parse_int};
 use super::off_worker::Job;
 use crate::keys::KeyError;
+use crate::pool::Kind;
 use crate::reply;
 use resp::Request;
 use tvm::Queue;
@@ -39,7 +40,7 @@ pub(crate) fn del(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8
         }
     }
     let dir = ctx.shared.dir().to_path_buf();
-    Some(Job::new(move |out| {
+    Some(Job::new(Kind::Light, move |out| {
         let mut dropped = 0;
         for id in ids {
             match Queue::drop_queue(&dir, id) {
@@ -87,7 +88,7 @@ pub(crate) fn ltrim(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<
         );
         return None;
     };
-    Some(Job::new(move |out| {
+    Some(Job::new(Kind::Heavy, move |out| {
         // A durable queue's pops share one sync, waited for here.
         let (trimmed, ticket) = q.defer_syncs(|q| match remove {
             None => q.truncate(),
@@ -107,7 +108,7 @@ pub(crate) fn ltrim(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<
 pub(crate) fn repair(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) -> Option<Job> {
     let key = req.arg(buf, 1);
     let q = ctx.queue(key, out)?;
-    Some(Job::new(move |out| {
+    Some(Job::new(Kind::Heavy, move |out| {
         let r = q.repair();
         q.move_dead_letters();
         resp::integer(out, (r.recovered_pushes + r.recovered_pops) as i64);

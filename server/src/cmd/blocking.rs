@@ -3,7 +3,7 @@
 //! waiting client is woken, and in which order).
 
 use super::context::{Client, Ctx, key_error};
-use super::lease::{self, DurableLease, LEASE_RECHECK, LeaseArgs, is_always, take_durable};
+use super::lease::{self, DurableLease, LeaseArgs, is_always, take_durable};
 use super::off_worker;
 use super::queue::pop_bulk;
 use crate::durable::OnFailure;
@@ -11,6 +11,7 @@ use crate::reply::{self, null_array};
 use crate::state::ServerState;
 use crate::waiters::{WaitList, Waiters};
 use resp::{Proto, Request};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
@@ -69,17 +70,40 @@ pub(crate) fn start(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<
         }
     };
     // Existing queues first; the missing ones are then created together,
-    // within the bounds (at most a few per command), or none is.
-    let mut found = Vec::with_capacity(n - 2);
+    // within the bounds (at most a few per command), or none is. A key named
+    // twice (or two keys of one queue) counts once: a BLPOP naming one key
+    // a million times holds one.
+    let mut seen: HashSet<&[u8]> = HashSet::new();
+    let mut ids: HashSet<u32> = HashSet::new();
+    let mut found = Vec::new();
     let mut missing: Vec<&[u8]> = Vec::new();
+    let auto_create = ctx.shared.args.auto_create.is_some();
+    let mut last: &[u8] = &[];
     for i in 1..n - 1 {
         let key = req.arg(buf, i);
+        // The same key again (a comparison), or one seen before (a hash).
+        if key == last || !seen.insert(key) {
+            continue;
+        }
+        last = key;
         match crate::keys::find(ctx.shared, key) {
-            Ok(q) => {
-                if q.is_none() && !missing.contains(&key) {
-                    missing.push(key);
+            Ok(None) if !auto_create => {
+                key_error(out, key, &crate::keys::KeyError::NoSuchQueue);
+                return None;
+            }
+            Ok(None) if missing.len() == crate::keys::MAX_CREATES_PER_COMMAND => {
+                // One more than may be created: no need to look further.
+                key_error(out, missing[0], &crate::keys::too_many_creates(missing.len() + 1, true));
+                return None;
+            }
+            Ok(None) => {
+                missing.push(key);
+                found.push((key, None));
+            }
+            Ok(Some(q)) => {
+                if ids.insert(q.id()) {
+                    found.push((key, Some(q)));
                 }
-                found.push((key, q));
             }
             Err(e) => {
                 key_error(out, key, &e);
@@ -87,12 +111,13 @@ pub(crate) fn start(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<
             }
         }
     }
-    if !missing.is_empty() && ctx.shared.args.auto_create.is_some() {
+    drop((seen, ids));
+    if !missing.is_empty() {
         // Made off the worker; then the command runs again.
         ctx.client.create = Some(missing.iter().map(|k| k.to_vec()).collect());
         return None;
     }
-    let mut keys = Vec::with_capacity(n - 2);
+    let mut keys = Vec::with_capacity(found.len());
     for (key, q) in found {
         match q {
             Some(q) => keys.push((key.to_vec(), q)),
@@ -125,7 +150,7 @@ pub(crate) async fn lease_durable(
     client: &mut Client,
     out: &mut Vec<u8>,
 ) -> Option<Blocked> {
-    if take_durable(&d.q, d.args, client, out).await {
+    if take_durable(&shared.pool, &d.q, d.args, client, out).await {
         return None;
     }
     match d.block {
@@ -154,12 +179,6 @@ impl Blocked {
             notify: Arc::new(Notify::new()),
             lease: Some(args),
         }
-    }
-
-    /// How long it may wait before looking again without a wake-up: leases
-    /// that run out or are released move no push count.
-    pub(crate) fn recheck(&self) -> Option<Duration> {
-        self.lease.map(|_| LEASE_RECHECK)
     }
 
     /// TVMQ.LEASE of an `always` queue: its queue and what it wants (the

@@ -99,6 +99,13 @@ pub(crate) fn millis(arg: &[u8]) -> Option<Duration> {
     parse_int(arg).and_then(|v| u64::try_from(v).ok()).map(Duration::from_millis)
 }
 
+/// A lease time or a release delay given as an argument: 0 to
+/// [`tvm::MAX_LEASE_MS`] milliseconds (a year; longer would park a record
+/// for good).
+pub(crate) fn lease_millis(arg: &[u8]) -> Option<Duration> {
+    millis(arg).filter(|d| d.as_millis() <= u128::from(tvm::MAX_LEASE_MS))
+}
+
 /// An integer as Redis's `string2ll` reads one (no `+`, no leading zero,
 /// no blank, within i64).
 pub(crate) fn parse_int(s: &[u8]) -> Option<i64> {

@@ -8,6 +8,7 @@
 
 use super::context::{Ctx, parse_int};
 use super::off_worker::Job;
+use crate::pool::Kind;
 use crate::reply;
 use resp::Request;
 
@@ -152,7 +153,7 @@ pub(crate) fn keys(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u
     }
     let pattern = pattern.to_vec();
     let index = ctx.shared.index.clone();
-    Some(Job::new(move |out| {
+    Some(Job::new(Kind::Heavy, move |out| {
         index.refresh();
         let (ids, _) = index.ids_from(0, usize::MAX);
         let keys: Vec<String> =

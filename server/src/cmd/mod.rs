@@ -5,14 +5,15 @@
 //! (TVMQ.LEASE, TVMQ.ACK, ...), [`keyspace`] (SCAN, KEYS, DBSIZE, TYPE),
 //! [`server`] (connection and server commands), with [`table`] naming and
 //! describing them all (for COMMAND too), `context` what they run with,
-//! and [`off_worker`] the work they hand to the runtime's blocking pool.
+//! and [`off_worker`] the work they hand to the server's pool
+//! ([`crate::pool`]).
 //!
 //! Inside, imports go one way (`scripts/check-layers.py` finds a circle):
 //! this dispatcher uses every family; `blocking` uses `lease` and `queue`;
 //! `lease` uses `queue`; `admin`, `blocking`, `keyspace`, `lease`, `queue`
 //! and `server` use `context`, which uses only `lease::owned` (the leases a
 //! connection owns); `admin`, `blocking`, `keyspace`, `lease` and `queue`
-//! use `off_worker`; `server` uses `table`; `off_worker` and `table` use no
+//! use `off_worker`; `server` uses `table` and `off_worker`; `off_worker` and `table` use no
 //! other command module.
 
 pub(crate) mod admin;
@@ -50,6 +51,12 @@ pub(crate) enum Flow {
     /// scan a whole ring) runs off the worker ([`off_worker::run`]), the
     /// connection waiting for its reply.
     OffWorker(off_worker::Job),
+    /// TVMQ.LEASES: the lease table's scan runs off the worker
+    /// ([`lease::stats_off_worker`]), the connection waiting for it.
+    LeaseStats(lease::LeaseScan),
+    /// INFO with sections that read queue headers: they are read off the
+    /// worker ([`server::info_off_worker`]), the connection waiting.
+    Info(server::InfoRest),
     /// The command needs queues `--auto-create` makes: made off the worker
     /// ([`crate::keys::create_off_worker`]), then the command runs again
     /// (its reply is not written yet).
@@ -87,7 +94,11 @@ pub(crate) fn execute(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Ve
         }
         Cmd::Ping => server::ping(ctx, buf, req, out),
         Cmd::Echo => resp::bulk(out, req.arg(buf, 1)),
-        Cmd::Info => server::info(ctx, buf, req, out),
+        Cmd::Info => {
+            if let Some(rest) = server::info(ctx, buf, req, out) {
+                return Flow::Info(rest);
+            }
+        }
         Cmd::Auth => server::auth(ctx, buf, req, out),
         Cmd::Hello => server::hello(ctx, buf, req, out),
         Cmd::Quit => {
@@ -122,7 +133,11 @@ pub(crate) fn execute(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Ve
             }
         }
         Cmd::Extend => lease::extend(ctx, buf, req, out),
-        Cmd::Leases => lease::stats(ctx, buf, req, out),
+        Cmd::Leases => {
+            if let Some(scan) = lease::stats(ctx, buf, req, out) {
+                return Flow::LeaseStats(scan);
+            }
+        }
         Cmd::Scan => keyspace::scan(ctx, buf, req, out),
         Cmd::Keys => return keyspace::keys(ctx, buf, req, out).map_or(Flow::Next, Flow::OffWorker),
         Cmd::Dbsize => keyspace::dbsize(ctx, out),

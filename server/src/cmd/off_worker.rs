@@ -1,50 +1,56 @@
-//! Work a command hands to the runtime's blocking pool, so that the worker
-//! serves its other connections meanwhile: a command's reply made there
-//! ([`Job`], the connection waiting for it), work nobody waits for
+//! Work a command hands to the server's pool ([`crate::pool`]), so that the
+//! worker serves its other connections meanwhile: a command's reply made
+//! there ([`Job`], the connection waiting for it), work nobody waits for
 //! ([`detach`]), and the dead-letter moves that sweeps on a worker leave
 //! ([`move_dead_letters`]).
 
+use crate::pool::{self, Kind, Pool};
 use std::sync::Arc;
 use tvm::Queue;
 
 /// A command's work that may touch the disk or scan a whole ring, to run
 /// off the worker ([`run`]): it appends the command's reply to the buffer
 /// it is given.
-pub(crate) struct Job(Box<WritesReply>);
+pub(crate) struct Job(Kind, Box<WritesReply>);
 
 /// What a [`Job`] runs: it appends the reply to the buffer.
 type WritesReply = dyn FnOnce(&mut Vec<u8>) + Send;
 
 impl Job {
-    /// The job that runs `f`, which writes the reply.
-    pub(crate) fn new(f: impl FnOnce(&mut Vec<u8>) + Send + 'static) -> Job {
-        Job(Box::new(f))
+    /// The job that runs `f`, which writes the reply; `kind` tells the
+    /// pool whether its cost grows with a queue ([`Kind::Heavy`]).
+    pub(crate) fn new(kind: Kind, f: impl FnOnce(&mut Vec<u8>) + Send + 'static) -> Job {
+        Job(kind, Box::new(f))
     }
 }
 
-/// Runs `job` on a thread of the runtime's blocking pool while the calling
-/// connection waits (other connections of the worker go on), then appends
-/// its reply to `out`.
-pub(crate) async fn run(job: Job, out: &mut Vec<u8>) {
-    let ran = tokio::task::spawn_blocking(move || {
-        let mut reply = Vec::new();
-        (job.0)(&mut reply);
-        reply
-    })
-    .await;
+/// Runs `job` in `pool` while the calling connection waits (other
+/// connections of the worker go on), then appends its reply to `out`.
+pub(crate) async fn run(pool: &Pool, job: Job, out: &mut Vec<u8>) {
+    let Job(kind, f) = job;
+    let ran = pool
+        .run(kind, move || {
+            let mut reply = Vec::new();
+            f(&mut reply);
+            reply
+        })
+        .await;
     match ran {
         Ok(reply) => out.extend_from_slice(&reply),
-        Err(e) => crate::reply::error_fmt(out, format_args!("ERR the command failed: {e}")),
+        Err(_) => failed(out),
     }
 }
 
-/// Runs `f` on a thread of the runtime's blocking pool, not waited for
-/// (here, outside a runtime).
+/// The reply of a command whose work in the pool did not complete (the
+/// server stops, or it panicked).
+pub(crate) fn failed(out: &mut Vec<u8>) {
+    resp::error(out, b"ERR the command's work did not complete (the server is stopping, or it failed)");
+}
+
+/// Hands `f` to the pool of this worker, not waited for (on another thread:
+/// runs it there).
 pub(crate) fn detach(f: impl FnOnce() + Send + 'static) {
-    match tokio::runtime::Handle::try_current() {
-        Ok(rt) => drop(rt.spawn_blocking(f)),
-        Err(_) => f(),
-    }
+    pool::detach_here(Kind::Light, f);
 }
 
 /// Has moved off the worker the records that a sweep run here found bound

@@ -4,8 +4,10 @@
 use super::context::{Ctx, parse_int};
 use super::table;
 use crate::reply;
+use crate::state::{InfoScan, ServerState};
 use resp::{Proto, Request};
 use std::fmt::Write as _;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 /// The Redis version announced (HELLO, INFO): the 7.0 command set's shapes.
@@ -323,12 +325,28 @@ pub(crate) fn command(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Ve
     table::command(ctx.client.proto, &mut args, out);
 }
 
-/// The most queues `INFO queues` describes (the lowest ids; a line says how
-/// many more there are): each costs a header read on the worker.
+/// The most queues `INFO queues` and `INFO durability` describe (the
+/// lowest ids; a line says how many more there are): each costs a header
+/// read, in the pool.
 const INFO_QUEUES_MAX: usize = 256;
 
-/// INFO [section ...]: server, clients, stats and per-queue figures.
-pub(crate) fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) {
+/// The sections of an INFO that read queue headers, to run off the worker
+/// ([`info_off_worker`]) after the others, written on the worker.
+pub(crate) struct InfoRest {
+    /// The reply's text so far.
+    text: String,
+    /// `# Durability` is wanted: its per-queue lines, then its end.
+    durability: bool,
+    /// `# Queues` is wanted.
+    queues: bool,
+    proto: Proto,
+}
+
+/// INFO [section ...]: server, clients, stats and per-queue figures. The
+/// sections made of counters are written here; those that read queue
+/// headers (`durability`'s per-queue lines, `queues`) are given back to run
+/// off the worker (`None`: the reply is written).
+pub(crate) fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) -> Option<InfoRest> {
     let wants = |section: &str| {
         req.len() == 1
             || req.iter(buf).skip(1).any(|s| {
@@ -342,6 +360,7 @@ pub(crate) fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u
     let st = &shared.stats;
     let (commands, input, output) = shared.totals();
     let created = shared.index.created_queues();
+    let pool = shared.pool.stats();
     let mut t = String::new();
     if wants("server") {
         let _ = write!(
@@ -380,6 +399,9 @@ pub(crate) fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u
             t,
             "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\nrejected_connections:{}\r\n\
              total_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nqueue_watchers_started:{}\r\n\
+             queue_watchers:{}\r\nqueues_watched:{}\r\n\
+             pool_threads:{}\r\npool_threads_max:{}\r\npool_threads_started:{}\r\npool_waiting:{}\r\n\
+             pool_waiting_most:{}\r\n\
              auth_failures:{}\r\nunauthenticated_closed:{}\r\nunauthenticated_evicted:{}\r\nauth_timeouts:{}\r\n\
              accept_errors:{}\r\ntls_handshakes_refused:{}\r\nopen_queues:{}\r\nmax_open_queues:{}\r\n\
              queues_closed:{}\r\n\
@@ -390,6 +412,13 @@ pub(crate) fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u
             input,
             output,
             shared.waiters.watchers_started.load(Ordering::Relaxed),
+            shared.waiters.watchers(),
+            shared.waiters.watched(),
+            pool.threads,
+            pool.max_threads,
+            pool.started,
+            pool.waiting,
+            pool.longest,
             st.auth_failures.load(Ordering::Relaxed),
             st.unauthenticated_closed.load(Ordering::Relaxed),
             shared.unauthenticated.evicted.load(Ordering::Relaxed),
@@ -405,42 +434,91 @@ pub(crate) fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u
             shared.index.rescans.load(Ordering::Relaxed),
         );
     }
-    if wants("durability") {
-        durability_section(shared, &mut t);
+    let durability = wants("durability");
+    if durability {
+        durability_head(shared, &mut t);
     }
-    if wants("queues") {
-        t.push_str("# Queues\r\n");
-        // From the index, not the directory, and at most INFO_QUEUES_MAX
-        // headers read: the worker serves other clients meanwhile.
-        let (ids, all) = shared.index.lowest_ids(INFO_QUEUES_MAX);
-        if all > ids.len() {
-            let _ = write!(t, "queues_not_listed:{} (tvmq list shows every queue)\r\n", all - ids.len());
-        }
-        for id in ids {
-            let Ok(q) = tvm::Queue::inspect(shared.dir(), id) else { continue };
-            let s = q.stats();
-            let _ = write!(
-                t,
-                "queue_{id}:name={},record_size={},capacity={},depth={},pushed={},popped={},waiters={}\r\n",
-                tvm::escape_name(q.name().as_bytes()).replace([',', ' '], "_"),
-                q.record_size(),
-                q.capacity(),
-                s.depth,
-                s.pushed,
-                s.popped,
-                s.waiters,
-            );
-        }
-        t.push_str("\r\n");
+    let queues = wants("queues");
+    if durability || queues {
+        return Some(InfoRest { text: t, durability, queues, proto: ctx.client.proto });
     }
     resp::verbatim(out, ctx.client.proto, b"txt", t.as_bytes());
+    None
 }
 
-/// INFO's `# Durability`: the syncs this server ran for the replies that
-/// waited for them (pushes and pops of `always` queues answered only once on stable
-/// storage), and each durable queue's own sync counters (every process's
-/// syncs, from the queue file).
-fn durability_section(shared: &crate::state::ServerState, t: &mut String) {
+/// Reads the queue headers INFO's last sections show, in the pool (as a
+/// scan: see [`crate::pool`]), and writes the whole reply.
+pub(crate) async fn info_off_worker(rest: InfoRest, shared: &Arc<ServerState>, out: &mut Vec<u8>) {
+    let InfoRest { mut text, durability, queues, proto } = rest;
+    for (wanted, part) in [(durability, InfoScan::Durability), (queues, InfoScan::Queues)] {
+        if !wanted {
+            continue;
+        }
+        let me = shared.clone();
+        match shared.info_scans.scan(&shared.pool, part, move || info_scan(&me, part)).await {
+            Ok(lines) => text.push_str(&lines),
+            Err(_) => return super::off_worker::failed(out),
+        }
+    }
+    resp::verbatim(out, proto, b"txt", text.as_bytes());
+}
+
+/// The lines of `part`, from the index (not the directory), at most
+/// [`INFO_QUEUES_MAX`] headers read.
+fn info_scan(shared: &ServerState, part: InfoScan) -> String {
+    let mut t = String::new();
+    let (ids, all) = shared.index.lowest_ids(INFO_QUEUES_MAX);
+    match part {
+        InfoScan::Queues => {
+            t.push_str("# Queues\r\n");
+            if all > ids.len() {
+                let _ = write!(t, "queues_not_listed:{} (tvmq list shows every queue)\r\n", all - ids.len());
+            }
+            for id in ids {
+                let Ok(q) = tvm::Queue::inspect(shared.dir(), id) else { continue };
+                let s = q.stats();
+                let _ = write!(
+                    t,
+                    "queue_{id}:name={},record_size={},capacity={},depth={},pushed={},popped={},waiters={}\r\n",
+                    tvm::escape_word(q.name().as_bytes()).replace(',', "\\x2c"),
+                    q.record_size(),
+                    q.capacity(),
+                    s.depth,
+                    s.pushed,
+                    s.popped,
+                    s.waiters,
+                );
+            }
+        }
+        InfoScan::Durability => {
+            if all > ids.len() {
+                let _ = write!(t, "queues_not_looked_at:{}\r\n", all - ids.len());
+            }
+            for id in ids {
+                let Ok(q) = tvm::Queue::inspect(shared.dir(), id) else { continue };
+                let Some(d) = q.durable_stats() else { continue };
+                let _ = write!(
+                    t,
+                    "durable_queue_{id}:policy={},syncs={},failures={},last_sync_us={},dirty={}\r\n",
+                    d.policy,
+                    d.syncs,
+                    d.failures,
+                    d.last_sync_took_ns / 1000,
+                    u8::from(d.dirty),
+                );
+            }
+        }
+    }
+    t.push_str("\r\n");
+    t
+}
+
+/// INFO's `# Durability` but its per-queue lines: the syncs this server
+/// ran for the replies that waited for them (pushes and pops of `always`
+/// queues answered only once on stable storage). Each durable queue's own
+/// sync counters (every process's syncs, from the queue file) follow, read
+/// off the worker ([`info_scan`]).
+fn durability_head(shared: &ServerState, t: &mut String) {
     let s = shared.durable.stats();
     let syncs = s.syncs.load(Ordering::Relaxed);
     let records = s.records.load(Ordering::Relaxed);
@@ -463,25 +541,6 @@ fn durability_section(shared: &crate::state::ServerState, t: &mut String) {
         ratio(s.wake_us.load(Ordering::Relaxed), s.woken.load(Ordering::Relaxed)),
         ratio(s.release_us.load(Ordering::Relaxed), s.released.load(Ordering::Relaxed)),
     );
-    // As INFO queues: from the index, at most INFO_QUEUES_MAX headers read.
-    let (ids, all) = shared.index.lowest_ids(INFO_QUEUES_MAX);
-    if all > ids.len() {
-        let _ = write!(t, "queues_not_looked_at:{}\r\n", all - ids.len());
-    }
-    for id in ids {
-        let Ok(q) = tvm::Queue::inspect(shared.dir(), id) else { continue };
-        let Some(d) = q.durable_stats() else { continue };
-        let _ = write!(
-            t,
-            "durable_queue_{id}:policy={},syncs={},failures={},last_sync_us={},dirty={}\r\n",
-            d.policy,
-            d.syncs,
-            d.failures,
-            d.last_sync_took_ns / 1000,
-            u8::from(d.dirty),
-        );
-    }
-    t.push_str("\r\n");
 }
 
 #[cfg(test)]

@@ -34,8 +34,10 @@ impl Queue {
     /// queue's lease time). The token is updated: copies of the old one are
     /// stale.
     ///
-    /// Errors: those of [`ack`](Self::ack).
+    /// Errors: those of [`ack`](Self::ack); `CONDIT_IS_NIL` (`lease_time`
+    /// longer than [`MAX_LEASE_MS`](crate::MAX_LEASE_MS), a year).
     pub fn extend_lease(&self, lease: &mut Lease, lease_time: Duration) -> Result<()> {
+        crate::spec::check_call_time(lease_time, "a lease time")?;
         let (l, i, w, now) = self.current_lease(lease)?;
         let e = l.table.entry(i);
         let busy = e.change(w, w.busy()).map_err(|_| self.late(l))?;
@@ -55,8 +57,10 @@ impl Queue {
     /// instead, as [`reject`](Self::reject) sends it.
     ///
     /// Errors: those of [`ack`](Self::ack), and of `reject` for a record at
-    /// its delivery limit.
+    /// its delivery limit; `CONDIT_IS_NIL` (`delay` longer than
+    /// [`MAX_LEASE_MS`](crate::MAX_LEASE_MS), a year).
     pub fn release(&self, lease: &Lease, delay: Duration) -> Result<()> {
+        crate::spec::check_call_time(delay, "a release delay")?;
         let (l, i, w, now) = self.current_lease(lease)?;
         let max = l.settings.max_deliveries;
         if max > 0 && w.deliveries() >= max {

@@ -100,13 +100,12 @@ impl Queue {
         })
     }
 
-    /// This process's name as a lease holder, or `LEASE_LIMIT` when it has
-    /// no entry in the process table (more than 256 processes attached):
-    /// nobody could prove it dead, so it may not hold leases.
+    /// This process's name as a lease holder, or, when it has no entry in
+    /// the process table (nobody could prove it dead, so it may not hold
+    /// leases), why: `LEASE_LIMIT` (more than 256 processes attached), or
+    /// `SHM_ERR_NOMEM` and the disk's error (no room to reserve one).
     pub(super) fn holder(&self, l: &Leases) -> Result<Owner> {
-        l.me.ok_or_else(|| {
-            Error::new(LEASE_LIMIT, "this process has no entry in the queue's process table: it cannot hold leases")
-        })
+        l.me.ok_or_else(|| self.registry.no_entry_error(self.path()))
     }
 
     /// The lease time asked for, or the queue's default.

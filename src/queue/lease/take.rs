@@ -36,9 +36,14 @@ impl Queue {
     /// Returns the record's length and the lease.
     ///
     /// Errors: those of `pop`; `LEASE_LIMIT` (the queue's maximum of leases
-    /// are in flight; at once, whatever `wait` says); `NOT_SUPPT_OPT` (the
-    /// queue has no leases).
+    /// are in flight; at once, whatever `wait` says; or this process has no
+    /// entry in its process table: 256 others are attached);
+    /// `SHM_ERR_NOMEM` (no room on the queue file's file system for this
+    /// process's entry when it attached: the system's error is in the
+    /// message); `NOT_SUPPT_OPT` (the queue has no leases); `CONDIT_IS_NIL`
+    /// (`lease` longer than [`MAX_LEASE_MS`](crate::MAX_LEASE_MS), a year).
     pub fn pop_lease(&self, out: &mut [u8], wait: Wait, lease: Duration) -> Result<(usize, Lease)> {
+        crate::spec::check_call_time(lease, "a lease time")?;
         self.pop_lease_kept(out, wait, nanos(lease), None)
     }
 
@@ -68,8 +73,10 @@ impl Queue {
     /// the same change of its word, takes the next record).
     ///
     /// Errors: the outer result is the acknowledgement's: on its error
-    /// (those of `ack`, and `RECD_TOO_LONG` for a buffer shorter than a
-    /// record, checked first) nothing was taken, and, but for
+    /// (those of `ack`, `RECD_TOO_LONG` for a buffer shorter than a
+    /// record, and `CONDIT_IS_NIL` for a lease time longer than
+    /// [`MAX_LEASE_MS`](crate::MAX_LEASE_MS), a year, checked first)
+    /// nothing was taken, and, but for
     /// `SYNC_FAILED`, `done` is not acknowledged. The inner result is the
     /// lease's (those of `pop_lease`), the acknowledgement being done.
     pub fn ack_pop_lease(
@@ -79,6 +86,7 @@ impl Queue {
         wait: Wait,
         lease: Duration,
     ) -> Result<Result<(usize, Lease)>> {
+        crate::spec::check_call_time(lease, "a lease time")?;
         self.ack_pop_lease_kept(done, out, wait, nanos(lease), None)
     }
 

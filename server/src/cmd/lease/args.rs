@@ -1,9 +1,17 @@
 //! The arguments of the lease commands: TVMQ.LEASE's options
 //! ([`LeaseArgs`]) and TVMQ.RELEASE's delay, with their error replies.
 
-use super::super::context::{millis, parse_int};
+use super::super::context::{lease_millis, millis, parse_int};
 use crate::reply;
 use std::time::Duration;
+
+/// The refusal of a FOR beyond [`tvm::MAX_LEASE_MS`] (its digits are
+/// checked by a unit test).
+pub(crate) const FOR_RANGE: &[u8] = b"ERR FOR must be 0 to 31536000000 milliseconds (a year)";
+/// The refusal of a DELAY beyond [`tvm::MAX_LEASE_MS`].
+pub(crate) const DELAY_RANGE: &[u8] = b"ERR DELAY must be 0 to 31536000000 milliseconds (a year)";
+/// The refusal of TVMQ.EXTEND's time beyond [`tvm::MAX_LEASE_MS`].
+pub(crate) const EXTEND_RANGE: &[u8] = b"ERR the lease time must be 0 to 31536000000 milliseconds (a year)";
 
 /// What a TVMQ.LEASE asks for (kept while its client is blocked).
 #[derive(Clone, Copy)]
@@ -52,10 +60,10 @@ pub(crate) fn lease_args(
                 }
             }
         } else if opt.eq_ignore_ascii_case(b"FOR") {
-            match millis(val) {
+            match lease_millis(val) {
                 Some(d) => args.lease_time = d,
                 None => {
-                    resp::error(out, b"ERR FOR must be 0 or more milliseconds");
+                    resp::error(out, FOR_RANGE);
                     return None;
                 }
             }
@@ -75,9 +83,9 @@ pub(crate) fn release_delay(buf: &[u8], req: &resp::Request, out: &mut Vec<u8>) 
     match (req.get(buf, 3), req.get(buf, 4), req.len()) {
         (None, _, 3) => Some(Duration::ZERO),
         (Some(opt), Some(v), 5) if opt.eq_ignore_ascii_case(b"DELAY") => {
-            let delay = millis(v);
+            let delay = lease_millis(v);
             if delay.is_none() {
-                resp::error(out, b"ERR DELAY must be 0 or more milliseconds");
+                resp::error(out, DELAY_RANGE);
             }
             delay
         }
@@ -85,5 +93,22 @@ pub(crate) fn release_delay(buf: &[u8], req: &resp::Request, out: &mut Vec<u8>) 
             reply::syntax_error(out);
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_refusals_name_the_library_s_maximum() {
+        let most = tvm::MAX_LEASE_MS.to_string();
+        for text in [FOR_RANGE, DELAY_RANGE, EXTEND_RANGE] {
+            assert!(String::from_utf8_lossy(text).contains(&format!(" 0 to {most} milliseconds")));
+        }
+        assert_eq!(lease_millis(most.as_bytes()), Some(Duration::from_millis(tvm::MAX_LEASE_MS)));
+        assert_eq!(lease_millis((tvm::MAX_LEASE_MS + 1).to_string().as_bytes()), None);
+        assert_eq!(lease_millis(b"9223372036854775807"), None);
+        assert_eq!(lease_millis(b"-1"), None);
     }
 }

@@ -2,10 +2,11 @@
 //! TVMQ.EXTEND. A release or a reject that moves its record to a
 //! dead-letter queue runs off the worker ([`DeadLetter`]).
 
-use super::super::context::{Client, Ctx, millis};
-use super::args::release_delay;
+use super::super::context::{Client, Ctx, lease_millis};
+use super::args::{EXTEND_RANGE, release_delay};
 use super::owned::{LeaseId, may_dead_letter};
 use crate::durable::OnFailure;
+use crate::pool::{Kind, Pool};
 use crate::reply;
 use resp::Request;
 use std::sync::Arc;
@@ -13,33 +14,39 @@ use std::time::Duration;
 use tvm::error::{LEASE_EXPIRED, LEASE_INVALID};
 use tvm::{Lease, Queue, SyncTicket};
 
-/// TVMQ.ACK key id [id ...]: acknowledges leases of this connection. Reply:
-/// how many were acknowledged (an id that names no lease owned, or one that
-/// ran out, counts 0, as in XACK); a malformed id is an error. On an
-/// `always` queue the reply waits until a sync covers the acks, and is a
-/// `SYNC_FAILED` error if that sync fails.
+/// TVMQ.ACK key id [id ...]: acknowledges leases of this connection. Every
+/// id is read first: one that is not a lease id (`<position>-<tag>`)
+/// refuses the whole command (`LEASE_INVALID`) before any lease is
+/// acknowledged, as XACK refuses a malformed id. Reply: how many were
+/// acknowledged (an id that names no lease owned, or one that ran out,
+/// counts 0, as in XACK). A queue error on the way (the queue dropped)
+/// says how many were acknowledged before it. On an `always` queue the
+/// reply waits until a sync covers the acks, and is a `SYNC_FAILED` error
+/// if that sync fails (the client must not believe an acknowledgement
+/// durable that is not).
 pub(crate) fn ack(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) {
     let key = req.arg(buf, 1);
     let Some(q) = ctx.queue(key, out) else { return };
     let client = &mut *ctx.client;
     let leases = &mut client.leases;
+    let mut ids = Vec::with_capacity(req.len() - 2);
+    for text in req.iter(buf).skip(2) {
+        match leases.find(&q, text) {
+            Ok(id) => ids.push(id),
+            Err(e) if e.code() == LEASE_INVALID => return reply::plain_error(out, &e),
+            // Not held (ran out, ended, another connection's): counts 0.
+            Err(_) => {}
+        }
+    }
     client.unsynced.run(&q, out, OnFailure::Error, |q, out| {
         let mut acked = 0;
-        for text in req.iter(buf).skip(2) {
-            let id = match leases.find(q, text) {
-                Ok(id) => id,
-                Err(e) if e.code() == LEASE_INVALID => {
-                    reply::plain_error(out, &e);
-                    return acked;
-                }
-                Err(_) => continue,
-            };
-            let Some(lease) = leases.forget(&id) else { continue };
+        for id in &ids {
+            let Some(lease) = leases.forget(id) else { continue };
             match q.ack(&lease) {
                 Ok(()) => acked += 1,
                 Err(e) if e.code() == LEASE_EXPIRED => {}
                 Err(e) => {
-                    reply::queue_error(out, q.id(), &e);
+                    reply::queue_error_noting(out, q.id(), &e, &format!(" ({acked} acknowledged before)"));
                     return acked;
                 }
             }
@@ -50,7 +57,7 @@ pub(crate) fn ack(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8
 }
 
 /// TVMQ.RELEASE key id [DELAY ms]: puts the record back, delivered again
-/// after the delay (at the delivery limit: to the dead-letter queue, off
+/// after the delay (at most a year; at the delivery limit: to the dead-letter queue, off
 /// the worker: `Some`).
 pub(crate) fn release(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) -> Option<DeadLetter> {
     let delay = release_delay(buf, req, out)?;
@@ -74,10 +81,11 @@ pub(crate) fn reject(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec
 }
 
 /// TVMQ.EXTEND key id ms: the lease runs out ms from now (0: the queue's
-/// lease time). Reply: the lease's new id (the old one is stale).
+/// lease time; at most a year). Reply: the lease's new id (the old one is
+/// stale).
 pub(crate) fn extend(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) {
-    let Some(time) = millis(req.arg(buf, 3)) else {
-        return resp::error(out, b"ERR the lease time must be 0 or more milliseconds");
+    let Some(time) = lease_millis(req.arg(buf, 3)) else {
+        return resp::error(out, EXTEND_RANGE);
     };
     let new = on_lease(ctx, req.arg(buf, 1), req.arg(buf, 2), out, |q, l| q.extend_lease(l, time).map(|()| true));
     if let Some((_, pos, tag)) = new {
@@ -179,23 +187,24 @@ fn dead_letter_call(ctx: &mut Ctx<'_>, key: &[u8], text: &[u8], delay: Option<Du
     may_dead_letter(&q, &lease, delay.is_none()).then_some(DeadLetter { q, id, lease, delay })
 }
 
-/// Runs a [`DeadLetter`] call on a thread of the runtime's blocking pool,
-/// then writes its reply as on the worker (waiting for the source queue's
-/// syncs it put off: the dead-letter queue's own sync ran there, before the
-/// lease entry was freed).
-pub(crate) async fn dead_letter_off_worker(d: DeadLetter, client: &mut Client, out: &mut Vec<u8>) {
+/// Runs a [`DeadLetter`] call in the server's pool, then writes its reply
+/// as on the worker (waiting for the source queue's syncs it put off: the
+/// dead-letter queue's own sync ran there, before the lease entry was
+/// freed).
+pub(crate) async fn dead_letter_off_worker(pool: &Pool, d: DeadLetter, client: &mut Client, out: &mut Vec<u8>) {
     let DeadLetter { q, id, lease, delay } = d;
     let queue = q.clone();
-    let ran = tokio::task::spawn_blocking(move || {
-        queue.defer_syncs(|q| match delay {
-            Some(delay) => q.release(&lease, delay),
-            None => q.reject(&lease),
+    let ran = pool
+        .run(Kind::Light, move || {
+            queue.defer_syncs(|q| match delay {
+                Some(delay) => q.release(&lease, delay),
+                None => q.reject(&lease),
+            })
         })
-    })
-    .await;
+        .await;
     let at = out.len();
     match ran {
         Ok((done, ticket)) => ended(client, &q, id, done, ticket, at, out),
-        Err(e) => reply::error_fmt(out, format_args!("ERR the dead-letter move of queue {} failed: {e}", q.id())),
+        Err(_) => reply::error_fmt(out, format_args!("ERR the dead-letter move of queue {} did not complete", q.id())),
     }
 }

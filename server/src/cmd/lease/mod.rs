@@ -17,8 +17,8 @@
 //! ack's reply (and a release's or a reject's that moved a record to the
 //! dead-letter queue) waits until a sync covers it, and becomes a
 //! `SYNC_FAILED` error if that sync fails (the client must not believe an
-//! acknowledgement durable that is not); a lease is taken on a thread of
-//! the runtime's blocking pool ([`take_durable`]), because the library
+//! acknowledgement durable that is not); a lease is taken in the server's
+//! pool ([`take_durable`]), because the library
 //! syncs the record saved in the lease table before it lets go of the
 //! record's ring slot, and that sync cannot be put off; the reply waits
 //! for the syncs it could put off (a record delivered again: its raised
@@ -43,5 +43,5 @@ mod take;
 
 pub(crate) use args::LeaseArgs;
 pub(crate) use end::{DeadLetter, ack, dead_letter_off_worker, extend, reject, release};
-pub(crate) use stats::stats;
-pub(crate) use take::{DurableLease, LEASE_RECHECK, LeaseFlow, empty, is_always, lease, take, take_durable};
+pub(crate) use stats::{LeaseScan, run as stats_off_worker, stats};
+pub(crate) use take::{DurableLease, LeaseFlow, empty, is_always, lease, take, take_durable};

@@ -9,16 +9,13 @@ use super::super::queue::records_per_reply;
 use super::args::{LeaseArgs, lease_args};
 use super::owned::{LeaseId, give_back};
 use crate::durable::OnFailure;
+use crate::pool::{Kind, Pool};
 use crate::reply;
 use resp::{Proto, Request};
 use std::sync::Arc;
 use std::time::Duration;
 use tvm::error::{LEASE_LIMIT, NO_DATA_FOUND};
 use tvm::{Durability, Lease, Queue, SyncTicket, Wait};
-
-/// How often a client blocked in TVMQ.LEASE looks again without a push:
-/// records released, or whose lease ran out, move no push count.
-pub(crate) const LEASE_RECHECK: Duration = Duration::from_millis(10);
 
 /// What TVMQ.LEASE leaves to the connection.
 pub(crate) enum LeaseFlow {
@@ -83,17 +80,23 @@ pub(crate) fn take(q: &Arc<Queue>, args: LeaseArgs, client: &mut Client, out: &m
     taken.write(client, out)
 }
 
-/// Leases of an `always` queue, as [`take`] takes them, but on a thread of
-/// the runtime's blocking pool (each fresh lease waits there for the sync
-/// of its saved record); the reply waits for the syncs put off meanwhile.
-pub(crate) async fn take_durable(q: &Arc<Queue>, args: LeaseArgs, client: &mut Client, out: &mut Vec<u8>) -> bool {
+/// Leases of an `always` queue, as [`take`] takes them, but in the
+/// server's pool (each fresh lease waits there for the sync of its saved
+/// record); the reply waits for the syncs put off meanwhile.
+pub(crate) async fn take_durable(
+    pool: &Pool,
+    q: &Arc<Queue>,
+    args: LeaseArgs,
+    client: &mut Client,
+    out: &mut Vec<u8>,
+) -> bool {
     let queue = q.clone();
-    match tokio::task::spawn_blocking(move || Taken::take(queue, args)).await {
+    match pool.run(Kind::Light, move || Taken::take(queue, args)).await {
         Ok(taken) => taken.write(client, out),
-        Err(e) => {
-            // A panic, or the runtime stopping: whatever was taken went
+        Err(_) => {
+            // A panic, or the server stopping: whatever was taken went
             // back to the queue (`Taken`'s drop).
-            reply::error_fmt(out, format_args!("ERR the lease of queue {} failed: {e}", q.id()));
+            reply::error_fmt(out, format_args!("ERR the lease of queue {} did not complete", q.id()));
             true
         }
     }
