@@ -256,6 +256,7 @@ pub fn queues(latest: &Latest, query: &Query, dir: &std::path::Path, source: Opt
         "sample_ms": s.took.as_secs_f64() * 1000.0,
         "total": s.queues.len(),
         "unreadable": s.unreadable,
+        "unreadable_why": s.unreadable_why,
         "transient": s.transient,
         "leases_stale": s.leases_stale + s.leases_unread,
         "matched": matched,

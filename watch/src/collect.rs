@@ -84,8 +84,12 @@ pub struct Sample {
     pub wall_ns: u64,
     /// The queues, by ascending id.
     pub queues: Vec<QueueSample>,
-    /// Queue files that could not be read (not ours, not valid, being made).
+    /// Queue files that could not be read (not ours, not valid, being made,
+    /// or no descriptor or mapping left to read them with).
     pub unreadable: usize,
+    /// Why the last queue that could not be opened could not (tried again
+    /// after 5 s): what a reader shows beside [`unreadable`](Self::unreadable).
+    pub unreadable_why: Option<String>,
     /// Queues read through a view opened for this sample alone (beyond the
     /// views a collector keeps).
     pub transient: usize,
@@ -144,6 +148,8 @@ struct Views {
     max: usize,
     /// Queue files that could not be opened, and when to try again.
     failed: HashMap<u32, Instant>,
+    /// The last reason one could not be opened.
+    why: Option<String>,
 }
 
 impl Views {
@@ -169,8 +175,9 @@ impl Views {
                     return Some(Got::Transient(view));
                 }
                 Ok(None) => return None,
-                Err(_) => {
+                Err(e) => {
                     self.failed.insert(id, now + RETRY);
+                    self.why = Some(e.to_string());
                     return None;
                 }
             }
@@ -197,6 +204,8 @@ pub struct Collector {
     /// Where the next sample begins reading lease tables: the first leased
     /// queue the last one had no budget left for (0: from the lowest id).
     lease_cursor: u32,
+    /// Lease-table entries a sample reads at most.
+    lease_budget: usize,
 }
 
 impl Collector {
@@ -209,10 +218,24 @@ impl Collector {
     /// A collector that keeps at most `max_views` views (at least 1).
     pub fn with_max_views(dir: &Path, max_views: usize) -> Collector {
         Collector {
-            views: Views { dir: dir.to_path_buf(), kept: HashMap::new(), max: max_views.max(1), failed: HashMap::new() },
+            views: Views {
+                dir: dir.to_path_buf(),
+                kept: HashMap::new(),
+                max: max_views.max(1),
+                failed: HashMap::new(),
+                why: None,
+            },
             gauges: HashMap::new(),
             lease_cursor: 0,
+            lease_budget: LEASE_SCAN_BUDGET,
         }
+    }
+
+    /// Reads at most `entries` lease-table entries a sample (and at least
+    /// one table) instead of [`LEASE_SCAN_BUDGET`].
+    pub fn lease_scan_budget(mut self, entries: usize) -> Collector {
+        self.lease_budget = entries;
+        self
     }
 
     /// The directory it reads.
@@ -227,8 +250,8 @@ impl Collector {
 
     /// Reads every queue of the directory: lists it, opens the queues not
     /// seen before (and those dropped and made again), lets go of those
-    /// gone, and snapshots each, reading lease tables within
-    /// [`LEASE_SCAN_BUDGET`]. Errors: those of [`tvm::queue_ids`] (the
+    /// gone, and snapshots each, reading lease tables within its budget
+    /// ([`LEASE_SCAN_BUDGET`] unless [`lease_scan_budget`](Self::lease_scan_budget) says). Errors: those of [`tvm::queue_ids`] (the
     /// directory is not one, or cannot be read); a queue that cannot be
     /// opened is counted in [`Sample::unreadable`], not an error.
     pub fn sample(&mut self) -> Result<Sample, Error> {
@@ -244,12 +267,13 @@ impl Collector {
         // Lease tables are read from the cursor on, in turn: the ids from
         // there first, then those before it.
         let from = ids.partition_point(|&id| id < self.lease_cursor);
-        let mut read = Reading { budget: LEASE_SCAN_BUDGET, any: false, stopped_at: None, start };
+        let mut read = Reading { budget: self.lease_budget, any: false, stopped_at: None, start };
         let mut s = Sample {
             at: start,
             wall_ns: 0,
             queues: Vec::with_capacity(ids.len()),
             unreadable: 0,
+            unreadable_why: None,
             transient: 0,
             leases_stale: 0,
             leases_unread: 0,
@@ -264,6 +288,10 @@ impl Collector {
         }
         s.queues.rotate_left(first);
         self.lease_cursor = read.stopped_at.unwrap_or(0);
+        if self.views.failed.is_empty() {
+            self.views.why = None;
+        }
+        s.unreadable_why = self.views.why.clone().filter(|_| s.unreadable > 0);
         s.wall_ns = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));

@@ -231,6 +231,7 @@ mod tests {
                 QueueSample { leases_read: None, ..q(5, "E", 7, true) },
             ],
             unreadable: 1,
+            unreadable_why: None,
             transient: 2,
             leases_stale: 1,
             leases_unread: 1,

@@ -117,6 +117,7 @@ mod tests {
                 })
                 .collect(),
             unreadable: 0,
+            unreadable_why: None,
             transient: 0,
             leases_stale: 0,
             leases_unread: 0,

@@ -59,7 +59,9 @@ pub fn draw(f: &mut Frame, m: &mut Model) {
         head.push(Span::raw(format!(" ({} shown)", m.order.len())));
     }
     if unreadable > 0 {
-        head.push(Span::raw(format!(", {unreadable} unreadable")));
+        let why =
+            m.sample.as_ref().and_then(|s| s.unreadable_why.as_deref()).map_or(String::new(), |w| format!(" ({w})"));
+        head.push(Span::raw(format!(", {unreadable} unreadable{why}")));
     }
     if let Some(s) = m.sample.as_ref().filter(|s| s.transient > 0) {
         // Beyond the views kept (a quarter of vm.max_map_count): slower.
