@@ -55,7 +55,9 @@ pub(crate) struct QueueFile {
 enum Held {
     Open(Arc<File>),
     /// Closed once mapped; whether it is on tmpfs or ramfs.
-    Closed { volatile: bool },
+    Closed {
+        volatile: bool,
+    },
 }
 
 /// Opens queue `id`'s file in `dir` and reads and validates its header,
