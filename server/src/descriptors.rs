@@ -116,7 +116,11 @@ mod tests {
         let p = plan(1024, 2, 0, 100, 100_000);
         assert_eq!(p.open_queues, 952 / 4 * 3 / 4);
         assert!(p.warnings[0].starts_with("--max-open-queues 100000 lowered to 178"), "{:?}", p.warnings);
-        // The metrics server's descriptors are kept beside the server's own.
+        // The metrics server's descriptors are kept beside the server's own
+        // (docs/server.md says 29).
+        let metrics = crate::config::ServeArgs { metrics_port: Some(0), ..Default::default() };
+        assert_eq!(crate::metrics::descriptors(&metrics), 29);
+        assert_eq!(crate::metrics::descriptors(&crate::config::ServeArgs::default()), 0);
         let p = plan(1024, 2, 29, 10_000, 0);
         assert_eq!((p.open_queues, p.maxclients), (57, 695));
         assert!(p.warnings[0].contains("of which 101 are kept for the server"), "{:?}", p.warnings);

@@ -129,7 +129,7 @@ impl View {
 /// A view for one sample: kept, or opened for it alone.
 enum Got<'a> {
     Kept(&'a View),
-    Transient(View),
+    Transient(Box<View>),
 }
 
 impl Got<'_> {
@@ -172,7 +172,7 @@ impl Views {
                 }
                 Ok(Some(view)) => {
                     self.failed.remove(&id);
-                    return Some(Got::Transient(view));
+                    return Some(Got::Transient(Box::new(view)));
                 }
                 Ok(None) => return None,
                 Err(e) => {
