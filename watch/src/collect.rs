@@ -102,6 +102,21 @@ pub struct Sample {
 }
 
 impl Sample {
+    /// A sample of no queue, taken at `at`, that took no time.
+    pub(crate) fn empty(at: Instant) -> Sample {
+        Sample {
+            at,
+            wall_ns: 0,
+            queues: Vec::new(),
+            unreadable: 0,
+            unreadable_why: None,
+            transient: 0,
+            leases_stale: 0,
+            leases_unread: 0,
+            took: Duration::ZERO,
+        }
+    }
+
     /// The queue `id`, if the sample has it.
     pub fn get(&self, id: u32) -> Option<&QueueSample> {
         self.queues.binary_search_by_key(&id, |q| q.id).ok().map(|i| &self.queues[i])
@@ -268,17 +283,7 @@ impl Collector {
         // there first, then those before it.
         let from = ids.partition_point(|&id| id < self.lease_cursor);
         let mut read = Reading { budget: self.lease_budget, any: false, stopped_at: None, start };
-        let mut s = Sample {
-            at: start,
-            wall_ns: 0,
-            queues: Vec::with_capacity(ids.len()),
-            unreadable: 0,
-            unreadable_why: None,
-            transient: 0,
-            leases_stale: 0,
-            leases_unread: 0,
-            took: Duration::ZERO,
-        };
+        let mut s = Sample { queues: Vec::with_capacity(ids.len()), ..Sample::empty(start) };
         for &id in &ids[from..] {
             self.read_one(id, &mut read, &mut s);
         }

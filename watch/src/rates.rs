@@ -105,8 +105,6 @@ mod tests {
 
     fn sample(at: Instant, queues: &[(u32, u64, u64)]) -> Sample {
         Sample {
-            at,
-            wall_ns: 0,
             queues: queues
                 .iter()
                 .map(|&(id, pushed, popped)| QueueSample {
@@ -116,12 +114,7 @@ mod tests {
                     leases_read: None,
                 })
                 .collect(),
-            unreadable: 0,
-            unreadable_why: None,
-            transient: 0,
-            leases_stale: 0,
-            leases_unread: 0,
-            took: Duration::ZERO,
+            ..Sample::empty(at)
         }
     }
 
