@@ -20,6 +20,7 @@ use tvmq_watch::{Http, HttpOptions, Watch};
     The metric names are in docs/metrics.md.")]
 pub struct MetricsArgs {
     /// Serve /metrics, the dashboard (/) and /api/queues on this address until SIGINT or SIGTERM
+    /// (64 connections at once, fewer, with a warning, when the open-file limit leaves less)
     #[arg(long, value_name = "ADDR:PORT")]
     listen: Option<SocketAddr>,
     /// Queues listed one by one (the lowest ids); the rest are summed into one series, queue="other"
