@@ -298,7 +298,7 @@ fn max_unauthenticated(args: &ServeArgs, maxclients: usize) -> usize {
 /// saying on stderr what it lowered.
 fn fd_plan(runtimes: usize, args: &ServeArgs) -> descriptors::Plan {
     let (limit, stuck) = descriptors::raise_limit();
-    let plan = descriptors::plan(limit, runtimes, args.maxclients, args.max_open_queues);
+    let plan = descriptors::plan(limit, runtimes, metrics::descriptors(args), args.maxclients, args.max_open_queues);
     for warning in stuck.iter().chain(&plan.warnings) {
         eprintln!("tvmq serve: warning: {warning}");
     }
