@@ -592,6 +592,33 @@ mod tests {
         Queue::drop_queue(&dir.0, 1).unwrap();
     }
 
+    /// `try_sync_ticket` runs a sync on the calling thread when nobody
+    /// holds the lock (the ticket covered when it returns, and a restart
+    /// finds the records), and does nothing, without waiting, while a
+    /// ring's sync holds it.
+    #[test]
+    fn try_sync_ticket_syncs_here_or_leaves_a_busy_queue_alone() {
+        let dir = DiskDir::new("ring-try");
+        let q = always(&dir, 1, false);
+        let mut ring = SyncRing::new().unwrap();
+        ring.set_test_delay(Duration::from_millis(300));
+        let ticket = push_deferred(&q, 0, 10);
+        assert_eq!(q.start_sync(ticket, &mut ring, 1).unwrap(), SyncStart::Started);
+        let later = push_deferred(&q, 10, 20);
+        let syncs = q.durable_stats().unwrap().syncs;
+        assert!(!q.try_sync_ticket(later).unwrap(), "synced while the ring held the lock");
+        assert!(!q.is_synced(later));
+        assert_eq!(q.durable_stats().unwrap().syncs, syncs);
+        assert!(reap_all(&mut ring).iter().all(|(_, r)| r.is_ok()));
+        assert!(!q.is_synced(later));
+        assert!(q.try_sync_ticket(later).unwrap());
+        assert!(q.is_synced(later));
+        assert!(q.try_sync_ticket(later).unwrap(), "a covered ticket");
+        assert_eq!(after_a_restart(&dir, 1), (0..20).collect::<Vec<u32>>());
+        drop(q);
+        Queue::drop_queue(&dir.0, 1).unwrap();
+    }
+
     /// A sync whose writes fail is reported failed (`SYNC_FAILED`), covers
     /// nothing, releases the lock, and the next one writes what it was to
     /// write (a restart finds every record).

@@ -39,6 +39,7 @@
 //! own syncs), `syncers` (the sync threads), `stats` (their counters, for
 //! INFO); each uses only those after it.
 
+mod adaptive;
 mod commits;
 mod replies;
 mod ring;
