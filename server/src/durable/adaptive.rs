@@ -43,7 +43,7 @@ impl Mode {
 
 /// A sync that took longer than this (microseconds) is slow: it sends the
 /// next syncs to the ring.
-pub(crate) const SLOW_US: u64 = 2000;
+pub(crate) const SLOW_US: u64 = 1000;
 /// Syncs sent to the ring after a slow one.
 pub(crate) const RING_AFTER_SLOW: u32 = 64;
 /// Syncs a worker runs on its ring before its first inline one.

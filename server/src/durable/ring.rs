@@ -227,11 +227,20 @@ impl WorkerSyncs {
         loop {
             if gathering {
                 // Waiting for the clients the last sync released (see
-                // `gathers`): the other tasks run, and the processor is
-                // offered to the clients' processes meanwhile.
-                std::thread::yield_now();
+                // `gathers`), asleep: until a wait asks (then `gathers` is
+                // asked again), or the next tick of the runtime's timer (a
+                // millisecond: past the quiet time), or a completion.
+                tokio::select! {
+                    biased;
+                    _ = self.kick.notified() => {}
+                    _ = tokio::time::sleep(std::time::Duration::from_micros(GATHER_QUIET_US)) => {}
+                    ready = ring.readable_mut() => {
+                        if let Ok(mut g) = ready {
+                            while let Ok(Ok(_)) = g.try_io(|r| r.get_ref().take_signal()) {}
+                        }
+                    }
+                }
                 tokio::task::yield_now().await;
-                let _ = ring.get_ref().take_signal();
                 self.reap(ring.get_mut());
                 gathering = self.start(ring.get_mut(), &done_tx);
                 continue;
