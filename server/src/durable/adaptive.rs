@@ -9,9 +9,11 @@
 //! worker. A request arriving during an inline sync waits for it: one sync
 //! at most, of a disk whose last syncs all took under [`SLOW_US`]. A slow
 //! sync (inline or on the ring) sends the next [`RING_AFTER_SLOW`] syncs to
-//! the ring, and a server starts on the ring (its first [`WARM_UP`]
-//! syncs), so that a disk that is slow from the start is never waited for
-//! on the worker.
+//! the ring, twice as many after each inline sync that was slow again (up
+//! to [`RING_AFTER_SLOW_MAX`]: on a disk that stays slow, the inline syncs
+//! that find it so are rare), and a server starts on the ring (its first
+//! [`WARM_UP`] syncs), so that a disk that is slow from the start is never
+//! waited for on the worker.
 
 use std::cell::Cell;
 
@@ -44,8 +46,10 @@ impl Mode {
 /// A sync that took longer than this (microseconds) is slow: it sends the
 /// next syncs to the ring.
 pub(crate) const SLOW_US: u64 = 1000;
-/// Syncs sent to the ring after a slow one.
+/// Syncs sent to the ring after a slow one (after a fast inline one).
 pub(crate) const RING_AFTER_SLOW: u32 = 64;
+/// At most, after slow inline syncs one after another.
+pub(crate) const RING_AFTER_SLOW_MAX: u32 = 4096;
 /// Syncs a worker runs on its ring before its first inline one.
 pub(crate) const WARM_UP: u32 = 4;
 
@@ -53,11 +57,14 @@ pub(crate) const WARM_UP: u32 = 4;
 pub(crate) struct Adaptive {
     /// Syncs still to run on the ring before an inline one may.
     ring_left: Cell<u32>,
+    /// Syncs the last slow inline sync sent to the ring (0: the last
+    /// inline sync was fast).
+    backoff: Cell<u32>,
 }
 
 impl Default for Adaptive {
     fn default() -> Adaptive {
-        Adaptive { ring_left: Cell::new(WARM_UP) }
+        Adaptive { ring_left: Cell::new(WARM_UP), backoff: Cell::new(0) }
     }
 }
 
@@ -68,12 +75,18 @@ impl Adaptive {
         self.ring_left.get() == 0
     }
 
-    /// A sync (inline or on the ring) took `us` microseconds.
-    pub(crate) fn took(&self, us: u64) {
-        if us > SLOW_US {
-            self.ring_left.set(RING_AFTER_SLOW);
-        } else {
-            self.ring_left.set(self.ring_left.get().saturating_sub(1));
+    /// A sync took `us` microseconds, `inline` or on the ring.
+    pub(crate) fn took(&self, us: u64, inline: bool) {
+        let b = self.backoff.get();
+        match (us > SLOW_US, inline) {
+            (true, true) => {
+                let b = if b == 0 { RING_AFTER_SLOW } else { (b * 2).min(RING_AFTER_SLOW_MAX) };
+                self.backoff.set(b);
+                self.ring_left.set(b);
+            }
+            (true, false) => self.ring_left.set(b.max(RING_AFTER_SLOW)),
+            (false, true) => self.backoff.set(0),
+            (false, false) => self.ring_left.set(self.ring_left.get().saturating_sub(1)),
         }
     }
 }
@@ -82,31 +95,51 @@ impl Adaptive {
 mod tests {
     use super::*;
 
+    /// Ring syncs until the next inline one may run.
+    fn ring_syncs_before_inline(a: &Adaptive, us: u64) -> u32 {
+        let mut n = 0;
+        while !a.inline_ok() {
+            a.took(us, false);
+            n += 1;
+            assert!(n <= 10 * RING_AFTER_SLOW_MAX, "never inline again");
+        }
+        n
+    }
+
     /// The first syncs go to the ring; fast ones then allow inline; one
     /// slow sync sends the next ones to the ring, and a disk that stays
-    /// slow keeps them there.
+    /// slow keeps them there; inline syncs that find the disk slow again
+    /// and again come ever more rarely, until one finds it fast.
     #[test]
     fn slow_syncs_keep_the_worker_off_the_disk() {
         let a = Adaptive::default();
         for _ in 0..WARM_UP {
             assert!(!a.inline_ok(), "inline before the disk was measured");
-            a.took(300);
+            a.took(300, false);
         }
         assert!(a.inline_ok());
-        a.took(SLOW_US + 1);
-        for _ in 0..RING_AFTER_SLOW - 1 {
-            assert!(!a.inline_ok());
-            a.took(100);
-        }
+        a.took(100, true);
+        assert!(a.inline_ok());
+        a.took(SLOW_US + 1, false);
+        assert_eq!(ring_syncs_before_inline(&a, 100), RING_AFTER_SLOW);
         // The ring's syncs stay slow: never inline.
-        for _ in 0..3 * RING_AFTER_SLOW {
-            a.took(800_000);
+        a.took(SLOW_US + 1, true);
+        for _ in 0..3 * RING_AFTER_SLOW_MAX {
+            a.took(800_000, false);
             assert!(!a.inline_ok());
         }
-        for _ in 0..RING_AFTER_SLOW {
-            a.took(100);
+        // Slow inline syncs one after another: twice the ring each time.
+        let mut gaps = Vec::new();
+        for _ in 0..8 {
+            gaps.push(ring_syncs_before_inline(&a, 100));
+            a.took(SLOW_US + 1, true);
         }
-        assert!(a.inline_ok());
+        assert_eq!(gaps, [RING_AFTER_SLOW, 128, 256, 512, 1024, 2048, 4096, 4096]);
+        // A fast inline sync: back to the first bound.
+        ring_syncs_before_inline(&a, 100);
+        a.took(100, true);
+        a.took(SLOW_US + 1, true);
+        assert_eq!(ring_syncs_before_inline(&a, 100), RING_AFTER_SLOW);
         assert_eq!(Mode::named(Some("ring")), Mode::Ring);
         assert_eq!(Mode::named(Some("inline")), Mode::Inline);
         assert_eq!(Mode::named(None), Mode::Hybrid);

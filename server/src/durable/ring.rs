@@ -19,6 +19,13 @@
 //! Redis's event loop gathers every client of one turn into one `fsync`,
 //! but without the loop waiting for the disk.
 //!
+//! With `TVMQ_SERVE_SYNC=hybrid` (the default), the task runs the sync on
+//! the worker instead, waiting for the disk, when the worker is idle (the
+//! task yielded until a turn of the loop passed with no new wait), nothing
+//! is in flight on its ring and the disk's recent syncs were fast (see
+//! `adaptive`): Redis's way, with no thread at all between the reply and
+//! its sync.
+//!
 //! When another syncer holds the queue's lock: another worker's ring (the
 //! task waits for any ring of the server to finish a sync, then asks
 //! again), or a thread or process syncing with the library's blocking
@@ -257,7 +264,7 @@ impl WorkerSyncs {
                         return;
                     }
                 },
-                Some(r) = done_rx.recv() => self.ended(r.0, r.1, r.2),
+                Some(r) = done_rx.recv() => self.ended(r.0, r.1, r.2, false),
                 _ = self.kick.notified() => {}
                 _ = others.changed(), if behind => {
                     others.borrow_and_update();
@@ -313,7 +320,7 @@ impl WorkerSyncs {
             if let Some(ticket) = ticket {
                 let s = &self.rings.stats;
                 s.syncs.fetch_add(1, Ordering::Relaxed);
-                self.ended(key as usize, ticket, r.map_err(|e| Arc::from(e.to_string())));
+                self.ended(key as usize, ticket, r.map_err(|e| Arc::from(e.to_string())), false);
             }
         });
         if !keys.is_empty() {
@@ -326,8 +333,9 @@ impl WorkerSyncs {
         }
     }
 
-    /// The sync for `ticket` of queue `key` ended with `r`: wakes the waits.
-    fn ended(&self, key: usize, ticket: SyncTicket, r: Result<(), Arc<str>>) {
+    /// The sync for `ticket` of queue `key` ended with `r` (run `inline`
+    /// on the worker, or elsewhere): wakes the waits.
+    fn ended(&self, key: usize, ticket: SyncTicket, r: Result<(), Arc<str>>, inline: bool) {
         let now = self.rings.now_us();
         let s = &self.rings.stats;
         if let Some(w) = self.queues.borrow_mut().iter_mut().find(|w| w.key == key) {
@@ -336,7 +344,7 @@ impl WorkerSyncs {
             w.asks_at_end = w.asks;
             w.first_woken.store(true, Ordering::Relaxed);
             let us = now.saturating_sub(w.started);
-            self.adaptive.took(us);
+            self.adaptive.took(us, inline);
             s.seconds.observe(std::time::Duration::from_micros(us));
             s.last_us.store(us, Ordering::Relaxed);
             s.total_us.fetch_add(us, Ordering::Relaxed);
@@ -450,7 +458,7 @@ impl WorkerSyncs {
             if let Some(w) = self.queues.borrow_mut().iter_mut().find(|w| w.key == key) {
                 self.began(w, want, now);
             }
-            self.ended(key, want, r.map(|_| ()).map_err(|e| Arc::from(e.to_string())));
+            self.ended(key, want, r.map(|_| ()).map_err(|e| Arc::from(e.to_string())), true);
             let s = &self.rings.stats;
             s.syncs.fetch_add(1, Ordering::Relaxed);
             s.inline.fetch_add(1, Ordering::Relaxed);
