@@ -572,3 +572,27 @@ fn ack_pop_lease_takes_a_waiting_record_first_and_loses_no_entry() {
     let s = q.lease_stats().unwrap();
     assert_eq!((s.in_flight, s.waiting, q.depth()), (0, 0, 0));
 }
+
+/// A snapshot without the lease scan has every counter of the full one, its
+/// two scanned gauges zero; the scan's size is the lease table's.
+#[test]
+fn a_snapshot_without_the_lease_scan_leaves_only_the_scanned_gauges_out() {
+    let dir = TempDir::new("leases", "snapshot-scan");
+    let q = lease_queue(&dir, 1, 16, LeaseSpec { max_leases: 64, ..leases(60_000) });
+    for i in 0..3u8 {
+        q.push(&[i; SIZE as usize]).unwrap();
+    }
+    let mut out = [0u8; SIZE as usize];
+    let (_, held) = q.pop_lease(&mut out, Wait::NoWait, Duration::ZERO).unwrap();
+    let (_, released) = q.pop_lease(&mut out, Wait::NoWait, Duration::ZERO).unwrap();
+    q.release(&released, Duration::from_secs(60)).unwrap();
+    let full = q.snapshot();
+    assert_eq!((full.leases_in_flight, full.leases_waiting), (1, 1));
+    let cheap = q.snapshot_without_lease_scan();
+    assert_eq!((cheap.leases_in_flight, cheap.leases_waiting), (0, 0));
+    assert_eq!(tvm::Snapshot { leases_in_flight: 1, leases_waiting: 1, ..cheap }, full);
+    assert_eq!(q.lease_scan_len(), 64);
+    q.ack(&held).unwrap();
+    Queue::create(dir.path(), 2, &Spec::new(4, SIZE)).unwrap();
+    assert_eq!(Queue::inspect(dir.path(), 2).unwrap().lease_scan_len(), 0, "no lease table");
+}

@@ -8,8 +8,11 @@
 //! - [`Way::Msync`], what a tvmq `always` sync does for one record: a store
 //!   of 304 bytes into a `MAP_SHARED` mapping of a file written in full
 //!   beforehand, then `msync(MS_SYNC)` of the page(s) it touched;
-//! - [`Way::Direct`], what an image-based sync does: a 4 KiB `pwrite` with
-//!   `O_DIRECT | O_DSYNC` into a file written in full beforehand;
+//! - [`Way::Direct`], what a blocking sync of an image does (a local
+//!   program's, and `tvmq serve`'s inline syncs): a 4 KiB `pwrite` with
+//!   `O_DIRECT | O_DSYNC` into a file written in full beforehand (a sync
+//!   on a worker's io_uring writes with `O_DIRECT` alone, then
+//!   `fdatasync`s: not timed here);
 //! - [`Way::Append`], what redis-server's `appendfsync always` does: a
 //!   330-byte `write` to an `O_APPEND` file (which grows), then `fdatasync`.
 
@@ -45,7 +48,9 @@ impl Way {
             Way::Msync => {
                 "in place (always files of earlier versions): store 304 B in a MAP_SHARED mapping, msync its page"
             }
-            Way::Direct => "tvmq always and interval, the image: pwrite 4 KiB with O_DIRECT|O_DSYNC",
+            Way::Direct => {
+                "tvmq always and interval, the image, a blocking sync (tvmq serve inline): pwrite 4 KiB with O_DIRECT|O_DSYNC (on a worker's ring: O_DIRECT write, then fdatasync)"
+            }
             Way::Append => "redis always: write() 330 B to an O_APPEND file, then fdatasync",
         }
     }

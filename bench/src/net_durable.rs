@@ -18,8 +18,9 @@
 //!   server meets it with redis-benchmark on this machine;
 //! - one commit on this disk ([`crate::disk_commit`]): the latency of a
 //!   sync of one record in place (msync, as `always` files of earlier
-//!   versions sync), of tvmq's image write (`O_DIRECT | O_DSYNC`, `always`
-//!   and `interval`) and of redis's `appendfsync always` (append +
+//!   versions sync), of tvmq's blocking image write (`O_DIRECT | O_DSYNC`,
+//!   `always` and `interval`; tvmq serve's inline syncs; its ring's write
+//!   with `O_DIRECT` alone, then `fdatasync`) and of redis's `appendfsync always` (append +
 //!   fdatasync); at
 //!   `-c 1` each request waits for one commit, so a server that commits
 //!   like tvmq instead of like redis saves at most the difference of their

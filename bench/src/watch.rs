@@ -84,7 +84,7 @@ fn measure(ctx: &mut Ctx, dir: &Path, n: u32) -> Result<String, String> {
         bytes = b;
     }
     let queues = c.sample().map_err(|e| e.to_string())?.queues.len();
-    // Each view holds its queue file open: let these go before the next reader opens its own.
+    // Its views' mappings go before the next reader maps its own.
     drop(c);
     // Through the HTTP server (a sample is kept for a quarter of a second: wait it out).
     let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;

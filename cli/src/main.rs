@@ -327,9 +327,10 @@ fn main() -> ExitCode {
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     }
     if matches!(cli.command, Command::Serve(_) | Command::Top(_) | Command::Metrics(_) | Command::Bench(_)) {
-        // A watcher keeps each queue's file open (a read-only view a
-        // queue), and the server its attachments too: 10,000 queues need
-        // more descriptors than a common soft limit of 1024.
+        // The server keeps its queues and its clients open, `metrics
+        // --listen` its connections (a watcher's view of a queue holds no
+        // descriptor, but reading one takes up to 4): more descriptors than
+        // a common soft limit of 1024 leaves them room.
         raise_open_files_limit();
     }
     let from = match (&cli.dir, std::env::var_os("TVMDBD")) {

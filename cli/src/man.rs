@@ -29,9 +29,10 @@ pub const ENVIRONMENT: &[(&str, &str)] = &[
     ("TVMQ_REQUIREPASS", "tvmq serve: the password, when neither --requirepass nor --requirepass-file gives one."),
     (
         "TVMQ_SERVE_SYNC",
-        "tvmq serve: how durable (always) queues are synced for the replies waiting on them: ring (the \
-         default: each worker on its own io_uring), threads (the sync threads), or inline (a measurement \
-         aid: the worker waits for the disk).",
+        "tvmq serve: how durable (always) queues are synced for the replies waiting on them: hybrid (the \
+         default: each worker syncs inline when it is idle and its disk's recent syncs were fast, on its \
+         own io_uring otherwise), ring (always the io_uring), threads (the sync threads), or inline (a \
+         measurement aid: the worker always waits for the disk).",
     ),
     (
         "TVMQ_SERVE_SYNC_LINGER_US",

@@ -20,6 +20,7 @@ use tvmq_watch::{Http, HttpOptions, Watch};
     The metric names are in docs/metrics.md.")]
 pub struct MetricsArgs {
     /// Serve /metrics, the dashboard (/) and /api/queues on this address until SIGINT or SIGTERM
+    /// (64 connections at once, fewer, with a warning, when the open-file limit leaves less)
     #[arg(long, value_name = "ADDR:PORT")]
     listen: Option<SocketAddr>,
     /// Queues listed one by one (the lowest ids); the rest are summed into one series, queue="other"
@@ -56,8 +57,9 @@ pub fn run(dir: &Path, args: &MetricsArgs) -> Result<(), Error> {
         return Err(Error::new(BOOT_PARM_ERR, refusal));
     }
     let listener = std::net::TcpListener::bind(addr).map_err(|e| Error::new(SOCK_BIND_ERR, format!("{addr}: {e}")))?;
+    let max_connections = connections_within_the_limit()?;
     let watch = Arc::new(Watch::new(dir, args.max_queues, None));
-    let http = Http::start(listener, watch, HttpOptions { password, max_connections: 0 })?;
+    let http = Http::start(listener, watch, HttpOptions { password, max_connections })?;
     println!(
         "tvmq metrics: serving http://{0}/metrics, the dashboard at http://{0}/ and /api/queues; queues in {1}",
         http.local_addr(),
@@ -86,4 +88,47 @@ fn wait_for_a_stop_signal() -> Result<(), Error> {
         Ok::<(), std::io::Error>(())
     })
     .map_err(|e| Error::new(SVR_EXCEPTION, format!("cannot handle signals: {e}")))
+}
+
+/// Descriptors kept beside the metrics server's for this process's own
+/// (the signals' runtime, the standard streams' spares).
+const OWN: usize = 8;
+
+/// The connections `--listen` serves at once: the default, or, when this
+/// process's open-file limit (raised to the hard one at the start) leaves
+/// less beside what it holds now and what the metrics server needs of its
+/// own (its reading of the queues holds at most 4), fewer, with a warning on
+/// stderr. Errors: `BOOT_PARM_ERR` when it leaves none.
+fn connections_within_the_limit() -> Result<usize, Error> {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit with a valid rlimit pointer.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 || lim.rlim_cur == libc::RLIM_INFINITY {
+        return Ok(0);
+    }
+    let limit = usize::try_from(lim.rlim_cur).unwrap_or(usize::MAX);
+    // Those open now (the listing's own descriptor included).
+    let open = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count());
+    let fixed = tvmq_watch::http::most_descriptors(&HttpOptions { password: None, max_connections: 1 }) - 1;
+    let room = limit.saturating_sub(open + fixed + OWN);
+    let default = tvmq_watch::http::DEFAULT_MAX_CONNECTIONS;
+    if room >= default {
+        return Ok(0);
+    }
+    if room == 0 {
+        return Err(Error::new(
+            BOOT_PARM_ERR,
+            format!(
+                "the open-file limit is {limit} (hard limit {}), too low to serve metrics: {open} descriptors are \
+                 open and the server needs {} of its own; raise it (ulimit -n, LimitNOFILE=)",
+                lim.rlim_max,
+                fixed + OWN + 1
+            ),
+        ));
+    }
+    eprintln!(
+        "tvmq metrics: warning: the open-file limit is {limit} (hard limit {}): serving {room} connections at once, \
+         not {default} (beyond, 503); raise it with ulimit -n or LimitNOFILE=",
+        lim.rlim_max
+    );
+    Ok(room)
 }

@@ -285,3 +285,57 @@ fn push_and_pop_by_hand() {
     assert_eq!((l.in_flight, l.waiting), (0, 0));
     assert!(!tvmq(d, &["pop", "21", "--lease", "1000"]).status.success(), "no leases on queue 21");
 }
+
+/// `tvmq` under `prlimit --nofile=N:N` (it cannot raise its soft limit).
+fn limited(dir: &Path, nofile: u64, args: &[&str]) -> Command {
+    let mut c = Command::new("prlimit");
+    c.arg(format!("--nofile={nofile}:{nofile}")).arg("--").arg(env!("CARGO_BIN_EXE_tvmq")).arg("--dir").arg(dir);
+    c.args(args);
+    c
+}
+
+/// `tvmq metrics` at an open-file limit of 16, soft and hard, reads 2,000
+/// queues all the same (a view holds no descriptor); `--listen` at a limit
+/// that leaves it fewer connections than its 64 says so and serves, and at
+/// one that leaves it none refuses to start, saying why.
+#[test]
+fn metrics_read_more_queues_than_the_open_file_limit_and_say_what_it_leaves() {
+    let dir = TempDir::new("cli", "metrics-nofile");
+    let d = dir.path();
+    let n = 2000;
+    for id in 1..=n {
+        make(d, id, &format!("Q{id}"), 4, 8, None);
+    }
+    Queue::open(d, 7).unwrap().push(b"x").unwrap();
+    let o = limited(d, 16, &["metrics"]).output().unwrap();
+    let text = ok(&o);
+    assert_eq!(value(&text, "tvmq_queues"), u64::from(n));
+    assert_eq!(value(&text, "tvmq_queues_unreadable"), 0);
+    assert_eq!(value(&text, "tvmq_queue_depth{queue=\"7\",name=\"Q7\"}"), 1);
+    assert_eq!(value(&text, &format!("tvmq_queue_capacity{{queue=\"{n}\",name=\"Q{n}\"}}")), 4);
+
+    let o = limited(d, 16, &["metrics", "--listen", "127.0.0.1:0"]).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("the open-file limit is 16") && err.contains("too low to serve metrics"), "{err}");
+
+    let mut child = limited(d, 48, &["metrics", "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+    let addr = line.split("http://").nth(1).and_then(|a| a.split('/').next()).expect("its address").to_string();
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    std::io::Write::write_all(&mut s, b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    std::io::Read::read_to_string(&mut s, &mut answer).unwrap();
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer:.200}");
+    assert_eq!(value(&answer, "tvmq_queues_unreadable"), 0);
+    assert!(err.contains("warning: the open-file limit is 48") && err.contains("connections at once, not 64"), "{err}");
+}

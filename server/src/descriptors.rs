@@ -2,9 +2,10 @@
 //! start, and how the server shares what it then has, as Redis does: a
 //! reserve for what the server itself opens (listeners, runtimes, the
 //! index's inotify, the spare descriptor of the acceptor, queues being
-//! created, dropped or repaired, INFO's headers), the queues it holds open,
-//! and the clients, whose `--maxclients` is lowered, with a warning, to
-//! what is left. So accepting, opening queues and the sync threads never
+//! created, dropped or repaired, INFO's headers, and with `--metrics-port`
+//! the metrics server: its connections and its reading of the queues), the
+//! queues it holds open, and the clients, whose `--maxclients` is lowered,
+//! with a warning, to what is left. So accepting, opening queues and the sync threads never
 //! take each other's descriptors.
 
 /// Descriptors kept for the server itself, besides [`PER_THREAD`] for each
@@ -56,14 +57,15 @@ pub(crate) fn raise_limit() -> (u64, Option<String>) {
 }
 
 /// Shares `limit` descriptors between the server (the reserve, for
-/// `threads` runtime threads), the open queues and the clients.
+/// `threads` runtime threads, and `metrics` more for `--metrics-port`'s
+/// server), the open queues and the clients.
 ///
 /// Queues get what `maxclients` clients leave, but at least a quarter of
 /// what is not reserved and at most three quarters, and at most
 /// `max_open_queues` (0: [`DEFAULT_MAX_OPEN_QUEUES`]); clients get the
 /// rest, at most `maxclients`. Every lowered figure has its warning.
-pub(crate) fn plan(limit: u64, threads: usize, maxclients: usize, max_open_queues: usize) -> Plan {
-    let reserve = RESERVE + PER_THREAD * threads as u64;
+pub(crate) fn plan(limit: u64, threads: usize, metrics: u64, maxclients: usize, max_open_queues: usize) -> Plan {
+    let reserve = RESERVE + PER_THREAD * threads as u64 + metrics;
     let avail = limit.saturating_sub(reserve);
     let mut warnings = Vec::new();
     let left = avail.saturating_sub(maxclients as u64);
@@ -97,27 +99,35 @@ mod tests {
     #[test]
     fn clients_are_lowered_to_what_the_limit_leaves() {
         // 1,024 descriptors, two workers: 72 reserved, a quarter of the rest for queues.
-        let p = plan(1024, 2, 10_000, 0);
+        let p = plan(1024, 2, 0, 10_000, 0);
         assert_eq!((p.open_queues, p.maxclients), (59, 716));
         assert_eq!(p.warnings.len(), 1);
         assert!(p.warnings[0].starts_with("--maxclients 10000 lowered to 716"), "{:?}", p.warnings);
         // Enough: nothing lowered, queues get what the clients leave.
-        let p = plan(20_000, 2, 10_000, 0);
+        let p = plan(20_000, 2, 0, 10_000, 0);
         assert_eq!((p.maxclients, p.open_queues), (10_000, (20_000 - 72 - 10_000) / 4));
         assert!(p.warnings.is_empty());
         // Plenty: the default bound on queues.
-        let p = plan(1 << 20, 2, 10_000, 0);
+        let p = plan(1 << 20, 2, 0, 10_000, 0);
         assert_eq!((p.maxclients, p.open_queues), (10_000, DEFAULT_MAX_OPEN_QUEUES));
         // An explicit bound on queues, within reach and beyond.
-        let p = plan(20_000, 2, 10_000, 100);
+        let p = plan(20_000, 2, 0, 10_000, 100);
         assert_eq!((p.maxclients, p.open_queues), (10_000, 100));
-        let p = plan(1024, 2, 100, 100_000);
+        let p = plan(1024, 2, 0, 100, 100_000);
         assert_eq!(p.open_queues, 952 / 4 * 3 / 4);
         assert!(p.warnings[0].starts_with("--max-open-queues 100000 lowered to 178"), "{:?}", p.warnings);
+        // The metrics server's descriptors are kept beside the server's own
+        // (docs/server.md says 29).
+        let metrics = crate::config::ServeArgs { metrics_port: Some(0), ..Default::default() };
+        assert_eq!(crate::metrics::descriptors(&metrics), 29);
+        assert_eq!(crate::metrics::descriptors(&crate::config::ServeArgs::default()), 0);
+        let p = plan(1024, 2, 29, 10_000, 0);
+        assert_eq!((p.open_queues, p.maxclients), (57, 695));
+        assert!(p.warnings[0].contains("of which 101 are kept for the server"), "{:?}", p.warnings);
         // Every figure fits the limit.
         for limit in [16, 100, 1024, 4096, 65_536] {
             for maxclients in [1, 10, 10_000] {
-                let p = plan(limit, 2, maxclients, 0);
+                let p = plan(limit, 2, 0, maxclients, 0);
                 let used = 72 + p.open_queues as u64 * PER_QUEUE + p.maxclients as u64;
                 assert!(used <= limit.max(72 + PER_QUEUE + 1), "{limit} {maxclients}: {p:?}");
                 assert!(p.maxclients >= 1 && p.open_queues >= 1);

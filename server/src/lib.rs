@@ -20,7 +20,7 @@
 //! | `local` | what one worker's connections share: key cache, buffer pool, stop notice, its syncs | `keys`, `durable` |
 //! | `keys` | key -> queue, caches, `--auto-create`, its bounds and its id scheme | `state`, `index`, `open`, `pool`, `reply` |
 //! | `state` | `ServerState`, what every thread shares: options, queues, counters, the pool | `durable`, `index`, `open`, `preauth`, `waiters`, `pool`, `shutdown`, `tls`, `config` |
-//! | `durable` | `always` queues: a connection's replies waiting for a sync (`replies`), the worker's own syncs on its io_uring (`ring`), the sync threads where there is none (`syncers`) | `histogram` |
+//! | `durable` | `always` queues: a connection's replies waiting for a sync (`replies`), the worker's own syncs, inline or on its io_uring (`ring`, `adaptive`), the sync threads where there is none (`syncers`) | `histogram` |
 //! | `histogram` | durations in fixed buckets, in atomics (the syncs' `tvmq_durable_sync_seconds`) | - |
 //! | `index` | queue name -> ids of the directory, kept current by inotify; the queues `--auto-create` made (the budget) | `shutdown` |
 //! | `open` | the queues held open, at most as many as the descriptors allow, the least recently used idle one closed | - |
@@ -298,7 +298,7 @@ fn max_unauthenticated(args: &ServeArgs, maxclients: usize) -> usize {
 /// saying on stderr what it lowered.
 fn fd_plan(runtimes: usize, args: &ServeArgs) -> descriptors::Plan {
     let (limit, stuck) = descriptors::raise_limit();
-    let plan = descriptors::plan(limit, runtimes, args.maxclients, args.max_open_queues);
+    let plan = descriptors::plan(limit, runtimes, metrics::descriptors(args), args.maxclients, args.max_open_queues);
     for warning in stuck.iter().chain(&plan.warnings) {
         eprintln!("tvmq serve: warning: {warning}");
     }

@@ -107,6 +107,22 @@ impl Source for ServerMetrics {
     }
 }
 
+/// Connections the metrics port serves at once (Prometheus and a few
+/// dashboards: a browser opens up to six); beyond, `503`.
+pub(crate) const CONNECTIONS: usize = 16;
+
+/// How the metrics server answers (`password`: the RESP port's).
+fn options(password: Option<Vec<u8>>) -> HttpOptions {
+    HttpOptions { password, max_connections: CONNECTIONS }
+}
+
+/// The descriptors the metrics server of `--metrics-port` holds at most
+/// (0 without it), kept for it in the server's share of its open-file
+/// limit ([`crate::descriptors::plan`]).
+pub(crate) fn descriptors(args: &crate::config::ServeArgs) -> u64 {
+    args.metrics_port.map_or(0, |_| tvmq_watch::http::most_descriptors(&options(None)) as u64)
+}
+
 /// Starts the metrics server of `--metrics-port` (None without it), the
 /// password being the RESP port's. Errors: `BOOT_PARM_ERR` (protected
 /// mode's refusal: `--metrics-bind` off loopback without a password),
@@ -128,5 +144,5 @@ pub(crate) fn start(shared: &Arc<ServerState>) -> Result<Option<Http>, Error> {
         .map_err(|e| Error::new(SOCK_BIND_ERR, format!("--metrics-port {addr}: {e}")))?;
     let source: Arc<dyn Source> = Arc::new(ServerMetrics(shared.clone()));
     let watch = Arc::new(Watch::new(shared.dir(), args.metrics_max_queues, Some(source)));
-    Http::start(listener, watch, HttpOptions { password: shared.password.clone(), max_connections: 0 }).map(Some)
+    Http::start(listener, watch, options(shared.password.clone())).map(Some)
 }

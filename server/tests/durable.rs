@@ -140,6 +140,44 @@ fn a_worker_serves_other_connections_while_a_sync_thread_syncs() {
     serves_other_connections_while_a_sync_runs("threads");
 }
 
+/// The default (`hybrid`: inline when the worker is idle and the disk
+/// fast, on the ring otherwise) with a disk whose every sync is slow: the
+/// first syncs of a worker run on its ring, and slow ones keep the next
+/// ones there, so that after several pushes (each one sync) a PING on
+/// another connection still answers while a push waits for its sync, and
+/// no sync ran on the worker.
+#[test]
+fn the_hybrid_never_waits_on_the_worker_for_a_slow_disk() {
+    if !rings_here() {
+        eprintln!("no io_uring here: the hybrid is not used");
+        return;
+    }
+    let dir = DiskDir::new("serve-hybrid-slow");
+    always_queue(&dir, 1, "slow", 1000);
+    const DELAY_MS: u64 = 400;
+    let env = [("TVMQ_SERVE_TEST_SYNC_DELAY_MS", "400")];
+    let how = Spawn { env: &env, ..Spawn::default() };
+    let mut server = ChildServer::spawn_in(dir.path(), &["--threads", "1"], &how);
+    let mut pusher = Conn::connect(server.addr);
+    let mut other = Conn::connect(server.addr);
+    for i in 0..8 {
+        let t = Instant::now();
+        pusher.send(&[b"RPUSH", b"slow", b"x"]);
+        common::wait_until(Duration::from_millis(DELAY_MS / 2), "the record published", || {
+            other.cmd(&[b"LLEN", b"slow"]) == V::Int(i + 1)
+        });
+        let ping = Instant::now();
+        assert_eq!(other.cmd(&[b"PING"]), V::Simple("PONG".into()));
+        let answered_in = ping.elapsed();
+        assert!(t.elapsed() < Duration::from_millis(DELAY_MS * 3 / 4), "push {i}: checked while the sync runs");
+        assert!(answered_in < Duration::from_millis(DELAY_MS / 4), "push {i}: PING took {answered_in:?} during a sync");
+        assert_eq!(pusher.read(), V::Int(i + 1));
+        assert!(t.elapsed() >= Duration::from_millis(DELAY_MS), "push {i}: the reply waited for its sync");
+    }
+    assert_eq!(info_field(&mut other, "durability", "durable_inline_syncs"), "0");
+    assert_eq!(server.signal_and_wait(libc::SIGKILL, Duration::from_secs(10)), None);
+}
+
 /// The test of the two above, the server's syncs chosen by `mode`
 /// (`TVMQ_SERVE_SYNC`). (With `inline`, the measurement aid that syncs on
 /// the worker as Redis does, it fails: the PING waits for the sync.)

@@ -135,6 +135,70 @@ fn durable_syncs_are_counted_per_queue_and_in_the_server_s_histogram() {
     tvm::Queue::drop_queue(dir.path(), 31).unwrap();
 }
 
+/// The sum of the series of family `name` listed one by one in `text`.
+fn family_sum(text: &str, name: &str) -> f64 {
+    let prefix = format!("{name}{{");
+    text.lines().filter(|l| l.starts_with(&prefix)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
+}
+
+/// A server at 256 descriptors (soft and hard) serving 1,500 queues, more
+/// than it holds open (about 8 at that limit) and more than its limit: a
+/// scrape lists every queue with its record, none unreadable, while the
+/// RESP side opens queues and takes new clients as before; the server's
+/// descriptors stay within its limit. (Before the metrics' views held no
+/// descriptor, each held one: the scrape took the RESP side's.)
+#[test]
+fn at_a_low_descriptor_limit_a_scrape_of_more_queues_than_descriptors_starves_nothing() {
+    let dir = TempDir::new("server", "metrics-fds");
+    let (n, limit) = (1500u32, 256);
+    for id in 1..=n {
+        create(&dir, id, &format!("Q{id}"), 4, 8);
+    }
+    let how = Spawn { nofile: Some(limit), capture_stderr: true, ..Spawn::default() };
+    let server = ChildServer::spawn(&dir, &["--metrics-port", "0"], &how);
+    let (addr, maddr) = (server.addr, server.metrics_addr.expect("a metrics port"));
+    // Every queue pushed to once: the server opens each in turn.
+    let mut c = Conn::connect(addr);
+    let mut wire = Vec::new();
+    for id in 1..=n {
+        resp::command(&mut wire, &[b"RPUSH", id.to_string().as_bytes(), format!("v{id}").as_bytes()]);
+    }
+    c.send_raw(&wire);
+    for id in 1..=n {
+        assert_eq!(c.read(), V::Int(1), "RPUSH {id}");
+    }
+    for round in 0..2 {
+        // A scrape while the client has every queue opened again.
+        wire.clear();
+        for id in 1..=n {
+            resp::command(&mut wire, &[b"LLEN", id.to_string().as_bytes()]);
+        }
+        c.send_raw(&wire);
+        let (status, text) = http(maddr, "/metrics", "");
+        for id in 1..=n {
+            assert_eq!(c.read(), V::Int(1), "LLEN {id}");
+        }
+        assert_eq!(status, 200, "{text}");
+        assert_eq!(value(&text, "tvmq_queues"), f64::from(n), "round {round}");
+        assert_eq!(value(&text, "tvmq_queues_unreadable"), 0.0, "round {round}");
+        assert_eq!(family_sum(&text, "tvmq_queue_depth"), f64::from(n), "every queue's record, round {round}");
+        assert_eq!(value(&text, &format!("tvmq_queue_depth{{queue=\"{n}\",name=\"Q{n}\"}}")), 1.0);
+        // New clients are answered, each opening a queue of its own.
+        for id in [1, n / 2, n] {
+            let mut other = Conn::connect(addr);
+            assert_eq!(other.cmd(&[b"PING"]), V::Simple("PONG".into()), "round {round}");
+            assert_eq!(other.cmd(&[b"LLEN", id.to_string().as_bytes()]), V::Int(1));
+        }
+        let fds = open_fds(server.pid());
+        eprintln!("round {round}: {fds} descriptors open at a limit of {limit}");
+        assert!(fds < limit as usize / 2, "{fds} descriptors");
+        // Past the quarter of a second a sample is kept for.
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let stderr = server.stderr.lock().unwrap().clone();
+    assert!(!stderr.iter().any(|l| l.contains("accept")), "no accept error: {stderr:?}");
+}
+
 #[test]
 fn the_metrics_port_refuses_what_it_does_not_serve() {
     let dir = TempDir::new("server", "metrics-bounds");

@@ -75,6 +75,23 @@ impl Durable {
         }
     }
 
+    /// Runs sync number `target` (or a later one) here when nobody else is
+    /// syncing, waiting for the disk but never for another syncer: `true`
+    /// once it is covered (already, or by the sync run here), `false` when
+    /// another thread, process or ring holds the lock (nothing was done).
+    /// No gathering: the caller (an event loop) gathered before it asked.
+    pub(crate) fn try_sync(&self, target: u64) -> Result<bool> {
+        if self.covered(target) {
+            return Ok(true);
+        }
+        if !self.try_lock() {
+            return Ok(false);
+        }
+        let r = if self.covered(target) { Ok(()) } else { self.run_sync() };
+        self.unlock();
+        r.map(|()| true)
+    }
+
     /// Before a sync of an `always` queue: when callers were concurrent
     /// (others waited as the last sync ended), waits, yielding the
     /// processor, until as many have arrived since the last sync started, so

@@ -71,7 +71,7 @@ impl Image {
         let slots_len = (info.capacity * stride).div_ceil(PAGE) * PAGE;
         // The same file (not the same name: it may have been replaced).
         use std::os::fd::AsRawFd;
-        let again = format!("/proc/self/fd/{}", file.file().as_raw_fd());
+        let again = format!("/proc/self/fd/{}", file.file()?.as_raw_fd());
         let open = |flags| std::fs::OpenOptions::new().write(true).custom_flags(flags).open(&again);
         let out = open(libc::O_DIRECT | libc::O_DSYNC | libc::O_CLOEXEC)
             .or_else(|_| open(libc::O_DSYNC | libc::O_CLOEXEC))
@@ -251,7 +251,7 @@ impl Image {
         let slots = self.capacity * self.stride;
         let read = |at: u64, len: u64| -> Result<Vec<u8>> {
             let mut v = vec![0u8; len as usize];
-            file.file()
+            file.file()?
                 .read_exact_at(&mut v, at)
                 .map_err(|e| Error::new(SHM_ERR_INVAL, format!("cannot read the queue's image: {e}")))?;
             Ok(v)

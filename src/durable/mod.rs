@@ -172,7 +172,7 @@ impl Durable {
             policy,
             map: file.map().clone(),
             file: file
-                .file()
+                .file()?
                 .try_clone()
                 .map_err(|e| Error::new(SHM_ERR_NOMEM, format!("cannot duplicate the queue file's descriptor: {e}")))?,
             control: file.control().clone(),

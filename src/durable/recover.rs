@@ -93,7 +93,7 @@ pub(crate) fn attach(
     if stored_boot_id(control) == now {
         return Ok(None);
     }
-    let _lock = RecoveryLock::take(file.file())?;
+    let _lock = RecoveryLock::take(file.file()?)?;
     if stored_boot_id(control) == now {
         return Ok(None); // another process recovered it meanwhile
     }

@@ -563,18 +563,26 @@ mod tests {
         Queue::drop_queue(&dir.0, 1).unwrap();
     }
 
-    /// While a ring's sync is in flight it holds the queue's sync lock:
-    /// another ring finds the queue busy, and a thread waiting for a later
-    /// sync waits until the ring's is reaped, then runs its own.
-    #[test]
-    fn a_sync_in_flight_holds_the_lock_until_reaped() {
-        let dir = DiskDir::new("ring-busy");
+    /// An `always` queue (in a directory named after `tag`) whose sync of
+    /// its pushes 0..10 is in flight on the ring returned (made 300 ms
+    /// slower), and the tickets of that sync and of pushes 10..20 after it.
+    fn a_ring_holding_the_lock(tag: &str) -> (DiskDir, Arc<Queue>, SyncRing, SyncTicket, SyncTicket) {
+        let dir = DiskDir::new(tag);
         let q = always(&dir, 1, false);
         let mut ring = SyncRing::new().unwrap();
         ring.set_test_delay(Duration::from_millis(300));
         let ticket = push_deferred(&q, 0, 10);
         assert_eq!(q.start_sync(ticket, &mut ring, 1).unwrap(), SyncStart::Started);
         let later = push_deferred(&q, 10, 20);
+        (dir, q, ring, ticket, later)
+    }
+
+    /// While a ring's sync is in flight it holds the queue's sync lock:
+    /// another ring finds the queue busy, and a thread waiting for a later
+    /// sync waits until the ring's is reaped, then runs its own.
+    #[test]
+    fn a_sync_in_flight_holds_the_lock_until_reaped() {
+        let (dir, q, mut ring, ticket, later) = a_ring_holding_the_lock("ring-busy");
         let mut other = SyncRing::new().unwrap();
         assert_eq!(q.start_sync(later, &mut other, 2).unwrap(), SyncStart::Busy);
         let waiter = {
@@ -588,6 +596,27 @@ mod tests {
         assert!(q.is_synced(ticket));
         waiter.join().unwrap().unwrap();
         assert!(q.is_synced(later));
+        drop(q);
+        Queue::drop_queue(&dir.0, 1).unwrap();
+    }
+
+    /// `try_sync_ticket` runs a sync on the calling thread when nobody
+    /// holds the lock (the ticket covered when it returns, and a restart
+    /// finds the records), and does nothing, without waiting, while a
+    /// ring's sync holds it.
+    #[test]
+    fn try_sync_ticket_syncs_here_or_leaves_a_busy_queue_alone() {
+        let (dir, q, mut ring, _, later) = a_ring_holding_the_lock("ring-try");
+        let syncs = q.durable_stats().unwrap().syncs;
+        assert!(!q.try_sync_ticket(later).unwrap(), "synced while the ring held the lock");
+        assert!(!q.is_synced(later));
+        assert_eq!(q.durable_stats().unwrap().syncs, syncs);
+        assert!(reap_all(&mut ring).iter().all(|(_, r)| r.is_ok()));
+        assert!(!q.is_synced(later));
+        assert!(q.try_sync_ticket(later).unwrap());
+        assert!(q.is_synced(later));
+        assert!(q.try_sync_ticket(later).unwrap(), "a covered ticket");
+        assert_eq!(after_a_restart(&dir, 1), (0..20).collect::<Vec<u32>>());
         drop(q);
         Queue::drop_queue(&dir.0, 1).unwrap();
     }

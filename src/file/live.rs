@@ -465,6 +465,30 @@ mod tests {
         Queue::drop_queue(&b, 1).unwrap();
     }
 
+    /// A detached view of an `interval` queue maps its live part, holds no
+    /// descriptor, and sees the processes attached through the locks of the
+    /// live part (where they are taken), opened again for the look.
+    #[test]
+    fn a_detached_view_of_an_interval_queue_reads_its_live_part() {
+        let dir = DiskDir::new("live-detached");
+        interval_queue(&dir.0, 1, 64, 16);
+        let q = Queue::open(&dir.0, 1).unwrap();
+        q.push(&[1u8; 16]).unwrap();
+        let f = crate::file::map::QueueFile::open(&dir.0, 1, crate::file::map::Access::Detached).unwrap();
+        assert_eq!(f.descriptors(), 0);
+        assert!(!f.is_volatile(), "the queue file is on the disk");
+        drop(f);
+        let view = Queue::inspect_detached(&dir.0, 1).unwrap();
+        let s = view.snapshot();
+        assert_eq!((s.depth, s.processes), (1, 1));
+        q.push(&[2u8; 16]).unwrap();
+        assert_eq!(view.depth(), 2, "the live part is what is mapped");
+        drop(q);
+        assert_eq!(view.snapshot().processes, 0);
+        drop(view);
+        Queue::drop_queue(&dir.0, 1).unwrap();
+    }
+
     /// An `interval` queue's pushes, pops and syncs never write the live
     /// part of its file on the disk: its mapping is a tmpfs file, the
     /// disk file's live range stays a hole of zeros (only its header page

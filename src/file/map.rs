@@ -9,7 +9,7 @@ use super::layout::{
 use super::make::unlink_if_same;
 use crate::error::*;
 use crate::lease::table::LeaseTable;
-use crate::registry::Registry;
+use crate::registry::{LockFile, Registry};
 use crate::ring::MapStorage;
 use crate::shm::{SharedMap, SharedRef};
 use std::fs::File;
@@ -24,6 +24,9 @@ pub(crate) enum Access {
     ReadWrite { populate: bool },
     /// For inspection only.
     ReadOnly,
+    /// For inspection only, holding no descriptor: read-only, the files
+    /// closed once mapped ([`crate::Queue::inspect_detached`]).
+    Detached,
     /// For dropping: read-write, nothing populated, and an `interval`
     /// queue's live part used if it exists, never made.
     Drop,
@@ -34,17 +37,27 @@ pub(crate) struct QueueFile {
     header: Header,
     options: Options,
     path: PathBuf,
-    /// The queue file.
-    file: Arc<File>,
+    /// The queue file, held open, or closed once mapped (a detached view).
+    file: Held,
     /// The file that is mapped: the queue file, or an `interval` queue's
     /// live part in tmpfs (see [`super::live`]). Shared with the registry,
-    /// whose locks belong to this open file description.
-    mapped: Arc<File>,
+    /// whose locks belong to this open file description; a detached view's
+    /// is closed, and opened again to look at the locks.
+    mapped: LockFile,
     /// The live part, if it is mapped, and whether this open made it.
     live: Option<PathBuf>,
     live_made: bool,
     map: SharedMap,
     control: SharedRef<Control>,
+}
+
+/// The queue file of a [`QueueFile`].
+enum Held {
+    Open(Arc<File>),
+    /// Closed once mapped; whether it is on tmpfs or ramfs.
+    Closed {
+        volatile: bool,
+    },
 }
 
 /// Opens queue `id`'s file in `dir` and reads and validates its header,
@@ -95,7 +108,7 @@ impl QueueFile {
     /// Opens queue `id` in `dir`, refusing anything that is not a regular
     /// queue file of ours with a valid header.
     pub(crate) fn open(dir: &Path, id: u32, access: Access) -> Result<QueueFile> {
-        let write = access != Access::ReadOnly;
+        let write = !matches!(access, Access::ReadOnly | Access::Detached);
         let (file, info, options, len, path) = open_validated(dir, id, write)?;
         // An `interval` queue's live part is a file in tmpfs: found from the
         // queue file, made (to be rebuilt from the image) when it is missing.
@@ -103,7 +116,9 @@ impl QueueFile {
             let ident = super::live::Identity::of(&file, &info, &path, &path)?;
             let live = match access {
                 Access::ReadWrite { .. } => Some(super::live::attach(&info, &options, &ident)?),
-                Access::ReadOnly | Access::Drop => super::live::find(&info, &options, &ident, write)?,
+                Access::ReadOnly | Access::Detached | Access::Drop => {
+                    super::live::find(&info, &options, &ident, write)?
+                }
             };
             if let Some(l) = live.as_ref().filter(|l| l.made && !ident.still_at(&path)) {
                 // The queue was dropped (or replaced) while this made its live part.
@@ -154,6 +169,15 @@ impl QueueFile {
         let control = map
             .view::<Control>(CONTROL_OFFSET as usize)
             .ok_or_else(|| Error::new(SHM_ERR_INVAL, format!("{}: no room for the control block", path.display())))?;
+        let (file, mapped) = if access == Access::Detached {
+            // The mapping stays when its descriptors close: what the view
+            // needs of the files again (the locks), it opens again.
+            let at = live.as_deref().unwrap_or(&path);
+            let mapped = LockFile::closed(at, &mapped).map_err(|e| io_error(SHM_ERR_INVAL, "cannot stat", at, e))?;
+            (Held::Closed { volatile: FsKind::of(&file).is_volatile() }, mapped)
+        } else {
+            (Held::Open(file), LockFile::Open(mapped))
+        };
         Ok(QueueFile { header: info, options, path, file, mapped, live, live_made, map, control })
     }
 
@@ -165,10 +189,13 @@ impl QueueFile {
     }
 
     /// How many descriptors this open holds: 1 when the queue file itself
-    /// is mapped, 2 with a live part.
+    /// is mapped, 2 with a live part, none for a detached view.
     #[cfg(test)]
     pub(crate) fn descriptors(&self) -> usize {
-        if Arc::ptr_eq(&self.file, &self.mapped) { 1 } else { 2 }
+        match (&self.file, self.mapped.held()) {
+            (Held::Open(f), Some(m)) if std::ptr::eq(&**f, m) => 1,
+            (f, m) => usize::from(matches!(f, Held::Open(_))) + usize::from(m.is_some()),
+        }
     }
 
     /// Did this open make the live part (it was missing)?
@@ -179,8 +206,8 @@ impl QueueFile {
     /// Unlinks the live part (dropping the queue), unless its name now
     /// leads to another file.
     pub(crate) fn remove_live(&self) {
-        if let Some(path) = &self.live {
-            let _ = unlink_if_same(path, &self.mapped);
+        if let (Some(path), Some(mapped)) = (&self.live, self.mapped.held()) {
+            let _ = unlink_if_same(path, mapped);
         }
     }
 
@@ -199,9 +226,16 @@ impl QueueFile {
         &self.path
     }
 
-    /// The open queue file (on the disk for a durable queue).
-    pub(crate) fn file(&self) -> &File {
-        &self.file
+    /// The open queue file (on the disk for a durable queue). Errors:
+    /// `SHM_ERR_ACCES` for a detached view, which holds none.
+    pub(crate) fn file(&self) -> Result<&File> {
+        match &self.file {
+            Held::Open(f) => Ok(f),
+            Held::Closed { .. } => Err(Error::new(
+                SHM_ERR_ACCES,
+                format!("{}: a detached view holds no descriptor of the file", self.path.display()),
+            )),
+        }
     }
 
     /// The mapping of the queue file, or of an `interval` queue's live
@@ -212,7 +246,10 @@ impl QueueFile {
 
     /// Is the file on tmpfs or ramfs (never durable)?
     pub(crate) fn is_volatile(&self) -> bool {
-        FsKind::of(&self.file).is_volatile()
+        match &self.file {
+            Held::Open(f) => FsKind::of(f).is_volatile(),
+            Held::Closed { volatile } => *volatile,
+        }
     }
 
     /// The shared control block (a view that keeps the mapping alive).

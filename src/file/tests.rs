@@ -534,6 +534,42 @@ fn an_open_queue_holds_one_descriptor_unless_it_has_a_live_part() {
     assert_eq!(f.descriptors(), 1, "the queue file is mapped through the descriptor it was opened with");
 }
 
+#[test]
+fn a_detached_view_holds_no_descriptor_and_still_sees_who_is_attached() {
+    // A reader of ten thousand queues (the metrics, top) would otherwise
+    // need ten thousand descriptors.
+    let tmp = TempDir::new("files", "detached");
+    let dir = tmp.path();
+    Queue::create(dir, 1, &Spec::new(4, 8)).unwrap();
+    let f = crate::file::map::QueueFile::open(dir, 1, crate::file::map::Access::Detached).unwrap();
+    assert_eq!(f.descriptors(), 0);
+    assert_eq!(code(f.file()), SHM_ERR_ACCES);
+    drop(f);
+    let view = Queue::inspect_detached(dir, 1).unwrap();
+    assert_eq!(view.snapshot().processes, 0);
+    let q = Queue::open(dir, 1).unwrap();
+    q.push(b"a").unwrap();
+    // The same shared pages; the attached process's lock seen through the
+    // file opened again for the look.
+    let s = view.snapshot();
+    assert_eq!((s.depth, s.pushed, s.processes), (1, 1, 1));
+    assert_eq!(view.processes().len(), 1);
+    assert_eq!(code(view.push(b"b")), SHM_ERR_ACCES);
+    assert_eq!(code(view.pop(&mut [0u8; 8], Wait::NoWait)), SHM_ERR_ACCES);
+    drop(q);
+    assert_eq!(view.snapshot().processes, 0, "left");
+    // Dropped and made again under the same name, with a process attached
+    // to the new file: its locks are not this queue's.
+    let old = Queue::open(dir, 1).unwrap();
+    Queue::drop_queue(dir, 1).unwrap();
+    assert!(view.is_dropped() && view.snapshot().dropped);
+    Queue::create(dir, 1, &Spec::new(4, 8)).unwrap();
+    let new = Queue::open(dir, 1).unwrap();
+    assert_eq!(view.snapshot().processes, 0, "the file at its name is another one");
+    assert_eq!(Queue::inspect_detached(dir, 1).unwrap().snapshot().processes, 1);
+    drop((old, new));
+}
+
 /// Child process for the umask tests: creates a queue with the mode in
 /// `TVMQ_FILES_CHILD_MODE` (or the default).
 #[test]

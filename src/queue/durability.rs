@@ -93,6 +93,25 @@ impl Queue {
         }
     }
 
+    /// Runs a sync that covers `ticket` on the calling thread if no thread
+    /// or process is syncing the queue now: it waits for the disk, never
+    /// for another syncer. For an event loop that syncs inline when it has
+    /// nothing else to do (and uses [`start_sync`](Self::start_sync)
+    /// otherwise). No gathering: one sync covers every change published
+    /// before it began, by any thread or process.
+    ///
+    /// Returns `Ok(true)` once a completed sync covers the ticket (already,
+    /// or the one run here; always on a queue that is not `always`),
+    /// `Ok(false)` when another syncer holds the queue's sync lock (nothing
+    /// was done: wait for it by other means). Errors: `SYNC_FAILED` (the
+    /// system call failed, as for [`sync_ticket`](Self::sync_ticket)).
+    pub fn try_sync_ticket(&self, ticket: SyncTicket) -> Result<bool> {
+        match self.always() {
+            Some(d) => d.try_sync(ticket.0),
+            None => Ok(true),
+        }
+    }
+
     /// Starts a sync that covers `ticket` on `ring`, without waiting for
     /// it: the sync is begun here (the group commit's lock taken, the sync
     /// numbered: it covers every change published before, by any thread or

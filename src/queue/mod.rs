@@ -166,7 +166,7 @@ impl Queue {
                 // sleeps on, then wake every sleeper of every process.
                 wake.futex.fetch_add(1, Ordering::SeqCst);
                 wait::wake(&wake.futex, u32::MAX);
-                file::create::remove(dir, id, f.file())?;
+                file::create::remove(dir, id, f.file()?)?;
                 // An `interval` queue's live part in tmpfs goes with it.
                 f.remove_live();
                 Ok(())
@@ -237,6 +237,22 @@ impl Queue {
     /// durable queue's file on tmpfs can be inspected).
     pub fn inspect(dir: &Path, id: u32) -> Result<Queue> {
         Self::from_file(QueueFile::open(dir, id, Access::ReadOnly)?, false)
+    }
+
+    /// [`inspect`](Self::inspect), holding no descriptor: the file (and an
+    /// `interval` queue's live part) is mapped, then closed. For a reader
+    /// of many queues (`tvmq top`, the metrics), whose open-file limit would
+    /// otherwise bound the queues it reads: a view costs a mapping, not a
+    /// descriptor. What needs the file again opens it for the call and
+    /// closes it: the processes attached ([`snapshot`](Self::snapshot),
+    /// [`processes`](Self::processes): one `open` and `fstat` when an entry
+    /// of the process table names a process, none otherwise); a file that
+    /// is no longer there (dropped) or no longer the one mapped counts none.
+    /// [`sync`](Self::sync) refuses it as it refuses any view.
+    ///
+    /// Errors: those of [`inspect`](Self::inspect).
+    pub fn inspect_detached(dir: &Path, id: u32) -> Result<Queue> {
+        Self::from_file(QueueFile::open(dir, id, Access::Detached)?, false)
     }
 
     fn from_file(file: QueueFile, register: bool) -> Result<Queue> {

@@ -1,5 +1,7 @@
 //! One cheap read of every counter a watcher shows (`tvmq top`, the
-//! Prometheus exposition, `lQueueStats`): [`Queue::snapshot`]. Unlike
+//! Prometheus exposition, `lQueueStats`): [`Queue::snapshot`], and
+//! [`Queue::snapshot_without_lease_scan`], whose cost does not grow with a
+//! leased queue's table. Unlike
 //! [`Queue::stats`] with [`Queue::processes`], it costs no system call per
 //! entry of the process table, so that a reader can take one of ten thousand
 //! queues every second without slowing them.
@@ -55,13 +57,34 @@ pub struct Snapshot {
 impl Queue {
     /// Every counter a watcher shows, read at once from the shared file:
     /// the ring's positions, the waiter count, the process table (one
-    /// `fcntl` per process attached, none per free entry), the lease
-    /// table's states and counters, the durable sync counters. Works on
-    /// [`inspect`](Self::inspect) views (they are how a watcher reads
-    /// queues without being counted among their processes). Cannot fail.
+    /// `fcntl` per process attached, none per free entry; an
+    /// [`inspect_detached`](Self::inspect_detached) view opens its file
+    /// again for them), the lease table's states and counters, the durable
+    /// sync counters. Works on [`inspect`](Self::inspect) views (they are
+    /// how a watcher reads queues without being counted among their
+    /// processes). Cannot fail.
+    ///
+    /// The lease table's gauges (`leases_in_flight`, `leases_waiting`) are
+    /// read entry by entry ([`lease_scan_len`](Self::lease_scan_len) of
+    /// them); a reader of many queues takes
+    /// [`snapshot_without_lease_scan`](Self::snapshot_without_lease_scan)
+    /// and scans within a budget of its own.
     pub fn snapshot(&self) -> Snapshot {
+        let mut s = self.snapshot_without_lease_scan();
+        if let Some(l) = self.lease_stats() {
+            (s.leases_in_flight, s.leases_waiting) = (l.in_flight, l.waiting);
+        }
+        s
+    }
+
+    /// [`snapshot`](Self::snapshot) but for the two gauges it reads from
+    /// every entry of the lease table: `leases_in_flight` and
+    /// `leases_waiting` are 0 (read them with
+    /// [`lease_stats`](Self::lease_stats)). Its cost does not grow with the
+    /// lease table. Cannot fail.
+    pub fn snapshot_without_lease_scan(&self) -> Snapshot {
         let s = self.stats();
-        let lease = self.lease_stats();
+        let lease = self.lease_counters();
         // The two sync words alone ([`Queue::durable_stats`] also reads the
         // boot id from /proc and works out the watermark).
         let sync = &self.control().sync.0;
@@ -74,8 +97,8 @@ impl Queue {
             popped: s.popped,
             waiters: u64::from(s.waiters),
             processes: u64::from(self.registry.live_count()),
-            leases_in_flight: lease.as_ref().map_or(0, |l| l.in_flight),
-            leases_waiting: lease.as_ref().map_or(0, |l| l.waiting),
+            leases_in_flight: 0,
+            leases_waiting: 0,
             redelivered: lease.as_ref().map_or(0, |l| l.redelivered),
             expired: lease.as_ref().map_or(0, |l| l.expired),
             dead_lettered: lease.as_ref().map_or(0, |l| l.dead_lettered),

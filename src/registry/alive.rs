@@ -3,7 +3,6 @@
 
 use super::Registry;
 use super::layout::MAX_PROCS;
-use super::locks::held;
 use std::sync::atomic::Ordering;
 
 impl Registry {
@@ -26,17 +25,18 @@ impl Registry {
         if self.mine.is_some_and(|m| m.index == index) {
             return Some(true);
         }
-        held(self.fd(), self.lock_offset(index))
+        self.held(&mut self.locks(), index)
     }
 
     /// Processes that died without detaching (their entry still names a pid
     /// but nobody holds its lock): `(index, pid)`. One `fcntl` per named entry.
     pub(crate) fn unclean_deaths(&self) -> Vec<(usize, u32)> {
+        let mut locks = self.locks();
         (0..MAX_PROCS)
             .filter(|&i| self.mine.is_none_or(|m| m.index != i))
             .filter_map(|i| {
                 let pid = self.entry(i).pid.load(Ordering::Relaxed);
-                (pid != 0 && held(self.fd(), self.lock_offset(i)) == Some(false)).then_some((i, pid))
+                (pid != 0 && self.held(&mut locks, i) == Some(false)).then_some((i, pid))
             })
             .collect()
     }
@@ -50,8 +50,9 @@ impl Registry {
 
     /// Live processes other than this one.
     pub(crate) fn others_alive(&self) -> usize {
+        let mut locks = self.locks();
         (0..MAX_PROCS)
-            .filter(|&i| self.mine.is_none_or(|m| m.index != i) && held(self.fd(), self.lock_offset(i)) == Some(true))
+            .filter(|&i| self.mine.is_none_or(|m| m.index != i) && self.held(&mut locks, i) == Some(true))
             .count()
     }
 
@@ -60,7 +61,10 @@ impl Registry {
     /// first, so the scan stops at the first never taken, and only an entry
     /// naming a pid costs an `fcntl` (one left cleanly names none). A
     /// process between taking its entry and naming its pid is not counted.
+    /// A detached view opens its file again for the look, only when an entry
+    /// names a pid.
     pub(crate) fn live_count(&self) -> u32 {
+        let mut locks = self.locks();
         let mut n = 0;
         for index in 0..MAX_PROCS {
             let entry = self.entry(index);
@@ -73,7 +77,7 @@ impl Registry {
             if entry.generation.load(Ordering::Relaxed) == 0 {
                 break;
             }
-            if entry.pid.load(Ordering::Relaxed) != 0 && held(self.fd(), self.lock_offset(index)) == Some(true) {
+            if entry.pid.load(Ordering::Relaxed) != 0 && self.held(&mut locks, index) == Some(true) {
                 n += 1;
             }
         }
@@ -82,8 +86,9 @@ impl Registry {
 
     /// Live entries: `(index, pid, since_ns, waiters)`; one `fcntl` each.
     pub(crate) fn live(&self) -> Vec<(usize, u32, u64, u32)> {
+        let mut locks = self.locks();
         (0..MAX_PROCS)
-            .filter(|&i| self.mine.is_some_and(|m| m.index == i) || held(self.fd(), self.lock_offset(i)) == Some(true))
+            .filter(|&i| self.mine.is_some_and(|m| m.index == i) || self.held(&mut locks, i) == Some(true))
             .map(|i| {
                 let e = self.entry(i);
                 (

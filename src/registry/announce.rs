@@ -4,7 +4,6 @@
 
 use super::Registry;
 use super::layout::{INTENTS, MAX_PROCS};
-use super::locks::held;
 use crate::ring::{Holder, covers};
 use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 
@@ -109,6 +108,7 @@ impl Registry {
     /// entry (they cannot announce).
     pub(crate) fn holder(&self, role: Holder, at: u64, unregistered: bool) -> HolderIs {
         let mut unknown = unregistered;
+        let mut locks = self.locks();
         for index in 0..MAX_PROCS {
             let entry = self.entry(index);
             let mine = self.mine.is_some_and(|m| m.index == index);
@@ -116,7 +116,7 @@ impl Registry {
                 if entry.pid.load(Ordering::Acquire) == 0 {
                     continue; // never held, or left cleanly (a new holder announces nothing yet)
                 }
-                match held(self.fd(), self.lock_offset(index)) {
+                match self.held(&mut locks, index) {
                     Some(true) => {}
                     Some(false) => continue, // dead: its announcements do not count
                     // Cannot tell: its announcements still count (a holder

@@ -44,15 +44,14 @@ mod waiters;
 
 pub(crate) use announce::{HolderIs, IntentSlots, NUMBERED_THREADS};
 pub(crate) use layout::*;
+pub(crate) use locks::LockFile;
 
 use crate::error::{Error, LEASE_LIMIT, SHM_ERR_NOMEM};
 use crate::ring::IDLE;
 use crate::shm::SharedMap;
 use layout::{IntentPage, IntentWord, ProcHead, Table};
-use locks::{lock, unlock};
-use std::fs::File;
+use locks::{Locks, lock, unlock};
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use waiters::take_waiters;
 
@@ -62,8 +61,10 @@ pub(crate) struct Registry {
     /// File offset of the table: entry `i`'s lock byte is at
     /// `table_offset + layout.lock_at(i)`.
     table_offset: u64,
-    /// The queue file, whose open file description holds our entry's lock.
-    file: Arc<File>,
+    /// The file of the locks (the mapped one), whose open file description
+    /// holds our entry's lock; closed for a detached view, which never
+    /// registers.
+    file: LockFile,
     mine: Option<Mine>,
     /// Why [`register`](Self::register) found no entry, when it was not
     /// that every entry is held: the error that reserving one gave (no room
@@ -83,7 +84,7 @@ impl Registry {
     /// A view of the table at `table_offset` in `map`, a mapping of `file`,
     /// laid out as `layout`, without registering. `None` if the table does
     /// not fit in the mapping. Nothing of the table is touched.
-    pub(crate) fn new(map: &SharedMap, table_offset: usize, file: Arc<File>, layout: TableLayout) -> Option<Registry> {
+    pub(crate) fn new(map: &SharedMap, table_offset: usize, file: LockFile, layout: TableLayout) -> Option<Registry> {
         let table = match layout {
             TableLayout::Interleaved => Table::Interleaved(map.view(table_offset)?),
             TableLayout::Split => {
@@ -116,19 +117,27 @@ impl Registry {
         }
     }
 
-    fn fd(&self) -> RawFd {
-        self.file.as_raw_fd()
-    }
-
     fn lock_offset(&self, index: usize) -> i64 {
         (self.table_offset + self.layout().lock_at(index) as u64) as i64
+    }
+
+    /// What looks at the entries' locks ([`Self::held`]); a detached view's
+    /// opens its file again at the first look.
+    fn locks(&self) -> Locks<'_> {
+        Locks::new(&self.file)
+    }
+
+    /// Does another open file description hold entry `index`'s lock? `None`
+    /// if unknown. One `fcntl`.
+    fn held(&self, locks: &mut Locks<'_>, index: usize) -> Option<bool> {
+        locks.held(self.lock_offset(index))
     }
 
     /// Reserves the storage of entry `index`'s intent page (a hole in a
     /// sparse file), so that a full file system fails here rather than with
     /// a SIGBUS at the first write. `Err(errno)`: no room (`ENOSPC`, `EIO`).
     /// A file system without `fallocate` is left to allocate on write.
-    fn reserve_intents(&self, index: usize) -> std::result::Result<(), i32> {
+    fn reserve_intents(&self, fd: RawFd, index: usize) -> std::result::Result<(), i32> {
         if self.layout() == TableLayout::Interleaved {
             return Ok(()); // written whole when the file was made
         }
@@ -138,7 +147,7 @@ impl Registry {
             return Err(libc::ENOSPC);
         }
         // SAFETY: fallocate (mode 0: allocate, inside the file's size) on an fd we own.
-        let rc = unsafe { libc::fallocate(self.fd(), 0, at, std::mem::size_of::<IntentPage>() as libc::off_t) };
+        let rc = unsafe { libc::fallocate(fd, 0, at, std::mem::size_of::<IntentPage>() as libc::off_t) };
         match std::io::Error::last_os_error().raw_os_error() {
             Some(e) if rc != 0 && (e == libc::ENOSPC || e == libc::EIO) => Err(e),
             _ => Ok(()),
@@ -146,21 +155,22 @@ impl Registry {
     }
 
     /// Takes a free entry (needs the file open for writing). Returns whether
-    /// it got one (false when every entry is held by a live process) and how
-    /// many sleepers of the entry's dead previous holder were taken off the
-    /// waiter count.
+    /// it got one (false when every entry is held by a live process, or the
+    /// file is not held open) and how many sleepers of the entry's dead
+    /// previous holder were taken off the waiter count.
     pub(crate) fn register(&mut self, global_waiters: &AtomicU32) -> (bool, u32) {
         if self.mine.is_some() {
             return (true, 0);
         }
+        let Some(fd) = self.file.held().map(AsRawFd::as_raw_fd) else { return (false, 0) };
         for index in 0..MAX_PROCS {
-            if !lock(self.fd(), self.lock_offset(index)) {
+            if !lock(fd, self.lock_offset(index)) {
                 continue;
             }
             // The lock was free: whoever held this entry before is gone, and
             // so are its announcements.
-            if let Err(e) = self.reserve_intents(index) {
-                unlock(self.fd(), self.lock_offset(index));
+            if let Err(e) = self.reserve_intents(fd, index) {
+                unlock(fd, self.lock_offset(index));
                 self.no_room = Some(e);
                 return (false, 0);
             }

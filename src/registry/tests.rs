@@ -5,6 +5,7 @@ use crate::ring::{Holder, intent_word};
 use crate::test_support::TempDir;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+use std::sync::Arc;
 
 /// A file holding only a process table, and its mapping.
 fn table(dir: &TempDir) -> (SharedMap, std::path::PathBuf) {
@@ -17,7 +18,7 @@ fn table(dir: &TempDir) -> (SharedMap, std::path::PathBuf) {
 /// A new open file description of the file: the registry of another "process".
 fn process(map: &SharedMap, path: &Path, layout: TableLayout) -> Registry {
     let f = Arc::new(std::fs::OpenOptions::new().read(true).write(true).open(path).unwrap());
-    Registry::new(map, 0, f, layout).unwrap()
+    Registry::new(map, 0, LockFile::Open(f), layout).unwrap()
 }
 
 const LAYOUTS: [TableLayout; 2] = [TableLayout::Interleaved, TableLayout::Split];
@@ -27,13 +28,14 @@ fn a_table_that_does_not_fit_is_refused() {
     let dir = TempDir::new("registry", "fit");
     let (map, path) = table(&dir);
     let f = Arc::new(std::fs::File::open(&path).unwrap());
+    let open = || LockFile::Open(f.clone());
     for layout in LAYOUTS {
-        assert!(Registry::new(&map, 0, f.clone(), layout).is_some());
-        assert!(Registry::new(&map, 8, f.clone(), layout).is_none());
-        assert!(Registry::new(&map, 4, f.clone(), layout).is_none());
+        assert!(Registry::new(&map, 0, open(), layout).is_some());
+        assert!(Registry::new(&map, 8, open(), layout).is_none());
+        assert!(Registry::new(&map, 4, open(), layout).is_none());
     }
-    assert!(Registry::new(&map, 4096, f.clone(), TableLayout::Interleaved).is_none());
-    assert!(Registry::new(&map, 4096, f, TableLayout::Split).is_some(), "the split table needs 1,040 KiB");
+    assert!(Registry::new(&map, 4096, open(), TableLayout::Interleaved).is_none());
+    assert!(Registry::new(&map, 4096, open(), TableLayout::Split).is_some(), "the split table needs 1,040 KiB");
 }
 
 #[test]

@@ -4,7 +4,6 @@
 
 use super::Registry;
 use super::layout::{MAX_PROCS, ProcHead};
-use super::locks::held;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 impl Registry {
@@ -36,6 +35,7 @@ impl Registry {
     /// many were removed. Costs one `fcntl` per entry that has sleepers.
     pub(crate) fn reconcile(&self, global_waiters: &AtomicU32) -> u32 {
         let mut removed = 0;
+        let mut locks = self.locks();
         for index in 0..MAX_PROCS {
             let entry = self.entry(index);
             if entry.waiters.load(Ordering::Relaxed) == 0 {
@@ -44,7 +44,7 @@ impl Registry {
             if self.mine.is_some_and(|m| m.index == index) {
                 continue;
             }
-            if held(self.fd(), self.lock_offset(index)) == Some(false) {
+            if self.held(&mut locks, index) == Some(false) {
                 removed += take_waiters(entry, global_waiters);
             }
         }

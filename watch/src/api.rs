@@ -181,8 +181,8 @@ fn rate(r: Option<f64>) -> Value {
     r.map_or(Value::Null, |v| json!((v * 100.0).round() / 100.0))
 }
 
-/// One queue's object.
-fn queue_json(q: &QueueSample, r: Option<&Rates>) -> Value {
+/// One queue's object (`at`: when the sample was taken).
+fn queue_json(q: &QueueSample, r: Option<&Rates>, at: std::time::Instant) -> Value {
     let s = &q.snap;
     let mut m = Map::new();
     m.insert("id".into(), json!(q.id));
@@ -197,8 +197,14 @@ fn queue_json(q: &QueueSample, r: Option<&Rates>) -> Value {
     m.insert("waiters".into(), json!(s.waiters));
     m.insert("processes".into(), json!(s.processes));
     m.insert("leases".into(), json!(s.leases));
-    m.insert("leases_in_flight".into(), json!(s.leases_in_flight));
-    m.insert("leases_waiting".into(), json!(s.leases_waiting));
+    // A lease table not read yet: its gauges unknown.
+    let unread = s.leases && q.leases_read.is_none();
+    m.insert("leases_in_flight".into(), if unread { Value::Null } else { json!(s.leases_in_flight) });
+    m.insert("leases_waiting".into(), if unread { Value::Null } else { json!(s.leases_waiting) });
+    m.insert(
+        "leases_age_ms".into(),
+        q.leases_read.map_or(Value::Null, |t| json!(at.saturating_duration_since(t).as_millis() as u64)),
+    );
     m.insert("redelivered".into(), json!(s.redelivered));
     m.insert("redelivered_rate".into(), rate(r.map(|r| r.redelivered)));
     m.insert("expired".into(), json!(s.expired));
@@ -242,7 +248,7 @@ pub fn queues(latest: &Latest, query: &Query, dir: &std::path::Path, source: Opt
         if query.descending { o.reverse() } else { o }
     });
     let listed: Vec<Value> =
-        chosen.into_iter().skip(query.offset).take(query.limit).map(|(q, r)| queue_json(q, r)).collect();
+        chosen.into_iter().skip(query.offset).take(query.limit).map(|(q, r)| queue_json(q, r, s.at)).collect();
     json!({
         "time_ns": s.wall_ns,
         "dir": dir.display().to_string(),
@@ -250,6 +256,9 @@ pub fn queues(latest: &Latest, query: &Query, dir: &std::path::Path, source: Opt
         "sample_ms": s.took.as_secs_f64() * 1000.0,
         "total": s.queues.len(),
         "unreadable": s.unreadable,
+        "unreadable_why": s.unreadable_why,
+        "transient": s.transient,
+        "leases_stale": s.leases_stale + s.leases_unread,
         "matched": matched,
         "offset": query.offset,
         "totals": {

@@ -16,6 +16,8 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 enum Only {
     Every,
     Leases,
+    /// Leased queues whose lease table was read (in this sample or before).
+    LeasesRead,
     Durable,
 }
 
@@ -24,6 +26,7 @@ impl Only {
         match self {
             Only::Every => true,
             Only::Leases => q.snap.leases,
+            Only::LeasesRead => q.snap.leases && q.leases_read.is_some(),
             Only::Durable => q.snap.durable.is_some(),
         }
     }
@@ -84,8 +87,8 @@ const FAMILIES: &[Family] = &[
     Family {
         name: "tvmq_queue_leases_in_flight",
         kind: "gauge",
-        help: "Leases held by consumers now (queues with leases).",
-        only: Only::Leases,
+        help: "Leases held by consumers (queues with leases; as last read, see tvmq_queues_leases_stale).",
+        only: Only::LeasesRead,
         value: |q| q.snap.leases_in_flight,
     },
     Family {
@@ -181,6 +184,21 @@ pub fn write_queues(out: &mut String, s: &Sample, max_listed: usize) {
         "Queue files that could not be read (another user's, invalid, being made).",
     );
     let _ = writeln!(out, "tvmq_queues_unreadable {}", s.unreadable);
+    header(
+        out,
+        "tvmq_queues_transient",
+        "gauge",
+        "Queues read through a view opened for this reading alone (beyond the views kept open).",
+    );
+    let _ = writeln!(out, "tvmq_queues_transient {}", s.transient);
+    header(
+        out,
+        "tvmq_queues_leases_stale",
+        "gauge",
+        "Leased queues whose leases in flight are from an earlier reading, or not read yet (then not listed): \
+         the lease-table entries read per reading are bounded.",
+    );
+    let _ = writeln!(out, "tvmq_queues_leases_stale {}", s.leases_stale + s.leases_unread);
     header(out, "tvmq_sample_duration_seconds", "gauge", "How long reading every queue took.");
     let _ = writeln!(out, "tvmq_sample_duration_seconds {}", s.took.as_secs_f64());
 }
@@ -196,6 +214,7 @@ mod tests {
             id,
             name: name.into(),
             snap: Snapshot { depth, capacity: 10, pushed: depth, leases, ..Snapshot::default() },
+            leases_read: leases.then(Instant::now),
         }
     }
 
@@ -204,23 +223,38 @@ mod tests {
         let s = Sample {
             at: Instant::now(),
             wall_ns: 0,
-            queues: vec![q(1, "a\"b\\c\nd", 3, false), q(2, "B", 4, true), q(3, "C", 5, false), q(4, "D", 6, true)],
+            queues: vec![
+                q(1, "a\"b\\c\nd", 3, false),
+                q(2, "B", 4, true),
+                q(3, "C", 5, false),
+                q(4, "D", 6, true),
+                QueueSample { leases_read: None, ..q(5, "E", 7, true) },
+            ],
             unreadable: 1,
+            unreadable_why: None,
+            transient: 2,
+            leases_stale: 1,
+            leases_unread: 1,
             took: Duration::from_millis(2),
         };
         let mut out = String::new();
         write_queues(&mut out, &s, 2);
         assert!(out.contains("tvmq_queue_depth{queue=\"1\",name=\"a\\\"b\\\\c\\nd\"} 3\n"), "{out}");
         assert!(out.contains("tvmq_queue_depth{queue=\"2\",name=\"B\"} 4\n"));
-        assert!(out.contains("tvmq_queue_depth{queue=\"other\",name=\"\"} 11\n"), "3 and 4 summed");
+        assert!(out.contains("tvmq_queue_depth{queue=\"other\",name=\"\"} 18\n"), "3, 4 and 5 summed");
         assert!(!out.contains("queue=\"3\""));
-        assert!(out.contains("tvmq_queue_capacity{queue=\"other\",name=\"\"} 20\n"));
+        assert!(out.contains("tvmq_queue_capacity{queue=\"other\",name=\"\"} 30\n"));
         // Lease families: queue 2, and queue 4 summed; never queue 1.
         assert!(out.contains("tvmq_queue_leases_in_flight{queue=\"2\",name=\"B\"} 0\n"));
         assert!(out.contains("tvmq_queue_leases_in_flight{queue=\"other\",name=\"\"} 0\n"));
         assert!(!out.contains("tvmq_queue_leases_in_flight{queue=\"1\""));
+        // Queue 5's table not read yet: its counters summed, its in-flight gauge left out.
+        assert!(out.contains("tvmq_queue_expired_total{queue=\"other\",name=\"\"} 0\n"));
+        assert!(out.contains("tvmq_queues_leases_stale 2\n"));
+        assert!(out.contains("tvmq_queues_transient 2\n"));
         assert!(!out.contains("tvmq_queue_syncs_total"), "no durable queue: no family");
-        assert!(out.contains("tvmq_queues 4\ntvmq_queues_summed 2\n") || out.contains("tvmq_queues_summed 2\n"));
+        assert!(out.contains("tvmq_queues 5\n"));
+        assert!(out.contains("tvmq_queues_summed 3\n"));
         assert!(out.contains("tvmq_queues_unreadable 1\n"));
         assert_eq!(out.matches("# TYPE tvmq_queue_depth gauge").count(), 1);
     }

@@ -8,7 +8,9 @@
 //! [`MAX_HEAD`] bytes and must arrive within [`HEAD_TIMEOUT`]; a keep-alive
 //! connection idle for [`IDLE_TIMEOUT`] is closed, as is one that reads no
 //! answer for [`WRITE_TIMEOUT`]; at most `max_connections` are served at
-//! once (beyond, one `503` and the close); bodies are refused. With a
+//! once (beyond, one `503` and the close, [`REFUSING`] at a time; more wait
+//! unaccepted, so that its descriptors stay within [`most_descriptors`]);
+//! bodies are refused. With a
 //! password every request must carry it (HTTP Basic, any user, or a Bearer
 //! token: what Prometheus's `basic_auth` and `authorization` send). On a
 //! loopback address a request must name a loopback host (`Host:`), so that
@@ -37,6 +39,21 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// The default bound on connections served at once.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 64;
+/// Connections beyond `max_connections` held at once while they are told
+/// `503`; more wait in the listener's backlog, unaccepted.
+pub const REFUSING: usize = 4;
+/// Descriptors of the server's runtime (its epoll and its waker), counted
+/// as a RESP server counts a runtime thread's.
+const RUNTIME: usize = 4;
+
+/// The most descriptors an [`Http`] started with `options` holds at once:
+/// its listener, its runtime, the connections it serves and those it is
+/// refusing, and the reading of the queues
+/// ([`collect::DESCRIPTORS`](crate::collect::DESCRIPTORS)). A process that
+/// shares out its open-file limit (`tvmq serve`) keeps this many for it.
+pub fn most_descriptors(options: &HttpOptions) -> usize {
+    1 + RUNTIME + options.connections() + REFUSING + crate::collect::DESCRIPTORS
+}
 
 /// Protected mode's refusal, the RESP port's rule: no listening on an
 /// address other than loopback without a password, unless protected mode
@@ -66,6 +83,13 @@ pub struct HttpOptions {
     pub max_connections: usize,
 }
 
+impl HttpOptions {
+    /// Connections served at once.
+    fn connections(&self) -> usize {
+        if self.max_connections == 0 { DEFAULT_MAX_CONNECTIONS } else { self.max_connections }
+    }
+}
+
 /// A running metrics server; [`stop`](Self::stop) or dropping it stops it.
 pub struct Http {
     addr: SocketAddr,
@@ -90,14 +114,15 @@ impl Http {
             .map_err(|e| failed("cannot start a runtime", e))?;
         let stop = Arc::new(tokio::sync::Notify::new());
         let stopped = stop.clone();
+        let connections = options.connections();
+        // A descriptor for each connection accepted, taken before the
+        // accept: what is beyond waits in the backlog, so that the
+        // descriptors held stay within most_descriptors.
+        let descriptors = Arc::new(tokio::sync::Semaphore::new(connections + REFUSING));
         let options = Arc::new(Serving {
             loopback: addr.ip().to_canonical().is_loopback(),
             password: options.password,
-            slots: Arc::new(tokio::sync::Semaphore::new(if options.max_connections == 0 {
-                DEFAULT_MAX_CONNECTIONS
-            } else {
-                options.max_connections
-            })),
+            slots: Arc::new(tokio::sync::Semaphore::new(connections)),
         });
         let thread = std::thread::Builder::new()
             .name("tvmq-metrics".into())
@@ -105,6 +130,11 @@ impl Http {
                 rt.block_on(async move {
                     let Ok(listener) = tokio::net::TcpListener::from_std(listener) else { return };
                     loop {
+                        let descriptor = tokio::select! {
+                            _ = stopped.notified() => break,
+                            d = descriptors.clone().acquire_owned() => d,
+                        };
+                        let Ok(descriptor) = descriptor else { break };
                         tokio::select! {
                             _ = stopped.notified() => break,
                             accepted = listener.accept() => {
@@ -114,7 +144,10 @@ impl Http {
                                     continue;
                                 };
                                 let (watch, options) = (watch.clone(), options.clone());
-                                tokio::spawn(connection(stream, watch, options));
+                                tokio::spawn(async move {
+                                    connection(stream, watch, options).await;
+                                    drop(descriptor);
+                                });
                             }
                         }
                     }

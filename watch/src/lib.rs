@@ -11,7 +11,7 @@
 //!
 //! | module | concern | uses |
 //! |---|---|---|
-//! | [`http`] | the HTTP server: limits, authentication, routes | `api`, `page`, `state`, `expose` |
+//! | [`http`] | the HTTP server: limits, authentication, routes | `api`, `page`, `state`, `expose`, `collect` |
 //! | [`state`] | the [`Watch`] requests share: collector, rates window, cached sample and exposition; the [`Source`] trait | `collect`, `rates`, `expose` |
 //! | [`api`] | `/api/queues`: queries, sorting, the JSON | `collect`, `rates`, `state` (its types) |
 //! | [`expose`] | the text exposition format | `collect` |

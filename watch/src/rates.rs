@@ -105,18 +105,16 @@ mod tests {
 
     fn sample(at: Instant, queues: &[(u32, u64, u64)]) -> Sample {
         Sample {
-            at,
-            wall_ns: 0,
             queues: queues
                 .iter()
                 .map(|&(id, pushed, popped)| QueueSample {
                     id,
                     name: "q".into(),
                     snap: Snapshot { pushed, popped, ..Snapshot::default() },
+                    leases_read: None,
                 })
                 .collect(),
-            unreadable: 0,
-            took: Duration::ZERO,
+            ..Sample::empty(at)
         }
     }
 

@@ -64,6 +64,16 @@ impl Watch {
         }
     }
 
+    /// Keeps at most `n` views of queues open between readings
+    /// ([`Collector::with_max_views`]; by default a quarter of the kernel's
+    /// bound on a process's mappings): for a process that maps queues of
+    /// its own (a server), the share of its mappings it gives the readings.
+    pub fn max_views(mut self, n: usize) -> Watch {
+        let (collector, _) = self.collect.get_mut();
+        *collector = Collector::with_max_views(collector.dir(), n);
+        self
+    }
+
     /// The source of metrics beyond the queues', if any.
     pub fn source(&self) -> Option<&Arc<dyn Source>> {
         self.source.as_ref()

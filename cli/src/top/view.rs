@@ -59,7 +59,13 @@ pub fn draw(f: &mut Frame, m: &mut Model) {
         head.push(Span::raw(format!(" ({} shown)", m.order.len())));
     }
     if unreadable > 0 {
-        head.push(Span::raw(format!(", {unreadable} unreadable")));
+        let why =
+            m.sample.as_ref().and_then(|s| s.unreadable_why.as_deref()).map_or(String::new(), |w| format!(" ({w})"));
+        head.push(Span::raw(format!(", {unreadable} unreadable{why}")));
+    }
+    if let Some(s) = m.sample.as_ref().filter(|s| s.transient > 0) {
+        // Beyond the views kept (a quarter of vm.max_map_count): slower.
+        head.push(Span::raw(format!(", {} reopened each time", s.transient)));
     }
     head.push(Span::raw(format!(
         "  read in {took:.1} ms, every {:.1} s  sort: {} {}",
@@ -121,6 +127,8 @@ fn table(f: &mut Frame, m: &mut Model, area: Rect) {
             let r = m.rates[i].as_ref();
             let sn = &q.snap;
             let leases = |v: String| if sn.leases { v } else { "-".into() };
+            // A lease table not read yet (the tables read per refresh are bounded).
+            let in_flight = if q.leases_read.is_some() { short(sn.leases_in_flight as f64) } else { "?".into() };
             Row::new(vec![
                 Cell::from(q.id.to_string()),
                 Cell::from(q.name.to_string()),
@@ -134,7 +142,7 @@ fn table(f: &mut Frame, m: &mut Model, area: Rect) {
                 Cell::from(rate(r, |r| r.pop)),
                 Cell::from(sn.waiters.to_string()),
                 Cell::from(sn.processes.to_string()),
-                Cell::from(leases(short(sn.leases_in_flight as f64))),
+                Cell::from(leases(in_flight)),
                 Cell::from(leases(rate(r, |r| r.redelivered))),
                 Cell::from(leases(short(sn.dead_lettered as f64))),
                 Cell::from(sn.durable.map_or("-".into(), |_| ago(sn.last_sync_ns, now))),
@@ -202,10 +210,17 @@ fn detail(f: &mut Frame, m: &Model, id: u32, area: Rect) {
         Line::raw(format!("waiters {}   processes attached {}", sn.waiters, sn.processes)),
     ];
     if sn.leases {
+        // Read at every refresh unless the lease tables are too large in all.
+        let gauges = match q.leases_read {
+            None => "leases in flight ?   waiting ? (not read yet)".to_string(),
+            Some(t) => {
+                let age = s.at.saturating_duration_since(t).as_secs_f64();
+                let when = if age >= 0.5 { format!(" (read {age:.0} s ago)") } else { String::new() };
+                format!("leases in flight {}   waiting {}{when}", sn.leases_in_flight, sn.leases_waiting)
+            }
+        };
         lines.push(Line::raw(format!(
-            "leases in flight {}   waiting {}   redelivered {} ({}/s)   expired {}   dead-lettered {}",
-            sn.leases_in_flight,
-            sn.leases_waiting,
+            "{gauges}   redelivered {} ({}/s)   expired {}   dead-lettered {}",
             sn.redelivered,
             rate(r, |r| r.redelivered),
             sn.expired,

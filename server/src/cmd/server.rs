@@ -534,11 +534,12 @@ fn durability_head(shared: &ServerState, t: &mut String) {
     let _ = write!(
         t,
         "# Durability\r\ndurable_ring_workers:{}\r\ndurable_sync_threads:{}\r\ndurable_syncs:{syncs}\r\n\
-         durable_sync_failures:{}\r\ndurable_records_held:{records}\r\ndurable_records_per_sync:{:.2}\r\n\
+         durable_inline_syncs:{}\r\ndurable_sync_failures:{}\r\ndurable_records_held:{records}\r\ndurable_records_per_sync:{:.2}\r\n\
          durable_sync_last_us:{}\r\ndurable_sync_avg_us:{:.0}\r\ndurable_ask_to_sync_avg_us:{:.0}\r\n\
          durable_behind_sync_avg_us:{:.0}\r\ndurable_wake_avg_us:{:.0}\r\ndurable_release_avg_us:{:.0}\r\n",
         shared.durable.ring_workers(),
         shared.durable.syncers.threads(),
+        s.inline.load(Ordering::Relaxed),
         s.failures.load(Ordering::Relaxed),
         ratio(records, syncs),
         s.last_us.load(Ordering::Relaxed),

@@ -2,6 +2,7 @@
 //! own syncs on an io_uring where the kernel allows it, the sync threads
 //! otherwise, and their counters.
 
+use super::adaptive::Mode;
 use super::ring::{Rings, WorkerSyncs};
 use super::stats::SyncStats;
 use super::syncers::Syncers;
@@ -21,8 +22,9 @@ pub(crate) struct Commits {
     delay: Duration,
     /// `TVMQ_SERVE_SYNC=threads`: no ring, the sync threads for every worker.
     threads_only: bool,
-    /// `TVMQ_SERVE_SYNC=inline`: a measurement aid, see `WorkerSyncs::inline`.
-    inline: bool,
+    /// `TVMQ_SERVE_SYNC=ring|inline|hybrid`: where a worker with a ring
+    /// runs its syncs (see `adaptive`).
+    mode: Mode,
     /// Workers that sync on their own ring.
     ring_workers: AtomicUsize,
     /// Why a worker has no ring (said once).
@@ -40,7 +42,7 @@ impl Default for Commits {
             stats,
             delay,
             threads_only: std::env::var("TVMQ_SERVE_SYNC").is_ok_and(|v| v == "threads"),
-            inline: std::env::var("TVMQ_SERVE_SYNC").is_ok_and(|v| v == "inline"),
+            mode: Mode::named(std::env::var("TVMQ_SERVE_SYNC").ok().as_deref()),
             ring_workers: AtomicUsize::new(0),
             no_ring: std::sync::Once::new(),
         }
@@ -66,7 +68,7 @@ impl Commits {
             }
         };
         ring.set_test_delay(self.delay);
-        let syncs = WorkerSyncs::start_on(ring, self.rings.clone(), self.inline)?;
+        let syncs = WorkerSyncs::start_on(ring, self.rings.clone(), self.mode, self.delay)?;
         self.ring_workers.fetch_add(1, Ordering::Relaxed);
         Some(syncs)
     }

@@ -1,4 +1,5 @@
-//! Durable (`always`) queues served without waiting on the event loop.
+//! Durable (`always`) queues served: replies held until a sync covers them,
+//! the event loop never waiting on a slow disk.
 //!
 //! A push to an `always` queue (and a pop from one) runs with its sync put
 //! off ([`Queue::defer_syncs`](tvm::Queue::defer_syncs)): the record is
@@ -9,8 +10,10 @@
 //! until every ticket of that output is covered by a completed sync: other
 //! connections of the worker go on meanwhile.
 //!
-//! The worker that holds the replies runs the syncs too, without waiting
-//! for the disk ([`WorkerSyncs`], in `ring`): once per turn of its loop it
+//! The worker that holds the replies runs the syncs too ([`WorkerSyncs`],
+//! in `ring`): inline, as Redis does, when it is idle and its disk fast
+//! (`adaptive` decides, sync by sync), else without waiting for the disk:
+//! once per turn of its loop it
 //! begins a sync for the highest ticket asked for and submits its writes
 //! to an io_uring of its own ([`tvm::SyncRing`]: the library's group
 //! commit, shared with other workers and processes that use the queue);
@@ -36,9 +39,11 @@
 //!
 //! Files: `replies` (a connection's replies waiting for a sync), `commits`
 //! (the server's choice between the two: [`Commits`]), `ring` (a worker's
-//! own syncs), `syncers` (the sync threads), `stats` (their counters, for
-//! INFO); each uses only those after it.
+//! own syncs), `adaptive` (inline or on the ring), `syncers` (the sync
+//! threads), `stats` (their counters, for INFO); each uses only those
+//! after it.
 
+mod adaptive;
 mod commits;
 mod replies;
 mod ring;

@@ -19,12 +19,20 @@
 //! Redis's event loop gathers every client of one turn into one `fsync`,
 //! but without the loop waiting for the disk.
 //!
+//! With `TVMQ_SERVE_SYNC=hybrid` (the default), the task runs the sync on
+//! the worker instead, waiting for the disk, when the worker is idle (the
+//! task yielded until a turn of the loop passed with no new wait), nothing
+//! is in flight on its ring and the disk's recent syncs were fast (see
+//! `adaptive`): Redis's way, with no thread at all between the reply and
+//! its sync.
+//!
 //! When another syncer holds the queue's lock: another worker's ring (the
 //! task waits for any ring of the server to finish a sync, then asks
 //! again), or a thread or process syncing with the library's blocking
 //! call (the wait for it runs on the runtime's blocking pool, never on the
 //! worker).
 
+use super::adaptive::{Adaptive, Mode};
 use super::stats::SyncStats;
 use parking_lot::Mutex;
 use std::cell::RefCell;
@@ -102,11 +110,15 @@ pub(crate) struct WorkerSyncs {
     /// Tells the waiting connections that a sync ended.
     progress: Notify,
     rings: Arc<Rings>,
-    /// A measurement aid (`TVMQ_SERVE_SYNC=inline`): the syncs run on the
-    /// worker itself, once per turn of its loop, waiting for the disk as
-    /// Redis's event loop does (which stalls every other connection of the
-    /// worker meanwhile: never the default).
-    inline: bool,
+    /// Where the syncs run: on the ring, on the worker itself (once per
+    /// turn of its loop, waiting for the disk as Redis's event loop does),
+    /// or either, sync by sync (see `adaptive`).
+    mode: Mode,
+    /// (`hybrid`.) Whether the next sync may run inline.
+    adaptive: Adaptive,
+    /// A test aid: each inline sync made this much slower (the ring's
+    /// are, by the ring's own delay).
+    delay: std::time::Duration,
 }
 
 /// A blocking wait's outcome: the queue's key, the ticket, the result.
@@ -116,7 +128,12 @@ impl WorkerSyncs {
     /// The syncs of a worker on `ring`, their task started on the current
     /// `LocalSet`. `None` when the runtime cannot watch the ring's
     /// eventfd (then the worker uses the sync threads).
-    pub(crate) fn start_on(ring: SyncRing, rings: Arc<Rings>, inline: bool) -> Option<Rc<WorkerSyncs>> {
+    pub(crate) fn start_on(
+        ring: SyncRing,
+        rings: Arc<Rings>,
+        mode: Mode,
+        delay: std::time::Duration,
+    ) -> Option<Rc<WorkerSyncs>> {
         #[allow(unsafe_code)]
         // SAFETY: the descriptor `SyncRing::as_raw_fd` returns is its
         // eventfd, which it owns (opened when it was made, closed when it
@@ -128,7 +145,9 @@ impl WorkerSyncs {
             kick: Notify::new(),
             progress: Notify::new(),
             rings,
-            inline,
+            mode,
+            adaptive: Adaptive::default(),
+            delay,
         });
         tokio::task::spawn_local(me.clone().drive(ring));
         Some(me)
@@ -215,11 +234,20 @@ impl WorkerSyncs {
         loop {
             if gathering {
                 // Waiting for the clients the last sync released (see
-                // `gathers`): the other tasks run, and the processor is
-                // offered to the clients' processes meanwhile.
-                std::thread::yield_now();
+                // `gathers`), asleep: until a wait asks (then `gathers` is
+                // asked again), or the next tick of the runtime's timer (a
+                // millisecond: past the quiet time), or a completion.
+                tokio::select! {
+                    biased;
+                    _ = self.kick.notified() => {}
+                    _ = tokio::time::sleep(std::time::Duration::from_micros(GATHER_QUIET_US)) => {}
+                    ready = ring.readable_mut() => {
+                        if let Ok(mut g) = ready {
+                            while let Ok(Ok(_)) = g.try_io(|r| r.get_ref().take_signal()) {}
+                        }
+                    }
+                }
                 tokio::task::yield_now().await;
-                let _ = ring.get_ref().take_signal();
                 self.reap(ring.get_mut());
                 gathering = self.start(ring.get_mut(), &done_tx);
                 continue;
@@ -236,7 +264,7 @@ impl WorkerSyncs {
                         return;
                     }
                 },
-                Some(r) = done_rx.recv() => self.ended(r.0, r.1, r.2),
+                Some(r) = done_rx.recv() => self.ended(r.0, r.1, r.2, false),
                 _ = self.kick.notified() => {}
                 _ = others.changed(), if behind => {
                     others.borrow_and_update();
@@ -247,8 +275,40 @@ impl WorkerSyncs {
             // served in this turn of the loop ask before the sync begins.
             tokio::task::yield_now().await;
             self.reap(ring.get_mut());
+            if self.goes_inline(ring.get_ref()) {
+                // Before the worker waits for the disk: until a turn of the
+                // loop passes with no new wait (every connection with a
+                // request ready was served), at most a few turns.
+                for _ in 0..SETTLE_TURNS {
+                    let asks = self.asks();
+                    tokio::task::yield_now().await;
+                    if self.asks() == asks {
+                        break;
+                    }
+                }
+                self.reap(ring.get_mut());
+            }
             gathering = self.start(ring.get_mut(), &done_tx);
         }
+    }
+
+    /// Will [`start`](Self::start) run the syncs inline (on this thread)?
+    fn goes_inline(&self, ring: &SyncRing) -> bool {
+        match self.mode {
+            Mode::Inline => true,
+            Mode::Ring => false,
+            Mode::Hybrid => {
+                self.adaptive.inline_ok()
+                    && ring.in_flight() == 0
+                    && self.queues.borrow().iter().all(|w| w.running.is_none() && !w.behind_other)
+                    && self.queues.borrow().iter().any(|w| w.want.is_some())
+            }
+        }
+    }
+
+    /// Waits asked so far, all queues together.
+    fn asks(&self) -> u64 {
+        self.queues.borrow().iter().map(|w| w.asks).sum()
     }
 
     /// Finishes the syncs whose writes completed, and wakes their waits.
@@ -260,7 +320,7 @@ impl WorkerSyncs {
             if let Some(ticket) = ticket {
                 let s = &self.rings.stats;
                 s.syncs.fetch_add(1, Ordering::Relaxed);
-                self.ended(key as usize, ticket, r.map_err(|e| Arc::from(e.to_string())));
+                self.ended(key as usize, ticket, r.map_err(|e| Arc::from(e.to_string())), false);
             }
         });
         if !keys.is_empty() {
@@ -273,8 +333,9 @@ impl WorkerSyncs {
         }
     }
 
-    /// The sync for `ticket` of queue `key` ended with `r`: wakes the waits.
-    fn ended(&self, key: usize, ticket: SyncTicket, r: Result<(), Arc<str>>) {
+    /// The sync for `ticket` of queue `key` ended with `r` (run `inline`
+    /// on the worker, or elsewhere): wakes the waits.
+    fn ended(&self, key: usize, ticket: SyncTicket, r: Result<(), Arc<str>>, inline: bool) {
         let now = self.rings.now_us();
         let s = &self.rings.stats;
         if let Some(w) = self.queues.borrow_mut().iter_mut().find(|w| w.key == key) {
@@ -283,6 +344,7 @@ impl WorkerSyncs {
             w.asks_at_end = w.asks;
             w.first_woken.store(true, Ordering::Relaxed);
             let us = now.saturating_sub(w.started);
+            self.adaptive.took(us, inline);
             s.seconds.observe(std::time::Duration::from_micros(us));
             s.last_us.store(us, Ordering::Relaxed);
             s.total_us.fetch_add(us, Ordering::Relaxed);
@@ -300,9 +362,12 @@ impl WorkerSyncs {
     /// Begins a sync for each queue with a ticket asked for and none
     /// running.
     fn start(&self, ring: &mut SyncRing, done: &mpsc::UnboundedSender<Waited2>) -> bool {
-        if self.inline {
+        if self.goes_inline(ring) {
             self.sync_inline();
-            return false;
+            if self.mode == Mode::Inline {
+                return false;
+            }
+            // (`hybrid`.) A queue another syncer held is left to the ring.
         }
         let mut gathering = false;
         let mut covered = false;
@@ -364,10 +429,10 @@ impl WorkerSyncs {
         gathering
     }
 
-    /// (`TVMQ_SERVE_SYNC=inline`.) Runs here, waiting for the disk, one
-    /// sync for each queue with a ticket asked for.
+    /// Runs here, waiting for the disk, one sync for each queue with a
+    /// ticket asked for. `inline`: waits for another syncer too;
+    /// `hybrid`: leaves a queue another syncer holds to the ring.
     fn sync_inline(&self) {
-        let now = self.rings.now_us();
         let mut todo = Vec::new();
         for w in self.queues.borrow_mut().iter_mut() {
             let (Some(want), Some(q)) = (w.want, w.queue.upgrade()) else { continue };
@@ -375,13 +440,28 @@ impl WorkerSyncs {
                 w.want = None;
                 continue;
             }
-            self.began(w, want, now);
             todo.push((q, w.key, want));
         }
         for (q, key, want) in todo {
-            let r = q.sync_ticket(want).map_err(|e| Arc::from(e.to_string()));
-            self.rings.stats.syncs.fetch_add(1, Ordering::Relaxed);
-            self.ended(key, want, r);
+            let now = self.rings.now_us();
+            if !self.delay.is_zero() {
+                std::thread::sleep(self.delay);
+            }
+            let r = match self.mode {
+                Mode::Inline => q.sync_ticket(want).map(|()| true),
+                _ => q.try_sync_ticket(want),
+            };
+            if let Ok(false) = r {
+                // Held by another syncer: left to the ring.
+                continue;
+            }
+            if let Some(w) = self.queues.borrow_mut().iter_mut().find(|w| w.key == key) {
+                self.began(w, want, now);
+            }
+            self.ended(key, want, r.map(|_| ()).map_err(|e| Arc::from(e.to_string())), true);
+            let s = &self.rings.stats;
+            s.syncs.fetch_add(1, Ordering::Relaxed);
+            s.inline.fetch_add(1, Ordering::Relaxed);
         }
         self.progress.notify_waiters();
     }
@@ -404,6 +484,10 @@ impl WorkerSyncs {
         }
     }
 }
+
+/// Turns of the loop a worker lets pass, at most, waiting for no new wait
+/// before it syncs inline.
+const SETTLE_TURNS: usize = 8;
 
 /// Records a wait carries on average (a connection's pipelined batch) from
 /// which a queue's syncs do not gather (as the sync threads': such batches

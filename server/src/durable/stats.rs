@@ -8,6 +8,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 pub(crate) struct SyncStats {
     /// Syncs run (tickets already covered when their turn came not counted).
     pub(crate) syncs: AtomicU64,
+    /// Of them, those run on a worker itself (`inline`, `hybrid`).
+    pub(crate) inline: AtomicU64,
     /// Syncs that failed.
     pub(crate) failures: AtomicU64,
     /// Records (pushed or popped) whose replies waited for a sync.

@@ -41,6 +41,8 @@ pub struct ChildServer {
     pub addr: SocketAddr,
     /// Its TLS address, with `--tls-port`.
     pub tls_addr: Option<SocketAddr>,
+    /// Its metrics address, with `--metrics-port`.
+    pub metrics_addr: Option<SocketAddr>,
     /// Its stderr lines so far, when [`Spawn::capture_stderr`] asked for them.
     pub stderr: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
@@ -115,13 +117,23 @@ impl ChildServer {
                 if let Some(rest) = line.split("listening on ").nth(1) {
                     let addr = rest.split([' ', ';']).next().unwrap_or("").to_string();
                     let tls = rest.split(" and ").find(|a| a.contains("(TLS")).and_then(|a| a.split(' ').next());
-                    let _ = tx.send((addr, tls.map(str::to_string)));
+                    let metrics =
+                        rest.split(" and ").find_map(|a| a.strip_prefix("http://")).and_then(|a| a.split('/').next());
+                    let _ = tx.send((addr, tls.map(str::to_string), metrics.map(str::to_string)));
                 }
             }
         });
-        let (addr, tls) = rx.recv_timeout(Duration::from_secs(20)).expect("the server child says where it listens");
+        let (addr, tls, metrics) =
+            rx.recv_timeout(Duration::from_secs(20)).expect("the server child says where it listens");
         let tls_addr = tls.map(|a| a.parse().expect("a socket address"));
-        ChildServer { child, addr: addr.parse().expect("a socket address"), tls_addr, stderr: stderr_lines }
+        let metrics_addr = metrics.map(|a| a.parse().expect("a socket address"));
+        ChildServer {
+            child,
+            addr: addr.parse().expect("a socket address"),
+            tls_addr,
+            metrics_addr,
+            stderr: stderr_lines,
+        }
     }
 
     pub fn pid(&self) -> u32 {

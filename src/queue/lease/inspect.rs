@@ -74,7 +74,10 @@ pub struct LeaseStats {
 }
 
 impl Queue {
-    /// The leases of the queue (`None` for a plain queue).
+    /// The leases of the queue (`None` for a plain queue): the gauges read
+    /// from every entry of the lease table (its
+    /// [`lease_scan_len`](Self::lease_scan_len) entries: milliseconds for
+    /// the largest tables), the counters as they are kept.
     pub fn lease_stats(&self) -> Option<LeaseStats> {
         let l = self.leases.as_ref()?;
         let now = mono_ns();
@@ -92,12 +95,26 @@ impl Queue {
                 EntryState::Free | EntryState::Filling => {}
             }
         }
-        let c = &l.table.control().counters.0;
+        let c = self.lease_counters()?;
         Some(LeaseStats {
             in_flight,
             oldest: oldest.map(|since| Duration::from_nanos(now.saturating_sub(since))),
             waiting,
             dead_letter_pending: pending,
+            ..c
+        })
+    }
+
+    /// The counters of [`lease_stats`](Self::lease_stats) alone, its gauges
+    /// zero: no scan of the table (`None` for a plain queue).
+    pub(crate) fn lease_counters(&self) -> Option<LeaseStats> {
+        let l = self.leases.as_ref()?;
+        let c = &l.table.control().counters.0;
+        Some(LeaseStats {
+            in_flight: 0,
+            oldest: None,
+            waiting: 0,
+            dead_letter_pending: 0,
             redelivered: c.redelivered.load(Ordering::Relaxed),
             expired: c.expired.load(Ordering::Relaxed),
             orphaned: c.orphaned.load(Ordering::Relaxed),
@@ -106,6 +123,17 @@ impl Queue {
             dropped: c.dropped.load(Ordering::Relaxed),
             late: c.late.load(Ordering::Relaxed),
         })
+    }
+
+    /// The entries that [`lease_stats`](Self::lease_stats) and
+    /// [`snapshot`](Self::snapshot) read one by one for their gauges (leases
+    /// in flight, records waiting): the lease table's size (`--max-leases`,
+    /// up to 1,048,576), 0 for a plain queue. A reader of many queues
+    /// budgets its scans with it (`tvmq_watch`'s collector); when these
+    /// gauges are kept as counters that change with each lease, as
+    /// `redelivered` is, no scan is needed and this is 0.
+    pub fn lease_scan_len(&self) -> usize {
+        self.leases.as_ref().map_or(0, |l| l.table.len())
     }
 
     /// Copies of up to `max` records of the lease table (leased, waiting
