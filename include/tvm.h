@@ -1020,7 +1020,9 @@ long lPush(struct SATvm *p);
 /**
  * Removes the oldest record of queue p->tblName into `out` (p->lSize bytes,
  * at least the queue's record size; a shorter record is followed by zero
- * bytes up to the record size). QUE_NOWAIT: NO_DATA_FOUND at once when
+ * bytes up to the record size, and nothing past the record size is written
+ * or read, so p->lSize may be larger than the buffer if the buffer holds
+ * the record size). QUE_NOWAIT: NO_DATA_FOUND at once when
  * empty. QUE_NORMAL: waits until a record arrives, as the queue's wait
  * strategy says: by default it spins at most 5 microseconds (only while
  * such spins have been catching records), then sleeps on a futex (no CPU

@@ -7,11 +7,17 @@
 //! once per table and shared as `Arc<Queue>`; one found dropped is opened
 //! again (it may have been re-created).
 //!
-//! The hot path, [`Attachments::with`], costs a thread-local lookup (the
-//! queue the thread used last, else a hash map by id: the same however many
-//! queues are attached) and one read of a rarely written word (an epoch that moves only when a queue is
-//! detached or the process forks), not a lock or a system call. A detached
-//! queue stays mapped until the last thread that holds it lets go of it.
+//! The hot path, [`Attachments::with`], looks in the calling thread's cache
+//! (the queue the thread used last, else a hash map by table and id: the
+//! same however many queues are attached) and reads one rarely written word
+//! (an epoch that moves only when a queue is detached or the process
+//! forks): no lock, no system call. The cache also keeps the thread's intent
+//! word in each queue, which the C layer's pushes and pops announce through.
+//! It is the library's one cache of queues by id, with one rule: an entry
+//! serves while the epoch has not moved since the cache was filled (a move
+//! empties it at the thread's next call) and its queue is not found dropped
+//! (then it is resolved again). A detached queue stays mapped until the
+//! last thread that holds it lets go of it.
 //!
 //! After `fork`, the child forgets every attachment (the parent's stay): it
 //! must not act under its parent's registration in the queues' process
@@ -19,22 +25,28 @@
 
 use crate::error::*;
 use crate::file::{dir, map};
-use crate::queue::{IdHasher, Queue};
+use crate::queue::{Attacher, IdHasher, KeptIntent, Queue};
 use parking_lot::Mutex;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::ffi::c_long;
 use std::hash::BuildHasherDefault;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Once};
+use std::sync::atomic::{AtomicU64, Ordering, compiler_fence};
+use std::sync::{Arc, LazyLock, Once, Weak};
 
 /// Moves whenever a table removes an attachment, or the process forks:
 /// thread caches older than it are dropped.
 static EPOCH: AtomicU64 = AtomicU64::new(0);
 /// Forks this process went through as a child (moved in the child).
 static FORKS: AtomicU64 = AtomicU64::new(0);
-/// Numbers the tables, so that thread caches tell them apart.
-static INSTANCES: AtomicU64 = AtomicU64::new(0);
+/// Numbers the tables, so that thread caches tell them apart (0 is the
+/// process-wide table's). A table numbered past `u32::MAX` (so many made
+/// in one process) is not cached by threads: a key is its number and a
+/// queue id in one word.
+static INSTANCES: AtomicU64 = AtomicU64::new(1);
+/// The process-wide table's number.
+const PROCESS_INSTANCE: u64 = 0;
 static ATFORK: Once = Once::new();
 
 extern "C" fn after_fork_in_child() {
@@ -44,8 +56,14 @@ extern "C" fn after_fork_in_child() {
 
 /// A table of attached queues. See the module documentation.
 pub struct Attachments {
+    /// Shared with the queues it attached, which find their dead-letter
+    /// queues here ([`Attacher`]).
+    shared: Arc<Shared>,
     /// Tells this table apart in thread caches.
     instance: u64,
+}
+
+struct Shared {
     /// `None`: the process-wide table, whose directory is [`crate::queue_dir`]
     /// at the time a queue is attached.
     dir: Option<PathBuf>,
@@ -62,43 +80,165 @@ struct Inner {
     names: HashMap<String, u32>,
 }
 
-/// A queue in a thread's cache.
-struct CacheEntry {
-    key: (u64, u32),
+impl Shared {
+    fn dir(&self) -> PathBuf {
+        self.dir.clone().unwrap_or_else(dir::queue_dir)
+    }
+
+    /// Locks the table, forgetting a fork parent's attachments.
+    fn lock(&self) -> parking_lot::MutexGuard<'_, Inner> {
+        let mut inner = self.inner.lock();
+        let forks = FORKS.load(Ordering::SeqCst);
+        if inner.forks != forks {
+            inner.by_id.clear();
+            inner.names.clear();
+            inner.forks = forks;
+        }
+        inner
+    }
+
+    /// See [`Attachments::resolve`]. A queue opened here finds its
+    /// dead-letter queue in this table.
+    fn resolve(self: &Arc<Self>, id: u32) -> Result<(Arc<Queue>, bool)> {
+        let mut inner = self.lock();
+        if let Some(q) = inner.by_id.get(&id) {
+            if !q.is_dropped() {
+                return Ok((q.clone(), false));
+            }
+            inner.by_id.remove(&id);
+            EPOCH.fetch_add(1, Ordering::Release);
+        }
+        let mut q = Queue::open(&self.dir(), id)?;
+        let me: Weak<Shared> = Arc::downgrade(self);
+        q.attached_by(me);
+        let q = Arc::new(q);
+        inner.by_id.insert(id, q.clone());
+        Ok((q, true))
+    }
+}
+
+impl Attacher for Shared {
+    fn attach(self: Arc<Self>, id: u32) -> Result<Arc<Queue>> {
+        self.resolve(id).map(|(q, _)| q)
+    }
+}
+
+/// A queue this thread reached through a table, and its intent word there.
+struct Entry {
     queue: Arc<Queue>,
+    kept: KeptIntent,
 }
 
-/// A thread's attachments: queue `(table, id)` -> its `Arc<Queue>`, found
-/// in constant time however many are attached, the last one used first.
-/// Entries are only ever replaced in place or all cleared, so their
-/// indices stay valid.
-struct Cache {
+/// The entries of a thread's cache, owned: found in constant time however
+/// many there are. Boxed, and only ever replaced in place or all cleared,
+/// so that [`ThreadState`]'s pointers into them stay valid until then.
+struct Owned {
+    /// [`EPOCH`] when the entries were last cleared.
     epoch: u64,
-    entries: Vec<CacheEntry>,
-    /// Where each key's entry is.
-    index: HashMap<(u64, u32), usize, BuildHasherDefault<IdHasher>>,
-    /// The entry used last, checked before the map (one comparison for a
-    /// thread that works on one queue).
-    last: usize,
+    // Boxed: the pointers into an entry must outlive the vector's growth.
+    #[allow(clippy::vec_box)]
+    entries: Vec<Box<Entry>>,
+    /// Where the entry of each [`key`] is.
+    index: HashMap<u64, usize, BuildHasherDefault<IdHasher>>,
 }
 
-impl Cache {
-    const fn new() -> Cache {
-        Cache { epoch: 0, entries: Vec::new(), index: HashMap::with_hasher(BuildHasherDefault::new()), last: 0 }
+impl Drop for Owned {
+    fn drop(&mut self) {
+        // The thread ends: calls from thread-local destructors that run
+        // after this one go through the table.
+        let _ = STATE.try_with(|s| s.queue.set(std::ptr::null()));
     }
+}
 
-    fn clear(&mut self) {
-        self.entries.clear();
-        self.index.clear();
-        self.last = 0;
-    }
+/// What every call of a thread reaches first, in one thread-local without
+/// a destructor (so that reaching it costs no check of its state): the
+/// entry of the thread's cache it used last, as pointers into [`OWNED`];
+/// whether a call is running; and the outcome of its last call through the
+/// C API. That outcome (the C layer's) is kept here because libtvm.so pays
+/// a call of `__tls_get_addr` for each thread-local a call reaches: in a
+/// thread-local of its own it cost lPush and lPop 15 instructions each
+/// (callgrind).
+struct ThreadState {
+    /// The entry's key, queue (NULL: none) and intent word (valid when the
+    /// queue is not NULL).
+    key: Cell<u64>,
+    queue: Cell<*const Queue>,
+    kept: Cell<*const KeptIntent>,
+    /// [`EPOCH`] when the entry was found.
+    epoch: Cell<u64>,
+    /// A call of this thread is using the cache or a queue it found there
+    /// ([`Busy`]): a call that a signal handler makes meanwhile leaves the
+    /// cache alone.
+    busy: Cell<bool>,
+    /// The C API's last call on this thread: its error code (0: success)
+    /// and effect (lGetTErrno, lGetEffect).
+    outcome: Cell<(c_long, usize)>,
 }
 
 thread_local! {
-    static CACHE: RefCell<Cache> = const { RefCell::new(Cache::new()) };
+    static STATE: ThreadState = const {
+        ThreadState {
+            key: Cell::new(0),
+            queue: Cell::new(std::ptr::null()),
+            kept: Cell::new(std::ptr::null()),
+            epoch: Cell::new(0),
+            busy: Cell::new(false),
+            outcome: Cell::new((0, 0)),
+        }
+    };
+    static OWNED: RefCell<Owned> = const {
+        RefCell::new(Owned { epoch: 0, entries: Vec::new(), index: HashMap::with_hasher(BuildHasherDefault::new()) })
+    };
 }
 
-static PROCESS: LazyLock<Attachments> = LazyLock::new(|| Attachments::with_dir(None));
+/// Records the outcome of the calling thread's last call through the C API
+/// (see [`ThreadState`]).
+#[inline]
+pub(crate) fn set_outcome(code: c_long, effect: usize) {
+    STATE.with(|s| s.outcome.set((code, effect)));
+}
+
+/// The outcome of the calling thread's last call through the C API: error
+/// code, effect.
+pub(crate) fn outcome() -> (c_long, usize) {
+    STATE.with(|s| s.outcome.get())
+}
+
+/// The key of queue `id` of table number `instance` in thread caches.
+#[inline(always)]
+fn key(instance: u64, id: u32) -> u64 {
+    instance << 32 | u64::from(id)
+}
+
+/// Marks the thread's cache in use until dropped (at the end of the call
+/// that set `busy`, on unwinding too).
+struct Busy<'a>(&'a ThreadState);
+
+impl<'a> Busy<'a> {
+    /// Sets `busy`, before the caller reads the cache: a signal handler
+    /// that calls in after this sees it and leaves the cache alone; one that
+    /// called in before has finished (and may have changed it). The fence
+    /// keeps the compiler from moving the caller's reads of the cache above
+    /// the store (a signal handler runs on this thread: only the compiler's
+    /// order matters).
+    #[inline(always)]
+    fn enter(s: &'a ThreadState) -> Busy<'a> {
+        s.busy.set(true);
+        compiler_fence(Ordering::SeqCst);
+        Busy(s)
+    }
+}
+
+impl Drop for Busy<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        // Every use of the cache before the store.
+        compiler_fence(Ordering::SeqCst);
+        self.0.busy.set(false);
+    }
+}
+
+static PROCESS: LazyLock<Attachments> = LazyLock::new(|| Attachments::with_dir(PROCESS_INSTANCE, None));
 
 impl Attachments {
     /// The process-wide table: queues of `$TVMDBD` (default
@@ -130,47 +270,26 @@ impl Attachments {
     /// # Ok::<(), tvm::Error>(())
     /// ```
     pub fn new(dir: PathBuf) -> Attachments {
-        Self::with_dir(Some(dir))
+        Self::with_dir(INSTANCES.fetch_add(1, Ordering::Relaxed), Some(dir))
     }
 
-    fn with_dir(dir: Option<PathBuf>) -> Attachments {
+    fn with_dir(instance: u64, dir: Option<PathBuf>) -> Attachments {
         ATFORK.call_once(|| {
             // SAFETY: registers a handler that only touches atomics (which is
             // all a child of a multi-threaded process may do before exec).
             unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
         });
-        Attachments {
-            instance: INSTANCES.fetch_add(1, Ordering::Relaxed),
-            dir,
-            inner: Mutex::new(Inner { forks: FORKS.load(Ordering::SeqCst), ..Inner::default() }),
-        }
-    }
-
-    /// The attachment epoch: it moves whenever a table removes an
-    /// attachment or the process forks. A queue that
-    /// [`resolve`](Self::resolve) returned after a read of the epoch stays
-    /// the one to use (unless it is found dropped) while the epoch keeps
-    /// that value; the C layer keeps the queue a thread used last by it.
-    #[inline]
-    pub(crate) fn epoch() -> u64 {
-        EPOCH.load(Ordering::Acquire)
+        let inner = Mutex::new(Inner { forks: FORKS.load(Ordering::SeqCst), ..Inner::default() });
+        Attachments { shared: Arc::new(Shared { dir, inner }), instance }
     }
 
     /// The directory whose queues this table attaches.
     pub fn dir(&self) -> PathBuf {
-        self.dir.clone().unwrap_or_else(dir::queue_dir)
+        self.shared.dir()
     }
 
-    /// Locks the table, forgetting a fork parent's attachments.
     fn lock(&self) -> parking_lot::MutexGuard<'_, Inner> {
-        let mut inner = self.inner.lock();
-        let forks = FORKS.load(Ordering::SeqCst);
-        if inner.forks != forks {
-            inner.by_id.clear();
-            inner.names.clear();
-            inner.forks = forks;
-        }
-        inner
+        self.shared.lock()
     }
 
     /// Queue `id`, attaching it if it is not (or the attached one was
@@ -183,17 +302,7 @@ impl Attachments {
     ///
     /// Errors: those of [`get`](Self::get).
     pub fn resolve(&self, id: u32) -> Result<(Arc<Queue>, bool)> {
-        let mut inner = self.lock();
-        if let Some(q) = inner.by_id.get(&id) {
-            if !q.is_dropped() {
-                return Ok((q.clone(), false));
-            }
-            inner.by_id.remove(&id);
-            EPOCH.fetch_add(1, Ordering::Release);
-        }
-        let q = Arc::new(Queue::open(&self.dir(), id)?);
-        inner.by_id.insert(id, q.clone());
-        Ok((q, true))
+        self.shared.resolve(id)
     }
 
     /// The id of the queue a key names: a queue id written in decimal
@@ -270,55 +379,214 @@ impl Attachments {
     /// is called). The calling thread keeps the queues it used in a cache,
     /// so that this costs no lock once a queue is attached.
     ///
-    /// Errors: those of [`get`](Self::get), `SVR_EXCEPTION` when called
-    /// again from inside `f` (say, from a signal handler), and `f`'s.
+    /// Errors: those of [`get`](Self::get), and `f`'s.
     #[inline]
     pub fn with<R>(&self, id: u32, newly: impl FnOnce(), f: impl FnOnce(&Queue) -> Result<R>) -> Result<R> {
-        CACHE.with(|cache| {
-            let Ok(mut cache) = cache.try_borrow_mut() else {
-                return Err(Error::new(SVR_EXCEPTION, "re-entrant call from a signal handler"));
-            };
-            let epoch = EPOCH.load(Ordering::Acquire);
-            if cache.epoch != epoch {
-                cache.clear();
-                cache.epoch = epoch;
+        if self.instance > u64::from(u32::MAX) {
+            let (q, attached) = self.resolve(id)?;
+            if attached {
+                newly();
             }
-            let key = (self.instance, id);
-            let cache = &mut *cache;
-            let last = cache.entries.get(cache.last).filter(|e| e.key == key && !e.queue.is_dropped());
-            if last.is_none() {
-                let found = cache.index.get(&key).copied();
-                cache.last = match found {
-                    Some(i) if !cache.entries[i].queue.is_dropped() => i,
-                    _ => {
-                        // Not attached by this thread yet, or found dropped
-                        // (it may have been re-created): ask the table.
-                        let (queue, attached) = self.resolve(id)?;
-                        if attached {
-                            newly();
-                        }
-                        match found {
-                            Some(i) => {
-                                cache.entries[i].queue = queue;
-                                i
-                            }
-                            None => {
-                                cache.entries.push(CacheEntry { key, queue });
-                                cache.index.insert(key, cache.entries.len() - 1);
-                                cache.entries.len() - 1
-                            }
-                        }
-                    }
-                };
-            }
-            f(&cache.entries[cache.last].queue)
-        })
+            return f(&q);
+        }
+        with_kept_in(self.instance, || self, id, newly, |q, _| f(q))
+    }
+
+    /// [`with`](Self::with) on the process-wide table, giving `f` this
+    /// thread's intent word in the queue as well (`None`: a call that a
+    /// signal handler made while another call of this thread ran: the
+    /// queue's calls look the word up). The C layer's calls.
+    #[inline(always)]
+    pub(crate) fn with_process_kept<R>(
+        id: u32,
+        newly: impl FnOnce(),
+        f: impl FnOnce(&Queue, Option<&KeptIntent>) -> Result<R>,
+    ) -> Result<R> {
+        with_kept_in(PROCESS_INSTANCE, Self::process, id, newly, f)
     }
 }
 
+/// Runs `f` on queue `id` of table number `instance` (`table` gives the
+/// table, when the thread's cache does not have the queue): see
+/// [`Attachments::with`]. A call that a signal handler makes while another
+/// call of this thread runs leaves the thread's cache to the interrupted
+/// call: it takes the queue from the cache if it is there and current (a
+/// reference of its own), else resolves it through the table, and gives
+/// `f` no intent word.
+#[inline(always)]
+fn with_kept_in<'t, R>(
+    instance: u64,
+    table: impl FnOnce() -> &'t Attachments,
+    id: u32,
+    newly: impl FnOnce(),
+    f: impl FnOnce(&Queue, Option<&KeptIntent>) -> Result<R>,
+) -> Result<R> {
+    STATE.with(|s| {
+        if s.busy.get() {
+            return with_nested(table(), id, newly, |q| f(q, None));
+        }
+        // `busy` first, then the cache: a signal handler that ran between
+        // the two could let go of a queue already read (its last reference,
+        // if another thread detached it).
+        let busy = Busy::enter(s);
+        #[cfg(test)]
+        tests::signal_point();
+        let q = s.queue.get();
+        if s.key.get() == key(instance, id) && !q.is_null() && s.epoch.get() == EPOCH.load(Ordering::Acquire) {
+            // SAFETY: a non-NULL `queue` and its `kept` point into an entry
+            // of `OWNED`, which this thread alone reaches, and which changes
+            // only in a call that set `busy` (this one) after clearing
+            // `queue`.
+            let (q, kept) = unsafe { (&*q, &*s.kept.get()) };
+            // As the table does: a queue found dropped is resolved again
+            // (it may have been re-created).
+            if !q.is_dropped() {
+                return f(q, Some(kept));
+            }
+        }
+        with_found(s, &busy, table(), id, newly, f)
+    })
+}
+
+/// [`with_kept_in`] when the entry used last is not the one: finds it in
+/// the thread's cache (emptied first if the epoch moved), or resolves it
+/// through the table and adds it, and makes it the one used last. The
+/// caller has set `busy`.
+#[inline(never)]
+fn with_found<R>(
+    s: &ThreadState,
+    _busy: &Busy<'_>,
+    table: &Attachments,
+    id: u32,
+    newly: impl FnOnce(),
+    f: impl FnOnce(&Queue, Option<&KeptIntent>) -> Result<R>,
+) -> Result<R> {
+    let key = key(table.instance, id);
+    let mut newly = Some(newly);
+    let mut attached = |now: bool| {
+        if let Some(newly) = newly.take().filter(|_| now) {
+            newly();
+        }
+    };
+    let found = OWNED.try_with(|owned| -> Result<Option<(*const Queue, *const KeptIntent)>> {
+        // Borrowed: by a call that a signal handler interrupted (outside
+        // this cache: the Rust API's).
+        let Ok(mut owned) = owned.try_borrow_mut() else { return Ok(None) };
+        s.queue.set(std::ptr::null());
+        let epoch = EPOCH.load(Ordering::Acquire);
+        if owned.epoch != epoch {
+            owned.entries.clear();
+            owned.index.clear();
+            owned.epoch = epoch;
+        }
+        let at = owned.index.get(&key).copied();
+        let i = match at {
+            Some(i) if !owned.entries[i].queue.is_dropped() => i,
+            _ => {
+                // Not in the cache yet, or found dropped: ask the table.
+                let (queue, now) = table.resolve(id)?;
+                attached(now);
+                // None: the thread's table of words is in use (by a call
+                // that a signal handler interrupted): not cached.
+                let Some(kept) = queue.keep_intent() else { return Ok(None) };
+                let entry = Entry { queue, kept };
+                match at {
+                    Some(i) => {
+                        *owned.entries[i] = entry;
+                        i
+                    }
+                    None => {
+                        owned.entries.push(Box::new(entry));
+                        let i = owned.entries.len() - 1;
+                        owned.index.insert(key, i);
+                        i
+                    }
+                }
+            }
+        };
+        let e = &owned.entries[i];
+        let (q, kept) = (Arc::as_ptr(&e.queue), std::ptr::from_ref(&e.kept));
+        s.key.set(key);
+        s.epoch.set(epoch);
+        s.kept.set(kept);
+        s.queue.set(q);
+        Ok(Some((q, kept)))
+    });
+    match found {
+        Ok(Ok(Some((q, kept)))) => {
+            // SAFETY: pointers into an entry of `OWNED`, which only a call
+            // that set `busy` (this one) changes.
+            let (q, kept) = unsafe { (&*q, &*kept) };
+            f(q, Some(kept))
+        }
+        Ok(Err(e)) => Err(e),
+        // The thread is ending (its cache is gone), or see above.
+        Ok(Ok(None)) | Err(_) => {
+            let (q, now) = table.resolve(id)?;
+            attached(now);
+            f(&q, None)
+        }
+    }
+}
+
+/// [`with_kept_in`] for a call that a signal handler makes while another
+/// call of this thread uses the cache: see there.
+#[cold]
+fn with_nested<R>(
+    table: &Attachments,
+    id: u32,
+    newly: impl FnOnce(),
+    f: impl FnOnce(&Queue) -> Result<R>,
+) -> Result<R> {
+    let cached = OWNED
+        .try_with(|owned| {
+            let owned = owned.try_borrow().ok()?;
+            let e = &owned.entries[*owned.index.get(&key(table.instance, id))?];
+            let current = owned.epoch == EPOCH.load(Ordering::Acquire) && !e.queue.is_dropped();
+            current.then(|| e.queue.clone())
+        })
+        .ok()
+        .flatten();
+    let q = match cached {
+        Some(q) => q,
+        None => {
+            let (q, attached) = table.resolve(id)?;
+            if attached {
+                newly();
+            }
+            q
+        }
+    };
+    f(&q)
+}
+
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    thread_local! {
+        /// Run once at the first instant of a call at which a signal may
+        /// interrupt it after it began (see `signal_point`).
+        static SIGNAL: RefCell<Option<Box<dyn FnOnce()>>> = const { RefCell::new(None) };
+    }
+
+    /// A signal arrives here: the handler [`on_signal`] set runs (once).
+    pub(super) fn signal_point() {
+        if let Some(handler) = SIGNAL.with(|s| s.borrow_mut().take()) {
+            handler();
+        }
+    }
+
+    /// Has this thread's next call run `handler` as if a signal handler
+    /// interrupted it just after it began.
+    pub(crate) fn on_signal(handler: Box<dyn FnOnce()>) {
+        SIGNAL.with(|s| *s.borrow_mut() = Some(handler));
+    }
+
+    /// Did the handler [`on_signal`] set run?
+    pub(crate) fn signal_handled() -> bool {
+        SIGNAL.with(|s| s.borrow().is_none())
+    }
     use crate::Spec;
     use crate::queue::Wait;
     use crate::test_support::TempDir;
@@ -455,6 +723,49 @@ mod tests {
         t1.with(ids[5], || newly += 1, |_| Ok(())).unwrap();
         t1.with(ids[5], || newly += 1, |_| Ok(())).unwrap();
         assert_eq!(newly, 1);
+    }
+
+    /// Entries of this process in the process table of queue `id`.
+    fn my_entries(dir: &Path, id: u32) -> usize {
+        let me = std::process::id();
+        Queue::inspect(dir, id).unwrap().processes().iter().filter(|p| p.pid == me).count()
+    }
+
+    /// Queues 1 and 2 are each other's dead-letter queue. Rejected records
+    /// go both ways through a table: each queue is attached once (one
+    /// entry of this process in each process table, the dead-letter queue
+    /// being the table's), and once the table and its users let go of
+    /// them, both are unmapped and their entries freed (a queue held its
+    /// dead-letter queue strongly: with the table's queues, a cycle).
+    #[test]
+    fn dead_letter_queues_of_each_other_are_attached_once_and_let_go() {
+        let d = TempDir::new("attach", "dlq-cycle");
+        for (id, other) in [(1, 2), (2, 1)] {
+            let mut spec = Spec::new(8, 16);
+            spec.leases = Some(crate::LeaseSpec { dead_letter: Some(other), ..crate::LeaseSpec::default() });
+            Queue::create(d.path(), id, &spec).unwrap();
+        }
+        let t = Attachments::new(d.path().to_path_buf());
+        let mut out = [0u8; 16];
+        for (from, to) in [(1, 2), (2, 1), (1, 2)] {
+            let q = t.get(from).unwrap();
+            q.push(format!("to {to}").as_bytes()).unwrap();
+            let (_, lease) = q.pop_lease(&mut out, Wait::NoWait, std::time::Duration::ZERO).unwrap();
+            q.reject(&lease).unwrap();
+        }
+        for id in [1, 2] {
+            assert_eq!(my_entries(d.path(), id), 1, "queue {id}: attached once");
+        }
+        let (q1, q2) = (t.get(1).unwrap(), t.get(2).unwrap());
+        assert_eq!((q1.depth(), q2.depth()), (1, 2), "each got what the other rejected");
+        drop((q1, q2));
+        assert!(t.detach(1) && t.detach(2));
+        drop(t);
+        for id in [1, 2] {
+            assert_eq!(my_entries(d.path(), id), 0, "queue {id}: let go");
+        }
+        Queue::drop_queue(d.path(), 1).unwrap();
+        Queue::drop_queue(d.path(), 2).unwrap();
     }
 
     #[test]

@@ -41,7 +41,7 @@
 //! | `file` | queue files: `layout` (bytes and validation), `dir` (directory policy), `create`, `map`, `live` (an `interval` queue's live part in tmpfs), `make` (a file made atomically), `fs` |
 //! | `durable` | durable queues: the sync lock, group-committed syncs, the flusher, recovery after a machine restart |
 //! | `queue` | the safe API: [`Queue`] (and `queue::lease`: [`Queue::pop_lease`], [`Lease`]) |
-//! | `attach` | the process-wide table id or name -> [`Queue`]: [`Attachments`] |
+//! | `attach` | the process-wide table id or name -> [`Queue`]: [`Attachments`], and each thread's cache of it (the library's one cache of queues by id, with the thread's intent words and the C API's last outcome) |
 //! | `client` | the network client of the `lTvm*` calls: RESP to tvmq serve, Redis, Redis Cluster |
 //! | [`ffi`] | the C ABI of `tvm.h`, thin |
 //!
@@ -109,8 +109,8 @@ pub use durable::{DurableStats, RecoveryStats, SyncRing, SyncStart};
 pub use escape::{escape_name, escape_word};
 #[cfg(not(loom))]
 pub use file::{
-    check_queue_dir, filesystem_size, queue_dir, queue_file_id, queue_ids, queue_name, queue_name_and_part, queue_path,
-    slot_stride,
+    OrphansRemoved, check_queue_dir, filesystem_size, queue_dir, queue_file_id, queue_ids, queue_name,
+    queue_name_and_part, queue_path, slot_stride,
 };
 #[cfg(not(loom))]
 pub use queue::{ExportFormat, Lease, LeaseState, LeaseStats, LeasedRecord};

@@ -58,6 +58,17 @@ impl SharedMap {
         self.0.as_mut_ptr()
     }
 
+    /// Writes bytes `from..from + n` of the mapping (cut at its end) to the
+    /// file and waits until the device has them (`msync(MS_SYNC)`, whose
+    /// cache flush covers the file's other written pages too).
+    pub(crate) fn sync_range(&self, from: usize, n: usize) -> std::io::Result<()> {
+        let n = n.min(self.len().saturating_sub(from));
+        if n == 0 {
+            return Ok(());
+        }
+        self.0.flush_range(from, n)
+    }
+
     /// Is `size` bytes at `offset`, aligned to `align`, inside the mapping?
     pub(crate) fn fits(&self, offset: usize, size: usize, align: usize) -> bool {
         offset.checked_add(size).is_some_and(|end| end <= self.len()) && offset % align == 0
@@ -159,6 +170,17 @@ mod tests {
         assert!(m.view::<AtomicU64>(usize::MAX - 3).is_none(), "overflowing offset");
         assert!(m.view::<[AtomicU64; 512]>(0).is_some());
         assert!(m.view::<[AtomicU64; 513]>(0).is_none());
+    }
+
+    #[test]
+    fn a_sync_is_cut_at_the_end_of_the_mapping() {
+        let m = mapped(8192);
+        m.view::<AtomicU64>(4096).unwrap().store(7, std::sync::atomic::Ordering::Relaxed);
+        m.sync_range(4096, 4096).unwrap();
+        m.sync_range(4096, usize::MAX).unwrap();
+        m.sync_range(8192, 1).unwrap();
+        m.sync_range(usize::MAX, 1).unwrap();
+        m.sync_range(100, 10).unwrap(); // within a page: the page is synced
     }
 
     #[test]

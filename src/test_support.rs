@@ -285,6 +285,20 @@ pub fn child_test(name: &str) -> Command {
     cmd
 }
 
+/// Runs child test `name` (see [`child_test`]) with `$TVMDBD` = `dir` (the
+/// C layer's queue directory) and `TVMQ_TEST_CHILD` set; panics with its
+/// output if it fails.
+pub fn run_child_in(name: &str, dir: &Path) {
+    let out = child_test(name).env("TVMDBD", dir).env("TVMQ_TEST_CHILD", "1").output().expect("run the child");
+    assert!(
+        out.status.success(),
+        "the child {name} failed ({}): {}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// A child test's parameter `key`; panics (the test fails) when the test
 /// was not started by its parent test through [`child_test`].
 #[track_caller]

@@ -65,16 +65,26 @@ fn a_leased_record_is_acknowledged_once() {
     assert_eq!(code(q.pop_lease(&mut [0u8; 4], Wait::NoWait, Duration::ZERO)), RECD_TOO_LONG);
 }
 
+/// Waits until `lease` has run out on the lease clock (whatever the wall
+/// clock and the scheduler did meanwhile).
+fn run_out(lease: &tvm::Lease) {
+    while lease.remaining() > Duration::ZERO {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 #[test]
 fn an_expired_lease_is_delivered_again_and_its_late_ack_fails() {
     let dir = TempDir::new("leases", "expire");
     let q = lease_queue(&dir, 1, 8, leases(30_000));
     q.push(b"slow").unwrap();
     let mut o = out();
-    let (_, stale) = q.pop_lease(&mut o, Wait::NoWait, Duration::from_millis(50)).unwrap();
+    let (_, mut stale) = q.pop_lease(&mut o, Wait::NoWait, Duration::ZERO).unwrap();
     // Before it runs out, nobody else gets it.
     assert_eq!(code(q.pop_lease(&mut o, Wait::NoWait, Duration::ZERO)), NO_DATA_FOUND);
-    std::thread::sleep(Duration::from_millis(80));
+    // Then it runs out in a millisecond.
+    q.extend_lease(&mut stale, Duration::from_millis(1)).unwrap();
+    run_out(&stale);
     assert_eq!(code(q.ack(&stale)), LEASE_EXPIRED, "the lease ran out");
     // A blocking pop finds it when the sweep does.
     let (rec, again) = pop_lease_within(&q, 10);
@@ -95,11 +105,13 @@ fn an_extended_lease_holds_and_its_old_token_is_stale() {
     let q = lease_queue(&dir, 1, 8, leases(30_000));
     q.push(b"x").unwrap();
     let mut o = out();
-    let (_, mut l) = q.pop_lease(&mut o, Wait::NoWait, Duration::from_millis(60)).unwrap();
+    // The deadline moves to the extension's, earlier or later: 30 s, then
+    // 20 s from now, then the queue's 30 s again.
+    let (_, mut l) = q.pop_lease(&mut o, Wait::NoWait, Duration::ZERO).unwrap();
+    assert!(l.remaining() > Duration::from_secs(29));
     let old = l;
     q.extend_lease(&mut l, Duration::from_secs(20)).unwrap();
-    assert!(l.remaining() > Duration::from_secs(19));
-    std::thread::sleep(Duration::from_millis(120));
+    assert!(l.remaining() > Duration::from_secs(19) && l.remaining() < Duration::from_secs(21), "{:?}", l.remaining());
     assert_eq!(code(q.pop_lease(&mut o, Wait::NoWait, Duration::ZERO)), NO_DATA_FOUND, "still leased");
     assert_eq!(code(q.ack(&old)), LEASE_EXPIRED, "the token before the extension");
     // Zero: the queue's lease time.
@@ -109,7 +121,7 @@ fn an_extended_lease_holds_and_its_old_token_is_stale() {
     // A lease that ran out cannot be extended.
     q.push(b"y").unwrap();
     let (_, mut l) = q.pop_lease(&mut o, Wait::NoWait, Duration::from_millis(20)).unwrap();
-    std::thread::sleep(Duration::from_millis(40));
+    run_out(&l);
     assert_eq!(code(q.extend_lease(&mut l, Duration::from_secs(5))), LEASE_EXPIRED);
 }
 

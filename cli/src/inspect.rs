@@ -315,13 +315,18 @@ pub fn repair(dir: &Path, id: u32) -> Result<(), Error> {
     let q = Queue::open_with(dir, id, false)?;
     let (at_open, r) = (q.repaired_at_open(), q.repair());
     let removed = Queue::remove_stale_temporaries(dir, id);
+    let orphans = Queue::remove_orphaned_live_parts();
     println!(
         "queue {id}: {} of dead consumers published again, {} of dead producers skipped, \
-         {} of dead processes uncounted, {} removed{}",
+         {} of dead processes uncounted, {} removed; {} of removed queues ({} bytes) and {} of their \
+         temporary file(s) removed{}",
         count(r.recovered_pops + at_open.recovered_pops, "record"),
         count(r.recovered_pushes + at_open.recovered_pushes, "claim"),
         count(u64::from(r.reconciled_waiters + at_open.reconciled_waiters), "sleeper"),
         count(removed as u64, "stale temporary file"),
+        count(orphans.live_parts, "orphaned live part"),
+        orphans.bytes,
+        orphans.temporaries,
         if r.alone {
             ""
         } else {

@@ -102,7 +102,9 @@ enum Command {
         id: u32,
     },
     /// Recover what killed processes left in a queue: records they had taken
-    /// (delivered again), pushes they had begun (skipped), their sleepers
+    /// (delivered again), pushes they had begun (skipped), their sleepers;
+    /// and remove the live parts (in /dev/shm/tvmq-<uid>) of durable queues
+    /// whose files were removed otherwise than by `tvmq drop`
     #[command(after_help = "Example:\n  tvmq repair 21")]
     Repair {
         /// Queue id

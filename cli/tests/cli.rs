@@ -541,6 +541,39 @@ fn a_queue_directory_that_is_missing_or_a_file_is_an_error_for_every_command() {
     assert_eq!(list_rows(ok(&tvmq_env(&missing, &["list"]))).len(), 1);
 }
 
+/// `tvmq repair` removes the live part (in /dev/shm/tvmq-<uid>) of an
+/// `interval` queue whose directory was removed with `rm -rf`, and says
+/// how many it removed. (Another process's create or attach meanwhile may
+/// remove it first: the test asserts that it is gone and what repair says.)
+#[test]
+fn repair_removes_the_live_parts_of_queues_removed_with_rm() {
+    use std::os::unix::fs::MetadataExt;
+    let disk = DiskDir::new("repair-orphans");
+    let gone = disk.0.join("gone");
+    ok(&tvmq(&disk.0, &["create", "1", "--rows", "10", "--size", "8"]));
+    ok(&tvmq(&gone, &["create", "6", "--rows", "1000", "--size", "304", "--durable", "interval=250"]));
+    let m = fs::metadata(queue_path(&gone, 6)).unwrap();
+    let mine = format!(".interval-{:x}-{}-6-", m.dev(), m.ino());
+    // SAFETY: geteuid has no preconditions.
+    let shm = std::path::PathBuf::from(format!("/dev/shm/tvmq-{}", unsafe { libc::geteuid() }));
+    let live = fs::read_dir(&shm)
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().starts_with(&mine))
+        .expect("the queue's live part")
+        .path();
+    fs::remove_dir_all(&gone).unwrap();
+    assert!(live.exists(), "rm leaves the live part");
+    let out = ok(&tvmq(&disk.0, &["repair", "1"])).to_string();
+    assert!(!live.exists(), "repair removed it: {out}");
+    let n: u64 = out
+        .split("; ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no count of orphaned live parts: {out}"));
+    assert!(n <= 1, "{out}");
+}
+
 /// Waits until `f` is true, 20 s at most (a guard against a hang, not a
 /// timing assertion).
 #[track_caller]

@@ -37,6 +37,11 @@
 //! used at all (`fs.inotify.max_user_instances` reached), the background
 //! thread rescans every [`RESCAN_EVERY`] instead, and lookups never scan.
 //! No scan ever runs on a worker thread.
+//!
+//! When a queue file goes, the background thread also removes the live
+//! parts (in `/dev/shm/tvmq-<uid>`) of durable queues whose files are gone
+//! ([`tvm::Queue::remove_orphaned_live_parts`]): a queue removed with
+//! `rm`, not dropped, would otherwise hold that memory until a reboot.
 
 use crate::shutdown::Shutdown;
 use inotify::{EventMask, Inotify, WatchMask};
@@ -150,6 +155,14 @@ pub(crate) struct Index {
     created_queues: Mutex<CreatedQueues>,
     /// Rescans since the start (the first included), for INFO and tests.
     pub(crate) rescans: AtomicU64,
+    /// Queue headers read since the start (rescans' and new files'), for
+    /// INFO and tests: a lookup of an unknown name reads none.
+    pub(crate) headers_read: AtomicU64,
+    /// A queue file went since the background thread last removed the
+    /// live parts left by removed queues (see [`Index::run`]).
+    orphans_due: AtomicBool,
+    /// Those sweeps since the start (the first at start), for INFO and tests.
+    pub(crate) orphan_sweeps: AtomicU64,
 }
 
 impl Index {
@@ -180,6 +193,9 @@ impl Index {
             rescanning: AtomicBool::new(false),
             created_queues: Mutex::default(),
             rescans: AtomicU64::new(0),
+            headers_read: AtomicU64::new(0),
+            orphans_due: AtomicBool::new(true),
+            orphan_sweeps: AtomicU64::new(0),
         };
         index.rescan(&mut index.watch.lock());
         index
@@ -320,7 +336,12 @@ impl Index {
             }
             for (id, appeared) in changes {
                 unreadable.remove(&id);
-                if appeared { self.read_one(id, unreadable) } else { self.forget(id) }
+                if appeared {
+                    self.read_one(id, unreadable)
+                } else {
+                    self.forget(id);
+                    self.orphans_due.store(true, Ordering::Relaxed);
+                }
             }
         }
         if lost {
@@ -335,9 +356,15 @@ impl Index {
         }
     }
 
+    /// [`read_header`] of queue `id`, counted.
+    fn read_counted(&self, id: u32) -> tvm::Result<(String, Option<u64>)> {
+        self.headers_read.fetch_add(1, Ordering::Relaxed);
+        read_header(&self.dir, id)
+    }
+
     /// Reads the header of queue `id`, new in the directory.
     fn read_one(&self, id: u32, unreadable: &mut HashSet<u32>) {
-        match read_header(&self.dir, id) {
+        match self.read_counted(id) {
             Ok((name, marked)) => {
                 self.maps.write().insert(id, name);
                 let mut created_queues = self.created_queues.lock();
@@ -371,7 +398,7 @@ impl Index {
         let mut maps = Maps::default();
         let mut created = CreatedQueues::default();
         for id in tvm::queue_ids(&self.dir).unwrap_or_default() {
-            match read_header(&self.dir, id) {
+            match self.read_counted(id) {
                 Ok((name, marked)) => {
                     maps.insert(id, name);
                     if let Some(bytes) = marked {
@@ -404,6 +431,16 @@ impl Index {
             if w.overflowed || (w.inotify.is_none() && since_rescan >= RESCAN_EVERY) {
                 self.rescan(&mut w);
                 since_rescan = Duration::ZERO;
+                // Without events, a removal is seen only at a rescan.
+                self.orphans_due.store(true, Ordering::Relaxed);
+            }
+            drop(w);
+            if self.orphans_due.swap(false, Ordering::Relaxed) {
+                // A queue file went (removed by `rm`, say, not dropped):
+                // the live part in tmpfs of a durable one is memory nobody
+                // frees otherwise. Here, never on a worker: it stats files.
+                tvm::Queue::remove_orphaned_live_parts();
+                self.orphan_sweeps.fetch_add(1, Ordering::Relaxed);
             }
         }
     }

@@ -113,9 +113,12 @@ use crate::clock::now_ns;
 use crate::error::*;
 use crate::file::layout::{Control, SyncWords};
 use crate::file::map::QueueFile;
+use crate::registry::Registry;
 use crate::ring::{MapStorage, Ring};
 use crate::shm::{SharedMap, SharedRef};
 use crate::spec::Durability;
+use lock::Syncer;
+use std::time::Duration;
 
 /// A durable queue's sync machinery in this process.
 pub(crate) struct Durable {
@@ -139,15 +142,33 @@ pub(crate) struct Durable {
     /// mapping (offset, length), synced in place by each sync before the
     /// slots are written into the image (see `Image::write_before_table`).
     lease_table: Option<(usize, usize)>,
+    /// This process in the sync lock word, and a view of the queue's
+    /// process table, by which the lock's holder is judged (see [`lock`]).
+    syncer: Syncer,
+    registry: Registry,
+    /// How long a syncer that cannot be told dead or alive keeps the lock
+    /// (the queue's unblock timeout).
+    unknown_after: Duration,
     #[cfg(test)]
     hook: Option<hooks::SyncHook>,
 }
 
 impl Durable {
-    /// The sync machinery of the durable queue in `file`, whose policy is `policy`.
-    pub(crate) fn new(file: &QueueFile, policy: Durability) -> Result<Durable> {
+    /// The sync machinery of the durable queue in `file`, whose policy is
+    /// `policy`, in this process registered as `me` in the queue's process
+    /// table (`None`: not registered); a syncer that cannot be told dead
+    /// or alive keeps the sync lock for `unknown_after` at most.
+    pub(crate) fn new(
+        file: &QueueFile,
+        policy: Durability,
+        me: Option<(usize, u32)>,
+        unknown_after: Duration,
+    ) -> Result<Durable> {
         let info = file.header();
         Ok(Durable {
+            syncer: Syncer::new(me),
+            registry: file.registry()?,
+            unknown_after,
             policy,
             map: file.map().clone(),
             file: file

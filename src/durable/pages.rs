@@ -8,6 +8,7 @@ use super::Durable;
 use super::hooks::{FAIL_NEXT_SYNC, SyncEvent};
 use crate::error::*;
 use crate::file::layout::{CONTROL_OFFSET, DATA_OFFSET, TABLE_OFFSET};
+use crate::shm::SharedMap;
 use std::os::fd::AsRawFd;
 
 impl Durable {
@@ -16,6 +17,7 @@ impl Durable {
     /// (`changed`: the positions whose records the sync sealed, and those
     /// released since the last sync, for the image.)
     pub(super) fn write_pages(&self, control: bool, changed: [(u64, u64); 2]) -> Result<()> {
+        #[cfg(test)]
         let (base, len) = (self.map.base(), self.map.len());
         #[cfg(test)]
         if FAIL_NEXT_SYNC.with(|f| f.replace(false)) {
@@ -36,7 +38,7 @@ impl Durable {
             return match self.lease_table {
                 None => image.write(&self.map, &changed, control),
                 Some((from, n)) => {
-                    image.write_before_table(&self.map, &changed, control, || msync_range(base, len, from, n))
+                    image.write_before_table(&self.map, &changed, control, || msync_range(&self.map, from, n))
                 }
             };
         }
@@ -50,35 +52,17 @@ impl Durable {
                 return Err(Error::new(SYNC_FAILED, format!("sync_file_range failed: {e}")));
             }
         }
-        msync_from(base, len, DATA_OFFSET as usize)
+        msync_range(&self.map, DATA_OFFSET as usize, usize::MAX)
     }
 }
 
-/// `msync(MS_SYNC)` of a whole live mapping from [`CONTROL_OFFSET`] on.
-pub(crate) fn msync(base: *mut u8, len: usize) -> Result<()> {
-    msync_from(base, len, CONTROL_OFFSET as usize)
+/// `msync(MS_SYNC)` of a queue file's mapping from [`CONTROL_OFFSET`] on.
+pub(crate) fn msync(map: &SharedMap) -> Result<()> {
+    msync_range(map, CONTROL_OFFSET as usize, usize::MAX)
 }
 
-/// `msync(MS_SYNC)` of a live mapping of `len` bytes at `base` from byte
-/// `from` (a multiple of the page size) on.
-fn msync_from(base: *mut u8, len: usize, from: usize) -> Result<()> {
-    msync_range(base, len, from, len.saturating_sub(from))
-}
-
-/// `msync(MS_SYNC)` of `n` bytes from byte `from` (a multiple of the page
-/// size) of a live mapping of `len` bytes at `base` (cut at its end).
-pub(crate) fn msync_range(base: *mut u8, len: usize, from: usize, n: usize) -> Result<()> {
-    let n = n.min(len.saturating_sub(from));
-    if n == 0 {
-        return Ok(());
-    }
-    // SAFETY: base..base+len is a live mapping (the caller keeps it mapped),
-    // from + n <= len, and base + from is page aligned (the mapping is, and
-    // from is a multiple of the page size).
-    let rc = unsafe { libc::msync(base.add(from).cast(), n, libc::MS_SYNC) };
-    if rc != 0 {
-        let e = std::io::Error::last_os_error();
-        return Err(Error::new(SYNC_FAILED, format!("msync failed: {e}")));
-    }
-    Ok(())
+/// `msync(MS_SYNC)` of `n` bytes of a queue file's mapping from byte
+/// `from` (cut at its end).
+pub(crate) fn msync_range(map: &SharedMap, from: usize, n: usize) -> Result<()> {
+    map.sync_range(from, n).map_err(|e| Error::new(SYNC_FAILED, format!("msync failed: {e}")))
 }

@@ -117,7 +117,10 @@ pub(crate) fn attach(
     let floor = match file.lease_table()? {
         Some(table) => {
             let max = file.options().leases().map_or(0, |l| u32::try_from(l.max_deliveries).unwrap_or(u32::MAX));
-            table.reboot(max, |at| ring.release_held(at)).floor
+            // SAFETY: under the recovery lock, in the first attach since
+            // the restart: no queue of this file is open in this process
+            // (nor in any other) before the rebuild ends.
+            unsafe { table.reboot(max, |at| ring.release_held(at)) }.floor
         }
         None => 0,
     };
@@ -152,16 +155,16 @@ pub(crate) fn attach(
         // into the image: the image never releases a slot whose record the
         // table on the disk does not hold (see `Image::write_before_table`).
         if let Some(table) = &lease_range {
-            msync_range(map.base(), map.len(), table.0, table.1)?;
+            msync_range(map, table.0, table.1)?;
         }
         // The rebuilt ring is the image now; the next sync starts at its tail.
         image.write_all(map)?;
         s.sealed.store(found.tail, Ordering::SeqCst);
         s.released.store(found.head, Ordering::SeqCst);
     }
-    msync(map.base(), map.len())?;
+    msync(map)?;
     control.sync.0.boot_id[0].store(now[0], Ordering::SeqCst);
     control.sync.0.boot_id[1].store(now[1], Ordering::SeqCst);
-    msync(map.base(), map.len())?;
+    msync(map)?;
     Ok(Some(found))
 }

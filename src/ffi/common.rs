@@ -6,6 +6,7 @@
 use super::{CallResult, Fail, QUE_NORMAL, QUE_NOWAIT, SATvm, Uenum};
 use crate::error::*;
 use std::ffi::{CStr, c_char, c_void};
+use std::marker::PhantomData;
 
 /// Text of an optional C string (NULL: empty; invalid UTF-8 is replaced).
 ///
@@ -39,17 +40,39 @@ pub(super) unsafe fn record<'a>(ptr: *const c_void, len: usize) -> Result<&'a [u
     Ok(unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) })
 }
 
-/// A pop's output buffer: `len` bytes at `out`, at most `isize::MAX` (no
-/// buffer is larger, and a pop writes only up to the record size (tvm.h):
-/// a larger lSize is taken as that bound rather than refused, so a buffer
-/// "as large as you like" still works).
-///
-/// # Safety
-/// `out` is non-NULL and points to at least `len` writable bytes that stay
-/// valid, and are not otherwise used, while the slice lives.
-pub(super) unsafe fn out_buffer<'a>(out: *mut c_void, len: usize) -> &'a mut [u8] {
-    // SAFETY: by the caller's contract, cut to a length a slice may have.
-    unsafe { std::slice::from_raw_parts_mut(out.cast::<u8>(), len.min(isize::MAX as usize)) }
+/// A pop's output buffer as C gives it: the bytes at `out` and the length
+/// the caller declares (`lSize`). No slice is formed until the pop knows
+/// how many bytes it writes ([`take`](Self::take)): a local pop writes the
+/// queue's record size and no more, so a declared length above the real
+/// buffer's (which tvm.h allows) never becomes a slice over bytes that are
+/// not the caller's.
+pub(super) struct OutBuffer<'a> {
+    ptr: *mut u8,
+    len: usize,
+    _buffer: PhantomData<&'a mut [u8]>,
+}
+
+impl<'a> OutBuffer<'a> {
+    /// The buffer at `out`, declared `len` bytes long.
+    ///
+    /// # Safety
+    /// `out` is non-NULL, and for every `n` later passed to
+    /// [`take`](Self::take) points to at least `min(len, n)` writable bytes
+    /// that stay valid, and are not otherwise used, for `'a` (the C API's
+    /// contract: lSize bytes, or at least the record size of a local queue).
+    pub(super) unsafe fn new(out: *mut c_void, len: usize) -> OutBuffer<'a> {
+        OutBuffer { ptr: out.cast::<u8>(), len, _buffer: PhantomData }
+    }
+
+    /// The first `min(len, at_most)` bytes (at most `isize::MAX`: no
+    /// buffer is larger), for a pop that writes at most `at_most` bytes.
+    pub(super) fn take(self, at_most: usize) -> &'a mut [u8] {
+        let n = self.len.min(at_most).min(isize::MAX as usize);
+        // SAFETY: by `new`'s contract, `ptr` holds `min(len, at_most)`
+        // writable bytes for `'a`, used by nothing else; `self` is consumed,
+        // so the slice is formed once.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, n) }
+    }
 }
 
 /// The error for an `lSize` that no buffer can have (above `isize::MAX`).
@@ -70,24 +93,24 @@ pub(super) fn wait_mode<W>(wait: Uenum, forever: W, nowait: W) -> Result<W> {
 
 /// The body of lPop, lPopWait and lTvmPop around their ways of taking a
 /// record: checks `out`, decodes the wait (`wait`: [`wait_mode`] or a
-/// timeout), then has `take` fill the `h.lSize` bytes at `out`. m_lEffect
-/// = 1 on success.
+/// timeout), then has `take` fill the buffer at `out`, declared `h.lSize`
+/// bytes long (see [`OutBuffer`]). m_lEffect = 1 on success.
 ///
 /// # Safety
-/// A non-NULL `out` points to at least `h.lSize` writable bytes (the C
-/// API's contract).
+/// A non-NULL `out` is a buffer as [`OutBuffer::new`] requires, with
+/// `len` = `h.lSize` (the C API's contract).
 pub(super) unsafe fn pop_one<W, R>(
     h: &mut SATvm,
     out: *mut c_void,
     wait: impl FnOnce() -> Result<W>,
-    take: impl FnOnce(&mut SATvm, &mut [u8], W) -> Result<R>,
+    take: impl FnOnce(&mut SATvm, OutBuffer<'_>, W) -> Result<R>,
 ) -> CallResult {
     if out.is_null() {
         return Err(Error::new(CONDIT_IS_NIL, "NULL output buffer").into());
     }
     let wait = wait()?;
-    // SAFETY: non-NULL; the caller provides `out` with at least p->lSize writable bytes.
-    let buf = unsafe { out_buffer(out, h.lSize) };
+    // SAFETY: non-NULL; the caller's contract.
+    let buf = unsafe { OutBuffer::new(out, h.lSize) };
     take(h, buf, wait)?;
     Ok(1)
 }

@@ -1,8 +1,7 @@
 //! The local (shared-memory) calls of the C API: create, drop, push, pop.
 
-use super::common::{MallocArray, counted, pop_one, popup, record, text, too_large, wait_mode};
-use super::handle::{detach, on_queue_id};
-use super::thread::on_queue_kept;
+use super::common::{MallocArray, OutBuffer, counted, pop_one, popup, record, text, too_large, wait_mode};
+use super::handle::{detach, on_queue_id, on_queue_kept};
 use super::{CREATE, CallResult, Fail, RC_SUCC, SATvm, TABLE, TCREATE, Uenum, call, call_no_handle};
 use crate::error::*;
 use crate::file::queue_dir;
@@ -203,7 +202,9 @@ pub unsafe extern "C" fn lPush(p: *mut SATvm) -> c_long {
 
 /// Removes the oldest record of queue p->tblName into `out` (p->lSize bytes,
 /// at least the queue's record size; a shorter record is followed by zero
-/// bytes up to the record size). QUE_NOWAIT: NO_DATA_FOUND at once when
+/// bytes up to the record size, and nothing past the record size is written
+/// or read, so p->lSize may be larger than the buffer if the buffer holds
+/// the record size). QUE_NOWAIT: NO_DATA_FOUND at once when
 /// empty. QUE_NORMAL: waits until a record arrives, as the queue's wait
 /// strategy says: by default it spins at most 5 microseconds (only while
 /// such spins have been catching records), then sleeps on a futex (no CPU
@@ -227,15 +228,16 @@ pub unsafe extern "C" fn lPush(p: *mut SATvm) -> c_long {
 /// NOT_DURABLE (attaching a durable queue whose file was moved onto tmpfs).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lPop(p: *mut SATvm, out: *mut c_void, wait: Uenum) -> c_long {
-    let take = |h: &mut SATvm, buf: &mut [u8], wait| {
+    let take = |h: &mut SATvm, buf: OutBuffer<'_>, wait| {
         on_queue_kept(
             h,
             #[inline(always)]
-            |q, kept| q.pop_kept(buf, wait, kept),
+            |q, kept| q.pop_kept(buf.take(q.record_size()), wait, kept),
         )
     };
     let body = |h: &mut SATvm| {
-        // SAFETY: the caller provides `out` with at least p->lSize writable bytes.
+        // SAFETY: the caller provides `out` with at least min(p->lSize,
+        // the record size) writable bytes.
         unsafe { pop_one(h, out, || wait_mode(wait, Wait::Forever, Wait::NoWait), take) }
     };
     // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
@@ -264,15 +266,16 @@ pub unsafe extern "C" fn lPopWait(p: *mut SATvm, out: *mut c_void, timeout_ms: c
             None => Wait::Forever,
         })
     };
-    let take = |h: &mut SATvm, buf: &mut [u8], wait| {
+    let take = |h: &mut SATvm, buf: OutBuffer<'_>, wait| {
         on_queue_kept(
             h,
             #[inline(always)]
-            |q, kept| q.pop_kept(buf, wait, kept),
+            |q, kept| q.pop_kept(buf.take(q.record_size()), wait, kept),
         )
     };
     let body = |h: &mut SATvm| {
-        // SAFETY: the caller provides `out` with at least p->lSize writable bytes.
+        // SAFETY: the caller provides `out` with at least min(p->lSize,
+        // the record size) writable bytes.
         unsafe { pop_one(h, out, wait, take) }
     };
     // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
@@ -405,4 +408,62 @@ pub unsafe extern "C" fn lQueueInfo(
     };
     // SAFETY: C callers pass NULL or a handle made by pGetSATvm/pCloneSATvm.
     unsafe { call(p, body) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ffi::lease::{TvmLease, lAckPopLease, lPopLease};
+    use crate::ffi::{QUE_NOWAIT, pCloneSATvm, vCloneFree};
+    use crate::spec::LeaseSpec;
+    use crate::test_support::{TempDir, child_env, run_child_in};
+
+    /// A pop writes the record size and no more, whatever lSize says (a
+    /// caller may give an lSize above its buffer's size, tvm.h says so):
+    /// lPop, lPopWait, lPopLease and lAckPopLease, with lSize 64 on a queue
+    /// of 16-byte records, leave bytes 16 to 64 of the buffer as they were.
+    #[test]
+    fn pops_write_the_record_size_and_no_more_whatever_lsize_says() {
+        let dir = TempDir::new("ffi-local", "lsize");
+        run_child_in("ffi::local::tests::child_pops_with_a_large_lsize", dir.path());
+    }
+
+    #[test]
+    #[ignore = "child process: started by pops_write_the_record_size_and_no_more_whatever_lsize_says"]
+    fn child_pops_with_a_large_lsize() {
+        child_env("TVMQ_TEST_CHILD");
+        let mut spec = Spec::new(8, 16);
+        spec.leases = Some(LeaseSpec::default());
+        Queue::create(&queue_dir(), 1, &spec).unwrap();
+        let p = pCloneSATvm().cast::<SATvm>();
+        let mut rec = *b"hello";
+        // SAFETY: a handle just made, used by this thread alone.
+        let h = unsafe { &mut *p };
+        (h.tblName, h.pstVoid, h.lSize) = (1, rec.as_mut_ptr().cast::<c_void>(), rec.len());
+        let mut lease = TvmLease::ZERO;
+        for (k, how) in ["lPop", "lPopWait", "lPopLease", "lAckPopLease"].into_iter().enumerate() {
+            h.lSize = rec.len();
+            // SAFETY: a valid handle bound to `rec`.
+            assert_eq!(unsafe { lPush(p) }, RC_SUCC, "{how}: push");
+            let mut out = [0xaau8; 64];
+            h.lSize = out.len();
+            let o = out.as_mut_ptr().cast::<c_void>();
+            // SAFETY: a valid handle, `out` holds lSize bytes, `lease` is writable.
+            let rc = unsafe {
+                match k {
+                    0 => lPop(p, o, QUE_NOWAIT),
+                    1 => lPopWait(p, o, 0),
+                    2 => lPopLease(p, o, QUE_NOWAIT, 0, &mut lease),
+                    _ => lAckPopLease(p, &mut lease, o, QUE_NOWAIT, 0, &mut lease),
+                }
+            };
+            assert_eq!(rc, RC_SUCC, "{how}: {}", Error::code_only(h.m_lErrno));
+            assert_eq!(&out[..5], b"hello", "{how}");
+            assert!(out[5..16].iter().all(|&b| b == 0), "{how}: zeroes up to the record size: {out:?}");
+            assert!(out[16..].iter().all(|&b| b == 0xaa), "{how}: nothing written past the record size: {out:?}");
+        }
+        // SAFETY: a handle made by pCloneSATvm, not used after.
+        unsafe { vCloneFree(p) };
+        Queue::drop_queue(&queue_dir(), 1).unwrap();
+    }
 }

@@ -5,7 +5,7 @@ use super::dir::{check_dir, open_checked, queue_path};
 use super::fs::{FsKind, cpath, io_error};
 use super::layout::{HEADER_BYTES, Header, Options, header_page};
 use super::live;
-use super::make::{Contents, Unlinked, create_exclusive, fill, publish_new, temporary_name, unlink_if_same};
+use super::make::{Contents, Unlinked, create_temporary, fill, publish_new, remove_if_abandoned, unlink_if_same};
 use crate::error::*;
 use crate::spec::Spec;
 use std::fs::File;
@@ -42,8 +42,7 @@ pub(crate) fn create(dir: &Path, id: u32, spec: &Spec) -> Result<()> {
         ));
     }
 
-    let tmp = temporary_name(dir, &temporary_prefix(id));
-    let file = create_exclusive(&tmp, spec.mode)?;
+    let (tmp, file) = create_temporary(dir, &temporary_prefix(id), spec.mode)?;
     let durable = spec.durability.is_some();
     let header = header_page(&info, &options);
     let contents = Contents {
@@ -63,7 +62,7 @@ pub(crate) fn create(dir: &Path, id: u32, spec: &Spec) -> Result<()> {
             // queue file is published, so that no process finds one without
             // the other (the queue file keeps its inode through the rename).
             if image {
-                let ident = live::Identity::of(&file, &info, &tmp)?;
+                let ident = live::Identity::of(&file, &info, &tmp, &path)?;
                 live = Some(live::create(&info, &options, &ident)?);
             }
             Ok(())
@@ -96,7 +95,7 @@ fn disk_ranges(info: &Header, image: bool) -> Vec<(u64, u64)> {
 }
 
 /// `.queue-<id>.tmp.`: the name of a queue file being created starts with
-/// this, followed by `<pid>.<n>`.
+/// this.
 fn temporary_prefix(id: u32) -> String {
     format!(".queue-{id}.tmp.")
 }
@@ -172,27 +171,14 @@ pub(crate) fn remove_unmapped(dir: &Path, id: u32) -> Result<()> {
 }
 
 /// Removes temporary files that a creation of queue `id` left behind when
-/// its process died (`.queue-<id>.tmp.<pid>.<n>` with `<pid>` gone). Returns
-/// how many were removed.
+/// its process died (`.queue-<id>.tmp.*` whose maker's lock nobody holds:
+/// see `make::remove_if_abandoned`). Returns how many were removed.
 pub(crate) fn remove_stale_temporaries(dir: &Path, id: u32) -> usize {
     let prefix = temporary_prefix(id);
     let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
-    let mut removed = 0;
-    for e in entries.flatten() {
-        let name = e.file_name();
-        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix(&prefix)).and_then(|r| r.split('.').next()) else {
-            continue;
-        };
-        let Ok(pid) = pid.parse::<i32>() else { continue };
-        if pid <= 0 {
-            continue; // kill(0 or negative) would ask about process groups
-        }
-        // SAFETY: kill with signal 0 only checks for the process.
-        let gone =
-            unsafe { libc::kill(pid, 0) } != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
-        if gone && std::fs::remove_file(e.path()).is_ok() {
-            removed += 1;
-        }
-    }
-    removed
+    entries
+        .flatten()
+        .filter(|e| e.file_name().to_str().is_some_and(|n| n.starts_with(&prefix)))
+        .filter(|e| remove_if_abandoned(&e.path()))
+        .count()
 }

@@ -35,7 +35,8 @@
 use super::dir::default_dir_of;
 use super::fs::io_error;
 use super::layout::{HEADER_BYTES, Header, OPTIONS_OFFSET, Options, fnv1a, header_page, image_offset};
-use super::make::{Contents, create_exclusive, fill, publish_new, temporary_name, unlink_if_same};
+use super::make::{Contents, create_temporary, fill, publish_new, unlink_if_same};
+use super::orphans::{LIVE_TEMPORARY, hold, live_name, record_queue, remove_orphans};
 use crate::error::*;
 use std::fs::File;
 use std::os::unix::fs::{FileExt, MetadataExt};
@@ -73,7 +74,7 @@ impl LiveId {
 }
 
 /// The queue file's identity, from which its live file is found.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Identity {
     dev: u64,
     ino: u64,
@@ -83,11 +84,15 @@ pub(crate) struct Identity {
     uid: u32,
     /// The queue file's permission bits, given to the live file.
     mode: u32,
+    /// Where the queue file is (absolute), recorded with the live file (see
+    /// `super::orphans`).
+    queue: PathBuf,
 }
 
 impl Identity {
-    /// The identity of the queue file `disk` (open), whose header is `info`.
-    pub(crate) fn of(disk: &File, info: &Header, path: &Path) -> Result<Identity> {
+    /// The identity of the queue file `disk` (open at `path`, to be named
+    /// `queue`), whose header is `info`.
+    pub(crate) fn of(disk: &File, info: &Header, path: &Path, queue: &Path) -> Result<Identity> {
         let m = disk.metadata().map_err(|e| io_error(SHM_ERR_INVAL, "cannot stat", path, e))?;
         Ok(Identity {
             dev: m.dev(),
@@ -96,6 +101,7 @@ impl Identity {
             created_ns: info.created_ns,
             uid: m.uid(),
             mode: m.mode() & 0o777,
+            queue: std::path::absolute(queue).unwrap_or_else(|_| queue.to_path_buf()),
         })
     }
 
@@ -120,8 +126,7 @@ impl Identity {
 
     /// Where the live file of this queue file is.
     pub(crate) fn path(&self) -> PathBuf {
-        default_dir_of(self.uid)
-            .join(format!(".interval-{:x}-{}-{}-{}.live", self.dev, self.ino, self.id, self.created_ns))
+        default_dir_of(self.uid).join(live_name(self.dev, self.ino, self.id, self.created_ns))
     }
 }
 
@@ -208,14 +213,37 @@ pub(crate) fn find(info: &Header, options: &Options, ident: &Identity, write: bo
 
 /// The live file of the queue file `ident`, made (all zero but its header,
 /// to be rebuilt from the image) if it is missing or not ours.
+/// Then sweeps the user's orphaned live parts (see `super::orphans`): after
+/// its own is held and records where its queue file is now, so that a
+/// queue moved with its directory keeps its live part.
 pub(crate) fn attach(info: &Header, options: &Options, ident: &Identity) -> Result<Live> {
+    let live = attach_held(info, options, ident)?;
+    remove_orphans();
+    Ok(live)
+}
+
+/// [`attach`] but its sweep.
+fn attach_held(info: &Header, options: &Options, ident: &Identity) -> Result<Live> {
     let len = live_len(info).ok_or_else(too_large)?;
     let path = ident.path();
     let want = live_header_page(info, options, ident);
     // A few rounds: another process may make or replace it meanwhile.
     for _ in 0..4 {
         match open_existing(&path, &want, len, ident, true)? {
-            Found::Ours(file) => return Ok(Live { file, path, made: false }),
+            Found::Ours(file) => {
+                #[cfg(test)]
+                if let Some(f) = BEFORE_HOLD.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                    f();
+                }
+                // Held before it is trusted: a sweep of orphans may have
+                // removed it since it was opened (then look again).
+                if !hold(&file, &path).map_err(|e| io_error(SHM_ERR_ACCES, "cannot lock", &path, e))? {
+                    continue;
+                }
+                // The queue file may have moved since (with its directory).
+                record_queue(&file, &ident.queue);
+                return Ok(Live { file, path, made: false });
+            }
             Found::Missing => {}
             Found::NotOurs => {
                 let _ = std::fs::remove_file(&path);
@@ -235,10 +263,16 @@ pub(crate) fn attach(info: &Header, options: &Options, ident: &Identity) -> Resu
     Err(Error::new(SHM_ERR_ACCES, format!("cannot make {}: others keep replacing it", path.display())))
 }
 
+/// (Tests.) Run once by the next [`attach`] that finds a live file, between
+/// its open and its hold: where another process's sweep may come.
+#[cfg(test)]
+pub(crate) static BEFORE_HOLD: std::sync::Mutex<Option<fn()>> = std::sync::Mutex::new(None);
+
 /// (Creation of an `interval` queue.) Makes its live file, stamped with this
 /// boot's id (its first attach needs no recovery). Fails if it exists.
 pub(crate) fn create(info: &Header, options: &Options, ident: &Identity) -> Result<Live> {
     let len = live_len(info).ok_or_else(too_large)?;
+    remove_orphans();
     let want = live_header_page(info, options, ident);
     make(info, &want, len, ident, true)?
         .ok_or_else(|| Error::new(TBL_ARD_EXIST, format!("the live part {} exists already", ident.path().display())))
@@ -280,8 +314,9 @@ fn live_dir(ident: &Identity) -> Result<PathBuf> {
 fn make(info: &Header, want: &[u8], len: u64, ident: &Identity, stamp: bool) -> Result<Option<Live>> {
     let dir = live_dir(ident)?;
     let path = ident.path();
-    let tmp = temporary_name(&dir, ".interval-tmp.");
-    let file = create_exclusive(&tmp, ident.mode)?;
+    let (tmp, file) = create_temporary(&dir, LIVE_TEMPORARY, ident.mode)?;
+    // Recorded before it is published: no live file is found without it.
+    record_queue(&file, &ident.queue);
     // As for a plain queue in /dev/shm: every page reserved now and
     // cleared once, but the process table's intent pages, left a hole.
     let ranges: Vec<(u64, u64)> =
@@ -340,6 +375,94 @@ mod tests {
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .filter(|n| n.starts_with(".interval-") && n.contains(&format!("-{id}-")))
             .collect()
+    }
+
+    /// The live parts of durable queues whose directory was removed with
+    /// `rm -rf` (not `tvmq drop`): found and removed at the next create of
+    /// a queue with a live part, elsewhere, which gives their memory back
+    /// (the tmpfs files unlinked, mapped by nobody); one a process still
+    /// has attached is kept until it detaches, then removed by the sweep
+    /// `tvmq repair` runs. (Before, they stayed until a reboot.)
+    #[test]
+    fn live_parts_of_a_removed_directory_are_removed_and_their_memory_given_back() {
+        const IDS: [u32; 3] = [4_000_000_021, 4_000_000_022, 4_000_000_023];
+        let dir = DiskDir::new("live-orphans");
+        for id in IDS {
+            interval_queue(&dir.0, id, 2000, 304);
+        }
+        let parts: Vec<(PathBuf, u64)> = IDS
+            .iter()
+            .map(|&id| {
+                let q = Queue::open(&dir.0, id).unwrap();
+                q.push(&[7u8; 304]).unwrap();
+                let live = q.live_path().unwrap().to_path_buf();
+                let bytes = std::fs::metadata(&live).unwrap().blocks() * 512;
+                (live, bytes)
+            })
+            .collect();
+        assert!(parts.iter().all(|(_, bytes)| *bytes > 600_000), "{parts:?}");
+        // The third stays attached.
+        let attached = Queue::open(&dir.0, IDS[2]).unwrap();
+        std::fs::remove_dir_all(&dir.0).unwrap();
+        // (Other processes' creates and attaches may remove them from here
+        // on too: the test asserts that they are gone, not who removed them.)
+        let elsewhere = DiskDir::new("live-orphans-next");
+        interval_queue(&elsewhere.0, 1, 8, 16);
+        assert!(!parts[0].0.exists() && !parts[1].0.exists(), "removed at the next create");
+        assert!(parts[2].0.exists(), "attached: kept");
+        drop(attached);
+        Queue::remove_orphaned_live_parts();
+        assert!(!parts[2].0.exists(), "removed once detached");
+        Queue::drop_queue(&elsewhere.0, 1).unwrap();
+    }
+
+    /// A queue moved with its directory keeps its live part at its next
+    /// attach (which sweeps after it holds its own and records the new
+    /// place): the same file, not rebuilt.
+    #[test]
+    fn a_queue_moved_with_its_directory_keeps_its_live_part() {
+        let disk = DiskDir::new("live-moved");
+        let (a, b) = (disk.0.join("a"), disk.0.join("b"));
+        std::fs::create_dir(&a).unwrap();
+        interval_queue(&a, 1, 16, 16);
+        let q = Queue::open(&a, 1).unwrap();
+        let live = q.live_path().unwrap().to_path_buf();
+        let ino = std::fs::metadata(&live).unwrap().ino();
+        drop(q);
+        std::fs::rename(&a, &b).unwrap();
+        let q = Queue::open(&b, 1).unwrap();
+        assert_eq!(q.live_path(), Some(live.as_path()));
+        assert_eq!(std::fs::metadata(&live).unwrap().ino(), ino, "the same live part");
+        drop(q);
+        Queue::drop_queue(&b, 1).unwrap();
+    }
+
+    /// A sweep that comes between an attach's open of the live file and
+    /// its hold (another process's, when the queue's directory was moved
+    /// and the live part records the old place) removes the file: the
+    /// attach finds it gone and makes a new one, which the next attach
+    /// uses too (an attach that kept the removed file pushed where the
+    /// next one, on a new file, never popped).
+    #[test]
+    fn an_attach_overtaken_by_a_sweep_never_keeps_the_removed_live_part() {
+        let disk = DiskDir::new("live-overtaken");
+        let (a, b) = (disk.0.join("a"), disk.0.join("b"));
+        std::fs::create_dir(&a).unwrap();
+        interval_queue(&a, 1, 16, 16);
+        drop(Queue::open(&a, 1).unwrap());
+        std::fs::rename(&a, &b).unwrap();
+        *BEFORE_HOLD.lock().unwrap() = Some(|| {
+            assert_eq!(crate::file::orphans::remove_orphans().live_parts, 1, "the sweep removes the orphan");
+        });
+        let pusher = Queue::open(&b, 1).unwrap();
+        assert!(BEFORE_HOLD.lock().unwrap().is_none(), "the sweep ran");
+        let popper = Queue::open(&b, 1).unwrap();
+        pusher.push(b"once").unwrap();
+        let mut out = [0u8; 16];
+        assert_eq!(popper.pop(&mut out, Wait::NoWait).unwrap(), 4, "both attachments use one live part");
+        assert_eq!(&out[..4], b"once");
+        drop((pusher, popper));
+        Queue::drop_queue(&b, 1).unwrap();
     }
 
     /// A detached view of an `interval` queue maps its live part, holds no

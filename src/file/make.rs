@@ -12,11 +12,70 @@ use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// A fresh temporary name in `dir`: `<prefix><pid>.<n>` (the pid tells a
-/// cleanup whether its maker still runs).
-pub(super) fn temporary_name(dir: &Path, prefix: &str) -> PathBuf {
+/// A fresh temporary name in `dir`: `<prefix><pid>.<n>`.
+fn temporary_name(dir: &Path, prefix: &str) -> PathBuf {
     static SEQ: AtomicU64 = AtomicU64::new(0);
     dir.join(format!("{prefix}{}.{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed)))
+}
+
+/// The byte of a file being made that its maker holds locked while it
+/// makes it (an open-file-description lock: the kernel drops it when the
+/// maker's descriptor closes, however its process ends, and a process in
+/// any pid namespace sees it), past every byte the queue file's own locks
+/// use. A temporary file nobody holds it of was abandoned (see
+/// [`remove_if_abandoned`]).
+const MAKER_LOCK: libc::off_t = libc::off_t::MAX - 1;
+
+/// Takes the maker's byte of `file` for its open file description (never
+/// waits): false if another holds it.
+fn take_maker_lock(file: &File) -> bool {
+    // SAFETY: flock is plain data; all-zero is a valid value.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = libc::F_WRLCK as libc::c_short;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    fl.l_start = MAKER_LOCK;
+    fl.l_len = 1;
+    // SAFETY: fcntl with a valid flock pointer on a descriptor we own.
+    unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &mut fl) == 0 }
+}
+
+/// Creates a new temporary file in `dir` named `<prefix>...`, with `mode`
+/// (see [`create_exclusive`]), and holds its maker's lock while the
+/// returned `File` is open. Errors: those of [`create_exclusive`].
+pub(super) fn create_temporary(dir: &Path, prefix: &str, mode: u32) -> Result<(PathBuf, File)> {
+    loop {
+        let tmp = temporary_name(dir, prefix);
+        let file = create_exclusive(&tmp, mode)?;
+        // Ours if we hold it and its name still leads to it: a cleanup
+        // that took the lock between our create and our lock removes it,
+        // and lets the lock go once it has (we would get it then).
+        if take_maker_lock(&file) && still_named(&tmp, &file) {
+            return Ok((tmp, file));
+        }
+        // Another name.
+    }
+}
+
+/// Does `path` lead to the open file `file`?
+fn still_named(path: &Path, file: &File) -> bool {
+    let Ok(mine) = file.metadata() else { return false };
+    std::fs::symlink_metadata(path).is_ok_and(|m| (m.dev(), m.ino()) == (mine.dev(), mine.ino()))
+}
+
+/// Removes the temporary file `path` if its maker is gone (nobody holds
+/// its maker's lock): its process died before it published or removed it.
+/// The cleanup takes the lock itself first, so that a maker that has just
+/// created the file and not yet locked it gives it up. True if removed.
+pub(super) fn remove_if_abandoned(path: &Path) -> bool {
+    let Ok(cpath) = cpath(path) else { return false };
+    // SAFETY: open with a valid C path; the returned fd is owned by the File below.
+    let fd = unsafe { libc::open(cpath.as_ptr(), libc::O_RDWR | libc::O_NOFOLLOW | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return false;
+    }
+    // SAFETY: fd is a fresh descriptor that nothing else owns.
+    let file = unsafe { File::from_raw_fd(fd) };
+    take_maker_lock(&file) && unlink_if_same(path, &file).is_ok_and(|u| u == Unlinked::Done)
 }
 
 /// Creates the new file `tmp` with `mode` (the umask may narrow it; [`fill`]

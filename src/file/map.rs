@@ -113,7 +113,7 @@ impl QueueFile {
         // An `interval` queue's live part is a file in tmpfs: found from the
         // queue file, made (to be rebuilt from the image) when it is missing.
         let live = if super::live::in_tmpfs(&options) {
-            let ident = super::live::Identity::of(&file, &info, &path)?;
+            let ident = super::live::Identity::of(&file, &info, &path, &path)?;
             let live = match access {
                 Access::ReadWrite { .. } => Some(super::live::attach(&info, &options, &ident)?),
                 Access::ReadOnly | Access::Detached | Access::Drop => {

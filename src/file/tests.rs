@@ -1033,3 +1033,38 @@ fn a_killed_process_is_found_in_a_sparse_table() {
     assert_eq!(read_info(&queue_path(tmp.path(), 1)).version, 2);
     killed_sleeper_is_uncounted(tmp.path(), 2);
 }
+
+// ---------------------------------------------------------------- temporaries
+
+/// A temporary file a creation left is judged by its maker's file lock,
+/// not by the pid in its name: one whose maker is gone is removed even if
+/// that pid is a live process now (pid 1 here), and one whose maker still
+/// makes it stays even if the pid in its name is no process here (a maker
+/// in another pid namespace, or the name's pid reused).
+#[test]
+fn abandoned_temporaries_are_told_by_their_makers_lock_not_by_a_pid() {
+    let tmp = TempDir::new("file", "temporaries");
+    let dir = tmp.path();
+    // Abandoned, its name naming a live process.
+    let (made, file) = super::make::create_temporary(dir, ".queue-5.tmp.", 0o600).unwrap();
+    drop(file);
+    let abandoned = dir.join(".queue-5.tmp.1.0");
+    fs::rename(&made, &abandoned).unwrap();
+    // Being made, its name naming no process.
+    let (made, maker) = super::make::create_temporary(dir, ".queue-5.tmp.", 0o600).unwrap();
+    let dead_pid = (2000..30000u32).rev().find(|p| !Path::new(&format!("/proc/{p}")).exists()).unwrap();
+    let in_the_making = dir.join(format!(".queue-5.tmp.{dead_pid}.0"));
+    fs::rename(&made, &in_the_making).unwrap();
+    // Another queue's, abandoned: not this cleanup's.
+    let (other, file) = super::make::create_temporary(dir, ".queue-6.tmp.", 0o600).unwrap();
+    drop(file);
+
+    assert_eq!(Queue::remove_stale_temporaries(dir, 5), 1);
+    assert!(!abandoned.exists(), "its maker is gone");
+    assert!(in_the_making.exists(), "its maker still makes it");
+    assert!(other.exists(), "queue 6's");
+    drop(maker);
+    assert_eq!(Queue::remove_stale_temporaries(dir, 5), 1, "its maker gone now");
+    assert!(!in_the_making.exists());
+    assert_eq!(Queue::remove_stale_temporaries(dir, 6), 1);
+}

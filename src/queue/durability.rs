@@ -45,8 +45,7 @@ impl Queue {
         if !self.writable {
             return Err(Error::new(SHM_ERR_ACCES, "queue opened read-only for inspection"));
         }
-        let map = self.file.map();
-        crate::durable::msync(map.base(), map.len())
+        crate::durable::msync(self.file.map())
     }
 
     /// Runs `f` on this queue with the syncs of an `always` queue put off:

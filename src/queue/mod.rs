@@ -39,6 +39,7 @@ mod transfer;
 mod types;
 
 pub use durability::SyncTicket;
+pub(crate) use lease::Attacher;
 pub use lease::{Lease, LeaseState, LeaseStats, LeasedRecord};
 pub(crate) use participant::{IdHasher, KeptIntent};
 pub use snapshot::Snapshot;
@@ -175,6 +176,28 @@ impl Queue {
         }
     }
 
+    /// Removes this user's orphaned live parts: the files in
+    /// `/dev/shm/tvmq-<euid>` that hold the live part of a durable queue
+    /// (`interval`, or `always` without leases) whose queue file is gone or
+    /// is another file now (removed otherwise than by
+    /// [`drop_queue`](Self::drop_queue): `rm`, or its directory removed)
+    /// and that no process uses; and the temporary files of live parts
+    /// whose makers died. Every create and attach of such a queue does
+    /// this too. Never fails: what cannot be read or removed is left (a
+    /// live part made by an earlier version, which does not record its
+    /// queue file, is kept).
+    pub fn remove_orphaned_live_parts() -> crate::file::OrphansRemoved {
+        file::orphans::remove_orphans()
+    }
+
+    /// Orphaned live parts this process removed since it started (at its
+    /// creates and attaches, and in
+    /// [`remove_orphaned_live_parts`](Self::remove_orphaned_live_parts)),
+    /// and the bytes of memory they held. Never fails.
+    pub fn orphaned_live_parts_removed() -> (u64, u64) {
+        file::orphans::removed_so_far()
+    }
+
     /// Removes the temporary files that creations of queue `id` in `dir`
     /// left behind when their process died; returns how many.
     pub fn remove_stale_temporaries(dir: &Path, id: u32) -> usize {
@@ -239,8 +262,8 @@ impl Queue {
         let erase_seals = file.options().image();
         let mut ring = Ring::new(file.storage()?, info.capacity, info.record_size as usize).erasing_seals(erase_seals);
         let mut registry = file.registry()?;
-        let mut durable = None;
-        if let (Some(policy), true) = (info.durability, register) {
+        let durability = info.durability.filter(|_| register);
+        if durability.is_some() {
             if file.is_volatile() && !crate::durable::hooked(file.path()) {
                 // Created on a disk (create refuses tmpfs), then moved or copied
                 // here. (An `interval` queue's live part made by this open goes.)
@@ -262,15 +285,6 @@ impl Queue {
             if crate::durable::recover::attach(&file, &ring, key, || registry.reset_all())?.is_some() {
                 ring = Ring::new(file.storage()?, info.capacity, info.record_size as usize).erasing_seals(erase_seals);
             }
-            let d = Arc::new(Durable::new(&file, policy)?);
-            if d.is_dirty() {
-                // Left by a process that died before its flusher ran.
-                d.sync()?;
-            }
-            if let Durability::Interval(_) = policy {
-                crate::durable::flusher::register(&d);
-            }
-            durable = Some(d);
         }
         let control = file.control();
         let (registered, reconciled) = if register { registry.register(&control.wake.0.waiters) } else { (false, 0) };
@@ -281,11 +295,23 @@ impl Queue {
         if reconciled > 0 {
             control.counters.0.reconciled_waiters.fetch_add(u64::from(reconciled), Ordering::Relaxed);
         }
-        let deaths = if register { registry.unclean_deaths() } else { Vec::new() };
         let unblock_timeout = std::env::var("TVMQ_UNBLOCK_TIMEOUT_MS")
             .ok()
             .and_then(|v| v.parse().ok())
             .map_or(Duration::from_millis(info.unblock_timeout_ms), Duration::from_millis);
+        // The sync machinery, once registered: the sync lock names its
+        // holder by this process's entry (see `crate::durable::lock`).
+        let durable = match durability.map(|policy| Self::durable_part(&file, policy, registry.me(), unblock_timeout)) {
+            Some(Err(e)) => {
+                if register && !registered {
+                    control.state.0.unregistered.fetch_sub(1, Ordering::SeqCst);
+                }
+                return Err(e);
+            }
+            Some(Ok(d)) => Some(d),
+            None => None,
+        };
+        let deaths = if register { registry.unclean_deaths() } else { Vec::new() };
         let leases = match (file.lease_table()?, &info.leases) {
             (Some(table), Some(settings)) => Some(Box::new(lease::Leases::new(table, settings.clone(), registry.me()))),
             _ => None,
@@ -320,6 +346,26 @@ impl Queue {
             queue.repaired_at_open = Repair { reconciled_waiters: r.reconciled_waiters + reconciled, ..r };
         }
         Ok(queue)
+    }
+
+    /// The sync machinery of a durable queue opened for writing by this
+    /// process, registered as `me`: made, synced if a process died before
+    /// its flusher ran, and handed to the flusher (`interval`).
+    fn durable_part(
+        file: &QueueFile,
+        policy: Durability,
+        me: Option<(usize, u32)>,
+        unknown_after: Duration,
+    ) -> Result<Arc<Durable>> {
+        let d = Arc::new(Durable::new(file, policy, me, unknown_after)?);
+        if d.is_dirty() {
+            // Left by a process that died before its flusher ran.
+            d.sync()?;
+        }
+        if let Durability::Interval(_) = policy {
+            crate::durable::flusher::register(&d);
+        }
+        Ok(d)
     }
 
     /// Recovers what dead processes left that nobody waits on: their
@@ -438,6 +484,12 @@ impl Queue {
     /// `interval` queues, whose pushes and pops test this and find nothing
     /// to do.
     #[inline(always)]
+    /// (Tests.) The sync machinery of a durable queue.
+    #[cfg(test)]
+    pub(crate) fn durable_in_test(&self) -> Option<&Durable> {
+        self.durable.as_deref()
+    }
+
     fn always(&self) -> Option<&Durable> {
         self.durable.as_deref().filter(|d| d.is_always())
     }

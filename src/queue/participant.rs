@@ -8,8 +8,9 @@ use super::Queue;
 use super::lease::LeaseSlot;
 use crate::clock::now_ns;
 use crate::error::*;
-use crate::registry::{HolderIs, IntentSlots};
+use crate::registry::{HolderIs, IntentSlots, NUMBERED_THREADS};
 use crate::ring::{Announce, Holder, IDLE, Stall, Verdict, intent_word};
+use parking_lot::Mutex;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -106,10 +107,15 @@ impl Announce for IntentOnLeaseQueue<'_> {
 struct ThreadIntent {
     slots: Arc<IntentSlots>,
     slot: usize,
+    /// The thread's number, under which the allocator notes the word.
+    number: Option<Rc<ThreadNumber>>,
 }
 
 impl Drop for ThreadIntent {
     fn drop(&mut self) {
+        if let Some(n) = &self.number {
+            self.slots.forget(n.0);
+        }
         if self.slot != NO_WORD {
             self.slots.release(self.slot);
         }
@@ -120,14 +126,38 @@ impl Drop for ThreadIntent {
 /// `registry::INTENTS` threads of this process use it).
 pub(super) const NO_WORD: usize = usize::MAX;
 
-/// This thread's intent words, in every queue it used.
+/// A number below [`NUMBERED_THREADS`] that one thread of the process holds
+/// at a time, under which queues note its intent words
+/// ([`IntentSlots::noted`]): a thread finds its word in a queue with one
+/// load, without a map or a cache. Given back once the thread and every
+/// word noted under it are gone ([`ThreadIntent`]s hold it).
+struct ThreadNumber(usize);
+
+/// Numbers given back, and the next never given.
+static NUMBERS: Mutex<(Vec<usize>, usize)> = Mutex::new((Vec::new(), 0));
+
+impl ThreadNumber {
+    /// A free number, if any is left.
+    fn take() -> Option<ThreadNumber> {
+        let mut numbers = NUMBERS.lock();
+        let (free, next) = &mut *numbers;
+        let n = free.pop().or_else(|| (*next < NUMBERED_THREADS).then(|| std::mem::replace(next, *next + 1)))?;
+        Some(ThreadNumber(n))
+    }
+}
+
+impl Drop for ThreadNumber {
+    fn drop(&mut self) {
+        NUMBERS.lock().0.push(self.0);
+    }
+}
+
+/// This thread's intent words, in every queue it used: what the thread
+/// holds, not a cache (a word stays the thread's while it lives, or while a
+/// [`KeptIntent`] keeps it). A call finds its word through the queue's
+/// allocator, under the thread's number ([`ThreadNumber`]); through this map
+/// only the first time, or when the thread has no number.
 struct ThreadIntents {
-    /// The queue used last (its allocator's address), this thread's word
-    /// number there and that word (NULL: none): the common case costs a
-    /// comparison. It always names a queue that `all` keeps alive, so its
-    /// address cannot be reused meanwhile; the word lies in that queue's
-    /// registry, so it is valid whenever a queue with that allocator is.
-    last: Cell<(*const IntentSlots, usize, *const AtomicU64)>,
     /// By the address of the queue's allocator (kept alive by the entry):
     /// found in constant time however many queues the thread uses. Shared
     /// with the thread's [`KeptIntent`]s.
@@ -135,6 +165,10 @@ struct ThreadIntents {
     /// Entries in `all` after its last sweep of dropped queues: the next
     /// sweep waits until it has doubled, so that sweeps cost O(1) a queue.
     swept: Cell<usize>,
+    /// This thread's number plus one (0: none yet; usize::MAX: none left),
+    /// and the number itself (shared with the thread's words).
+    number: Cell<usize>,
+    numbered: RefCell<Option<Rc<ThreadNumber>>>,
 }
 
 impl ThreadIntents {
@@ -159,32 +193,56 @@ impl ThreadIntents {
                 if slot == NO_WORD {
                     q.registry.add_anonymous();
                 }
-                let entry = Rc::new(ThreadIntent { slots: q.slots.clone(), slot });
+                let number = self.number();
+                if let Some(n) = &number {
+                    q.slots.note(n.0, slot);
+                }
+                let entry = Rc::new(ThreadIntent { slots: q.slots.clone(), slot, number });
                 all.insert(key, entry.clone());
                 entry
             }
         };
-        let slot = entry.slot;
-        let word = if slot == NO_WORD { None } else { q.registry.intent_word(slot) };
-        self.last.set((Arc::as_ptr(&q.slots), slot, word.map_or(std::ptr::null(), std::ptr::from_ref)));
-        (slot, Some(entry))
+        (entry.slot, Some(entry))
+    }
+
+    /// This thread's number, taken on first use (`None`: none left).
+    fn number(&self) -> Option<Rc<ThreadNumber>> {
+        let mut numbered = self.numbered.try_borrow_mut().ok()?;
+        if numbered.is_none() && self.number.get() == 0 {
+            let taken = ThreadNumber::take();
+            self.number.set(taken.as_ref().map_or(usize::MAX, |n| n.0 + 1));
+            *numbered = taken.map(Rc::new);
+        }
+        numbered.clone()
+    }
+
+    /// This thread's word number in `q` ([`NO_WORD`]: none), taken on
+    /// first use.
+    #[inline(always)]
+    fn slot_in(&self, q: &Queue) -> usize {
+        let n = self.number.get().wrapping_sub(1);
+        match q.slots.noted(n) {
+            Some(slot) => slot,
+            None => self.find_or_take(q).0,
+        }
     }
 }
 
 thread_local! {
     static THREAD_INTENTS: ThreadIntents = const {
         ThreadIntents {
-            last: Cell::new((std::ptr::null(), NO_WORD, std::ptr::null())),
             all: RefCell::new(HashMap::with_hasher(BuildHasherDefault::new())),
             swept: Cell::new(0),
+            number: Cell::new(0),
+            numbered: RefCell::new(None),
         }
     };
 }
 
 /// This thread's intent word in one queue, kept by a caller between calls
-/// (the C layer keeps the one of the queue a thread used last, so that its
-/// pushes and pops need not look it up): while it lives, the word stays
-/// this thread's. Not `Send`: a word belongs to its thread.
+/// (the attachment table's thread cache keeps one with each queue, so that
+/// the C layer's pushes and pops need not look it up): while it lives, the
+/// word stays this thread's. Not `Send`: a word belongs to its thread.
 pub(crate) struct KeptIntent {
     /// The queue's allocator (kept alive by `_slots`): tells which queue
     /// the word belongs to.
@@ -269,20 +327,7 @@ impl Queue {
         if !self.registered {
             return Intent(None);
         }
-        let key = Arc::as_ptr(&self.slots);
-        let word = THREAD_INTENTS.with(|t| {
-            let (last, _, word) = t.last.get();
-            if last == key {
-                word
-            } else {
-                self.intent_at(t.find_or_take(self).0).0.map_or(std::ptr::null(), std::ptr::from_ref)
-            }
-        });
-        // SAFETY: NULL or the word `find_or_take` found in the registry of
-        // the queue whose allocator is `key`: this queue (an allocator
-        // belongs to one queue, and `all` keeps it alive so that its address
-        // is not reused), whose registry lives as long as `self`.
-        Intent(unsafe { word.as_ref() })
+        self.intent_at(self.thread_slot())
     }
 
     /// This thread's intent word, to keep (see [`KeptIntent`]); taken now
@@ -351,12 +396,8 @@ impl Queue {
     /// The number of this thread's intent word in the entry of a registered
     /// queue ([`NO_WORD`]: none), given out on first use.
     #[inline(always)]
-    fn thread_slot(&self) -> usize {
-        let key = Arc::as_ptr(&self.slots);
-        THREAD_INTENTS.with(|t| {
-            let (last, slot, _) = t.last.get();
-            if last == key { slot } else { t.find_or_take(self).0 }
-        })
+    pub(super) fn thread_slot(&self) -> usize {
+        THREAD_INTENTS.with(|t| t.slot_in(self))
     }
 
     /// Intent word number `slot` of this process's entry ([`NO_WORD`]: none).
@@ -366,9 +407,10 @@ impl Queue {
     }
 }
 
-/// Hashes the `(table, id)` keys of thread caches (this file's and `crate::attach`'s): the words are mixed
-/// (a splitmix64 finalizer), so that ids in any pattern (multiples of a
-/// power of two, say) spread over the buckets. Not for keys an attacker
+/// Hashes the keys of thread-local maps (this file's queue allocators, the
+/// `(table, id)` keys of `crate::attach`'s thread cache): the words are
+/// mixed (a splitmix64 finalizer), so that ids in any pattern (multiples of
+/// a power of two, say) spread over the buckets. Not for keys an attacker
 /// picks to collide: ids are the program's own queues.
 #[derive(Default)]
 pub(crate) struct IdHasher(u64);

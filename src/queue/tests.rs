@@ -217,18 +217,25 @@ fn a_queue_keeps_its_spin_time_and_spinning_pops_keep_their_deadline() {
     let r = q.pop(&mut out, Wait::Until(Instant::now() + Duration::from_millis(30)));
     assert_eq!(r.unwrap_err().code(), MQUE_WAIT_TMO);
     assert!(t.elapsed() >= Duration::from_millis(30));
-    // A spinning consumer gets a record pushed by another thread, and sees a drop.
+    // A spinning consumer gets a record pushed by another thread, and sees
+    // a drop. (Whether it already spins when the record comes or finds it
+    // at once, and whether its second pop starts before the drop or after,
+    // the outcome is the same: each step waits for the one before it.)
+    let (started, popped) = (std::sync::mpsc::channel(), std::sync::mpsc::channel());
     let consumer = {
         let q = q.clone();
+        let (started, popped) = (started.0, popped.0);
         std::thread::spawn(move || {
             let mut out = [0u8; 8];
+            started.send(()).unwrap();
             let n = q.pop(&mut out, Wait::Forever).map(|n| out[..n].to_vec());
+            popped.send(()).unwrap();
             (n, q.pop(&mut out, Wait::Forever).map_err(|e| e.code()))
         })
     };
-    std::thread::sleep(Duration::from_millis(20));
+    started.1.recv().unwrap();
     q.push(b"spun").unwrap();
-    std::thread::sleep(Duration::from_millis(20));
+    popped.1.recv().unwrap();
     Queue::drop_queue(dir.path(), 1).unwrap();
     let (first, second) = consumer.join().unwrap();
     assert_eq!(first.unwrap(), b"spun");
@@ -241,6 +248,48 @@ fn a_queue_keeps_its_spin_time_and_spinning_pops_keep_their_deadline() {
         })
         .is_err()
     );
+}
+
+/// Threads that come and go, more of them than are numbered, each taking a
+/// word: every word is given back when its thread ends, and so is what the
+/// queue noted under the thread's number (a later thread with that number
+/// takes a word of its own).
+#[test]
+fn threads_that_end_give_back_their_words_and_numbers() {
+    let dir = TempDir::new("queue", "numbers");
+    let q = queue(&dir);
+    let noted = |q: &Queue| (0..crate::registry::NUMBERED_THREADS).filter(|&n| q.slots.noted(n).is_some()).count();
+    for round in 0..2 * crate::registry::NUMBERED_THREADS as u64 {
+        let q2 = q.clone();
+        let (slot, in_use) = std::thread::spawn(move || {
+            q2.push(&round.to_le_bytes()).unwrap();
+            let mut out = [0u8; 8];
+            assert_eq!(q2.pop(&mut out, Wait::NoWait).unwrap(), 8);
+            assert_eq!(u64::from_le_bytes(out), round);
+            (q2.thread_slot(), noted(&q2))
+        })
+        .join()
+        .unwrap();
+        assert_eq!((slot, in_use), (0, 1), "round {round}: the one thread holds word 0, noted once");
+        assert_eq!(noted(&q), 0, "round {round}: forgotten when the thread ended");
+    }
+    // Two at once hold two words.
+    let barrier = Arc::new(std::sync::Barrier::new(2));
+    let both: Vec<usize> = (0..2)
+        .map(|_| {
+            let (q, b) = (q.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                let slot = q.thread_slot();
+                b.wait();
+                slot
+            })
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|t| t.join().unwrap())
+        .collect();
+    assert_ne!(both[0], both[1]);
+    assert_eq!(noted(&q), 0);
 }
 
 /// A process that attached a queue with leases when its file system had no

@@ -5,7 +5,7 @@
 use super::Registry;
 use super::layout::{INTENTS, MAX_PROCS};
 use crate::ring::{Holder, covers};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 
 /// Is the holder of a position alive?
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,14 +19,54 @@ pub(crate) enum HolderIs {
     Unknown,
 }
 
+/// Threads of a process that [`IntentSlots`] index by number (the queue
+/// layer numbers them); the others look their words up in a map of their
+/// own.
+pub(crate) const NUMBERED_THREADS: usize = 256;
+
 /// This process's intent words of one entry, handed out to its threads.
-#[derive(Default)]
 pub(crate) struct IntentSlots {
     /// Bit i set: intent word i belongs to a thread.
     used: AtomicU64,
+    /// The word thread number `n` holds, plus one (0: none noted;
+    /// `u16::MAX`: the thread announces nothing here). Each is written and
+    /// read by its thread alone (the number belongs to one thread at a
+    /// time, and is given to another only after the word was forgotten).
+    by_thread: [AtomicU16; NUMBERED_THREADS],
+}
+
+impl Default for IntentSlots {
+    fn default() -> IntentSlots {
+        IntentSlots { used: AtomicU64::new(0), by_thread: [const { AtomicU16::new(0) }; NUMBERED_THREADS] }
+    }
 }
 
 impl IntentSlots {
+    /// The word (`Some(usize::MAX)`: none) noted for thread number `n`,
+    /// `None` if none was noted.
+    #[inline(always)]
+    pub(crate) fn noted(&self, n: usize) -> Option<usize> {
+        match self.by_thread.get(n)?.load(Ordering::Relaxed) {
+            0 => None,
+            u16::MAX => Some(usize::MAX),
+            v => Some(usize::from(v) - 1),
+        }
+    }
+
+    /// Notes that thread number `n` holds word `slot` (`usize::MAX`: none).
+    pub(crate) fn note(&self, n: usize, slot: usize) {
+        if let Some(at) = self.by_thread.get(n) {
+            at.store(u16::try_from(slot.saturating_add(1)).unwrap_or(u16::MAX), Ordering::Relaxed);
+        }
+    }
+
+    /// Forgets what thread number `n` holds (its thread let go of it).
+    pub(crate) fn forget(&self, n: usize) {
+        if let Some(at) = self.by_thread.get(n) {
+            at.store(0, Ordering::Relaxed);
+        }
+    }
+
     /// A free word's index, if any.
     pub(crate) fn acquire(&self) -> Option<usize> {
         let mut used = self.used.load(Ordering::Relaxed);

@@ -42,7 +42,7 @@ mod locks;
 mod tests;
 mod waiters;
 
-pub(crate) use announce::{HolderIs, IntentSlots};
+pub(crate) use announce::{HolderIs, IntentSlots, NUMBERED_THREADS};
 pub(crate) use layout::*;
 pub(crate) use locks::LockFile;
 

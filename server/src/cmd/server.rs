@@ -394,6 +394,7 @@ pub(crate) fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u
         );
     }
     if wants("stats") {
+        let orphans = tvm::Queue::orphaned_live_parts_removed();
         let open = shared.attachments.counts();
         let _ = write!(
             t,
@@ -405,7 +406,9 @@ pub(crate) fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u
              auth_failures:{}\r\nunauthenticated_closed:{}\r\nunauthenticated_evicted:{}\r\nauth_timeouts:{}\r\n\
              accept_errors:{}\r\ntls_handshakes_refused:{}\r\nopen_queues:{}\r\nmax_open_queues:{}\r\n\
              queues_closed:{}\r\n\
-             queues_indexed:{}\r\nqueues_created:{}\r\nqueues_created_bytes:{}\r\nindex_rescans:{}\r\n\r\n",
+             queues_indexed:{}\r\nqueues_created:{}\r\nqueues_created_bytes:{}\r\nindex_rescans:{}\r\n\
+             index_headers_read:{}\r\nlive_parts_removed:{}\r\nlive_parts_removed_bytes:{}\r\n\
+             index_orphan_sweeps:{}\r\n\r\n",
             st.total_connections.load(Ordering::Relaxed),
             commands,
             st.rejected.load(Ordering::Relaxed),
@@ -432,6 +435,10 @@ pub(crate) fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u
             created.0,
             created.1,
             shared.index.rescans.load(Ordering::Relaxed),
+            shared.index.headers_read.load(Ordering::Relaxed),
+            orphans.0,
+            orphans.1,
+            shared.index.orphan_sweeps.load(Ordering::Relaxed),
         );
     }
     let durability = wants("durability");

@@ -3,8 +3,8 @@
 
 use super::token::*;
 use crate::error::*;
-use crate::ffi::common::{out_buffer, wait_mode};
-use crate::ffi::thread::on_queue_kept;
+use crate::ffi::common::{OutBuffer, wait_mode};
+use crate::ffi::handle::on_queue_kept;
 use crate::ffi::{CallResult, SATvm, Uenum, call};
 use crate::queue::Wait;
 use std::ffi::{c_long, c_void};
@@ -40,12 +40,13 @@ pub unsafe extern "C" fn lPopLease(
         }
         let got = lease_nanos(lease_ms).and_then(|lease_ns| {
             let wait = wait_mode(wait, Wait::Forever, Wait::NoWait)?;
-            // SAFETY: checked non-NULL; the caller provides `out` with at least p->lSize writable bytes.
-            let buf = unsafe { out_buffer(out, h.lSize) };
+            // SAFETY: checked non-NULL; the caller provides `out` with at
+            // least min(p->lSize, the record size) writable bytes.
+            let buf = unsafe { OutBuffer::new(out, h.lSize) };
             on_queue_kept(
                 h,
                 #[inline(always)]
-                |q, kept| q.pop_lease_kept(buf, wait, lease_ns, kept),
+                |q, kept| q.pop_lease_kept(buf.take(q.record_size()), wait, lease_ns, kept),
             )
         });
         match got {
@@ -129,9 +130,11 @@ pub unsafe extern "C" fn lAckPopLease(
         let t = unsafe { token(done) }?;
         let lease_ns = lease_nanos(lease_ms)?;
         let wait = wait_mode(wait, Wait::Forever, Wait::NoWait)?;
-        // SAFETY: checked non-NULL; the caller provides `out` with at least p->lSize writable bytes.
-        let buf = unsafe { out_buffer(out, h.lSize) };
-        let acked = on_queue_kept(h, |q, kept| q.ack_pop_lease_kept(&t, buf, wait, lease_ns, kept));
+        // SAFETY: checked non-NULL; the caller provides `out` with at least
+        // min(p->lSize, the record size) writable bytes.
+        let buf = unsafe { OutBuffer::new(out, h.lSize) };
+        let acked =
+            on_queue_kept(h, |q, kept| q.ack_pop_lease_kept(&t, buf.take(q.record_size()), wait, lease_ns, kept));
         let got = match acked {
             Ok(got) => got,
             Err(e) if e.code() == SYNC_FAILED => {

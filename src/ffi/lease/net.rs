@@ -5,7 +5,7 @@
 use super::token::*;
 use crate::client::PopWait;
 use crate::error::*;
-use crate::ffi::common::{out_buffer, wait_mode};
+use crate::ffi::common::{OutBuffer, wait_mode};
 use crate::ffi::net::{client, popping};
 use crate::ffi::{CallResult, SATvm, Uenum, call};
 use std::ffi::{c_long, c_void};
@@ -56,8 +56,10 @@ pub unsafe extern "C" fn lTvmPopLease(
         let got = millis(lease_ms, "lease time").and_then(|time| {
             let wait = wait_mode(wait, PopWait::Forever, PopWait::NoWait)?;
             let (c, t, len) = popping(h)?;
-            // SAFETY: checked non-NULL; the caller provides `out` with at least p->lSize writable bytes.
-            let buf = unsafe { out_buffer(out, len) };
+            // SAFETY: checked non-NULL; the caller provides `out` with at
+            // least p->lSize writable bytes (a shorter record is followed
+            // by zero bytes up to lSize).
+            let buf = unsafe { OutBuffer::new(out, len) }.take(len);
             c.pop_lease(t, buf, wait, time.as_millis() as u64)
         });
         let token = got.as_ref().map_or(TvmLease::ZERO, TvmLease::from_net);
@@ -126,8 +128,10 @@ pub unsafe extern "C" fn lTvmAckPopLease(
         let time = millis(lease_ms, "lease time")?;
         let wait = wait_mode(wait, PopWait::Forever, PopWait::NoWait)?;
         let (c, t, len) = popping(h)?;
-        // SAFETY: checked non-NULL; the caller provides `out` with at least p->lSize writable bytes.
-        let buf = unsafe { out_buffer(out, len) };
+        // SAFETY: checked non-NULL; the caller provides `out` with at least
+        // p->lSize writable bytes (a shorter record is followed by zero
+        // bytes up to lSize).
+        let buf = unsafe { OutBuffer::new(out, len) }.take(len);
         let got = c.ack_pop_lease(&d, t, buf, wait, time.as_millis() as u64)?;
         let token = got.as_ref().map_or(TvmLease::ZERO, TvmLease::from_net);
         // SAFETY: both checked non-NULL, writable by the caller's contract.

@@ -71,7 +71,7 @@ impl TvmLease {
         Ok(Lease::from_words(w))
     }
 
-    pub(super) const ZERO: TvmLease = TvmLease { deliveries: 0, m_uCheck: 0, m_llPriv: [0; 7] };
+    pub(in crate::ffi) const ZERO: TvmLease = TvmLease { deliveries: 0, m_uCheck: 0, m_llPriv: [0; 7] };
 
     pub(super) fn from_net(l: &NetLease) -> TvmLease {
         let words = [u64::from(l.queue), l.pos, l.tag, u64::from(l.deliveries), u64::from(l.shard), NET_MARK, 0];

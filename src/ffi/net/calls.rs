@@ -5,7 +5,7 @@
 use super::client::{client, popping};
 use crate::client::{Client, PopWait};
 use crate::error::*;
-use crate::ffi::common::{MallocArray, counted, pop_one, popup, record, wait_mode};
+use crate::ffi::common::{MallocArray, OutBuffer, counted, pop_one, popup, record, wait_mode};
 use crate::ffi::{CallResult, SATvm, TABLE, Uenum, call};
 use std::ffi::{c_long, c_void};
 use std::time::Duration;
@@ -61,9 +61,10 @@ pub unsafe extern "C" fn lTvmPush(p: *mut SATvm) -> c_long {
 /// SHM_ERR_EIDRM (tvmq serve: dropped while waiting), and those of lTvmPush.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lTvmPop(p: *mut SATvm, out: *mut c_void, wait: Uenum) -> c_long {
-    let take = |h: &mut SATvm, buf: &mut [u8], wait| {
-        let (c, t, _) = popping(h)?;
-        c.pop(t, buf, wait)
+    let take = |h: &mut SATvm, buf: OutBuffer<'_>, wait| {
+        let (c, t, len) = popping(h)?;
+        // The whole of lSize: a shorter record is followed by zero bytes.
+        c.pop(t, buf.take(len), wait)
     };
     let body = |h: &mut SATvm| {
         // SAFETY: the caller provides `out` with at least p->lSize writable bytes.

@@ -53,7 +53,8 @@ pub(crate) struct Counters {
 #[repr(C)]
 #[derive(Default)]
 pub(crate) struct SyncWords {
-    /// 0: no sync in progress; else the pid of the process syncing.
+    /// 0: no sync in progress; else the syncer, named by its process-table
+    /// entry and registration (see `crate::durable::lock`).
     pub(crate) lock: AtomicU32,
     /// Bumped when a sync ends (or its syncer gives up); waiters sleep on it.
     pub(crate) futex: AtomicU32,

@@ -80,14 +80,30 @@ impl LeaseTable {
     /// Saves `rec`, taken from the ring at position number `pos`, in entry
     /// `i` (`Filling` as `filling`) and leases it until `deadline_ns`: the
     /// commit point. False if the entry was not ours any more (a corrupted
-    /// table).
-    pub(crate) fn commit(&self, i: usize, filling: Word, rec: &[u8], pos: u64, now: u64, deadline_ns: u64) -> bool {
+    /// table), or `rec` is empty or longer than the record size.
+    ///
+    /// # Safety
+    /// The caller holds entry `i` as `filling` (the word its claim
+    /// returned), not yet committed or given back: no other thread of this
+    /// process writes or reads the entry's record meanwhile (snapshots
+    /// copy it with volatile reads, and keep a copy only if the state word
+    /// did not change). The table cannot check this: an entry's word lives
+    /// in memory any process may write.
+    pub(crate) unsafe fn commit(
+        &self,
+        i: usize,
+        filling: Word,
+        rec: &[u8],
+        pos: u64,
+        now: u64,
+        deadline_ns: u64,
+    ) -> bool {
         if rec.is_empty() || rec.len() > self.record_size {
             return false;
         }
         let e = self.entry(i);
-        // SAFETY: entry i is `Filling`, ours: nobody else writes its record
-        // (peek only copies it, validating by the state word); rec fits.
+        // SAFETY: entry i is `Filling`, ours (the caller's contract): nobody
+        // else writes its record; rec fits.
         unsafe { std::ptr::copy_nonoverlapping(rec.as_ptr(), self.data(i), rec.len()) };
         e.len.store(rec.len() as u32, Ordering::Relaxed);
         e.pos.store(pos, Ordering::Relaxed);
@@ -106,15 +122,20 @@ impl LeaseTable {
 
     /// Copies entry `i`'s record into `out` (at least the record size); its
     /// length, or `None` if the stored length is impossible (corruption).
-    /// The caller holds the entry (`Taking`, `Leased`, `Busy` or `Dead` as
-    /// its owner).
-    pub(crate) fn read(&self, i: usize, out: &mut [u8]) -> Option<usize> {
+    ///
+    /// # Safety
+    /// The caller holds entry `i` (`Taking`, `Leased`, `Busy` or `Dead` as
+    /// its owner), or no other thread of this process can reach the table
+    /// (a recovery before the queue is opened): nobody writes the entry's
+    /// record while it is copied. The table cannot check this (see
+    /// [`commit`](Self::commit)).
+    pub(crate) unsafe fn read(&self, i: usize, out: &mut [u8]) -> Option<usize> {
         let len = self.entry(i).len.load(Ordering::Relaxed) as usize;
         if len == 0 || len > self.record_size || len > out.len() {
             return None;
         }
-        // SAFETY: the caller holds entry i, so nobody writes its record
-        // meanwhile; len <= record_size bytes lie in the entry.
+        // SAFETY: nobody writes entry i's record meanwhile (the caller's
+        // contract); len <= record_size bytes lie in the entry.
         unsafe { std::ptr::copy_nonoverlapping(self.data(i), out.as_mut_ptr(), len) };
         Some(len)
     }

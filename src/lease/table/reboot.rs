@@ -37,7 +37,12 @@ impl LeaseTable {
     /// `release_held`, so that it is delivered once, from here. Returns
     /// what it found; its `floor` is the position after the newest one an
     /// entry names (the ring must not give those positions again).
-    pub(crate) fn reboot(&self, max_deliveries: u32, release_held: impl Fn(u64) -> bool) -> Rebooted {
+    ///
+    /// # Safety
+    /// No other thread of this process reaches the table meanwhile (it
+    /// reads every entry's record without holding it): the recovery of the
+    /// first attach after a restart, before any queue of the file is open.
+    pub(crate) unsafe fn reboot(&self, max_deliveries: u32, release_held: impl Fn(u64) -> bool) -> Rebooted {
         let mut found = Rebooted::default();
         let mut buf = vec![0u8; self.record_size];
         // The indexes on disk are hints from another moment: rebuilt.
@@ -46,7 +51,9 @@ impl LeaseTable {
         for i in 0..self.count {
             let e = self.entry(i);
             let w = e.word();
-            if w.state().holds_record() && !self.seal_matches(i, &mut buf) {
+            // SAFETY: no other thread of this process reaches the table
+            // (the caller's contract).
+            if w.state().holds_record() && !unsafe { self.seal_matches(i, &mut buf) } {
                 // Its head and its record reached the disk from different
                 // moments: the entry was reused after its record was
                 // acknowledged, or the record now named was not saved when
@@ -104,10 +111,14 @@ impl LeaseTable {
 
     /// Does entry `i`'s record match its checksum (a table without a seal:
     /// yes)? `buf`: room for a record.
-    fn seal_matches(&self, i: usize, buf: &mut [u8]) -> bool {
+    ///
+    /// # Safety
+    /// As [`read`](Self::read).
+    unsafe fn seal_matches(&self, i: usize, buf: &mut [u8]) -> bool {
         let Some(key) = self.seal else { return true };
         let e = self.entry(i);
-        match self.read(i, buf) {
+        // SAFETY: the caller's contract.
+        match unsafe { self.read(i, buf) } {
             Some(len) => {
                 crate::ring::seal::seal(key, e.pos.load(Ordering::Relaxed), &buf[..len])
                     == e.check.load(Ordering::Relaxed)

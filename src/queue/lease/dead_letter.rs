@@ -3,13 +3,13 @@
 //! past their delivery limit by the sweep's thread or, for a server's
 //! event-loop threads, later elsewhere.
 
-use super::Leases;
+use super::{DeadLetterQueue, Leases};
 use crate::error::*;
 use crate::lease::state::{EntryState, Owner, Word};
 use crate::queue::Queue;
 use std::cell::Cell;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
 
 std::thread_local! {
     /// Whether sweeps run on this thread move the records they doom to the
@@ -20,9 +20,15 @@ std::thread_local! {
 impl Queue {
     /// Moves the record of entry `i` (`Dead` as `dying`, ours) to the
     /// dead-letter queue (or drops it), then frees the entry.
-    pub(super) fn move_to_dead_letter_queue(&self, l: &Leases, i: usize, dying: Word) -> Result<()> {
+    ///
+    /// # Safety
+    /// The caller holds entry `i` as `dying` (its change to `Dead`
+    /// returned that word): see [`crate::lease::table::LeaseTable::read`].
+    pub(super) unsafe fn move_to_dead_letter_queue(&self, l: &Leases, i: usize, dying: Word) -> Result<()> {
         let mut record = vec![0u8; self.record_size()];
-        let n = l.table.read(i, &mut record).ok_or_else(|| self.lease_corrupt("a record has an impossible length"))?;
+        // SAFETY: entry i is ours, `Dead` as `dying` (the caller's contract).
+        let n = unsafe { l.table.read(i, &mut record) }
+            .ok_or_else(|| self.lease_corrupt("a record has an impossible length"))?;
         let counters = &l.table.control().counters.0;
         match l.settings.dead_letter {
             None => counters.dropped.fetch_add(1, Ordering::Relaxed),
@@ -44,17 +50,35 @@ impl Queue {
         Ok(())
     }
 
-    /// The dead-letter queue, opened on first use (again if it was dropped).
+    /// The dead-letter queue, found on first use (again if it was dropped,
+    /// or let go by the table): the attaching table's, else opened for
+    /// this queue (see [`DeadLetterQueue`]).
     fn dead_letter_queue(&self, l: &Leases, id: u32) -> Result<Arc<Queue>> {
-        let mut opened = l.dead_letter.lock();
-        if let Some(q) = opened.as_ref().filter(|q| !q.is_dropped()) {
-            return Ok(q.clone());
+        let known = match &*l.dead_letter.lock() {
+            DeadLetterQueue::NotYet => None,
+            DeadLetterQueue::Attached(q) => q.upgrade(),
+            DeadLetterQueue::Opened(q) => Some(q.clone()),
+        };
+        if let Some(q) = known.filter(|q| !q.is_dropped()) {
+            return Ok(q);
         }
-        let dir = self.path().parent().unwrap_or(std::path::Path::new("."));
-        let q = Arc::new(Queue::open(dir, id).map_err(|e| {
-            Error::new(e.code(), format!("dead-letter queue {id} of queue {}: {}", self.id(), e.what()))
-        })?);
-        *opened = Some(q.clone());
+        let named =
+            |e: Error| Error::new(e.code(), format!("dead-letter queue {id} of queue {}: {}", self.id(), e.what()));
+        // Not under the lock: the table may open the queue, whose own
+        // sweeps may move records to theirs.
+        let (q, held) = match l.attacher.as_ref().and_then(Weak::upgrade) {
+            Some(table) => {
+                let q = table.attach(id).map_err(named)?;
+                let held = DeadLetterQueue::Attached(Arc::downgrade(&q));
+                (q, held)
+            }
+            None => {
+                let dir = self.path().parent().unwrap_or(std::path::Path::new("."));
+                let q = Arc::new(Queue::open(dir, id).map_err(named)?);
+                (q.clone(), DeadLetterQueue::Opened(q))
+            }
+        };
+        *l.dead_letter.lock() = held;
         Ok(q)
     }
 
@@ -115,7 +139,8 @@ impl Queue {
                 continue;
             }
             let Ok(dying) = e.change(w, w.dying(me)) else { continue };
-            if self.move_to_dead_letter_queue(l, i, dying).is_err() {
+            // SAFETY: entry i is ours as `dying` (the change just made).
+            if unsafe { self.move_to_dead_letter_queue(l, i, dying) }.is_err() {
                 let _ = e.change(dying, dying.doomed());
                 return;
             }

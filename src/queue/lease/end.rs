@@ -95,7 +95,8 @@ impl Queue {
         let me = self.holder(l)?;
         let e = l.table.entry(i);
         let dying = e.change(w, w.dying(me)).map_err(|_| self.late(l))?;
-        self.move_to_dead_letter_queue(l, i, dying).inspect_err(|_| {
+        // SAFETY: entry i is ours as `dying` (the change just made).
+        unsafe { self.move_to_dead_letter_queue(l, i, dying) }.inspect_err(|_| {
             // Refused: the holder keeps its lease.
             let _ = e.change(dying, dying.back_to_holder());
         })

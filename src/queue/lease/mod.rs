@@ -41,8 +41,8 @@ use crate::lease::table::LeaseTable;
 use crate::registry::INTENTS;
 use crate::spec::LeaseSpec;
 use parking_lot::Mutex;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 /// A queue's lease table and settings, and this process's name in it.
@@ -59,8 +59,11 @@ pub(crate) struct Leases {
     /// clock ([`mono_res_ns`]): worked out once, as every lease uses them.
     default_ns: u64,
     res_ns: u64,
-    /// The dead-letter queue, opened when first needed.
-    dead_letter: Mutex<Option<Arc<Queue>>>,
+    /// The dead-letter queue, found when first needed (see
+    /// [`DeadLetterQueue`]).
+    dead_letter: Mutex<DeadLetterQueue>,
+    /// The table that attached the queue, if one did (see [`Attacher`]).
+    attacher: Option<Weak<dyn Attacher>>,
     /// A sweep on a thread that leaves dead-letter moves to others (see
     /// [`Queue::sweeps_move_dead_letters`]) found records bound for the
     /// dead-letter queue: [`Queue::move_dead_letters`] is due.
@@ -79,8 +82,44 @@ impl Leases {
             base,
             default_ns,
             res_ns,
-            dead_letter: Mutex::new(None),
+            dead_letter: Mutex::new(DeadLetterQueue::NotYet),
+            attacher: None,
             dead_letters_due: AtomicBool::new(false),
+        }
+    }
+}
+
+/// A table of attached queues ([`crate::Attachments`]), as a queue it
+/// attached reaches it: the queue's dead-letter queue is the table's, so
+/// that a process attaches it once. (A trait: the table lies above queues.)
+pub(crate) trait Attacher: Send + Sync {
+    /// Queue `id` of the table, attached if it is not.
+    fn attach(self: Arc<Self>, id: u32) -> Result<Arc<Queue>>;
+}
+
+/// How a queue holds its dead-letter queue.
+enum DeadLetterQueue {
+    NotYet,
+    /// The attaching table's, held weakly: the table keeps it, and two
+    /// queues that are each other's dead-letter queue do not keep each
+    /// other (a cycle of `Arc`s would keep both mapped, and registered in
+    /// their process tables, for the life of the process).
+    Attached(Weak<Queue>),
+    /// Opened for this queue, which no table attached: held. It cannot
+    /// hold this queue back (an instance opened after it, holding only
+    /// instances opened later still).
+    Opened(Arc<Queue>),
+}
+
+impl Queue {
+    /// (For [`crate::Attachments`].) This queue was attached by `table`:
+    /// its dead-letter queue is looked up there. Before the queue is
+    /// shared.
+    pub(crate) fn attached_by(&mut self, table: Weak<dyn Attacher>) {
+        if let Some(l) = self.leases.as_deref_mut() {
+            l.attacher = Some(table);
+            // One opened meanwhile (by a sweep at open) is let go.
+            *l.dead_letter.get_mut() = DeadLetterQueue::NotYet;
         }
     }
 }

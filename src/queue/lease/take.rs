@@ -204,7 +204,9 @@ impl Queue {
             // A closure of values (a few words), not of references to them.
             let (table, queue) = (&l.table, self);
             let got = self.ring.pop_committed(out, &ann, &mut patience, move |rec, at| {
-                let saved = table.commit(i, filling, rec, at, now, deadline);
+                // SAFETY: entry i is ours as `filling` (claimed above, not
+                // committed or given back).
+                let saved = unsafe { table.commit(i, filling, rec, at, now, deadline) };
                 if saved {
                     // `always`: the saved record is on stable storage before
                     // its slot is released (which the kernel may write back
@@ -273,7 +275,8 @@ impl Queue {
         lease_ns: u64,
     ) -> Option<Result<(usize, Lease)>> {
         let (i, taking) = l.table.take_ready(now, me, start)?;
-        let Some(n) = l.table.read(i, out) else {
+        // SAFETY: entry i is ours, `Taking` (take_ready).
+        let Some(n) = (unsafe { l.table.read(i, out) }) else {
             l.table.free(i, taking);
             return Some(Err(self.lease_corrupt("a waiting record has an impossible length")));
         };
@@ -298,7 +301,8 @@ impl Queue {
         self.upkeep(l, now);
         let Some(me) = l.me else { return Ok(None) };
         let Some((i, taking)) = l.table.take_ready(now, me, l.base) else { return Ok(None) };
-        let n = l.table.read(i, out);
+        // SAFETY: entry i is ours, `Taking` (take_ready), until it is freed.
+        let n = unsafe { l.table.read(i, out) };
         l.table.free(i, taking);
         self.popped_durably();
         self.leases_flagged();

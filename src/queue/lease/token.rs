@@ -39,9 +39,12 @@ impl Lease {
         self.queue
     }
 
-    /// Time left until the lease runs out (zero once it has).
+    /// Time left until the lease runs out (zero once it has: a call on it
+    /// then fails with `LEASE_EXPIRED`). On the lease clock, which moves
+    /// by ticks of 1 to 4 ms.
     pub fn remaining(&self) -> Duration {
-        Duration::from_nanos(self.deadline_ns.saturating_sub(mono_ns()))
+        // It runs out once the clock is past its deadline.
+        Duration::from_nanos(self.deadline_ns.saturating_add(1).saturating_sub(mono_ns()))
     }
 
     /// The delivery's identity within its queue: (the record's position,
