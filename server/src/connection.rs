@@ -162,7 +162,7 @@ async fn run<S: Stream>(
                             }
                             Flow::OffWorker(job) => cmd::off_worker::run(&shared.pool, job, &mut out).await,
                             Flow::LeaseStats(scan) => cmd::lease::stats_off_worker(scan, shared, &mut out).await,
-                            Flow::Info(rest) => cmd::server::info_off_worker(rest, shared, &mut out).await,
+                            Flow::Info(rest) => cmd::info::info_off_worker(rest, shared, &mut out).await,
                             Flow::Create(keys) => {
                                 // Made off the worker; then the command runs
                                 // again (not consumed). A queue dropped again

@@ -3,7 +3,7 @@
 //! in the file of its family: [`queue`] (pushes, pops, LLEN), [`blocking`]
 //! (BLPOP, BRPOP), [`admin`] (DEL, LTRIM, TVMQ.REPAIR), [`lease`]
 //! (TVMQ.LEASE, TVMQ.ACK, ...), [`keyspace`] (SCAN, KEYS, DBSIZE, TYPE),
-//! [`server`] (connection and server commands), with [`table`] naming and
+//! [`server`] (connection and server commands), [`info`] (INFO), with [`table`] naming and
 //! describing them all (for COMMAND too), `context` what they run with,
 //! and [`off_worker`] the work they hand to the server's pool
 //! ([`crate::pool`]).
@@ -11,14 +11,15 @@
 //! Inside, imports go one way (`scripts/check-layers.py` finds a circle):
 //! this dispatcher uses every family; `blocking` uses `lease` and `queue`;
 //! `lease` uses `queue`; `admin`, `blocking`, `keyspace`, `lease`, `queue`
-//! and `server` use `context`, which uses only `lease::owned` (the leases a
+//! `info` and `server` use `context`, which uses only `lease::owned` (the leases a
 //! connection owns); `admin`, `blocking`, `keyspace`, `lease` and `queue`
-//! use `off_worker`; `server` uses `table` and `off_worker`; `off_worker` and `table` use no
+//! use `off_worker`; `server` uses `table` and `off_worker`; `info` uses `server` (the version); `off_worker` and `table` use no
 //! other command module.
 
 pub(crate) mod admin;
 pub(crate) mod blocking;
 mod context;
+pub(crate) mod info;
 pub(crate) mod keyspace;
 pub(crate) mod lease;
 pub(crate) mod off_worker;
@@ -55,8 +56,8 @@ pub(crate) enum Flow {
     /// ([`lease::stats_off_worker`]), the connection waiting for it.
     LeaseStats(lease::LeaseScan),
     /// INFO with sections that read queue headers: they are read off the
-    /// worker ([`server::info_off_worker`]), the connection waiting.
-    Info(server::InfoRest),
+    /// worker ([`info::info_off_worker`]), the connection waiting.
+    Info(info::InfoRest),
     /// The command needs queues `--auto-create` makes: made off the worker
     /// ([`crate::keys::create_off_worker`]), then the command runs again
     /// (its reply is not written yet).
@@ -95,7 +96,7 @@ pub(crate) fn execute(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Ve
         Cmd::Ping => server::ping(ctx, buf, req, out),
         Cmd::Echo => resp::bulk(out, req.arg(buf, 1)),
         Cmd::Info => {
-            if let Some(rest) = server::info(ctx, buf, req, out) {
+            if let Some(rest) = info::info(ctx, buf, req, out) {
                 return Flow::Info(rest);
             }
         }
