@@ -361,6 +361,7 @@ fn main() -> ExitCode {
         eprintln!("tvmq: {e}");
         return ExitCode::FAILURE;
     }
+    let cli_is_serve = matches!(cli.command, Command::Serve(_));
     let result: Result<(), Error> = match cli.command {
         Command::Create(args) => create::run(&dir, &args),
         Command::Drop { id } => tvm::Queue::drop_queue(&dir, id).map(|()| println!("dropped queue {id}")),
@@ -391,6 +392,14 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // Options of `serve` that cannot work together or are refused (no
+        // listener left, protected mode, a password too short, unusable TLS
+        // files): a usage error too, found once the options are read.
+        Err(e) if cli_is_serve && e.code() == tvm::error::BOOT_PARM_ERR => {
+            let name = tvm::error::name(i64::from(e.code())).unwrap_or("UNKNOWN");
+            eprintln!("tvmq: {}; see tvmq serve --help ({name})", e.what());
+            ExitCode::from(2)
+        }
         Err(e) => {
             eprintln!("tvmq: {e}");
             // Stopped by a signal it caught (tvmq import): the shell's status for it.

@@ -312,6 +312,11 @@ fn every_usage_error_exits_2_and_names_the_help_to_read() {
     usage(&tvmq(dir, &["export", "1", "f", "--format", "xml"]), "tvmq export --help", &["xml", "text, binary"]);
     usage(&tvmq(dir, &["bench", "--only", "nothing"]), "tvmq bench --help", &["nothing", "threads"]);
     usage(&tvmq(dir, &["serve", "--port", "x"]), "tvmq serve --help", &["--port"]);
+    // Options of serve refused once read, before anything listens.
+    let serve = "tvmq serve --help";
+    usage(&tvmq(dir, &["serve", "--port", "0", "--no-tcp"]), serve, &["--no-tcp needs", "BOOT_PARM_ERR"]);
+    usage(&tvmq(dir, &["serve", "--port", "0", "--requirepass", "short"]), serve, &["at least 8", "BOOT_PARM_ERR"]);
+    usage(&tvmq(dir, &["serve", "--port", "0", "--bind", "0.0.0.0"]), serve, &["protected mode", "BOOT_PARM_ERR"]);
     usage(&tvmq(dir, &["completions", "tcsh"]), "tvmq completions --help", &["tcsh", "bash"]);
     usage(&tvmq(dir, &["man", "nosuch"]), "tvmq man --help", &["nosuch", "create"]);
     usage(&tvmq(dir, &["frobnicate"]), "tvmq --help", &["frobnicate"]);

@@ -146,7 +146,7 @@ fn anyone_holds(file: &File) -> Option<bool> {
     Some(fl.l_type != libc::F_UNLCK as libc::c_short)
 }
 
-/// What [`remove_orphans`] removed: live files and their bytes (of memory,
+/// What `remove_orphans` removed: live files and their bytes (of memory,
 /// in tmpfs), and temporary files of makers that died.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct OrphansRemoved {
