@@ -17,7 +17,11 @@ import tvmq
 # The consumer: attaches queue 31, says so, then runs the wait under test
 # until Ctrl-C; prints what it got (JSON) and how it ended.
 CONSUMER = r"""
-import json, sys, time, tvmq
+import json, signal, sys, time, tvmq
+# Ctrl-C as at a terminal, however the tests were started: a shell that
+# starts a command in the background (`make test &`, nohup) leaves SIGINT
+# ignored in it and its children, and Python then installs no handler.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 q = tvmq.Queue(31)
 call = sys.argv[1]
 got = []
