@@ -12,6 +12,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
+/// The most threads of a server thread's runtime's blocking pool
+/// ([`ServerState::thread_runtime`]; tokio's default is 512).
+pub(crate) const RUNTIME_BLOCKING_THREADS: usize = 4;
+
 /// Server-wide counters, for INFO.
 #[derive(Default)]
 pub(crate) struct Stats {
@@ -213,8 +217,13 @@ impl ServerState {
 
     /// A current-thread runtime for one of the server's threads (`who`);
     /// if none can be had, says so on stderr and begins the stop.
+    /// Its blocking pool (queues closed off the worker, waits for a sync
+    /// another process holds) has at most [`RUNTIME_BLOCKING_THREADS`]
+    /// threads, named `tvmq-blocking`: more such jobs wait in its line.
     pub(crate) fn thread_runtime(&self, who: &str) -> Option<tokio::runtime::Runtime> {
-        match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        let mut b = tokio::runtime::Builder::new_current_thread();
+        b.enable_all().max_blocking_threads(RUNTIME_BLOCKING_THREADS).thread_name("tvmq-blocking");
+        match b.build() {
             Ok(rt) => Some(rt),
             Err(e) => {
                 eprintln!("tvmq serve: {who} cannot start its runtime: {e}");
