@@ -549,7 +549,8 @@ fn a_queue_directory_that_is_missing_or_a_file_is_an_error_for_every_command() {
 /// `tvmq repair` removes the live part (in /dev/shm/tvmq-<uid>) of an
 /// `interval` queue whose directory was removed with `rm -rf`, and says
 /// how many it removed. (Another process's create or attach meanwhile may
-/// remove it first: the test asserts that it is gone and what repair says.)
+/// remove it first, even before repair starts: the test asserts that it is
+/// gone after repair and that repair counts at most this one.)
 #[test]
 fn repair_removes_the_live_parts_of_queues_removed_with_rm() {
     use std::os::unix::fs::MetadataExt;
@@ -568,7 +569,10 @@ fn repair_removes_the_live_parts_of_queues_removed_with_rm() {
         .expect("the queue's live part")
         .path();
     fs::remove_dir_all(&gone).unwrap();
-    assert!(live.exists(), "rm leaves the live part");
+    // rm leaves the live part; but another test's process may sweep it
+    // before repair runs (CI saw it go between the two lines): so no
+    // assertion here, only that it is gone after repair and what repair
+    // says (at most this one).
     let out = ok(&tvmq(&disk.0, &["repair", "1"])).to_string();
     assert!(!live.exists(), "repair removed it: {out}");
     let n: u64 = out
