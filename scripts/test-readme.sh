@@ -55,7 +55,16 @@ grep -q "^2 " "$OUT/run.out"
 kept "a whole run"
 fake=$OUT/fake-seed; mkdir -p "$fake"
 printf '#!/bin/sh\nexec sleep 30\n' > "$fake/push_bench"; chmod +x "$fake/push_bench"
-timeout -s INT 1 env TVMQ="$TVMQ" SEEDBIN="$fake" ROWS=1000 THREADS=1 bash scripts/run.sh > "$OUT/run-int.out" 2>&1 || true
+# Ctrl-C once the run says where it works (a fixed second was a guess: on
+# a busy machine the interrupt could come before, and no directory was
+# named): SIGINT to the run's process group, as a terminal sends it.
+set -m   # the run in a process group of its own, SIGINT not ignored (as without job control)
+env TVMQ="$TVMQ" SEEDBIN="$fake" ROWS=1000 THREADS=1 bash scripts/run.sh > "$OUT/run-int.out" 2>&1 &
+run=$!
+set +m
+for _ in $(seq 600); do [ -n "$(run_dir "$OUT/run-int.out")" ] && break; sleep 0.05; done
+kill -INT -- -"$run" 2>/dev/null || true
+wait "$run" || true
 d=$(run_dir "$OUT/run-int.out"); [ -n "$d" ] && [ ! -e "$d" ] || { echo "make run interrupted left ${d:-its directory} behind" >&2; exit 1; }
 printf '#!/bin/sh\necho error; exit 3\n' > "$fake/push_bench"
 if TVMQ=$TVMQ SEEDBIN=$fake ROWS=1000 THREADS=1 bash scripts/run.sh > "$OUT/run-fail.out" 2>&1; then

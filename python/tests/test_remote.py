@@ -3,6 +3,7 @@ tests start on free loopback ports: pushes, pops and every lease call with
 their codes; the lease options kept in Redis; lTvmRequireReplicas."""
 
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -18,9 +19,19 @@ REDIS = shutil.which("redis-server")
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port nothing is bound to now, in 20000-29999: below the
+    kernel's ephemeral range, so that no outgoing connection of any process
+    takes it before the server binds it (one bind(port 0) hands out may be
+    the next connect's), as c-tests/ports.sh picks them."""
+    for _ in range(500):
+        port = random.randint(20000, 29999)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no free port in 20000-29999")
 
 
 def wait_port(port: int, proc) -> None:

@@ -195,10 +195,17 @@ impl OpenQueues {
     }
 }
 
-/// Closes `queues` (each unmaps its file and closes its descriptors; a
-/// durable one may sync) on the runtime's blocking pool when called from a
-/// worker, so that the worker waits for no disk; else here.
-fn close_later<Q: Send + 'static>(queues: Vec<Q>) {
+/// Closes `queues` (each unmaps its file and closes its descriptors): a
+/// plain one here (no disk, nothing to wait for), so that its descriptor
+/// is back before the next open counts on it; a durable one (it may sync)
+/// on the runtime's blocking pool when called from a worker, so that the
+/// worker waits for no disk; else here. (Plain ones went to the blocking
+/// pool too: when it lagged, as on a busy machine, the queues waiting there
+/// held descriptors the bound no longer counted, and at a low open-file
+/// limit a client opening queue after queue ran the server out of them.)
+fn close_later<Q: std::borrow::Borrow<Queue> + Send + 'static>(queues: Vec<Q>) {
+    // The plain ones are dropped by the filter.
+    let queues: Vec<Q> = queues.into_iter().filter(|q| q.borrow().durability().is_some()).collect();
     if queues.is_empty() {
         return;
     }
@@ -252,6 +259,34 @@ mod tests {
         Queue::drop_queue(&d, 5).unwrap();
         open.purge_dropped();
         assert_eq!(open.get(5).unwrap_err().code(), tvm::error::TBL_NOT_FOUND);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// On a worker whose runtime's blocking pool is busy (as on a loaded
+    /// machine), the plain queues closed to make room are closed at once:
+    /// opening queue after queue, this process stays attached to (holds the
+    /// descriptors of) no more queues than the bound.
+    #[test]
+    fn plain_queues_closed_to_make_room_are_closed_at_once_on_a_worker() {
+        let (n, max) = (24, 4);
+        let d = dir("closed-at-once", n);
+        let open = OpenQueues::new(d.clone(), max);
+        let rt = tokio::runtime::Builder::new_current_thread().max_blocking_threads(1).build().unwrap();
+        // The one blocking thread busy until the end.
+        let (release, busy) = std::sync::mpsc::channel::<()>();
+        let occupied = rt.spawn_blocking(move || busy.recv());
+        let attached = || (1..=n).filter(|&id| Queue::inspect(&d, id).unwrap().snapshot().processes > 0).count();
+        rt.block_on(async {
+            for id in 1..=n {
+                open.get(id).unwrap();
+            }
+        });
+        assert_eq!(open.counts(), (max, max, (n as usize - max) as u64));
+        assert_eq!(attached(), max, "the queues closed to make room are closed");
+        drop(release);
+        rt.block_on(occupied).unwrap().unwrap_err();
+        drop(open);
+        assert_eq!(attached(), 0);
         std::fs::remove_dir_all(&d).unwrap();
     }
 }

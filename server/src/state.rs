@@ -217,7 +217,7 @@ impl ServerState {
 
     /// A current-thread runtime for one of the server's threads (`who`);
     /// if none can be had, says so on stderr and begins the stop.
-    /// Its blocking pool (queues closed off the worker, waits for a sync
+    /// Its blocking pool (durable queues closed off the worker, waits for a sync
     /// another process holds) has at most [`RUNTIME_BLOCKING_THREADS`]
     /// threads, named `tvmq-blocking`: more such jobs wait in its line.
     pub(crate) fn thread_runtime(&self, who: &str) -> Option<tokio::runtime::Runtime> {

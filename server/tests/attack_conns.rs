@@ -364,7 +364,14 @@ fn unauthenticated_connections_cannot_keep_the_password_holder_out_and_time_out(
 #[test]
 fn client_names_and_library_infos_are_bounded() {
     let dir = TempDir::new("server", "names-bounded");
-    let server = ChildServer::start(&dir, &[]);
+    // glibc's malloc with a fixed mmap threshold (1 MiB): a command's big
+    // buffer, freed, goes back to the kernel. By default the threshold
+    // rises to the size of a freed mapping, and the next 16 MB buffers come
+    // from a worker's arena, which may keep them after they are freed: the
+    // RSS below then depended on which worker each connection went to and
+    // how its buffer grew (+35 MiB in most runs, +52 MiB in 1 of 6).
+    let how = Spawn { env: &[("GLIBC_TUNABLES", "glibc.malloc.mmap_threshold=1048576")], ..Spawn::default() };
+    let server = ChildServer::spawn(&dir, &[], &how);
     let addr = server.addr;
     let mut c = Conn::connect(addr);
     let ok = "n".repeat(512);
@@ -472,17 +479,33 @@ fn a_flood_of_rsa_4096_handshakes_leaves_the_plain_port_fast() {
 
     let pinger = Pinger::start(server.addr, None);
     let cpu = cpu_seconds(server.pid());
+    let (workers, handshakers) = (threads_cpu(server.pid(), "tvmq-worker"), threads_cpu(server.pid(), "tvmq-tls"));
     let (done, failed) = flood(tls_addr, &config, 4, 3.0);
     let cpu = cpu_seconds(server.pid()) - cpu;
+    let workers = threads_cpu(server.pid(), "tvmq-worker") - workers;
+    let handshakers = threads_cpu(server.pid(), "tvmq-tls") - handshakers;
     let (pings, p99) = pinger.finish();
     eprintln!(
-        "RSA-4096 handshakes for 3 s: {done} served, {failed} failed, server CPU {cpu:.2} s; plain PING: {pings}, \
-         p99 {p99:?}"
+        "RSA-4096 handshakes for 3 s: {done} served, {failed} failed, server CPU {cpu:.2} s ({workers:.2} s on the \
+         workers, {handshakers:.2} s on the handshakes' threads); plain PING: {pings}, p99 {p99:?}"
     );
     assert!(done >= 20, "the handshakes were made: {done}");
     assert_eq!(failed, 0);
-    // Before: made on the workers, the PINGs waited behind them (p99 85-112 ms measured, 70-100 a second).
-    assert!(p99 < Duration::from_millis(25), "plain PING p99 {p99:?} during the flood");
+    // Before: made on the workers, the PINGs waited behind them (p99 85-112
+    // ms measured, 70-100 a second). The PINGs' times are not asserted: on a
+    // busy machine (make test's other tests) the processor is what they
+    // wait for (p99 44 ms seen with the handshakes off the workers); the
+    // CPU time of the handshakes is, on the threads of their own, and
+    // almost none of it on the workers (CPU time counts only while a thread
+    // runs, whoever else runs).
+    // An RSA-4096 handshake costs about 4.5 ms of CPU (here): each took at
+    // least 1 ms of the handshakes' threads, and the workers took a fifth
+    // of that at most (plus 50 ms: the PINGs' own, ticks of 10 ms).
+    assert!(handshakers >= done as f64 * 0.001, "the handshakes took {handshakers:.2} s of their threads' CPU");
+    assert!(
+        workers < handshakers / 5.0 + 0.05,
+        "the workers took {workers:.2} s of CPU, the handshakes' threads {handshakers:.2} s"
+    );
     drop(server);
 
     // The budget: at most 20 handshakes begun a second, the others closed unshaken.
@@ -495,11 +518,26 @@ fn a_flood_of_rsa_4096_handshakes_leaves_the_plain_port_fast() {
     assert!(refused >= 1 && failed as u64 >= refused / 2, "{failed} {refused}");
 }
 
-/// User + system CPU seconds of process `pid`.
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+/// User + system CPU seconds of the threads of process `pid` whose names
+/// begin with `prefix`.
+fn threads_cpu(pid: u32, prefix: &str) -> f64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0.0 };
+    tasks
+        .flatten()
+        .filter(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.starts_with(prefix)))
+        .map(|t| stat_cpu(&std::fs::read_to_string(t.path().join("stat")).unwrap_or_default()))
+        .sum()
+}
+
+/// User + system CPU seconds in a `/proc/.../stat` line.
+fn stat_cpu(stat: &str) -> f64 {
     let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
     let ticks: f64 = fields.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0)
         + fields.get(12).and_then(|v| v.parse().ok()).unwrap_or(0.0);
     ticks / 100.0
+}
+
+/// User + system CPU seconds of process `pid`.
+fn cpu_seconds(pid: u32) -> f64 {
+    stat_cpu(&std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default())
 }

@@ -34,14 +34,19 @@ fn strays(dir: &Path) -> Vec<String> {
         .collect()
 }
 
-/// Entries of /dev/shm (where the test directories are) naming process `pid`.
+/// Entries of /dev/shm (where the test directories are) naming process `pid`
+/// (a number of their name, between non-digits, is `pid`) and not this one.
+/// Not a substring: the directories of other test processes, named with
+/// their pids, would match a pid that is a part of theirs (1234 in
+/// `tvmq-test-attack-41234-...`).
 fn shm_entries_of(pid: u32) -> Vec<String> {
-    let me = std::process::id().to_string();
+    let names = |n: &str, p: u32| n.split(|c: char| !c.is_ascii_digit()).any(|w| w == p.to_string());
+    let me = std::process::id();
     std::fs::read_dir("/dev/shm")
         .unwrap()
         .filter_map(Result::ok)
         .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.contains(&pid.to_string()) && !n.contains(&me))
+        .filter(|n| names(n, pid) && !names(n, me))
         .collect()
 }
 

@@ -222,6 +222,16 @@ fn kill9_of_the_server_loses_no_answered_push_and_brings_back_no_acknowledged_le
                 threads.push(s.spawn(move || consumer(&mut conn, seen)));
             }
             std::thread::sleep(load);
+            // And until an acknowledgement is answered (the kill is to find
+            // some): each waits for a sync of the image, which on a busy
+            // disk (make test's other tests syncing) took longer than the
+            // load (0 acknowledgements answered in 3 workspace runs at 16
+            // test threads). At most a minute: then the test fails.
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while seen.lock().unwrap().acked.is_empty() {
+                assert!(Instant::now() < deadline, "no acknowledgement answered in a minute");
+                std::thread::sleep(Duration::from_millis(10));
+            }
             // Producers stop before the kill in half the rounds, so that
             // consumers catch up and the kill finds leases of every kind.
             if round % 2 == 1 {

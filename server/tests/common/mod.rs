@@ -376,11 +376,27 @@ pub fn wait_until(limit: Duration, what: &str, mut f: impl FnMut() -> bool) {
 }
 
 /// A Python with redis-py, in a virtual environment under target/ (made,
-/// and redis-py installed from PyPI, the first time).
+/// and redis-py installed from PyPI, the first time). The tests that use it
+/// run in processes of their own, at once: on a fresh clone each would make
+/// the environment and install into it over the other's (a half-made one
+/// looks ready, or pip fails): the first makes it while holding a lock on
+/// `target/redis-py-venv.lock`, the others wait for it.
 pub fn redis_py() -> PathBuf {
-    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/redis-py-venv");
+    use std::os::fd::AsRawFd;
+    let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target");
+    let venv = target.join("redis-py-venv");
     let python = venv.join("bin/python");
     let ready = |p: &Path| Command::new(p).args(["-c", "import redis"]).status().is_ok_and(|s| s.success());
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(target.join("redis-py-venv.lock"))
+        .expect("open target/redis-py-venv.lock");
+    // SAFETY: flock on a descriptor we own; held until `lock` is closed.
+    while unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        assert_eq!(std::io::Error::last_os_error().kind(), std::io::ErrorKind::Interrupted, "flock the venv's lock");
+    }
     if !ready(&python) {
         let made = Command::new("python3").args(["-m", "venv"]).arg(&venv).status().expect("python3 runs");
         assert!(made.success(), "python3 -m venv failed (apt-get install python3-venv)");
