@@ -259,30 +259,13 @@ fn maxclients_refuses_the_one_too_many_with_redis_s_error() {
     server.stop();
 }
 
-/// The names of process `pid`'s threads.
-fn thread_names(pid: u32) -> Vec<String> {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
-    let comm = |t: std::fs::DirEntry| std::fs::read_to_string(t.path().join("comm")).ok();
-    tasks.flatten().filter_map(comm).map(|c| c.trim().to_string()).collect()
-}
-
-/// Process `pid`'s threads but those of the server's bounded pools, which
-/// start their threads as jobs come (opening a queue, closing one) and never
-/// more than `--pool-threads` (8 by default) and 4 a worker's runtime
-/// (`tvmq-blocking`): the others, and the pools'.
-fn threads(pid: u32) -> (usize, usize) {
-    let names = thread_names(pid);
-    let pool = names.iter().filter(|n| n.starts_with("tvmq-pool") || n.starts_with("tvmq-blocking")).count();
-    (names.len() - pool, pool)
-}
-
 #[test]
 fn two_thousand_blocked_clients_cost_no_thread_and_little_memory() {
     let dir = TempDir::new("server", "many-blocked");
     create(&dir, 2, "many", 10_000, 64);
     let mut server = ChildServer::start(&dir, &[]);
     let addr = server.addr;
-    let (base_rss, base_threads) = (server.rss_kib(), threads(server.pid()));
+    let (base_rss, base_threads) = (server.rss_kib(), threads_and_pools(server.pid()));
     let n = 2000;
     let mut clients: Vec<TcpStream> = Vec::with_capacity(n);
     for _ in 0..n {
@@ -299,7 +282,7 @@ fn two_thousand_blocked_clients_cost_no_thread_and_little_memory() {
         let V::Bulk(info) = c.cmd(&[b"INFO", b"clients"]) else { return false };
         String::from_utf8_lossy(&info).contains(&format!("blocked_clients:{n}\r"))
     });
-    let (rss, (t, pool)) = (server.rss_kib(), threads(server.pid()));
+    let (rss, (t, pool)) = (server.rss_kib(), threads_and_pools(server.pid()));
     let names = thread_names(server.pid());
     eprintln!(
         "{n} blocked clients: RSS {base_rss} -> {rss} KiB, threads {base_threads:?} -> {t} and {pool} of the pool: {names:?}"

@@ -179,6 +179,23 @@ pub fn raise_nofile() {
     let _ = setrlimit(Resource::Nofile, Rlimit { current: now.maximum, maximum: now.maximum });
 }
 
+/// The names of process `pid`'s threads.
+pub fn thread_names(pid: u32) -> Vec<String> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
+    let comm = |t: std::fs::DirEntry| std::fs::read_to_string(t.path().join("comm")).ok();
+    tasks.flatten().filter_map(comm).map(|c| c.trim().to_string()).collect()
+}
+
+/// Process `pid`'s threads but those of the server's bounded pools, which
+/// start their threads as jobs come (opening a queue, closing one) and never
+/// more than `--pool-threads` (8 by default) and 4 a worker's runtime
+/// (`tvmq-blocking`): the others, and the pools'.
+pub fn threads_and_pools(pid: u32) -> (usize, usize) {
+    let names = thread_names(pid);
+    let pool = names.iter().filter(|n| n.starts_with("tvmq-pool") || n.starts_with("tvmq-blocking")).count();
+    (names.len() - pool, pool)
+}
+
 /// VmRSS of process `pid`, in KiB.
 pub fn rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
