@@ -24,7 +24,7 @@
 use crate::cmd::blocking::Blocked;
 use crate::cmd::{self, Client, Ctx, Flow};
 use crate::input::Input;
-use crate::local::{FLUSH_AT, POOL_MAX, Pool, WorkerLocal};
+use crate::local::{FLUSH_AT, POOL_MAX, Pool, READ_SIZE, WorkerLocal};
 use crate::preauth::{
     self, AUTH_FAILURE_DELAY, Closed, MAX_AUTH_FAILURES, PREAUTH_LIMITS, PREAUTH_QUERY_LIMIT, Pending,
 };
@@ -117,6 +117,14 @@ async fn run<S: Stream>(
                 return end;
             }
         }
+        // A long command arriving (a million arguments: 8 MB and more) is
+        // parsed as it comes, read by read (each at most a few MB: a few
+        // ms to parse); between two reads the worker serves its other
+        // connections, which the socket's bytes, always ready, would
+        // otherwise keep waiting until the whole command had been read.
+        if input.len() > READ_SIZE {
+            tokio::task::yield_now().await;
+        }
         input.make_room(pool, needed);
         let n = match read_some(s, shared, stop.as_mut(), idle, pending.as_ref(), input.space()).await {
             Ok(n) => n,
@@ -150,7 +158,7 @@ async fn run<S: Stream>(
                     if !req.is_empty() {
                         commands += 1;
                         let mut ctx = Ctx { shared, keys: &worker.keys, client: &mut *client, stats };
-                        match cmd::execute(&mut ctx, data, &req, &mut out) {
+                        match cmd::execute(&mut ctx, data, &req, &mut out).await {
                             Flow::Next => {}
                             Flow::Close => end = Some(End::Close),
                             Flow::Block(b) => blocked = Some(b),

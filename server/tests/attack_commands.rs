@@ -524,3 +524,79 @@ fn an_ack_with_a_malformed_id_acknowledges_nothing() {
     assert_eq!(lease_stat(&c.cmd(&[b"TVMQ.LEASES", b"35"]), "in-flight"), 0);
     server.stop();
 }
+
+/// Bytes of one `INFO` command (`*1\r\n$4\r\nINFO\r\n`), which the server
+/// counts in `total_net_input_bytes` before it answers.
+const INFO_BYTES: u64 = 14;
+
+/// Sends `cmd` on `a` but its last byte, waits until the server (one
+/// worker) has read the rest, then sends that byte and, at once, a PING on
+/// `b`: the PING's reply must come while `cmd` still runs (`a` has no
+/// reply yet). Without its slices the command held the worker until it
+/// was done, and the PING's reply came after the command's.
+fn pong_while_it_runs(addr: SocketAddr, a: &mut Conn, b: &mut Conn, cmd: &[u8]) {
+    let mut infos = 0;
+    let mut input = || {
+        infos += 1;
+        info_value(addr, "total_net_input_bytes") - infos * INFO_BYTES
+    };
+    let base = input();
+    let (body, last) = cmd.split_at(cmd.len() - 1);
+    a.send_raw(body);
+    wait_until(Duration::from_secs(60), "the server to read the command but its last byte", || {
+        input() - base >= body.len() as u64
+    });
+    a.send_raw(last);
+    assert_eq!(b.cmd(&[b"PING"]), V::Simple("PONG".into()));
+    assert_eq!(a.try_read_within(Duration::ZERO), None, "the command's reply came before another client's PONG");
+}
+
+/// A DEL of 200,000 missing queue ids (a failed open each: 1.4 s) held
+/// the worker for all that time: its keys are now looked up in slices.
+#[test]
+fn a_del_of_many_keys_lets_the_worker_serve_others() {
+    let dir = TempDir::new("attack-cmd", "huge-del");
+    create(&dir, 32, "k", 10, 16);
+    let server = ChildServer::start(&dir, &["--threads", "1"]);
+    let (mut a, mut b) = (Conn::connect(server.addr), Conn::connect(server.addr));
+    let ids: Vec<String> = (100_000..300_000).map(|i| i.to_string()).collect();
+    let mut args: Vec<&[u8]> = vec![b"DEL"];
+    args.extend(ids.iter().map(|s| s.as_bytes()));
+    args.push(b"k");
+    let mut cmd = Vec::new();
+    resp::command(&mut cmd, &args);
+    pong_while_it_runs(server.addr, &mut a, &mut b, &cmd);
+    // The same reply as in one run: the one queue that existed, dropped.
+    assert_eq!(a.read(), V::Int(1));
+    assert!(matches!(b.cmd(&[b"LLEN", b"k"]), V::Err(_)), "queue k was not dropped");
+}
+
+/// A BLPOP naming one key a million times (8 MB) held the worker while it
+/// was read, parsed and its keys looked up: another client sending a PING
+/// (and an INFO behind it, answered in the same turn) as the BLPOP's last
+/// bytes went out got its PONG after the BLPOP had blocked. Now the worker
+/// serves others between the command's reads and between slices of its
+/// keys: the PONG comes while the BLPOP is still being taken in.
+#[test]
+fn a_blpop_naming_one_key_a_million_times_lets_the_worker_serve_others() {
+    let dir = TempDir::new("attack-cmd", "huge-blpop");
+    create(&dir, 32, "k", 10, 16);
+    let server = ChildServer::start(&dir, &["--threads", "1"]);
+    let (mut a, mut b) = (Conn::connect(server.addr), Conn::connect(server.addr));
+    let mut args: Vec<&[u8]> = vec![b"BLPOP"];
+    args.extend(std::iter::repeat_n(&b"k"[..], 1_000_000));
+    args.push(b"0");
+    let mut cmd = Vec::new();
+    resp::command(&mut cmd, &args);
+    a.send_raw(&cmd);
+    let got = pipeline(&mut b, &[vec![b"PING"], vec![b"INFO", b"clients"]]);
+    assert_eq!(got[0], V::Simple("PONG".into()));
+    let V::Bulk(info) = &got[1] else { panic!("INFO: {:?}", got[1]) };
+    let info = String::from_utf8_lossy(info);
+    assert!(info.contains("blocked_clients:0\r\n"), "the PONG came after the BLPOP had blocked: {info}");
+    blocked(server.addr, 1);
+    // The BLPOP as it would be without the others: one record, once.
+    assert_eq!(b.cmd(&[b"RPUSH", b"k", b"1", b"2"]), V::Int(2));
+    assert_eq!(a.read(), V::Arr(vec![V::bulk(b"k"), V::bulk(b"1")]));
+    assert_eq!(b.cmd(&[b"LLEN", b"k"]), V::Int(1));
+}
