@@ -600,3 +600,88 @@ fn a_blpop_naming_one_key_a_million_times_lets_the_worker_serve_others() {
     assert_eq!(a.read(), V::Arr(vec![V::bulk(b"k"), V::bulk(b"1")]));
     assert_eq!(b.cmd(&[b"LLEN", b"k"]), V::Int(1));
 }
+
+/// A command of `args` as RESP.
+fn encoded(args: &[&[u8]]) -> Vec<u8> {
+    let mut out = Vec::new();
+    resp::command(&mut out, args);
+    out
+}
+
+/// RPUSH of more than 4,096 values and TVMQ.ACK of more than 1,024 ids
+/// run in slices: their replies are those of one run (a bad value refuses
+/// all before any is pushed, a full queue says how many went in, in
+/// order; an `always` queue answers once a sync covers them all; every
+/// lease acknowledged once, duplicates counting 0).
+#[test]
+fn long_pushes_and_acks_answer_as_in_one_run() {
+    let dir = TempDir::new("attack-cmd", "sliced-results");
+    create(&dir, 33, "q", 6000, 16);
+    let mut lease_spec = tvm::Spec::new(10_000, 16);
+    lease_spec.leases = Some(tvm::LeaseSpec { lease_ms: 600_000, max_leases: 4096, ..tvm::LeaseSpec::default() });
+    tvm::Queue::create(dir.path(), 42, &lease_spec).unwrap();
+    let disk = DiskDir::new("sliced-push");
+    let mut spec = tvm::Spec::new(10_000, 16);
+    spec.durability = Some(tvm::Durability::Always);
+    tvm::Queue::create(disk.path(), 43, &spec).unwrap();
+    let server = ChildServer::start(&dir, &["--threads", "1"]);
+    let mut c = Conn::connect(server.addr);
+    let values: Vec<String> = (0..10_000).map(|i| format!("v{i}")).collect();
+    let push = |n: usize, last: &'static [u8]| {
+        let mut args: Vec<&[u8]> = vec![b"RPUSH", b"q"];
+        args.extend(values[..n - 1].iter().map(|v| v.as_bytes()));
+        args.push(last);
+        encoded(&args)
+    };
+    // A bad value last: nothing pushed.
+    c.send_raw(&push(5000, b"seventeen bytes!!"));
+    assert!(c.read().err_text().starts_with("RECD_TOO_LONG value of 17 bytes"));
+    c.send_raw(&push(5000, b""));
+    assert!(c.read().err_text().starts_with("CONDIT_IS_NIL"));
+    assert_eq!(c.cmd(&[b"LLEN", b"q"]), V::Int(0));
+    // More than the queue holds: the first ones, in order, and how many.
+    c.send_raw(&push(10_000, b"last"));
+    let full = c.read();
+    let pushed = match c.cmd(&[b"LLEN", b"q"]) {
+        V::Int(n) => n as usize,
+        other => panic!("{other:?}"),
+    };
+    assert!(pushed >= 6000 && pushed < 10_000, "{pushed}");
+    assert_eq!(
+        full.err_text(),
+        format!("DATA_SPC_FULL queue 33 is full: {pushed} of 10000 values pushed, the rest not")
+    );
+    let V::Arr(got) = c.cmd(&[b"LPOP", b"q", b"10000"]) else { panic!("LPOP") };
+    let want: Vec<V> = values[..pushed].iter().map(|v| V::bulk(v.as_bytes())).collect();
+    assert_eq!(got, want);
+
+    // TVMQ.ACK of 3,000 leases, each named twice: 3,000 acknowledged.
+    let mut args: Vec<&[u8]> = vec![b"RPUSH", b"42"];
+    args.extend(values[..3000].iter().map(|v| v.as_bytes()));
+    assert_eq!(c.cmd(&args), V::Int(3000));
+    let mut ids = Vec::new();
+    while ids.len() < 3000 {
+        let V::Arr(entries) = c.cmd(&[b"TVMQ.LEASE", b"42", b"COUNT", b"1000"]) else { panic!("TVMQ.LEASE") };
+        for e in entries {
+            let V::Arr(e) = e else { panic!("{e:?}") };
+            ids.push(bulk(&e[0]));
+        }
+    }
+    let mut args: Vec<&[u8]> = vec![b"TVMQ.ACK", b"42"];
+    args.extend(ids.iter().map(Vec::as_slice));
+    args.extend(ids.iter().map(Vec::as_slice));
+    assert_eq!(c.cmd(&args), V::Int(3000));
+    assert_eq!(c.cmd(&[b"LLEN", b"42"]), V::Int(0));
+    assert_eq!(lease_stat(&c.cmd(&[b"TVMQ.LEASES", b"42"]), "in-flight"), 0);
+    drop(server);
+
+    // An `always` queue: the reply once all 5,000 are synced.
+    let server = ChildServer::spawn_in(disk.path(), &["--threads", "1"], &Spawn::default());
+    let mut c = Conn::connect(server.addr);
+    let mut args: Vec<&[u8]> = vec![b"RPUSH", b"43"];
+    args.extend(values[..5000].iter().map(|v| v.as_bytes()));
+    assert_eq!(c.cmd(&args), V::Int(5000));
+    drop(server);
+    let q = tvm::Queue::open(disk.path(), 43).unwrap();
+    assert_eq!(q.depth(), 5000);
+}
