@@ -646,7 +646,7 @@ fn long_pushes_and_acks_answer_as_in_one_run() {
         V::Int(n) => n as usize,
         other => panic!("{other:?}"),
     };
-    assert!(pushed >= 6000 && pushed < 10_000, "{pushed}");
+    assert!((6000..10_000).contains(&pushed), "{pushed}");
     assert_eq!(
         full.err_text(),
         format!("DATA_SPC_FULL queue 33 is full: {pushed} of 10000 values pushed, the rest not")
