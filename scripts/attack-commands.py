@@ -17,6 +17,7 @@ p50, p99 and worst are printed beside each attack's own figures. The
 machine's load disturbs every figure: run it on a quiet machine, twice.
 """
 
+import multiprocessing
 import os
 import resource
 import shutil
@@ -136,33 +137,51 @@ def cpu_share(pid, seconds):
     return (cpu_ticks(pid) - a) / CLK / seconds
 
 
+def _ping(c, times, stop):
+    """Pinger's loop: PING every 2 ms on `c`, each round trip timed."""
+    while not stop.is_set():
+        t = time.perf_counter()
+        assert c.cmd("PING") == "PONG"
+        times.append(time.perf_counter() - t)
+        time.sleep(0.002)
+    c.close()
+
+
+def _pinger_process(port, ready, results, stop):
+    conns = [Conn(port), Conn(port)]
+    for c in conns:
+        c.cmd("PING")
+    ready.set()
+    times = [[] for _ in conns]
+    threads = [threading.Thread(target=_ping, args=(c, ts, stop)) for c, ts in zip(conns, times)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    results.put(times)
+
+
 class Pinger:
     """Other clients: two connections (one on each worker of the server,
     which hands a new connection to the worker serving the fewest), each
-    sending PING every 2 ms from a thread of its own, each round trip timed."""
+    sending PING every 2 ms from a thread of its own, each round trip timed,
+    in a process of their own (in this one, the attacker's Python, holding
+    the interpreter's lock while it builds a command, would delay them)."""
 
     def __init__(self, port):
-        self.conns = [Conn(port), Conn(port)]
-        self.times = [[] for _ in self.conns]
-        self.stop_flag = False
-        self.threads = [threading.Thread(target=self.run, args=(c, ts), daemon=True)
-                        for c, ts in zip(self.conns, self.times)]
-        for t in self.threads:
-            t.start()
-
-    def run(self, c, times):
-        while not self.stop_flag:
-            t = time.perf_counter()
-            assert c.cmd("PING") == "PONG"
-            times.append(time.perf_counter() - t)
-            time.sleep(0.002)
+        self.stop_flag = multiprocessing.Event()
+        self.results = multiprocessing.Queue()
+        ready = multiprocessing.Event()
+        self.proc = multiprocessing.Process(target=_pinger_process, args=(port, ready, self.results, self.stop_flag))
+        self.proc.start()
+        # Connected (one on each worker) before the attacker's connections.
+        if not ready.wait(30):
+            raise RuntimeError("the pinger could not connect")
 
     def stop(self):
-        self.stop_flag = True
-        for t in self.threads:
-            t.join()
-        for c in self.conns:
-            c.close()
+        self.stop_flag.set()
+        self.times = self.results.get(timeout=60)
+        self.proc.join()
         # The connection that fared worse (the one on the attacker's worker).
         worst = max((sorted(ts) for ts in self.times if ts), key=lambda ts: ts[min(len(ts) - 1, int(0.99 * len(ts)))])
         pick = lambda q: worst[min(len(worst) - 1, int(q * len(worst)))] * 1000
@@ -279,11 +298,12 @@ def attack_dup_keys(d, conns=3):
     try:
         Conn(s.port).cmd("PING")
         before = proc_status(s.pid, "VmRSS")
+        cmd = enc("BLPOP", *([32] * 1_000_000), 0)
         p = Pinger(s.port)
         held = []
         for _ in range(conns):
             c = Conn(s.port)
-            c.send(enc("BLPOP", *([32] * 1_000_000), 0))
+            c.send(cmd)
             held.append(c)
         deadline = time.time() + 60
         while time.time() < deadline:

@@ -66,7 +66,7 @@ pub(crate) enum Flow {
 
 /// Runs the command in `req` (arguments in `buf`), appending its reply to
 /// `out`. A command whose arguments are checked in a loop as long as they
-/// are (BLPOP, BRPOP, DEL, TVMQ.ACK, a long RPUSH or LPUSH) runs it in slices ([`crate::slice`]): the
+/// are (BLPOP, BRPOP, DEL, TVMQ.ACK, CONFIG GET, INFO, a long RPUSH or LPUSH) runs it in slices ([`crate::slice`]): the
 /// worker serves its other connections meanwhile.
 #[inline]
 pub(crate) async fn execute(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) -> Flow {
@@ -85,6 +85,11 @@ pub(crate) async fn execute(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &
             lease::ack(ctx, buf, req, out).await;
             Flow::Next
         }
+        Step::Config => {
+            server::config(ctx, buf, req, out).await;
+            Flow::Next
+        }
+        Step::Info => info::info(ctx, buf, req, out).await.map_or(Flow::Next, Flow::Info),
     }
 }
 
@@ -98,6 +103,10 @@ enum Step {
     Push(&'static str),
     /// TVMQ.ACK.
     Ack,
+    /// CONFIG (GET's patterns).
+    Config,
+    /// INFO (its sections).
+    Info,
 }
 
 /// Runs the command unless it is one of those [`execute`] runs in slices.
@@ -127,11 +136,7 @@ fn dispatch(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) -> 
         Cmd::Blpop | Cmd::Brpop => return Step::Blocking,
         Cmd::Ping => server::ping(ctx, buf, req, out),
         Cmd::Echo => resp::bulk(out, req.arg(buf, 1)),
-        Cmd::Info => {
-            if let Some(rest) = info::info(ctx, buf, req, out) {
-                return Step::Done(Flow::Info(rest));
-            }
-        }
+        Cmd::Info => return Step::Info,
         Cmd::Auth => server::auth(ctx, buf, req, out),
         Cmd::Hello => server::hello(ctx, buf, req, out),
         Cmd::Quit => {
@@ -140,7 +145,7 @@ fn dispatch(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) -> 
         }
         Cmd::Select => server::select(buf, req, out),
         Cmd::Client => server::client(ctx, buf, req, out),
-        Cmd::Config => server::config(ctx, buf, req, out),
+        Cmd::Config => return Step::Config,
         Cmd::Command => server::command(ctx, buf, req, out),
         Cmd::Del => return Step::Del,
         Cmd::Ltrim => return Step::Done(admin::ltrim(ctx, buf, req, out).map_or(Flow::Next, Flow::OffWorker)),
