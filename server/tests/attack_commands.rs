@@ -551,21 +551,25 @@ fn pong_while_it_runs(addr: SocketAddr, a: &mut Conn, b: &mut Conn, cmd: &[u8]) 
     assert_eq!(a.try_read_within(Duration::ZERO), None, "the command's reply came before another client's PONG");
 }
 
+/// A server with one worker and queue `k`, and two clients of it.
+fn one_worker_two_clients(tag: &str) -> (TempDir, ChildServer, Conn, Conn) {
+    let dir = TempDir::new("attack-cmd", tag);
+    create(&dir, 32, "k", 10, 16);
+    let server = ChildServer::start(&dir, &["--threads", "1"]);
+    let (a, b) = (Conn::connect(server.addr), Conn::connect(server.addr));
+    (dir, server, a, b)
+}
+
 /// A DEL of 200,000 missing queue ids (a failed open each: 1.4 s) held
 /// the worker for all that time: its keys are now looked up in slices.
 #[test]
 fn a_del_of_many_keys_lets_the_worker_serve_others() {
-    let dir = TempDir::new("attack-cmd", "huge-del");
-    create(&dir, 32, "k", 10, 16);
-    let server = ChildServer::start(&dir, &["--threads", "1"]);
-    let (mut a, mut b) = (Conn::connect(server.addr), Conn::connect(server.addr));
+    let (_dir, server, mut a, mut b) = one_worker_two_clients("huge-del");
     let ids: Vec<String> = (100_000..300_000).map(|i| i.to_string()).collect();
     let mut args: Vec<&[u8]> = vec![b"DEL"];
     args.extend(ids.iter().map(|s| s.as_bytes()));
     args.push(b"k");
-    let mut cmd = Vec::new();
-    resp::command(&mut cmd, &args);
-    pong_while_it_runs(server.addr, &mut a, &mut b, &cmd);
+    pong_while_it_runs(server.addr, &mut a, &mut b, &encoded(&args));
     // The same reply as in one run: the one queue that existed, dropped.
     assert_eq!(a.read(), V::Int(1));
     assert!(matches!(b.cmd(&[b"LLEN", b"k"]), V::Err(_)), "queue k was not dropped");
@@ -579,16 +583,11 @@ fn a_del_of_many_keys_lets_the_worker_serve_others() {
 /// keys: the PONG comes while the BLPOP is still being taken in.
 #[test]
 fn a_blpop_naming_one_key_a_million_times_lets_the_worker_serve_others() {
-    let dir = TempDir::new("attack-cmd", "huge-blpop");
-    create(&dir, 32, "k", 10, 16);
-    let server = ChildServer::start(&dir, &["--threads", "1"]);
-    let (mut a, mut b) = (Conn::connect(server.addr), Conn::connect(server.addr));
+    let (_dir, server, mut a, mut b) = one_worker_two_clients("huge-blpop");
     let mut args: Vec<&[u8]> = vec![b"BLPOP"];
     args.extend(std::iter::repeat_n(&b"k"[..], 1_000_000));
     args.push(b"0");
-    let mut cmd = Vec::new();
-    resp::command(&mut cmd, &args);
-    a.send_raw(&cmd);
+    a.send_raw(&encoded(&args));
     let got = pipeline(&mut b, &[vec![b"PING"], vec![b"INFO", b"clients"]]);
     assert_eq!(got[0], V::Simple("PONG".into()));
     let V::Bulk(info) = &got[1] else { panic!("INFO: {:?}", got[1]) };
