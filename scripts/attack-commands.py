@@ -3,13 +3,13 @@
 figures (the tests in server/tests/attack_commands.rs run each one small):
 one client scanning the lease table or the queues (TVMQ.LEASES, INFO),
 blocked clients while nothing is pushed, a blocking pop naming one key a
-million times, many creations and repairs at once, the auto-creation budget
+million times, other commands of a million arguments, many creations and repairs at once, the auto-creation budget
 across a restart, out-of-range lease times, an ACK with a bad id among good
 ones, and a queue name that forges a row of `tvmq list`.
 
 Usage: TVMQ=target/release/tvmq python3 scripts/attack-commands.py [NAME ...]
 (`make attack` runs it all, `make attack ATTACKS=leases,info` some; names:
-leases info blpop-many lease-block dup-keys creations repairs budget
+leases info blpop-many lease-block dup-keys huge creations repairs budget
 lease-times ack names). About three minutes in all. Each attack starts its own
 server (two worker threads) on a free port, with its queues in /dev/shm,
 and removes them after. Another connection PINGs every 2 ms meanwhile: its
@@ -322,6 +322,56 @@ def attack_dup_keys(d, conns=3):
         s.stop()
 
 
+def attack_huge(d, n=1_000_000):
+    """One command with a million arguments at a time (each built before
+    the pinger starts), on one connection, while another client PINGs:
+    how long the command took, its reply, and the PINGs (on each worker:
+    the worst on the attacker's shows what the command held)."""
+    tvmq(d, "create", 32, "--rows", 10, "--size", 16)
+    tvmq(d, "create", 33, "--rows", 10, "--size", 16, "--name", "named")
+    tvmq(d, "create", 40, "--rows", n + 100_000, "--size", 16)
+    tvmq(d, "create", 41, "--rows", 10, "--size", 16, "--lease-ms", 30000)
+    attacks = [
+        ("BLPOP 32 (1M times) 0", enc("BLPOP", *([32] * n), 0), True),
+        ("BLPOP 32 named (500k times) 0", enc("BLPOP", *([32, "named"] * (n // 2)), 0), True),
+        ("RPUSH 40 (1M values)", enc("RPUSH", 40, *(["v"] * n)), False),
+        ("DEL 99 (1M times, missing)", enc("DEL", *([99] * n)), False),
+        ("DEL of 1M missing ids", enc("DEL", *range(100_000, 100_000 + n)), False),
+        ("DEL nosuch (1M times)", enc("DEL", *(["nosuch"] * n)), False),
+        ("TVMQ.ACK 41 (1M ids)", enc("TVMQ.ACK", 41, *(["1-1"] * n)), False),
+        ("CONFIG GET (1M patterns)", enc("CONFIG", "GET", *(["x*"] * n)), False),
+        ("INFO (1M sections)", enc("INFO", *(["nosection"] * n)), False),
+        ("COMMAND DOCS (1M names)", enc("COMMAND", "DOCS", *(["nocmd"] * n)), False),
+        ("HELLO 3 SETNAME a (500k times)", enc("HELLO", 3, *(["SETNAME", "a"] * (n // 2))), False),
+        ("an unknown command of 1M arguments", enc("FOO", *(["a"] * n)), False),
+    ]
+    s = Server(d)
+    try:
+        for name, cmd, blocks in attacks:
+            c = Conn(s.port)
+            c.cmd("PING")
+            p = Pinger(s.port)
+            t = time.perf_counter()
+            c.send(cmd)
+            if blocks:
+                while b"blocked_clients:1\r" not in Conn(s.port).cmd("INFO", "clients"):
+                    time.sleep(0.01)
+                reply = "blocked"
+            else:
+                reply = c.read()
+            took = time.perf_counter() - t
+            time.sleep(0.1)
+            p.stop()
+            worst = " and ".join(f"{max(ts) * 1000:.1f}" for ts in p.times if ts)
+            print(f"huge: {name}: {took * 1000:.0f} ms, {repr(reply)[:40]}; PING worst {worst} ms (one connection on each worker)")
+            c.close()
+            time.sleep(0.1)
+            if name.startswith("RPUSH"):
+                Conn(s.port).cmd("LTRIM", 40, 1, 0)
+    finally:
+        s.stop()
+
+
 def peak_threads(pid, until):
     peak = 0
     while not until():
@@ -442,6 +492,7 @@ ATTACKS = {
     "blpop-many": attack_blpop_many,
     "lease-block": attack_lease_block,
     "dup-keys": attack_dup_keys,
+    "huge": attack_huge,
     "creations": attack_creations,
     "repairs": attack_repairs,
     "budget": attack_budget,
