@@ -3,9 +3,10 @@
 figures (the tests in server/tests/attack_commands.rs run each one small):
 one client scanning the lease table or the queues (TVMQ.LEASES, INFO),
 blocked clients while nothing is pushed, a blocking pop naming one key a
-million times, other commands of a million arguments, many creations and repairs at once, the auto-creation budget
-across a restart, out-of-range lease times, an ACK with a bad id among good
-ones, and a queue name that forges a row of `tvmq list`.
+million times, other commands of a million arguments, many creations and
+repairs at once, the auto-creation budget across a restart, out-of-range
+lease times, an ACK with a bad id among good ones, and a queue name that
+forges a row of `tvmq list`.
 
 Usage: TVMQ=target/release/tvmq python3 scripts/attack-commands.py [NAME ...]
 (`make attack` runs it all, `make attack ATTACKS=leases,info` some; names:
