@@ -11,6 +11,11 @@
 //! is closed. Between batches an idle connection holds no buffer at all
 //! (buffers come from, and go back to, the worker's pool), nor a queue.
 //!
+//! A long command (a million arguments) is parsed as it arrives, and the
+//! worker serves its other connections between two of its reads; the
+//! commands whose arguments are checked in a loop run it in slices
+//! ([`crate::slice`]), so one client's huge command never holds the others.
+//!
 //! Until it has authenticated (when a password is required), a connection
 //! may send only small commands ([`PREAUTH_LIMITS`], at most
 //! [`PREAUTH_QUERY_LIMIT`] bytes in all), checked on their length headers
