@@ -175,7 +175,7 @@ attack: build attack-commands
 # The attacks on `tvmq serve` by one client's commands, with their big figures
 # (scripts/attack-commands.py, a few minutes: scans of a big lease table and of
 # 20,000 queues, idle blocked clients, a BLPOP naming one key a million times,
-# creations and repairs at once, the creation budget, lease times, ACK, names);
+# other commands of a million arguments (huge), creations and repairs at once, the creation budget, lease times, ACK, names);
 # server/tests/attack_commands.rs runs each one small in `make test`.
 # ATTACKS=leases,info,... runs those alone.
 attack-commands: build

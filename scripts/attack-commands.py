@@ -3,13 +3,14 @@
 figures (the tests in server/tests/attack_commands.rs run each one small):
 one client scanning the lease table or the queues (TVMQ.LEASES, INFO),
 blocked clients while nothing is pushed, a blocking pop naming one key a
-million times, many creations and repairs at once, the auto-creation budget
-across a restart, out-of-range lease times, an ACK with a bad id among good
-ones, and a queue name that forges a row of `tvmq list`.
+million times, other commands of a million arguments, many creations and
+repairs at once, the auto-creation budget across a restart, out-of-range
+lease times, an ACK with a bad id among good ones, and a queue name that
+forges a row of `tvmq list`.
 
 Usage: TVMQ=target/release/tvmq python3 scripts/attack-commands.py [NAME ...]
 (`make attack` runs it all, `make attack ATTACKS=leases,info` some; names:
-leases info blpop-many lease-block dup-keys creations repairs budget
+leases info blpop-many lease-block dup-keys huge creations repairs budget
 lease-times ack names). About three minutes in all. Each attack starts its own
 server (two worker threads) on a free port, with its queues in /dev/shm,
 and removes them after. Another connection PINGs every 2 ms meanwhile: its
@@ -17,6 +18,7 @@ p50, p99 and worst are printed beside each attack's own figures. The
 machine's load disturbs every figure: run it on a quiet machine, twice.
 """
 
+import multiprocessing
 import os
 import resource
 import shutil
@@ -136,33 +138,51 @@ def cpu_share(pid, seconds):
     return (cpu_ticks(pid) - a) / CLK / seconds
 
 
+def _ping(c, times, stop):
+    """Pinger's loop: PING every 2 ms on `c`, each round trip timed."""
+    while not stop.is_set():
+        t = time.perf_counter()
+        assert c.cmd("PING") == "PONG"
+        times.append(time.perf_counter() - t)
+        time.sleep(0.002)
+    c.close()
+
+
+def _pinger_process(port, ready, results, stop):
+    conns = [Conn(port), Conn(port)]
+    for c in conns:
+        c.cmd("PING")
+    ready.set()
+    times = [[] for _ in conns]
+    threads = [threading.Thread(target=_ping, args=(c, ts, stop)) for c, ts in zip(conns, times)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    results.put(times)
+
+
 class Pinger:
     """Other clients: two connections (one on each worker of the server,
     which hands a new connection to the worker serving the fewest), each
-    sending PING every 2 ms from a thread of its own, each round trip timed."""
+    sending PING every 2 ms from a thread of its own, each round trip timed,
+    in a process of their own (in this one, the attacker's Python, holding
+    the interpreter's lock while it builds a command, would delay them)."""
 
     def __init__(self, port):
-        self.conns = [Conn(port), Conn(port)]
-        self.times = [[] for _ in self.conns]
-        self.stop_flag = False
-        self.threads = [threading.Thread(target=self.run, args=(c, ts), daemon=True)
-                        for c, ts in zip(self.conns, self.times)]
-        for t in self.threads:
-            t.start()
-
-    def run(self, c, times):
-        while not self.stop_flag:
-            t = time.perf_counter()
-            assert c.cmd("PING") == "PONG"
-            times.append(time.perf_counter() - t)
-            time.sleep(0.002)
+        self.stop_flag = multiprocessing.Event()
+        self.results = multiprocessing.Queue()
+        ready = multiprocessing.Event()
+        self.proc = multiprocessing.Process(target=_pinger_process, args=(port, ready, self.results, self.stop_flag))
+        self.proc.start()
+        # Connected (one on each worker) before the attacker's connections.
+        if not ready.wait(30):
+            raise RuntimeError("the pinger could not connect")
 
     def stop(self):
-        self.stop_flag = True
-        for t in self.threads:
-            t.join()
-        for c in self.conns:
-            c.close()
+        self.stop_flag.set()
+        self.times = self.results.get(timeout=60)
+        self.proc.join()
         # The connection that fared worse (the one on the attacker's worker).
         worst = max((sorted(ts) for ts in self.times if ts), key=lambda ts: ts[min(len(ts) - 1, int(0.99 * len(ts)))])
         pick = lambda q: worst[min(len(worst) - 1, int(q * len(worst)))] * 1000
@@ -279,11 +299,12 @@ def attack_dup_keys(d, conns=3):
     try:
         Conn(s.port).cmd("PING")
         before = proc_status(s.pid, "VmRSS")
+        cmd = enc("BLPOP", *([32] * 1_000_000), 0)
         p = Pinger(s.port)
         held = []
         for _ in range(conns):
             c = Conn(s.port)
-            c.send(enc("BLPOP", *([32] * 1_000_000), 0))
+            c.send(cmd)
             held.append(c)
         deadline = time.time() + 60
         while time.time() < deadline:
@@ -298,6 +319,56 @@ def attack_dup_keys(d, conns=3):
               f"{after // 1024} MiB ({(after - before) / conns / 1024:.1f} MiB a connection); {ping}")
         for c in held:
             c.close()
+    finally:
+        s.stop()
+
+
+def attack_huge(d, n=1_000_000):
+    """One command with a million arguments at a time (each built before
+    the pinger starts), on one connection, while another client PINGs:
+    how long the command took, its reply, and the PINGs (on each worker:
+    the worst on the attacker's shows what the command held)."""
+    tvmq(d, "create", 32, "--rows", 10, "--size", 16)
+    tvmq(d, "create", 33, "--rows", 10, "--size", 16, "--name", "named")
+    tvmq(d, "create", 40, "--rows", n + 100_000, "--size", 16)
+    tvmq(d, "create", 41, "--rows", 10, "--size", 16, "--lease-ms", 30000)
+    attacks = [
+        ("BLPOP 32 (1M times) 0", enc("BLPOP", *([32] * n), 0), True),
+        ("BLPOP 32 named (500k times) 0", enc("BLPOP", *([32, "named"] * (n // 2)), 0), True),
+        ("RPUSH 40 (1M values)", enc("RPUSH", 40, *(["v"] * n)), False),
+        ("DEL 99 (1M times, missing)", enc("DEL", *([99] * n)), False),
+        ("DEL of 1M missing ids", enc("DEL", *range(100_000, 100_000 + n)), False),
+        ("DEL nosuch (1M times)", enc("DEL", *(["nosuch"] * n)), False),
+        ("TVMQ.ACK 41 (1M ids)", enc("TVMQ.ACK", 41, *(["1-1"] * n)), False),
+        ("CONFIG GET (1M patterns)", enc("CONFIG", "GET", *(["x*"] * n)), False),
+        ("INFO (1M sections)", enc("INFO", *(["nosection"] * n)), False),
+        ("COMMAND DOCS (1M names)", enc("COMMAND", "DOCS", *(["nocmd"] * n)), False),
+        ("HELLO 3 SETNAME a (500k times)", enc("HELLO", 3, *(["SETNAME", "a"] * (n // 2))), False),
+        ("an unknown command of 1M arguments", enc("FOO", *(["a"] * n)), False),
+    ]
+    s = Server(d)
+    try:
+        for name, cmd, blocks in attacks:
+            c = Conn(s.port)
+            c.cmd("PING")
+            p = Pinger(s.port)
+            t = time.perf_counter()
+            c.send(cmd)
+            if blocks:
+                while b"blocked_clients:1\r" not in Conn(s.port).cmd("INFO", "clients"):
+                    time.sleep(0.01)
+                reply = "blocked"
+            else:
+                reply = c.read()
+            took = time.perf_counter() - t
+            time.sleep(0.1)
+            p.stop()
+            worst = " and ".join(f"{max(ts) * 1000:.1f}" for ts in p.times if ts)
+            print(f"huge: {name}: {took * 1000:.0f} ms, {repr(reply)[:40]}; PING worst {worst} ms (one connection on each worker)")
+            c.close()
+            time.sleep(0.1)
+            if name.startswith("RPUSH"):
+                Conn(s.port).cmd("LTRIM", 40, 1, 0)
     finally:
         s.stop()
 
@@ -422,6 +493,7 @@ ATTACKS = {
     "blpop-many": attack_blpop_many,
     "lease-block": attack_lease_block,
     "dup-keys": attack_dup_keys,
+    "huge": attack_huge,
     "creations": attack_creations,
     "repairs": attack_repairs,
     "budget": attack_budget,

@@ -11,6 +11,11 @@
 //! is closed. Between batches an idle connection holds no buffer at all
 //! (buffers come from, and go back to, the worker's pool), nor a queue.
 //!
+//! A long command (a million arguments) is parsed as it arrives, and the
+//! worker serves its other connections between two of its reads; the
+//! commands whose arguments are checked in a loop run it in slices
+//! ([`crate::slice`]), so one client's huge command never holds the others.
+//!
 //! Until it has authenticated (when a password is required), a connection
 //! may send only small commands ([`PREAUTH_LIMITS`], at most
 //! [`PREAUTH_QUERY_LIMIT`] bytes in all), checked on their length headers
@@ -24,7 +29,7 @@
 use crate::cmd::blocking::Blocked;
 use crate::cmd::{self, Client, Ctx, Flow};
 use crate::input::Input;
-use crate::local::{FLUSH_AT, POOL_MAX, Pool, WorkerLocal};
+use crate::local::{FLUSH_AT, POOL_MAX, Pool, READ_SIZE, WorkerLocal};
 use crate::preauth::{
     self, AUTH_FAILURE_DELAY, Closed, MAX_AUTH_FAILURES, PREAUTH_LIMITS, PREAUTH_QUERY_LIMIT, Pending,
 };
@@ -117,6 +122,14 @@ async fn run<S: Stream>(
                 return end;
             }
         }
+        // A long command arriving (a million arguments: 8 MB and more) is
+        // parsed as it comes, read by read (each at most a few MB: a few
+        // ms to parse); between two reads the worker serves its other
+        // connections, which the socket's bytes, always ready, would
+        // otherwise keep waiting until the whole command had been read.
+        if input.len() > READ_SIZE {
+            tokio::task::yield_now().await;
+        }
         input.make_room(pool, needed);
         let n = match read_some(s, shared, stop.as_mut(), idle, pending.as_ref(), input.space()).await {
             Ok(n) => n,
@@ -150,7 +163,7 @@ async fn run<S: Stream>(
                     if !req.is_empty() {
                         commands += 1;
                         let mut ctx = Ctx { shared, keys: &worker.keys, client: &mut *client, stats };
-                        match cmd::execute(&mut ctx, data, &req, &mut out) {
+                        match cmd::execute(&mut ctx, data, &req, &mut out).await {
                             Flow::Next => {}
                             Flow::Close => end = Some(End::Close),
                             Flow::Block(b) => blocked = Some(b),

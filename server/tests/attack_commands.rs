@@ -524,3 +524,163 @@ fn an_ack_with_a_malformed_id_acknowledges_nothing() {
     assert_eq!(lease_stat(&c.cmd(&[b"TVMQ.LEASES", b"35"]), "in-flight"), 0);
     server.stop();
 }
+
+/// Bytes of one `INFO` command (`*1\r\n$4\r\nINFO\r\n`), which the server
+/// counts in `total_net_input_bytes` before it answers.
+const INFO_BYTES: u64 = 14;
+
+/// Sends `cmd` on `a` but its last byte, waits until the server (one
+/// worker) has read the rest, then sends that byte and, at once, a PING on
+/// `b`: the PING's reply must come while `cmd` still runs (`a` has no
+/// reply yet). Without its slices the command held the worker until it
+/// was done, and the PING's reply came after the command's.
+fn pong_while_it_runs(addr: SocketAddr, a: &mut Conn, b: &mut Conn, cmd: &[u8]) {
+    let mut infos = 0;
+    let mut input = || {
+        infos += 1;
+        info_value(addr, "total_net_input_bytes") - infos * INFO_BYTES
+    };
+    let base = input();
+    let (body, last) = cmd.split_at(cmd.len() - 1);
+    a.send_raw(body);
+    wait_until(Duration::from_secs(60), "the server to read the command but its last byte", || {
+        input() - base >= body.len() as u64
+    });
+    a.send_raw(last);
+    assert_eq!(b.cmd(&[b"PING"]), V::Simple("PONG".into()));
+    assert_eq!(a.try_read_within(Duration::ZERO), None, "the command's reply came before another client's PONG");
+}
+
+/// A server with one worker and queue `k`, and two clients of it.
+fn one_worker_two_clients(tag: &str) -> (TempDir, ChildServer, Conn, Conn) {
+    let dir = TempDir::new("attack-cmd", tag);
+    create(&dir, 32, "k", 10, 16);
+    let server = ChildServer::start(&dir, &["--threads", "1"]);
+    let (a, b) = (Conn::connect(server.addr), Conn::connect(server.addr));
+    (dir, server, a, b)
+}
+
+/// A DEL of 200,000 missing queue ids (a failed open each: 1.4 s) held
+/// the worker for all that time: its keys are now looked up in slices.
+#[test]
+fn a_del_of_many_keys_lets_the_worker_serve_others() {
+    let (_dir, server, mut a, mut b) = one_worker_two_clients("huge-del");
+    let ids: Vec<String> = (100_000..300_000).map(|i| i.to_string()).collect();
+    let mut args: Vec<&[u8]> = vec![b"DEL"];
+    args.extend(ids.iter().map(|s| s.as_bytes()));
+    args.push(b"k");
+    pong_while_it_runs(server.addr, &mut a, &mut b, &encoded(&args));
+    // The same reply as in one run: the one queue that existed, dropped.
+    assert_eq!(a.read(), V::Int(1));
+    assert!(matches!(b.cmd(&[b"LLEN", b"k"]), V::Err(_)), "queue k was not dropped");
+}
+
+/// A BLPOP naming one key a million times (8 MB) held the worker while it
+/// was read, parsed and its keys looked up: another client sending a PING
+/// (and an INFO behind it, answered in the same turn) as the BLPOP's last
+/// bytes went out got its PONG after the BLPOP had blocked. Now the worker
+/// serves others between the command's reads and between slices of its
+/// keys: the PONG comes while the BLPOP is still being taken in.
+#[test]
+fn a_blpop_naming_one_key_a_million_times_lets_the_worker_serve_others() {
+    let (_dir, server, mut a, mut b) = one_worker_two_clients("huge-blpop");
+    let mut args: Vec<&[u8]> = vec![b"BLPOP"];
+    args.extend(std::iter::repeat_n(&b"k"[..], 1_000_000));
+    args.push(b"0");
+    a.send_raw(&encoded(&args));
+    let got = pipeline(&mut b, &[vec![b"PING"], vec![b"INFO", b"clients"]]);
+    assert_eq!(got[0], V::Simple("PONG".into()));
+    let V::Bulk(info) = &got[1] else { panic!("INFO: {:?}", got[1]) };
+    let info = String::from_utf8_lossy(info);
+    assert!(info.contains("blocked_clients:0\r\n"), "the PONG came after the BLPOP had blocked: {info}");
+    blocked(server.addr, 1);
+    // The BLPOP as it would be without the others: one record, once.
+    assert_eq!(b.cmd(&[b"RPUSH", b"k", b"1", b"2"]), V::Int(2));
+    assert_eq!(a.read(), V::Arr(vec![V::bulk(b"k"), V::bulk(b"1")]));
+    assert_eq!(b.cmd(&[b"LLEN", b"k"]), V::Int(1));
+}
+
+/// A command of `args` as RESP.
+fn encoded(args: &[&[u8]]) -> Vec<u8> {
+    let mut out = Vec::new();
+    resp::command(&mut out, args);
+    out
+}
+
+/// RPUSH of more than 4,096 values and TVMQ.ACK of more than 1,024 ids
+/// run in slices: their replies are those of one run (a bad value refuses
+/// all before any is pushed, a full queue says how many went in, in
+/// order; an `always` queue answers once a sync covers them all; every
+/// lease acknowledged once, duplicates counting 0).
+#[test]
+fn long_pushes_and_acks_answer_as_in_one_run() {
+    let dir = TempDir::new("attack-cmd", "sliced-results");
+    create(&dir, 33, "q", 6000, 16);
+    let mut lease_spec = tvm::Spec::new(10_000, 16);
+    lease_spec.leases = Some(tvm::LeaseSpec { lease_ms: 600_000, max_leases: 4096, ..tvm::LeaseSpec::default() });
+    tvm::Queue::create(dir.path(), 42, &lease_spec).unwrap();
+    let disk = DiskDir::new("sliced-push");
+    let mut spec = tvm::Spec::new(10_000, 16);
+    spec.durability = Some(tvm::Durability::Always);
+    tvm::Queue::create(disk.path(), 43, &spec).unwrap();
+    let server = ChildServer::start(&dir, &["--threads", "1"]);
+    let mut c = Conn::connect(server.addr);
+    let values: Vec<String> = (0..10_000).map(|i| format!("v{i}")).collect();
+    let push = |n: usize, last: &'static [u8]| {
+        let mut args: Vec<&[u8]> = vec![b"RPUSH", b"q"];
+        args.extend(values[..n - 1].iter().map(|v| v.as_bytes()));
+        args.push(last);
+        encoded(&args)
+    };
+    // A bad value last: nothing pushed.
+    c.send_raw(&push(5000, b"seventeen bytes!!"));
+    assert!(c.read().err_text().starts_with("RECD_TOO_LONG value of 17 bytes"));
+    c.send_raw(&push(5000, b""));
+    assert!(c.read().err_text().starts_with("CONDIT_IS_NIL"));
+    assert_eq!(c.cmd(&[b"LLEN", b"q"]), V::Int(0));
+    // More than the queue holds: the first ones, in order, and how many.
+    c.send_raw(&push(10_000, b"last"));
+    let full = c.read();
+    let pushed = match c.cmd(&[b"LLEN", b"q"]) {
+        V::Int(n) => n as usize,
+        other => panic!("{other:?}"),
+    };
+    assert!((6000..10_000).contains(&pushed), "{pushed}");
+    assert_eq!(
+        full.err_text(),
+        format!("DATA_SPC_FULL queue 33 is full: {pushed} of 10000 values pushed, the rest not")
+    );
+    let V::Arr(got) = c.cmd(&[b"LPOP", b"q", b"10000"]) else { panic!("LPOP") };
+    let want: Vec<V> = values[..pushed].iter().map(|v| V::bulk(v.as_bytes())).collect();
+    assert_eq!(got, want);
+
+    // TVMQ.ACK of 3,000 leases, each named twice: 3,000 acknowledged.
+    let mut args: Vec<&[u8]> = vec![b"RPUSH", b"42"];
+    args.extend(values[..3000].iter().map(|v| v.as_bytes()));
+    assert_eq!(c.cmd(&args), V::Int(3000));
+    let mut ids = Vec::new();
+    while ids.len() < 3000 {
+        let V::Arr(entries) = c.cmd(&[b"TVMQ.LEASE", b"42", b"COUNT", b"1000"]) else { panic!("TVMQ.LEASE") };
+        for e in entries {
+            let V::Arr(e) = e else { panic!("{e:?}") };
+            ids.push(bulk(&e[0]));
+        }
+    }
+    let mut args: Vec<&[u8]> = vec![b"TVMQ.ACK", b"42"];
+    args.extend(ids.iter().map(Vec::as_slice));
+    args.extend(ids.iter().map(Vec::as_slice));
+    assert_eq!(c.cmd(&args), V::Int(3000));
+    assert_eq!(c.cmd(&[b"LLEN", b"42"]), V::Int(0));
+    assert_eq!(lease_stat(&c.cmd(&[b"TVMQ.LEASES", b"42"]), "in-flight"), 0);
+    drop(server);
+
+    // An `always` queue: the reply once all 5,000 are synced.
+    let server = ChildServer::spawn_in(disk.path(), &["--threads", "1"], &Spawn::default());
+    let mut c = Conn::connect(server.addr);
+    let mut args: Vec<&[u8]> = vec![b"RPUSH", b"43"];
+    args.extend(values[..5000].iter().map(|v| v.as_bytes()));
+    assert_eq!(c.cmd(&args), V::Int(5000));
+    drop(server);
+    let q = tvm::Queue::open(disk.path(), 43).unwrap();
+    assert_eq!(q.depth(), 5000);
+}

@@ -23,15 +23,32 @@ use super::off_worker::Job;
 use crate::keys::KeyError;
 use crate::pool::Kind;
 use crate::reply;
+use crate::slice::Slicer;
 use resp::Request;
+use std::collections::HashSet;
 use tvm::Queue;
 
 /// DEL key [key ...]: drops each queue named; the number that existed.
-pub(crate) fn del(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) -> Option<Job> {
+/// The keys are looked up in slices ([`Slicer`]; a missing numeric key
+/// costs a failed open), each distinct key once, before anything is dropped.
+pub(crate) async fn del(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) -> Option<Job> {
     let mut ids = Vec::new();
+    let mut seen_ids = HashSet::new();
+    // Sized at once: growing it rehashes every key in one go (a million
+    // distinct keys: tens of ms).
+    let mut seen: HashSet<&[u8]> = HashSet::with_capacity(req.len() - 1);
+    let mut slicer = Slicer::new();
     for key in req.iter(buf).skip(1) {
+        slicer.tick().await;
+        if !seen.insert(key) {
+            continue;
+        }
         match ctx.client.last.resolve(ctx.shared, ctx.keys, key) {
-            Ok(q) => ids.push(q.id()),
+            Ok(q) => {
+                if seen_ids.insert(q.id()) {
+                    ids.push(q.id());
+                }
+            }
             Err(KeyError::NoSuchQueue) => continue,
             Err(e) => {
                 key_error(out, key, &e);

@@ -8,6 +8,7 @@ use super::off_worker;
 use super::queue::pop_bulk;
 use crate::durable::OnFailure;
 use crate::reply::{self, null_array};
+use crate::slice::Slicer;
 use crate::state::ServerState;
 use crate::waiters::{WaitList, Waiters};
 use resp::{Proto, Request};
@@ -59,8 +60,11 @@ pub(crate) struct Blocked {
 }
 
 /// BLPOP/BRPOP: pops at once if a queue has a record (or writes the error)
-/// and gives `None`, else gives the client to block.
-pub(crate) fn start(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) -> Option<Blocked> {
+/// and gives `None`, else gives the client to block. The keys are looked up
+/// in slices ([`Slicer`]): a command naming a million keys lets the worker
+/// serve its other clients meanwhile (nothing is popped or registered
+/// before the last key is looked up).
+pub(crate) async fn start(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) -> Option<Blocked> {
     let n = req.len();
     let timeout = match parse_timeout(req.arg(buf, n - 1)) {
         Ok(t) => t,
@@ -79,7 +83,9 @@ pub(crate) fn start(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<
     let mut missing: Vec<&[u8]> = Vec::new();
     let auto_create = ctx.shared.args.auto_create.is_some();
     let mut last: &[u8] = &[];
+    let mut slicer = Slicer::new();
     for i in 1..n - 1 {
+        slicer.tick().await;
         let key = req.arg(buf, i);
         // The same key again (a comparison), or one seen before (a hash).
         if key == last || !seen.insert(key) {

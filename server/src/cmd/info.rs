@@ -4,6 +4,7 @@
 
 use super::context::Ctx;
 use super::server::REDIS_VERSION;
+use crate::slice::Slicer;
 use crate::state::{InfoScan, ServerState};
 use resp::{Proto, Request};
 use std::fmt::Write as _;
@@ -27,20 +28,29 @@ pub(crate) struct InfoRest {
     proto: Proto,
 }
 
+/// The sections of INFO.
+const SECTIONS: [&str; 5] = ["server", "clients", "stats", "durability", "queues"];
+
 /// INFO [section ...]: server, clients, stats and per-queue figures. The
 /// sections made of counters are written here; those that read queue
 /// headers (`durability`'s per-queue lines, `queues`) are given back to run
 /// off the worker (`None`: the reply is written).
-pub(crate) fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) -> Option<InfoRest> {
-    let wants = |section: &str| {
-        req.len() == 1
-            || req.iter(buf).skip(1).any(|s| {
-                s.eq_ignore_ascii_case(section.as_bytes())
-                    || s.eq_ignore_ascii_case(b"all")
-                    || s.eq_ignore_ascii_case(b"everything")
-                    || (s.eq_ignore_ascii_case(b"default"))
-            })
-    };
+/// The sections are read from the arguments in slices ([`Slicer`]): a
+/// million of them let the worker serve its other connections.
+pub(crate) async fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) -> Option<InfoRest> {
+    let mut named = [req.len() == 1; SECTIONS.len()];
+    let mut slicer = Slicer::new();
+    for s in req.iter(buf).skip(1) {
+        slicer.tick().await;
+        let every = [&b"all"[..], b"everything", b"default"].iter().any(|e| s.eq_ignore_ascii_case(e));
+        for (n, section) in named.iter_mut().zip(SECTIONS) {
+            *n = *n || every || s.eq_ignore_ascii_case(section.as_bytes());
+        }
+        if named.iter().all(|n| *n) {
+            break;
+        }
+    }
+    let wants = |section: &str| SECTIONS.iter().position(|s| *s == section).is_some_and(|i| named[i]);
     let shared = ctx.shared;
     let st = &shared.stats;
     let (commands, input, output) = shared.totals();

@@ -65,85 +65,128 @@ pub(crate) enum Flow {
 }
 
 /// Runs the command in `req` (arguments in `buf`), appending its reply to
-/// `out`.
+/// `out`. A command whose arguments are checked in a loop as long as they
+/// are (BLPOP, BRPOP, DEL, TVMQ.ACK, CONFIG GET, INFO, a long RPUSH or LPUSH) runs it in slices ([`crate::slice`]): the
+/// worker serves its other connections meanwhile.
 #[inline]
-pub(crate) fn execute(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) -> Flow {
+pub(crate) async fn execute(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) -> Flow {
+    match dispatch(ctx, buf, req, out) {
+        Step::Done(flow) => flow,
+        Step::Blocking => match blocking::start(ctx, buf, req, out).await {
+            Some(b) => Flow::Block(b),
+            None => created(ctx),
+        },
+        Step::Del => admin::del(ctx, buf, req, out).await.map_or(Flow::Next, Flow::OffWorker),
+        Step::Push(name) => {
+            queue::push_sliced(ctx, buf, req, out, name).await;
+            created(ctx)
+        }
+        Step::Ack => {
+            lease::ack(ctx, buf, req, out).await;
+            Flow::Next
+        }
+        Step::Config => {
+            server::config(ctx, buf, req, out).await;
+            Flow::Next
+        }
+        Step::Info => info::info(ctx, buf, req, out).await.map_or(Flow::Next, Flow::Info),
+    }
+}
+
+/// What [`dispatch`] did: the command ran, or it runs in slices.
+enum Step {
+    Done(Flow),
+    /// BLPOP, BRPOP.
+    Blocking,
+    Del,
+    /// RPUSH, LPUSH of more than [`queue::SLICED_PUSH`] values.
+    Push(&'static str),
+    /// TVMQ.ACK.
+    Ack,
+    /// CONFIG (GET's patterns).
+    Config,
+    /// INFO (its sections).
+    Info,
+}
+
+/// Runs the command unless it is one of those [`execute`] runs in slices.
+#[inline]
+fn dispatch(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) -> Step {
     let name = req.arg(buf, 0);
     let Some(cmd) = Cmd::lookup(name) else {
         unknown_command(out, buf, req);
-        return Flow::Next;
+        return Step::Done(Flow::Next);
     };
     ctx.stats.count_command(cmd as usize);
     let spec = cmd.spec();
     let argc = req.len() as i64;
     if (spec.arity > 0 && argc != spec.arity) || (spec.arity < 0 && argc < -spec.arity) {
         reply::wrong_args(out, spec.name);
-        return Flow::Next;
+        return Step::Done(Flow::Next);
     }
     if !ctx.client.authed && !cmd.no_auth() {
         resp::error(out, b"NOAUTH Authentication required.");
-        return Flow::Next;
+        return Step::Done(Flow::Next);
     }
     match cmd {
+        Cmd::Rpush | Cmd::Lpush if req.len() - 2 > queue::SLICED_PUSH => return Step::Push(spec.name),
         Cmd::Rpush | Cmd::Lpush => queue::push(ctx, buf, req, out, spec.name),
         Cmd::Lpop | Cmd::Rpop => queue::pop(ctx, buf, req, out, spec.name),
         Cmd::Llen => queue::llen(ctx, buf, req, out),
-        Cmd::Blpop | Cmd::Brpop => {
-            if let Some(b) = blocking::start(ctx, buf, req, out) {
-                return Flow::Block(b);
-            }
-        }
+        Cmd::Blpop | Cmd::Brpop => return Step::Blocking,
         Cmd::Ping => server::ping(ctx, buf, req, out),
         Cmd::Echo => resp::bulk(out, req.arg(buf, 1)),
-        Cmd::Info => {
-            if let Some(rest) = info::info(ctx, buf, req, out) {
-                return Flow::Info(rest);
-            }
-        }
+        Cmd::Info => return Step::Info,
         Cmd::Auth => server::auth(ctx, buf, req, out),
         Cmd::Hello => server::hello(ctx, buf, req, out),
         Cmd::Quit => {
             resp::simple(out, b"OK");
-            return Flow::Close;
+            return Step::Done(Flow::Close);
         }
         Cmd::Select => server::select(buf, req, out),
         Cmd::Client => server::client(ctx, buf, req, out),
-        Cmd::Config => server::config(ctx, buf, req, out),
+        Cmd::Config => return Step::Config,
         Cmd::Command => server::command(ctx, buf, req, out),
-        Cmd::Del => return admin::del(ctx, buf, req, out).map_or(Flow::Next, Flow::OffWorker),
-        Cmd::Ltrim => return admin::ltrim(ctx, buf, req, out).map_or(Flow::Next, Flow::OffWorker),
-        Cmd::Repair => return admin::repair(ctx, buf, req, out).map_or(Flow::Next, Flow::OffWorker),
+        Cmd::Del => return Step::Del,
+        Cmd::Ltrim => return Step::Done(admin::ltrim(ctx, buf, req, out).map_or(Flow::Next, Flow::OffWorker)),
+        Cmd::Repair => return Step::Done(admin::repair(ctx, buf, req, out).map_or(Flow::Next, Flow::OffWorker)),
         Cmd::Lease => {
-            return match lease::lease(ctx, buf, req, out) {
+            return Step::Done(match lease::lease(ctx, buf, req, out) {
                 lease::LeaseFlow::Done => Flow::Next,
                 lease::LeaseFlow::Block(q, timeout, args) => {
                     Flow::Block(blocking::Blocked::lease(ctx.shared, req.arg(buf, 1), q, timeout, args))
                 }
                 lease::LeaseFlow::OffWorker(d) => Flow::LeaseOffWorker(d),
-            };
+            });
         }
-        Cmd::Ack => lease::ack(ctx, buf, req, out),
+        Cmd::Ack => return Step::Ack,
         Cmd::Release => {
             if let Some(d) = lease::release(ctx, buf, req, out) {
-                return Flow::DeadLetter(d);
+                return Step::Done(Flow::DeadLetter(d));
             }
         }
         Cmd::Reject => {
             if let Some(d) = lease::reject(ctx, buf, req, out) {
-                return Flow::DeadLetter(d);
+                return Step::Done(Flow::DeadLetter(d));
             }
         }
         Cmd::Extend => lease::extend(ctx, buf, req, out),
         Cmd::Leases => {
             if let Some(scan) = lease::stats(ctx, buf, req, out) {
-                return Flow::LeaseStats(scan);
+                return Step::Done(Flow::LeaseStats(scan));
             }
         }
         Cmd::Scan => keyspace::scan(ctx, buf, req, out),
-        Cmd::Keys => return keyspace::keys(ctx, buf, req, out).map_or(Flow::Next, Flow::OffWorker),
+        Cmd::Keys => return Step::Done(keyspace::keys(ctx, buf, req, out).map_or(Flow::Next, Flow::OffWorker)),
         Cmd::Dbsize => keyspace::dbsize(ctx, out),
         Cmd::Type => keyspace::key_type(ctx, buf, req, out),
     }
+    Step::Done(created(ctx))
+}
+
+/// After a command that wrote its reply, or asked for queues to be made
+/// (`Client::create`: then it runs again).
+fn created(ctx: &mut Ctx<'_>) -> Flow {
     match ctx.client.create.take() {
         None => Flow::Next,
         Some(keys) => Flow::Create(keys),

@@ -7,9 +7,12 @@
 use super::context::{Ctx, key_error, parse_int};
 use super::off_worker;
 use crate::durable::OnFailure;
-use crate::keys::KeyError;
+use crate::keys::{KeyError, LastKey, WorkerKeys};
 use crate::reply::{self, null_array};
+use crate::slice::Slicer;
+use crate::state::ServerState;
 use resp::{Proto, Request};
+use std::sync::Arc;
 use tvm::error::{DATA_SPC_FULL, Error, NO_DATA_FOUND};
 use tvm::{Queue, Wait};
 
@@ -24,51 +27,132 @@ pub(crate) fn records_per_reply(record_size: usize) -> usize {
     (MAX_POP_REPLY / record_size.max(1)).max(1)
 }
 
+/// Values beyond which RPUSH / LPUSH runs in slices ([`push_sliced`]).
+pub(crate) const SLICED_PUSH: usize = 4096;
+/// Values pushed between two looks at the clock in [`push_sliced`].
+const PUSH_CHUNK: usize = 1024;
+
 /// RPUSH / LPUSH key value [value ...]: every value is checked (1 to
 /// record-size bytes) before any is pushed; the reply is the depth after.
+/// (More than [`SLICED_PUSH`] values: [`push_sliced`].)
 #[inline]
 pub(crate) fn push(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>, name: &str) {
     let key = req.arg(buf, 1);
-    let q = match ctx.client.last.resolve(ctx.shared, ctx.keys, key) {
-        Ok(q) => q,
-        // With --auto-create a missing queue is asked for (made off the
-        // worker, then the command runs again), nothing written.
-        Err(KeyError::NoSuchQueue) if ctx.shared.args.auto_create.is_some() => {
-            ctx.client.create = Some(vec![key.to_vec()]);
-            return;
-        }
-        Err(e) => return key_error(out, key, &e),
-    };
-    let size = q.record_size();
-    let values = req.iter(buf).skip(2);
-    if let Some(bad) = values.clone().find(|v| v.is_empty() || v.len() > size) {
-        if bad.is_empty() {
-            reply::error_fmt(out, format_args!("CONDIT_IS_NIL empty value: tvmq records hold at least one byte"));
-        } else {
-            reply::error_fmt(
-                out,
-                format_args!(
-                    "RECD_TOO_LONG value of {} bytes, queue {} holds records of at most {size}",
-                    bad.len(),
-                    q.id()
-                ),
-            );
-        }
-        return;
+    let c = &mut *ctx.client;
+    let Some(q) = push_queue((ctx.shared, ctx.keys), &mut c.last, &mut c.create, key, out) else { return };
+    let mut values = req.iter(buf).skip(2);
+    if let Some(bad) = values.clone().find(|v| v.is_empty() || v.len() > q.record_size()) {
+        return bad_value(out, q, bad);
     }
     let total = req.len() - 2;
     // On an `always` queue: published now, the reply waits until a sync
     // covers the records (see `crate::durable`).
-    ctx.client.unsynced.run(q, out, OnFailure::Error, |q, out| {
-        for (pushed, v) in values.enumerate() {
-            if let Err(e) = q.push(v) {
-                push_failed(out, q, &e, pushed, total, name);
-                return pushed as u64;
-            }
+    c.unsynced.run(q, out, OnFailure::Error, |q, out| {
+        let mut pushed = 0;
+        if push_values(q, &mut values, usize::MAX, &mut pushed, total, out, name) {
+            resp::integer(out, q.depth() as i64);
         }
-        resp::integer(out, q.depth() as i64);
-        total as u64
+        pushed as u64
     });
+}
+
+/// RPUSH / LPUSH with more than [`SLICED_PUSH`] values: as [`push`], the
+/// values checked, then pushed, in slices ([`Slicer`]) between which the
+/// worker serves its other connections. The records become visible as
+/// they are pushed, as they do to other processes and other workers
+/// while any push runs; the reply comes once all are in (on an `always`
+/// queue, once a sync covers them all).
+pub(crate) async fn push_sliced(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>, name: &str) {
+    let key = req.arg(buf, 1);
+    let c = &mut *ctx.client;
+    let Some(q) = push_queue((ctx.shared, ctx.keys), &mut c.last, &mut c.create, key, out).cloned() else { return };
+    let mut slicer = Slicer::new();
+    for v in req.iter(buf).skip(2) {
+        slicer.tick().await;
+        if v.is_empty() || v.len() > q.record_size() {
+            return bad_value(out, &q, v);
+        }
+    }
+    let total = req.len() - 2;
+    let (at, mut pushed, mut ticket) = (out.len(), 0, None);
+    let mut values = req.iter(buf).skip(2);
+    loop {
+        let (going, t) = q.defer_syncs(|q| push_values(q, &mut values, PUSH_CHUNK, &mut pushed, total, out, name));
+        ticket = ticket.max(t);
+        if !going || pushed == total {
+            if going {
+                resp::integer(out, q.depth() as i64);
+            }
+            break;
+        }
+        slicer.due().await;
+    }
+    ctx.client.unsynced.add(&q, ticket, at..out.len(), pushed as u64, OnFailure::Error);
+}
+
+/// The queue a push goes to; `None` when the reply is written, or, with
+/// `--auto-create`, when the queue is asked for (made off the worker,
+/// then the command runs again).
+#[inline]
+fn push_queue<'c>(
+    (shared, keys): (&ServerState, &WorkerKeys),
+    last: &'c mut LastKey,
+    create: &mut Option<Vec<Vec<u8>>>,
+    key: &[u8],
+    out: &mut Vec<u8>,
+) -> Option<&'c Arc<Queue>> {
+    match last.resolve(shared, keys, key) {
+        Ok(q) => Some(q),
+        Err(KeyError::NoSuchQueue) if shared.args.auto_create.is_some() => {
+            *create = Some(vec![key.to_vec()]);
+            None
+        }
+        Err(e) => {
+            key_error(out, key, &e);
+            None
+        }
+    }
+}
+
+/// The refusal of a value no record of `q` can hold: nothing is pushed.
+#[cold]
+fn bad_value(out: &mut Vec<u8>, q: &Queue, bad: &[u8]) {
+    if bad.is_empty() {
+        reply::error_fmt(out, format_args!("CONDIT_IS_NIL empty value: tvmq records hold at least one byte"));
+    } else {
+        reply::error_fmt(
+            out,
+            format_args!(
+                "RECD_TOO_LONG value of {} bytes, queue {} holds records of at most {}",
+                bad.len(),
+                q.id(),
+                q.record_size()
+            ),
+        );
+    }
+}
+
+/// Pushes up to `max` of `values` (checked already) onto `q`, counting
+/// them in `pushed` (of `total` in the command); false when a push failed
+/// (its error reply written).
+#[inline]
+fn push_values<'a>(
+    q: &Queue,
+    values: &mut impl Iterator<Item = &'a [u8]>,
+    max: usize,
+    pushed: &mut usize,
+    total: usize,
+    out: &mut Vec<u8>,
+    name: &str,
+) -> bool {
+    for v in values.take(max) {
+        if let Err(e) = q.push(v) {
+            push_failed(out, q, &e, *pushed, total, name);
+            return false;
+        }
+        *pushed += 1;
+    }
+    true
 }
 
 #[cold]

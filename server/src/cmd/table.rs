@@ -430,6 +430,11 @@ pub(crate) fn write_docs(out: &mut Vec<u8>, proto: Proto, s: &CommandSpec) {
     }
 }
 
+/// The most command names one `COMMAND INFO` or `COMMAND DOCS` takes: each
+/// is answered (a name given twice, twice), and a million of them made a
+/// reply of 81 MB (INFO) or 152 MB (DOCS), built at once on the worker.
+pub(crate) const MAX_COMMAND_NAMES: usize = 1024;
+
 /// COMMAND and its subcommands.
 pub(crate) fn command(proto: Proto, args: &mut dyn Iterator<Item = &[u8]>, out: &mut Vec<u8>) {
     let Some(sub) = args.next() else {
@@ -437,7 +442,14 @@ pub(crate) fn command(proto: Proto, args: &mut dyn Iterator<Item = &[u8]>, out: 
         COMMANDS.iter().for_each(|s| write_info(out, proto, s));
         return;
     };
-    let rest: Vec<&[u8]> = args.collect();
+    let rest: Vec<&[u8]> = args.take(MAX_COMMAND_NAMES + 1).collect();
+    let names = sub.eq_ignore_ascii_case(b"INFO") || sub.eq_ignore_ascii_case(b"DOCS");
+    if names && rest.len() > MAX_COMMAND_NAMES {
+        return crate::reply::error_fmt(
+            out,
+            format_args!("ERR COMMAND INFO and COMMAND DOCS take at most {MAX_COMMAND_NAMES} command names"),
+        );
+    }
     if sub.eq_ignore_ascii_case(b"COUNT") {
         if !rest.is_empty() {
             return crate::reply::wrong_args(out, "command|count");
@@ -487,6 +499,20 @@ pub(crate) fn command(proto: Proto, args: &mut dyn Iterator<Item = &[u8]>, out: 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn command_info_and_docs_take_at_most_1024_names() {
+        for sub in [&b"INFO"[..], b"docs"] {
+            let mut out = Vec::new();
+            let names = vec![&b"ping"[..]; MAX_COMMAND_NAMES];
+            command(Proto::Resp2, &mut std::iter::once(sub).chain(names.iter().copied()), &mut out);
+            assert!(out.starts_with(if sub == b"INFO" { b"*1024\r\n" } else { b"*2048\r\n" }), "{sub:?}");
+            out.clear();
+            let names = vec![&b"ping"[..]; MAX_COMMAND_NAMES + 1];
+            command(Proto::Resp2, &mut std::iter::once(sub).chain(names.iter().copied()), &mut out);
+            assert_eq!(out, b"-ERR COMMAND INFO and COMMAND DOCS take at most 1024 command names\r\n");
+        }
+    }
 
     #[test]
     fn names_match_in_any_case_only_whole() {

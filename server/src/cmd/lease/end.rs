@@ -8,6 +8,7 @@ use super::owned::{LeaseId, may_dead_letter};
 use crate::durable::OnFailure;
 use crate::pool::{Kind, Pool};
 use crate::reply;
+use crate::slice::Slicer;
 use resp::Request;
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,13 +25,18 @@ use tvm::{Lease, Queue, SyncTicket};
 /// reply waits until a sync covers the acks, and is a `SYNC_FAILED` error
 /// if that sync fails (the client must not believe an acknowledgement
 /// durable that is not).
-pub(crate) fn ack(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) {
+///
+/// The ids are read, and the leases acknowledged, in slices ([`Slicer`]):
+/// an ACK of a million ids lets the worker serve its other connections.
+pub(crate) async fn ack(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8>) {
     let key = req.arg(buf, 1);
     let Some(q) = ctx.queue(key, out) else { return };
     let client = &mut *ctx.client;
     let leases = &mut client.leases;
+    let mut slicer = Slicer::new();
     let mut ids = Vec::with_capacity(req.len() - 2);
     for text in req.iter(buf).skip(2) {
+        slicer.tick().await;
         match leases.find(&q, text) {
             Ok(id) => ids.push(id),
             Err(e) if e.code() == LEASE_INVALID => return reply::plain_error(out, &e),
@@ -38,23 +44,37 @@ pub(crate) fn ack(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec<u8
             Err(_) => {}
         }
     }
-    client.unsynced.run(&q, out, OnFailure::Error, |q, out| {
-        let mut acked = 0;
-        for id in &ids {
-            let Some(lease) = leases.forget(id) else { continue };
-            match q.ack(&lease) {
-                Ok(()) => acked += 1,
-                Err(e) if e.code() == LEASE_EXPIRED => {}
-                Err(e) => {
-                    reply::queue_error_noting(out, q.id(), &e, &format!(" ({acked} acknowledged before)"));
-                    return acked;
+    let (at, mut acked, mut ticket) = (out.len(), 0, None);
+    let mut ids = ids.iter();
+    loop {
+        let (going, t) = q.defer_syncs(|q| {
+            for id in ids.by_ref().take(ACK_CHUNK) {
+                let Some(lease) = leases.forget(id) else { continue };
+                match q.ack(&lease) {
+                    Ok(()) => acked += 1,
+                    Err(e) if e.code() == LEASE_EXPIRED => {}
+                    Err(e) => {
+                        reply::queue_error_noting(out, q.id(), &e, &format!(" ({acked} acknowledged before)"));
+                        return false;
+                    }
                 }
             }
+            true
+        });
+        ticket = ticket.max(t);
+        if !going || ids.len() == 0 {
+            if going {
+                resp::integer(out, acked as i64);
+            }
+            break;
         }
-        resp::integer(out, acked as i64);
-        acked
-    });
+        slicer.due().await;
+    }
+    client.unsynced.add(&q, ticket, at..out.len(), acked, OnFailure::Error);
 }
+
+/// Leases acknowledged between two looks at the clock in [`ack`].
+const ACK_CHUNK: usize = 1024;
 
 /// TVMQ.RELEASE key id [DELAY ms]: puts the record back, delivered again
 /// after the delay (at most a year; at the delivery limit: to the dead-letter queue, off
