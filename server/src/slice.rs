@@ -3,9 +3,12 @@
 //! arguments in a loop that calls [`Slicer::tick`] once per argument, which
 //! lets the worker's other tasks run (`tokio::task::yield_now`) whenever
 //! [`SLICE`] has passed since the last time, so that another client's PING
-//! waits at most about one slice. It is used only where the command's
+//! waits at most about one slice. Where it checks arguments, the command's
 //! effect is not visible yet (its keys being looked up, before anything is
 //! popped, dropped or registered), so the results are those of one run.
+//! Two commands also apply their effect in slices, and say so: a push of
+//! many values (its records visible as they go in, as they are to other
+//! processes and workers while any push runs) and an ACK of many ids.
 
 use std::time::{Duration, Instant};
 
