@@ -121,3 +121,74 @@ def test_an_interrupt_as_a_record_is_taken_keeps_the_record(queue, monkeypatch):
         queue.pop()
     assert queue.depth == 1
     assert queue.pop().rstrip(b"\0") == b"next"
+
+
+
+def interrupted_pop_many(queue, tag, step, lib=None):
+    """Pushes 5 records, then pop_many(8) with a KeyboardInterrupt raised
+    at its `step`-th check point, where Python runs a signal's handler:
+    the entry of a function (step counted when the library calls it or it
+    is the library's) or the return of a builtin the library called (a
+    profile function's 'call' and 'c_return'). Returns the records pushed,
+    those taken (what pop_many returned, then every later pop: the first
+    raises the interrupt kept, if any), and whether the step came."""
+    here = tvmq.__file__
+    pushed = [b"%s-%d" % (tag, i) for i in range(5)]
+    for r in pushed:
+        queue.push(r)
+    seen = [0]
+
+    def profile(frame, event, arg):
+        if event == "call":
+            mine = frame.f_code.co_filename == here or (frame.f_back and frame.f_back.f_code.co_filename == here)
+        else:
+            mine = event == "c_return" and frame.f_code.co_filename == here
+        if mine:
+            seen[0] += 1
+            if seen[0] == step:
+                raise KeyboardInterrupt
+
+    got = []
+    sys.setprofile(profile)
+    try:
+        got = queue.pop_many(8, timeout=0)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sys.setprofile(None)
+    rest = []
+    while True:
+        try:
+            rest.append(queue.pop(wait=False))
+        except KeyboardInterrupt:
+            continue
+        except tvmq.Empty:
+            break
+    return sorted(pushed), sorted(r.rstrip(b"\0") for r in got + rest), seen[0] >= step
+
+
+def test_an_interrupt_at_any_step_of_pop_many_loses_no_record(queue, monkeypatch):
+    # Ctrl-C's KeyboardInterrupt comes between two steps of whatever runs,
+    # the library's own code included: raised at each check point of
+    # pop_many in turn, and just as its lPopup returns, every record it
+    # took is returned, or left for the next pop (which raises the
+    # interrupt first), once; none is lost, nothing freed twice.
+    step = 0
+    while True:
+        step += 1
+        pushed, taken, came = interrupted_pop_many(queue, b"%d" % step, step)
+        assert taken == pushed, f"interrupted at step {step}: a record lost or repeated"
+        if not came:
+            break
+    assert step > 10, step
+    lib = tvmq.load_library()
+    real = lib.lPopup
+
+    def interrupting(*args):
+        real(*args)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(lib, "lPopup", interrupting)
+    pushed, taken, _ = interrupted_pop_many(queue, b"after", 0)
+    monkeypatch.setattr(lib, "lPopup", real)
+    assert taken == pushed, "interrupted as lPopup returned: a record lost or repeated"

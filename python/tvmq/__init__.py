@@ -375,6 +375,14 @@ def queues() -> List[int]:
             return list(ids[: n.value])
 
 
+def _split(taken: List[bytes], size: int) -> List[bytes]:
+    """The records of the array an ``lPopup`` returned (``taken``: the
+    array's bytes, once copied, or nothing), ``size`` bytes each."""
+    if not taken:
+        return []
+    return [taken[0][i * size : (i + 1) * size] for i in range(len(taken[0]) // size)]
+
+
 def _raise_pending() -> None:
     """Raises the interrupt a previous pop deferred, if any."""
     global _pending
@@ -804,26 +812,33 @@ class Queue:
         taken: List[bytes] = []
 
         def take() -> None:
-            # Copies the array the call returned (once, in one piece), then frees it.
+            # Copies the array the call returned (once, in one piece), then
+            # frees it: forgotten before it is freed, so that an interrupt
+            # between the two leaks it rather than frees it twice.
             if not taken and out.value:
                 taken.append(ctypes.string_at(out.value, n.value * size))
-            if out.value:
-                _libc.free(out.value)
+            array = out.value
+            if array:
                 out.value = None
+                _libc.free(array)
 
+        # Everything after the call is inside the try: an interrupt at any
+        # step once the call took records is kept for the next pop, and the
+        # records are returned.
+        records: List[bytes] = []
         try:
             rc = load_library().lPopup(self._h, max, 0, ctypes.byref(n), ctypes.byref(out))
             take()
+            records = _split(taken, size)
+            code = self._h.contents.m_lErrno
+            if rc != RC_SUCC and code_name(code) not in ("NO_DATA_FOUND", "MQUE_WAIT_TMO"):
+                raise _error(code, "lPopup")
         except BaseException as e:
             take()
             if not taken:
                 raise
             _pending = e
-            rc = RC_SUCC
-        records = [taken[0][i * size : (i + 1) * size] for i in range(len(taken[0]) // size)] if taken else []
-        code = self._h.contents.m_lErrno
-        if rc != RC_SUCC and code_name(code) not in ("NO_DATA_FOUND", "MQUE_WAIT_TMO"):
-            raise _error(code, "lPopup")
+            records = _split(taken, size)
         return records
 
     def __iter__(self) -> Iterator[bytes]:
