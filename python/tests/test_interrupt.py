@@ -107,16 +107,9 @@ def test_an_interrupt_as_a_record_is_taken_keeps_the_record(queue, monkeypatch):
     # raises the interrupt before taking anything.
     queue.push(b"kept")
     queue.push(b"next")
-    lib = tvmq.load_library()
-    real = lib.lPopWait
-
-    def interrupting(*args):
-        real(*args)
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(lib, "lPopWait", interrupting)
+    restore = interrupt_as_it_returns(monkeypatch, "lPopWait")
     assert queue.pop().rstrip(b"\0") == b"kept"
-    monkeypatch.setattr(lib, "lPopWait", real)
+    restore()
     with pytest.raises(KeyboardInterrupt):
         queue.pop()
     assert queue.depth == 1
@@ -124,7 +117,22 @@ def test_an_interrupt_as_a_record_is_taken_keeps_the_record(queue, monkeypatch):
 
 
 
-def interrupted_pop_many(queue, tag, step, lib=None):
+def interrupt_as_it_returns(monkeypatch, name):
+    """Makes the library's C function `name` raise KeyboardInterrupt each
+    time it returns (after it did its work), as a signal handler run between
+    two steps would; returns what puts the function back."""
+    lib = tvmq.load_library()
+    real = getattr(lib, name)
+
+    def interrupting(*args):
+        real(*args)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(lib, name, interrupting)
+    return lambda: monkeypatch.setattr(lib, name, real)
+
+
+def interrupted_pop_many(queue, tag, step):
     """Pushes 5 records, then pop_many(8) with a KeyboardInterrupt raised
     at its `step`-th check point, where Python runs a signal's handler:
     the entry of a function (step counted when the library calls it or it
@@ -181,14 +189,7 @@ def test_an_interrupt_at_any_step_of_pop_many_loses_no_record(queue, monkeypatch
         if not came:
             break
     assert step > 10, step
-    lib = tvmq.load_library()
-    real = lib.lPopup
-
-    def interrupting(*args):
-        real(*args)
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(lib, "lPopup", interrupting)
+    restore = interrupt_as_it_returns(monkeypatch, "lPopup")
     pushed, taken, _ = interrupted_pop_many(queue, b"after", 0)
-    monkeypatch.setattr(lib, "lPopup", real)
+    restore()
     assert taken == pushed, "interrupted as lPopup returned: a record lost or repeated"
