@@ -100,6 +100,10 @@ fn pipelined_pushes_of_many_connections_share_syncs_and_survive_a_kill() {
     assert_eq!(held, (CONNS * ROUNDS * PIPE) as u64);
     assert!(syncs >= 1 && syncs < held, "{syncs} syncs for {held} records");
     assert!(per_sync > 1.0, "{per_sync} records per sync");
+    // The hand-over starts at a sync's last wait, the ask at its first.
+    let ask: f64 = info_field(&mut conn, "durability", "durable_ask_to_sync_avg_us").parse().unwrap();
+    let handover: f64 = info_field(&mut conn, "durability", "durable_handover_avg_us").parse().unwrap();
+    assert!(handover <= ask, "hand-over {handover} us, ask to sync {ask} us");
     assert!(info_field(&mut conn, "durability", "durable_queue_1").starts_with("policy=always,"));
     // Each worker syncs on its own ring: no sync thread was started.
     let ring_workers: usize = info_field(&mut conn, "durability", "durable_ring_workers").parse().unwrap();

@@ -231,7 +231,7 @@ fn durability_head(shared: &ServerState, t: &mut String) {
         "# Durability\r\ndurable_ring_workers:{}\r\ndurable_sync_threads:{}\r\ndurable_syncs:{syncs}\r\n\
          durable_inline_syncs:{}\r\ndurable_sync_failures:{}\r\ndurable_records_held:{records}\r\ndurable_records_per_sync:{:.2}\r\n\
          durable_sync_last_us:{}\r\ndurable_sync_avg_us:{:.0}\r\ndurable_ask_to_sync_avg_us:{:.0}\r\n\
-         durable_behind_sync_avg_us:{:.0}\r\ndurable_wake_avg_us:{:.0}\r\ndurable_release_avg_us:{:.0}\r\n",
+         durable_handover_avg_us:{:.0}\r\ndurable_behind_sync_avg_us:{:.0}\r\ndurable_wake_avg_us:{:.0}\r\ndurable_release_avg_us:{:.0}\r\n",
         shared.durable.ring_workers(),
         shared.durable.syncers.threads(),
         s.inline.load(Ordering::Relaxed),
@@ -240,6 +240,7 @@ fn durability_head(shared: &ServerState, t: &mut String) {
         s.last_us.load(Ordering::Relaxed),
         ratio(total_us, syncs),
         ratio(s.ask_us.load(Ordering::Relaxed), s.asked.load(Ordering::Relaxed)),
+        ratio(s.handover_us.load(Ordering::Relaxed), s.asked.load(Ordering::Relaxed)),
         ratio(s.behind_us.load(Ordering::Relaxed), s.asked.load(Ordering::Relaxed)),
         ratio(s.wake_us.load(Ordering::Relaxed), s.woken.load(Ordering::Relaxed)),
         ratio(s.release_us.load(Ordering::Relaxed), s.released.load(Ordering::Relaxed)),

@@ -480,6 +480,7 @@ impl WorkerSyncs {
             let s = &self.rings.stats;
             s.asked.fetch_add(1, Ordering::Relaxed);
             s.ask_us.fetch_add(now.saturating_sub(asked.max(w.ended)), Ordering::Relaxed);
+            s.handover_us.fetch_add(now.saturating_sub(w.last_ask.max(asked).max(w.ended)), Ordering::Relaxed);
             s.behind_us.fetch_add(w.ended.saturating_sub(asked), Ordering::Relaxed);
         }
     }

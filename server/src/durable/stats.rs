@@ -24,6 +24,13 @@ pub(crate) struct SyncStats {
     /// sync's start (hand-over, wake-up and gathering), microseconds.
     pub(crate) asked: AtomicU64,
     pub(crate) ask_us: AtomicU64,
+    /// Of the same syncs, the time from their *last* wait (the last
+    /// request the sync covers) to the sync's start, apart from time spent
+    /// behind the queue's previous sync, microseconds: what no serving of
+    /// other requests fills, that is the hand-over (nothing on a worker
+    /// that syncs inline but its turn's end; a sync thread's wake-up and
+    /// its gathering).
+    pub(crate) handover_us: AtomicU64,
     /// Syncs that released a wait that slept, and the time from each one's
     /// end to the first of those waits running again (the hand-over back
     /// to the worker), microseconds.

@@ -76,6 +76,8 @@ struct QueueSync {
     /// When the first wait no sync has started for yet asked (`Inner::now_us`
     /// + 1; 0: none).
     first_ask: AtomicU64,
+    /// When the last wait asked (`Inner::now_us`).
+    last_ask: AtomicU64,
     /// When the last sync ended (`Inner::now_us`).
     ended: AtomicU64,
     /// No wait released by the last sync has run yet.
@@ -166,7 +168,9 @@ impl Syncers {
         let inner = &self.inner;
         let queue_sync = inner.sync_state(q);
         let mut rx = queue_sync.progress.subscribe();
-        let _ = queue_sync.first_ask.compare_exchange(0, inner.now_us() + 1, Ordering::Relaxed, Ordering::Relaxed);
+        let now = inner.now_us();
+        let _ = queue_sync.first_ask.compare_exchange(0, now + 1, Ordering::Relaxed, Ordering::Relaxed);
+        queue_sync.last_ask.fetch_max(now, Ordering::Relaxed);
         queue_sync.ask_records.fetch_add(records, Ordering::Relaxed);
         queue_sync.asks.fetch_add(1, Ordering::SeqCst);
         let hand_over = {
@@ -225,6 +229,7 @@ impl Inner {
             gather_for: AtomicU64::new(0),
             last_took_us: AtomicU64::new(0),
             first_ask: AtomicU64::new(0),
+            last_ask: AtomicU64::new(0),
             ended: AtomicU64::new(0),
             first_woken: std::sync::atomic::AtomicBool::new(false),
         });
@@ -306,7 +311,10 @@ impl Inner {
                 let asked = queue_sync.first_ask.swap(0, Ordering::Relaxed);
                 if asked != 0 {
                     self.stats.asked.fetch_add(1, Ordering::Relaxed);
-                    self.stats.ask_us.fetch_add(self.now_us().saturating_sub(asked - 1), Ordering::Relaxed);
+                    let now = self.now_us();
+                    self.stats.ask_us.fetch_add(now.saturating_sub(asked - 1), Ordering::Relaxed);
+                    let last = queue_sync.last_ask.load(Ordering::Relaxed).max(asked - 1);
+                    self.stats.handover_us.fetch_add(now.saturating_sub(last), Ordering::Relaxed);
                 }
                 let asks = queue_sync.asks.load(Ordering::SeqCst);
                 let records = queue_sync.ask_records.load(Ordering::Relaxed);
