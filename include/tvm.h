@@ -3,7 +3,8 @@
  *
  * Build a program with:  gcc prog.c -I include -L <libdir> -ltvm -lpthread
  *
- * Every function that returns long returns RC_SUCC (0) or RC_FAIL (-1); on
+ * Every function that returns long returns RC_SUCC (0) or RC_FAIL (-1),
+ * but lGetTErrno (a code) and lGetRowSize (a record size, or RC_FAIL); on
  * RC_FAIL the handle's m_lErrno (and lGetTErrno()) says why, and
  * sGetTError(code) gives the message. Every function is safe to call from
  * any thread; a handle (SATvm) must be used by one thread at a time: give
@@ -984,13 +985,23 @@ long lTableQueue(struct SATvm *p, TABLE t, size_t rows, TCREATE def);
  * Used by the QUEUE macro: declares the queue being created by
  * lTableQueue: its name (QUEUE passes its first argument as written, as
  * STVM names queues), its partition text and its record size. Not for
- * direct use.
+ * direct use: it works only inside the definition function that
+ * lTableQueue or lCreateQueueEx runs, on their thread.
+ * Returns RC_SUCC, or RC_FAIL (lGetTErrno()) with TABLE_NOT_DEF (outside
+ * such a function, or a QUEUE of another queue than the one being
+ * created) or CONDIT_IS_NIL (a struct of size 0); QUEUE then returns
+ * RC_FAIL from the function.
  */
 long lTvmDefQueue(TABLE t, const char *part, const char *name, size_t size);
 
 /**
  * Used by the FIELD macro: adds one field to the queue being created by
- * lTableQueue. Not for direct use.
+ * lTableQueue. Not for direct use (as lTvmDefQueue).
+ * Returns RC_SUCC, or RC_FAIL (lGetTErrno()) with TABLE_NOT_DEF (outside
+ * a definition function, or before its QUEUE), FTYPE_NOT_DEF (a kind other
+ * than FIELD_CHAR, FIELD_LONG, FIELD_DOUB) or FLD_DEF_SPILL (an empty,
+ * too long or repeated name, bytes outside the record, too many fields);
+ * FIELD then returns RC_FAIL from the function.
  */
 long lTvmDefField(const char *name, size_t offset, size_t len, long kind);
 
