@@ -745,20 +745,26 @@ void vCloneFree(struct SATvm *p);
 
 /**
  * Keeps queues attached between calls. (tvmq always keeps them attached, so
- * this only records the request; vHoldRelease ends it.)
+ * this only records the request; vHoldRelease ends it.) NULL p: nothing,
+ * lGetTErrno() = CONDIT_IS_NIL.
  */
 void vHoldConnect(struct SATvm *p);
 
 /**
  * Detaches every queue this handle attached (explicitly or by first use).
- * Other threads finish their calls on them; later calls re-attach.
+ * Other threads finish their calls on them; later calls re-attach. NULL p:
+ * nothing, lGetTErrno() = CONDIT_IS_NIL.
  */
 void vHoldRelease(struct SATvm *p);
 
 /**
  * Attaches queue t (maps it). Returns RC_SUCC, or RC_FAIL with
- * TBL_NOT_FOUND (no such queue), SHM_ERR_ACCES (permission, foreign owner,
- * symbolic link), SHM_ERR_INVAL / VER_NOT_MATCH (not a valid queue file).
+ * CONDIT_IS_NIL (NULL handle), TBL_NOT_FOUND (no such queue), SHM_ERR_ACCES
+ * (permission, foreign owner, symbolic link), SHM_ERR_INVAL / VER_NOT_MATCH
+ * (not a valid queue file), SHM_ERR_NOMEM / MQUE_CRTE_BIG (it cannot be
+ * mapped), NOT_DURABLE (a durable queue's file moved onto tmpfs); a durable
+ * queue attached first after a machine restart recovers first:
+ * LOCK_DOWR_ERR, SYNC_FAILED. Thread-safe (one handle per thread).
  */
 long lAttchTable(struct SATvm *p, TABLE t);
 
@@ -768,7 +774,9 @@ long lAttchTable(struct SATvm *p, TABLE t);
 long lInitSATvm(struct SATvm *p, TABLE t);
 
 /**
- * Detaches queue t from the process (a no-op if it is not attached).
+ * Detaches queue t from the process (a no-op if it is not attached):
+ * threads in the middle of a call on t finish it; the next call attaches t
+ * again. NULL p: nothing, lGetTErrno() = CONDIT_IS_NIL.
  */
 void vTblDisconnect(struct SATvm *p, TABLE t);
 
