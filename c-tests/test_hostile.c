@@ -1193,10 +1193,11 @@ static void missing_and_dropped(void)
 /* Corrupted queue files                                                    */
 /* ======================================================================== */
 
-/* Layout version 1 (src/queue_file.rs, README "How it works"): the control
+/* The queue file's layout (src/file/layout/offsets.rs and control.rs, the
+ * slot header in src/ring/storage.rs; README "How it works"): the control
  * block at 4096 starts with `tail` and `head`, each on 128 bytes of its own;
  * the waiter words follow, then the `dropped` word at +384; slots start at
- * file size - capacity x stride, each with a 16-byte header (seq u64, owner
+ * file size - capacity x stride, each with a 16-byte header (seq u64, check
  * u32, len u32). Checked at run time by corrupt_setup(). */
 #define CONTROL_OFF 4096
 #define TAIL_OFF (CONTROL_OFF + 0)

@@ -3,7 +3,8 @@
  *
  * Build a program with:  gcc prog.c -I include -L <libdir> -ltvm -lpthread
  *
- * Every function that returns long returns RC_SUCC (0) or RC_FAIL (-1); on
+ * Every function that returns long returns RC_SUCC (0) or RC_FAIL (-1),
+ * but lGetTErrno (a code) and lGetRowSize (a record size, or RC_FAIL); on
  * RC_FAIL the handle's m_lErrno (and lGetTErrno()) says why, and
  * sGetTError(code) gives the message. Every function is safe to call from
  * any thread; a handle (SATvm) must be used by one thread at a time: give
@@ -744,20 +745,26 @@ void vCloneFree(struct SATvm *p);
 
 /**
  * Keeps queues attached between calls. (tvmq always keeps them attached, so
- * this only records the request; vHoldRelease ends it.)
+ * this only records the request; vHoldRelease ends it.) NULL p: nothing,
+ * lGetTErrno() = CONDIT_IS_NIL.
  */
 void vHoldConnect(struct SATvm *p);
 
 /**
  * Detaches every queue this handle attached (explicitly or by first use).
- * Other threads finish their calls on them; later calls re-attach.
+ * Other threads finish their calls on them; later calls re-attach. NULL p:
+ * nothing, lGetTErrno() = CONDIT_IS_NIL.
  */
 void vHoldRelease(struct SATvm *p);
 
 /**
  * Attaches queue t (maps it). Returns RC_SUCC, or RC_FAIL with
- * TBL_NOT_FOUND (no such queue), SHM_ERR_ACCES (permission, foreign owner,
- * symbolic link), SHM_ERR_INVAL / VER_NOT_MATCH (not a valid queue file).
+ * CONDIT_IS_NIL (NULL handle), TBL_NOT_FOUND (no such queue), SHM_ERR_ACCES
+ * (permission, foreign owner, symbolic link), SHM_ERR_INVAL / VER_NOT_MATCH
+ * (not a valid queue file), SHM_ERR_NOMEM / MQUE_CRTE_BIG (it cannot be
+ * mapped), NOT_DURABLE (a durable queue's file moved onto tmpfs); a durable
+ * queue attached first after a machine restart recovers first:
+ * LOCK_DOWR_ERR, SYNC_FAILED. Thread-safe (one handle per thread).
  */
 long lAttchTable(struct SATvm *p, TABLE t);
 
@@ -767,7 +774,9 @@ long lAttchTable(struct SATvm *p, TABLE t);
 long lInitSATvm(struct SATvm *p, TABLE t);
 
 /**
- * Detaches queue t from the process (a no-op if it is not attached).
+ * Detaches queue t from the process (a no-op if it is not attached):
+ * threads in the middle of a call on t finish it; the next call attaches t
+ * again. NULL p: nothing, lGetTErrno() = CONDIT_IS_NIL.
  */
 void vTblDisconnect(struct SATvm *p, TABLE t);
 
@@ -984,13 +993,23 @@ long lTableQueue(struct SATvm *p, TABLE t, size_t rows, TCREATE def);
  * Used by the QUEUE macro: declares the queue being created by
  * lTableQueue: its name (QUEUE passes its first argument as written, as
  * STVM names queues), its partition text and its record size. Not for
- * direct use.
+ * direct use: it works only inside the definition function that
+ * lTableQueue or lCreateQueueEx runs, on their thread.
+ * Returns RC_SUCC, or RC_FAIL (lGetTErrno()) with TABLE_NOT_DEF (outside
+ * such a function, or a QUEUE of another queue than the one being
+ * created) or CONDIT_IS_NIL (a struct of size 0); QUEUE then returns
+ * RC_FAIL from the function.
  */
 long lTvmDefQueue(TABLE t, const char *part, const char *name, size_t size);
 
 /**
  * Used by the FIELD macro: adds one field to the queue being created by
- * lTableQueue. Not for direct use.
+ * lTableQueue. Not for direct use (as lTvmDefQueue).
+ * Returns RC_SUCC, or RC_FAIL (lGetTErrno()) with TABLE_NOT_DEF (outside
+ * a definition function, or before its QUEUE), FTYPE_NOT_DEF (a kind other
+ * than FIELD_CHAR, FIELD_LONG, FIELD_DOUB) or FLD_DEF_SPILL (an empty,
+ * too long or repeated name, bytes outside the record, too many fields);
+ * FIELD then returns RC_FAIL from the function.
  */
 long lTvmDefField(const char *name, size_t offset, size_t len, long kind);
 
@@ -1545,8 +1564,9 @@ long lTruncate(struct SATvm *p, TABLE t);
  * Records of a queue with leases that are leased, or waiting to be
  * delivered again, are not exported. lGetEffect() = the records written.
  * Thread-safe. Returns RC_SUCC or RC_FAIL (lGetTErrno() says why).
- * Errors: CONDIT_IS_NIL (NULL or empty file; a `sep` with a letter, digit,
- * '+', '-', '.', backslash or line end, which a field's text can hold),
+ * Errors: CONDIT_IS_NIL (NULL or empty file; for the text form, a `sep`
+ * with a letter, digit, '+', '-', '.', backslash or line end, which a
+ * field's text can hold: the binary form ignores `sep`),
  * the codes of lAttchTable, FILE_NOTFOUND / SHM_ERR_ACCES (the file cannot be created), MQUE_WAIT_ERR,
  * IDX_DATA_MISM (a field text cannot show: a FIELD_LONG not of 1, 2, 4 or
  * 8 bytes, a FIELD_DOUB not of 4 or 8), SVR_EXCEPTION (writing failed).

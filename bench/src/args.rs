@@ -11,7 +11,9 @@ pub struct BenchArgs {
     /// Runs per cell; the table shows the median and the min-max
     #[arg(long, value_name = "N", default_value_t = 5)]
     pub(crate) runs: usize,
-    /// Where results.csv, results.json, chart.png and table.txt go
+    /// Where table.txt, results.csv, results.json, chart.png (and, after the
+    /// latency part, latency.csv and latency.png) go; with --net, table.txt,
+    /// results.csv and chart.png
     #[arg(long, value_name = "DIR", default_value = "target/bench")]
     pub(crate) out: PathBuf,
     /// Directory holding the seed programs push_bench and pop_bench, compiled unchanged
@@ -38,7 +40,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub(crate) smoke: bool,
     /// The network matrix instead (make bench-net): tvmq serve against a
-    /// redis-server it starts, driven by redis-benchmark; --out target/bench-net
+    /// redis-server it starts, driven by redis-benchmark (make bench-net gives it
+    /// --out target/bench-net)
     #[arg(long)]
     pub(crate) net: bool,
     /// Run only these parts of the matrix (repeat or separate with commas; default: all)

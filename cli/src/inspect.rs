@@ -75,7 +75,7 @@ fn time(ns: u64) -> String {
 /// What blocking pops do on an empty queue, as the queue was created.
 fn spin_text(spin_us: Option<i64>) -> String {
     match spin_us {
-        None => "default (spin and yield a few microseconds, then sleep)".into(),
+        None => "default (spin at most 5 us while such spins catch records, then sleep)".into(),
         Some(-1) => "spin, never sleep".into(),
         Some(us) => format!("spin {us} us, then sleep"),
     }

@@ -50,7 +50,10 @@ pub fn stat_text(q: &Queue) {
     println!("  expired        {} (leases that ran out)", s.expired);
     println!("  orphaned       {} (leases of consumers that died)", s.orphaned);
     println!("  released       {} (put back by their consumer)", s.released);
-    println!("  dead-lettered  {} (+ {} dropped, {} pending)", s.dead_lettered, s.dropped, s.dead_letter_pending);
+    println!(
+        "  dead-lettered  {} (+ {} dropped, {} dead-letter pending)",
+        s.dead_lettered, s.dropped, s.dead_letter_pending
+    );
     println!("  late calls     {} (refused with LEASE_EXPIRED)", s.late);
 }
 

@@ -115,8 +115,9 @@ enum Command {
     Export(transfer::ExportArgs),
     /// Append the records of an export (text or binary) to a queue
     Import(transfer::ImportArgs),
-    /// Measure tvmq against crossbeam, the bare ring (and, given by `make
-    /// bench`, the seed programs, the C driver and Boost.Interprocess)
+    /// Measure tvmq against crossbeam, the bare ring, redis-server (and, given
+    /// by `make bench`, the seed programs, the C driver, Boost.Interprocess,
+    /// DPDK's rte_ring and a pipe)
     #[command(
         after_help = "Its queues go in a directory of its own, tvmq-bench-<pid>, under --dir or $TVMDBD when given, \
         else under /dev/shm; it is removed at the end, also when SIGINT (Ctrl-C) or SIGTERM stops the run \

@@ -32,7 +32,7 @@ pub const ENVIRONMENT: &[(&str, &str)] = &[
         "tvmq serve: how durable (always) queues are synced for the replies waiting on them: hybrid (the \
          default: each worker syncs inline when it is idle and its disk's recent syncs were fast, on its \
          own io_uring otherwise), ring (always the io_uring), threads (the sync threads), or inline (a \
-         measurement aid: the worker always waits for the disk).",
+         measurement aid: the worker always waits for the disk); any other value is hybrid.",
     ),
     (
         "TVMQ_SERVE_SYNC_LINGER_US",

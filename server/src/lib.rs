@@ -16,11 +16,11 @@
 //! | `worker` | one thread per core, each a tokio current-thread runtime | `connection`, `local`, `keys`, `preauth`, `state`, `stream` |
 //! | `connection` | read, run every complete command, write the replies once; limits | `cmd`, `input`, `local`, `keys`, `preauth`, `state`, `stream` |
 //! | `input` | a connection's input buffer: pooled while served, given back while the client is idle | `local` |
-//! | `cmd` | dispatch, then one file per family: `queue` (push, pop, LLEN), `blocking` (BLPOP), `admin` (DEL, LTRIM, TVMQ.REPAIR), `lease/` (the TVMQ.LEASE family: `owned`, `args`, `take`, `end`, `stats`), `server` (the rest), `table` (the commands, COMMAND); `context` (what a command runs with), `off_worker` (what it hands to the pool) | `durable`, `keys`, `state`, `waiters`, `pool`, `reply`, `slice` |
+//! | `cmd` | dispatch, then one file per family: `queue` (push, pop, LLEN), `blocking` (BLPOP), `admin` (DEL, LTRIM, TVMQ.REPAIR), `lease/` (the TVMQ.LEASE family: `owned`, `args`, `take`, `end`, `stats`), `keyspace` (SCAN, KEYS, DBSIZE, TYPE), `info` (INFO), `server` (the rest), `table` (the commands, COMMAND); `context` (what a command runs with), `off_worker` (what it hands to the pool) | `durable`, `keys`, `state`, `waiters`, `pool`, `reply`, `slice` |
 //! | `local` | what one worker's connections share: key cache, buffer pool, stop notice, its syncs | `keys`, `durable` |
 //! | `keys` | key -> queue, caches, `--auto-create`, its bounds and its id scheme | `state`, `index`, `open`, `pool`, `reply` |
 //! | `state` | `ServerState`, what every thread shares: options, queues, counters, the pool | `durable`, `index`, `open`, `preauth`, `waiters`, `pool`, `shutdown`, `tls`, `config` |
-//! | `durable` | `always` queues: a connection's replies waiting for a sync (`replies`), the worker's own syncs, inline or on its io_uring (`ring`, `adaptive`), the sync threads where there is none (`syncers`) | `histogram` |
+//! | `durable` | `always` queues: a connection's replies waiting for a sync (`replies`), the worker's own syncs, inline or on its io_uring (`ring`, `adaptive`), the sync threads where there is none (`syncers`), the whole of it (`commits`) and its counters (`stats`) | `histogram` |
 //! | `histogram` | durations in fixed buckets, in atomics (the syncs' `tvmq_durable_sync_seconds`) | - |
 //! | `index` | queue name -> ids of the directory, kept current by inotify; the queues `--auto-create` made (the budget) | `shutdown` |
 //! | `open` | the queues held open, at most as many as the descriptors allow, the least recently used idle one closed | - |

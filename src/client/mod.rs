@@ -18,6 +18,7 @@
 //! | `lease` | the lease calls; tvmq serve's (TVMQ.LEASE, TVMQ.ACK, ...), on the connection that holds them |
 //! | `redis_lease` | the lease calls on a Redis or a Redis Cluster (`lease.lua`) |
 //! | `pop` | lTvmPop, lTvmPopup, and the values held for the next pops |
+//! | `admin` | lTvmCount, lTvmTruncate, lTvmDropTable, lTvmResetLock: STVM's queue administration over the network |
 //! | this file | [`Client`]: a handle's view (connect, share, push, asynchronous pushes, close) |
 //!
 //! Conventions (docs/protocol.md): the key of queue `t` is its decimal id;

@@ -169,7 +169,8 @@ pub unsafe extern "C" fn vCloneFree(p: *mut SATvm) {
 }
 
 /// Keeps queues attached between calls. (tvmq always keeps them attached, so
-/// this only records the request; vHoldRelease ends it.)
+/// this only records the request; vHoldRelease ends it.) NULL p: nothing,
+/// lGetTErrno() = CONDIT_IS_NIL.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vHoldConnect(p: *mut SATvm) {
     let body = |h: &mut SATvm| {
@@ -181,7 +182,8 @@ pub unsafe extern "C" fn vHoldConnect(p: *mut SATvm) {
 }
 
 /// Detaches every queue this handle attached (explicitly or by first use).
-/// Other threads finish their calls on them; later calls re-attach.
+/// Other threads finish their calls on them; later calls re-attach. NULL p:
+/// nothing, lGetTErrno() = CONDIT_IS_NIL.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vHoldRelease(p: *mut SATvm) {
     let body = |h: &mut SATvm| {
@@ -202,8 +204,12 @@ fn attach(h: &mut SATvm, t: TABLE) -> CallResult {
 }
 
 /// Attaches queue t (maps it). Returns RC_SUCC, or RC_FAIL with
-/// TBL_NOT_FOUND (no such queue), SHM_ERR_ACCES (permission, foreign owner,
-/// symbolic link), SHM_ERR_INVAL / VER_NOT_MATCH (not a valid queue file).
+/// CONDIT_IS_NIL (NULL handle), TBL_NOT_FOUND (no such queue), SHM_ERR_ACCES
+/// (permission, foreign owner, symbolic link), SHM_ERR_INVAL / VER_NOT_MATCH
+/// (not a valid queue file), SHM_ERR_NOMEM / MQUE_CRTE_BIG (it cannot be
+/// mapped), NOT_DURABLE (a durable queue's file moved onto tmpfs); a durable
+/// queue attached first after a machine restart recovers first:
+/// LOCK_DOWR_ERR, SYNC_FAILED. Thread-safe (one handle per thread).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lAttchTable(p: *mut SATvm, t: TABLE) -> std::ffi::c_long {
     let body = |h: &mut SATvm| attach(h, t);
@@ -219,7 +225,9 @@ pub unsafe extern "C" fn lInitSATvm(p: *mut SATvm, t: TABLE) -> std::ffi::c_long
     unsafe { call(p, body) }
 }
 
-/// Detaches queue t from the process (a no-op if it is not attached).
+/// Detaches queue t from the process (a no-op if it is not attached):
+/// threads in the middle of a call on t finish it; the next call attaches t
+/// again. NULL p: nothing, lGetTErrno() = CONDIT_IS_NIL.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vTblDisconnect(p: *mut SATvm, t: TABLE) {
     let body = |_: &mut SATvm| {

@@ -96,7 +96,12 @@ pub(super) fn define_with(
 /// Used by the QUEUE macro: declares the queue being created by
 /// lTableQueue: its name (QUEUE passes its first argument as written, as
 /// STVM names queues), its partition text and its record size. Not for
-/// direct use.
+/// direct use: it works only inside the definition function that
+/// lTableQueue or lCreateQueueEx runs, on their thread.
+/// Returns RC_SUCC, or RC_FAIL (lGetTErrno()) with TABLE_NOT_DEF (outside
+/// such a function, or a QUEUE of another queue than the one being
+/// created) or CONDIT_IS_NIL (a struct of size 0); QUEUE then returns
+/// RC_FAIL from the function.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lTvmDefQueue(t: TABLE, part: *const c_char, name: *const c_char, size: usize) -> c_long {
     call_no_handle(|| {
@@ -119,7 +124,12 @@ pub unsafe extern "C" fn lTvmDefQueue(t: TABLE, part: *const c_char, name: *cons
 }
 
 /// Used by the FIELD macro: adds one field to the queue being created by
-/// lTableQueue. Not for direct use.
+/// lTableQueue. Not for direct use (as lTvmDefQueue).
+/// Returns RC_SUCC, or RC_FAIL (lGetTErrno()) with TABLE_NOT_DEF (outside
+/// a definition function, or before its QUEUE), FTYPE_NOT_DEF (a kind other
+/// than FIELD_CHAR, FIELD_LONG, FIELD_DOUB) or FLD_DEF_SPILL (an empty,
+/// too long or repeated name, bytes outside the record, too many fields);
+/// FIELD then returns RC_FAIL from the function.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lTvmDefField(name: *const c_char, offset: usize, len: usize, kind: c_long) -> c_long {
     call_no_handle(|| {

@@ -245,8 +245,9 @@ unsafe fn file_arg(file: *const c_char) -> Result<String> {
 /// Records of a queue with leases that are leased, or waiting to be
 /// delivered again, are not exported. lGetEffect() = the records written.
 /// Thread-safe. Returns RC_SUCC or RC_FAIL (lGetTErrno() says why).
-/// Errors: CONDIT_IS_NIL (NULL or empty file; a `sep` with a letter, digit,
-/// '+', '-', '.', backslash or line end, which a field's text can hold),
+/// Errors: CONDIT_IS_NIL (NULL or empty file; for the text form, a `sep`
+/// with a letter, digit, '+', '-', '.', backslash or line end, which a
+/// field's text can hold: the binary form ignores `sep`),
 /// the codes of lAttchTable, FILE_NOTFOUND / SHM_ERR_ACCES (the file cannot be created), MQUE_WAIT_ERR,
 /// IDX_DATA_MISM (a field text cannot show: a FIELD_LONG not of 1, 2, 4 or
 /// 8 bytes, a FIELD_DOUB not of 4 or 8), SVR_EXCEPTION (writing failed).
