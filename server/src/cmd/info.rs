@@ -100,7 +100,7 @@ pub(crate) async fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut
              pool_waiting_most:{}\r\n\
              auth_failures:{}\r\nunauthenticated_closed:{}\r\nunauthenticated_evicted:{}\r\nauth_timeouts:{}\r\n\
              accept_errors:{}\r\ntls_handshakes_refused:{}\r\nopen_queues:{}\r\nmax_open_queues:{}\r\n\
-             queues_closed:{}\r\n\
+             queues_closed:{}\r\nqueues_closing:{}\r\n\
              queues_indexed:{}\r\nqueues_created:{}\r\nqueues_created_bytes:{}\r\nindex_rescans:{}\r\n\
              index_headers_read:{}\r\nlive_parts_removed:{}\r\nlive_parts_removed_bytes:{}\r\n\
              index_orphan_sweeps:{}\r\n\r\n",
@@ -126,6 +126,7 @@ pub(crate) async fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut
             open.0,
             open.1,
             open.2,
+            open.3,
             shared.index.len(),
             created.0,
             created.1,
