@@ -95,7 +95,7 @@ pub(crate) async fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut
             t,
             "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\nrejected_connections:{}\r\n\
              total_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nqueue_watchers_started:{}\r\n\
-             queue_watchers:{}\r\nqueues_watched:{}\r\n\
+             queue_watchers:{}\r\nqueues_watched:{}\r\nblocked_wakeups:{}\r\nblocked_wakeups_late:{}\r\n\
              pool_threads:{}\r\npool_threads_max:{}\r\npool_threads_started:{}\r\npool_waiting:{}\r\n\
              pool_waiting_most:{}\r\n\
              auth_failures:{}\r\nunauthenticated_closed:{}\r\nunauthenticated_evicted:{}\r\nauth_timeouts:{}\r\n\
@@ -112,6 +112,8 @@ pub(crate) async fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut
             shared.waiters.watchers_started.load(Ordering::Relaxed),
             shared.waiters.watchers(),
             shared.waiters.watched(),
+            shared.waiters.wakeups.all.load(Ordering::Relaxed),
+            shared.waiters.wakeups.late.load(Ordering::Relaxed),
             pool.threads,
             pool.max_threads,
             pool.started,
