@@ -114,11 +114,6 @@ fn info(addr: SocketAddr, section: &str) -> String {
     }
 }
 
-fn info_value(info: &str, key: &str) -> u64 {
-    let line = info.lines().find(|l| l.starts_with(&format!("{key}:"))).unwrap_or_else(|| panic!("{key} in {info}"));
-    line[key.len() + 1..].trim().parse().unwrap()
-}
-
 #[test]
 fn unauthenticated_floods_are_refused_at_the_length_header_in_bounded_memory() {
     let dir = TempDir::new("server", "preauth");
@@ -184,7 +179,7 @@ fn unauthenticated_floods_are_refused_at_the_length_header_in_bounded_memory() {
     assert_eq!(c.cmd(&[b"AUTH", SECRET.as_bytes()]), V::Simple("OK".into()));
     let big = vec![b'e'; 100_000];
     assert_eq!(c.cmd(&[b"ECHO", &big]), V::Bulk(big));
-    assert_eq!(info_value(&info(addr, "stats"), "unauthenticated_closed"), 43);
+    assert_eq!(info_field(&info(addr, "stats"), "unauthenticated_closed"), 43);
 }
 
 #[test]
@@ -210,7 +205,7 @@ fn wrong_passwords_are_delayed_counted_logged_and_end_the_connection() {
     // The delays hold the guesser, not the worker: once the server has
     // read the guesses, the holder's PING is answered before the tenth.
     meter.wait_for_input(wire.len() as u64);
-    let failures = info_value(&pong_and_stats(&mut holder), "auth_failures");
+    let failures = info_field(&pong_and_stats(&mut holder), "auth_failures");
     eprintln!("{failures} of 10 wrong passwords counted when the password holder's PING was answered");
     assert!(failures < 10, "the holder's PING was answered only after the 10 delayed wrong passwords");
     let pinger = Pinger::start(addr, SECRET);
@@ -252,7 +247,7 @@ fn wrong_passwords_are_delayed_counted_logged_and_end_the_connection() {
     assert!(rounds > 0, "the password holder's PINGs were answered during the storm");
     assert!(worst < PING_BOUND, "a PING took {worst:?}");
 
-    assert_eq!(info_value(&info(addr, "stats"), "auth_failures"), 410);
+    assert_eq!(info_field(&info(addr, "stats"), "auth_failures"), 410);
     // Logged, at most one line a second.
     let lines: Vec<String> =
         server.stderr.lock().unwrap().iter().filter(|l| l.contains("wrong password")).cloned().collect();
