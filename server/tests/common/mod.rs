@@ -302,6 +302,10 @@ impl Conn {
                 Ok(0) => return None,
                 Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
                 Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return None,
+                // A read with a timeout (SO_RCVTIMEO) fails with EINTR when
+                // the process was stopped and continued (man 7 signal), as
+                // on a machine whose tools pause processes: read again.
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => panic!("read: {e}"),
             }
         }
@@ -350,6 +354,8 @@ impl Conn {
                 Ok(0) => return true,
                 Ok(_) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+                // Stopped and continued (see `try_read`): look again.
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(_) => return false,
             }
             if Instant::now() >= deadline {
