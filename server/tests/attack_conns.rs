@@ -467,7 +467,14 @@ fn flood(addr: SocketAddr, config: &Arc<rustls::ClientConfig>, flooders: usize, 
             std::thread::spawn(move || {
                 let (mut done, mut failed) = (0, 0);
                 while Instant::now() < until {
-                    if tls_ping(addr, &config) { done += 1 } else { failed += 1 }
+                    if tls_ping(addr, &config) {
+                        done += 1
+                    } else {
+                        failed += 1;
+                        // Refused at once: not tens of thousands of ports
+                        // in TIME_WAIT for the machine's other tests.
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
                 }
                 (done, failed)
             })
@@ -520,13 +527,16 @@ fn a_flood_of_rsa_4096_handshakes_leaves_the_plain_port_fast() {
     );
     drop(server);
 
-    // The budget: at most 20 handshakes begun a second, the others closed unshaken.
-    let server = ChildServer::start(&dir, &[&tls[..], &["--tls-handshakes-per-second", "20"]].concat());
+    // The budget: at most 2 handshakes begun a second, the others closed
+    // unshaken. (At 20 a second, a loaded machine's four flooders made
+    // fewer than 20 a second: none refused, 3 runs of 3 under `yes` x2.)
+    let budget = 2;
+    let server = ChildServer::start(&dir, &[&tls[..], &["--tls-handshakes-per-second", &budget.to_string()]].concat());
     let tls_addr = server.tls_addr.expect("the TLS port");
     let (done, failed) = flood(tls_addr, &config, 4, 2.0);
     let refused = info_field(&info(server.addr, None, "stats"), "tls_handshakes_refused");
-    eprintln!("with a budget of 20 a second, 2 s: {done} served, {failed} refused ({refused} counted)");
-    assert!((20..=20 + 2 * 20 + 5).contains(&done), "{done}");
+    eprintln!("with a budget of {budget} a second, 2 s: {done} served, {failed} refused ({refused} counted)");
+    assert!((budget..=budget + 2 * budget + 5).contains(&done), "{done}");
     assert!(refused >= 1 && failed as u64 >= refused / 2, "{failed} {refused}");
 }
 
