@@ -118,6 +118,7 @@ fn a_client_touching_more_queues_than_descriptors_leaves_the_server_serving() {
     eprintln!("{n} queues at 1,024 descriptors: {fds} open, {open} queues open of {max_open}, {closed} closed");
     assert!(open <= max_open && max_open < 1024 / 4, "{open} / {max_open}");
     assert!(closed >= n - max_open, "the least recently used were closed: {closed}");
+    assert_eq!(info_field(&stats, "queues_closing"), 0, "plain queues are closed at once, on the worker");
     assert!(fds < 1024 / 2, "{fds} descriptors");
 
     // Every queue holds its record, exactly once: LLEN and LPOP of each
