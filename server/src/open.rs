@@ -92,12 +92,21 @@ impl OpenQueues {
     /// [`get`](Self::get), with a [`Handle`] for a cache.
     pub(crate) fn handle(&self, id: u32) -> tvm::Result<(Arc<Queue>, Handle)> {
         let mut leaving = Leaving::new(&self.closing);
-        // Room is made (or the open refused) before the file is opened, so
-        // that a refused open takes no descriptor, not even for a moment.
         let found = self.lookup(id, &mut leaving);
         drop(leaving);
-        if let Some(found) = found? {
+        if let Some(found) = found {
             return Ok(found);
+        }
+        // Room is made (or the open refused) before the file is opened, so
+        // that a refused open takes no descriptor, not even for a moment;
+        // but none for a queue that does not exist (its open fails at
+        // once), so that looking up missing ids closes nothing.
+        if tvm::queue_path(&self.dir, id).exists() {
+            let mut leaving = Leaving::new(&self.closing);
+            let mut table = self.table.lock();
+            if !table.contains_key(&id) {
+                self.room_for_one(id, &mut table, &mut leaving)?;
+            }
         }
         // Opened without the lock (it maps the file), then put in, unless
         // another thread did so meanwhile.
@@ -106,21 +115,18 @@ impl OpenQueues {
         self.insert(id, fresh, &mut leaving)
     }
 
-    /// The open queue `id`, counted as a use; else room for it (`None`),
-    /// or `SHM_ERR_NOMEM`. A dropped queue is taken out (into `leaving`, to
-    /// be closed without the lock).
-    fn lookup(&self, id: u32, leaving: &mut Leaving) -> tvm::Result<Option<(Arc<Queue>, Handle)>> {
+    /// The open queue `id`, counted as a use; a dropped one is taken out
+    /// (into `leaving`, to be closed without the lock).
+    fn lookup(&self, id: u32, leaving: &mut Leaving) -> Option<(Arc<Queue>, Handle)> {
         let now = self.clock.fetch_add(1, Ordering::Relaxed) + 1;
         let mut table = self.table.lock();
-        if let Some(e) = table.get(&id) {
-            if !e.queue.is_dropped() {
-                e.used.store(now, Ordering::Relaxed);
-                return Ok(Some((e.queue.clone(), Handle { queue: Arc::downgrade(&e.queue), used: e.used.clone() })));
-            }
+        let e = table.get(&id)?;
+        if e.queue.is_dropped() {
             leaving.extend(table.remove(&id).map(|e| e.queue));
+            return None;
         }
-        self.room_for_one(id, &mut table, leaving)?;
-        Ok(None)
+        e.used.store(now, Ordering::Relaxed);
+        Some((e.queue.clone(), Handle { queue: Arc::downgrade(&e.queue), used: e.used.clone() }))
     }
 
     fn insert(&self, id: u32, fresh: Queue, leaving: &mut Leaving) -> tvm::Result<(Arc<Queue>, Handle)> {
@@ -358,6 +364,20 @@ mod tests {
         Queue::drop_queue(&d, 5).unwrap();
         open.purge_dropped();
         assert_eq!(open.get(5).unwrap_err().code(), tvm::error::TBL_NOT_FOUND);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// Looking up a queue that does not exist, the table full, closes none
+    /// of the open ones (its open fails before any room is made for it).
+    #[test]
+    fn a_missing_queue_closes_none_to_make_room() {
+        let d = dir("missing", 3);
+        let open = OpenQueues::new(d.clone(), 3);
+        for id in 1..=3 {
+            open.get(id).unwrap();
+        }
+        assert_eq!(open.get(99).unwrap_err().code(), tvm::error::TBL_NOT_FOUND);
+        assert_eq!(open.counts(), (3, 3, 0, 0), "nothing closed for it");
         std::fs::remove_dir_all(&d).unwrap();
     }
 
