@@ -94,14 +94,15 @@ impl OpenQueues {
         let mut leaving = Leaving::new(&self.closing);
         let found = self.lookup(id, &mut leaving);
         drop(leaving);
-        if let Some(found) = found {
-            return Ok(found);
-        }
+        let near_the_bound = match found {
+            Ok(found) => return Ok(found),
+            Err(near) => near,
+        };
         // Room is made (or the open refused) before the file is opened, so
         // that a refused open takes no descriptor, not even for a moment;
         // but none for a queue that does not exist (its open fails at
         // once), so that looking up missing ids closes nothing.
-        if tvm::queue_path(&self.dir, id).exists() {
+        if near_the_bound && tvm::queue_path(&self.dir, id).exists() {
             let mut leaving = Leaving::new(&self.closing);
             let mut table = self.table.lock();
             if !table.contains_key(&id) {
@@ -115,18 +116,31 @@ impl OpenQueues {
         self.insert(id, fresh, &mut leaving)
     }
 
-    /// The open queue `id`, counted as a use; a dropped one is taken out
-    /// (into `leaving`, to be closed without the lock).
-    fn lookup(&self, id: u32, leaving: &mut Leaving) -> Option<(Arc<Queue>, Handle)> {
+    /// The open queue `id`, counted as a use; else whether opening one
+    /// more needs room made first ([`room_for_one`](Self::room_for_one)).
+    /// A dropped one is taken out (into `leaving`, to be closed without the
+    /// lock).
+    fn lookup(&self, id: u32, leaving: &mut Leaving) -> Result<(Arc<Queue>, Handle), bool> {
         let now = self.clock.fetch_add(1, Ordering::Relaxed) + 1;
         let mut table = self.table.lock();
-        let e = table.get(&id)?;
-        if e.queue.is_dropped() {
+        if let Some(e) = table.get(&id) {
+            if !e.queue.is_dropped() {
+                e.used.store(now, Ordering::Relaxed);
+                return Ok((e.queue.clone(), Handle { queue: Arc::downgrade(&e.queue), used: e.used.clone() }));
+            }
             leaving.extend(table.remove(&id).map(|e| e.queue));
-            return None;
         }
-        e.used.store(now, Ordering::Relaxed);
-        Some((e.queue.clone(), Handle { queue: Arc::downgrade(&e.queue), used: e.used.clone() }))
+        Err(self.near_the_bound(&table))
+    }
+
+    /// Queues open and being closed (see [`OpenQueues::closing`]).
+    fn held(&self, table: &HashMap<u32, Entry>) -> usize {
+        table.len() + self.closing.load(Ordering::Acquire)
+    }
+
+    /// Does opening one more queue need room made first?
+    fn near_the_bound(&self, table: &HashMap<u32, Entry>) -> bool {
+        self.held(table) + self.max / 8 >= self.max
     }
 
     fn insert(&self, id: u32, fresh: Queue, leaving: &mut Leaving) -> tvm::Result<(Arc<Queue>, Handle)> {
@@ -162,11 +176,10 @@ impl OpenQueues {
     /// until then they count, so that closing them only when the bound is
     /// reached would refuse the very open that closed them.
     fn room_for_one(&self, id: u32, table: &mut HashMap<u32, Entry>, leaving: &mut Leaving) -> tvm::Result<()> {
-        let held = |table: &HashMap<u32, Entry>| table.len() + self.closing.load(Ordering::Acquire);
-        if held(table) + self.max / 8 >= self.max {
+        if self.near_the_bound(table) {
             self.make_room(table, leaving);
         }
-        let now = held(table);
+        let now = self.held(table);
         if now < self.max {
             return Ok(());
         }
