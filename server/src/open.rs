@@ -106,7 +106,7 @@ impl OpenQueues {
             let mut leaving = Leaving::new(&self.closing);
             let mut table = self.table.lock();
             if !table.contains_key(&id) {
-                self.room_for_one(id, &mut table, &mut leaving)?;
+                self.room_for_one(id, &mut table, &mut leaving, self.max / 8)?;
             }
         }
         // Opened without the lock (it maps the file), then put in, unless
@@ -130,17 +130,12 @@ impl OpenQueues {
             }
             leaving.extend(table.remove(&id).map(|e| e.queue));
         }
-        Err(self.near_the_bound(&table))
+        Err(self.held(&table) + self.max / 8 >= self.max)
     }
 
     /// Queues open and being closed (see [`OpenQueues::closing`]).
     fn held(&self, table: &HashMap<u32, Entry>) -> usize {
         table.len() + self.closing.load(Ordering::Acquire)
-    }
-
-    /// Does opening one more queue need room made first?
-    fn near_the_bound(&self, table: &HashMap<u32, Entry>) -> bool {
-        self.held(table) + self.max / 8 >= self.max
     }
 
     fn insert(&self, id: u32, fresh: Queue, leaving: &mut Leaving) -> tvm::Result<(Arc<Queue>, Handle)> {
@@ -154,8 +149,9 @@ impl OpenQueues {
         }
         // A dropped queue of the same id goes, like the others.
         leaving.extend(table.remove(&id).map(|e| e.queue));
-        // Checked again: other threads may have opened queues since.
-        if let Err(e) = self.room_for_one(id, &mut table, leaving) {
+        // Checked again, at the bound itself: other threads may have opened
+        // queues since (room was made ahead already).
+        if let Err(e) = self.room_for_one(id, &mut table, leaving, 0) {
             leaving.push(Arc::new(fresh));
             return Err(e);
         }
@@ -166,17 +162,23 @@ impl OpenQueues {
         Ok((queue, handle))
     }
 
-    /// Room for queue `id` (not in `table`): past the bound less its
-    /// headroom, the least recently used queues nobody holds are closed
+    /// Room for queue `id` (not in `table`): within `headroom` of the
+    /// bound, the least recently used queues nobody holds are closed
     /// ([`make_room`](Self::make_room)); `SHM_ERR_NOMEM` when the queues
     /// open and those still being closed reach the bound all the same.
     ///
-    /// The headroom (an eighth of the bound, none below 8) is there for
-    /// durable queues: their close runs later, on the blocking pool, and
-    /// until then they count, so that closing them only when the bound is
-    /// reached would refuse the very open that closed them.
-    fn room_for_one(&self, id: u32, table: &mut HashMap<u32, Entry>, leaving: &mut Leaving) -> tvm::Result<()> {
-        if self.near_the_bound(table) {
+    /// The headroom before an open (an eighth of the bound, none below 8)
+    /// is there for durable queues: their close runs later, on the blocking
+    /// pool, and until then they count, so that closing them only when the
+    /// bound is reached would refuse the very open that closed them.
+    fn room_for_one(
+        &self,
+        id: u32,
+        table: &mut HashMap<u32, Entry>,
+        leaving: &mut Leaving,
+        headroom: usize,
+    ) -> tvm::Result<()> {
+        if self.held(table) + headroom >= self.max {
             self.make_room(table, leaving);
         }
         let now = self.held(table);
