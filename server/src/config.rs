@@ -90,8 +90,8 @@ pub struct ServeArgs {
     /// 0: never)
     #[arg(long, default_value_t = DEFAULT_AUTH_TIMEOUT_SECS, value_name = "SECS")]
     pub auth_timeout: u64,
-    /// Queues held open at once; beyond, the least recently used one nobody is using is closed
-    /// (0: sized from the open-file limit)
+    /// Queues held open at once (durable ones still being closed count); near it, the least
+    /// recently used ones nobody is using are closed (0: sized from the open-file limit)
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub max_open_queues: usize,
     /// Create a missing queue on first use (push, blocking pop) with ROWS records of SIZE bytes

@@ -43,6 +43,12 @@
 //!
 //! On a kernel without `futex_waitv` (before Linux 5.16) a watcher polls
 //! the push counts of its queues every [`POLL_SLICE`] instead.
+//!
+//! [`Wakeups`] counts the wake-ups handed out for pushes, and those of them
+//! a watcher saw only when its sleep ran to its end rather than by being
+//! woken (INFO's `blocked_wakeups`, `blocked_wakeups_late`): a producer's
+//! wake-up that went to another sleeper, the rotation past
+//! [`PER_CALL`] x [`MAX_WATCHERS`] queues, or polling.
 
 use crate::shutdown::Shutdown;
 use parking_lot::Mutex;
@@ -134,6 +140,18 @@ pub(crate) struct Waiters {
     pool: Arc<Mutex<Vec<Arc<Watcher>>>>,
     /// Watcher threads started (for INFO and tests).
     pub(crate) watchers_started: AtomicU64,
+    /// The wake-ups watchers handed out for pushes.
+    pub(crate) wakeups: Arc<Wakeups>,
+}
+
+/// Wake-ups handed to blocked clients for pushes (for INFO and tests).
+#[derive(Default)]
+pub(crate) struct Wakeups {
+    /// All of them.
+    pub(crate) all: AtomicU64,
+    /// Those for pushes a watcher saw at the end of a sleep that ran its
+    /// whole time (not woken by them).
+    pub(crate) late: AtomicU64,
 }
 
 /// One watcher thread's set of lists, and its bell.
@@ -150,6 +168,7 @@ impl Waiters {
             places: AtomicU64::new(0),
             pool: Arc::default(),
             watchers_started: AtomicU64::new(0),
+            wakeups: Arc::default(),
         }
     }
 
@@ -222,8 +241,10 @@ impl Waiters {
             None if pool.len() < MAX_WATCHERS => {
                 let w = Arc::new(Watcher::default());
                 let n = self.watchers_started.fetch_add(1, Ordering::Relaxed);
-                let (w2, stop, all) = (w.clone(), shutdown.clone(), self.pool.clone());
-                std::thread::Builder::new().name(format!("tvmq-watch-{n}")).spawn(move || w2.run(&stop, &all))?;
+                let (w2, stop, all, counts) = (w.clone(), shutdown.clone(), self.pool.clone(), self.wakeups.clone());
+                std::thread::Builder::new()
+                    .name(format!("tvmq-watch-{n}"))
+                    .spawn(move || w2.run(&stop, &all, &counts))?;
                 pool.push(w.clone());
                 w
             }
@@ -271,11 +292,13 @@ impl Waiters {
 
 impl Watcher {
     /// The watcher thread: see the module documentation. `all` is the pool
-    /// it leaves when it ends.
-    fn run(self: &Arc<Self>, stop: &Shutdown, all: &Mutex<Vec<Arc<Watcher>>>) {
+    /// it leaves when it ends; `counts`, the server's count of wake-ups.
+    fn run(self: &Arc<Self>, stop: &Shutdown, all: &Mutex<Vec<Arc<Watcher>>>, counts: &Wakeups) {
         let mut rotation = 0;
         let mut futex_waitv = true;
         let mut idle_since: Option<Instant> = None;
+        // The last sleep ran its whole time (nothing woke it).
+        let mut slept_out = false;
         loop {
             let bell = self.bell.value();
             let lists: Vec<Arc<WaitList>> = self.set.lock().clone();
@@ -290,10 +313,15 @@ impl Watcher {
                 if q.is_dropped() || stopping {
                     inner.wake_all();
                 } else if pushes != inner.seen {
-                    for _ in 0..pushes.wrapping_sub(inner.seen).min(inner.waiting.len() as u64) {
+                    let n = pushes.wrapping_sub(inner.seen).min(inner.waiting.len() as u64);
+                    for _ in 0..n {
                         inner.wake_oldest();
                     }
                     inner.seen = pushes;
+                    counts.all.fetch_add(n, Ordering::Relaxed);
+                    if slept_out {
+                        counts.late.fetch_add(n, Ordering::Relaxed);
+                    }
                 }
                 if q.info().leases.is_some() && !inner.waiting.is_empty() && !q.is_dropped() {
                     slice = slice.min(LEASE_SLICE);
@@ -335,13 +363,16 @@ impl Watcher {
                 let from = rotation * PER_CALL;
                 (&watch[from..(from + PER_CALL).min(watch.len())], ROTATE_SLICE.min(slice))
             };
+            let asleep = Instant::now();
             if futex_waitv {
                 if let Err(e) = Queue::wait_for_any_push(group, Some((&self.bell, bell)), slice) {
                     eprintln!("tvmq serve: {}: watchers poll every {POLL_SLICE:?} instead", e.what());
                     futex_waitv = false;
                 }
+                slept_out = asleep.elapsed() >= slice;
             } else {
                 std::thread::sleep(if watch.is_empty() { IDLE_SLICE.min(slice) } else { POLL_SLICE });
+                slept_out = true;
             }
         }
     }

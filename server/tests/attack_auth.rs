@@ -22,8 +22,10 @@ const SECRET: &str = "correct horse battery staple";
 /// would be buffered without the bound).
 const FLOOD_RSS_BOUND_KIB: u64 = 32 * 1024;
 /// The longest round trip of an authenticated client's PING during an
-/// attack (a debug build on a shared two-core machine).
-const PING_BOUND: Duration = Duration::from_secs(2);
+/// attack: a guard against a server that stops serving it, not a bound on
+/// speed (a loaded machine decides that; what the server must not do, hold
+/// its worker, is asserted by order where an attack could).
+const PING_BOUND: Duration = Duration::from_secs(20);
 
 /// An authenticated client PINGing every 5 ms until told to stop; its
 /// worst round trip.
@@ -112,11 +114,6 @@ fn info(addr: SocketAddr, section: &str) -> String {
     }
 }
 
-fn info_value(info: &str, key: &str) -> u64 {
-    let line = info.lines().find(|l| l.starts_with(&format!("{key}:"))).unwrap_or_else(|| panic!("{key} in {info}"));
-    line[key.len() + 1..].trim().parse().unwrap()
-}
-
 #[test]
 fn unauthenticated_floods_are_refused_at_the_length_header_in_bounded_memory() {
     let dir = TempDir::new("server", "preauth");
@@ -182,16 +179,19 @@ fn unauthenticated_floods_are_refused_at_the_length_header_in_bounded_memory() {
     assert_eq!(c.cmd(&[b"AUTH", SECRET.as_bytes()]), V::Simple("OK".into()));
     let big = vec![b'e'; 100_000];
     assert_eq!(c.cmd(&[b"ECHO", &big]), V::Bulk(big));
-    assert_eq!(info_value(&info(addr, "stats"), "unauthenticated_closed"), 43);
+    assert_eq!(info_field(&info(addr, "stats"), "unauthenticated_closed"), 43);
 }
 
 #[test]
 fn wrong_passwords_are_delayed_counted_logged_and_end_the_connection() {
     let dir = TempDir::new("server", "wrongpass");
-    let server =
-        ChildServer::spawn(&dir, &["--requirepass", SECRET], &Spawn { capture_stderr: true, ..Spawn::default() });
+    // One worker: the password holder's PING below shares it with the guesser.
+    let how = Spawn { capture_stderr: true, ..Spawn::default() };
+    let server = ChildServer::spawn(&dir, &["--requirepass", SECRET, "--threads", "1"], &how);
     let addr = server.addr;
-    let pinger = Pinger::start(addr, SECRET);
+    let mut holder = Conn::connect(addr);
+    assert_eq!(holder.cmd(&[b"AUTH", SECRET.as_bytes()]), V::Simple("OK".into()));
+    let mut meter = Meter::new(addr, Some(SECRET));
 
     // One connection pipelines 20 wrong passwords: each is answered 100 ms
     // after the previous one, and the tenth ends the connection.
@@ -202,6 +202,13 @@ fn wrong_passwords_are_delayed_counted_logged_and_end_the_connection() {
     }
     let t = Instant::now();
     s.write_all(&wire).unwrap();
+    // The delays hold the guesser, not the worker: once the server has
+    // read the guesses, the holder's PING is answered before the tenth.
+    meter.wait_for_input(wire.len() as u64);
+    let failures = info_field(&pong_and_stats(&mut holder), "auth_failures");
+    eprintln!("{failures} of 10 wrong passwords counted when the password holder's PING was answered");
+    assert!(failures < 10, "the holder's PING was answered only after the 10 delayed wrong passwords");
+    let pinger = Pinger::start(addr, SECRET);
     let (got, closed) = read_until_closed(&mut s, Duration::from_secs(10));
     let took = t.elapsed();
     let got = text(&got);
@@ -236,9 +243,11 @@ fn wrong_passwords_are_delayed_counted_logged_and_end_the_connection() {
     let storm = t.elapsed();
     let (rounds, worst) = pinger.finish();
     eprintln!("400 wrong passwords on 40 connections: {storm:?}; PING {rounds} rounds, worst {worst:?}");
+    // The storm lasts a second at least (10 delays of 100 ms in a row).
+    assert!(rounds > 0, "the password holder's PINGs were answered during the storm");
     assert!(worst < PING_BOUND, "a PING took {worst:?}");
 
-    assert_eq!(info_value(&info(addr, "stats"), "auth_failures"), 410);
+    assert_eq!(info_field(&info(addr, "stats"), "auth_failures"), 410);
     // Logged, at most one line a second.
     let lines: Vec<String> =
         server.stderr.lock().unwrap().iter().filter(|l| l.contains("wrong password")).cloned().collect();

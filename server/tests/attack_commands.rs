@@ -8,10 +8,11 @@
 //! fail with its defence removed (docs/server.md, Security). The big
 //! figures: `scripts/attack-commands.py` (`make attack`).
 //!
-//! The bound on another client's PING is this issue's contract (p99 within
-//! 10 ms); asserted here at [`PING_P99_MAX`], loose enough for a loaded
-//! two-core machine, and far below what each attack cost without its
-//! defence (seconds).
+//! Another client's PING is asserted by order, not by time (a loaded
+//! machine decides times): sent once the server has read the whole attack,
+//! with an INFO in the same turn, it is answered while the attack is still
+//! being run (the INFO counts it unfinished). Without its defence an
+//! attack held the worker to its end, and the PING waited behind it.
 
 mod common;
 
@@ -19,48 +20,11 @@ use common::*;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// Another client's PING p99 asserted during an attack.
-const PING_P99_MAX: Duration = Duration::from_millis(100);
 /// Share of one core a server may use while its blocked clients wait and
 /// nothing happens.
 const IDLE_CPU_MAX: f64 = 0.05;
-
-/// A client PINGing every 2 ms on its own thread, each round trip timed.
-struct Pinger {
-    stop: Arc<AtomicBool>,
-    thread: std::thread::JoinHandle<Vec<Duration>>,
-}
-
-impl Pinger {
-    fn start(addr: SocketAddr) -> Pinger {
-        let stop = Arc::new(AtomicBool::new(false));
-        let mut c = Conn::connect(addr);
-        let flag = stop.clone();
-        let thread = std::thread::spawn(move || {
-            let mut times = Vec::new();
-            while !flag.load(Ordering::Relaxed) {
-                let t = Instant::now();
-                assert_eq!(c.cmd(&[b"PING"]), V::Simple("PONG".into()));
-                times.push(t.elapsed());
-                std::thread::sleep(Duration::from_millis(2));
-            }
-            times
-        });
-        Pinger { stop, thread }
-    }
-
-    /// Stops; the p99 and the worst of the round trips, and how many.
-    fn stop(self) -> (Duration, Duration, usize) {
-        self.stop.store(true, Ordering::Relaxed);
-        let mut times = self.thread.join().expect("the pinger");
-        times.sort();
-        let n = times.len();
-        assert!(n > 0, "no PING answered");
-        (times[(n * 99 / 100).min(n - 1)], times[n - 1], n)
-    }
-}
 
 /// CPU time (user + system) process `pid` has used, in clock ticks.
 fn cpu_ticks(pid: u32) -> u64 {
@@ -136,10 +100,31 @@ fn raise_nofile() -> u64 {
     r.rlim_cur
 }
 
+/// Sends `attack` (`n` pipelined commands) on `a` to a server with one
+/// worker, waits until the server has read all of it, then a PING and an
+/// INFO on `b`: the number of the attack's commands the server had run
+/// when it answered the PING, asserted below `n` (the PING was answered
+/// while the attack ran). Then the attack's `n` replies.
+fn pong_during(addr: SocketAddr, a: &mut Conn, b: &mut Conn, attack: &[Vec<&[u8]>], what: &str) -> Vec<V> {
+    let mut wire = Vec::new();
+    for cmd in attack {
+        resp::command(&mut wire, cmd);
+    }
+    let mut meter = Meter::new(addr, None);
+    a.send_raw(&wire);
+    meter.wait_for_input(wire.len() as u64);
+    let stats = pong_and_stats(b);
+    let run = meter.commands_in(&stats);
+    let n = attack.len() as u64;
+    eprintln!("{n} pipelined {what}: {run} of them run when another client's PING was answered");
+    assert!(run < n, "another client's PING was answered only after the {n} {what} had run");
+    attack.iter().map(|_| a.read()).collect()
+}
+
 /// TVMQ.LEASES scans a lease table of 1,048,576 entries (tens of ms each):
 /// pipelined on the one worker, they held its other clients for seconds.
-/// The scans run in the pool: the PING on the same worker stays fast, and
-/// every reply still counts the lease held.
+/// The scans run in the pool: a PING on the same worker is answered while
+/// they run, and every reply still counts the lease held.
 #[test]
 fn lease_table_scans_do_not_hold_the_worker() {
     let dir = TempDir::new("attack-cmd", "leases-scan");
@@ -149,26 +134,17 @@ fn lease_table_scans_do_not_hold_the_worker() {
     let mut c = Conn::connect(addr);
     assert_eq!(c.cmd(&[b"RPUSH", b"30", b"a"]), V::Int(1));
     let V::Arr(_) = c.cmd(&[b"TVMQ.LEASE", b"30"]) else { panic!("a lease") };
-    let pinger = Pinger::start(addr);
-    std::thread::sleep(Duration::from_millis(50));
-    let t = Instant::now();
-    let n = 60;
-    let replies = pipeline(&mut c, &vec![vec![&b"TVMQ.LEASES"[..], b"30"]; n]);
-    let took = t.elapsed();
-    let (p99, worst, pings) = pinger.stop();
-    eprintln!(
-        "{n} pipelined TVMQ.LEASES of 1,048,576 entries: {took:?}; another client's PING p99 {p99:?}, worst {worst:?} ({pings} PINGs)"
-    );
+    let mut other = Conn::connect(addr);
+    let replies = pong_during(addr, &mut c, &mut other, &vec![vec![&b"TVMQ.LEASES"[..], b"30"]; 60], "TVMQ.LEASES");
     for r in &replies {
         assert_eq!((lease_stat(r, "in-flight"), lease_stat(r, "held-by-this-connection")), (1, 1));
     }
-    assert!(p99 <= PING_P99_MAX, "PING p99 {p99:?} (worst {worst:?}) during the scans");
     server.stop();
 }
 
 /// INFO reads up to 256 queue headers: pipelined, they held the worker
 /// (100 INFO among 20,000 queues: a PING waited 0.86 s). They are read in
-/// the pool: the PING on the same worker stays fast.
+/// the pool: a PING on the same worker is answered while they run.
 #[test]
 fn info_header_reads_do_not_hold_the_worker() {
     let dir = TempDir::new("attack-cmd", "info-scan");
@@ -178,16 +154,8 @@ fn info_header_reads_do_not_hold_the_worker() {
     let server = start(&dir, &["--threads", "1"]);
     let addr = server.tcp_addr().unwrap();
     let mut c = Conn::connect(addr);
-    let pinger = Pinger::start(addr);
-    std::thread::sleep(Duration::from_millis(50));
-    let t = Instant::now();
-    let n = 100;
-    let replies = pipeline(&mut c, &vec![vec![&b"INFO"[..]]; n]);
-    let took = t.elapsed();
-    let (p99, worst, pings) = pinger.stop();
-    eprintln!(
-        "{n} pipelined INFO with 300 queues: {took:?}; another client's PING p99 {p99:?}, worst {worst:?} ({pings} PINGs)"
-    );
+    let mut other = Conn::connect(addr);
+    let replies = pong_during(addr, &mut c, &mut other, &vec![vec![&b"INFO"[..]]; 100], "INFO");
     for r in &replies {
         let V::Bulk(text) = r else { panic!("{r:?}") };
         let text = String::from_utf8_lossy(text);
@@ -196,7 +164,6 @@ fn info_header_reads_do_not_hold_the_worker() {
         }
         assert!(text.ends_with("\r\n\r\n") && !text.contains("queue_257:"), "{text}");
     }
-    assert!(p99 <= PING_P99_MAX, "PING p99 {p99:?} (worst {worst:?}) during the INFOs");
     server.stop();
 }
 
@@ -378,7 +345,8 @@ fn a_key_named_a_million_times_is_held_once() {
 
 /// Creations and repairs, many at once: each took a thread of tokio's
 /// blocking pool (600 creations: 600 threads). They wait in line for the
-/// bounded pool: the threads stay within it, and every one is answered.
+/// bounded pool: the threads stay within it, every one is answered, and
+/// another client's PING is answered while they wait (they hold no worker).
 #[test]
 fn many_creations_and_repairs_at_once_take_the_pool_s_threads_only() {
     let dir = TempDir::new("attack-cmd", "pool");
@@ -386,19 +354,14 @@ fn many_creations_and_repairs_at_once_take_the_pool_s_threads_only() {
     spec.name = "big".into();
     tvm::Queue::create(dir.path(), 33, &spec).unwrap();
     let how = Spawn { env: &[("TVMQ_SERVE_TEST_CREATE_DELAY_MS", "5")], ..Spawn::default() };
-    let server = ChildServer::spawn(&dir, &["--threads", "2", "--auto-create", "10x16", "--pool-threads", "4"], &how);
+    // One worker: the PING below shares it with every attacker.
+    let server = ChildServer::spawn(&dir, &["--threads", "1", "--auto-create", "10x16", "--pool-threads", "4"], &how);
     let addr = server.addr;
     let base = threads(server.pid());
     let n = 200;
     let mut conns: Vec<Conn> = (0..n).map(|_| Conn::connect(addr)).collect();
-    let pinger = Pinger::start(addr);
-    for (i, c) in conns.iter_mut().enumerate() {
-        let mut out = Vec::new();
-        resp::command(&mut out, &[b"RPUSH", format!("new{i}").as_bytes(), b"x"]);
-        resp::command(&mut out, &[b"TVMQ.REPAIR", b"big"]);
-        resp::command(&mut out, &[b"TVMQ.REPAIR", b"big"]);
-        c.send_raw(&out);
-    }
+    let mut other = Conn::connect(addr);
+    let mut meter = Meter::new(addr, None);
     let done = Arc::new(AtomicBool::new(false));
     let (flag, pid) = (done.clone(), server.pid());
     let sampler = std::thread::spawn(move || {
@@ -409,22 +372,35 @@ fn many_creations_and_repairs_at_once_take_the_pool_s_threads_only() {
         }
         peak
     });
+    let mut sent = 0;
+    for (i, c) in conns.iter_mut().enumerate() {
+        let mut out = Vec::new();
+        resp::command(&mut out, &[b"RPUSH", format!("new{i}").as_bytes(), b"x"]);
+        resp::command(&mut out, &[b"TVMQ.REPAIR", b"big"]);
+        resp::command(&mut out, &[b"TVMQ.REPAIR", b"big"]);
+        c.send_raw(&out);
+        sent += out.len() as u64;
+    }
+    // Every attacker's commands read (each connection has had its turn):
+    // a PING then is answered while creations still wait for the pool.
+    meter.wait_for_input(sent);
+    let created = info_field(&pong_and_stats(&mut other), "queues_created");
     for c in &mut conns {
         assert_eq!((c.read(), c.read(), c.read()), (V::Int(1), V::Int(0), V::Int(0)));
     }
     done.store(true, Ordering::Relaxed);
     let peak = sampler.join().unwrap();
-    let (p99, worst, pings) = pinger.stop();
     eprintln!(
-        "{n} creations and {} repairs at once: threads {base} -> peak {peak}; PING p99 {p99:?}, worst {worst:?} ({pings})",
+        "{n} creations and {} repairs at once: threads {base} -> peak {peak}; {created} queues created when \
+         another client's PING was answered",
         2 * n
     );
+    assert!(created < n as u64, "another client's PING was answered only after the {n} creations");
     assert_eq!(info_value(addr, "queues_created"), n as u64);
     // The pool's 4 threads, the watcher-free rest as before (a margin of 2
     // for the index's and the acceptor's moments).
     assert!(peak <= base + 4 + 2, "threads {base} -> peak {peak}");
     assert!(info_value(addr, "pool_threads_started") >= 1);
-    assert!(p99 <= PING_P99_MAX, "PING p99 {p99:?} (worst {worst:?})");
 }
 
 /// `--max-queues` counts the queues of the directory that `--auto-create`

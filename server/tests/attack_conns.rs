@@ -68,11 +68,6 @@ fn info(addr: SocketAddr, password: Option<&str>, section: &str) -> String {
     }
 }
 
-fn info_value(info: &str, key: &str) -> u64 {
-    let line = info.lines().find(|l| l.starts_with(&format!("{key}:"))).unwrap_or_else(|| panic!("{key} in {info}"));
-    line[key.len() + 1..].trim().parse().unwrap()
-}
-
 /// What a new connection gets for a PING within `limit`: its reply, or
 /// None (silence, or closed without one).
 fn ping_once(addr: SocketAddr, limit: Duration) -> Option<String> {
@@ -88,9 +83,11 @@ fn ping_once(addr: SocketAddr, limit: Duration) -> Option<String> {
 fn a_client_touching_more_queues_than_descriptors_leaves_the_server_serving() {
     let dir = TempDir::new("server", "fd-queues");
     let how = Spawn { nofile: Some(1024), capture_stderr: true, ..Spawn::default() };
-    let server = ChildServer::spawn(&dir, &["--auto-create", "4x16", "--max-queues", "2000"], &how);
+    // One worker: the other client's PING below shares it with the attacker.
+    let server = ChildServer::spawn(&dir, &["--auto-create", "4x16", "--max-queues", "2000", "--threads", "1"], &how);
     let addr = server.addr;
-    let pinger = Pinger::start(addr, None);
+    let mut other = Conn::connect(addr);
+    let mut meter = Meter::new(addr, None);
 
     // 1,100 queues made and pushed to, pipelined by one client.
     let n = 1100;
@@ -100,20 +97,28 @@ fn a_client_touching_more_queues_than_descriptors_leaves_the_server_serving() {
         resp::command(&mut wire, &[b"RPUSH", format!("k{i}").as_bytes(), format!("v{i}").as_bytes()]);
     }
     attacker.send_raw(&wire);
+    // Once the server has read them all, another client's PING is
+    // answered while they are still being made (off the worker).
+    meter.wait_for_input(wire.len() as u64);
+    let created = info_field(&pong_and_stats(&mut other), "queues_created");
+    eprintln!("{created} of {n} queues made when another client's PING was answered");
+    assert!(created < n, "another client's PING was answered only after the {n} creations");
     for i in 0..n {
         assert_eq!(attacker.read(), V::Int(1), "RPUSH k{i}");
     }
-    // New clients are answered at once, while the attacker is still connected.
+    // New clients are answered (not left in the backlog), while the
+    // attacker is still connected. (The 30 s: a guard against a hang.)
     for _ in 0..5 {
-        assert_eq!(ping_once(addr, Duration::from_secs(5)).as_deref(), Some("+PONG\r\n"));
+        assert_eq!(ping_once(addr, Duration::from_secs(30)).as_deref(), Some("+PONG\r\n"));
     }
     let fds = open_fds(server.pid());
     let stats = info(addr, None, "stats");
     let (open, max_open, closed) =
-        (info_value(&stats, "open_queues"), info_value(&stats, "max_open_queues"), info_value(&stats, "queues_closed"));
+        (info_field(&stats, "open_queues"), info_field(&stats, "max_open_queues"), info_field(&stats, "queues_closed"));
     eprintln!("{n} queues at 1,024 descriptors: {fds} open, {open} queues open of {max_open}, {closed} closed");
     assert!(open <= max_open && max_open < 1024 / 4, "{open} / {max_open}");
     assert!(closed >= n - max_open, "the least recently used were closed: {closed}");
+    assert_eq!(info_field(&stats, "queues_closing"), 0, "plain queues are closed at once, on the worker");
     assert!(fds < 1024 / 2, "{fds} descriptors");
 
     // Every queue holds its record, exactly once: LLEN and LPOP of each
@@ -131,9 +136,7 @@ fn a_client_touching_more_queues_than_descriptors_leaves_the_server_serving() {
         assert_eq!(attacker.read(), V::Nil, "k{i} again");
     }
     drop(attacker);
-    let (pings, p99) = pinger.finish();
-    eprintln!("another client's PING meanwhile: {pings} answered, p99 {p99:?}");
-    assert!(p99 < Duration::from_millis(50), "PING p99 {p99:?}");
+    assert_eq!(other.cmd(&[b"PING"]), V::Simple("PONG".into()));
     assert!(!server.stderr.lock().unwrap().iter().any(|l| l.contains("accept")), "no accept error");
 }
 
@@ -148,7 +151,7 @@ fn more_clients_than_descriptors_are_each_answered() {
     wait_until(Duration::from_secs(10), "the warning", || {
         server.stderr.lock().unwrap().iter().any(|l| l.contains("--maxclients 10000 lowered to"))
     });
-    let maxclients = info_value(&info(addr, None, "clients"), "maxclients") as usize;
+    let maxclients = info_field(&info(addr, None, "clients"), "maxclients") as usize;
     assert!(maxclients < 1024, "{maxclients}");
 
     let n = 1100;
@@ -271,7 +274,9 @@ fn partial_commands_before_auth_are_held_in_bounded_memory_given_back_at_the_clo
     let dir = TempDir::new("server", "preauth-partial");
     let server = ChildServer::start(&dir, &["--requirepass", SECRET, "--auth-timeout", "60"]);
     let addr = server.addr;
-    let pinger = Pinger::start(addr, Some(SECRET));
+    let mut holder = Conn::connect(addr);
+    assert_eq!(holder.cmd(&[b"AUTH", SECRET.as_bytes()]), V::Simple("OK".into()));
+    let mut meter = Meter::new(addr, Some(SECRET));
     std::thread::sleep(Duration::from_millis(300));
     let base = server.rss_kib();
 
@@ -286,9 +291,18 @@ fn partial_commands_before_auth_are_held_in_bounded_memory_given_back_at_the_clo
             s
         })
         .collect();
+    // Once the server has read them all, the password holder's PING is
+    // answered while they are held.
+    meter.wait_for_input((n * most.len()) as u64);
+    let mut both = Vec::new();
+    resp::command(&mut both, &[b"PING"]);
+    resp::command(&mut both, &[b"INFO", b"clients"]);
+    holder.send_raw(&both);
+    assert_eq!(holder.read(), V::Simple("PONG".into()));
+    let V::Bulk(clients) = holder.read() else { panic!("INFO clients") };
+    let clients = String::from_utf8_lossy(&clients).into_owned();
+    assert_eq!(info_field(&clients, "unauthenticated_clients"), n as u64, "all still open, waiting");
     let held = settled_rss(server.pid(), Duration::from_secs(10));
-    let clients = info(addr, Some(SECRET), "clients");
-    assert_eq!(info_value(&clients, "unauthenticated_clients"), n as u64, "all still open, waiting");
     let grew = held.saturating_sub(base);
     eprintln!("{n} partial AUTH commands of 32 KiB: RSS {base} -> {held} KiB (+{} KiB each)", grew / n as u64);
     // 33 KiB of command each, in a mapping of its own (before: 330 KiB).
@@ -305,14 +319,13 @@ fn partial_commands_before_auth_are_held_in_bounded_memory_given_back_at_the_clo
     // They close: the memory goes back.
     socks.clear();
     wait_until(Duration::from_secs(10), "the connections to close", || {
-        info_value(&info(addr, Some(SECRET), "clients"), "unauthenticated_clients") == 0
+        info_field(&info(addr, Some(SECRET), "clients"), "unauthenticated_clients") == 0
     });
     std::thread::sleep(Duration::from_secs(2));
     let after = server.rss_kib();
-    let (pings, p99) = pinger.finish();
-    eprintln!("RSS {after} KiB 2 s after they closed (+{} KiB); PING {pings} answered, p99 {p99:?}", after - base);
+    eprintln!("RSS {after} KiB 2 s after they closed (+{} KiB)", after - base);
     assert!(after < base + 32 * 1024, "RSS {base} -> {after} KiB after the close");
-    assert!(p99 < Duration::from_millis(50), "PING p99 {p99:?}");
+    assert_eq!(holder.cmd(&[b"PING"]), V::Simple("PONG".into()));
     drop(s);
 }
 
@@ -338,9 +351,9 @@ fn unauthenticated_connections_cannot_keep_the_password_holder_out_and_time_out(
     assert_eq!(holder.cmd(&[b"PING"]), V::Simple("PONG".into()));
     assert!(idle[30].closed_within(Duration::from_secs(5)), "the oldest went");
     let V::Bulk(clients) = holder.cmd(&[b"INFO", b"clients"]) else { panic!("INFO") };
-    assert_eq!(info_value(&String::from_utf8_lossy(&clients), "unauthenticated_clients"), 9);
+    assert_eq!(info_field(&String::from_utf8_lossy(&clients), "unauthenticated_clients"), 9);
     let V::Bulk(stats) = holder.cmd(&[b"INFO", b"stats"]) else { panic!("INFO") };
-    assert_eq!(info_value(&String::from_utf8_lossy(&stats), "unauthenticated_evicted"), evicted + 1);
+    assert_eq!(info_field(&String::from_utf8_lossy(&stats), "unauthenticated_evicted"), evicted + 1);
     for c in &mut idle[31..] {
         assert_eq!(c.try_read_within(Duration::ZERO), None, "the newest wait on");
     }
@@ -357,7 +370,7 @@ fn unauthenticated_connections_cannot_keep_the_password_holder_out_and_time_out(
     assert!(t.elapsed() < Duration::from_secs(5));
     std::thread::sleep(Duration::from_millis(1200));
     assert_eq!(quick.cmd(&[b"PING"]), V::Simple("PONG".into()));
-    assert_eq!(info_value(&info(addr, Some(SECRET), "stats"), "auth_timeouts"), 1);
+    assert_eq!(info_field(&info(addr, Some(SECRET), "stats"), "auth_timeouts"), 1);
     server.stop();
 }
 
@@ -455,7 +468,14 @@ fn flood(addr: SocketAddr, config: &Arc<rustls::ClientConfig>, flooders: usize, 
             std::thread::spawn(move || {
                 let (mut done, mut failed) = (0, 0);
                 while Instant::now() < until {
-                    if tls_ping(addr, &config) { done += 1 } else { failed += 1 }
+                    if tls_ping(addr, &config) {
+                        done += 1
+                    } else {
+                        failed += 1;
+                        // Refused at once: not tens of thousands of ports
+                        // in TIME_WAIT for the machine's other tests.
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
                 }
                 (done, failed)
             })
@@ -508,13 +528,16 @@ fn a_flood_of_rsa_4096_handshakes_leaves_the_plain_port_fast() {
     );
     drop(server);
 
-    // The budget: at most 20 handshakes begun a second, the others closed unshaken.
-    let server = ChildServer::start(&dir, &[&tls[..], &["--tls-handshakes-per-second", "20"]].concat());
+    // The budget: at most 2 handshakes begun a second, the others closed
+    // unshaken. (At 20 a second, a loaded machine's four flooders made
+    // fewer than 20 a second: none refused, 3 runs of 3 under `yes` x2.)
+    let budget = 2;
+    let server = ChildServer::start(&dir, &[&tls[..], &["--tls-handshakes-per-second", &budget.to_string()]].concat());
     let tls_addr = server.tls_addr.expect("the TLS port");
     let (done, failed) = flood(tls_addr, &config, 4, 2.0);
-    let refused = info_value(&info(server.addr, None, "stats"), "tls_handshakes_refused");
-    eprintln!("with a budget of 20 a second, 2 s: {done} served, {failed} refused ({refused} counted)");
-    assert!((20..=20 + 2 * 20 + 5).contains(&done), "{done}");
+    let refused = info_field(&info(server.addr, None, "stats"), "tls_handshakes_refused");
+    eprintln!("with a budget of {budget} a second, 2 s: {done} served, {failed} refused ({refused} counted)");
+    assert!((budget..=budget + 2 * budget + 5).contains(&done), "{done}");
     assert!(refused >= 1 && failed as u64 >= refused / 2, "{failed} {refused}");
 }
 

@@ -1,8 +1,9 @@
 //! Attacks on the server's queues: auto-creation that would fill memory
 //! (many keys, a blocking pop on many missing keys, a geometry that cannot
 //! be), lookups of unknown keys while thousands of queues exist, and a
-//! blocking pop on a thousand queues. Each is refused or bounded, another
-//! client's PING stays fast, and the server keeps serving.
+//! blocking pop on a thousand queues. Each is refused or bounded, and the
+//! server keeps serving (times are not asserted: a loaded machine decides
+//! them; what stands for them is asserted instead, as the server counts it).
 
 mod common;
 
@@ -66,11 +67,11 @@ fn pipeline(c: &mut Conn, cmds: &[Vec<Vec<u8>>]) -> Vec<V> {
     cmds.iter().map(|_| c.read()).collect()
 }
 
-fn ping_time(addr: std::net::SocketAddr) -> Duration {
-    let mut c = Conn::connect(addr);
-    let t = Instant::now();
-    assert_eq!(c.cmd(&[b"PING"]), V::Simple("PONG".into()));
-    t.elapsed()
+/// A new client's PING is answered (within the connection's read timeout,
+/// 20 s: a guard against a server that stopped serving, not a bound on
+/// speed).
+fn pong(addr: std::net::SocketAddr) {
+    assert_eq!(Conn::connect(addr).cmd(&[b"PING"]), V::Simple("PONG".into()));
 }
 
 /// `n` queues of 10 x 16 bytes named `q<i>`, ids 1..=n.
@@ -112,7 +113,7 @@ fn auto_creation_stops_at_max_queues() {
     // Still serving: the queues it made, and others' PING.
     assert_eq!(c.cmd(&[b"RPUSH", b"key7", b"w"]), V::Int(2));
     assert_eq!(c.cmd(&[b"LPOP", b"key7"]), V::bulk(b"v"));
-    assert!(ping_time(server.addr) < Duration::from_secs(1));
+    pong(server.addr);
     // A queue it made, dropped, frees its place.
     let ids = tvm::queue_ids(dir.path()).unwrap();
     let id = *ids.iter().find(|&&id| tvm::queue_name(dir.path(), id).is_ok_and(|n| n == "key3")).unwrap();
@@ -239,7 +240,9 @@ fn unknown_keys_cost_no_scan_with_thousands_of_queues() {
     let pinger = std::thread::spawn(move || {
         let mut worst = Duration::ZERO;
         for _ in 0..20 {
-            worst = worst.max(ping_time(addr));
+            let t = Instant::now();
+            pong(addr);
+            worst = worst.max(t.elapsed());
             std::thread::sleep(Duration::from_millis(5));
         }
         worst
@@ -312,26 +315,31 @@ fn blocked(addr: std::net::SocketAddr, n: usize) {
     });
 }
 
-/// A push through shared memory to queue `id`; the time until `c` has the reply.
-fn wake_latency(q: &tvm::Queue, c: &mut Conn) -> Duration {
-    // Let the watchers settle asleep.
-    std::thread::sleep(Duration::from_millis(20));
-    let t = Instant::now();
-    q.push(b"wake up").unwrap();
-    let reply = c.read();
-    let took = t.elapsed();
-    assert_eq!(reply, V::Arr(vec![V::bulk(format!("q{}", q.id()).as_bytes()), V::bulk(b"wake up")]));
-    took
+/// Wake-ups the server's watchers handed to blocked clients for pushes,
+/// and those of them seen late: at the end of a sleep that ran out, not
+/// woken by the push (INFO stats).
+fn wakeups(addr: std::net::SocketAddr) -> (u64, u64) {
+    let V::Bulk(info) = Conn::connect(addr).cmd(&[b"INFO", b"stats"]) else { panic!("INFO stats") };
+    let info = String::from_utf8_lossy(&info).into_owned();
+    (info_field(&info, "blocked_wakeups"), info_field(&info, "blocked_wakeups_late"))
 }
 
-/// The median and the worst of 9 wake-ups of a client blocked on `keys`
-/// by a push to the first.
-fn wake_latencies(dir: &TempDir, addr: std::net::SocketAddr, keys: &[String]) -> (Duration, Duration) {
+/// 9 times, a client blocked on `keys` woken by a push through shared
+/// memory to the first (the reply checked): the wake-ups the server
+/// counted meanwhile, and those seen late.
+fn nine_wakeups(dir: &TempDir, addr: std::net::SocketAddr, keys: &[String]) -> (u64, u64) {
     let id: u32 = keys[0].trim_start_matches('q').parse().unwrap();
     let q = tvm::Queue::open(dir.path(), id).unwrap();
-    let mut all: Vec<Duration> = (0..9).map(|_| wake_latency(&q, &mut block_on(addr, keys, "10"))).collect();
-    all.sort();
-    (all[4], all[8])
+    let before = wakeups(addr);
+    for _ in 0..9 {
+        let mut c = block_on(addr, keys, "10");
+        // Let the watchers settle asleep: the push is to wake them.
+        std::thread::sleep(Duration::from_millis(20));
+        q.push(b"wake up").unwrap();
+        assert_eq!(c.read(), V::Arr(vec![V::bulk(format!("q{id}").as_bytes()), V::bulk(b"wake up")]));
+    }
+    let after = wakeups(addr);
+    (after.0 - before.0, after.1 - before.1)
 }
 
 #[test]
@@ -343,7 +351,7 @@ fn a_blocking_pop_on_a_thousand_queues_takes_few_threads_and_wakes_promptly() {
     // Without the bounded pools' threads, which come and go with jobs
     // (opening a queue, closing one): a thousand queues make some.
     let (base, _) = threads_and_pools(server.pid());
-    let one = wake_latencies(&dir, server.addr, &["q500".to_string()]);
+    let one = nine_wakeups(&dir, server.addr, &["q500".to_string()]);
     // A thousand, by one client; the queue pushed to first (the client
     // looks at its keys in order: that cost is not the wake-up's).
     let keys: Vec<String> = [500].into_iter().chain((1..=n).filter(|&i| i != 500)).map(|i| format!("q{i}")).collect();
@@ -351,16 +359,16 @@ fn a_blocking_pop_on_a_thousand_queues_takes_few_threads_and_wakes_promptly() {
     let (t, _) = threads_and_pools(server.pid());
     drop(_held);
     blocked(server.addr, 0);
-    let many = wake_latencies(&dir, server.addr, &keys);
+    let many = nine_wakeups(&dir, server.addr, &keys);
     eprintln!(
-        "BLPOP on {n} queues: threads {base} -> {t}; a shared-memory push wakes the client in {:?} (median of 9; \
-         worst {:?}) with 1 queue watched, {:?} (worst {:?}) with {n} watched",
-        one.0, one.1, many.0, many.1
+        "BLPOP on {n} queues: threads {base} -> {t}; 9 shared-memory pushes: wake-ups (all, seen late) {one:?} with \
+         1 queue watched, {many:?} with {n} watched"
     );
     // At most max(2 workers, 8) watcher threads (one per queue before: +1,000).
     assert!(t <= base + 8, "threads {base} -> {t}");
-    // A missed wake-up is seen at the end of a watcher's 50 ms sleep.
-    assert!(one.0 < Duration::from_millis(10), "{one:?}");
-    assert!(many.0 < Duration::from_millis(10), "{many:?}");
-    assert!(ping_time(server.addr) < Duration::from_secs(1));
+    // Each push woke its client through the watcher's sleep on the queue's
+    // futex, not at the end of the sleep (1 s: a missed wake-up).
+    assert_eq!(one, (9, 0), "1 queue watched: (wake-ups, seen late)");
+    assert_eq!(many, (9, 0), "{n} queues watched: (wake-ups, seen late)");
+    pong(server.addr);
 }

@@ -34,7 +34,8 @@ fn exchange(addr: SocketAddr, bytes: &[u8], limit: Duration) -> (Vec<u8>, bool) 
 }
 
 /// A well-behaved client in a thread: push, pop, ping, checking every reply,
-/// until told to stop; its longest round trip.
+/// until told to stop; its rounds, and its longest round trip (printed: a
+/// loaded machine decides it).
 struct Canary {
     stop: Arc<AtomicBool>,
     rounds: Arc<AtomicU64>,
@@ -100,6 +101,7 @@ fn hostile_clients_are_refused_or_closed_and_others_are_served_in_bounded_memory
         })
     };
 
+    let before_the_attacks = canary.rounds.load(Ordering::Relaxed);
     // Lengths out of range: an error, then the close.
     for (bytes, reply) in [
         (&b"*1\r\n$99999999999\r\n"[..], &b"-ERR Protocol error: invalid bulk length\r\n"[..]),
@@ -204,6 +206,7 @@ fn hostile_clients_are_refused_or_closed_and_others_are_served_in_bounded_memory
     }
 
     assert!(reader_less.join().unwrap(), "the client that never reads was closed");
+    let during_the_attacks = canary.rounds.load(Ordering::Relaxed) - before_the_attacks;
     eprintln!("the client that never read had sent {} bytes", sent.load(Ordering::Relaxed));
     // The half-sent ones are closed by the idle timeout.
     let t = Instant::now();
@@ -220,12 +223,17 @@ fn hostile_clients_are_refused_or_closed_and_others_are_served_in_bounded_memory
     sampler.join().unwrap();
     let peak = peak.load(Ordering::Relaxed);
     eprintln!(
-        "canary: {rounds} rounds, slowest {worst:?}; server RSS {base} KiB before, peak {peak} KiB (+{} KiB), {} KiB after",
+        "canary: {rounds} rounds ({during_the_attacks} while the attacks ran), slowest {worst:?}; server RSS {base} KiB before, peak {peak} KiB (+{} KiB), {} KiB after",
         peak - base,
         server.rss_kib()
     );
     assert!(rounds > 50, "the canary was served throughout");
-    assert!(worst < Duration::from_secs(3), "the canary waited {worst:?}");
+    // Served while the attacks ran (which took seconds: the client that
+    // never reads is closed 2 s after its writes stall), not only after.
+    assert!(during_the_attacks > 0, "no canary round while the attacks ran");
+    // A guard against a server that stopped serving the canary (its reads
+    // time out at 20 s anyway), not a bound on speed.
+    assert!(worst < Duration::from_secs(30), "the canary waited {worst:?}");
     // 1,000 half-sent commands held: a pooled 64 KiB buffer each (touched in
     // part) measured +24 MiB; as written, +2 to +4 MiB.
     assert!(peak - base < 16 * 1024, "resident memory grew by {} KiB", peak - base);

@@ -2,7 +2,8 @@
 //! fix; the server's counters count what was done), its password and
 //! protected mode, the HTTP server's bounds; the dashboard in a real browser
 //! (headless Chromium) against a server with a workload; and Prometheus
-//! itself scraping it, its rate() of pushes against the known push rate.
+//! itself scraping it: its count of pushes is the pushes made, and it
+//! computes a rate() of them.
 
 mod common;
 
@@ -394,7 +395,7 @@ fn prometheus_query(prom: SocketAddr, query: &str, at: f64) -> Option<f64> {
 }
 
 #[test]
-fn prometheus_scrapes_the_port_and_its_rate_is_the_push_rate() {
+fn prometheus_scrapes_the_port_counts_every_push_and_rates_them() {
     if !have_tool("prometheus") {
         eprintln!("SKIP the Prometheus test: prometheus is not installed (Debian: prometheus)");
         return;
@@ -439,17 +440,32 @@ fn prometheus_scrapes_the_port_and_its_rate_is_the_push_rate() {
     const RATE: u64 = 400;
     let work = Workload::start(dir.path(), 21, RATE, server.tcp_addr().unwrap());
     let started = now_s();
-    std::thread::sleep(Duration::from_secs(5));
-    let at = now_s() - 1.0;
-    // Until the scrape at `at` is in (a second later at most).
-    std::thread::sleep(Duration::from_millis(1500));
+    let pushes = "tvmq_queue_pushed_total{queue=\"21\"}";
+    // Prometheus computes a rate of the pushes while they go on. (How close
+    // it comes to the pace asked for is not asserted: the pace of a paced
+    // producer on a loaded machine is not, and Prometheus's window edges
+    // are its own.)
+    let rate = format!("rate({pushes}[3s])");
+    let mut got = 0.0;
+    wait_until(Duration::from_secs(60), "a rate of pushes from Prometheus", || {
+        got = prometheus_query(prom_addr, &rate, now_s()).unwrap_or(0.0);
+        got > 0.0
+    });
+    std::thread::sleep(Duration::from_secs(2));
     let pushed = work.stop();
     let ran = now_s() - started;
-    let known = pushed as f64 / ran;
-    let got = prometheus_query(prom_addr, "rate(tvmq_queue_pushed_total{queue=\"21\"}[3s])", at)
-        .expect("Prometheus has a rate of pushes");
-    eprintln!("pushed {pushed} in {ran:.2} s: {known:.1}/s; Prometheus's rate over [3s] at {at:.1}: {got:.1}/s");
-    assert!((got - known).abs() <= 0.1 * known, "Prometheus's rate {got:.1}/s, the known rate {known:.1}/s");
+    // Once it has scraped the port after the last push, its count is the
+    // pushes made, to the one (the minute: a guard against a hang).
+    let mut seen = None;
+    wait_until(Duration::from_secs(60), "Prometheus to have every push", || {
+        seen = prometheus_query(prom_addr, pushes, now_s());
+        seen == Some(pushed as f64)
+    });
+    eprintln!(
+        "pushed {pushed} in {ran:.2} s ({:.1}/s); Prometheus's rate over [3s] while they went on {got:.1}/s; its count \
+         after: {seen:?}",
+        pushed as f64 / ran
+    );
     server.stop();
 }
 

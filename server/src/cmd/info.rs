@@ -95,12 +95,12 @@ pub(crate) async fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut
             t,
             "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\nrejected_connections:{}\r\n\
              total_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nqueue_watchers_started:{}\r\n\
-             queue_watchers:{}\r\nqueues_watched:{}\r\n\
+             queue_watchers:{}\r\nqueues_watched:{}\r\nblocked_wakeups:{}\r\nblocked_wakeups_late:{}\r\n\
              pool_threads:{}\r\npool_threads_max:{}\r\npool_threads_started:{}\r\npool_waiting:{}\r\n\
              pool_waiting_most:{}\r\n\
              auth_failures:{}\r\nunauthenticated_closed:{}\r\nunauthenticated_evicted:{}\r\nauth_timeouts:{}\r\n\
              accept_errors:{}\r\ntls_handshakes_refused:{}\r\nopen_queues:{}\r\nmax_open_queues:{}\r\n\
-             queues_closed:{}\r\n\
+             queues_closed:{}\r\nqueues_closing:{}\r\n\
              queues_indexed:{}\r\nqueues_created:{}\r\nqueues_created_bytes:{}\r\nindex_rescans:{}\r\n\
              index_headers_read:{}\r\nlive_parts_removed:{}\r\nlive_parts_removed_bytes:{}\r\n\
              index_orphan_sweeps:{}\r\n\r\n",
@@ -112,6 +112,8 @@ pub(crate) async fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut
             shared.waiters.watchers_started.load(Ordering::Relaxed),
             shared.waiters.watchers(),
             shared.waiters.watched(),
+            shared.waiters.wakeups.all.load(Ordering::Relaxed),
+            shared.waiters.wakeups.late.load(Ordering::Relaxed),
             pool.threads,
             pool.max_threads,
             pool.started,
@@ -126,6 +128,7 @@ pub(crate) async fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut
             open.0,
             open.1,
             open.2,
+            open.3,
             shared.index.len(),
             created.0,
             created.1,

@@ -302,6 +302,10 @@ impl Conn {
                 Ok(0) => return None,
                 Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
                 Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return None,
+                // A read with a timeout (SO_RCVTIMEO) fails with EINTR when
+                // the process was stopped and continued (man 7 signal), as
+                // on a machine whose tools pause processes: read again.
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => panic!("read: {e}"),
             }
         }
@@ -350,6 +354,8 @@ impl Conn {
                 Ok(0) => return true,
                 Ok(_) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+                // Stopped and continued (see `try_read`): look again.
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(_) => return false,
             }
             if Instant::now() >= deadline {
@@ -422,4 +428,95 @@ pub fn redis_py() -> PathBuf {
     }
     assert!(ready(&python), "redis-py is not importable from {}", python.display());
     python
+}
+
+/// The value of field `key` in the text of an INFO reply.
+#[track_caller]
+pub fn info_field(text: &str, key: &str) -> u64 {
+    let line = text.lines().find(|l| l.starts_with(&format!("{key}:"))).unwrap_or_else(|| panic!("{key} in {text}"));
+    line[key.len() + 1..].trim().parse().unwrap()
+}
+
+/// What the server says it has read and run, asked over a connection of
+/// its own (`INFO stats`), from a base taken when it is made: so that a
+/// test knows when the server has read every byte of an attack (it counts
+/// bytes as it reads them, before it runs their commands), and how many of
+/// the attack's commands it had run at some point. Its own INFO commands
+/// are left out of both counts. No other client may send meanwhile.
+pub struct Meter {
+    c: Conn,
+    infos: u64,
+    base_input: u64,
+    base_commands: u64,
+}
+
+/// `INFO stats` as RESP.
+fn info_stats_command() -> Vec<u8> {
+    let mut out = Vec::new();
+    resp::command(&mut out, &[b"INFO", b"stats"]);
+    out
+}
+
+impl Meter {
+    pub fn new(addr: SocketAddr, password: Option<&str>) -> Meter {
+        let mut c = Conn::connect(addr);
+        if let Some(p) = password {
+            assert_eq!(c.cmd(&[b"AUTH", p.as_bytes()]), V::Simple("OK".into()));
+        }
+        let mut m = Meter { c, infos: 0, base_input: 0, base_commands: 0 };
+        let stats = m.stats();
+        // This INFO's bytes are in the count, itself not yet.
+        m.base_input = info_field(&stats, "total_net_input_bytes");
+        m.base_commands = info_field(&stats, "total_commands_processed");
+        m.infos = 0;
+        m
+    }
+
+    /// `INFO stats`, asked on the meter's connection.
+    pub fn stats(&mut self) -> String {
+        self.c.send_raw(&info_stats_command());
+        self.infos += 1;
+        match self.c.read() {
+            V::Bulk(b) => String::from_utf8_lossy(&b).into_owned(),
+            other => panic!("INFO stats: {other:?}"),
+        }
+    }
+
+    /// Bytes read from clients since the base, this meter's INFOs left out.
+    pub fn input(&mut self) -> u64 {
+        let stats = self.stats();
+        info_field(&stats, "total_net_input_bytes") - self.base_input - self.infos * info_stats_command().len() as u64
+    }
+
+    /// Waits until the server has read `bytes` since the base. A minute at
+    /// most: a guard against a hang, not a bound on speed.
+    #[track_caller]
+    pub fn wait_for_input(&mut self, bytes: u64) {
+        wait_until(Duration::from_secs(60), "the server to read the attack", || self.input() >= bytes);
+    }
+
+    /// Commands the server had counted as run since the base in `stats`
+    /// (an `INFO stats` text taken after), this meter's INFOs left out. A
+    /// connection's commands are counted once it has run all it read at
+    /// once (and before it answers them).
+    pub fn commands_in(&self, stats: &str) -> u64 {
+        // The base's INFO, and those after it.
+        info_field(stats, "total_commands_processed") - self.base_commands - 1 - self.infos
+    }
+}
+
+/// PING and `INFO stats` sent at once on `c`, which a worker answers in
+/// one turn: the PONG checked, the INFO's text returned, which tells what
+/// the server had done when it answered the PING.
+#[track_caller]
+pub fn pong_and_stats(c: &mut Conn) -> String {
+    let mut out = Vec::new();
+    resp::command(&mut out, &[b"PING"]);
+    out.extend_from_slice(&info_stats_command());
+    c.send_raw(&out);
+    assert_eq!(c.read(), V::Simple("PONG".into()));
+    match c.read() {
+        V::Bulk(b) => String::from_utf8_lossy(&b).into_owned(),
+        other => panic!("INFO stats: {other:?}"),
+    }
 }
