@@ -977,6 +977,9 @@ long lTvmExtendLease(struct SATvm *p, struct TvmLease *lease, long lease_ms);
  * `/dev/shm/tvmq-<uid>`).
  * Errors: CONDIT_IS_NIL (rows or size 0), TBL_ARD_EXIST (queue exists),
  * MQUE_CRTE_BIG (too big for memory or the index), SHM_ERR_ACCES.
+ * Thread-safe (one handle per thread): of two creators of the same queue,
+ * in any threads or processes, one succeeds and the other gets
+ * TBL_ARD_EXIST.
  */
 long lCircleQueue(struct SATvm *p, TABLE t, size_t rows, size_t size, char *name, char *part);
 
@@ -986,6 +989,8 @@ long lCircleQueue(struct SATvm *p, TABLE t, size_t rows, size_t size, char *name
  * struct's size; the fields are stored with the queue.
  * Errors: CONDIT_IS_NIL (NULL def, rows 0), whatever QUEUE/FIELD reported
  * (TABLE_NOT_DEF, FTYPE_NOT_DEF, FLD_DEF_SPILL), and those of lCircleQueue.
+ * Thread-safe (one handle per thread): the definition being built is the
+ * calling thread's own, and creation is as lCircleQueue's.
  */
 long lTableQueue(struct SATvm *p, TABLE t, size_t rows, TCREATE def);
 
@@ -1017,6 +1022,8 @@ long lTvmDefField(const char *name, size_t offset, size_t len, long kind);
  * Removes queue t. Processes blocked in lPop/lPopup on it wake up with
  * SHM_ERR_EIDRM; later calls get TBL_NOT_FOUND.
  * Errors: TBL_NOT_FOUND, SHM_ERR_ACCES (no write permission on the file).
+ * Thread-safe (one handle per thread); what other threads' and processes'
+ * calls on the queue get is said above.
  */
 long lDropTable(struct SATvm *p, TABLE t);
 
@@ -1091,6 +1098,8 @@ long lPopWait(struct SATvm *p, void *out, long timeout_ms);
  * Any other error after some records also returns them in `*out`.
  * Errors also: CONDIT_IS_NIL (NULL pointers, expect 0, secs < 0),
  * RECD_TOO_LONG (lSize below the record size), MALLC_MEM_ERR.
+ * Thread-safe (one handle per thread): each record goes to exactly one
+ * caller, whatever other threads and processes pop meanwhile.
  */
 long lPopup(struct SATvm *p, size_t expect, time_t secs, size_t *out_n, void **out);
 
@@ -1100,6 +1109,7 @@ long lPopup(struct SATvm *p, size_t expect, time_t secs, size_t *out_n, void **o
  * in; stops at the first failure, whose code is in m_lErrno (the records
  * before it stay pushed).
  * Errors: CONDIT_IS_NIL (NULL pointers, *n == 0, lSize 0), and those of lPush.
+ * Thread-safe (one handle per thread), as lPush.
  */
 long lPushs(struct SATvm *p, size_t *n, void **records);
 

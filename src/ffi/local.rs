@@ -18,6 +18,9 @@ use std::time::{Duration, Instant};
 /// `/dev/shm/tvmq-<uid>`).
 /// Errors: CONDIT_IS_NIL (rows or size 0), TBL_ARD_EXIST (queue exists),
 /// MQUE_CRTE_BIG (too big for memory or the index), SHM_ERR_ACCES.
+/// Thread-safe (one handle per thread): of two creators of the same queue,
+/// in any threads or processes, one succeeds and the other gets
+/// TBL_ARD_EXIST.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lCircleQueue(
     p: *mut SATvm,
@@ -54,6 +57,8 @@ thread_local! {
 /// struct's size; the fields are stored with the queue.
 /// Errors: CONDIT_IS_NIL (NULL def, rows 0), whatever QUEUE/FIELD reported
 /// (TABLE_NOT_DEF, FTYPE_NOT_DEF, FLD_DEF_SPILL), and those of lCircleQueue.
+/// Thread-safe (one handle per thread): the definition being built is the
+/// calling thread's own, and creation is as lCircleQueue's.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lTableQueue(p: *mut SATvm, t: TABLE, rows: usize, def: TCREATE) -> c_long {
     let body = |_: &mut SATvm| {
@@ -169,6 +174,8 @@ fn define(f: impl FnOnce(&mut Definition) -> Result<()>) -> CallResult {
 /// Removes queue t. Processes blocked in lPop/lPopup on it wake up with
 /// SHM_ERR_EIDRM; later calls get TBL_NOT_FOUND.
 /// Errors: TBL_NOT_FOUND, SHM_ERR_ACCES (no write permission on the file).
+/// Thread-safe (one handle per thread); what other threads' and processes'
+/// calls on the queue get is said above.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lDropTable(p: *mut SATvm, t: TABLE) -> c_long {
     let body = |_: &mut SATvm| {
@@ -302,6 +309,8 @@ pub unsafe extern "C" fn lPopWait(p: *mut SATvm, out: *mut c_void, timeout_ms: c
 /// Any other error after some records also returns them in `*out`.
 /// Errors also: CONDIT_IS_NIL (NULL pointers, expect 0, secs < 0),
 /// RECD_TOO_LONG (lSize below the record size), MALLC_MEM_ERR.
+/// Thread-safe (one handle per thread): each record goes to exactly one
+/// caller, whatever other threads and processes pop meanwhile.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lPopup(
     p: *mut SATvm,
@@ -353,6 +362,7 @@ pub unsafe extern "C" fn lPopup(
 /// in; stops at the first failure, whose code is in m_lErrno (the records
 /// before it stay pushed).
 /// Errors: CONDIT_IS_NIL (NULL pointers, *n == 0, lSize 0), and those of lPush.
+/// Thread-safe (one handle per thread), as lPush.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lPushs(p: *mut SATvm, n: *mut usize, records: *mut *mut c_void) -> c_long {
     let body = |h: &mut SATvm| {
