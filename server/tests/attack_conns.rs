@@ -207,36 +207,69 @@ fn out_of_descriptors_accept_refuses_with_a_reply_and_logs_once_a_second() {
         .expect("prlimit runs");
     assert!(lowered.success());
     // Descriptors closed below the highest are free under the limit: the
-    // first connections may take them.
+    // first connections may take them. (The time from here bounds the log
+    // lines; the accept errors are counted from here too.)
+    let from = Instant::now();
+    let stats = |s: &mut TcpStream| {
+        s.write_all(b"INFO stats\r\n").unwrap();
+        let mut text = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !text.ends_with(b"\r\n\r\n") {
+            let k = s.read(&mut buf).expect("INFO's reply");
+            assert!(k > 0, "INFO's reply ended early");
+            text.extend_from_slice(&buf[..k]);
+        }
+        let text = String::from_utf8_lossy(&text).into_owned();
+        (info_field(&text, "accept_errors"), info_field(&text, "rejected_connections"))
+    };
+    let (errors_before, rejected_before) = stats(&mut held[0]);
+    let mut refused = 0;
     for taken in 0.. {
         let mut s = TcpStream::connect(addr).unwrap();
         match ping(&mut s).as_str() {
             "+PONG\r\n" => held.push(s),
-            "-ERR max number of clients reached\r\n" => break,
+            "-ERR max number of clients reached\r\n" => {
+                refused += 1;
+                break;
+            }
             other => panic!("{other:?}: every connection is answered"),
         }
         assert!(taken < 20, "no descriptor ran out");
     }
+    // Refusals for at least 2.5 s (and 20 of them, however slow the
+    // machine): long enough for the log to show its limit.
     let t = Instant::now();
     let cpu = cpu_seconds(server.pid());
-    let mut refused = 0;
-    while t.elapsed() < Duration::from_millis(2500) {
+    while t.elapsed() < Duration::from_millis(2500) || refused < 20 {
         let mut s = TcpStream::connect(addr).unwrap();
         assert_eq!(ping(&mut s), "-ERR max number of clients reached\r\n", "told, not left without a reply");
         refused += 1;
         std::thread::sleep(Duration::from_millis(5));
     }
-    let cpu = cpu_seconds(server.pid()) - cpu;
+    let (cpu, window) = (cpu_seconds(server.pid()) - cpu, from.elapsed());
+    let (errors, rejected) = stats(&mut held[0]);
+    let (errors, rejected) = (errors - errors_before, rejected - rejected_before);
     let lines: Vec<String> = server.stderr.lock().unwrap().iter().filter(|l| l.contains("accept:")).cloned().collect();
     eprintln!(
-        "{refused} connections refused out of descriptors in 2.5 s, server CPU {cpu:.2} s; {} log lines: {:?}",
+        "{refused} connections refused out of descriptors in {window:?} ({errors} accept errors), server CPU {cpu:.2} s \
+         in {:?}; {} log lines: {:?}",
+        t.elapsed(),
         lines.len(),
         lines.first()
     );
-    assert!(refused >= 20, "{refused}");
-    // An acceptor spinning on the error would take a whole core.
-    assert!(cpu < 1.0, "the server took {cpu:.2} s of CPU in 2.5 s");
-    assert!(!lines.is_empty() && lines.len() <= 4, "at most a line a second: {lines:?}");
+    // Each refusal was counted, and cost a few accept(2) errors (two
+    // today: the first look for the waiting connection, once the spare
+    // descriptor is closed, finds the listener not ready, and the next
+    // accept fails again before the refusal); an acceptor spinning on the
+    // error (as it would on a listener that stays readable) counts one per
+    // turn. (The server's own counts, not its CPU time in a window, which
+    // a loaded machine decides.)
+    assert_eq!(rejected, refused, "refusals counted");
+    assert!(errors >= refused && errors <= 3 * refused, "{errors} accept errors for {refused} refusals");
+    // At most a line a second: no more than the whole seconds the errors
+    // could span, plus the first (load only lengthens the window).
+    let most = window.as_secs() as usize + 1;
+    assert!(!lines.is_empty() && lines.len() <= most, "at most a line a second in {window:?}: {lines:?}");
     // The held connections are still served.
     for s in &mut held {
         assert_eq!(ping(s), "+PONG\r\n");

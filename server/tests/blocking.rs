@@ -14,6 +14,25 @@ fn blocked(server: &tvmq_server::Server, n: usize) {
     wait_until(Duration::from_secs(10), "the clients to block", || server.blocked_clients() == n);
 }
 
+/// Wake-ups the server's watchers handed to blocked clients for pushes,
+/// and those of them seen late: at the end of a sleep that ran out, not
+/// woken by the push (INFO stats).
+fn wakeups(addr: std::net::SocketAddr) -> (u64, u64) {
+    let V::Bulk(info) = Conn::connect(addr).cmd(&[b"INFO", b"stats"]) else { panic!("INFO stats") };
+    let info = String::from_utf8_lossy(&info).into_owned();
+    (info_field(&info, "blocked_wakeups"), info_field(&info, "blocked_wakeups_late"))
+}
+
+/// Woken by the push, as the server counts it (one wake-up since
+/// `before`, none late), not by how soon (a loaded machine decides that;
+/// a watcher's sleep of a second would miss a wake-up well within any
+/// bound on time that load cannot break).
+#[track_caller]
+fn woken_by_the_push(addr: std::net::SocketAddr, before: (u64, u64)) {
+    let (all, late) = wakeups(addr);
+    assert_eq!((all - before.0, late - before.1), (1, 0), "wake-ups for the push, and of them late");
+}
+
 #[test]
 fn a_push_from_another_connection_wakes_blpop() {
     let dir = TempDir::new("server", "blpop-conn");
@@ -25,6 +44,7 @@ fn a_push_from_another_connection_wakes_blpop() {
         (String::from_utf8_lossy(&out.stdout).into_owned(), Instant::now())
     });
     blocked(&server, 1);
+    let before = wakeups(addr);
     let pushed_at = Instant::now();
     let depth = Conn::connect(addr).cmd(&[b"RPUSH", b"3", b"job 1"]);
     assert!(depth == V::Int(1) || depth == V::Int(0), "the waiter may have taken it already: {depth:?}");
@@ -32,7 +52,7 @@ fn a_push_from_another_connection_wakes_blpop() {
     assert_eq!(out, "jobs\njob 1\n");
     let latency = woke_at.duration_since(pushed_at);
     eprintln!("BLPOP woken {latency:?} after the push (through redis-cli)");
-    assert!(latency < Duration::from_secs(2), "woken by the push, {latency:?}");
+    woken_by_the_push(addr, before);
     assert_eq!(tvm::Queue::open(dir.path(), 3).unwrap().depth(), 0);
     server.stop();
 }
@@ -42,11 +62,13 @@ fn a_push_from_another_process_through_shared_memory_wakes_blpop() {
     let dir = TempDir::new("server", "blpop-proc");
     create(&dir, 4, "", 100, 64);
     let server = start(&dir, &[]);
-    let mut c = Conn::connect(server.tcp_addr().unwrap());
+    let addr = server.tcp_addr().unwrap();
+    let mut c = Conn::connect(addr);
     c.send(&[b"BRPOP", b"nothing-here-but", b"4", b"0"]);
     assert_eq!(c.read().err_text(), "ERR no such queue 'nothing-here-but'");
     c.send(&[b"BRPOP", b"4", b"0"]);
     blocked(&server, 1);
+    let before = wakeups(addr);
     let t = Instant::now();
     let status = child_test("local_producer_child")
         .env("TVMQ_TEST_DIR", dir.path())
@@ -60,7 +82,7 @@ fn a_push_from_another_process_through_shared_memory_wakes_blpop() {
     let pushed: u64 = std::fs::read_to_string(dir.path().join("pushed-at")).unwrap().trim().parse().unwrap();
     let latency = Duration::from_nanos(answered.saturating_sub(pushed));
     eprintln!("BRPOP answered {latency:?} after the other process's push ({took:?} after starting it)");
-    assert!(latency < Duration::from_secs(2), "woken by the push, {latency:?}");
+    woken_by_the_push(addr, before);
     server.stop();
 }
 
@@ -118,7 +140,9 @@ fn several_keys_timeouts_and_a_client_that_leaves() {
     // Timeout: a null array after about the time asked.
     let t = Instant::now();
     assert_eq!(c.cmd(&[b"BLPOP", b"a", b"b", b"0.2"]), V::Nil);
-    assert!(t.elapsed() >= Duration::from_millis(190) && t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    // Not before the time asked (a lower bound: load only makes it more
+    // true); that it ends at all is shown by the reply (a Conn waits 20 s).
+    assert!(t.elapsed() >= Duration::from_millis(190), "{:?}", t.elapsed());
     // A record in the second queue.
     c.send(&[b"BLPOP", b"a", b"b", b"10"]);
     blocked(&server, 1);
@@ -164,10 +188,10 @@ fn dropping_the_queue_or_stopping_the_server_answers_waiters_with_an_error() {
     tvm::Queue::drop_queue(dir.path(), 8).unwrap();
     assert_eq!(on_dropped.read().err_text(), "SHM_ERR_EIDRM queue 8 was dropped");
     assert_eq!(on_dropped.cmd(&[b"PING"]), V::Simple("PONG".into()), "the connection goes on");
-    let t = Instant::now();
     let stopper = std::thread::spawn(move || server.stop());
     assert_eq!(on_stop.read().err_text(), "ERR server is shutting down");
-    assert!(on_stop.closed_within(Duration::from_secs(5)));
+    // (30 s each: hang guards, not how soon it stops.)
+    assert!(on_stop.closed_within(Duration::from_secs(30)));
+    wait_until(Duration::from_secs(30), "the server to stop", || stopper.is_finished());
     stopper.join().unwrap();
-    assert!(t.elapsed() < Duration::from_secs(5), "stopped in {:?}", t.elapsed());
 }

@@ -90,9 +90,10 @@ fn every_lease_command_and_its_errors() {
     let (d_id, _, dd) = entry(&c.cmd(&[b"TVMQ.LEASE", b"21"]));
     assert_eq!(dd, b"d", "c waits for its delay");
     assert_eq!(c.cmd(&[b"TVMQ.LEASE", b"21"]), V::Nil);
-    let t = Instant::now();
-    let (c_id, d, cc) = entry(&c.cmd(&[b"TVMQ.LEASE", b"21", b"BLOCK", b"5000"]));
-    assert!(t.elapsed() < Duration::from_secs(2), "blocked {:?}", t.elapsed());
+    // Woken when the delay is over, not at the end of its BLOCK: that (60
+    // s) is beyond the 20 s a Conn waits for a reply, so a reply at all
+    // shows it (no clock, which a loaded machine decides).
+    let (c_id, d, cc) = entry(&c.cmd(&[b"TVMQ.LEASE", b"21", b"BLOCK", b"60000"]));
     assert_eq!((d, cc.as_slice()), (2, &b"c"[..]));
     // Multiple acknowledgements at once; a stale id counts 0.
     assert_eq!(c.cmd(&[b"TVMQ.ACK", b"21", &c_id, &d_id, &b_id]), V::Int(2));
@@ -159,7 +160,6 @@ fn a_closed_connection_s_leases_are_delivered_again_at_once() {
     // b waits; a goes away without a word (as a killed client does).
     b.send(&[b"TVMQ.LEASE", b"21", b"COUNT", b"10", b"BLOCK", b"10000"]);
     std::thread::sleep(Duration::from_millis(50));
-    let t = Instant::now();
     drop(a);
     let V::Arr(again) = b.read() else { panic!() };
     let mut again: Vec<_> = again.iter().map(entry).collect();
@@ -172,7 +172,9 @@ fn a_closed_connection_s_leases_are_delivered_again_at_once() {
         let V::Arr(more) = reply else { panic!("the rest of a's leases, not {reply:?}") };
         again.extend(more.iter().map(entry));
     }
-    assert!(t.elapsed() < Duration::from_secs(1), "delivered again after {:?}", t.elapsed());
+    // At once, not when the leases run out (in 600 s): within b's BLOCK
+    // of 10 s, which would have answered nil (no clock asserted: a
+    // loaded machine decides it).
     let mut records: Vec<_> = again.iter().map(|(_, d, r)| (r.clone(), *d)).collect();
     records.sort();
     assert_eq!(records, vec![(b"one".to_vec(), 2), (b"two".to_vec(), 2)], "delivery count + 1");
@@ -182,7 +184,8 @@ fn a_closed_connection_s_leases_are_delivered_again_at_once() {
     // QUIT releases too.
     assert_eq!(b.cmd(&[b"QUIT"]), V::Simple("OK".into()));
     let mut c = Conn::connect(addr);
-    wait_until(Duration::from_secs(2), "the leases of a QUIT client", || {
+    // (20 s: a hang guard.)
+    wait_until(Duration::from_secs(20), "the leases of a QUIT client", || {
         stat(&c.cmd(&[b"TVMQ.LEASES", b"21"]), "waiting") == 2
     });
     server.stop();

@@ -7,7 +7,7 @@
 mod common;
 
 use common::*;
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -208,27 +208,36 @@ print("redis-py over TLS: 2000 records of 1000 bytes pipelined and popped back; 
 fn a_client_that_stalls_its_handshake_is_dropped_after_the_timeout() {
     let certs = Certs::new("stall");
     let dir = TempDir::new("tls", "stall");
-    let server = start_tls(&dir, &certs, &["--tls-handshake-timeout", "1", "--maxclients", "6"]);
+    let opts = ["--tls-handshake-timeout", "1", "--maxclients", "6"];
+    // The server's timeout is the option's (1 s), not the default (5 s):
+    // asserted here, since how soon it closes is not (see below).
+    assert_eq!(args(&opts).tls_handshake(), Duration::from_secs(1));
+    let server = start_tls(&dir, &certs, &opts);
     let tls = server.tls_addr().unwrap();
     let ca = certs.arg("ca.crt");
     let mut stalled: Vec<TcpStream> = (0..4).map(|_| TcpStream::connect(tls).unwrap()).collect();
     // Half a ClientHello: a record header announcing 512 bytes, then 5 of them.
     stalled[0].write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03]).unwrap();
     let t0 = Instant::now();
-    wait_until(Duration::from_secs(5), "the stalled clients to be counted", || server.connected_clients() == 4);
+    // (The waits here, 20 s and 30 s, are hang guards.)
+    wait_until(Duration::from_secs(20), "the stalled clients to be counted", || server.connected_clients() == 4);
     // Served meanwhile, on the TLS port and the plain one.
     assert_eq!(stdout(&tls_cli(tls, &["--cacert", &ca], &["PING"])), "PONG");
     assert_eq!(cli(server.tcp_addr().unwrap(), &["PING"]), "PONG");
-    // Each stalled connection is closed by the server after about a second.
+    // Each stalled connection is closed by the server, not before the
+    // timeout (a lower bound: load only makes it more true). That it is
+    // closed at all is shown by the close (an end of file or a reset), not
+    // by how soon (a loaded machine decides that): a connection left open
+    // ends the read at its timeout instead (30 s: a hang guard).
     for (i, s) in stalled.iter_mut().enumerate() {
-        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
         let mut buf = [0u8; 64];
         let r = s.read(&mut buf);
-        assert!(matches!(r, Ok(0)) || r.is_err(), "stalled client {i}: the server must close: {r:?}");
-        assert!(t0.elapsed() < Duration::from_secs(4), "stalled client {i} held for {:?}", t0.elapsed());
+        let timed_out = r.as_ref().is_err_and(|e| matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut));
+        assert!(matches!(r, Ok(0)) || (r.is_err() && !timed_out), "stalled client {i}: the server must close: {r:?}");
     }
     assert!(t0.elapsed() >= Duration::from_millis(900), "closed before the timeout: {:?}", t0.elapsed());
-    wait_until(Duration::from_secs(2), "the slots to be given back", || server.connected_clients() == 0);
+    wait_until(Duration::from_secs(20), "the slots to be given back", || server.connected_clients() == 0);
     // The slots are free again: six handshakes at once succeed.
     let many: Vec<_> = (0..6)
         .map(|_| {
