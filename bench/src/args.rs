@@ -54,6 +54,9 @@ pub struct BenchArgs {
     /// (Internal) a child process of the durable part: DIR:ID:COUNT
     #[arg(long, hide = true, value_name = "DIR:ID:COUNT")]
     pub(crate) durable_child: Option<String>,
+    /// (Internal) a lean durable server of the durable net cells: PORT:DESIGN:FILE
+    #[arg(long, hide = true, value_name = "PORT:DESIGN:FILE")]
+    pub(crate) lean_server: Option<String>,
 }
 
 /// The parts of the matrix, in the order they run.

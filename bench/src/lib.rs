@@ -17,7 +17,8 @@
 //! | `net_redis` | the C client on Redis beyond one machine: the lease script beside BLMOVE + LREM by hand, pushes waiting for a replica | `net_client`, `net_servers`, `cell`, `ctx`, `harness` |
 //! | `net_client` | the C client's cells of `--net` (`bench/drivers/net_driver.c`) | `net_servers`, `cell`, `ctx`, `harness` |
 //! | `net_lease` | the lease cells of `--net`: acknowledged consumption over the network, one RESP client against both servers | `net_servers`, `ctx` |
-//! | `net_durable` | the durable cells of `--net`: an `always` queue on disk beside redis-server `appendfsync always`, and their bounds (the client's ceiling, one commit on the disk) | `net_servers`, `disk_commit`, `cell`, `ctx`, `harness`, `scratch` |
+//! | `net_durable` | the durable cells of `--net`: an `always` queue on disk beside redis-server `appendfsync always`, and their bounds (the client's ceiling, the design ceilings, one commit on the disk) | `net_servers`, `disk_commit`, `cell`, `ctx`, `harness`, `scratch` |
+//! | `lean_server` | the durable cells' design ceilings: lean durable servers (Redis's loop, a write on an io_uring, a loop gathering every client), each a child process of the bench (`--lean-server`) | - |
 //! | `net_servers` | the servers under test, redis-benchmark against them, their CPU per request | `harness` |
 //! | `disk_commit` | one commit on the disk timed alone: msync of a mapping, an `O_DIRECT` write, an append + fdatasync | - |
 //! | `durable` | durable queues on the disk beside redis appendfsync always | `inproc`, `cell`, `ctx`, `harness`, `scratch` |
@@ -44,6 +45,7 @@ mod external;
 mod harness;
 mod inproc;
 mod latency;
+mod lean_server;
 mod leases;
 mod many;
 mod net;
@@ -70,6 +72,9 @@ use tvm::error::{Error, SHM_ERR_ACCES};
 pub fn run(args: &BenchArgs, base: Option<&Path>) -> Result<(), Error> {
     if let Some(spec) = &args.durable_child {
         return durable::child(spec).map_err(|e| Error::new(tvm::error::SVR_EXCEPTION, e));
+    }
+    if let Some(spec) = &args.lean_server {
+        return lean_server::run(spec).map_err(|e| Error::new(tvm::error::SVR_EXCEPTION, e));
     }
     scratch::catch_signals().map_err(|e| Error::new(tvm::error::SVR_EXCEPTION, e))?;
     let dir = base.unwrap_or(Path::new("/dev/shm")).join(format!("tvmq-bench-{}", std::process::id()));

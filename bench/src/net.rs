@@ -489,6 +489,18 @@ fn table(cells: &[Cell], memory: &Memory, bounds: Option<&Bounds>, ctx: &Ctx) ->
                     "-"
                 );
             }
+            // The durable cells' design ceilings: the same cell to each lean server.
+            for (design, name) in net_durable::LEAN {
+                let Some(l) = find(name) else { continue };
+                let (ratio, goal) = match (rate(cells, s, &test, &param, name), rb) {
+                    (Some(x), Some(y)) => (format!("{:.2}x", x / y), net_durable::design(&param, x / y)),
+                    _ => ("-".into(), String::new()),
+                };
+                let cpu = cpu_per_request(s, &param, row, name).map_or("-".into(), |x| format!("{x:.2} / -"));
+                let label = format!("  {design} (design)");
+                let _ =
+                    writeln!(t, "{label:<20} | {:<30} | {:<30} | {ratio:<7} | {cpu:<15} | {goal}", text(Some(l)), "-");
+            }
         }
         if let (net_durable::SECTION, Some(b)) = (s, bounds) {
             t.push_str(&net_durable::notes(b, cells));

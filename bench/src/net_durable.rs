@@ -16,6 +16,13 @@
 //!   tvmq serve, subject [`PLAIN`]: a durable server cannot beat it, so
 //!   when plain tvmq over redis `always` is below the target, no durable
 //!   server meets it with redis-benchmark on this machine;
+//! - the design ceilings: each cell again against three lean servers
+//!   ([`crate::lean_server`]: the least a single-threaded server can do to
+//!   answer LPUSH once its value is on the disk, with tvmq's commit),
+//!   subjects [`LEAN`], one a design: Redis's loop (`inline`), the write
+//!   on an io_uring (`ring`), and Redis's loop gathering every client into
+//!   one write (`gather`). When none reaches a target, no server of those
+//!   designs does here (tvmq serve follows the first two);
 //! - one commit on this disk ([`crate::disk_commit`]): the latency of a
 //!   sync of one record in place (msync, as `always` files of earlier
 //!   versions sync), of tvmq's blocking image write (`O_DIRECT | O_DSYNC`,
@@ -29,7 +36,9 @@ use crate::cell::{Cell, rate};
 use crate::ctx::Ctx;
 use crate::disk_commit::{self, Commit, Way};
 use crate::harness::ask;
-use crate::net_servers::{REDIS, TVMQ, Target, Via, benchmark, kilo, measuring, start_redis_aof, start_tvmq_on};
+use crate::net_servers::{
+    REDIS, TVMQ, Target, Via, benchmark, kilo, measuring, start_lean, start_redis_aof, start_tvmq_on,
+};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -38,6 +47,10 @@ pub(crate) const SECTION: &str = "always queue on disk vs redis appendfsync alwa
 /// The subject of the client's ceiling: each cell against a plain queue
 /// on the same tvmq serve (no comma: results.csv does not quote).
 pub(crate) const PLAIN: &str = "tvmq serve (plain queue)";
+/// The design ceilings: (design, subject) of each lean durable server (see
+/// `lean_server`), measured beside tvmq and redis in each run.
+pub(crate) const LEAN: [(&str, &str); 3] =
+    [("inline", "lean server inline"), ("ring", "lean server ring"), ("gather", "lean server gather")];
 /// The id of the queue `mylist` (`always`, or plain for [`PLAIN`]) in the
 /// durable server's directory.
 const ID: u32 = 900_002;
@@ -89,6 +102,13 @@ pub(crate) fn plain_param(param: &str) -> String {
     format!("{param} plain")
 }
 
+/// What a lean server's rate over redis `always`'s says of a row's target.
+pub(crate) fn design(param: &str, ratio: f64) -> String {
+    let goal = goal(param);
+    let reached = if ratio >= goal { "reaches" } else { "does NOT reach" };
+    format!("this design at its leanest {reached} {goal}x ({ratio:.2}x)")
+}
+
 /// Makes `mylist` anew on `t`: tvmq's queue (`always` when `durable`) with
 /// room for `rows` records, redis's list deleted.
 fn fresh(t: &Target, dir: &Path, rows: u64, durable: bool) -> Result<(), String> {
@@ -135,17 +155,30 @@ fn run_cells(ctx: &mut Ctx, scratch: &Path, qdir: &Path, rdir: &Path) -> Result<
     let smoke = ctx.args.smoke;
     let tvmq = start_tvmq_on(qdir, &scratch.join("tvmq-durable.sock"))?;
     let redis = start_redis_aof(rdir, &scratch.join("redis-durable.sock"))?;
+    // A lean server that cannot start (no io_uring here, for `ring`) leaves
+    // its rows out, said on stderr; the cells go on.
+    let mut leans = Vec::new();
+    for (design, name) in LEAN {
+        match start_lean(name, design, &qdir.with_file_name(format!("lean-{design}.log"))) {
+            Ok(t) => leans.push(t),
+            Err(e) => eprintln!("{}tvmq bench: no {name} rows: {e}", crate::ctx::clear_line()),
+        }
+    }
     let both = [&tvmq, &redis];
     // Warm up (connections, the first faults and syncs of each file).
     for t in both {
         fresh(t, qdir, 2000, true)?;
         benchmark(t, Via::Tcp, "lpush", "LPUSH", 500, &["-c", "10", "-d", "304"])?;
     }
+    for t in &leans {
+        benchmark(t, Via::Tcp, "lpush", "LPUSH", 500, &["-c", "10", "-d", "304"])?;
+    }
     for (opts, param, full, small) in CELLS {
         let n = if smoke { small } else { full };
         let mut extra = opts.to_vec();
         extra.extend(["-d", "304"]);
-        let tests = [("LPUSH", TVMQ), ("LPUSH", REDIS), ("LPUSH", PLAIN)];
+        let mut tests = vec![("LPUSH", TVMQ), ("LPUSH", REDIS), ("LPUSH", PLAIN)];
+        tests.extend(leans.iter().map(|t| ("LPUSH", t.name)));
         ctx.measure_group(SECTION, &tests, param, n, 304, |_| {
             let mut ms = Vec::new();
             measuring(SECTION, param);
@@ -157,6 +190,11 @@ fn run_cells(ctx: &mut Ctx, scratch: &Path, qdir: &Path, rdir: &Path) -> Result<
             measuring(SECTION, &plain_param(param));
             fresh(&tvmq, qdir, n + 1000, false)?;
             ms.push(benchmark(&tvmq, Via::Tcp, "lpush", "LPUSH", n, &extra)?);
+            // The design ceilings: the same requests to each lean server.
+            measuring(SECTION, param);
+            for lean in &leans {
+                ms.push(benchmark(lean, Via::Tcp, "lpush", "LPUSH", n, &extra)?);
+            }
             Ok(ms)
         });
     }

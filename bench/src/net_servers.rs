@@ -148,6 +148,18 @@ pub(crate) fn start_redis_aof(dir: &Path, sock: &Path) -> Result<Target, String>
     })
 }
 
+/// A lean durable server of design `design` (see `lean_server`), this
+/// program with `--lean-server`, its log at `log` (on a disk); `name` is
+/// its subject.
+pub(crate) fn start_lean(name: &'static str, design: &str, log: &Path) -> Result<Target, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    Target::start(name, "", log.with_extension("sock"), None, |port, _, _| {
+        let mut cmd = Command::new(exe);
+        cmd.arg("bench").arg("--lean-server").arg(format!("{port}:{design}:{}", log.display()));
+        cmd
+    })
+}
+
 /// CPU time a server spent per request: (section, param, CSV row, server,
 /// microseconds), one entry a run; `CELL` says which cell runs.
 static CPU: std::sync::Mutex<Vec<CpuFigure>> = std::sync::Mutex::new(Vec::new());
