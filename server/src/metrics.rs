@@ -66,7 +66,7 @@ impl Source for ServerMetrics {
         counter(
             out,
             "tvmq_server_rejected_connections_total",
-            "Connections refused by --maxclients.",
+            "Connections refused by --maxclients, or for want of descriptors.",
             st.rejected.load(Ordering::Relaxed),
         );
         header(

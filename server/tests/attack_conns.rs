@@ -257,15 +257,18 @@ fn out_of_descriptors_accept_refuses_with_a_reply_and_logs_once_a_second() {
         lines.len(),
         lines.first()
     );
-    // Each refusal was counted, and cost a few accept(2) errors (two
-    // today: the first look for the waiting connection, once the spare
-    // descriptor is closed, finds the listener not ready, and the next
-    // accept fails again before the refusal); an acceptor spinning on the
-    // error (as it would on a listener that stays readable) counts one per
-    // turn. (The server's own counts, not its CPU time in a window, which
-    // a loaded machine decides.)
+    // Each refusal was counted, and cost at most one accept(2) error: the
+    // error that finds a connection waiting, which the acceptor then
+    // refuses with every other one waiting, until the listener has none
+    // (that clears its readiness). One error more may find none: the
+    // accept(2) right after the one that took the last descriptor (Linux
+    // fails it with EMFILE before it looks for a connection). An acceptor
+    // that left the readiness set failed again at once (two errors a
+    // refusal); one spinning on the error counts one per turn. (The
+    // server's own counts, not its CPU time in a window, which a loaded
+    // machine decides.)
     assert_eq!(rejected, refused, "refusals counted");
-    assert!(errors >= refused && errors <= 3 * refused, "{errors} accept errors for {refused} refusals");
+    assert!(errors >= 1 && errors <= refused + 1, "{errors} accept errors for {refused} refusals");
     // At most a line a second: no more than the whole seconds the errors
     // could span, plus the first (load only lengthens the window).
     let most = window.as_secs() as usize + 1;
