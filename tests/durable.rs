@@ -396,48 +396,6 @@ fn the_flusher_finds_pushes_and_pops_alone_and_syncs_them() {
     assert_eq!(q.durable_stats().unwrap().syncs, s.syncs, "a sync with nothing to sync");
 }
 
-/// A child: attaches a queue of a long interval (so that its flusher sleeps
-/// its longest tick, 250 ms), then one of a 20 ms interval, pushes to it and
-/// prints how long the first sync took to come.
-#[test]
-#[ignore = "child process of a_queue_attached_while_the_flusher_sleeps_is_synced_within_its_interval"]
-fn flusher_wake_child() {
-    let dir = PathBuf::from(child_env("TVMQ_DURABLE_DIR"));
-    let _slow = Queue::open(&dir, 1).expect("open the slow queue");
-    std::thread::sleep(Duration::from_millis(50));
-    let fast = Queue::open(&dir, 2).expect("open the fast queue");
-    let before = fast.durable_stats().expect("stats").syncs;
-    fast.push(b"one").expect("push");
-    let started = Instant::now();
-    while fast.durable_stats().expect("stats").syncs == before {
-        assert!(started.elapsed() < Duration::from_secs(5), "never synced");
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    println!("synced after {} ms", started.elapsed().as_millis());
-}
-
-/// A queue attached while the process's flusher sleeps a tick sized for
-/// queues of long intervals is synced within its own interval: attaching
-/// wakes the flusher (it slept on, up to 250 ms, and the first change of a
-/// 20 ms queue waited about 220 ms). In a process of its own, so that no
-/// other test's queue sets the flusher's tick.
-#[test]
-fn a_queue_attached_while_the_flusher_sleeps_is_synced_within_its_interval() {
-    let disk = DiskDir::new("wake");
-    create_durable(&disk.0, 1, 64, 32, Durability::Interval(60_000));
-    create_durable(&disk.0, 2, 64, 32, Durability::Interval(20));
-    let out = child_test("flusher_wake_child").env("TVMQ_DURABLE_DIR", &disk.0).output().expect("run the child");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "child failed: {text}{}", String::from_utf8_lossy(&out.stderr));
-    let ms: u64 = text
-        .lines()
-        .find_map(|l| l.split("synced after ").nth(1)?.strip_suffix(" ms")?.parse().ok())
-        .unwrap_or_else(|| panic!("no figure in the child's output: {text}"));
-    // 20 ms and a sync; generous for a loaded machine, far below the 200+
-    // ms of a flusher left asleep.
-    assert!(ms < 150, "the first sync came {ms} ms after the push, with a 20 ms interval");
-}
-
 /// A queue that changes all the time is synced about once per interval,
 /// not once per flusher tick: a sync covers every change made before it
 /// started, so the next one is due an interval after that (a flusher that
@@ -789,7 +747,9 @@ fn leases_go_with_both_policies() {
         let before = q.durable_stats().unwrap().syncs;
         q.ack(&lease).unwrap();
         if policy != Durability::Always {
-            let deadline = Instant::now() + Duration::from_secs(5);
+            // 30 s: a guard against a hang (a flusher that never finds the
+            // change), not a bound on how soon it syncs (100 ms here).
+            let deadline = Instant::now() + Duration::from_secs(30);
             while q.durable_stats().unwrap().syncs == before {
                 assert!(Instant::now() < deadline, "the flusher did not sync an acknowledgement");
                 std::thread::sleep(Duration::from_millis(10));

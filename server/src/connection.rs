@@ -69,7 +69,7 @@ pub(crate) async fn serve<S: Stream>(
     pending: Option<Pending>,
 ) {
     let id = shared.stats.next_client_id.fetch_add(1, Ordering::Relaxed) + 1;
-    let mut client = Client::new(id, shared.password.is_none(), peer);
+    let mut client = Client::new(id, shared.password.is_none(), peer, shared.leases.clone());
     client.unsynced = worker.unsynced_replies();
     let end = run(&mut s, &shared, &worker, &mut client, pending).await;
     if let End::Unauthenticated(why) = end {

@@ -161,6 +161,7 @@ impl Server {
             password,
             auth_log: parking_lot::Mutex::default(),
             stats: Stats::default(),
+            leases: Arc::default(),
             shutdown: Arc::default(),
             waiters: waiters::Waiters::new(),
             started: Instant::now(),

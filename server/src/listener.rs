@@ -189,6 +189,9 @@ pub(crate) fn accept_loop(
 
 /// How long the acceptor waits after an accept error it could not act on.
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
+/// At most this many connections refused for want of descriptors at a
+/// time: then the acceptor looks at the stop and its other listeners.
+const REFUSE_AT_ONCE: usize = 64;
 /// At most one line about accept errors per this long.
 const LOG_EVERY: Duration = Duration::from_secs(1);
 
@@ -218,9 +221,16 @@ impl Listen for tokio::net::UnixListener {
 }
 
 impl Acceptor {
-    /// Out of descriptors: closes the spare, takes the connection that is
-    /// waiting and refuses it (so that it gets a reply, not silence), then
-    /// takes the spare back. True if it did.
+    /// Out of descriptors: closes the spare, takes the connections that
+    /// are waiting and refuses them (so that they get a reply, not
+    /// silence), then takes the spare back. True if it did.
+    ///
+    /// It takes them until the listener has none left (at most
+    /// [`REFUSE_AT_ONCE`]): that look, failing with `EAGAIN`, is what clears
+    /// the listener's readiness. With the spare back and the readiness
+    /// left set, the next accept(2) would fail again with `EMFILE` (Linux
+    /// takes the descriptor before it looks for a connection): a second
+    /// error for each refusal.
     async fn make_room<L: Listen>(&mut self, listener: Option<&L>, e: &io::Error) -> bool {
         let out_of_fds = matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE));
         let (Some(l), true) = (listener, out_of_fds) else { return false };
@@ -228,10 +238,16 @@ impl Acceptor {
             self.spare = spare();
             return false;
         }
-        let one = std::future::poll_fn(|cx| std::task::Poll::Ready(l.poll_one(cx))).await;
-        if let std::task::Poll::Ready(Ok(c)) = one {
-            self.shared.stats.rejected.fetch_add(1, Ordering::Relaxed);
-            c.refuse();
+        for _ in 0..REFUSE_AT_ONCE {
+            match std::future::poll_fn(|cx| std::task::Poll::Ready(l.poll_one(cx))).await {
+                std::task::Poll::Ready(Ok(c)) => {
+                    self.shared.stats.rejected.fetch_add(1, Ordering::Relaxed);
+                    c.refuse();
+                }
+                // None waiting (the readiness cleared), or no descriptor
+                // even so: the caller's next accept(2) tells.
+                _ => break,
+            }
         }
         self.spare = spare();
         true

@@ -66,9 +66,12 @@ impl Source for ServerMetrics {
         counter(
             out,
             "tvmq_server_rejected_connections_total",
-            "Connections refused by --maxclients.",
+            "Connections refused by --maxclients, or for want of descriptors.",
             st.rejected.load(Ordering::Relaxed),
         );
+        for (name, help, n) in lease_counts(&self.0) {
+            counter(out, &format!("tvmq_server_leases_{name}_total"), help, n);
+        }
         header(
             out,
             "tvmq_durable_sync_seconds",
@@ -101,10 +104,33 @@ impl Source for ServerMetrics {
             "commands": commands,
             "auth_failures_total": st.auth_failures.load(Ordering::Relaxed),
             "rejected_connections_total": st.rejected.load(Ordering::Relaxed),
+            "leases": lease_counts(&self.0).iter().map(|(name, _, n)| (name.to_string(), json!(n))).collect::<Map<_, _>>(),
             "syncs": syncs,
             "sync_seconds_total": sync_s,
         })
     }
+}
+
+/// The server's lease counts (INFO's `leases_*`): name, help, value.
+fn lease_counts(st: &ServerState) -> [(&'static str, &'static str, u64); 6] {
+    let l = &st.leases;
+    let n = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+    [
+        ("granted", "Leases handed to clients (TVMQ.LEASE).", n(&l.granted)),
+        ("acked", "Leases acknowledged (TVMQ.ACK).", n(&l.acked)),
+        ("released", "Leases put back by TVMQ.RELEASE.", n(&l.released)),
+        ("returned", "Leases put back because their connection ended.", n(&l.returned)),
+        (
+            "dead_lettered",
+            "Leased records moved to a dead-letter queue (TVMQ.REJECT, or a release at the delivery limit).",
+            n(&l.dead_lettered),
+        ),
+        (
+            "dropped",
+            "Leased records dropped (TVMQ.REJECT, or a release at the delivery limit, without a dead-letter queue).",
+            n(&l.dropped),
+        ),
+    ]
 }
 
 /// Connections the metrics port serves at once (Prometheus and a few

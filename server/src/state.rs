@@ -23,7 +23,7 @@ pub(crate) struct Stats {
     pub(crate) connected: AtomicUsize,
     /// Connections accepted since the start.
     pub(crate) total_connections: AtomicU64,
-    /// Connections refused by `--maxclients`.
+    /// Connections refused by `--maxclients`, or for want of descriptors.
     pub(crate) rejected: AtomicU64,
     /// Clients blocked in BLPOP/BRPOP now.
     pub(crate) blocked: AtomicUsize,
@@ -41,6 +41,30 @@ pub(crate) struct Stats {
     pub(crate) tls_handshakes_refused: AtomicU64,
     /// Connections accept(2) failed to give (out of descriptors, ...).
     pub(crate) accept_errors: AtomicU64,
+}
+
+/// What the server's lease calls did, server-wide, for INFO and the
+/// metrics: counted when the library call succeeds (on an `always` queue,
+/// before the sync its reply waits for), never by a scan. Leases that ran
+/// out (delivered again, or moved on by the library's sweeps) are not
+/// here: they are the queue's own counters (TVMQ.LEASES). So `granted` is
+/// the others' sum, plus those that ran out, plus those held now.
+#[derive(Default)]
+pub(crate) struct LeaseCounts {
+    /// Leases handed to a client (TVMQ.LEASE, blocking or not).
+    pub(crate) granted: AtomicU64,
+    /// Acknowledged (TVMQ.ACK).
+    pub(crate) acked: AtomicU64,
+    /// Put back, delivered again after their delay (TVMQ.RELEASE).
+    pub(crate) released: AtomicU64,
+    /// Put back, delivered again at once, because their connection ended.
+    pub(crate) returned: AtomicU64,
+    /// Their records moved to the queue's dead-letter queue: TVMQ.REJECT,
+    /// or a TVMQ.RELEASE or a connection's end at the delivery limit.
+    pub(crate) dead_lettered: AtomicU64,
+    /// Their records dropped, as those calls do on a queue without a
+    /// dead-letter queue.
+    pub(crate) dropped: AtomicU64,
 }
 
 /// The rate-limited report of failed AUTHs on stderr: when it last
@@ -128,6 +152,8 @@ pub(crate) struct ServerState {
     pub(crate) password: Option<Vec<u8>>,
     pub(crate) auth_log: parking_lot::Mutex<AuthLog>,
     pub(crate) stats: Stats,
+    /// What the lease calls did (each connection's leases hold it too).
+    pub(crate) leases: Arc<LeaseCounts>,
     pub(crate) shutdown: Arc<Shutdown>,
     pub(crate) waiters: Waiters,
     pub(crate) started: Instant,

@@ -257,15 +257,18 @@ fn out_of_descriptors_accept_refuses_with_a_reply_and_logs_once_a_second() {
         lines.len(),
         lines.first()
     );
-    // Each refusal was counted, and cost a few accept(2) errors (two
-    // today: the first look for the waiting connection, once the spare
-    // descriptor is closed, finds the listener not ready, and the next
-    // accept fails again before the refusal); an acceptor spinning on the
-    // error (as it would on a listener that stays readable) counts one per
-    // turn. (The server's own counts, not its CPU time in a window, which
-    // a loaded machine decides.)
+    // Each refusal was counted, and cost at most one accept(2) error: the
+    // error that finds a connection waiting, which the acceptor then
+    // refuses with every other one waiting, until the listener has none
+    // (that clears its readiness). One error more may find none: the
+    // accept(2) right after the one that took the last descriptor (Linux
+    // fails it with EMFILE before it looks for a connection). An acceptor
+    // that left the readiness set failed again at once (two errors a
+    // refusal); one spinning on the error counts one per turn. (The
+    // server's own counts, not its CPU time in a window, which a loaded
+    // machine decides.)
     assert_eq!(rejected, refused, "refusals counted");
-    assert!(errors >= refused && errors <= 3 * refused, "{errors} accept errors for {refused} refusals");
+    assert!(errors >= 1 && errors <= refused + 1, "{errors} accept errors for {refused} refusals");
     // At most a line a second: no more than the whole seconds the errors
     // could span, plus the first (load only lengthens the window).
     let most = window.as_secs() as usize + 1;
@@ -367,7 +370,11 @@ fn unauthenticated_connections_cannot_keep_the_password_holder_out_and_time_out(
     let dir = TempDir::new("server", "preauth-idle");
     let server = start(&dir, &["--requirepass", SECRET, "--maxclients", "100", "--max-unauthenticated", "10"]);
     let addr = server.tcp_addr().unwrap();
-    // 40 idle connections: the 10 newest stay, the others are told why and closed.
+    // 40 idle connections: the 10 newest stay, the others are told why and
+    // closed. (The close follows the reply at once: the 30 s of each wait
+    // for it are a guard against a connection left open, not a bound on
+    // how soon.)
+    let closed = Duration::from_secs(30);
     let mut idle: Vec<Conn> = (0..40).map(|_| Conn::connect(addr)).collect();
     let mut evicted = 0;
     for c in &mut idle[..30] {
@@ -375,14 +382,14 @@ fn unauthenticated_connections_cannot_keep_the_password_holder_out_and_time_out(
             c.try_read(),
             Some(V::Err("ERR too many unauthenticated connections: closing the oldest (this one) to make room".into()))
         );
-        assert!(c.closed_within(Duration::from_secs(5)));
+        assert!(c.closed_within(closed));
         evicted += 1;
     }
     // The password holder comes in all the same (pushing out the oldest idle one).
     let mut holder = Conn::connect(addr);
     assert_eq!(holder.cmd(&[b"AUTH", SECRET.as_bytes()]), V::Simple("OK".into()));
     assert_eq!(holder.cmd(&[b"PING"]), V::Simple("PONG".into()));
-    assert!(idle[30].closed_within(Duration::from_secs(5)), "the oldest went");
+    assert!(idle[30].closed_within(closed), "the oldest went");
     let V::Bulk(clients) = holder.cmd(&[b"INFO", b"clients"]) else { panic!("INFO") };
     assert_eq!(info_field(&String::from_utf8_lossy(&clients), "unauthenticated_clients"), 9);
     let V::Bulk(stats) = holder.cmd(&[b"INFO", b"stats"]) else { panic!("INFO") };
@@ -393,14 +400,18 @@ fn unauthenticated_connections_cannot_keep_the_password_holder_out_and_time_out(
     server.stop();
 
     // --auth-timeout: closed at its end, told why; the authenticated one stays.
+    // The reply comes no sooner than the timeout after the connect (a
+    // lower bound: the server's clock starts at its accept, after it); how
+    // late is the machine's (the read's 20 s are a guard against a hang).
     let server = start(&dir, &["--requirepass", SECRET, "--auth-timeout", "1"]);
     let addr = server.tcp_addr().unwrap();
+    let t = Instant::now();
     let mut slow = Conn::connect(addr);
     let mut quick = Conn::connect(addr);
     assert_eq!(quick.cmd(&[b"AUTH", SECRET.as_bytes()]), V::Simple("OK".into()));
-    let t = Instant::now();
     assert_eq!(slow.try_read(), Some(V::Err("ERR authentication timeout: closing the connection".into())));
-    assert!(t.elapsed() < Duration::from_secs(5));
+    assert!(t.elapsed() >= Duration::from_secs(1), "closed {:?} after the connect, before its timeout", t.elapsed());
+    assert!(slow.closed_within(closed), "closed after the reply");
     std::thread::sleep(Duration::from_millis(1200));
     assert_eq!(quick.cmd(&[b"PING"]), V::Simple("PONG".into()));
     assert_eq!(info_field(&info(addr, Some(SECRET), "stats"), "auth_timeouts"), 1);

@@ -191,6 +191,116 @@ fn a_closed_connection_s_leases_are_delivered_again_at_once() {
     server.stop();
 }
 
+/// The server's lease counts: INFO's `leases_*` fields, in this order.
+const LEASE_COUNTS: [&str; 6] = ["granted", "acked", "released", "returned", "dead_lettered", "dropped"];
+
+/// INFO's lease counts, asked on `c`.
+fn lease_counts(c: &mut Conn) -> [u64; 6] {
+    let V::Bulk(text) = c.cmd(&[b"INFO", b"stats"]) else { panic!("INFO stats") };
+    let text = String::from_utf8_lossy(&text).into_owned();
+    LEASE_COUNTS.map(|name| info_field(&text, &format!("leases_{name}")))
+}
+
+/// The ids of the entries of a TVMQ.LEASE ... COUNT reply.
+fn ids(v: V) -> Vec<Vec<u8>> {
+    let V::Arr(entries) = v else { panic!("not an array of leases: {v:?}") };
+    entries.iter().map(|e| entry(e).0).collect()
+}
+
+/// INFO counts what the server's lease calls did, each exactly: leases
+/// handed out (with COUNT, and to a client blocked in TVMQ.LEASE), acked
+/// (not again), released, given back by a connection's end, moved to the
+/// dead-letter queue (REJECT; RELEASE and a connection's end at the
+/// delivery limit), dropped (REJECT without a dead-letter queue); and the
+/// metrics port says the same.
+#[test]
+fn info_counts_what_lease_calls_did() {
+    let dir = TempDir::new("server-leases", "counts");
+    let limited = tvm::LeaseSpec { lease_ms: 600_000, max_deliveries: 2, dead_letter: Some(22), max_leases: 64 };
+    create_leased(&dir, 21, 100, 16, limited);
+    create(&dir, 22, "", 100, 16);
+    create_leased(&dir, 23, 100, 16, tvm::LeaseSpec { lease_ms: 600_000, ..Default::default() });
+    create_leased(&dir, 24, 100, 16, tvm::LeaseSpec { lease_ms: 600_000, ..Default::default() });
+    let server = start(&dir, &["--metrics-port", "0"]);
+    let addr = server.tcp_addr().unwrap();
+    let mut a = Conn::connect(addr);
+    assert_eq!(lease_counts(&mut a), [0; 6]);
+    let ok = V::Simple("OK".into());
+
+    // Queue 21: up to 2 deliveries, then to queue 22.
+    let r: Vec<Vec<u8>> = (0..10).map(|i| format!("r{i}").into_bytes()).collect();
+    let mut push: Vec<&[u8]> = vec![b"RPUSH", b"21"];
+    push.extend(r.iter().map(|r| r.as_slice()));
+    assert_eq!(a.cmd(&push), V::Int(10));
+    let l = ids(a.cmd(&[b"TVMQ.LEASE", b"21", b"COUNT", b"6"]));
+    assert_eq!(l.len(), 6);
+    assert_eq!(a.cmd(&[b"TVMQ.ACK", b"21", &l[0], &l[1], &l[2]]), V::Int(3));
+    assert_eq!(a.cmd(&[b"TVMQ.ACK", b"21", &l[0]]), V::Int(0), "acknowledged once only");
+    assert_eq!(a.cmd(&[b"TVMQ.RELEASE", b"21", &l[3]]), ok);
+    assert_eq!(a.cmd(&[b"TVMQ.REJECT", b"21", &l[4]]), ok, "to queue 22");
+    assert_eq!(a.cmd(&[b"TVMQ.RELEASE", b"21", &l[5]]), ok);
+    assert_eq!(lease_counts(&mut a), [6, 3, 2, 0, 1, 0]);
+    // r3 and r5 again, at their limit: one released (to queue 22), the
+    // other held by a connection that ends (to queue 22 too).
+    let mut b = Conn::connect(addr);
+    let again = ids(b.cmd(&[b"TVMQ.LEASE", b"21", b"COUNT", b"2"]));
+    assert_eq!(b.cmd(&[b"TVMQ.RELEASE", b"21", &again[0]]), ok, "to queue 22");
+    // r6 and r7, extended (no count), held by a connection that ends.
+    let mut c = Conn::connect(addr);
+    let held = ids(c.cmd(&[b"TVMQ.LEASE", b"21", b"COUNT", b"2"]));
+    assert!(matches!(c.cmd(&[b"TVMQ.EXTEND", b"21", &held[0], b"600000"]), V::Bulk(_)));
+    assert_eq!(lease_counts(&mut a), [10, 3, 2, 0, 2, 0]);
+    drop((b, c));
+
+    // Queue 23, no dead-letter queue: a reject drops the record.
+    assert_eq!(a.cmd(&[b"RPUSH", b"23", b"x", b"y"]), V::Int(2));
+    let l = ids(a.cmd(&[b"TVMQ.LEASE", b"23", b"COUNT", b"5"]));
+    assert_eq!(a.cmd(&[b"TVMQ.REJECT", b"23", &l[0]]), ok);
+    assert_eq!(a.cmd(&[b"TVMQ.RELEASE", b"23", &l[1], b"DELAY", b"600000"]), ok);
+    assert_eq!(a.cmd(&[b"TVMQ.LEASE", b"23"]), V::Nil, "nothing to lease: none granted");
+
+    // Queue 24: a lease given to a blocked client, then acknowledged.
+    let mut d = Conn::connect(addr);
+    d.send(&[b"TVMQ.LEASE", b"24", b"BLOCK", b"0"]);
+    wait_until(Duration::from_secs(30), "the client to block (a hang guard)", || {
+        let V::Bulk(text) = a.cmd(&[b"INFO", b"clients"]) else { panic!("INFO clients") };
+        info_field(&String::from_utf8_lossy(&text), "blocked_clients") == 1
+    });
+    assert_eq!(a.cmd(&[b"RPUSH", b"24", b"z"]), V::Int(1));
+    let (id, deliveries, record) = entry(&d.read());
+    assert_eq!((deliveries, record.as_slice()), (1, &b"z"[..]));
+    assert_eq!(d.cmd(&[b"TVMQ.ACK", b"24", &id]), V::Int(1));
+
+    // The ended connections' leases go back as their ends are seen: the
+    // counts are exact once they have (30 s: a hang guard).
+    let want = [13, 4, 3, 2, 3, 1];
+    let mut got = lease_counts(&mut a);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while got != want && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+        got = lease_counts(&mut a);
+    }
+    assert_eq!(got, want, "{LEASE_COUNTS:?}");
+    // What the counts say, the queues say: the 3 moved to queue 22, and
+    // the 2 given back (r6, r7) waiting to be delivered again.
+    assert_eq!(a.cmd(&[b"LLEN", b"22"]), V::Int(3));
+    assert_eq!(stat(&a.cmd(&[b"TVMQ.LEASES", b"21"]), "waiting"), 2);
+
+    // The metrics port: the same counts.
+    let maddr = server.metrics_addr().expect("a metrics port");
+    let mut m = std::net::TcpStream::connect(maddr).unwrap();
+    use std::io::{Read, Write};
+    write!(m, "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").unwrap();
+    let mut text = String::new();
+    m.read_to_string(&mut text).unwrap();
+    for (name, n) in LEASE_COUNTS.iter().zip(want) {
+        let series = format!("tvmq_server_leases_{name}_total ");
+        let line = text.lines().find_map(|l| l.strip_prefix(&series)).unwrap_or_else(|| panic!("{series}in {text}"));
+        assert_eq!(line.parse::<u64>().unwrap(), n, "{series}");
+    }
+    server.stop();
+}
+
 #[test]
 fn a_client_that_stops_reading_after_leasing_loses_nothing() {
     // Far more than socket buffers hold (32 MB of replies), so that the server stalls on it.

@@ -337,6 +337,9 @@ fn the_dashboard_in_chromium_shows_the_queues_their_depth_and_a_chart() {
     create(&dir, 21, "ORDERS", 100_000, 16);
     create(&dir, 22, "INVOICES", 1000, 16);
     create(&dir, 23, "EMAILS", 1000, 16);
+    let mut leased = tvm::Spec::new(10, 16);
+    leased.leases = Some(tvm::LeaseSpec::default());
+    tvm::Queue::create(dir.path(), 24, &leased).unwrap();
     let server = start(&dir, &["--metrics-port", "0"]);
     let addr = server.tcp_addr().unwrap();
     let maddr = server.metrics_addr().unwrap();
@@ -344,6 +347,9 @@ fn the_dashboard_in_chromium_shows_the_queues_their_depth_and_a_chart() {
     let mut push = vec!["RPUSH", "22"];
     push.extend(records.iter().map(String::as_str));
     assert_eq!(cli(addr, &push), "17");
+    // Two leases granted (each redis-cli's connection gives its back).
+    assert_eq!(cli(addr, &["RPUSH", "24", "a", "b"]), "2");
+    assert!(cli(addr, &["TVMQ.LEASE", "24", "COUNT", "2"]).contains('a'));
     let work = Workload::start(dir.path(), 21, 2000, addr);
     // Two samples a second apart, so that every answer the page gets has
     // rates: under a virtual time budget, the page's seconds pass faster
@@ -363,6 +369,7 @@ fn the_dashboard_in_chromium_shows_the_queues_their_depth_and_a_chart() {
     let llen = cli(addr, &["LLEN", "22"]);
     assert_eq!(attr(&dom, "<tr data-id=\"22\"", "data-depth"), Some(llen.clone()), "the depth shown is LLEN's");
     assert!(dom.contains("INVOICES") && dom.contains("ORDERS"), "names shown");
+    assert!(dom.contains("data-k=\"leases_granted\">2<"), "the server's leases granted shown");
     let points: u32 = attr(&dom, "id=\"depth-chart\"", "data-points").and_then(|v| v.parse().ok()).unwrap_or(0);
     let series: u32 = attr(&dom, "id=\"depth-chart\"", "data-series").and_then(|v| v.parse().ok()).unwrap_or(0);
     assert_eq!(series, 2, "two queues charted");

@@ -40,6 +40,26 @@ static AT_EXIT: std::sync::Once = std::sync::Once::new();
 /// Longest sleep between two looks at the queues.
 const MAX_TICK: Duration = Duration::from_millis(250);
 
+/// (Tests.) A longer `MAX_TICK` in milliseconds (0: none), so that a
+/// flusher that sleeps on is seen by what it does not do, not by how late
+/// it does it.
+#[cfg(test)]
+pub(super) static TEST_MAX_TICK_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// (Tests.) Sleeps begun with no wake pending, counted with `WOKEN` held:
+/// once it has moved, the flusher waits on `WAKE` until a `register`
+/// wakes it (or its tick ends).
+#[cfg(test)]
+pub(super) static SLEEPS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// `MAX_TICK` (in tests, perhaps `TEST_MAX_TICK_MS`).
+fn max_tick() -> Duration {
+    #[cfg(test)]
+    if let ms @ 1.. = TEST_MAX_TICK_MS.load(Ordering::SeqCst) {
+        return Duration::from_millis(ms);
+    }
+    MAX_TICK
+}
+
 /// Adds an `interval` queue to this process's flusher, starting it if needed.
 pub(crate) fn register(d: &Arc<Durable>) {
     if let Ok(mut q) = QUEUES.lock() {
@@ -71,11 +91,11 @@ fn live() -> (Vec<Arc<Durable>>, Duration) {
         .iter()
         .map(|d| match d.policy() {
             Durability::Interval(ms) => Duration::from_millis(u64::from(ms)) / 16,
-            Durability::Always => MAX_TICK,
+            Durability::Always => max_tick(),
         })
         .min()
-        .unwrap_or(MAX_TICK)
-        .clamp(Duration::from_micros(250), MAX_TICK);
+        .unwrap_or(max_tick())
+        .clamp(Duration::from_micros(250), max_tick());
     (list, tick)
 }
 
@@ -103,6 +123,10 @@ fn sleep(tick: Duration) {
     let Ok(woken) = WOKEN.lock() else {
         return std::thread::sleep(tick);
     };
+    #[cfg(test)]
+    if !*woken {
+        SLEEPS.fetch_add(1, Ordering::SeqCst);
+    }
     if let Ok((mut woken, _)) = WAKE.wait_timeout_while(woken, tick, |w| !*w) {
         *woken = false;
     }

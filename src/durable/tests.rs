@@ -187,3 +187,67 @@ fn deferred_changes_share_the_sync_their_ticket_names() {
     assert_eq!(synced.load(Ordering::SeqCst), before + 2);
     hooks().lock().unwrap().retain(|(p, _)| p != &path);
 }
+
+/// Where the child of the flusher's wake test finds its queues.
+const WAKE_DIR: &str = "TVMQ_FLUSHER_WAKE_DIR";
+
+/// Waits until `done`; 30 s at most, a guard against a hang.
+#[track_caller]
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "{what}: not in 30 s");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// The child of the wake test: its flusher, with its longest tick raised,
+/// sleeps the tick of a queue of a 1 h interval (225 s) when a queue of
+/// 20 ms is attached; a push to that one is then synced (at most 30 s
+/// later, a guard against a hang: a flusher left asleep would not look at
+/// it for minutes).
+#[test]
+#[ignore = "child process of a_queue_attached_while_the_flusher_sleeps_is_synced_by_it"]
+fn flusher_wake_child() {
+    use super::flusher::{SLEEPS, TEST_MAX_TICK_MS};
+    let dir = std::path::PathBuf::from(crate::test_support::child_env(WAKE_DIR));
+    TEST_MAX_TICK_MS.store(3_600_000, Ordering::SeqCst);
+    let slow = Queue::open(&dir, 1).unwrap();
+    // Its first sleep ends at once (the slow queue's attach woke it);
+    // the next is the long one.
+    wait_until("the flusher's sleep", || SLEEPS.load(Ordering::SeqCst) >= 1);
+    let fast = Queue::open(&dir, 2).unwrap();
+    let before = fast.durable_stats().unwrap().syncs;
+    fast.push(b"one").unwrap();
+    wait_until("the fast queue's sync (the flusher slept on)", || fast.durable_stats().unwrap().syncs > before);
+    drop((slow, fast));
+}
+
+/// A queue attached while the process's flusher sleeps a tick sized for
+/// queues of long intervals is synced by it: attaching wakes the flusher,
+/// which takes the new queue's tick at once (it slept on, up to 250 ms, and
+/// the first change of a 20 ms queue waited about 220 ms). Asserted by what
+/// a flusher left asleep would not do (see the child), not by how soon it
+/// does it; in a process of its own, so that no other test's queue sets
+/// the flusher's tick.
+#[test]
+fn a_queue_attached_while_the_flusher_sleeps_is_synced_by_it() {
+    let dir = DiskDir::new("wake");
+    for (id, ms) in [(1, 3_600_000), (2, 20)] {
+        let mut spec = Spec::new(64, 32);
+        spec.durability = Some(Durability::Interval(ms));
+        Queue::create(&dir.0, id, &spec).unwrap();
+    }
+    let out = crate::test_support::child_test("durable::tests::flusher_wake_child")
+        .env(WAKE_DIR, &dir.0)
+        .output()
+        .expect("run the child");
+    assert!(
+        out.status.success(),
+        "child failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Queue::drop_queue(&dir.0, 1).unwrap();
+    Queue::drop_queue(&dir.0, 2).unwrap();
+}

@@ -87,6 +87,10 @@ function renderCards(all) {
   if (top.length) card(s, "most run", top.map(([n, v]) => n + " " + fmt(v)).join(", "), "top_commands");
   card(s, "auth failures", fmt(srv.auth_failures_total), "auth_failures");
   card(s, "rejected connections", fmt(srv.rejected_connections_total), "rejected_connections");
+  if (srv.leases) {
+    card(s, "leases granted", fmt(srv.leases.granted), "leases_granted");
+    card(s, "leases acked", fmt(srv.leases.acked), "leases_acked");
+  }
 }
 
 function renderTable(all) {

@@ -6,7 +6,7 @@ use super::lease::owned::OwnedLeases;
 use crate::durable::UnsyncedReplies;
 use crate::keys::{KeyError, LastKey, WorkerKeys};
 use crate::reply;
-use crate::state::{ServerState, WorkerStats};
+use crate::state::{LeaseCounts, ServerState, WorkerStats};
 use resp::Proto;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -43,8 +43,9 @@ pub(crate) struct Client {
 }
 
 impl Client {
-    /// A new client; `authed` when no password is required.
-    pub(crate) fn new(id: u64, authed: bool, peer: String) -> Client {
+    /// A new client; `authed` when no password is required; what its lease
+    /// calls do is counted in `lease_counts`.
+    pub(crate) fn new(id: u64, authed: bool, peer: String, lease_counts: Arc<LeaseCounts>) -> Client {
         Client {
             id,
             proto: Proto::Resp2,
@@ -55,7 +56,7 @@ impl Client {
             peer,
             last: LastKey::default(),
             since: Instant::now(),
-            leases: OwnedLeases::default(),
+            leases: OwnedLeases::new(lease_counts),
             unsynced: UnsyncedReplies::default(),
             create: None,
         }

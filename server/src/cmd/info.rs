@@ -91,6 +91,7 @@ pub(crate) async fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut
     if wants("stats") {
         let orphans = tvm::Queue::orphaned_live_parts_removed();
         let open = shared.attachments.counts();
+        let leases = &shared.leases;
         let _ = write!(
             t,
             "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\nrejected_connections:{}\r\n\
@@ -103,7 +104,8 @@ pub(crate) async fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut
              queues_closed:{}\r\nqueues_closing:{}\r\n\
              queues_indexed:{}\r\nqueues_created:{}\r\nqueues_created_bytes:{}\r\nindex_rescans:{}\r\n\
              index_headers_read:{}\r\nlive_parts_removed:{}\r\nlive_parts_removed_bytes:{}\r\n\
-             index_orphan_sweeps:{}\r\n\r\n",
+             index_orphan_sweeps:{}\r\nleases_granted:{}\r\nleases_acked:{}\r\nleases_released:{}\r\n\
+             leases_returned:{}\r\nleases_dead_lettered:{}\r\nleases_dropped:{}\r\n\r\n",
             st.total_connections.load(Ordering::Relaxed),
             commands,
             st.rejected.load(Ordering::Relaxed),
@@ -137,6 +139,12 @@ pub(crate) async fn info(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut
             orphans.0,
             orphans.1,
             shared.index.orphan_sweeps.load(Ordering::Relaxed),
+            leases.granted.load(Ordering::Relaxed),
+            leases.acked.load(Ordering::Relaxed),
+            leases.released.load(Ordering::Relaxed),
+            leases.returned.load(Ordering::Relaxed),
+            leases.dead_lettered.load(Ordering::Relaxed),
+            leases.dropped.load(Ordering::Relaxed),
         );
     }
     let durability = wants("durability");

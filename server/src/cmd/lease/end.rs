@@ -4,7 +4,7 @@
 
 use super::super::context::{Client, Ctx, lease_millis};
 use super::args::{EXTEND_RANGE, release_delay};
-use super::owned::{LeaseId, may_dead_letter};
+use super::owned::{Ending, LeaseId, ending, may_dead_letter};
 use crate::durable::OnFailure;
 use crate::pool::{Kind, Pool};
 use crate::reply;
@@ -44,7 +44,7 @@ pub(crate) async fn ack(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut 
             Err(_) => {}
         }
     }
-    let (at, mut acked, mut ticket) = (out.len(), 0, None);
+    let (at, mut acked, mut ticket) = (out.len(), 0u64, None);
     let mut ids = ids.iter();
     loop {
         let (going, t) = q.defer_syncs(|q| {
@@ -70,6 +70,7 @@ pub(crate) async fn ack(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut 
         }
         slicer.due().await;
     }
+    leases.acked(acked);
     client.unsynced.add(&q, ticket, at..out.len(), acked, OnFailure::Error);
 }
 
@@ -85,7 +86,10 @@ pub(crate) fn release(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Ve
     if let Some(d) = dead_letter_call(ctx, key, id, Some(delay)) {
         return Some(d);
     }
-    on_lease(ctx, key, id, out, |q, l| q.release(l, delay).map(|()| false));
+    on_lease(ctx, key, id, out, |q, l| {
+        let how = ending(q, l, false, false);
+        q.release(l, delay).map(|()| Some(how))
+    });
     None
 }
 
@@ -96,7 +100,10 @@ pub(crate) fn reject(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec
     if let Some(d) = dead_letter_call(ctx, key, id, None) {
         return Some(d);
     }
-    on_lease(ctx, key, id, out, |q, l| q.reject(l).map(|()| false));
+    on_lease(ctx, key, id, out, |q, l| {
+        let how = ending(q, l, true, false);
+        q.reject(l).map(|()| Some(how))
+    });
     None
 }
 
@@ -107,20 +114,21 @@ pub(crate) fn extend(ctx: &mut Ctx<'_>, buf: &[u8], req: &Request, out: &mut Vec
     let Some(time) = lease_millis(req.arg(buf, 3)) else {
         return resp::error(out, EXTEND_RANGE);
     };
-    let new = on_lease(ctx, req.arg(buf, 1), req.arg(buf, 2), out, |q, l| q.extend_lease(l, time).map(|()| true));
+    let new = on_lease(ctx, req.arg(buf, 1), req.arg(buf, 2), out, |q, l| q.extend_lease(l, time).map(|()| None));
     if let Some((_, pos, tag)) = new {
         resp::bulk(out, format!("{pos}-{tag}").as_bytes());
     }
 }
 
-/// Runs `f` on the owned lease `text` of the queue of `key`; the lease is
-/// forgotten unless `f` gives a new one back (extension: its new id).
+/// Runs `f` on the owned lease `text` of the queue of `key`: it ends the
+/// lease (`Some`: what that did), and the lease is forgotten, or extends
+/// it (`None`), and its new id is returned.
 fn on_lease(
     ctx: &mut Ctx<'_>,
     key: &[u8],
     text: &[u8],
     out: &mut Vec<u8>,
-    f: impl FnOnce(&Queue, &mut Lease) -> tvm::Result<bool>,
+    f: impl FnOnce(&Queue, &mut Lease) -> tvm::Result<Option<Ending>>,
 ) -> Option<LeaseId> {
     let q = ctx.queue(key, out)?;
     let leases = &mut ctx.client.leases;
@@ -138,12 +146,12 @@ fn on_lease(
     let at = out.len();
     let (done, ticket) = q.defer_syncs(|q| f(q, &mut lease));
     match done {
-        Ok(true) => {
+        Ok(None) => {
             leases.forget(&id);
             Some(leases.insert(&q, lease))
         }
-        Ok(false) => {
-            ended(ctx.client, &q, id, Ok(()), ticket, at, out);
+        Ok(Some(how)) => {
+            ended(ctx.client, &q, id, Ok(how), ticket, at, out);
             None
         }
         Err(e) => {
@@ -153,22 +161,23 @@ fn on_lease(
     }
 }
 
-/// Writes the reply of a lease call that ended lease `id` of `q` (`done`),
-/// whose reply starts at `at` and waits for `ticket`, and forgets the
-/// lease unless it is still good.
+/// Writes the reply of a lease call that ended lease `id` of `q` (`done`:
+/// what that did), whose reply starts at `at` and waits for `ticket`, and
+/// forgets the lease unless it is still good; counts what it did.
 fn ended(
     client: &mut Client,
     q: &Arc<Queue>,
     id: LeaseId,
-    done: tvm::Result<()>,
+    done: tvm::Result<Ending>,
     ticket: Option<SyncTicket>,
     at: usize,
     out: &mut Vec<u8>,
 ) {
     let leases = &mut client.leases;
     match done {
-        Ok(()) => {
+        Ok(how) => {
             leases.forget(&id);
+            leases.ended(how);
             resp::simple(out, b"OK");
             client.unsynced.add(q, ticket, at..out.len(), 1, OnFailure::Error);
         }
@@ -216,9 +225,13 @@ pub(crate) async fn dead_letter_off_worker(pool: &Pool, d: DeadLetter, client: &
     let queue = q.clone();
     let ran = pool
         .run(Kind::Light, move || {
-            queue.defer_syncs(|q| match delay {
-                Some(delay) => q.release(&lease, delay),
-                None => q.reject(&lease),
+            let how = ending(&queue, &lease, delay.is_none(), false);
+            queue.defer_syncs(|q| {
+                match delay {
+                    Some(delay) => q.release(&lease, delay),
+                    None => q.reject(&lease),
+                }
+                .map(|()| how)
             })
         })
         .await;

@@ -4,8 +4,10 @@
 
 use super::super::off_worker;
 use crate::reply;
+use crate::state::LeaseCounts;
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tvm::error::{Error, LEASE_EXPIRED, LEASE_INVALID};
 use tvm::{Lease, Queue};
@@ -17,14 +19,65 @@ const PRUNE_AT: usize = 4096;
 pub(crate) type LeaseId = (u32, u64, u64);
 
 /// The leases one connection owns, released when it ends.
-#[derive(Default)]
 pub(crate) struct OwnedLeases {
     map: HashMap<LeaseId, (Arc<Queue>, Lease)>,
     /// The map's size after the last prune.
     pruned: usize,
+    /// The server's counts of what lease calls did.
+    counts: Arc<LeaseCounts>,
+}
+
+/// What ending a lease did with its record, as the server counts it
+/// ([`LeaseCounts`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Ending {
+    /// Put back by TVMQ.RELEASE.
+    Released,
+    /// Put back because its connection ended.
+    Returned,
+    /// Moved to the queue's dead-letter queue.
+    DeadLettered,
+    /// Dropped (no dead-letter queue).
+    Dropped,
+}
+
+/// What ending `lease` of `q` does with its record if the call succeeds:
+/// a reject (`reject`), else a release, by TVMQ.RELEASE or (`closed`)
+/// because its connection ended. At the delivery limit a release is a
+/// reject: to the dead-letter queue, or dropped without one (as the
+/// library decides it, by the lease's delivery count).
+pub(crate) fn ending(q: &Queue, lease: &Lease, reject: bool, closed: bool) -> Ending {
+    let spec = q.info().leases.as_ref();
+    let at_limit = spec.is_some_and(|s| s.max_deliveries > 0 && lease.deliveries() >= s.max_deliveries);
+    match (reject || at_limit, spec.and_then(|s| s.dead_letter)) {
+        (true, Some(_)) => Ending::DeadLettered,
+        (true, None) => Ending::Dropped,
+        (false, _) if closed => Ending::Returned,
+        (false, _) => Ending::Released,
+    }
 }
 
 impl OwnedLeases {
+    /// No leases yet; what lease calls do is counted in `counts`.
+    pub(crate) fn new(counts: Arc<LeaseCounts>) -> OwnedLeases {
+        OwnedLeases { map: HashMap::new(), pruned: 0, counts }
+    }
+
+    /// Counts `n` leases handed to this connection.
+    pub(crate) fn granted(&self, n: usize) {
+        self.counts.granted.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Counts `n` leases acknowledged.
+    pub(crate) fn acked(&self, n: u64) {
+        self.counts.acked.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Counts a lease ended so.
+    pub(crate) fn ended(&self, how: Ending) {
+        count(&self.counts, how);
+    }
+
     /// Owns `lease` of `q` from now on; its id.
     pub(crate) fn insert(&mut self, q: &Arc<Queue>, lease: Lease) -> LeaseId {
         if self.map.len() >= PRUNE_AT.max(2 * self.pruned) {
@@ -88,12 +141,12 @@ impl OwnedLeases {
     /// dead-letter queue goes there, which may open that queue and sync
     /// it: those are released off the worker ([`LeasesToRelease`]).
     pub(crate) fn release_all(&mut self) {
-        let mut later = LeasesToRelease(Vec::new());
+        let mut later = LeasesToRelease(Vec::new(), self.counts.clone());
         for (_, (q, lease)) in self.map.drain() {
             if may_dead_letter(&q, &lease, false) {
                 later.0.push((q, lease));
             } else {
-                give_back(&q, &lease);
+                return_at_close(&self.counts, &q, &lease);
             }
         }
         if !later.0.is_empty() {
@@ -115,19 +168,40 @@ impl Drop for OwnedLeases {
 /// anything): the next sync of the queue covers them, and a machine crash
 /// before it delivers the record again all the same. A refusal is ignored:
 /// the lease ran out, or the queue was dropped; nothing to give back.
-pub(crate) fn give_back(q: &Queue, lease: &Lease) {
-    let _ = q.defer_syncs(|q| q.release(lease, Duration::ZERO));
+/// True if it was given back.
+pub(crate) fn give_back(q: &Queue, lease: &Lease) -> bool {
+    q.defer_syncs(|q| q.release(lease, Duration::ZERO)).0.is_ok()
+}
+
+/// Gives back `lease` of `q`, whose connection ended (see [`give_back`]),
+/// and counts what that did in `counts`.
+fn return_at_close(counts: &LeaseCounts, q: &Queue, lease: &Lease) {
+    let how = ending(q, lease, false, true);
+    if give_back(q, lease) {
+        count(counts, how);
+    }
+}
+
+/// Counts a lease ended so in `counts`.
+fn count(counts: &LeaseCounts, how: Ending) {
+    let counter = match how {
+        Ending::Released => &counts.released,
+        Ending::Returned => &counts.returned,
+        Ending::DeadLettered => &counts.dead_lettered,
+        Ending::Dropped => &counts.dropped,
+    };
+    counter.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Leases of a connection that ended, to release off the worker (each may
-/// move its record to a dead-letter queue); released wherever this is
-/// dropped.
-struct LeasesToRelease(Vec<(Arc<Queue>, Lease)>);
+/// move its record to a dead-letter queue), and the server's counts;
+/// released wherever this is dropped.
+struct LeasesToRelease(Vec<(Arc<Queue>, Lease)>, Arc<LeaseCounts>);
 
 impl Drop for LeasesToRelease {
     fn drop(&mut self) {
         for (q, lease) in &self.0 {
-            give_back(q, lease);
+            return_at_close(&self.1, q, lease);
         }
     }
 }
@@ -135,6 +209,5 @@ impl Drop for LeasesToRelease {
 /// Would ending `lease` of `q` (`reject`, or a release) move its record to
 /// a dead-letter queue, which may open that queue and sync it?
 pub(crate) fn may_dead_letter(q: &Queue, lease: &Lease, reject: bool) -> bool {
-    let Some(spec) = &q.info().leases else { return false };
-    spec.dead_letter.is_some() && (reject || (spec.max_deliveries > 0 && lease.deliveries() >= spec.max_deliveries))
+    ending(q, lease, reject, false) == Ending::DeadLettered
 }

@@ -177,6 +177,7 @@ impl Taken {
             lease_entry(out, id, lease.deliveries(), &self.data[from..from + len]);
             from += len;
         }
+        client.leases.granted(leases.len());
         client.unsynced.add(&self.q, self.ticket, at..out.len(), leases.len() as u64, OnFailure::Deliver);
         true
     }
@@ -185,7 +186,7 @@ impl Taken {
 impl Drop for Taken {
     fn drop(&mut self) {
         for (lease, _) in &self.leases {
-            give_back(&self.q, lease);
+            let _ = give_back(&self.q, lease);
         }
     }
 }
@@ -212,7 +213,7 @@ mod tests {
         Queue::create(&dir, 5, &spec).unwrap();
         let q = Arc::new(Queue::open(&dir, 5).unwrap());
         q.push(b"x").unwrap();
-        let mut client = Client::new(1, true, String::new());
+        let mut client = Client::new(1, true, String::new(), Arc::default());
         let mut out = Vec::new();
         assert!(take(&q, LeaseArgs { count: 1, lease_time: Duration::ZERO, array: false }, &mut client, &mut out));
         assert_eq!(client.leases.len(), 1);
@@ -233,7 +234,7 @@ mod tests {
         // Dropped: released, so the record is there again.
         drop(client);
         assert_eq!(q.lease_stats().unwrap().released, 1);
-        let mut client = Client::new(2, true, String::new());
+        let mut client = Client::new(2, true, String::new(), Arc::default());
         out.clear();
         assert!(take(&q, LeaseArgs { count: 5, lease_time: Duration::ZERO, array: true }, &mut client, &mut out));
         assert!(out.starts_with(b"*1\r\n*3\r\n$"), "{}", String::from_utf8_lossy(&out));
