@@ -241,14 +241,11 @@ fn out_of_descriptors_accept_refuses_with_a_reply_and_logs_once_a_second() {
 /// broken TLS record), counted as on the plain port, which still says why.
 #[test]
 fn out_of_descriptors_the_tls_port_refuses_with_the_close_alone() {
-    let certs = TempDir::new("tls-certs", "fd-accept");
-    make_certs(&certs, "p256");
+    let tls = TlsCerts::new("fd-accept", "p256");
     let dir = TempDir::new("server", "fd-accept-tls");
-    let arg = |f: &str| certs.path().join(f).display().to_string();
-    let (cert, key) = (arg("server.crt"), arg("server.key"));
-    let server = ChildServer::start(&dir, &["--tls-port", "0", "--tls-cert-file", &cert, "--tls-key-file", &key]);
+    let server = ChildServer::start(&dir, &tls.args());
     let (addr, tls_addr) = (server.addr, server.tls_addr.expect("the TLS port"));
-    let config = tls_client(&certs.path().join("ca.crt"));
+    let config = tls.client.clone();
     assert!(tls_ping(tls_addr, &config), "a TLS client is served");
     let mut held = held_connections(addr);
     lower_nofile_to_open(server.pid());
@@ -582,17 +579,36 @@ fn tls_ping(addr: SocketAddr, config: &Arc<rustls::ClientConfig>) -> bool {
     matches!(tls.read(&mut buf), Ok(7) if &buf[..7] == b"+PONG\r\n")
 }
 
-/// scripts/tls-certs.sh's certificates, the server's key `server_key`
-/// (`p256`, or `rsa4096`).
-fn make_certs(dir: &TempDir, server_key: &str) {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/tls-certs.sh");
-    let out = std::process::Command::new("bash")
-        .arg(&script)
-        .arg(dir.path())
-        .env("TLS_SERVER_KEY", server_key)
-        .output()
-        .expect("bash runs");
-    assert!(out.status.success(), "tls-certs.sh: {}", String::from_utf8_lossy(&out.stderr));
+/// scripts/tls-certs.sh's certificates, made fresh, and a client trusting
+/// their CA.
+struct TlsCerts {
+    _dir: TempDir,
+    /// The server's certificate and key files.
+    files: [String; 2],
+    client: Arc<rustls::ClientConfig>,
+}
+
+impl TlsCerts {
+    /// The server's key `server_key`: `p256` or `rsa4096`.
+    fn new(tag: &str, server_key: &str) -> TlsCerts {
+        let dir = TempDir::new("tls-certs", tag);
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/tls-certs.sh");
+        let out = std::process::Command::new("bash")
+            .arg(&script)
+            .arg(dir.path())
+            .env("TLS_SERVER_KEY", server_key)
+            .output()
+            .expect("bash runs");
+        assert!(out.status.success(), "tls-certs.sh: {}", String::from_utf8_lossy(&out.stderr));
+        let client = tls_client(&dir.path().join("ca.crt"));
+        let files = ["server.crt", "server.key"].map(|f| dir.path().join(f).display().to_string());
+        TlsCerts { _dir: dir, files, client }
+    }
+
+    /// The server options of a TLS port with them.
+    fn args(&self) -> Vec<&str> {
+        vec!["--tls-port", "0", "--tls-cert-file", &self.files[0], "--tls-key-file", &self.files[1]]
+    }
 }
 
 /// `flooders` threads making TLS handshakes for `seconds`: (done, failed).
@@ -622,15 +638,11 @@ fn flood(addr: SocketAddr, config: &Arc<rustls::ClientConfig>, flooders: usize, 
 
 #[test]
 fn a_flood_of_rsa_4096_handshakes_leaves_the_plain_port_fast() {
-    let certs = TempDir::new("tls-certs", "rsa4096");
-    make_certs(&certs, "rsa4096");
+    let certs = TlsCerts::new("rsa4096", "rsa4096");
+    let (tls, config) = (certs.args(), certs.client.clone());
     let dir = TempDir::new("server", "tls-flood");
-    let arg = |f: &str| certs.path().join(f).display().to_string();
-    let (cert, key) = (arg("server.crt"), arg("server.key"));
-    let tls = ["--tls-port", "0", "--tls-cert-file", &cert, "--tls-key-file", &key];
     let server = ChildServer::start(&dir, &tls);
     let tls_addr = server.tls_addr.expect("the TLS port");
-    let config = tls_client(&certs.path().join("ca.crt"));
     assert!(tls_ping(tls_addr, &config), "a TLS client is served");
 
     let pinger = Pinger::start(server.addr, None);
