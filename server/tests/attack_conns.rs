@@ -291,7 +291,7 @@ fn out_of_descriptors_the_tls_port_refuses_with_the_close_alone() {
         "{TRIES} TLS connections refused out of descriptors ({ends:?}): {rejected} counted, {errors} accept errors"
     );
     assert_eq!(rejected, TRIES, "refusals counted");
-    assert!(errors >= 1 && errors <= TRIES + 1, "{errors} accept errors for {TRIES} refusals");
+    assert!((1..=TRIES + 1).contains(&errors), "{errors} accept errors for {TRIES} refusals");
     // The plain port still says why.
     let mut s = TcpStream::connect(addr).unwrap();
     assert_eq!(ping(&mut s), REFUSAL, "the plain port's refusal");
