@@ -4,8 +4,9 @@
 //! as Redis does, until the stop. TLS connections go through the
 //! handshakes' thread first, within `--tls-handshakes-per-second`. Out of
 //! descriptors, accept(2) fails: the acceptor then gives up a spare one to
-//! refuse the waiting connection with a reply, logs at most a line a
-//! second, and never spins.
+//! refuse the waiting connection with a reply (on the TLS port, with the
+//! close alone, as beyond `--maxclients`), logs at most a line a second,
+//! and never spins.
 
 use crate::handshake::Handshakes;
 use crate::state::{ServerState, Slot};
@@ -132,8 +133,8 @@ struct Acceptor {
     workers: Vec<UnboundedSender<Incoming>>,
     handshakes: Handshakes,
     /// A descriptor kept open to be closed when accept(2) finds none left,
-    /// so that the connection waiting can be told why it is refused
-    /// instead of being left without a reply.
+    /// so that the connection waiting can be told why it is refused (a TLS
+    /// one: closed) instead of being left without a reply.
     spare: Option<std::fs::File>,
     /// When an accept error was last logged, and the count then.
     logged: Option<(Instant, u64)>,
@@ -173,7 +174,7 @@ pub(crate) fn accept_loop(
                     let freed = match kind {
                         Kind::Tcp => a.make_room(tcp.as_ref(), &e).await,
                         Kind::Unix => a.make_room(unix.as_ref(), &e).await,
-                        Kind::Tls => a.make_room(tls.as_ref(), &e).await,
+                        Kind::Tls => a.make_room(tls.as_ref().map(TlsPort).as_ref(), &e).await,
                     };
                     a.log_accept_error(&e);
                     if !freed {
@@ -213,6 +214,16 @@ impl Listen for tokio::net::TcpListener {
     }
 }
 
+/// The TLS port's listener, whose connections are refused unshaken.
+struct TlsPort<'a>(&'a tokio::net::TcpListener);
+
+impl Listen for TlsPort<'_> {
+    type Conn = Unshaken;
+    fn poll_one(&self, cx: &mut std::task::Context<'_>) -> std::task::Poll<io::Result<Self::Conn>> {
+        self.0.poll_accept(cx).map_ok(|(s, _)| Unshaken(s))
+    }
+}
+
 impl Listen for tokio::net::UnixListener {
     type Conn = tokio::net::UnixStream;
     fn poll_one(&self, cx: &mut std::task::Context<'_>) -> std::task::Poll<io::Result<Self::Conn>> {
@@ -222,8 +233,9 @@ impl Listen for tokio::net::UnixListener {
 
 impl Acceptor {
     /// Out of descriptors: closes the spare, takes the connections that
-    /// are waiting and refuses them (so that they get a reply, not
-    /// silence), then takes the spare back. True if it did.
+    /// are waiting and refuses them (so that they get a reply, or on the
+    /// TLS port the close, not silence), then takes the spare back. True
+    /// if it did.
     ///
     /// It takes them until the listener has none left (at most
     /// [`REFUSE_AT_ONCE`]): that look, failing with `EAGAIN`, is what clears
@@ -262,7 +274,7 @@ impl Acceptor {
         let since = errors - self.logged.map_or(0, |(_, n)| n);
         eprintln!(
             "tvmq serve: accept: {e} ({since} error(s) since the last report, {errors} since the start; \
-             a connection refused for want of descriptors is told so)"
+             a connection refused for want of descriptors is told so, a TLS one closed)"
         );
         self.logged = Some((Instant::now(), errors));
     }
@@ -278,8 +290,7 @@ impl Acceptor {
             match c {
                 Raw::Tcp(s, _) => s.refuse(),
                 Raw::Unix(s) => s.refuse(),
-                // It would read the text as a broken record: only closed.
-                Raw::Tls(..) => {}
+                Raw::Tls(s, _) => Unshaken(s).refuse(),
             }
             return;
         }
@@ -308,9 +319,21 @@ impl Acceptor {
     }
 }
 
-/// A connection that can be refused with Redis's reply.
+/// A connection that can be refused: with Redis's reply, or (TLS) with
+/// the close alone.
 trait Refuse {
     fn refuse(self);
+}
+
+/// A connection of the TLS port, its handshake not begun: a client in its
+/// handshake would read Redis's reply as a broken TLS record, so a refusal
+/// only closes it.
+struct Unshaken(tokio::net::TcpStream);
+
+impl Refuse for Unshaken {
+    fn refuse(self) {
+        drop(self.0);
+    }
 }
 
 // The socket is new and non-blocking: the reply fits its buffer. (Written

@@ -1,11 +1,12 @@
 //! One client against the others, at the connection level (issue 34): a
 //! client touching more queues than the server has descriptors, more
-//! clients than descriptors, accept(2) out of descriptors, connections that
-//! never authenticate (partial commands, idle ones, against the password
-//! holder), oversized client names, and a flood of TLS handshakes with an
-//! RSA-4096 key. Each test asserts the bound (descriptors, memory, replies,
-//! another client's PING) beside the work done. The full-size figures are
-//! `make attack`'s (scripts/attack.py).
+//! clients than descriptors, accept(2) out of descriptors (on the plain
+//! port and the TLS one), connections that never authenticate (partial
+//! commands, idle ones, against the password holder), oversized client
+//! names, and a flood of TLS handshakes with an RSA-4096 key. Each test
+//! asserts the bound (descriptors, memory, replies, another client's PING)
+//! beside the work done. The full-size figures are `make attack`'s
+//! (scripts/attack.py).
 
 mod common;
 
@@ -184,70 +185,26 @@ fn out_of_descriptors_accept_refuses_with_a_reply_and_logs_once_a_second() {
     let how = Spawn { capture_stderr: true, ..Spawn::default() };
     let server = ChildServer::spawn(&dir, &[], &how);
     let addr = server.addr;
-    let mut held: Vec<TcpStream> = Vec::new();
-    let ping = |s: &mut TcpStream| {
-        s.write_all(b"PING\r\n").unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        let mut buf = [0u8; 64];
-        let k = s.read(&mut buf).unwrap_or(0);
-        String::from_utf8_lossy(&buf[..k]).into_owned()
-    };
-    for _ in 0..4 {
-        let mut s = TcpStream::connect(addr).unwrap();
-        assert_eq!(ping(&mut s), "+PONG\r\n");
-        held.push(s);
-    }
-    // The server planned with its own limit: lowered under it, to just
-    // what it has open now, accept(2) finds no descriptor (as when
-    // something outside the plan took them).
-    let limit = open_fds(server.pid());
-    let lowered = std::process::Command::new("prlimit")
-        .args(["--pid", &server.pid().to_string(), &format!("--nofile={limit}:{limit}")])
-        .status()
-        .expect("prlimit runs");
-    assert!(lowered.success());
-    // Descriptors closed below the highest are free under the limit: the
-    // first connections may take them. (The time from here bounds the log
-    // lines; the accept errors are counted from here too.)
+    let mut held = held_connections(addr);
+    lower_nofile_to_open(server.pid());
+    // (The time from here bounds the log lines; the accept errors are
+    // counted from here too.)
     let from = Instant::now();
-    let stats = |s: &mut TcpStream| {
-        s.write_all(b"INFO stats\r\n").unwrap();
-        let mut text = Vec::new();
-        let mut buf = [0u8; 4096];
-        while !text.ends_with(b"\r\n\r\n") {
-            let k = s.read(&mut buf).expect("INFO's reply");
-            assert!(k > 0, "INFO's reply ended early");
-            text.extend_from_slice(&buf[..k]);
-        }
-        let text = String::from_utf8_lossy(&text).into_owned();
-        (info_field(&text, "accept_errors"), info_field(&text, "rejected_connections"))
-    };
-    let (errors_before, rejected_before) = stats(&mut held[0]);
-    let mut refused = 0;
-    for taken in 0.. {
-        let mut s = TcpStream::connect(addr).unwrap();
-        match ping(&mut s).as_str() {
-            "+PONG\r\n" => held.push(s),
-            "-ERR max number of clients reached\r\n" => {
-                refused += 1;
-                break;
-            }
-            other => panic!("{other:?}: every connection is answered"),
-        }
-        assert!(taken < 20, "no descriptor ran out");
-    }
+    let (errors_before, rejected_before) = accept_stats(&mut held[0]);
+    take_free_descriptors(addr, &mut held);
+    let mut refused = 1;
     // Refusals for at least 2.5 s (and 20 of them, however slow the
     // machine): long enough for the log to show its limit.
     let t = Instant::now();
     let cpu = cpu_seconds(server.pid());
     while t.elapsed() < Duration::from_millis(2500) || refused < 20 {
         let mut s = TcpStream::connect(addr).unwrap();
-        assert_eq!(ping(&mut s), "-ERR max number of clients reached\r\n", "told, not left without a reply");
+        assert_eq!(ping(&mut s), REFUSAL, "told, not left without a reply");
         refused += 1;
         std::thread::sleep(Duration::from_millis(5));
     }
     let (cpu, window) = (cpu_seconds(server.pid()) - cpu, from.elapsed());
-    let (errors, rejected) = stats(&mut held[0]);
+    let (errors, rejected) = accept_stats(&mut held[0]);
     let (errors, rejected) = (errors - errors_before, rejected - rejected_before);
     let lines: Vec<String> = server.stderr.lock().unwrap().iter().filter(|l| l.contains("accept:")).cloned().collect();
     eprintln!(
@@ -277,6 +234,137 @@ fn out_of_descriptors_accept_refuses_with_a_reply_and_logs_once_a_second() {
     for s in &mut held {
         assert_eq!(ping(s), "+PONG\r\n");
     }
+}
+
+/// The same on the TLS port: the refusal is the close alone, as beyond
+/// `--maxclients` (a client in its handshake would read `-ERR ...` as a
+/// broken TLS record), counted as on the plain port, which still says why.
+#[test]
+fn out_of_descriptors_the_tls_port_refuses_with_the_close_alone() {
+    let tls = TlsCerts::new("fd-accept", "p256");
+    let dir = TempDir::new("server", "fd-accept-tls");
+    let server = ChildServer::start(&dir, &tls.args());
+    let (addr, tls_addr) = (server.addr, server.tls_addr.expect("the TLS port"));
+    let config = tls.client.clone();
+    assert!(tls_ping(tls_addr, &config), "a TLS client is served");
+    let mut held = held_connections(addr);
+    lower_nofile_to_open(server.pid());
+    take_free_descriptors(addr, &mut held);
+    let (errors_before, rejected_before) = accept_stats(&mut held[0]);
+    const TRIES: u64 = 5;
+    let mut ends = Vec::new();
+    for i in 0..TRIES {
+        // A client's first flight, its ClientHello, then what comes back
+        // until the end (10 s: a hang guard; a connection left open ends
+        // the read there).
+        let mut tcp = TcpStream::connect(tls_addr).unwrap();
+        tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+        let mut hello = Vec::new();
+        rustls::ClientConnection::new(config.clone(), name).unwrap().write_tls(&mut hello).unwrap();
+        // (The server may have closed already: what it sent is read below.)
+        let _ = tcp.write_all(&hello);
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        let end = loop {
+            match tcp.read(&mut buf) {
+                Ok(0) => break "end of file".to_string(),
+                Ok(k) => got.extend_from_slice(&buf[..k]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => break e.to_string(),
+            }
+        };
+        assert!(
+            !end.contains("timed out") && !end.contains("temporarily unavailable"),
+            "TLS connection {i}: not closed: {end}"
+        );
+        // Nothing at all: a refused connection had no handshake, so any
+        // byte is one a client in its handshake cannot read.
+        assert!(got.is_empty(), "TLS connection {i} refused with {:?} ({end})", String::from_utf8_lossy(&got));
+        ends.push(end);
+    }
+    // Counted as on the plain port: each refusal, at most one accept error
+    // each (one more may find none waiting).
+    let (errors, rejected) = accept_stats(&mut held[0]);
+    let (errors, rejected) = (errors - errors_before, rejected - rejected_before);
+    eprintln!(
+        "{TRIES} TLS connections refused out of descriptors ({ends:?}): {rejected} counted, {errors} accept errors"
+    );
+    assert_eq!(rejected, TRIES, "refusals counted");
+    assert!((1..=TRIES + 1).contains(&errors), "{errors} accept errors for {TRIES} refusals");
+    // The plain port still says why.
+    let mut s = TcpStream::connect(addr).unwrap();
+    assert_eq!(ping(&mut s), REFUSAL, "the plain port's refusal");
+    for s in &mut held {
+        assert_eq!(ping(s), "+PONG\r\n");
+    }
+}
+
+/// The server's reply to a connection it refuses, on the plain port.
+const REFUSAL: &str = "-ERR max number of clients reached\r\n";
+
+/// What `s` gets for a PING (10 s at most: a hang guard): a reply, or
+/// nothing if it was closed.
+fn ping(s: &mut TcpStream) -> String {
+    s.write_all(b"PING\r\n").unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut buf = [0u8; 64];
+    let k = s.read(&mut buf).unwrap_or(0);
+    String::from_utf8_lossy(&buf[..k]).into_owned()
+}
+
+/// Four connections to `addr`, each answered.
+fn held_connections(addr: SocketAddr) -> Vec<TcpStream> {
+    (0..4)
+        .map(|_| {
+            let mut s = TcpStream::connect(addr).unwrap();
+            assert_eq!(ping(&mut s), "+PONG\r\n");
+            s
+        })
+        .collect()
+}
+
+/// Lowers the open-file limit of the running server `pid` to what it has
+/// open now. It planned with its own limit: under this one, accept(2)
+/// finds no descriptor (as when something outside the plan took them),
+/// once the ones closed below the highest are taken (see
+/// [`take_free_descriptors`]).
+fn lower_nofile_to_open(pid: u32) {
+    let limit = open_fds(pid);
+    let lowered = std::process::Command::new("prlimit")
+        .args(["--pid", &pid.to_string(), &format!("--nofile={limit}:{limit}")])
+        .status()
+        .expect("prlimit runs");
+    assert!(lowered.success());
+}
+
+/// Connects to `addr` until a connection is refused (it is: once the
+/// descriptors free under the limit are taken), keeping those served in
+/// `held`.
+fn take_free_descriptors(addr: SocketAddr, held: &mut Vec<TcpStream>) {
+    for taken in 0.. {
+        let mut s = TcpStream::connect(addr).unwrap();
+        match ping(&mut s) {
+            p if p == "+PONG\r\n" => held.push(s),
+            p if p == REFUSAL => return,
+            other => panic!("{other:?}: every connection is answered"),
+        }
+        assert!(taken < 20, "no descriptor ran out");
+    }
+}
+
+/// The server's (`accept_errors`, `rejected_connections`), by INFO stats on `s`.
+fn accept_stats(s: &mut TcpStream) -> (u64, u64) {
+    s.write_all(b"INFO stats\r\n").unwrap();
+    let mut text = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !text.ends_with(b"\r\n\r\n") {
+        let k = s.read(&mut buf).expect("INFO's reply");
+        assert!(k > 0, "INFO's reply ended early");
+        text.extend_from_slice(&buf[..k]);
+    }
+    let text = String::from_utf8_lossy(&text).into_owned();
+    (info_field(&text, "accept_errors"), info_field(&text, "rejected_connections"))
 }
 
 /// RSS of `pid` once it has stopped growing for 300 ms (at most `limit`).
@@ -491,16 +579,36 @@ fn tls_ping(addr: SocketAddr, config: &Arc<rustls::ClientConfig>) -> bool {
     matches!(tls.read(&mut buf), Ok(7) if &buf[..7] == b"+PONG\r\n")
 }
 
-/// scripts/tls-certs.sh's certificates, the server's key RSA-4096.
-fn rsa_certs(dir: &TempDir) {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/tls-certs.sh");
-    let out = std::process::Command::new("bash")
-        .arg(&script)
-        .arg(dir.path())
-        .env("TLS_SERVER_KEY", "rsa4096")
-        .output()
-        .expect("bash runs");
-    assert!(out.status.success(), "tls-certs.sh: {}", String::from_utf8_lossy(&out.stderr));
+/// scripts/tls-certs.sh's certificates, made fresh, and a client trusting
+/// their CA.
+struct TlsCerts {
+    _dir: TempDir,
+    /// The server's certificate and key files.
+    files: [String; 2],
+    client: Arc<rustls::ClientConfig>,
+}
+
+impl TlsCerts {
+    /// The server's key `server_key`: `p256` or `rsa4096`.
+    fn new(tag: &str, server_key: &str) -> TlsCerts {
+        let dir = TempDir::new("tls-certs", tag);
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/tls-certs.sh");
+        let out = std::process::Command::new("bash")
+            .arg(&script)
+            .arg(dir.path())
+            .env("TLS_SERVER_KEY", server_key)
+            .output()
+            .expect("bash runs");
+        assert!(out.status.success(), "tls-certs.sh: {}", String::from_utf8_lossy(&out.stderr));
+        let client = tls_client(&dir.path().join("ca.crt"));
+        let files = ["server.crt", "server.key"].map(|f| dir.path().join(f).display().to_string());
+        TlsCerts { _dir: dir, files, client }
+    }
+
+    /// The server options of a TLS port with them.
+    fn args(&self) -> Vec<&str> {
+        vec!["--tls-port", "0", "--tls-cert-file", &self.files[0], "--tls-key-file", &self.files[1]]
+    }
 }
 
 /// `flooders` threads making TLS handshakes for `seconds`: (done, failed).
@@ -530,15 +638,11 @@ fn flood(addr: SocketAddr, config: &Arc<rustls::ClientConfig>, flooders: usize, 
 
 #[test]
 fn a_flood_of_rsa_4096_handshakes_leaves_the_plain_port_fast() {
-    let certs = TempDir::new("tls-certs", "rsa4096");
-    rsa_certs(&certs);
+    let certs = TlsCerts::new("rsa4096", "rsa4096");
+    let (tls, config) = (certs.args(), certs.client.clone());
     let dir = TempDir::new("server", "tls-flood");
-    let arg = |f: &str| certs.path().join(f).display().to_string();
-    let (cert, key) = (arg("server.crt"), arg("server.key"));
-    let tls = ["--tls-port", "0", "--tls-cert-file", &cert, "--tls-key-file", &key];
     let server = ChildServer::start(&dir, &tls);
     let tls_addr = server.tls_addr.expect("the TLS port");
-    let config = tls_client(&certs.path().join("ca.crt"));
     assert!(tls_ping(tls_addr, &config), "a TLS client is served");
 
     let pinger = Pinger::start(server.addr, None);
