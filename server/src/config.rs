@@ -78,7 +78,7 @@ pub struct ServeArgs {
     /// Refuse to listen on a non-loopback address without a password (no: allow it)
     #[arg(long, default_value = "yes", value_name = "yes|no", value_parser = parse_yes_no, action = clap::ArgAction::Set)]
     pub protected_mode: bool,
-    /// Connections served at once; more are told "-ERR max number of clients reached" and closed
+    /// Connections served at once; more are told "-ERR max number of clients reached" and closed (on the TLS port, closed alone)
     /// (lowered, with a warning, to what the open-file limit allows)
     #[arg(long, default_value_t = DEFAULT_MAXCLIENTS, value_name = "N")]
     pub maxclients: usize,
