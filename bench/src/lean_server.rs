@@ -64,6 +64,18 @@ pub(crate) enum Design {
 }
 
 impl Design {
+    /// Every design, in the order of the table's rows.
+    pub(crate) const ALL: [Design; 3] = [Design::Inline, Design::Ring, Design::Gather];
+
+    /// Its subject in the bench's cells and results.csv.
+    pub(crate) fn subject(self) -> &'static str {
+        match self {
+            Design::Inline => "lean server inline",
+            Design::Ring => "lean server ring",
+            Design::Gather => "lean server gather",
+        }
+    }
+
     pub(crate) fn name(self) -> &'static str {
         match self {
             Design::Inline => "inline",
@@ -73,7 +85,7 @@ impl Design {
     }
 
     fn parse(s: &str) -> Option<Design> {
-        [Design::Inline, Design::Ring, Design::Gather].into_iter().find(|d| d.name() == s)
+        Design::ALL.into_iter().find(|d| d.name() == s)
     }
 }
 
@@ -145,27 +157,13 @@ impl Log {
 
     /// Writes the pending pages, waiting for the disk.
     fn write(&mut self) -> Result<(), String> {
+        use std::os::unix::fs::FileExt;
         let Some((from, len)) = self.pending() else { return Ok(()) };
-        let mut done = 0;
-        while done < len {
-            let part = &self.mem[from + done..from + len];
-            let n = nix_pwrite(&self.out, part, (from + done) as u64)?;
-            done += n;
-        }
+        self.out
+            .write_all_at(&self.mem[from..from + len], from as u64)
+            .map_err(|e| format!("lean server: cannot write the log: {e}"))?;
         self.synced = self.at;
         Ok(())
-    }
-}
-
-fn nix_pwrite(f: &std::fs::File, buf: &[u8], at: u64) -> Result<usize, String> {
-    use std::os::unix::fs::FileExt;
-    loop {
-        match f.write_at(buf, at) {
-            Ok(0) => return Err("lean server: the log's write wrote nothing".into()),
-            Ok(n) => return Ok(n),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(format!("lean server: cannot write the log: {e}")),
-        }
     }
 }
 

@@ -12,12 +12,12 @@
 //!
 //! | module | concern | uses |
 //! |---|---|---|
-//! | `net` | `--net`: tvmq serve against redis-server, its table, CSV and chart | `report`, `net_redis`, `net_client`, `net_lease`, `net_durable`, `net_servers`, `chart`, `cell`, `ctx`, `harness`, `scratch` |
+//! | `net` | `--net`: tvmq serve against redis-server, its table, CSV and chart | `report`, `net_redis`, `net_client`, `net_lease`, `net_durable`, `lean_server`, `net_servers`, `chart`, `cell`, `ctx`, `harness`, `scratch` |
 //! | `report` | the matrix's table, CSV, JSON and charts | `durable`, `chart`, `latency`, `args`, `cell`, `ctx` |
 //! | `net_redis` | the C client on Redis beyond one machine: the lease script beside BLMOVE + LREM by hand, pushes waiting for a replica | `net_client`, `net_servers`, `cell`, `ctx`, `harness` |
 //! | `net_client` | the C client's cells of `--net` (`bench/drivers/net_driver.c`) | `net_servers`, `cell`, `ctx`, `harness` |
 //! | `net_lease` | the lease cells of `--net`: acknowledged consumption over the network, one RESP client against both servers | `net_servers`, `ctx` |
-//! | `net_durable` | the durable cells of `--net`: an `always` queue on disk beside redis-server `appendfsync always`, and their bounds (the client's ceiling, the design ceilings, one commit on the disk) | `net_servers`, `disk_commit`, `cell`, `ctx`, `harness`, `scratch` |
+//! | `net_durable` | the durable cells of `--net`: an `always` queue on disk beside redis-server `appendfsync always`, and their bounds (the client's ceiling, the design ceilings, one commit on the disk) | `lean_server`, `net_servers`, `disk_commit`, `cell`, `ctx`, `harness`, `scratch` |
 //! | `lean_server` | the durable cells' design ceilings: lean durable servers (Redis's loop, a write on an io_uring, a loop gathering every client), each a child process of the bench (`--lean-server`) | - |
 //! | `net_servers` | the servers under test, redis-benchmark against them, their CPU per request | `harness` |
 //! | `disk_commit` | one commit on the disk timed alone: msync of a mapping, an `O_DIRECT` write, an append + fdatasync | - |

@@ -20,6 +20,7 @@ use crate::args::Part;
 use crate::cell::{self, Cell, rate};
 use crate::ctx::Ctx;
 use crate::harness::ask;
+use crate::lean_server::Design;
 use crate::net_durable::{self, Bounds};
 use crate::net_servers::{
     REDIS, THREADS, TVMQ, Target, Via, benchmark, cpu_per_request, kilo, make_certs, measuring, start_redis, start_tvmq,
@@ -490,7 +491,8 @@ fn table(cells: &[Cell], memory: &Memory, bounds: Option<&Bounds>, ctx: &Ctx) ->
                 );
             }
             // The durable cells' design ceilings: the same cell to each lean server.
-            for (design, name) in net_durable::LEAN {
+            for design in Design::ALL {
+                let (name, design) = (design.subject(), design.name());
                 let Some(l) = find(name) else { continue };
                 let (ratio, goal) = match (rate(cells, s, &test, &param, name), rb) {
                     (Some(x), Some(y)) => (format!("{:.2}x", x / y), net_durable::design(&param, x / y)),

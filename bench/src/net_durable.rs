@@ -19,7 +19,7 @@
 //! - the design ceilings: each cell again against three lean servers
 //!   ([`crate::lean_server`]: the least a single-threaded server can do to
 //!   answer LPUSH once its value is on the disk, with tvmq's commit),
-//!   subjects [`LEAN`], one a design: Redis's loop (`inline`), the write
+//!   subjects `lean server inline`, `ring` and `gather`, one a design ([`Design`]): Redis's loop (`inline`), the write
 //!   on an io_uring (`ring`), and Redis's loop gathering every client into
 //!   one write (`gather`). When none reaches a target, no server of those
 //!   designs does here (tvmq serve follows the first two);
@@ -36,6 +36,7 @@ use crate::cell::{Cell, rate};
 use crate::ctx::Ctx;
 use crate::disk_commit::{self, Commit, Way};
 use crate::harness::ask;
+use crate::lean_server::Design;
 use crate::net_servers::{
     REDIS, TVMQ, Target, Via, benchmark, kilo, measuring, start_lean, start_redis_aof, start_tvmq_on,
 };
@@ -47,10 +48,6 @@ pub(crate) const SECTION: &str = "always queue on disk vs redis appendfsync alwa
 /// The subject of the client's ceiling: each cell against a plain queue
 /// on the same tvmq serve (no comma: results.csv does not quote).
 pub(crate) const PLAIN: &str = "tvmq serve (plain queue)";
-/// The design ceilings: (design, subject) of each lean durable server (see
-/// `lean_server`), measured beside tvmq and redis in each run.
-pub(crate) const LEAN: [(&str, &str); 3] =
-    [("inline", "lean server inline"), ("ring", "lean server ring"), ("gather", "lean server gather")];
 /// The id of the queue `mylist` (`always`, or plain for [`PLAIN`]) in the
 /// durable server's directory.
 const ID: u32 = 900_002;
@@ -160,10 +157,11 @@ fn run_cells(ctx: &mut Ctx, scratch: &Path, qdir: &Path, rdir: &Path) -> Result<
     // A lean server that cannot start (no io_uring here, for `ring`) leaves
     // its rows out, said on stderr; the cells go on.
     let mut leans = Vec::new();
-    for (design, name) in LEAN {
-        match start_lean(name, design, &qdir.with_file_name(format!("lean-{design}.log"))) {
+    for design in Design::ALL {
+        let (name, subject) = (design.name(), design.subject());
+        match start_lean(subject, name, &qdir.with_file_name(format!("lean-{name}.log"))) {
             Ok(t) => leans.push(t),
-            Err(e) => eprintln!("{}tvmq bench: no {name} rows: {e}", crate::ctx::clear_line()),
+            Err(e) => eprintln!("{}tvmq bench: no {subject} rows: {e}", crate::ctx::clear_line()),
         }
     }
     let both = [&tvmq, &redis];
